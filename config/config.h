@@ -1,0 +1,118 @@
+/*
+ * config.h - larder's settings: an INI file (optional) overlaid by LARDER_*
+ * environment variables, checked as a whole before anything starts.
+ *
+ * Precedence: built-in default < file < environment. Every [server] and
+ * [upstream] setting has an environment variable (see config/larder.conf).
+ * Client keys with per-bucket policies need the file; the environment can
+ * add one read-write key on every bucket (LARDER_CLIENT_KEY/SECRET).
+ * An empty environment variable counts as unset. Unknown sections and
+ * settings in the file are errors; file lines are at most 198 characters
+ * (libinih), so a long "buckets" list continues on indented lines.
+ *
+ * A config is immutable once loaded. SIGHUP loads a new one and swaps the
+ * keys over (see gateway/); nothing here is shared or locked.
+ */
+#ifndef LARDER_CONFIG_H
+#define LARDER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One grant: a bucket ("*" = every bucket) and an optional key prefix.
+ * A prefix grant "data/" covers "data/x" but never "database/x": the match
+ * is on the whole prefix string, and a prefix given without a trailing '/'
+ * gets one (a grant of "data" means the folder data/). */
+struct cfg_grant {
+	char *bucket;
+	char *prefix;      /* "" = the whole bucket */
+};
+
+struct cfg_key {
+	char *id;          /* access key id the client signs with */
+	char *secret;
+	bool write;        /* read-write when true, read-only otherwise */
+	struct cfg_grant *grants;
+	size_t n_grants;
+};
+
+enum cfg_addressing {
+	CFG_ADDR_AUTO = 0, /* virtual-hosted for AWS endpoints, path style otherwise */
+	CFG_ADDR_PATH,
+	CFG_ADDR_VIRTUAL,
+};
+
+struct cfg_bucket_region {
+	char *bucket;
+	char *region;
+};
+
+struct cfg {
+	/* [server] */
+	char *listen_host;            /* LARDER_LISTEN host part, default 127.0.0.1 */
+	uint16_t listen_port;         /* default 8080 */
+	unsigned workers;             /* LARDER_WORKERS, 0 = number of cores */
+	char *base_domain;            /* LARDER_BASE_DOMAIN: enables virtual-hosted requests */
+	unsigned max_connections;     /* LARDER_MAX_CONNECTIONS; beyond it: 503 SlowDown */
+	size_t max_header_bytes;      /* LARDER_MAX_HEADER_SIZE: request line + headers */
+	unsigned client_timeout_s;    /* LARDER_CLIENT_TIMEOUT: idle client connection */
+	unsigned shutdown_grace_s;    /* LARDER_SHUTDOWN_GRACE: SIGTERM drain time */
+	unsigned max_skew_s;          /* LARDER_MAX_SKEW: allowed clock skew, default 900 */
+	char *log_level;              /* LARDER_LOG_LEVEL */
+	char *access_log;             /* LARDER_ACCESS_LOG: "-", "off" or a path */
+
+	/* [upstream] */
+	char *upstream_url;           /* LARDER_UPSTREAM_URL; NULL = AWS S3 in upstream_region */
+	char *upstream_region;        /* LARDER_UPSTREAM_REGION, default us-east-1 */
+	enum cfg_addressing addressing; /* LARDER_UPSTREAM_ADDRESSING: auto|path|virtual */
+	bool upstream_tls_verify;     /* LARDER_UPSTREAM_TLS_VERIFY, default true */
+	char *upstream_ca_file;       /* LARDER_UPSTREAM_CA_FILE */
+	unsigned upstream_timeout_s;  /* LARDER_UPSTREAM_TIMEOUT: connect + first byte */
+	unsigned creds_refresh_margin_s; /* LARDER_CREDS_REFRESH_MARGIN: refresh this long before expiry */
+
+	/* [key ID] sections, plus LARDER_CLIENT_KEY/SECRET */
+	struct cfg_key *keys;
+	size_t n_keys;
+
+	/* [anonymous]: unsigned requests allowed on these grants (read-only
+	 * unless write = true); disabled when n_grants == 0; id and secret
+	 * are NULL */
+	struct cfg_key anonymous;
+
+	/* [bucket NAME] region = ... */
+	struct cfg_bucket_region *bucket_regions;
+	size_t n_bucket_regions;
+
+	char *source;                 /* file it came from, or NULL */
+};
+
+/*
+ * Loads defaults, then the file at path (NULL: LARDER_CONFIG, or none),
+ * then the environment, and validates the result.
+ * Returns a new config, or NULL with a message naming the setting and the
+ * problem written to err (e.g. "LARDER_LISTEN: port 99999 out of range").
+ */
+struct cfg *cfg_load(const char *path, char *err, size_t errlen);
+
+/* Same, from an INI text in memory and an explicit environment (NULL-
+ * terminated "NAME=value" array); cfg_load uses it. For tests and fuzzing.
+ * text NULL: no file; envp NULL: an empty environment. Messages locate
+ * file errors as "line N" instead of "path:N". */
+struct cfg *cfg_load_text(const char *text, const char *const *envp, char *err, size_t errlen);
+
+void cfg_free(struct cfg *c);
+
+/* The key with this id, or NULL. */
+const struct cfg_key *cfg_find_key(const struct cfg *c, const char *id);
+
+/* The configured region for a bucket, or NULL. */
+const char *cfg_bucket_region(const struct cfg *c, const char *bucket);
+
+/* Parses sizes like "512MiB", "20GiB", "4096", "1.5GB", "64k": Ki/Mi/Gi/Ti
+ * (optionally with B) are powers of 1024; K/M/G/T and kB/MB/GB/TB powers of
+ * 1000; units are case-insensitive. Returns 0, or -EINVAL (out untouched)
+ * for a sign, junk, overflow or a fraction of a byte. */
+int cfg_parse_size(const char *s, uint64_t *out);
+
+#endif
