@@ -1,0 +1,34 @@
+/*
+ * policy.h - may this key do this to this bucket and key?
+ *
+ * A key is read-only or read-write, on a list of grants (bucket, optional
+ * key prefix). Reads are GET and HEAD; every other method writes. What a
+ * grant covers:
+ *  - an object request (bucket and key): the key starts with the prefix;
+ *  - a bucket request (no key) that lists (GET with list-type, prefix ...):
+ *    the requested listing prefix starts with the grant's prefix;
+ *  - any other bucket request: only a whole-bucket grant;
+ *  - the service request (no bucket: ListBuckets): only a "*" grant.
+ * A key with a "." or ".." path segment ("data/../x") is never covered by a
+ * prefix grant: an HTTP layer on the way upstream may collapse it out of
+ * the prefix. Whole-bucket grants do not care.
+ * Nothing else is allowed: the caller answers AccessDenied.
+ */
+#ifndef LARDER_POLICY_H
+#define LARDER_POLICY_H
+
+#include <stdbool.h>
+
+#include "config/config.h"
+
+enum pol_access { POL_READ, POL_WRITE };
+
+/*
+ * bucket: NULL for the service request. key: NULL for a bucket request.
+ * list_prefix: for a bucket listing, the prefix query parameter ("" when
+ * none); NULL when the request is not a listing.
+ */
+bool pol_allows(const struct cfg_key *k, enum pol_access a, const char *bucket,
+                const char *key, const char *list_prefix);
+
+#endif
