@@ -1,0 +1,171 @@
+/*
+ * curlev.c - libcurl's multi-socket API on libev: curl asks to watch a
+ * socket (socket_cb) or to be called after a delay (timer_cb); we turn
+ * those into ev_io and ev_timer watchers and report readiness back with
+ * curl_multi_socket_action. Same shape as curl's evhiperfifo example.
+ */
+#include "gateway/curlev.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+#include "config/log.h"
+
+#define CURLEV_MAGIC 0x63757276u
+
+struct curlev {
+	unsigned magic;
+	struct ev_loop *loop;
+	CURLM *multi;
+	ev_timer timer;
+	unsigned running;
+	curlev_done_cb done;
+	void *done_arg;
+};
+
+struct sockwatch {
+	ev_io io;
+	struct curlev *c;
+	curl_socket_t fd;
+};
+
+static void check_done(struct curlev *c)
+{
+	CURLMsg *m;
+	int left;
+	while ((m = curl_multi_info_read(c->multi, &left)) != NULL) {
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		CURL *easy = m->easy_handle;
+		CURLcode rc = m->data.result;
+		curl_multi_remove_handle(c->multi, easy);
+		c->running--;
+		c->done(easy, rc, c->done_arg);
+	}
+}
+
+static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct sockwatch *s = (struct sockwatch *)w;
+	struct curlev *c = s->c;
+	assert(c->magic == CURLEV_MAGIC);
+	int action = ((revents & EV_READ) ? CURL_CSELECT_IN : 0) |
+	             ((revents & EV_WRITE) ? CURL_CSELECT_OUT : 0);
+	int still;
+	curl_multi_socket_action(c->multi, s->fd, action, &still);
+	check_done(c);
+	(void)loop;
+}
+
+static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct curlev *c = w->data;
+	assert(c->magic == CURLEV_MAGIC);
+	int still;
+	curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &still);
+	check_done(c);
+	(void)loop;
+	(void)revents;
+}
+
+/* CURLMOPT_TIMERFUNCTION: -1 deletes the timer; 0 means "call me now",
+ * which we still do from the loop, never from inside curl. */
+static int multi_timer_cb(CURLM *multi, long timeout_ms, void *arg)
+{
+	struct curlev *c = arg;
+	ev_timer_stop(c->loop, &c->timer);
+	if (timeout_ms >= 0) {
+		ev_timer_set(&c->timer, (double)timeout_ms / 1000.0, 0.);
+		ev_timer_start(c->loop, &c->timer);
+	}
+	(void)multi;
+	return 0;
+}
+
+/* CURLMOPT_SOCKETFUNCTION */
+static int multi_sock_cb(CURL *easy, curl_socket_t fd, int what, void *arg, void *sockp)
+{
+	struct curlev *c = arg;
+	struct sockwatch *s = sockp;
+	if (what == CURL_POLL_REMOVE) {
+		if (s) {
+			ev_io_stop(c->loop, &s->io);
+			free(s);
+			curl_multi_assign(c->multi, fd, NULL);
+		}
+		return 0;
+	}
+	int events = ((what & CURL_POLL_IN) ? EV_READ : 0) | ((what & CURL_POLL_OUT) ? EV_WRITE : 0);
+	if (!s) {
+		s = calloc(1, sizeof *s);
+		if (!s)
+			return -1;
+		s->c = c;
+		s->fd = fd;
+		curl_multi_assign(c->multi, fd, s);
+	} else {
+		ev_io_stop(c->loop, &s->io);
+	}
+	ev_io_init(&s->io, io_cb, fd, events);
+	ev_io_start(c->loop, &s->io);
+	(void)easy;
+	return 0;
+}
+
+struct curlev *curlev_create(struct ev_loop *loop, curlev_done_cb done, void *arg)
+{
+	struct curlev *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	c->magic = CURLEV_MAGIC;
+	c->loop = loop;
+	c->done = done;
+	c->done_arg = arg;
+	c->multi = curl_multi_init();
+	if (!c->multi) {
+		free(c);
+		return NULL;
+	}
+	ev_init(&c->timer, timer_cb);
+	c->timer.data = c;
+	curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, multi_sock_cb);
+	curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+	curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, multi_timer_cb);
+	curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+	/* Keep idle upstream connections for reuse: S3's time to first byte
+	 * is the cost larder exists to hide, a new TLS handshake adds to it. */
+	curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, 256L);
+	return c;
+}
+
+void curlev_destroy(struct curlev *c)
+{
+	if (!c)
+		return;
+	ev_timer_stop(c->loop, &c->timer);
+	curl_multi_cleanup(c->multi);
+	c->magic = 0;
+	free(c);
+}
+
+int curlev_add(struct curlev *c, CURL *easy)
+{
+	CURLMcode rc = curl_multi_add_handle(c->multi, easy);
+	if (rc != CURLM_OK) {
+		log_error("upstream", "curl_multi_add_handle() failed: %s", curl_multi_strerror(rc));
+		return -1;
+	}
+	c->running++;
+	return 0;
+}
+
+void curlev_remove(struct curlev *c, CURL *easy)
+{
+	if (curl_multi_remove_handle(c->multi, easy) == CURLM_OK)
+		c->running--;
+}
+
+unsigned curlev_running(const struct curlev *c)
+{
+	return c->running;
+}

@@ -1,0 +1,115 @@
+/*
+ * main.c - the larder command.
+ *
+ *   larder serve [--config FILE] [--check]
+ *   larder --version | --help
+ *
+ * Configuration comes from the file (optional) and LARDER_* environment
+ * variables; see config/larder.conf.
+ */
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "config/log.h"
+#include "gateway/server.h"
+
+#ifndef LARDER_VERSION
+#define LARDER_VERSION "dev"
+#endif
+
+static void usage(FILE *f)
+{
+	fputs("usage: larder serve [--config FILE] [--check]\n"
+	      "       larder --version\n"
+	      "\n"
+	      "larder is a caching S3 gateway for training data. It verifies each request's\n"
+	      "SigV4 signature against its own client keys and forwards it to the upstream S3,\n"
+	      "re-signed with the upstream credentials.\n"
+	      "\n"
+	      "serve     run the gateway until SIGTERM (SIGHUP reloads keys and policies)\n"
+	      "  --config FILE  INI settings (default: $LARDER_CONFIG, or none); every\n"
+	      "                 setting can also come from a LARDER_* environment variable\n"
+	      "  --check        validate the configuration, print a summary and exit\n"
+	      "\n"
+	      "Exit status: 0 on a clean stop or a valid --check, 1 on a runtime failure,\n"
+	      "2 on bad usage or configuration.\n", f);
+}
+
+static int serve(int argc, char **argv)
+{
+	const char *path = NULL;
+	int check = 0;
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+			path = argv[++i];
+		} else if (strncmp(argv[i], "--config=", 9) == 0) {
+			path = argv[i] + 9;
+		} else if (strcmp(argv[i], "--check") == 0) {
+			check = 1;
+		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "larder serve: unknown argument \"%s\"\n", argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!path)
+		path = getenv("LARDER_CONFIG");
+	char err[512];
+	struct cfg *cfg = cfg_load(path, err, sizeof err);
+	if (!cfg) {
+		fprintf(stderr, "larder: invalid configuration: %s\n", err);
+		return 2;
+	}
+	int level = log_level_parse(cfg->log_level ? cfg->log_level : "info");
+	log_set_level(level < 0 ? LOG_INFO : (enum log_level)level);
+	if (check) {
+		printf("configuration ok: listen %s:%u, upstream %s (%s), %zu client keys%s\n",
+		       cfg->listen_host, cfg->listen_port,
+		       cfg->upstream_url ? cfg->upstream_url : "AWS S3", cfg->upstream_region,
+		       cfg->n_keys, cfg->anonymous.n_grants ? ", anonymous access on" : "");
+		cfg_free(cfg);
+		return 0;
+	}
+	if (log_access_open(cfg->access_log) != 0) {
+		fprintf(stderr, "larder: LARDER_ACCESS_LOG: cannot open \"%s\"\n", cfg->access_log);
+		cfg_free(cfg);
+		return 2;
+	}
+	if (cfg->n_keys == 0 && cfg->anonymous.n_grants == 0)
+		log_warn("config", "no client keys configured (LARDER_CLIENT_KEY/LARDER_CLIENT_SECRET "
+		         "or [key] sections): every request will be refused");
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	int rc = gw_run(cfg, path);
+	curl_global_cleanup();
+	log_access_close();
+	cfg_free(cfg);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "serve") == 0)
+		return serve(argc - 2, argv + 2);
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+		printf("larder %s\n", LARDER_VERSION);
+		return 0;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "larder: unknown command \"%s\"\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

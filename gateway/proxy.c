@@ -1,0 +1,1129 @@
+/*
+ * proxy.c - the pass-through: every S3 request, verified, re-signed and
+ * streamed to upstream and back (see proxy.h for the flow-control rule).
+ *
+ * A request's life:
+ *   proxy_uri_cb        raw URI kept; struct req created (ref: connection)
+ *   access cb, 1st call headers: parse, SigV4, policy; start curl (ref: curl)
+ *   access cb, uploads  body bytes -> verify (hash / aws-chunked) -> upbuf
+ *   access cb, last     body verified; once upstream's headers are in,
+ *                       queue the response (ref: response)
+ *   reader cb           downbuf -> client
+ *   completed cb        access-log line; upstream cancelled if still running
+ * The struct is freed when the last of its three references goes.
+ */
+#include "gateway/proxy.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "auth/chunked.h"
+#include "auth/policy.h"
+#include "auth/sigv4.h"
+#include "config/log.h"
+#include "gateway/s3err.h"
+#include "gateway/s3req.h"
+
+#define REQ_MAGIC 0x6c617272u
+#define PIPE_CAP (256 * 1024)
+#define MAX_UPSTREAM_HEADER_BYTES (64 * 1024)
+
+/* A bounded byte queue: data lives in [off, len). */
+struct pbuf {
+	char *p;
+	size_t off, len;
+};
+
+static size_t pbuf_used(const struct pbuf *b) { return b->len - b->off; }
+static size_t pbuf_room(const struct pbuf *b) { return PIPE_CAP - pbuf_used(b); }
+
+static int pbuf_put(struct pbuf *b, const void *data, size_t n)
+{
+	if (!b->p && !(b->p = malloc(PIPE_CAP)))
+		return -ENOMEM;
+	if (n > PIPE_CAP - b->len) {
+		memmove(b->p, b->p + b->off, b->len - b->off);
+		b->len -= b->off;
+		b->off = 0;
+	}
+	assert(n <= PIPE_CAP - b->len);
+	memcpy(b->p + b->len, data, n);
+	b->len += n;
+	return 0;
+}
+
+static size_t pbuf_take(struct pbuf *b, void *out, size_t max)
+{
+	size_t n = pbuf_used(b) < max ? pbuf_used(b) : max;
+	memcpy(out, b->p + b->off, n);
+	b->off += n;
+	if (b->off == b->len)
+		b->off = b->len = 0;
+	return n;
+}
+
+enum body_mode { BODY_NONE, BODY_RAW, BODY_CHUNKED };
+
+struct req {
+	unsigned magic;
+	int refs;
+	struct worker *w;
+	struct MHD_Connection *conn;    /* NULL once MHD is done with it */
+	struct req *prev, *next;        /* worker's live list */
+	struct req *next_pending;
+	bool in_pending;
+	char id[24];
+	double t_start;
+	char *uri;                      /* raw: path?query */
+	char *path, *query;             /* raw parts of uri */
+	char method[24];
+	bool started;
+	bool counted_over_limit;
+
+	char key_id[129];
+	struct s3req s3;
+	bool has_err;
+	enum s3err err;
+	char err_msg[256];
+
+	/* request body */
+	enum body_mode body;
+	int64_t up_len;                 /* bytes upstream will receive */
+	uint64_t up_queued;             /* bytes put into upbuf so far */
+	uint64_t up_sent;               /* bytes curl has taken */
+	uint64_t bytes_in;              /* raw body bytes from the client */
+	EVP_MD_CTX *sha;                /* signed payload: running SHA-256 */
+	char want_sha[65];
+	struct ack_decoder *ack;
+	bool client_body_done;
+	bool body_verified;             /* the last byte may go upstream */
+	struct pbuf upbuf;
+
+	/* upstream */
+	CURL *easy;
+	bool easy_running;
+	bool read_paused, write_paused;
+	struct curl_slist *slist;
+	struct up_target target;
+	char *up_query;                 /* query sent upstream */
+	int retries;
+	bool retry;                     /* region learnt: send again */
+	long ustatus;
+	struct hdrs uresp;              /* upstream response headers */
+	size_t uresp_bytes;
+	bool uhdrs_done;
+	bool udone;
+	CURLcode uresult;
+	char curl_err[CURL_ERROR_SIZE];
+	struct pbuf downbuf;
+	uint64_t resp_len;              /* MHD_SIZE_UNKNOWN when not known */
+
+	/* client response */
+	bool responded;
+	bool suspended;
+	int status_sent;
+	uint64_t bytes_out;
+};
+
+/* ------------------------------------------------------------------ */
+/* lifetime */
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void req_unref(struct req *r)
+{
+	assert(r->magic == REQ_MAGIC && r->refs > 0);
+	if (--r->refs > 0)
+		return;
+	assert(!r->easy_running && !r->in_pending);
+	if (r->easy)
+		curl_easy_cleanup(r->easy);
+	curl_slist_free_all(r->slist);
+	if (r->sha)
+		EVP_MD_CTX_free(r->sha);
+	ack_destroy(r->ack);
+	s3req_fini(&r->s3);
+	up_target_fini(&r->target);
+	hdrs_fini(&r->uresp);
+	free(r->upbuf.p);
+	free(r->downbuf.p);
+	free(r->uri);
+	free(r->path);
+	free(r->up_query);
+	r->magic = 0;
+	free(r);
+}
+
+/* Resumes the client connection if it waits: whatever it waited for may
+ * now be possible; if not, the callback suspends it again. */
+static void wake(struct req *r)
+{
+	if (r->suspended && r->conn) {
+		r->suspended = false;
+		MHD_resume_connection(r->conn);
+		r->w->mhd_kick = true;
+	}
+}
+
+static void suspend(struct req *r)
+{
+	if (!r->suspended && r->conn) {
+		r->suspended = true;
+		MHD_suspend_connection(r->conn);
+	}
+}
+
+static void want_unpause(struct req *r)
+{
+	if (r->in_pending || !r->easy_running)
+		return;
+	r->in_pending = true;
+	r->refs++;
+	r->next_pending = r->w->pending;
+	r->w->pending = r;
+}
+
+void proxy_run_pending(struct worker *w)
+{
+	while (w->pending) {
+		struct req *r = w->pending;
+		w->pending = r->next_pending;
+		r->in_pending = false;
+		if (r->easy_running && (r->read_paused || r->write_paused)) {
+			r->read_paused = r->write_paused = false;
+			curl_easy_pause(r->easy, CURLPAUSE_CONT);
+		}
+		req_unref(r);
+	}
+}
+
+static void stop_upstream(struct req *r)
+{
+	if (!r->easy_running)
+		return;
+	curlev_remove(r->w->curl, r->easy);
+	r->easy_running = false;
+	r->udone = true;
+	if (r->uresult == CURLE_OK)
+		r->uresult = CURLE_ABORTED_BY_CALLBACK;
+	req_unref(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* errors larder raises */
+
+static void fail(struct req *r, enum s3err e, const char *msg)
+{
+	if (r->has_err)
+		return;
+	r->has_err = true;
+	r->err = e;
+	snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "");
+}
+
+static void add_common_headers(struct req *r, struct MHD_Response *resp)
+{
+	MHD_add_response_header(resp, "x-larder-request-id", r->id);
+}
+
+/* True while the client may still be sending a body larder will not read. */
+static bool unread_body(struct req *r)
+{
+	if (r->client_body_done)
+		return false;
+	const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+	return (cl && strcmp(cl, "0") != 0) ||
+	       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding");
+}
+
+static enum MHD_Result respond_error(struct req *r)
+{
+	struct buf body;
+	buf_init(&body, 8192);
+	s3err_xml(r->err, r->err_msg[0] ? r->err_msg : NULL, r->path, r->id, &body);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p,
+	                                                            MHD_RESPMEM_MUST_COPY);
+	buf_fini(&body);
+	if (!resp)
+		return MHD_NO;
+	char date[64];
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+	MHD_add_response_header(resp, "Content-Type", "application/xml");
+	MHD_add_response_header(resp, "Date", date);
+	MHD_add_response_header(resp, "Server", "larder");
+	MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	add_common_headers(r, resp);
+	/* A body we did not read, or a refused connection over the limit:
+	 * close rather than try to find the next request in the stream. */
+	if (unread_body(r) || r->err == S3E_SLOW_DOWN)
+		MHD_add_response_header(resp, "Connection", "close");
+	r->status_sent = (int)s3err_status(r->err);
+	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status_sent, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
+
+/* ------------------------------------------------------------------ */
+/* authentication and policy */
+
+/* Decoded aws-chunked payload bytes, on their way upstream. */
+static int chunk_sink(void *arg, const char *data, size_t len)
+{
+	struct req *r = arg;
+	if (r->up_queued + len > (uint64_t)r->up_len)
+		return -1;
+	r->up_queued += len;
+	return pbuf_put(&r->upbuf, data, len);
+}
+
+struct hdr_collect {
+	struct sv4_header *v;
+	size_t n, cap;
+};
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+	struct hdr_collect *c = cls;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 32;
+		struct sv4_header *v = realloc(c->v, cap * sizeof *v);
+		if (!v)
+			return MHD_NO;
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n].name = key;
+	c->v[c->n].value = value ? value : "";
+	c->n++;
+	(void)kind;
+	return MHD_YES;
+}
+
+static const char *header(struct req *r, const char *name)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+static enum s3err sv4_to_s3err(enum sv4_status s, bool presigned)
+{
+	switch (s) {
+	case SV4_MALFORMED: return presigned ? S3E_AUTH_QUERY_ERROR : S3E_AUTH_HEADER_MALFORMED;
+	case SV4_UNSUPPORTED: return S3E_INVALID_REQUEST;
+	case SV4_SKEWED: return S3E_REQUEST_TIME_SKEWED;
+	case SV4_EXPIRED: return S3E_ACCESS_DENIED;
+	case SV4_NOT_YET_VALID: return S3E_ACCESS_DENIED;
+	case SV4_MISSING_HEADER: return presigned ? S3E_AUTH_QUERY_ERROR : S3E_AUTH_HEADER_MALFORMED;
+	case SV4_BAD_SIGNATURE: return S3E_SIGNATURE_MISMATCH;
+	default: return S3E_ACCESS_DENIED;
+	}
+}
+
+/* The x-amz-copy-source of CopyObject / UploadPartCopy: "bucket/key" or
+ * "/bucket/key", URL-encoded, optionally "?versionId=...". The key needs
+ * read access there too. */
+static bool copy_source_allowed(const struct cfg_key *k, const char *src)
+{
+	struct buf dec;
+	buf_init(&dec, 8192);
+	size_t len = strcspn(src, "?");
+	bool ok = false;
+	if (sv4_uri_decode(src, len, &dec) == 0) {
+		const char *s = buf_cstr(&dec);
+		if (*s == '/')
+			s++;
+		const char *slash = strchr(s, '/');
+		if (slash && slash > s && slash[1]) {
+			char bucket[256];
+			size_t bl = (size_t)(slash - s);
+			if (bl < sizeof bucket) {
+				memcpy(bucket, s, bl);
+				bucket[bl] = '\0';
+				ok = pol_allows(k, POL_READ, bucket, slash + 1, NULL);
+			}
+		}
+	}
+	buf_fini(&dec);
+	return ok;
+}
+
+/*
+ * Headers-only checks of a new request. On success the request may go
+ * upstream; its body (if any) is verified as it streams.
+ */
+static void authenticate(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	enum s3err e;
+	if (s3req_parse(&r->s3, r->method, header(r, "Host"), r->path, r->query,
+	                gw->cfg->base_domain, &e) != 0) {
+		fail(r, e, NULL);
+		return;
+	}
+
+	struct hdr_collect hc = { 0 };
+	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &hc);
+	struct sv4_request sreq = {
+		.method = r->method, .path = r->path, .query = r->query,
+		.headers = hc.v, .n_headers = hc.n,
+	};
+	struct sv4_auth auth;
+	enum sv4_status st = sv4_parse(&sreq, &auth);
+
+	pthread_rwlock_rdlock(&gw->keys_lock);
+	const struct cfg *keys = gw->keys;
+	const struct cfg_key *k = NULL;
+	unsigned char signing_key[32];
+	if (st == SV4_NO_AUTH) {
+		if (keys->anonymous.n_grants)
+			k = &keys->anonymous;
+		else
+			fail(r, S3E_ACCESS_DENIED, NULL);
+	} else if (st != SV4_OK) {
+		fail(r, sv4_to_s3err(st, auth.presigned), sv4_status_str(st));
+	} else if (!(k = cfg_find_key(keys, auth.access_key))) {
+		fail(r, S3E_INVALID_ACCESS_KEY, NULL);
+	} else {
+		snprintf(r->key_id, sizeof r->key_id, "%s", auth.access_key);
+		st = sv4_verify(&sreq, &auth, k->secret, time(NULL), gw->cfg->max_skew_s, signing_key);
+		if (st != SV4_OK) {
+			fail(r, sv4_to_s3err(st, auth.presigned),
+			     st == SV4_EXPIRED ? "Request has expired" : NULL);
+			k = NULL;
+		}
+	}
+	if (k && !r->has_err) {
+		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
+		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
+		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
+		const char *copy = header(r, "x-amz-copy-source");
+		if (!pol_allows(k, r->s3.access, bucket, key, list_prefix) ||
+		    (copy && !copy_source_allowed(k, copy)))
+			fail(r, S3E_ACCESS_DENIED, NULL);
+	}
+	pthread_rwlock_unlock(&gw->keys_lock);
+	free(hc.v);
+	if (r->has_err)
+		return;
+
+	/* What the body is and how it is checked. */
+	const char *cl = header(r, "Content-Length");
+	const char *te = header(r, "Transfer-Encoding");
+	const char *claimed = st == SV4_OK && !auth.presigned ? auth.payload_hash : SV4_UNSIGNED_PAYLOAD;
+	int64_t len = 0;
+	if (cl) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(cl, &end, 10);
+		if (errno || *end || v < 0 || end == cl) {
+			fail(r, S3E_INVALID_ARGUMENT, "Content-Length is not a number");
+			return;
+		}
+		len = v;
+	} else if (te) {
+		len = -1; /* chunked: length known only from x-amz-decoded-content-length */
+	}
+	if (!claimed[0]) {
+		fail(r, S3E_INVALID_REQUEST,
+		     "Missing required header for this request: x-amz-content-sha256");
+		return;
+	}
+	int mode = ack_mode_from_payload_hash(claimed);
+	if (mode >= 0) {
+		const char *dl = header(r, "x-amz-decoded-content-length");
+		char *end = NULL;
+		long long v = dl ? strtoll(dl, &end, 10) : -1;
+		if (!dl || *end || v < 0) {
+			fail(r, S3E_MISSING_CONTENT_LENGTH,
+			     "aws-chunked uploads need x-amz-decoded-content-length");
+			return;
+		}
+		char scope[160];
+		snprintf(scope, sizeof scope, "%s/%s/%s/aws4_request", auth.date, auth.region,
+		         auth.service);
+		r->ack = ack_create((enum ack_mode)mode, signing_key, auth.signature, auth.amz_date,
+		                    scope, v, header(r, "x-amz-trailer"), chunk_sink, r);
+		if (!r->ack) {
+			fail(r, S3E_INTERNAL, NULL);
+			return;
+		}
+		r->body = BODY_CHUNKED;
+		r->up_len = v;
+	} else if (len > 0) {
+		r->body = BODY_RAW;
+		r->up_len = len;
+		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0) {
+			if (strlen(claimed) != 64 || strspn(claimed, "0123456789abcdefABCDEF") != 64) {
+				fail(r, S3E_INVALID_ARGUMENT, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+				     "STREAMING-AWS4-HMAC-SHA256-PAYLOAD or a valid sha256 value.");
+				return;
+			}
+			memcpy(r->want_sha, claimed, 65);
+			r->sha = EVP_MD_CTX_new();
+			if (!r->sha || !EVP_DigestInit_ex(r->sha, EVP_sha256(), NULL)) {
+				fail(r, S3E_INTERNAL, NULL);
+				return;
+			}
+		}
+	} else if (len < 0) {
+		fail(r, S3E_MISSING_CONTENT_LENGTH, NULL);
+		return;
+	} else {
+		r->body = BODY_NONE;
+		r->up_len = 0;
+		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0 &&
+		    strcasecmp(claimed, SV4_EMPTY_SHA256) != 0) {
+			fail(r, S3E_BAD_DIGEST, NULL);
+			return;
+		}
+	}
+	r->body_verified = r->body == BODY_NONE || (r->body == BODY_RAW && !r->sha);
+}
+
+/* ------------------------------------------------------------------ */
+/* upstream transfer */
+
+static bool hop_by_hop(const char *name)
+{
+	static const char *const names[] = {
+		"connection", "keep-alive", "proxy-authorization", "proxy-authenticate",
+		"proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade", NULL,
+	};
+	for (int i = 0; names[i]; i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Client headers that larder replaces or that only meant something on
+ * the client's hop. */
+static bool dropped_request_header(const char *name, bool chunked)
+{
+	static const char *const names[] = {
+		"host", "authorization", "expect", "content-length", "x-amz-date", "date",
+		"x-amz-content-sha256", "x-amz-security-token", NULL,
+	};
+	if (hop_by_hop(name))
+		return true;
+	for (int i = 0; names[i]; i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return true;
+	return chunked && (strcasecmp(name, "x-amz-decoded-content-length") == 0 ||
+	                   strcasecmp(name, "x-amz-trailer") == 0 ||
+	                   strcasecmp(name, "x-amz-sdk-checksum-algorithm") == 0);
+}
+
+/* Content-Encoding without the aws-chunked token (larder decodes it). */
+static void strip_aws_chunked(const char *v, char *out, size_t n)
+{
+	out[0] = '\0';
+	size_t used = 0;
+	while (*v) {
+		size_t len = strcspn(v, ",");
+		const char *s = v;
+		size_t l = len;
+		while (l && (*s == ' ' || *s == '\t')) { s++; l--; }
+		while (l && (s[l - 1] == ' ' || s[l - 1] == '\t')) l--;
+		if (l && !(l == 11 && strncasecmp(s, "aws-chunked", 11) == 0) && used + l + 2 < n) {
+			if (used)
+				out[used++] = ',';
+			memcpy(out + used, s, l);
+			used += l;
+			out[used] = '\0';
+		}
+		v += len;
+		if (*v == ',')
+			v++;
+	}
+}
+
+struct fwd_ctx {
+	struct hdrs *h;
+	bool chunked;
+	int rc;
+};
+
+static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+	struct fwd_ctx *f = cls;
+	(void)kind;
+	if (f->rc || dropped_request_header(key, f->chunked))
+		return MHD_YES;
+	if (f->chunked && strcasecmp(key, "content-encoding") == 0) {
+		char ce[256];
+		strip_aws_chunked(value ? value : "", ce, sizeof ce);
+		if (ce[0])
+			f->rc = hdrs_add(f->h, key, ce);
+		return MHD_YES;
+	}
+	f->rc = hdrs_add(f->h, key, value ? value : "");
+	return MHD_YES;
+}
+
+/* The query sent upstream: the client's, byte for byte, minus the
+ * X-Amz-* parameters of a presigned URL (larder signs with a header). */
+static char *upstream_query(const char *q)
+{
+	size_t n = strlen(q);
+	char *out = malloc(n + 1);
+	if (!out)
+		return NULL;
+	size_t used = 0;
+	while (*q) {
+		size_t len = strcspn(q, "&");
+		bool presign = len >= 6 && strncasecmp(q, "X-Amz-", 6) == 0;
+		if (!presign && len) {
+			if (used)
+				out[used++] = '&';
+			memcpy(out + used, q, len);
+			used += len;
+		}
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	out[used] = '\0';
+	return out;
+}
+
+static size_t on_upstream_header(char *data, size_t size, size_t n, void *arg)
+{
+	struct req *r = arg;
+	size_t len = size * n;
+	assert(r->magic == REQ_MAGIC);
+	if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+		/* A new status line (after a 1xx, or a retry): start over. */
+		hdrs_fini(&r->uresp);
+		r->uresp_bytes = 0;
+		const char *sp = memchr(data, ' ', len);
+		r->ustatus = sp ? strtol(sp + 1, NULL, 10) : 0;
+		return len;
+	}
+	if (len <= 2 && (len == 0 || data[0] == '\r' || data[0] == '\n')) {
+		if (r->ustatus < 200)
+			return len; /* end of an interim response */
+		const char *br = hdrs_get(&r->uresp, "x-amz-bucket-region");
+		if (br && r->s3.bucket[0] && upstream_learn_region(r->w->gw->up, r->s3.bucket, br) &&
+		    (r->ustatus == 301 || r->ustatus == 400) && r->body == BODY_NONE && r->retries == 0) {
+			r->retry = true; /* signed for the wrong region: send again */
+			return len;
+		}
+		const char *cl = hdrs_get(&r->uresp, "Content-Length");
+		r->resp_len = MHD_SIZE_UNKNOWN;
+		if (cl) {
+			char *end;
+			unsigned long long v = strtoull(cl, &end, 10);
+			if (*end == '\0' && end != cl)
+				r->resp_len = v;
+		}
+		r->uhdrs_done = true;
+		wake(r);
+		return len;
+	}
+	r->uresp_bytes += len;
+	if (r->uresp_bytes > MAX_UPSTREAM_HEADER_BYTES)
+		return 0; /* fails the transfer: larder answers 503 */
+	const char *colon = memchr(data, ':', len);
+	if (!colon)
+		return len;
+	char name[256];
+	size_t nl = (size_t)(colon - data);
+	if (nl == 0 || nl >= sizeof name)
+		return len;
+	memcpy(name, data, nl);
+	name[nl] = '\0';
+	const char *v = colon + 1, *end = data + len;
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	char *value = strndup(v, (size_t)(end - v));
+	if (!value || hdrs_add(&r->uresp, name, value) != 0) {
+		free(value);
+		return 0;
+	}
+	free(value);
+	return len;
+}
+
+static size_t on_upstream_body(char *data, size_t size, size_t n, void *arg)
+{
+	struct req *r = arg;
+	size_t len = size * n;
+	assert(r->magic == REQ_MAGIC);
+	if (r->retry)
+		return len; /* the wrong-region error body: dropped */
+	if (!r->conn)
+		return 0;   /* client gone */
+	if (len > pbuf_room(&r->downbuf)) {
+		r->write_paused = true;
+		return CURL_WRITEFUNC_PAUSE;
+	}
+	if (pbuf_put(&r->downbuf, data, len) != 0)
+		return 0;
+	wake(r);
+	return len;
+}
+
+static size_t on_upstream_read(char *out, size_t size, size_t n, void *arg)
+{
+	struct req *r = arg;
+	size_t max = size * n;
+	assert(r->magic == REQ_MAGIC);
+	if (r->has_err)
+		return CURL_READFUNC_ABORT;
+	size_t avail = pbuf_used(&r->upbuf);
+	/* Hold back the last byte until the body is verified: upstream stores
+	 * nothing from a request whose body stops short. */
+	uint64_t left = (uint64_t)r->up_len - r->up_sent;
+	if (!r->body_verified && avail >= left)
+		avail = left ? (size_t)left - 1 : 0;
+	if (avail == 0) {
+		r->read_paused = true;
+		return CURL_READFUNC_PAUSE;
+	}
+	size_t got = pbuf_take(&r->upbuf, out, avail < max ? avail : max);
+	r->up_sent += got;
+	wake(r); /* the upload may have been waiting for room */
+	return got;
+}
+
+static int start_upstream(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	struct hdrs h;
+	hdrs_init(&h);
+	int rc = 0;
+	if (!r->up_query && !(r->up_query = upstream_query(r->query)))
+		rc = -ENOMEM;
+	if (!rc)
+		rc = upstream_target(gw->up, r->s3.bucket,
+		                     r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL,
+		                     r->up_query, &r->target);
+	struct fwd_ctx f = { &h, r->body == BODY_CHUNKED, 0 };
+	if (!rc) {
+		MHD_get_connection_values(r->conn, MHD_HEADER_KIND, forward_header, &f);
+		rc = f.rc;
+	}
+	/* The payload hash upstream checks: the client's own when it signed
+	 * the body (so S3 verifies it again), else UNSIGNED-PAYLOAD. */
+	const char *payload = r->sha ? r->want_sha
+	                    : r->body == BODY_NONE ? SV4_EMPTY_SHA256 : SV4_UNSIGNED_PAYLOAD;
+	rc = rc ? rc : hdrs_add(&h, "Host", buf_cstr(&r->target.host));
+	rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", payload);
+	rc = rc ? rc : upstream_sign(gw->up, r->method, &r->target, r->up_query, &h);
+	if (rc) {
+		hdrs_fini(&h);
+		return rc;
+	}
+
+	curl_slist_free_all(r->slist);
+	r->slist = NULL;
+	struct buf line;
+	buf_init(&line, 64 * 1024);
+	bool has_accept = false;
+	for (size_t i = 0; i < h.n && !rc; i++) {
+		buf_reset(&line);
+		has_accept |= strcasecmp(h.v[i].name, "Accept") == 0;
+		if (h.v[i].value[0])
+			rc = buf_printf(&line, "%s: %s", h.v[i].name, h.v[i].value);
+		else
+			rc = buf_printf(&line, "%s;", h.v[i].name); /* curl's form for an empty value */
+		struct curl_slist *s = rc ? NULL : curl_slist_append(r->slist, buf_cstr(&line));
+		if (!s)
+			rc = rc ? rc : -ENOMEM;
+		else
+			r->slist = s;
+	}
+	/* Headers curl would add on its own. */
+	static const char *const suppress[] = { "Expect:", "Accept:", NULL };
+	for (int i = 0; suppress[i] && !rc; i++) {
+		if (i == 1 && has_accept)
+			break;
+		struct curl_slist *s = curl_slist_append(r->slist, suppress[i]);
+		if (!s)
+			rc = -ENOMEM;
+		else
+			r->slist = s;
+	}
+	buf_fini(&line);
+	hdrs_fini(&h);
+	if (rc)
+		return rc;
+
+	if (r->easy)
+		curl_easy_reset(r->easy);
+	else if (!(r->easy = curl_easy_init()))
+		return -ENOMEM;
+	CURL *e = r->easy;
+	curl_easy_setopt(e, CURLOPT_URL, buf_cstr(&r->target.url));
+	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->slist);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_upstream_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_upstream_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 64L * 1024);
+	curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 64L * 1024);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)upstream_timeout_s(gw->up));
+	/* A stalled upstream (no byte for the timeout) fails the transfer. */
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)upstream_timeout_s(gw->up));
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, upstream_tls_verify(gw->up) ? 1L : 0L);
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, upstream_tls_verify(gw->up) ? 2L : 0L);
+	if (upstream_ca_file(gw->up))
+		curl_easy_setopt(e, CURLOPT_CAINFO, upstream_ca_file(gw->up));
+	if (strcmp(r->method, "HEAD") == 0) {
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+	} else if (r->body != BODY_NONE || strcmp(r->method, "PUT") == 0 ||
+	           strcmp(r->method, "POST") == 0) {
+		/* Any method with a body: curl's upload machinery, method named. */
+		curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->up_len);
+		curl_easy_setopt(e, CURLOPT_READFUNCTION, on_upstream_read);
+		curl_easy_setopt(e, CURLOPT_READDATA, r);
+		if (strcmp(r->method, "PUT") != 0)
+			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
+	} else if (strcmp(r->method, "GET") != 0) {
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
+	}
+	r->uhdrs_done = false;
+	r->udone = false;
+	r->uresult = CURLE_OK;
+	r->ustatus = 0;
+	r->retry = false;
+	r->read_paused = r->write_paused = false;
+	hdrs_fini(&r->uresp);
+	if (curlev_add(r->w->curl, e) != 0)
+		return -EIO;
+	r->easy_running = true;
+	r->refs++;
+	return 0;
+}
+
+void proxy_curl_done(CURL *easy, CURLcode result, void *arg)
+{
+	struct req *r = NULL;
+	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&r);
+	assert(r && r->magic == REQ_MAGIC && r->easy == easy);
+	(void)arg;
+	r->easy_running = false;
+	if (r->retry && r->conn && !r->has_err) {
+		r->retries++;
+		log_info("upstream", "id=%s retrying in region %s", r->id, r->target.region);
+		if (start_upstream(r) == 0) {
+			req_unref(r); /* start_upstream took a new reference */
+			return;
+		}
+	}
+	r->udone = true;
+	r->uresult = result;
+	if (result != CURLE_OK)
+		log_warn("upstream", "id=%s %s %s: %s", r->id, r->method, buf_cstr(&r->target.url),
+		         r->curl_err[0] ? r->curl_err : curl_easy_strerror(result));
+	wake(r);
+	req_unref(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* request body */
+
+
+/* Takes as much of the client's body as there is room for; returns the
+ * number of bytes consumed. */
+static size_t take_body(struct req *r, const char *data, size_t len)
+{
+	if (r->has_err || r->udone) {
+		r->bytes_in += len; /* nobody will use it: read and drop */
+		return len;
+	}
+	size_t room = pbuf_room(&r->upbuf);
+	size_t n = len < room ? len : room;
+	if (n == 0)
+		return 0;
+	if (r->body == BODY_CHUNKED) {
+		/* Decoded bytes never outnumber encoded ones, so n fits. */
+		enum ack_status st = ack_feed(r->ack, data, n);
+		if (st < 0) {
+			fail(r, st == ACK_ERR_SIGNATURE ? S3E_SIGNATURE_MISMATCH
+			      : st == ACK_ERR_CHECKSUM ? S3E_BAD_CHECKSUM
+			      : st == ACK_ERR_LENGTH ? S3E_INCOMPLETE_BODY : S3E_INVALID_CHUNK, NULL);
+			stop_upstream(r);
+		} else if (st == ACK_DONE) {
+			r->body_verified = true;
+		}
+	} else {
+		if ((uint64_t)r->up_queued + n > (uint64_t)r->up_len) {
+			fail(r, S3E_INCOMPLETE_BODY, NULL);
+			stop_upstream(r);
+			r->bytes_in += len;
+			return len;
+		}
+		if (r->sha)
+			EVP_DigestUpdate(r->sha, data, n);
+		pbuf_put(&r->upbuf, data, n);
+		r->up_queued += n;
+	}
+	r->bytes_in += n;
+	if (r->read_paused)
+		want_unpause(r);
+	return n;
+}
+
+/* The client's body has ended: is it what was signed? */
+static void finish_body(struct req *r)
+{
+	r->client_body_done = true;
+	if (r->has_err || r->body == BODY_NONE)
+		return;
+	if (r->body == BODY_CHUNKED) {
+		if (!r->body_verified && ack_finish(r->ack) != ACK_DONE)
+			fail(r, S3E_INCOMPLETE_BODY, NULL);
+		else
+			r->body_verified = true;
+	} else if (r->up_queued != (uint64_t)r->up_len) {
+		fail(r, S3E_INCOMPLETE_BODY, NULL);
+	} else if (r->sha) {
+		unsigned char md[32];
+		char hex[65];
+		unsigned mdlen = 0;
+		EVP_DigestFinal_ex(r->sha, md, &mdlen);
+		hex_encode(md, 32, hex);
+		if (strcasecmp(hex, r->want_sha) != 0)
+			fail(r, S3E_BAD_DIGEST, NULL);
+		else
+			r->body_verified = true;
+	}
+	if (r->has_err)
+		stop_upstream(r);
+	else if (r->read_paused)
+		want_unpause(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* response */
+
+static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
+{
+	struct req *r = cls;
+	assert(r->magic == REQ_MAGIC);
+	(void)pos;
+	if (pbuf_used(&r->downbuf)) {
+		size_t n = pbuf_take(&r->downbuf, out, max);
+		r->bytes_out += n;
+		if (r->write_paused)
+			want_unpause(r);
+		return (ssize_t)n;
+	}
+	if (r->udone) {
+		bool complete = r->uresult == CURLE_OK &&
+		                (r->resp_len == MHD_SIZE_UNKNOWN || r->bytes_out == r->resp_len);
+		return complete ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	if (r->write_paused)
+		want_unpause(r);
+	suspend(r);
+	return 0;
+}
+
+static void response_done(void *cls)
+{
+	req_unref(cls);
+}
+
+static enum MHD_Result respond_upstream(struct req *r)
+{
+	bool bodyless = strcmp(r->method, "HEAD") == 0 || r->ustatus == 204 || r->ustatus == 304;
+	uint64_t size = r->resp_len;
+	if (bodyless && size == MHD_SIZE_UNKNOWN)
+		size = 0;
+	struct MHD_Response *resp = MHD_create_response_from_callback(size, 64 * 1024, read_response,
+	                                                              r, response_done);
+	if (!resp)
+		return MHD_NO;
+	r->refs++;
+	for (size_t i = 0; i < r->uresp.n; i++) {
+		const char *n = r->uresp.v[i].name;
+		if (hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
+			continue;
+		MHD_add_response_header(resp, n, r->uresp.v[i].value);
+	}
+	add_common_headers(r, resp);
+	r->status_sent = (int)r->ustatus;
+	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->ustatus, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
+
+/* ------------------------------------------------------------------ */
+/* MHD callbacks */
+
+void *proxy_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	struct worker *w = cls;
+	struct req *r = calloc(1, sizeof *r);
+	if (!r)
+		return NULL;
+	r->magic = REQ_MAGIC;
+	r->refs = 1;
+	r->w = w;
+	r->conn = conn;
+	r->t_start = now_s();
+	r->uri = strdup(uri ? uri : "/");
+	r->path = r->uri ? strdup(r->uri) : NULL;
+	if (!r->uri || !r->path) {
+		free(r->uri);
+		free(r->path);
+		free(r);
+		return NULL;
+	}
+	char *q = strchr(r->path, '?');
+	if (q)
+		*q++ = '\0';
+	r->query = q ? q : r->path + strlen(r->path);
+	snprintf(r->id, sizeof r->id, "%02X%06lX%08lX", w->index & 0xff, (w->next_id++) & 0xffffff,
+	         (unsigned long)((unsigned)time(NULL) ^ (unsigned)random()) & 0xffffffffUL);
+	s3req_init(&r->s3);
+	up_target_init(&r->target);
+	hdrs_init(&r->uresp);
+	r->resp_len = MHD_SIZE_UNKNOWN;
+	r->next = w->live;
+	if (w->live)
+		w->live->prev = r;
+	w->live = r;
+	w->n_live++;
+	return r;
+}
+
+enum MHD_Result proxy_access_cb(void *cls, struct MHD_Connection *conn, const char *url,
+                                const char *method, const char *version,
+                                const char *upload_data, size_t *upload_data_size,
+                                void **req_cls)
+{
+	struct worker *w = cls;
+	struct req *r = *req_cls;
+	(void)conn;
+	(void)url;
+	(void)version;
+	if (!r || r->magic != REQ_MAGIC)
+		return MHD_NO;
+	if (!r->started) {
+		r->started = true;
+		snprintf(r->method, sizeof r->method, "%s", method);
+		if (atomic_load(&w->gw->open_connections) > w->gw->cfg->max_connections)
+			fail(r, S3E_SLOW_DOWN, NULL);
+		else
+			authenticate(r);
+		if (r->has_err)
+			return respond_error(r);
+		if (start_upstream(r) != 0) {
+			fail(r, S3E_INTERNAL, NULL);
+			return respond_error(r);
+		}
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		size_t used = take_body(r, upload_data, *upload_data_size);
+		*upload_data_size -= used;
+		if (*upload_data_size)
+			suspend(r); /* no room: wait for curl to drain */
+		return MHD_YES;
+	}
+	if (r->responded)
+		return MHD_YES;
+	if (!r->client_body_done)
+		finish_body(r);
+	if (r->has_err)
+		return respond_error(r);
+	if (r->uhdrs_done)
+		return respond_upstream(r);
+	if (r->udone) {
+		fail(r, S3E_SERVICE_UNAVAILABLE, NULL);
+		return respond_error(r);
+	}
+	suspend(r);
+	return MHD_YES;
+}
+
+static const char *toe_str(enum MHD_RequestTerminationCode toe)
+{
+	switch (toe) {
+	case MHD_REQUEST_TERMINATED_COMPLETED_OK: return NULL;
+	case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return "client-timeout";
+	case MHD_REQUEST_TERMINATED_CLIENT_ABORT: return "client-abort";
+	case MHD_REQUEST_TERMINATED_READ_ERROR: return "client-read-error";
+	case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN: return "shutdown";
+	default: return "error";
+	}
+}
+
+void proxy_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
+                        enum MHD_RequestTerminationCode toe)
+{
+	struct worker *w = cls;
+	struct req *r = *req_cls;
+	(void)conn;
+	if (!r || r->magic != REQ_MAGIC)
+		return;
+	*req_cls = NULL;
+	r->conn = NULL;
+	r->suspended = false;
+	stop_upstream(r); /* the client is gone or done: nothing more to fetch */
+	if (r->started) {
+		const char *err = r->has_err ? s3err_code(r->err) : toe_str(toe);
+		if (!err && r->udone && r->uresult != CURLE_OK && r->uresult != CURLE_ABORTED_BY_CALLBACK)
+			err = "upstream-error";
+		struct log_access_rec rec = {
+			.request_id = r->id,
+			.key_id = r->key_id[0] ? r->key_id : NULL,
+			.method = r->method,
+			.bucket = r->s3.bucket[0] ? r->s3.bucket : NULL,
+			.key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL,
+			.status = r->status_sent,
+			.bytes_in = r->bytes_in,
+			.bytes_out = r->bytes_out,
+			.duration_ms = (now_s() - r->t_start) * 1000.0,
+			.upstream_status = (int)r->ustatus,
+			.error_code = err,
+		};
+		log_access(&rec);
+	}
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		w->live = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	w->n_live--;
+	req_unref(r);
+}
+
+void proxy_abort_all(struct worker *w)
+{
+	for (struct req *r = w->live; r; r = r->next) {
+		stop_upstream(r);
+		wake(r);
+	}
+}

@@ -1,0 +1,99 @@
+/* s3err.c - S3 error codes, statuses and XML bodies (S3 API "Error responses"). */
+#include "gateway/s3err.h"
+
+static const struct {
+	const char *code;
+	unsigned status;
+	const char *message;
+} table[S3E_COUNT] = {
+	[S3E_ACCESS_DENIED] = { "AccessDenied", 403, "Access Denied" },
+	[S3E_AUTH_HEADER_MALFORMED] = { "AuthorizationHeaderMalformed", 400,
+		"The authorization header is malformed." },
+	[S3E_AUTH_QUERY_ERROR] = { "AuthorizationQueryParametersError", 400,
+		"Query-string authentication requires X-Amz-Algorithm, X-Amz-Credential, "
+		"X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders and X-Amz-Expires parameters." },
+	[S3E_BAD_DIGEST] = { "XAmzContentSHA256Mismatch", 400,
+		"The provided 'x-amz-content-sha256' header does not match what was computed." },
+	[S3E_ENTITY_TOO_LARGE] = { "EntityTooLarge", 400,
+		"Your proposed upload exceeds the maximum allowed object size." },
+	[S3E_INCOMPLETE_BODY] = { "IncompleteBody", 400,
+		"You did not provide the number of bytes specified by the Content-Length HTTP header." },
+	[S3E_INTERNAL] = { "InternalError", 500,
+		"We encountered an internal error. Please try again." },
+	[S3E_INVALID_ACCESS_KEY] = { "InvalidAccessKeyId", 403,
+		"The AWS Access Key Id you provided does not exist in our records." },
+	[S3E_INVALID_ARGUMENT] = { "InvalidArgument", 400, "Invalid Argument" },
+	[S3E_INVALID_BUCKET_NAME] = { "InvalidBucketName", 400,
+		"The specified bucket is not valid." },
+	[S3E_INVALID_CHUNK] = { "InvalidChunkSizeError", 400,
+		"The aws-chunked body is malformed." },
+	[S3E_INVALID_REQUEST] = { "InvalidRequest", 400, "Invalid Request" },
+	[S3E_INVALID_URI] = { "InvalidURI", 400, "Couldn't parse the specified URI." },
+	[S3E_MISSING_CONTENT_LENGTH] = { "MissingContentLength", 411,
+		"You must provide the Content-Length HTTP header." },
+	[S3E_MISSING_SECURITY_HEADER] = { "MissingSecurityHeader", 400,
+		"Your request was missing a required header." },
+	[S3E_BAD_CHECKSUM] = { "BadDigest", 400,
+		"The checksum you specified did not match what we received." },
+	[S3E_REQUEST_TIME_SKEWED] = { "RequestTimeTooSkewed", 403,
+		"The difference between the request time and the current time is too large." },
+	[S3E_SIGNATURE_MISMATCH] = { "SignatureDoesNotMatch", 403,
+		"The request signature we calculated does not match the signature you provided. "
+		"Check your key and signing method." },
+	[S3E_SLOW_DOWN] = { "SlowDown", 503, "Please reduce your request rate." },
+	[S3E_SERVICE_UNAVAILABLE] = { "ServiceUnavailable", 503,
+		"The upstream service could not be reached. Please try again." },
+	[S3E_NOT_IMPLEMENTED] = { "NotImplemented", 501,
+		"A header you provided implies functionality that is not implemented." },
+};
+
+const char *s3err_code(enum s3err e)
+{
+	return table[e].code;
+}
+
+unsigned s3err_status(enum s3err e)
+{
+	return table[e].status;
+}
+
+int xml_escape(const char *s, struct buf *out)
+{
+	int rc = 0;
+	for (; *s && rc == 0; s++) {
+		unsigned char c = (unsigned char)*s;
+		switch (c) {
+		case '&': rc = buf_puts(out, "&amp;"); break;
+		case '<': rc = buf_puts(out, "&lt;"); break;
+		case '>': rc = buf_puts(out, "&gt;"); break;
+		case '"': rc = buf_puts(out, "&quot;"); break;
+		case '\'': rc = buf_puts(out, "&apos;"); break;
+		default:
+			/* XML 1.0 cannot carry most control bytes even escaped. */
+			if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+				rc = buf_printf(out, "\\x%02x", c);
+			else
+				rc = buf_putc(out, (char)c);
+		}
+	}
+	return rc;
+}
+
+int s3err_xml(enum s3err e, const char *message, const char *resource,
+              const char *request_id, struct buf *out)
+{
+	int rc = buf_puts(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>");
+	rc = rc ? rc : buf_puts(out, table[e].code);
+	rc = rc ? rc : buf_puts(out, "</Code><Message>");
+	rc = rc ? rc : xml_escape(message ? message : table[e].message, out);
+	rc = rc ? rc : buf_puts(out, "</Message>");
+	if (resource && !rc) {
+		rc = buf_puts(out, "<Resource>");
+		rc = rc ? rc : xml_escape(resource, out);
+		rc = rc ? rc : buf_puts(out, "</Resource>");
+	}
+	rc = rc ? rc : buf_puts(out, "<RequestId>");
+	rc = rc ? rc : xml_escape(request_id ? request_id : "", out);
+	rc = rc ? rc : buf_puts(out, "</RequestId></Error>");
+	return rc;
+}

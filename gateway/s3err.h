@@ -1,0 +1,49 @@
+/*
+ * s3err.h - the errors larder itself raises, as S3 does: an XML body
+ * <Error><Code/><Message/><Resource/><RequestId/></Error> with the status S3
+ * uses for that code. Upstream errors never come through here: they pass
+ * through unchanged.
+ */
+#ifndef LARDER_S3ERR_H
+#define LARDER_S3ERR_H
+
+#include "config/buf.h"
+
+enum s3err {
+	S3E_ACCESS_DENIED,            /* 403 */
+	S3E_AUTH_HEADER_MALFORMED,    /* 400 AuthorizationHeaderMalformed */
+	S3E_AUTH_QUERY_ERROR,         /* 400 AuthorizationQueryParametersError */
+	S3E_BAD_DIGEST,               /* 400 XAmzContentSHA256Mismatch */
+	S3E_ENTITY_TOO_LARGE,         /* 400 */
+	S3E_INCOMPLETE_BODY,          /* 400 */
+	S3E_INTERNAL,                 /* 500 InternalError */
+	S3E_INVALID_ACCESS_KEY,       /* 403 InvalidAccessKeyId */
+	S3E_INVALID_ARGUMENT,         /* 400 */
+	S3E_INVALID_BUCKET_NAME,      /* 400 */
+	S3E_INVALID_CHUNK,            /* 400 InvalidChunkSizeError / framing */
+	S3E_INVALID_REQUEST,          /* 400 */
+	S3E_INVALID_URI,              /* 400 InvalidURI */
+	S3E_MISSING_CONTENT_LENGTH,   /* 411 */
+	S3E_MISSING_SECURITY_HEADER,  /* 400 */
+	S3E_BAD_CHECKSUM,             /* 400 BadDigest */
+	S3E_REQUEST_TIME_SKEWED,      /* 403 RequestTimeTooSkewed */
+	S3E_SIGNATURE_MISMATCH,       /* 403 SignatureDoesNotMatch */
+	S3E_SLOW_DOWN,                /* 503 SlowDown */
+	S3E_SERVICE_UNAVAILABLE,      /* 503 ServiceUnavailable: upstream unreachable */
+	S3E_NOT_IMPLEMENTED,          /* 501 */
+	S3E_COUNT
+};
+
+/* The S3 code ("SignatureDoesNotMatch") and HTTP status of an error. */
+const char *s3err_code(enum s3err e);
+unsigned s3err_status(enum s3err e);
+
+/* Writes the XML body. message NULL means the code's standard message;
+ * resource is the request path (may be NULL). Text is XML-escaped. */
+int s3err_xml(enum s3err e, const char *message, const char *resource,
+              const char *request_id, struct buf *out);
+
+/* Escapes &, <, >, ", ' and control bytes for XML text. */
+int xml_escape(const char *s, struct buf *out);
+
+#endif

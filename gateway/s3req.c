@@ -1,0 +1,178 @@
+/* s3req.c - addressing of S3 requests (S3 API "Virtual hosting of buckets"). */
+#include "gateway/s3req.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <string.h>
+#include <strings.h>
+
+#include "auth/sigv4.h"
+
+void s3req_init(struct s3req *r)
+{
+	memset(r, 0, sizeof *r);
+	buf_init(&r->key, 4 * S3_MAX_KEY_BYTES);
+	buf_init(&r->list_prefix, S3_MAX_QUERY_BYTES);
+}
+
+void s3req_fini(struct s3req *r)
+{
+	buf_fini(&r->key);
+	buf_fini(&r->list_prefix);
+}
+
+bool s3_bucket_name_ok(const char *b, size_t len)
+{
+	if (len < 3 || len > 255)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)b[i];
+		if (!isalnum(c) && c != '.' && c != '-' && c != '_')
+			return false;
+	}
+	return true;
+}
+
+bool s3_bucket_name_dns_ok(const char *b)
+{
+	size_t len = strlen(b);
+	if (len < 3 || len > 63 || !isalnum((unsigned char)b[0]) || !isalnum((unsigned char)b[len - 1]))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)b[i];
+		if (!(islower(c) || isdigit(c) || c == '.' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+int s3_query_get(const char *q, const char *name, struct buf *out)
+{
+	size_t nlen = strlen(name);
+	while (q && *q) {
+		const char *end = strchr(q, '&');
+		size_t len = end ? (size_t)(end - q) : strlen(q);
+		const char *eq = memchr(q, '=', len);
+		size_t klen = eq ? (size_t)(eq - q) : len;
+		/* Parameter names S3 uses need no decoding; compare them raw. */
+		if (klen == nlen && memcmp(q, name, nlen) == 0) {
+			buf_reset(out);
+			if (!eq)
+				return 1;
+			return sv4_uri_decode(eq + 1, len - klen - 1, out) == 0 ? 1 : -1;
+		}
+		q = end ? end + 1 : NULL;
+	}
+	return 0;
+}
+
+/* The query parameters of a bucket GET that still make it a listing
+ * (ListObjects v1/v2, ListObjectVersions, ListMultipartUploads). Any other
+ * parameter (acl, policy, location, ...) makes it a bucket configuration read. */
+static bool is_listing_query(const char *q)
+{
+	static const char *const allowed[] = {
+		"list-type", "prefix", "delimiter", "max-keys", "continuation-token",
+		"start-after", "fetch-owner", "encoding-type", "marker", "versions",
+		"key-marker", "version-id-marker", "uploads", "upload-id-marker",
+		"max-uploads", "expected-bucket-owner", "optional-object-attributes",
+		"x-id", NULL,
+	};
+	while (q && *q) {
+		const char *end = strchr(q, '&');
+		size_t len = end ? (size_t)(end - q) : strlen(q);
+		const char *eq = memchr(q, '=', len);
+		size_t klen = eq ? (size_t)(eq - q) : len;
+		bool ok = klen == 0 || (klen > 6 && strncasecmp(q, "X-Amz-", 6) == 0);
+		for (int i = 0; !ok && allowed[i]; i++)
+			ok = strlen(allowed[i]) == klen && memcmp(allowed[i], q, klen) == 0;
+		if (!ok)
+			return false;
+		q = end ? end + 1 : NULL;
+	}
+	return true;
+}
+
+/* Host without port, lower-cased, into out; false if it does not fit. */
+static bool host_name(const char *host, char *out, size_t n)
+{
+	size_t len = strcspn(host, ":");
+	if (host[0] == '[')
+		len = strcspn(host, "]") + 1;
+	if (len >= n)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		out[i] = (char)tolower((unsigned char)host[i]);
+	out[len] = '\0';
+	return true;
+}
+
+int s3req_parse(struct s3req *r, const char *method, const char *host, const char *raw_path,
+                const char *raw_query, const char *base_domain, enum s3err *err)
+{
+	r->access = (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) ? POL_READ : POL_WRITE;
+	if (raw_path[0] != '/') {
+		*err = S3E_INVALID_URI;
+		return -1;
+	}
+	const char *rest = raw_path + 1; /* still percent-encoded */
+	char hn[512];
+	r->virtual_host = false;
+	if (base_domain && *base_domain && host && host_name(host, hn, sizeof hn)) {
+		size_t hl = strlen(hn), bl = strlen(base_domain);
+		if (hl > bl + 1 && hn[hl - bl - 1] == '.' && strcasecmp(hn + hl - bl, base_domain) == 0) {
+			size_t blen = hl - bl - 1;
+			if (!s3_bucket_name_ok(hn, blen)) {
+				*err = S3E_INVALID_BUCKET_NAME;
+				return -1;
+			}
+			memcpy(r->bucket, hn, blen);
+			r->bucket[blen] = '\0';
+			r->virtual_host = true;
+		}
+	}
+	if (!r->virtual_host) {
+		size_t blen = strcspn(rest, "/");
+		if (blen == 0) {
+			r->target = S3T_SERVICE;
+			r->bucket[0] = '\0';
+			return 0;
+		}
+		/* A bucket name is plain ASCII: decode it anyway, since some
+		 * clients escape '.' or '-' needlessly. */
+		struct buf b;
+		buf_init(&b, sizeof r->bucket - 1);
+		int rc = sv4_uri_decode(rest, blen, &b);
+		if (rc != 0 || !s3_bucket_name_ok(buf_cstr(&b), b.len)) {
+			buf_fini(&b);
+			*err = rc == -EINVAL ? S3E_INVALID_URI : S3E_INVALID_BUCKET_NAME;
+			return -1;
+		}
+		memcpy(r->bucket, b.p, b.len + 1);
+		buf_fini(&b);
+		rest += blen;
+		if (*rest == '/')
+			rest++;
+	}
+	buf_reset(&r->key);
+	int rc = sv4_uri_decode(rest, strlen(rest), &r->key);
+	if (rc != 0 || memchr(buf_cstr(&r->key), '\0', r->key.len)) {
+		*err = rc == -E2BIG ? S3E_INVALID_ARGUMENT : S3E_INVALID_URI;
+		return -1;
+	}
+	if (r->key.len > S3_MAX_KEY_BYTES) {
+		*err = S3E_INVALID_ARGUMENT;
+		return -1;
+	}
+	r->target = r->key.len ? S3T_OBJECT : S3T_BUCKET;
+	r->listing = false;
+	if (r->target == S3T_BUCKET && strcmp(method, "GET") == 0 && is_listing_query(raw_query)) {
+		r->listing = true;
+		buf_reset(&r->list_prefix);
+		if (s3_query_get(raw_query, "prefix", &r->list_prefix) < 0) {
+			*err = S3E_INVALID_ARGUMENT;
+			return -1;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,62 @@
+/*
+ * s3req.h - what an S3 request addresses: service, bucket or object.
+ *
+ * Path style:             GET /bucket/key?query      Host: larder:8080
+ * Virtual-hosted style:   GET /key?query             Host: bucket.<base_domain>
+ * The key is the percent-decoded path after the bucket, byte for byte: no
+ * normalisation of "//", "." or "..", a trailing '/' kept (S3 keys are
+ * opaque strings, up to 1,024 bytes).
+ */
+#ifndef LARDER_S3REQ_H
+#define LARDER_S3REQ_H
+
+#include <stdbool.h>
+
+#include "auth/policy.h"
+#include "config/buf.h"
+#include "gateway/s3err.h"
+
+#define S3_MAX_KEY_BYTES 1024
+#define S3_MAX_QUERY_BYTES 16384
+
+enum s3_target { S3T_SERVICE, S3T_BUCKET, S3T_OBJECT };
+
+struct s3req {
+	enum s3_target target;
+	bool virtual_host;
+	char bucket[256];         /* "" for the service */
+	struct buf key;           /* decoded key; empty unless S3T_OBJECT */
+	enum pol_access access;   /* GET/HEAD read, all else write */
+	bool listing;             /* a bucket GET that lists (objects, versions, uploads) */
+	struct buf list_prefix;   /* the listing's decoded prefix parameter */
+};
+
+void s3req_init(struct s3req *r);
+void s3req_fini(struct s3req *r);
+
+/*
+ * Parses method, Host header (may be NULL), raw path and raw query (without
+ * '?'). base_domain (may be NULL) enables virtual-hosted requests.
+ * Returns 0, or -1 with *err set (S3E_INVALID_URI, S3E_INVALID_BUCKET_NAME,
+ * S3E_INVALID_ARGUMENT for keys over 1,024 bytes).
+ */
+int s3req_parse(struct s3req *r, const char *method, const char *host, const char *raw_path,
+                const char *raw_query, const char *base_domain, enum s3err *err);
+
+/*
+ * Looks up a query parameter by name (exact, case-sensitive) in a raw query
+ * and percent-decodes its value into out. Returns 1 when present, 0 when
+ * absent, -1 on bad percent-encoding or a value too long for out's cap.
+ */
+int s3_query_get(const char *raw_query, const char *name, struct buf *out);
+
+/* True if the bucket name is acceptable for path-style addressing
+ * (3-255 of A-Z a-z 0-9 . - _; S3's legacy rules, which moto and older
+ * regions accept). */
+bool s3_bucket_name_ok(const char *b, size_t len);
+
+/* True for a name usable as a DNS label set under virtual-hosted style:
+ * 3-63 of a-z 0-9 . -, starting and ending alphanumeric. */
+bool s3_bucket_name_dns_ok(const char *b);
+
+#endif

@@ -1,0 +1,312 @@
+/*
+ * server.c - workers, their loops, and the process's signals.
+ *
+ * Each worker: one libev loop, one libmicrohttpd daemon in external-epoll
+ * mode bound with SO_REUSEPORT to the shared port (the kernel spreads
+ * connections over the workers), one curl multi handle. The loop watches
+ * MHD's epoll fd and its timeout; before each sleep it unpauses the curl
+ * transfers that asked (proxy_run_pending) and re-arms MHD's timer.
+ * The main thread only waits for signals.
+ */
+#include "gateway/server.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "auth/creds.h"
+#include "config/log.h"
+#include "gateway/proxy.h"
+
+#define WORKER_MAGIC 0x776f726bu
+
+static void mhd_run(struct worker *w)
+{
+	MHD_run(w->mhd);
+}
+
+static void mhd_io_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct worker *w = io->data;
+	(void)loop;
+	(void)revents;
+	mhd_run(w);
+}
+
+static void mhd_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = t->data;
+	(void)loop;
+	(void)revents;
+	mhd_run(w);
+}
+
+/* Before the loop sleeps: unpause transfers, then re-arm MHD's timeout. */
+static void prepare_cb(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+	struct worker *w = p->data;
+	(void)revents;
+	proxy_run_pending(w);
+	MHD_UNSIGNED_LONG_LONG ms;
+	ev_timer_stop(loop, &w->mhd_timer);
+	if (w->mhd_kick) {
+		/* MHD_resume_connection() signals MHD's own event fd, but with an
+		 * external epoll loop that wake-up was seen to go missing: a resumed
+		 * connection then waited for the next timeout. Run MHD now. */
+		w->mhd_kick = false;
+		ev_timer_set(&w->mhd_timer, 0., 0.);
+		ev_timer_start(loop, &w->mhd_timer);
+	} else if (w->mhd && MHD_get_timeout(w->mhd, &ms) == MHD_YES) {
+		ev_timer_set(&w->mhd_timer, (double)ms / 1000.0, 0.);
+		ev_timer_start(loop, &w->mhd_timer);
+	}
+}
+
+static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = t->data;
+	(void)revents;
+	if (w->n_live > 0 && ev_now(loop) < w->drain_deadline)
+		return;
+	if (w->n_live > 0) {
+		log_warn("server", "worker %u: %u requests still running after the grace period; "
+		         "closing them", w->index, w->n_live);
+		proxy_abort_all(w);
+		mhd_run(w);
+	}
+	ev_timer_stop(loop, t);
+	ev_break(loop, EVBREAK_ALL);
+}
+
+/* SIGTERM reached this worker: stop accepting, let requests finish. */
+static void stop_cb(struct ev_loop *loop, ev_async *a, int revents)
+{
+	struct worker *w = a->data;
+	(void)revents;
+	MHD_socket ls = MHD_quiesce_daemon(w->mhd);
+	if (ls != MHD_INVALID_SOCKET)
+		close(ls);
+	w->drain_deadline = ev_now(loop) + w->gw->cfg->shutdown_grace_s;
+	ev_timer_init(&w->drain_timer, drain_cb, 0., 0.05);
+	w->drain_timer.data = w;
+	ev_timer_again(loop, &w->drain_timer);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	ev_run(w->loop, 0);
+	return NULL;
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	size_t n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	(void)cls;
+	log_info("http", "%s", msg);
+}
+
+static void connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+	struct gw *gw = cls;
+	(void)conn;
+	(void)socket_context;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+		atomic_fetch_add(&gw->open_connections, 1);
+	else
+		atomic_fetch_sub(&gw->open_connections, 1);
+}
+
+/* MHD would percent-decode the path and arguments in place; larder reads
+ * the raw URI instead (proxy_uri_cb), so leave them as they came. */
+static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+	(void)cls;
+	(void)c;
+	return strlen(s);
+}
+
+static int worker_start(struct gw *gw, struct worker *w, unsigned index,
+                        const struct addrinfo *ai)
+{
+	const struct cfg *cfg = gw->cfg;
+	w->magic = WORKER_MAGIC;
+	w->index = index;
+	w->gw = gw;
+	w->loop = ev_loop_new(EVFLAG_AUTO);
+	if (!w->loop)
+		return -1;
+	w->curl = curlev_create(w->loop, proxy_curl_done, w);
+	if (!w->curl)
+		return -1;
+	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_SUPPRESS_DATE_NO_CLOCK |
+	                 MHD_USE_ERROR_LOG;
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	/* The pool holds the request line and headers, so its size is the
+	 * header limit (MHD answers 431 past it), plus room for buffers. */
+	size_t pool = cfg->max_header_bytes + 16 * 1024;
+	w->mhd = MHD_start_daemon(flags, 0, NULL, NULL, proxy_access_cb, w,
+	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+	                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+	                          MHD_OPTION_URI_LOG_CALLBACK, proxy_uri_cb, w,
+	                          MHD_OPTION_NOTIFY_COMPLETED, proxy_completed_cb, w,
+	                          MHD_OPTION_NOTIFY_CONNECTION, connection_cb, gw,
+	                          MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
+	                          MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
+	                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
+	                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections + 256),
+	                          MHD_OPTION_END);
+	if (!w->mhd)
+		return -1;
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(w->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	if (!info)
+		return -1;
+	ev_io_init(&w->mhd_io, mhd_io_cb, info->epoll_fd, EV_READ);
+	w->mhd_io.data = w;
+	ev_io_start(w->loop, &w->mhd_io);
+	ev_init(&w->mhd_timer, mhd_timer_cb);
+	w->mhd_timer.data = w;
+	ev_prepare_init(&w->prepare, prepare_cb);
+	w->prepare.data = w;
+	ev_prepare_start(w->loop, &w->prepare);
+	ev_async_init(&w->stop_async, stop_cb);
+	w->stop_async.data = w;
+	ev_async_start(w->loop, &w->stop_async);
+	return 0;
+}
+
+static void worker_fini(struct worker *w)
+{
+	if (w->mhd)
+		MHD_stop_daemon(w->mhd);
+	proxy_run_pending(w);
+	curlev_destroy(w->curl);
+	if (w->loop)
+		ev_loop_destroy(w->loop);
+}
+
+/* SIGHUP: new keys and policies from the same file and environment. */
+static void reload_keys(struct gw *gw, struct cfg **owned)
+{
+	char err[512];
+	struct cfg *fresh = cfg_load(gw->config_path, err, sizeof err);
+	if (!fresh) {
+		log_error("config", "reload failed, keeping the current keys: %s", err);
+		return;
+	}
+	pthread_rwlock_wrlock(&gw->keys_lock);
+	struct cfg *old = gw->keys;
+	gw->keys = fresh;
+	pthread_rwlock_unlock(&gw->keys_lock);
+	if (old == *owned)
+		cfg_free(old);
+	*owned = fresh;
+	log_info("config", "reloaded: %zu client keys%s", fresh->n_keys,
+	         fresh->anonymous.n_grants ? ", anonymous access on" : "");
+}
+
+int gw_run(struct cfg *cfg, const char *config_path)
+{
+	struct gw gw = { .cfg = cfg, .keys = cfg, .config_path = config_path };
+	struct cfg *owned_keys = NULL;
+	char err[512];
+	int rc = 1;
+	pthread_rwlock_init(&gw.keys_lock, NULL);
+
+	/* Signals go to the main thread only: block them before any thread
+	 * starts (threads inherit the mask), then sigwait below. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	gw.creds = creds_provider_create(NULL, cfg->upstream_region, cfg->creds_refresh_margin_s,
+	                                 err, sizeof err);
+	if (!gw.creds) {
+		log_error("creds", "no upstream credentials: %s", err);
+		goto out;
+	}
+	log_info("creds", "upstream credentials from %s", creds_provider_source(gw.creds));
+	gw.up = upstream_create(cfg, gw.creds, err, sizeof err);
+	if (!gw.up) {
+		log_error("config", "%s", err);
+		goto out;
+	}
+
+	char port[8];
+	snprintf(port, sizeof port, "%u", cfg->listen_port);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+	struct addrinfo *ai = NULL;
+	int gai = getaddrinfo(cfg->listen_host, port, &hints, &ai);
+	if (gai != 0) {
+		log_error("config", "LARDER_LISTEN: cannot resolve \"%s\": %s", cfg->listen_host,
+		          gai_strerror(gai));
+		goto out;
+	}
+	gw.n_workers = cfg->workers ? cfg->workers : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+	if (gw.n_workers == 0)
+		gw.n_workers = 1;
+	gw.workers = calloc(gw.n_workers, sizeof *gw.workers);
+	unsigned started = 0;
+	for (; gw.workers && started < gw.n_workers; started++)
+		if (worker_start(&gw, &gw.workers[started], started, ai) != 0)
+			break;
+	freeaddrinfo(ai);
+	if (!gw.workers || started < gw.n_workers) {
+		log_error("server", "cannot listen on %s:%u: %s", cfg->listen_host, cfg->listen_port,
+		          strerror(errno));
+		for (unsigned i = 0; gw.workers && i <= started && i < gw.n_workers; i++)
+			worker_fini(&gw.workers[i]);
+		goto out;
+	}
+	for (unsigned i = 0; i < gw.n_workers; i++)
+		pthread_create(&gw.workers[i].thread, NULL, worker_main, &gw.workers[i]);
+	log_info("server", "listening on %s:%u with %u workers; upstream %s", cfg->listen_host,
+	         cfg->listen_port, gw.n_workers, cfg->upstream_url ? cfg->upstream_url : "AWS S3");
+
+	for (;;) {
+		int sig = 0;
+		if (sigwait(&sigs, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			reload_keys(&gw, &owned_keys);
+			continue;
+		}
+		log_info("server", "%s: draining for up to %u s", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+		         cfg->shutdown_grace_s);
+		break;
+	}
+	atomic_store(&gw.draining, true);
+	for (unsigned i = 0; i < gw.n_workers; i++)
+		ev_async_send(gw.workers[i].loop, &gw.workers[i].stop_async);
+	for (unsigned i = 0; i < gw.n_workers; i++) {
+		pthread_join(gw.workers[i].thread, NULL);
+		worker_fini(&gw.workers[i]);
+	}
+	log_info("server", "stopped");
+	rc = 0;
+out:
+	free(gw.workers);
+	upstream_destroy(gw.up);
+	if (gw.creds)
+		creds_provider_destroy(gw.creds);
+	if (owned_keys)
+		cfg_free(owned_keys);
+	pthread_rwlock_destroy(&gw.keys_lock);
+	return rc;
+}

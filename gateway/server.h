@@ -1,0 +1,66 @@
+/*
+ * server.h - larder's process: W workers, each a libev loop driving its own
+ * libmicrohttpd daemon (external epoll, SO_REUSEPORT on the shared port)
+ * and its own curl multi handle. A request lives on the worker that
+ * accepted it, start to finish. Shared between workers: the upstream
+ * (region cache, credentials) and the client keys (swapped on SIGHUP).
+ */
+#ifndef LARDER_SERVER_H
+#define LARDER_SERVER_H
+
+#include <ev.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "config/config.h"
+#include "gateway/curlev.h"
+#include "gateway/upstream.h"
+
+struct req;
+
+struct gw {
+	const struct cfg *cfg;          /* settings fixed for the process's life */
+	struct upstream *up;
+	struct creds_provider *creds;
+
+	/* Client keys and anonymous grants: replaced whole by SIGHUP. Readers
+	 * hold the read lock only while they check one request. */
+	pthread_rwlock_t keys_lock;
+	struct cfg *keys;
+	const char *config_path;
+
+	atomic_uint open_connections;
+	atomic_bool draining;
+	unsigned n_workers;
+	struct worker *workers;
+};
+
+struct worker {
+	unsigned magic;
+	unsigned index;
+	struct gw *gw;
+	pthread_t thread;
+	struct ev_loop *loop;
+	struct MHD_Daemon *mhd;
+	ev_io mhd_io;
+	ev_timer mhd_timer;
+	ev_prepare prepare;
+	ev_async stop_async;
+	ev_timer drain_timer;
+	double drain_deadline;
+	struct curlev *curl;
+	struct req *live;          /* requests in progress on this worker */
+	unsigned n_live;
+	struct req *pending;       /* requests whose curl transfer wants unpausing */
+	bool mhd_kick;             /* a connection was resumed: run MHD before sleeping */
+	unsigned long next_id;
+};
+
+/* Runs larder until SIGTERM/SIGINT (drain, exit 0); SIGHUP reloads keys
+ * from config_path (or the environment). Returns the process exit code. */
+int gw_run(struct cfg *cfg, const char *config_path);
+
+
+#endif

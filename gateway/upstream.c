@@ -1,0 +1,334 @@
+/*
+ * upstream.c - endpoint, addressing, bucket regions and signing for the
+ * upstream S3 (S3 API "Virtual hosting of buckets", "Regions and endpoints").
+ */
+#include "gateway/upstream.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "auth/sigv4.h"
+#include "config/log.h"
+#include "gateway/s3req.h"
+
+#define REGION_SLOTS 512
+
+struct region_slot {
+	char bucket[256];
+	char region[64];
+	unsigned long used;
+};
+
+struct upstream {
+	bool https;
+	bool aws;               /* an AWS S3 endpoint: region-specific hosts */
+	bool fixed_host;        /* LARDER_UPSTREAM_URL given: host never changes */
+	char host[256];         /* host[:port] of the endpoint */
+	char base_path[256];    /* path prefix of the endpoint, "" usually */
+	enum cfg_addressing addressing;
+	char default_region[64];
+	bool tls_verify;
+	char *ca_file;
+	unsigned timeout_s;
+	struct creds_provider *creds;
+
+	pthread_mutex_t lock;   /* guards regions */
+	struct region_slot regions[REGION_SLOTS];
+	unsigned long tick;
+	const struct cfg_bucket_region *configured;
+	size_t n_configured;
+	struct cfg_bucket_region *configured_copy;
+};
+
+void hdrs_init(struct hdrs *h)
+{
+	memset(h, 0, sizeof *h);
+}
+
+void hdrs_fini(struct hdrs *h)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		free(h->v[i].name);
+		free(h->v[i].value);
+	}
+	free(h->v);
+	memset(h, 0, sizeof *h);
+}
+
+int hdrs_add(struct hdrs *h, const char *name, const char *value)
+{
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 16;
+		struct hdr *v = realloc(h->v, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		h->v = v;
+		h->cap = cap;
+	}
+	char *n = strdup(name), *val = strdup(value);
+	if (!n || !val) {
+		free(n);
+		free(val);
+		return -ENOMEM;
+	}
+	h->v[h->n].name = n;
+	h->v[h->n].value = val;
+	h->n++;
+	return 0;
+}
+
+const char *hdrs_get(const struct hdrs *h, const char *name)
+{
+	for (size_t i = 0; i < h->n; i++)
+		if (strcasecmp(h->v[i].name, name) == 0)
+			return h->v[i].value;
+	return NULL;
+}
+
+void up_target_init(struct up_target *t)
+{
+	buf_init(&t->url, 64 * 1024);
+	buf_init(&t->host, 512);
+	buf_init(&t->path, 16 * 1024);
+	t->region[0] = '\0';
+}
+
+void up_target_fini(struct up_target *t)
+{
+	buf_fini(&t->url);
+	buf_fini(&t->host);
+	buf_fini(&t->path);
+}
+
+static bool ends_with_nocase(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+	return a >= b && strcasecmp(s + a - b, suffix) == 0;
+}
+
+struct upstream *upstream_create(const struct cfg *cfg, struct creds_provider *creds,
+                                 char *err, size_t errlen)
+{
+	struct upstream *u = calloc(1, sizeof *u);
+	if (!u) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	pthread_mutex_init(&u->lock, NULL);
+	u->creds = creds;
+	u->addressing = cfg->addressing;
+	u->tls_verify = cfg->upstream_tls_verify;
+	u->ca_file = cfg->upstream_ca_file ? strdup(cfg->upstream_ca_file) : NULL;
+	u->timeout_s = cfg->upstream_timeout_s ? cfg->upstream_timeout_s : 30;
+	snprintf(u->default_region, sizeof u->default_region, "%s",
+	         cfg->upstream_region ? cfg->upstream_region : "us-east-1");
+	if (cfg->n_bucket_regions) {
+		u->configured_copy = calloc(cfg->n_bucket_regions, sizeof *u->configured_copy);
+		for (size_t i = 0; u->configured_copy && i < cfg->n_bucket_regions; i++) {
+			u->configured_copy[i].bucket = strdup(cfg->bucket_regions[i].bucket);
+			u->configured_copy[i].region = strdup(cfg->bucket_regions[i].region);
+		}
+		u->configured = u->configured_copy;
+		u->n_configured = u->configured_copy ? cfg->n_bucket_regions : 0;
+	}
+
+	const char *url = cfg->upstream_url;
+	if (!url || !*url) {
+		u->https = true;
+		u->aws = true;
+		return u;
+	}
+	const char *p;
+	if (strncasecmp(url, "https://", 8) == 0) {
+		u->https = true;
+		p = url + 8;
+	} else if (strncasecmp(url, "http://", 7) == 0) {
+		p = url + 7;
+	} else {
+		snprintf(err, errlen, "LARDER_UPSTREAM_URL: \"%s\" is not an http:// or https:// URL", url);
+		upstream_destroy(u);
+		return NULL;
+	}
+	size_t hl = strcspn(p, "/?#");
+	if (hl == 0 || hl >= sizeof u->host) {
+		snprintf(err, errlen, "LARDER_UPSTREAM_URL: \"%s\" has no usable host", url);
+		upstream_destroy(u);
+		return NULL;
+	}
+	memcpy(u->host, p, hl);
+	u->host[hl] = '\0';
+	snprintf(u->base_path, sizeof u->base_path, "%s", p + hl);
+	size_t bl = strlen(u->base_path);
+	while (bl && u->base_path[bl - 1] == '/')
+		u->base_path[--bl] = '\0';
+	u->fixed_host = true;
+	char hostonly[256];
+	snprintf(hostonly, sizeof hostonly, "%.*s", (int)strcspn(u->host, ":"), u->host);
+	u->aws = ends_with_nocase(hostonly, ".amazonaws.com");
+	return u;
+}
+
+void upstream_destroy(struct upstream *u)
+{
+	if (!u)
+		return;
+	for (size_t i = 0; i < u->n_configured; i++) {
+		free(u->configured_copy[i].bucket);
+		free(u->configured_copy[i].region);
+	}
+	free(u->configured_copy);
+	free(u->ca_file);
+	pthread_mutex_destroy(&u->lock);
+	free(u);
+}
+
+bool upstream_tls_verify(const struct upstream *u) { return u->tls_verify; }
+const char *upstream_ca_file(const struct upstream *u) { return u->ca_file; }
+unsigned upstream_timeout_s(const struct upstream *u) { return u->timeout_s; }
+
+/* The region a bucket is signed for: configured, learnt, or the default. */
+static void bucket_region(struct upstream *u, const char *bucket, char out[64])
+{
+	for (size_t i = 0; bucket && i < u->n_configured; i++)
+		if (strcmp(u->configured[i].bucket, bucket) == 0) {
+			snprintf(out, 64, "%s", u->configured[i].region);
+			return;
+		}
+	snprintf(out, 64, "%s", u->default_region);
+	if (!bucket || !*bucket)
+		return;
+	pthread_mutex_lock(&u->lock);
+	for (size_t i = 0; i < REGION_SLOTS; i++)
+		if (u->regions[i].used && strcmp(u->regions[i].bucket, bucket) == 0) {
+			snprintf(out, 64, "%s", u->regions[i].region);
+			u->regions[i].used = ++u->tick;
+			break;
+		}
+	pthread_mutex_unlock(&u->lock);
+}
+
+bool upstream_learn_region(struct upstream *u, const char *bucket, const char *region)
+{
+	if (!bucket || !*bucket || !region || !*region || strlen(bucket) >= 256 || strlen(region) >= 64)
+		return false;
+	char cur[64];
+	bucket_region(u, bucket, cur);
+	if (strcmp(cur, region) == 0)
+		return false;
+	for (size_t i = 0; i < u->n_configured; i++)
+		if (strcmp(u->configured[i].bucket, bucket) == 0)
+			return false; /* configuration wins over what upstream says */
+	pthread_mutex_lock(&u->lock);
+	size_t victim = 0;
+	for (size_t i = 0; i < REGION_SLOTS; i++) {
+		if (u->regions[i].used && strcmp(u->regions[i].bucket, bucket) == 0) {
+			victim = i;
+			break;
+		}
+		if (u->regions[i].used < u->regions[victim].used)
+			victim = i;
+	}
+	snprintf(u->regions[victim].bucket, sizeof u->regions[victim].bucket, "%s", bucket);
+	snprintf(u->regions[victim].region, sizeof u->regions[victim].region, "%s", region);
+	u->regions[victim].used = ++u->tick;
+	pthread_mutex_unlock(&u->lock);
+	log_info("upstream", "bucket %s is in region %s", bucket, region);
+	return true;
+}
+
+int upstream_target(struct upstream *u, const char *bucket, const char *key, const char *query,
+                    struct up_target *t)
+{
+	buf_reset(&t->url);
+	buf_reset(&t->host);
+	buf_reset(&t->path);
+	bool has_bucket = bucket && *bucket;
+	bucket_region(u, has_bucket ? bucket : NULL, t->region);
+
+	char endpoint[320];
+	if (u->fixed_host)
+		snprintf(endpoint, sizeof endpoint, "%s", u->host);
+	else
+		snprintf(endpoint, sizeof endpoint, "s3.%s.amazonaws.com", t->region);
+
+	/* Virtual-hosted style needs a DNS-safe bucket; over TLS a dot in the
+	 * name breaks the wildcard certificate, so such buckets go path style,
+	 * as the AWS SDKs do. */
+	bool virtual = false;
+	if (has_bucket) {
+		if (u->addressing == CFG_ADDR_VIRTUAL)
+			virtual = true;
+		else if (u->addressing == CFG_ADDR_AUTO && u->aws)
+			virtual = s3_bucket_name_dns_ok(bucket) && !(u->https && strchr(bucket, '.'));
+	}
+	int rc = 0;
+	if (virtual)
+		rc = buf_printf(&t->host, "%s.%s", bucket, endpoint);
+	else
+		rc = buf_puts(&t->host, endpoint);
+
+	rc = rc ? rc : buf_puts(&t->path, u->base_path);
+	if (has_bucket && !virtual) {
+		rc = rc ? rc : buf_putc(&t->path, '/');
+		rc = rc ? rc : sv4_uri_encode(bucket, strlen(bucket), false, &t->path);
+	}
+	/* Path style names a bucket as "/bucket", as the SDKs send it. */
+	bool has_key = key && *key;
+	if (has_key || virtual || !has_bucket)
+		rc = rc ? rc : buf_putc(&t->path, '/');
+	if (has_key)
+		rc = rc ? rc : sv4_uri_encode(key, strlen(key), true, &t->path);
+
+	rc = rc ? rc : buf_printf(&t->url, "%s://%s%s", u->https ? "https" : "http",
+	                          buf_cstr(&t->host), buf_cstr(&t->path));
+	if (query && *query) {
+		rc = rc ? rc : buf_putc(&t->url, '?');
+		rc = rc ? rc : buf_puts(&t->url, query);
+	}
+	return rc;
+}
+
+int upstream_sign(struct upstream *u, const char *method, const struct up_target *t,
+                  const char *query, struct hdrs *h)
+{
+	struct creds c;
+	creds_provider_get(u->creds, &c);
+	char amz_date[17];
+	sv4_amz_date(time(NULL), amz_date);
+	int rc = hdrs_add(h, "X-Amz-Date", amz_date);
+	if (rc == 0 && c.session_token[0])
+		rc = hdrs_add(h, "X-Amz-Security-Token", c.session_token);
+	if (rc)
+		return rc;
+
+	struct sv4_header *sh = calloc(h->n, sizeof *sh);
+	if (!sh)
+		return -ENOMEM;
+	for (size_t i = 0; i < h->n; i++) {
+		sh[i].name = h->v[i].name;
+		sh[i].value = h->v[i].value;
+	}
+	struct sv4_request req = {
+		.method = method,
+		.path = buf_cstr(&t->path),
+		.query = query ? query : "",
+		.headers = sh,
+		.n_headers = h->n,
+	};
+	struct sv4_creds sc = { c.access_key, c.secret_key, c.session_token };
+	struct buf authz;
+	buf_init(&authz, 8192);
+	rc = sv4_sign(&req, &sc, t->region, "s3", &authz);
+	free(sh);
+	if (rc == 0)
+		rc = hdrs_add(h, "Authorization", buf_cstr(&authz));
+	buf_fini(&authz);
+	explicit_bzero(&c, sizeof c);
+	return rc;
+}

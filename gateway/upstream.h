@@ -1,0 +1,74 @@
+/*
+ * upstream.h - the real S3 behind larder: where a request goes (endpoint,
+ * addressing style, the bucket's region) and how it is signed (SigV4 with
+ * the upstream credentials). Shared by all workers; thread-safe.
+ */
+#ifndef LARDER_UPSTREAM_H
+#define LARDER_UPSTREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "auth/creds.h"
+#include "config/buf.h"
+#include "config/config.h"
+
+/* Request headers for upstream, owned. */
+struct hdrs {
+	struct hdr { char *name; char *value; } *v;
+	size_t n, cap;
+};
+void hdrs_init(struct hdrs *h);
+void hdrs_fini(struct hdrs *h);
+/* Appends a copy of name and value. Returns 0 or -ENOMEM. */
+int hdrs_add(struct hdrs *h, const char *name, const char *value);
+/* The value of the first header with this name (any case), or NULL. */
+const char *hdrs_get(const struct hdrs *h, const char *name);
+
+struct upstream;
+
+/* Reads the [upstream] settings; creds is borrowed and must outlive it.
+ * Returns NULL with a message in err on a bad URL. */
+struct upstream *upstream_create(const struct cfg *cfg, struct creds_provider *creds,
+                                 char *err, size_t errlen);
+void upstream_destroy(struct upstream *u);
+
+/* Where a request goes. */
+struct up_target {
+	struct buf url;    /* full URL: scheme://host/path?query */
+	struct buf host;   /* Host header value */
+	struct buf path;   /* the encoded path sent (and signed) */
+	char region[64];   /* region to sign for */
+};
+void up_target_init(struct up_target *t);
+void up_target_fini(struct up_target *t);
+
+/*
+ * Fills t for bucket (NULL or "" for the service), key (decoded; NULL or ""
+ * for the bucket) and raw query (sent as is; "" for none). The key is
+ * encoded once with S3's rules, so what is signed is what is sent.
+ * Returns 0 or -E2BIG.
+ */
+int upstream_target(struct upstream *u, const char *bucket, const char *key, const char *query,
+                    struct up_target *t);
+
+/*
+ * Signs a request for upstream: appends X-Amz-Date, X-Amz-Security-Token
+ * (temporary credentials) and Authorization to h, which must already hold
+ * Host and X-Amz-Content-Sha256 and every other header to send.
+ * Returns 0 or negative errno.
+ */
+int upstream_sign(struct upstream *u, const char *method, const struct up_target *t,
+                  const char *query, struct hdrs *h);
+
+/* Records a bucket's region, learnt from x-amz-bucket-region. Returns true
+ * if that changed what larder knew (a request signed for the old region
+ * may be retried). */
+bool upstream_learn_region(struct upstream *u, const char *bucket, const char *region);
+
+/* TLS settings for an easy handle. */
+bool upstream_tls_verify(const struct upstream *u);
+const char *upstream_ca_file(const struct upstream *u);
+unsigned upstream_timeout_s(const struct upstream *u);
+
+#endif
