@@ -782,6 +782,8 @@ static int start_upstream(struct req *r)
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	/* S3 keys are opaque: "a/./b" and "a/../b" are keys, not paths to tidy. */
+	curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 64L * 1024);

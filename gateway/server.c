@@ -104,6 +104,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+__attribute__((format(printf, 2, 0)))
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
 	char msg[512];
@@ -157,13 +158,13 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	 * header limit (MHD answers 431 past it), plus room for buffers. */
 	size_t pool = cfg->max_header_bytes + 16 * 1024;
 	w->mhd = MHD_start_daemon(flags, 0, NULL, NULL, proxy_access_cb, w,
+	                          MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
 	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 	                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
 	                          MHD_OPTION_URI_LOG_CALLBACK, proxy_uri_cb, w,
 	                          MHD_OPTION_NOTIFY_COMPLETED, proxy_completed_cb, w,
 	                          MHD_OPTION_NOTIFY_CONNECTION, connection_cb, gw,
 	                          MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
-	                          MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
 	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
 	                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
 	                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections + 256),
