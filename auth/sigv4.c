@@ -49,17 +49,6 @@ static bool is_unreserved(unsigned char c)
 	       c == '-' || c == '_' || c == '.' || c == '~';
 }
 
-static int hexval(unsigned char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* RFC 9110 section 5.6.2: the characters of a token (header names). */
 static bool is_tchar(unsigned char c)
 {
@@ -82,12 +71,12 @@ static bool copy_field(char *dst, size_t dstsz, const char *src, size_t n)
 	return true;
 }
 
-static const char *find_header(const struct sv4_request *req, const char *name, size_t *count)
+const char *sv4_header(const struct sv4_request *req, struct slice name, size_t *count)
 {
 	const char *v = NULL;
 	size_t n = 0;
 	for (size_t i = 0; i < req->n_headers; i++) {
-		if (req->headers[i].name && strcasecmp(req->headers[i].name, name) == 0) {
+		if (req->headers[i].name && slice_eq_nocase(slice_cstr(req->headers[i].name), name)) {
 			if (!v)
 				v = req->headers[i].value ? req->headers[i].value : "";
 			n++;
@@ -98,17 +87,9 @@ static const char *find_header(const struct sv4_request *req, const char *name, 
 	return v;
 }
 
-/* A header value with leading/trailing whitespace removed. */
-static struct slice trimmed(const char *v)
+static const char *find_header(const struct sv4_request *req, const char *name, size_t *count)
 {
-	struct slice s = slice_cstr(v);
-	while (s.len && is_ws(s.p[0])) {
-		s.p++;
-		s.len--;
-	}
-	while (s.len && is_ws(s.p[s.len - 1]))
-		s.len--;
-	return s;
+	return sv4_header(req, slice_cstr(name), count);
 }
 
 const char *sv4_status_str(enum sv4_status s)
@@ -154,7 +135,7 @@ int sv4_uri_decode(const char *in, size_t len, struct buf *out)
 		if (c == '%') {
 			if (len - i < 3)
 				return -EINVAL;
-			int hi = hexval((unsigned char)in[i + 1]), lo = hexval((unsigned char)in[i + 2]);
+			int hi = hex_digit((unsigned char)in[i + 1]), lo = hex_digit((unsigned char)in[i + 2]);
 			if (hi < 0 || lo < 0)
 				return -EINVAL;
 			c = (char)(hi << 4 | lo);
@@ -222,7 +203,7 @@ int sv4_parse_amz_date(const char *s, time_t *out)
 static int parse_http_date(const char *s, time_t *out)
 {
 	static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-	struct slice v = trimmed(s);
+	struct slice v = slice_trim(slice_cstr(s));
 	char tmp[40];
 	if (!copy_field(tmp, sizeof tmp, v.p, v.len))
 		return -EINVAL;
@@ -418,7 +399,7 @@ static int canonical_query(const char *query, struct buf *out)
  * CRLF of an obsolete folded line) reduced to one space (step 4). */
 static int append_value(const char *v, struct buf *out)
 {
-	struct slice s = trimmed(v);
+	struct slice s = slice_trim(slice_cstr(v));
 	bool space = false;
 	int rc = 0;
 	for (size_t i = 0; i < s.len && !rc; i++) {
@@ -876,7 +857,7 @@ static enum sv4_status parse_presigned(const struct sv4_request *req, struct qfi
 		ph = f[Q_SHA].value;
 	else if (hdr && lists_header(out->signed_headers, "x-amz-content-sha256"))
 		ph = hdr;
-	struct slice phs = trimmed(ph);
+	struct slice phs = slice_trim(slice_cstr(ph));
 	if (!copy_field(out->payload_hash, sizeof out->payload_hash, phs.p, phs.len))
 		return SV4_MALFORMED;
 	return SV4_OK;
@@ -922,7 +903,7 @@ enum sv4_status sv4_parse(const struct sv4_request *req, struct sv4_auth *out)
 	const char *xd = find_header(req, "x-amz-date", &n);
 	time_t t;
 	if (xd) {
-		struct slice s = trimmed(xd);
+		struct slice s = slice_trim(slice_cstr(xd));
 		char tmp[17];
 		if (n > 1 || !copy_field(tmp, sizeof tmp, s.p, s.len) || sv4_parse_amz_date(tmp, &t)) {
 			st = SV4_MALFORMED;
@@ -943,7 +924,7 @@ enum sv4_status sv4_parse(const struct sv4_request *req, struct sv4_auth *out)
 	}
 	const char *ph = find_header(req, "x-amz-content-sha256", &n);
 	if (ph) {
-		struct slice s = trimmed(ph);
+		struct slice s = slice_trim(slice_cstr(ph));
 		if (n > 1 || !copy_field(out->payload_hash, sizeof out->payload_hash, s.p, s.len)) {
 			st = SV4_MALFORMED;
 			goto out;
@@ -951,7 +932,7 @@ enum sv4_status sv4_parse(const struct sv4_request *req, struct sv4_auth *out)
 	}
 	const char *tok = find_header(req, "x-amz-security-token", &n);
 	if (tok) {
-		struct slice s = trimmed(tok);
+		struct slice s = slice_trim(slice_cstr(tok));
 		if (n > 1 || !copy_field(out->security_token, sizeof out->security_token, s.p, s.len))
 			st = SV4_MALFORMED;
 	}
@@ -1059,7 +1040,7 @@ int sv4_sign(const struct sv4_request *req, const struct sv4_creds *creds, const
 	bool token = creds->session_token && creds->session_token[0];
 	if (!host || !xd || !ph || (token && !find_header(req, "x-amz-security-token", NULL)))
 		return -EINVAL;
-	struct slice xs = trimmed(xd), phs = trimmed(ph);
+	struct slice xs = slice_trim(slice_cstr(xd)), phs = slice_trim(slice_cstr(ph));
 	char amz_date[17], date[9], payload[129];
 	time_t t;
 	if (!copy_field(amz_date, sizeof amz_date, xs.p, xs.len) ||

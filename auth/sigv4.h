@@ -70,6 +70,10 @@ enum sv4_status {
 	SV4_MISSING_HEADER,     /* host or x-amz-date not signed, payload hash header missing */
 };
 
+/* The value of the first header called name (any case), NULL if there is
+ * none; *count (when count is not NULL) gets how many there are. */
+const char *sv4_header(const struct sv4_request *req, struct slice name, size_t *count);
+
 /* A short English reason for a status, for error messages. */
 const char *sv4_status_str(enum sv4_status s);
 

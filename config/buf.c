@@ -23,6 +23,27 @@ bool slice_eq_nocase(struct slice a, struct slice b)
 	return a.len == b.len && (a.len == 0 || strncasecmp(a.p, b.p, a.len) == 0);
 }
 
+struct slice slice_trim(struct slice s)
+{
+	static const char ws[] = " \t\r\n\v\f";
+	while (s.len && strchr(ws, s.p[0]))
+		s.p++, s.len--;
+	while (s.len && strchr(ws, s.p[s.len - 1]))
+		s.len--;
+	return s;
+}
+
+int hex_digit(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 void buf_init(struct buf *b, size_t max)
 {
 	b->p = NULL;

@@ -22,6 +22,8 @@ struct slice {
 struct slice slice_cstr(const char *s);
 bool slice_eq(struct slice a, struct slice b);
 bool slice_eq_nocase(struct slice a, struct slice b);
+/* The slice without leading and trailing ASCII white space. */
+struct slice slice_trim(struct slice s);
 
 /* An owned, NUL-terminated, growable string. Zero-initialised is not valid:
  * call buf_init() with the cap. */
@@ -45,6 +47,9 @@ int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf
 const char *buf_cstr(const struct buf *b);
 /* Hands the string to the caller (free() it); the buffer becomes empty. */
 char *buf_steal(struct buf *b);
+
+/* The value of a hex digit (either case), or -1. */
+int hex_digit(int c);
 
 /* Lower-case hex of n bytes into out (2n+1 bytes, NUL-terminated). */
 void hex_encode(const unsigned char *in, size_t n, char *out);
