@@ -26,6 +26,7 @@
 
 #include "auth/chunked.h"
 #include "auth/policy.h"
+#include "auth/sigv2.h"
 #include "auth/sigv4.h"
 #include "config/log.h"
 #include "gateway/s3err.h"
@@ -85,7 +86,7 @@ struct req {
 	char *path, *query;             /* raw parts of uri */
 	char method[24];
 	bool started;
-	bool counted_over_limit;
+	bool presigned_v2;              /* drop its AWSAccessKeyId/Signature/Expires upstream */
 
 	char key_id[129];
 	struct s3req s3;
@@ -370,27 +371,62 @@ static bool copy_source_allowed(const struct cfg_key *k, const char *src)
 static void authenticate(struct req *r)
 {
 	struct gw *gw = r->w->gw;
+	struct hdr_collect hc = { 0 };
+	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &hc);
+	/* LARDER_MAX_HEADER_SIZE bounds the request line plus headers as sent
+	 * ("Name: value\r\n"); MHD's memory pool is only the hard backstop. */
+	size_t header_bytes = strlen(r->method) + strlen(r->uri) + 12;
+	for (size_t i = 0; i < hc.n; i++)
+		header_bytes += strlen(hc.v[i].name) + strlen(hc.v[i].value) + 4;
+	if (header_bytes > gw->cfg->max_header_bytes) {
+		free(hc.v);
+		fail(r, S3E_HEADER_TOO_LARGE, NULL);
+		return;
+	}
 	enum s3err e;
 	if (s3req_parse(&r->s3, r->method, header(r, "Host"), r->path, r->query,
 	                gw->cfg->base_domain, &e) != 0) {
+		free(hc.v);
 		fail(r, e, NULL);
 		return;
 	}
-
-	struct hdr_collect hc = { 0 };
-	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &hc);
 	struct sv4_request sreq = {
 		.method = r->method, .path = r->path, .query = r->query,
 		.headers = hc.v, .n_headers = hc.n,
 	};
 	struct sv4_auth auth;
 	enum sv4_status st = sv4_parse(&sreq, &auth);
+	/* boto3 and the AWS CLI still presign with SigV2 for a custom
+	 * endpoint, and old clients sign headers with it. */
+	struct sv2_auth v2;
+	bool sigv2 = (st == SV4_NO_AUTH || st == SV4_UNSUPPORTED) && sv2_parse(&sreq, &v2) == SV4_OK;
 
 	pthread_rwlock_rdlock(&gw->keys_lock);
 	const struct cfg *keys = gw->keys;
 	const struct cfg_key *k = NULL;
 	unsigned char signing_key[32];
-	if (st == SV4_NO_AUTH) {
+	if (sigv2) {
+		if (!(k = cfg_find_key(keys, v2.access_key))) {
+			fail(r, S3E_INVALID_ACCESS_KEY, NULL);
+		} else {
+			snprintf(r->key_id, sizeof r->key_id, "%s", v2.access_key);
+			struct buf resource;
+			buf_init(&resource, strlen(r->path) + sizeof r->s3.bucket + 2);
+			buf_printf(&resource, "%s%s%s", r->s3.virtual_host ? "/" : "",
+			           r->s3.virtual_host ? r->s3.bucket : "", r->path);
+			enum sv4_status v = sv2_verify(&sreq, &v2, buf_cstr(&resource), k->secret,
+			                               time(NULL), gw->cfg->max_skew_s);
+			buf_fini(&resource);
+			if (v != SV4_OK) {
+				fail(r, sv4_to_s3err(v, v2.presigned),
+				     v == SV4_EXPIRED ? "Request has expired" : NULL);
+				k = NULL;
+			}
+		}
+		st = SV4_OK;
+		auth.presigned = true; /* SigV2 signs no payload hash: the body is unsigned */
+		r->presigned_v2 = v2.presigned;
+	} else if (st == SV4_NO_AUTH) {
 		if (keys->anonymous.n_grants)
 			k = &keys->anonymous;
 		else
@@ -577,9 +613,20 @@ static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const 
 	return MHD_YES;
 }
 
+static bool is_v2_presign_param(const char *q, size_t len)
+{
+	static const char *const names[] = { "AWSAccessKeyId", "Signature", "Expires", NULL };
+	for (int i = 0; names[i]; i++) {
+		size_t n = strlen(names[i]);
+		if (len >= n && strncmp(q, names[i], n) == 0 && (len == n || q[n] == '='))
+			return true;
+	}
+	return false;
+}
+
 /* The query sent upstream: the client's, byte for byte, minus the
- * X-Amz-* parameters of a presigned URL (larder signs with a header). */
-static char *upstream_query(const char *q)
+ * parameters of a presigned URL (larder signs with a header). */
+static char *upstream_query(const char *q, bool presigned_v2)
 {
 	size_t n = strlen(q);
 	char *out = malloc(n + 1);
@@ -588,7 +635,8 @@ static char *upstream_query(const char *q)
 	size_t used = 0;
 	while (*q) {
 		size_t len = strcspn(q, "&");
-		bool presign = len >= 6 && strncasecmp(q, "X-Amz-", 6) == 0;
+		bool presign = (len >= 6 && strncasecmp(q, "X-Amz-", 6) == 0) ||
+		               (presigned_v2 && is_v2_presign_param(q, len));
 		if (!presign && len) {
 			if (used)
 				out[used++] = '&';
@@ -711,7 +759,7 @@ static int start_upstream(struct req *r)
 	struct hdrs h;
 	hdrs_init(&h);
 	int rc = 0;
-	if (!r->up_query && !(r->up_query = upstream_query(r->query)))
+	if (!r->up_query && !(r->up_query = upstream_query(r->query, r->presigned_v2)))
 		rc = -ENOMEM;
 	if (!rc)
 		rc = upstream_target(gw->up, r->s3.bucket,
@@ -971,6 +1019,9 @@ static enum MHD_Result respond_upstream(struct req *r)
 			continue;
 		MHD_add_response_header(resp, n, r->uresp.v[i].value);
 	}
+	/* S3 always names its request; an S3-compatible upstream may not. */
+	if (!hdrs_get(&r->uresp, "x-amz-request-id"))
+		MHD_add_response_header(resp, "x-amz-request-id", r->id);
 	add_common_headers(r, resp);
 	r->status_sent = (int)r->ustatus;
 	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->ustatus, resp);

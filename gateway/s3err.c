@@ -29,6 +29,8 @@ static const struct {
 		"The aws-chunked body is malformed." },
 	[S3E_INVALID_REQUEST] = { "InvalidRequest", 400, "Invalid Request" },
 	[S3E_INVALID_URI] = { "InvalidURI", 400, "Couldn't parse the specified URI." },
+	[S3E_HEADER_TOO_LARGE] = { "RequestHeaderSectionTooLarge", 400,
+		"Your request header section exceeds the maximum allowed size." },
 	[S3E_MISSING_CONTENT_LENGTH] = { "MissingContentLength", 411,
 		"You must provide the Content-Length HTTP header." },
 	[S3E_MISSING_SECURITY_HEADER] = { "MissingSecurityHeader", 400,

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what building and testing larder needs on Debian 12 (apt-get, non-interactive).
+# A second run only checks (dpkg-query) and returns at once.
+set -euo pipefail
+
+PACKAGES=(
+  meson ninja-build pkg-config gcc clang libclang-rt-14-dev
+  libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjemalloc-dev libev-dev
+  libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libexpat1-dev zlib1g-dev
+  redis-server curl procps python3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}" >&2
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+fi
+
+# The integration tests drive larder with boto3 and the AWS CLI against moto.
+# They come from PyPI, which this script does not use: say so clearly.
+py_ok=1
+if ! python3 -c 'import boto3, botocore, moto, requests, werkzeug' 2>/dev/null; then
+  py_ok=0
+  echo "deps: python3 cannot import boto3, botocore, moto (>= 5), requests and werkzeug." >&2
+fi
+if ! command -v aws >/dev/null 2>&1; then
+  py_ok=0
+  echo "deps: the AWS CLI (aws) is not on PATH." >&2
+fi
+if ((py_ok == 0)); then
+  echo "deps: install them with: python3 -m pip install 'boto3' 'moto[server]>=5' requests awscli" >&2
+  echo "deps: building works without them; scripts/test.sh and the demo upstream of scripts/run.sh need them." >&2
+  exit 2
+fi

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Runs every test: installs dependencies, builds plain and ASan, runs the
+# meson suites (unit, fuzz) on the ASan build, then the Python integration
+# suite against the ASan larder. The last line is `N passed, N failed[, N skipped]`.
+# Exit status is non-zero when anything failed.
+#   LARDER_BUILD_DIR / LARDER_ASAN_BUILD_DIR  build dirs (default build, build-asan)
+#   LARDER_TEST_SKIP_BUILD=1                   use the builds as they are
+#   extra arguments are passed to tests/integration/run.py (test names)
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+export LARDER_BUILD_DIR="${LARDER_BUILD_DIR:-build}"
+export LARDER_ASAN_BUILD_DIR="${LARDER_ASAN_BUILD_DIR:-build-asan}"
+case "$LARDER_ASAN_BUILD_DIR" in /*) ;; *) LARDER_ASAN_BUILD_DIR="$ROOT/$LARDER_ASAN_BUILD_DIR" ;; esac
+
+meson_pass=0 meson_fail=0 meson_skip=0
+py_pass=0 py_fail=0 py_skip=0
+notes=()
+
+scripts/deps.sh
+deps_rc=$?
+if ((deps_rc != 0 && deps_rc != 2)); then
+  echo "test.sh: installing dependencies failed" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+if [[ "${LARDER_TEST_SKIP_BUILD:-}" != 1 ]]; then
+  if ! scripts/build.sh all; then
+    echo "test.sh: build failed" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
+fi
+
+# --- meson suites (cmocka unit tests, fuzz corpus replay) on the ASan build
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:print_summary=1"
+testlog="$LARDER_ASAN_BUILD_DIR/meson-logs/testlog.json"
+rm -f "$testlog"
+echo "== meson test (unit, fuzz) in $LARDER_ASAN_BUILD_DIR"
+meson test -C "$LARDER_ASAN_BUILD_DIR" --suite unit --suite fuzz --print-errorlogs \
+  --timeout-multiplier 3 --num-processes "$(nproc)"
+meson_rc=$?
+if [[ -f "$testlog" ]]; then
+  read -r meson_pass meson_fail meson_skip < <(python3 - "$testlog" <<'PY'
+import json, sys
+p = f = s = 0
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line:
+        continue
+    r = json.loads(line).get("result")
+    if r in ("OK", "EXPECTEDFAIL"):
+        p += 1
+    elif r == "SKIP":
+        s += 1
+    else:  # FAIL, TIMEOUT, ERROR, UNEXPECTEDPASS
+        f += 1
+print(p, f, s)
+PY
+)
+fi
+if ((meson_rc != 0 && meson_fail == 0)); then
+  meson_fail=1
+  notes+=("meson test exited $meson_rc without a failed test in testlog.json")
+fi
+
+# --- Python integration suite against the ASan larder
+if ((deps_rc == 2)); then
+  py_fail=1
+  notes+=("integration suite not run: python3 lacks boto3/moto/awscli (see above)")
+else
+  counts="$(mktemp)"
+  echo "== integration tests against $LARDER_ASAN_BUILD_DIR/gateway/larder"
+  timeout --signal=TERM --kill-after=30 1500 \
+    python3 tests/integration/run.py --counts "$counts" "$@"
+  py_rc=$?
+  if [[ -s "$counts" ]]; then
+    read -r py_pass py_fail py_skip < <(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["passed"], c["failed"], c["skipped"])' "$counts")
+  fi
+  if ((py_rc != 0 && py_fail == 0)); then
+    py_fail=1
+    notes+=("integration runner exited $py_rc (timeout or crash) without reporting a failure")
+  fi
+  rm -f "$counts"
+fi
+
+passed=$((meson_pass + py_pass))
+failed=$((meson_fail + py_fail))
+skipped=$((meson_skip + py_skip))
+echo
+echo "== summary"
+echo "meson (unit, fuzz): $meson_pass passed, $meson_fail failed, $meson_skip skipped"
+echo "integration:        $py_pass passed, $py_fail failed, $py_skip skipped"
+for n in "${notes[@]}"; do echo "note: $n"; done
+if ((skipped)); then
+  echo "$passed passed, $failed failed, $skipped skipped"
+else
+  echo "$passed passed, $failed failed"
+fi
+((failed == 0))

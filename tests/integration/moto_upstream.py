@@ -1,0 +1,197 @@
+"""moto's S3 server with a request log in front of it: the test upstream.
+
+Run as `python3 moto_upstream.py -H 127.0.0.1 -p PORT --log FILE`. It serves the
+same WSGI application as `python3 -m moto.server` and, for every request, appends
+one JSON line to FILE when the request arrives ("ev": "start") and one when its
+response is done ("ev": "end"). Each line records the raw request-target, the
+headers, the body length and whether the body matched x-amz-content-sha256, and
+the verdict of an independent SigV4 verifier (sigv4check.py) that checks the
+request exactly as it arrived on the wire. Tests use the log to count what
+reached upstream and to check that larder's re-signed requests are byte-correct
+even where moto's own check is lenient or wrong (see harness.py).
+
+moto's signature enforcement itself is switched on by the harness through
+POST /moto-api/reset-auth once an IAM user and access key exist.
+"""
+import argparse
+import hashlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sigv4check  # noqa: E402
+
+from werkzeug.serving import WSGIRequestHandler, run_simple  # noqa: E402
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app  # noqa: E402
+
+_lock = threading.Lock()
+_seq = [0]
+_current = threading.local()
+
+
+def fix_moto_canonical_uri():
+    """Make moto's own signature check use the request-target as sent.
+
+    moto (5.x) builds the URL it signs from werkzeug's request.url, which is the
+    path percent-decoded and re-quoted with werkzeug's own safe set, then turned
+    into an IRI: '+', '%', the sub-delimiters !$&'()*,:;=@ and every non-ASCII
+    character end up raw in moto's canonical URI while a correct SigV4 signer has
+    them percent-encoded, so moto answers SignatureDoesNotMatch to correctly
+    signed requests for such keys. This hands moto the raw request-target
+    instead; its check is otherwise unchanged and still rejects wrong secrets.
+    """
+    from moto.iam import access_control
+
+    original = access_control.IAMRequestBase.__init__
+    if getattr(original, "_larder_fixed", False):
+        return
+
+    def init(self, *args, **kwargs):
+        raw = getattr(_current, "target", None)
+        if raw and "path" in kwargs:
+            kwargs["path"] = raw
+        original(self, *args, **kwargs)
+
+    init._larder_fixed = True
+    access_control.IAMRequestBase.__init__ = init
+
+
+def _secret_for(access_key):
+    from moto.iam.models import iam_backends
+    for _account, by_partition in list(iam_backends.items()):
+        for _partition, backend in list(by_partition.items()):
+            for user in list(backend.users.values()):
+                for k in user.access_keys:
+                    if k.access_key_id == access_key:
+                        return k.secret_access_key
+    return None
+
+
+def _headers(environ):
+    out = []
+    for k, v in environ.items():
+        if k.startswith("HTTP_"):
+            out.append((k[5:].replace("_", "-").lower(), v))
+        elif k in ("CONTENT_TYPE", "CONTENT_LENGTH") and v != "":
+            out.append((k.replace("_", "-").lower(), v))
+    return out
+
+
+class _HashingInput:
+    def __init__(self, raw):
+        self.raw = raw
+        self.sha = hashlib.sha256()
+        self.n = 0
+
+    def _take(self, data):
+        self.sha.update(data)
+        self.n += len(data)
+        return data
+
+    def read(self, *a):
+        return self._take(self.raw.read(*a))
+
+    def readline(self, *a):
+        return self._take(self.raw.readline(*a))
+
+    def readlines(self, *a):
+        return [self._take(x) for x in self.raw.readlines(*a)]
+
+    def __iter__(self):
+        for x in self.raw:
+            yield self._take(x)
+
+
+class Logged:
+    def __init__(self, app, path):
+        self.app = app
+        self.fp = open(path, "a", buffering=1, encoding="utf-8")
+
+    def write(self, rec):
+        with _lock:
+            self.fp.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            self.fp.flush()
+
+    def __call__(self, environ, start_response):
+        with _lock:
+            _seq[0] += 1
+            seq = _seq[0]
+        raw_target = environ.get("RAW_URI") or environ.get("REQUEST_URI") or ""
+        method = environ.get("REQUEST_METHOD", "")
+        headers = _headers(environ)
+        hmap = dict(headers)
+        verdict = None
+        if "authorization" in hmap:
+            try:
+                v = sigv4check.verify(method, raw_target, headers, _secret_for)
+                verdict = {"ok": v.ok, "reason": v.reason, "access_key": v.access_key}
+            except Exception as e:  # the verifier must never take the upstream down
+                verdict = {"ok": False, "reason": "verifier error: %r" % (e,)}
+        path = raw_target.partition("?")[0]
+        _current.target = raw_target
+        rec = {"ev": "start", "seq": seq, "t": time.time(), "method": method,
+               "target": raw_target, "headers": headers, "sig": verdict,
+               "path_canonical": sigv4check.wire_path_is_canonical(path)}
+        control = raw_target.startswith("/moto-api/")
+        rec["control"] = control
+        self.write(rec)
+        hin = _HashingInput(environ["wsgi.input"])
+        environ["wsgi.input"] = hin
+        status_box = {}
+
+        def sr(status, response_headers, exc_info=None):
+            status_box["status"] = int(status.split(" ", 1)[0])
+            return start_response(status, response_headers, exc_info)
+
+        sent = 0
+        try:
+            for chunk in self.app(environ, sr):
+                sent += len(chunk)
+                yield chunk
+        finally:
+            claimed = hmap.get("x-amz-content-sha256", "")
+            body_ok = None
+            # A body that stopped short (larder holds back the last byte of a
+            # body it has not verified, then cancels) cannot be stored: only a
+            # complete body is judged against its hash.
+            declared = hmap.get("content-length")
+            complete = declared is None or declared == str(hin.n)
+            if len(claimed) == 64 and complete:
+                body_ok = hin.sha.hexdigest() == claimed.lower()
+            self.write({"ev": "end", "seq": seq, "t": time.time(), "method": method,
+                        "target": raw_target, "status": status_box.get("status"),
+                        "bytes_in": hin.n, "bytes_out": sent, "body_sha_ok": body_ok,
+                        "body_complete": complete,
+                        "control": control})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-H", "--host", default="127.0.0.1")
+    ap.add_argument("-p", "--port", type=int, required=True)
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--moto-canonical-uri", choices=["raw", "werkzeug"], default="raw",
+                    help="raw: moto checks signatures over the request-target as sent "
+                         "(fixes moto's mis-encoding); werkzeug: moto's unmodified behaviour")
+    args = ap.parse_args()
+    if args.moto_canonical_uri == "raw":
+        fix_moto_canonical_uri()
+    os.environ.setdefault("MOTO_PORT", str(args.port))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    app = DomainDispatcherApplication(create_backend_app)
+
+    class Quiet(WSGIRequestHandler):
+        def log_request(self, *a, **k):
+            pass
+
+    run_simple(args.host, args.port, Logged(app, args.log), threaded=True,
+               request_handler=Quiet)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""Operating larder: signals, limits, the access log, hostile input."""
+import hashlib
+import http.client
+import os
+import signal
+import socket
+import time
+import unittest
+
+import harness
+from harness import CLIENT_KEY, CLIENT_SECRET, Larder, LarderCase, Upstream, s3_error
+
+MiB = 1024 * 1024
+
+
+def signed(larder, method, path, key=CLIENT_KEY, secret=CLIENT_SECRET, body=b"", headers=None):
+    return harness.sign_headers(method, larder.url + path, key, secret, headers=headers, body=body)
+
+
+class OwnLarder(harness.S3Asserts, unittest.TestCase):
+    """Tests that start (and stop) their own larder against a shared upstream."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(harness.larder_binary(), os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + harness.larder_binary())
+        cls.upstream = Upstream().start()
+        cls.direct = cls.upstream.client()
+        cls.direct.create_bucket(Bucket="ops")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.upstream.cleanup()
+
+    def start_larder(self, env=None, config_text=None, client_key=True):
+        larder = Larder(self.upstream, env=env, config_text=config_text, client_key=client_key)
+        self.addCleanup(larder.cleanup)
+        larder.start()
+        return larder
+
+    def finish(self, larder, grace=30):
+        t0 = time.monotonic()
+        code = larder.stop(timeout=grace)
+        self.assertEqual(code, 0, "exit code on SIGTERM; log tail:\n" + larder.log()[-3000:])
+        larder.check_sanitizers(self)
+        self.upstream.assert_signed_correctly(self)
+        return time.monotonic() - t0
+
+    def test_sigterm_drains_slow_download(self):
+        size = 64 * MiB
+        data = os.urandom(MiB) * 64
+        self.direct.put_object(Bucket="ops", Key="slow.bin", Body=data)
+        larder = self.start_larder(env={"LARDER_SHUTDOWN_GRACE": "20"})
+        conn = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=30)
+        conn.request("GET", "/ops/slow.bin", headers=signed(larder, "GET", "/ops/slow.bin"))
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 200)
+        h, got = hashlib.sha256(), 0
+        while got < 2 * MiB:  # a slow reader
+            chunk = resp.read(64 * 1024)
+            h.update(chunk)
+            got += len(chunk)
+            time.sleep(0.02)
+        t_term = time.monotonic()
+        larder.signal(signal.SIGTERM)
+        time.sleep(1.0)
+        self.assertTrue(larder.alive(), "larder exited with a download in flight")
+        # a new client while draining is refused or answered, never left hanging
+        try:
+            harness.http_request(larder.url, "HEAD", "/ops/slow.bin",
+                                 signed(larder, "HEAD", "/ops/slow.bin"), timeout=5)
+        except socket.timeout:
+            self.fail("a new connection hung while larder was draining")
+        except (OSError, http.client.HTTPException):
+            pass
+        while True:
+            chunk = resp.read(MiB)
+            if not chunk:
+                break
+            h.update(chunk)
+            got += len(chunk)
+        self.assertEqual(got, size)
+        self.assertEqual(h.hexdigest(), hashlib.sha256(data).hexdigest())
+        conn.close()
+        code = larder.proc.wait(25)
+        self.assertEqual(code, 0, larder.log()[-3000:])
+        self.assertLess(time.monotonic() - t_term, 21)
+        larder.check_sanitizers(self)
+
+    def test_sigterm_idle_exits_promptly(self):
+        larder = self.start_larder(env={"LARDER_SHUTDOWN_GRACE": "20"})
+        took = self.finish(larder)
+        self.assertLess(took, 5, "an idle larder should not wait out the grace period")
+
+    def test_sighup_reloads_keys_keeping_connections(self):
+        k1, s1 = "LARDERRELOADKEY00001", "reload-secret-one-000000000000000000000001"
+        k2, s2 = "LARDERRELOADKEY00002", "reload-secret-two-000000000000000000000002"
+        conf = "[key %s]\nsecret = %s\naccess = read-write\nbuckets = ops\n"
+        larder = self.start_larder(config_text=conf % (k1, s1), client_key=False)
+        self.direct.put_object(Bucket="ops", Key="hup", Body=b"hup")
+        conn = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=10)
+        conn.request("GET", "/ops/hup", headers=signed(larder, "GET", "/ops/hup", k1, s1))
+        r = conn.getresponse()
+        self.assertEqual((r.status, r.read()), (200, b"hup"))
+        local = conn.sock.getsockname()
+        c2 = larder.client(key=k2, secret=s2)
+        self.assertS3Error(lambda: c2.get_object(Bucket="ops", Key="hup"), 403, "InvalidAccessKeyId")
+
+        larder.write_config(conf % (k2, s2))
+        larder.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.assertEqual(c2.get_object(Bucket="ops", Key="hup")["Body"].read(), b"hup")
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self.assertTrue(larder.alive())
+        c1 = larder.client(key=k1, secret=s1)
+        self.assertS3Error(lambda: c1.get_object(Bucket="ops", Key="hup"), 403, "InvalidAccessKeyId")
+        # the keep-alive connection opened before SIGHUP still works
+        self.assertIsNotNone(conn.sock, "larder closed the keep-alive connection")
+        conn.request("GET", "/ops/hup", headers=signed(larder, "GET", "/ops/hup", k2, s2))
+        r = conn.getresponse()
+        self.assertEqual((r.status, r.read()), (200, b"hup"))
+        self.assertEqual(conn.sock.getsockname(), local, "connection was re-opened")
+        conn.close()
+        self.finish(larder)
+
+    def test_sighup_with_broken_config_keeps_old_keys(self):
+        k1, s1 = "LARDERRELOADKEY00003", "reload-secret-three-0000000000000000000003"
+        larder = self.start_larder(
+            config_text="[key %s]\nsecret = %s\naccess = read-write\nbuckets = ops\n" % (k1, s1),
+            client_key=False)
+        larder.write_config("[key %s]\nsecret = %s\naccess = sometimes\n" % (k1, s1))
+        larder.signal(signal.SIGHUP)
+        time.sleep(1)
+        self.assertTrue(larder.alive(), "a bad config on SIGHUP must not kill larder")
+        c1 = larder.client(key=k1, secret=s1)
+        self.assertEqual(c1.list_objects_v2(Bucket="ops")["ResponseMetadata"]["HTTPStatusCode"], 200)
+        self.finish(larder)
+
+    def test_connection_limit_gives_slowdown(self):
+        larder = self.start_larder(env={"LARDER_MAX_CONNECTIONS": "4",
+                                        "LARDER_CLIENT_TIMEOUT": "60"})
+        held = []
+        for _ in range(4):  # four accepted, served, kept-alive connections
+            c = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=10)
+            c.request("GET", "/ops?list-type=2", headers=signed(larder, "GET", "/ops?list-type=2"))
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+            held.append(c)
+        t0 = time.monotonic()
+        st, hdrs, body = harness.http_request(larder.url, "GET", "/ops?list-type=2",
+                                              signed(larder, "GET", "/ops?list-type=2"),
+                                              timeout=10)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual(st, 503, body)
+        self.assertEqual(s3_error(body)[0], "SlowDown", body)
+        for c in held:
+            c.close()
+        time.sleep(0.5)
+        st, _, _ = harness.http_request(larder.url, "GET", "/ops?list-type=2",
+                                        signed(larder, "GET", "/ops?list-type=2"))
+        self.assertEqual(st, 200, "larder did not recover after connections closed")
+        self.finish(larder)
+
+
+class AccessLogAndHostileInput(LarderCase):
+    LARDER_ENV = {"LARDER_MAX_HEADER_SIZE": "8KiB", "LARDER_CLIENT_TIMEOUT": "3"}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.direct.create_bucket(Bucket="logged")
+
+    def test_access_log_one_line_per_request(self):
+        before = len(self.larder.access_records())
+        put = self.s3.put_object(Bucket="logged", Key="dir/a b.txt", Body=b"x" * 1000)
+        got = self.s3.get_object(Bucket="logged", Key="dir/a b.txt")
+        self.assertEqual(got["Body"].read(), b"x" * 1000)
+        bad = self.larder.client(secret="wrong")
+        with self.assertRaises(Exception):
+            bad.get_object(Bucket="logged", Key="dir/a b.txt")
+        time.sleep(0.3)
+        recs = self.larder.access_records()[before:]
+        self.assertEqual(len(recs), 3, self.larder.access_log()[-3000:])
+        fields = ["ts", "id", "key_id", "method", "bucket", "key", "status", "bytes_in",
+                  "bytes_out", "duration_ms", "upstream_status", "error"]
+        for r in recs:
+            for f in fields:
+                self.assertIn(f, r, r)
+            float(r["duration_ms"])
+        p, g, b = recs
+        self.assertEqual(p["id"], put["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"])
+        self.assertEqual(g["id"], got["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"])
+        self.assertEqual((p["method"], p["bucket"], p["key"], p["status"], p["key_id"]),
+                         ("PUT", "logged", "dir/a b.txt", "200", CLIENT_KEY))
+        self.assertEqual(p["bytes_in"], "1000")
+        self.assertEqual(p["upstream_status"], "200")
+        self.assertEqual((g["method"], g["status"], g["bytes_out"], g["upstream_status"]),
+                         ("GET", "200", "1000", "200"))
+        self.assertEqual((b["status"], b["error"]), ("403", "SignatureDoesNotMatch"))
+        self.assertIn(b["upstream_status"], ("0", "-"))
+        self.assertEqual(len({p["id"], g["id"], b["id"]}), 3)
+
+    def alive_and_well(self):
+        self.assertTrue(self.larder.alive(), self.larder.log()[-3000:])
+        r = self.s3.list_objects_v2(Bucket="logged")
+        self.assertEqual(r["ResponseMetadata"]["HTTPStatusCode"], 200)
+
+    def status_of(self, raw):
+        line = raw.split(b"\r\n", 1)[0]
+        parts = line.split(b" ")
+        return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+    def test_malformed_authorization(self):
+        for auth in ["AWS4-HMAC-SHA256", "AWS4-HMAC-SHA256 Credential=", "Bearer x",
+                     "AWS4-HMAC-SHA256 Credential=" + CLIENT_KEY + "/2024/us-east-1/s3/aws4_request,"
+                     " SignedHeaders=host, Signature=zz", "AWS4-HMAC-SHA256 " + "A" * 6000]:
+            with self.subTest(auth=auth[:50]):
+                before = self.upstream.mark()
+                st, hdrs, body = harness.http_request(self.larder.url, "GET", "/logged/x",
+                                                      {"Authorization": auth,
+                                                       "x-amz-date": "20240101T000000Z",
+                                                       "x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+                self.assertIn(st, (400, 403), body)
+                self.assertIsNotNone(s3_error(body)[0], body)
+                self.assertEqual(self.upstream.requests(before), [])
+        self.alive_and_well()
+
+    def test_bad_percent_encoding(self):
+        for path in ["/logged/%zz", "/logged/abc%", "/logged/a%2", "/logged/%00nul", "/%ff%fe/x"]:
+            with self.subTest(path=path):
+                raw = harness.raw_exchange(self.larder.port, (
+                    "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" % path
+                ).encode(), timeout=10)
+                st = self.status_of(raw)
+                self.assertIsNotNone(st, raw[:300])
+                self.assertTrue(400 <= st < 500, raw[:500])
+        self.alive_and_well()
+
+    def test_oversized_headers(self):
+        req = ("GET /logged/x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: %s\r\n"
+               "Connection: close\r\n\r\n" % ("b" * 16384)).encode()
+        raw = harness.raw_exchange(self.larder.port, req, timeout=10)
+        st = self.status_of(raw)
+        if st is not None:  # answering 431/400 or just closing are both fine
+            self.assertIn(st, (400, 413, 431), raw[:300])
+        many = "".join("X-H%d: %s\r\n" % (i, "v" * 100) for i in range(200))
+        raw = harness.raw_exchange(self.larder.port, ("GET /logged/x HTTP/1.1\r\nHost: a\r\n%s"
+                                                      "Connection: close\r\n\r\n" % many).encode(),
+                                   timeout=10)
+        st = self.status_of(raw)
+        if st is not None:
+            self.assertIn(st, (400, 413, 431), raw[:300])
+        self.alive_and_well()
+
+    def test_stalled_client_is_disconnected(self):
+        s = socket.create_connection(("127.0.0.1", self.larder.port), timeout=20)
+        try:
+            s.sendall(b"GET /logged/x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Amz-Da")
+            t0 = time.monotonic()
+            try:
+                data = s.recv(4096)
+                while data:  # larder may answer 408 before closing
+                    data = s.recv(4096)
+            except socket.timeout:
+                self.fail("stalled connection still open after 20 s (LARDER_CLIENT_TIMEOUT=3)")
+            except ConnectionResetError:
+                pass
+            took = time.monotonic() - t0
+            self.assertGreater(took, 1.5, "closed before the client timeout")
+            self.assertLess(took, 10)
+        finally:
+            s.close()
+        self.alive_and_well()
+
+    def test_body_shorter_than_content_length(self):
+        body = b"0123456789"
+        h = signed(self.larder, "PUT", "/logged/short", body=b"\0" * 1000)
+        h["Content-Length"] = "1000"
+        head = "PUT /logged/short HTTP/1.1\r\n" + "".join(
+            "%s: %s\r\n" % kv for kv in h.items()) + "\r\n"
+        harness.raw_exchange(self.larder.port, head.encode() + body, timeout=3,
+                             shutdown_write=True)
+        time.sleep(1)
+        self.assertS3Error(lambda: self.direct.head_object(Bucket="logged", Key="short"), 404, "404")
+        # unsigned-payload variant, where larder cannot tell from a hash
+        h = signed(self.larder, "PUT", "/logged/short2", headers={
+            "x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+        h["Content-Length"] = "100000"
+        head = "PUT /logged/short2 HTTP/1.1\r\n" + "".join(
+            "%s: %s\r\n" % kv for kv in h.items()) + "\r\n"
+        harness.raw_exchange(self.larder.port, head.encode() + b"x" * 5000, timeout=3)
+        time.sleep(1)
+        self.assertS3Error(lambda: self.direct.head_object(Bucket="logged", Key="short2"), 404, "404")
+        self.alive_and_well()
+
+    def test_zz_still_serving_after_everything(self):
+        self.s3.put_object(Bucket="logged", Key="final", Body=b"ok")
+        self.assertEqual(self.s3.get_object(Bucket="logged", Key="final")["Body"].read(), b"ok")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,239 @@
+"""What larder does toward its upstream, checked against a scripted S3 stand-in.
+
+moto cannot show these: buckets in other regions (S3 answers a request signed
+for the wrong region with 400 and x-amz-bucket-region), connection reuse, a
+stalled or slow origin, an unreachable one. The stand-in here verifies every
+request's SigV4 signature independently (botocore) for the region it says the
+bucket lives in, records what arrived, and answers as S3 would.
+"""
+import hashlib
+import http.server
+import socket
+import threading
+import time
+import unittest
+import urllib.parse
+
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+import harness
+
+UP_KEY, UP_SECRET = "AKIDSTANDIN", "standin/secret"
+REGIONS = {"eu-bucket": "eu-west-1", "us-bucket": "us-east-1", "slow-bucket": "us-east-1"}
+OBJECT = bytes(range(256)) * 4096  # 1 MiB
+
+
+def expected_signature(method, path, headers, region):
+    """botocore's signature for what arrived, as S3 would compute it."""
+    url = "http://%s%s" % (headers["Host"], path)
+    signed = [h.strip() for h in
+              headers["Authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")]
+    req = AWSRequest(method=method, url=url,
+                     headers={k: v for k, v in headers.items() if k.lower() in signed})
+    req.context["timestamp"] = headers["X-Amz-Date"]
+    auth = S3SigV4Auth(Credentials(UP_KEY, UP_SECRET), "s3", region)
+    cr = auth.canonical_request(req)
+    sts = auth.string_to_sign(req, cr)
+    return auth.signature(sts, req)
+
+
+class StandIn(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.log = []           # (method, path, region signed for, client port, headers)
+        self.lock = threading.Lock()
+        self.aborted = threading.Event()
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:%d" % self.server_address[1]
+
+    def requests(self):
+        with self.lock:
+            return list(self.log)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body=b"", headers=None):
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def error(self, status, code, extra=None):
+        body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>%s</Code>"
+                "<Message>stand-in</Message><RequestId>STANDIN</RequestId></Error>" % code).encode()
+        h = {"Content-Type": "application/xml", "x-amz-request-id": "STANDIN"}
+        h.update(extra or {})
+        self.reply(status, body, h)
+
+    def handle_one(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        path = self.path
+        bucket = urllib.parse.unquote(path.split("?")[0].split("/")[1])
+        authz = self.headers.get("Authorization", "")
+        scope_region = authz.split("Credential=")[1].split("/")[2] if "Credential=" in authz else ""
+        headers = {k: v for k, v in self.headers.items()}
+        with self.server.lock:
+            self.server.log.append((self.command, path, scope_region, self.client_address[1],
+                                    headers))
+        want_region = REGIONS.get(bucket, "us-east-1")
+        if scope_region != want_region:
+            # What S3 says to a request signed for the wrong region.
+            return self.error(400, "AuthorizationHeaderMalformed",
+                              {"x-amz-bucket-region": want_region})
+        got = authz.split("Signature=")[1]
+        if got != expected_signature(self.command, path, headers, want_region):
+            return self.error(403, "SignatureDoesNotMatch")
+        if body and headers.get("X-Amz-Content-SHA256") not in ("UNSIGNED-PAYLOAD",
+                                                                 hashlib.sha256(body).hexdigest()):
+            return self.error(400, "XAmzContentSHA256Mismatch")
+        if bucket == "slow-bucket":
+            return self.slow()
+        if path.startswith("/us-bucket/slowdown"):
+            return self.error(503, "SlowDown")
+        self.reply(200, OBJECT, {"ETag": '"%s"' % hashlib.md5(OBJECT).hexdigest(),
+                                 "Content-Type": "application/octet-stream",
+                                 "x-amz-bucket-region": want_region,
+                                 "x-amz-meta-origin": "stand-in"})
+
+    def slow(self):
+        """1 MiB at about 64 KiB every 50 ms; notices when larder hangs up."""
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(OBJECT)))
+        self.end_headers()
+        try:
+            for i in range(0, len(OBJECT), 65536):
+                self.wfile.write(OBJECT[i:i + 65536])
+                self.wfile.flush()
+                time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            self.server.aborted.set()
+            self.close_connection = True
+
+    do_GET = do_HEAD = do_PUT = do_DELETE = do_POST = handle_one
+
+
+class UpstreamBehaviour(harness.S3Asserts, unittest.TestCase):
+    CONFIG = "[bucket us-bucket]\nregion = us-east-1\n"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = StandIn()
+        cls.larder = harness.Larder(env={
+            "LARDER_UPSTREAM_URL": cls.origin.url,
+            "AWS_ACCESS_KEY_ID": UP_KEY,
+            "AWS_SECRET_ACCESS_KEY": UP_SECRET,
+            "LARDER_UPSTREAM_REGION": "us-east-1",
+            "LARDER_UPSTREAM_TIMEOUT": "3",
+        }, config_text=cls.CONFIG).start()
+        cls.s3 = cls.larder.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.larder.stop()
+        san = cls.larder.sanitizer_text()
+        cls.larder.cleanup()
+        cls.origin.shutdown()
+        assert code == 0 and not san, "larder exit %r; sanitizers: %s" % (code, san)
+
+    def since(self, mark):
+        return self.origin.requests()[mark:]
+
+    def test_region_learnt_and_retried(self):
+        mark = len(self.origin.requests())
+        body = self.s3.get_object(Bucket="eu-bucket", Key="first")["Body"].read()
+        self.assertEqual(body, OBJECT)
+        seen = self.since(mark)
+        self.assertEqual([r[2] for r in seen], ["us-east-1", "eu-west-1"],
+                         "one wrong-region attempt, then the bucket's region")
+        mark = len(self.origin.requests())
+        self.s3.head_object(Bucket="eu-bucket", Key="second")
+        self.assertEqual([r[2] for r in self.since(mark)], ["eu-west-1"],
+                         "the region is remembered")
+
+    def test_upstream_connections_reused(self):
+        mark = len(self.origin.requests())
+        for i in range(12):
+            self.s3.get_object(Bucket="us-bucket", Key="k%d" % i)["Body"].read()
+        ports = {r[3] for r in self.since(mark)}
+        # Two workers, each with its own connection cache.
+        self.assertLessEqual(len(ports), 2, ports)
+
+    def test_headers_forwarded_and_hop_by_hop_dropped(self):
+        mark = len(self.origin.requests())
+        url = "%s/us-bucket/hdrs" % self.larder.url
+        h = harness.sign_headers("GET", url, harness.CLIENT_KEY, harness.CLIENT_SECRET,
+                                 {"x-amz-meta-a": "1", "Range": "bytes=0-9",
+                                  "If-None-Match": '"zz"'})
+        h["Connection"] = "keep-alive"
+        h["Proxy-Authorization"] = "Basic c2VjcmV0"
+        h["TE"] = "trailers"
+        status, rh, _ = harness.http_request(self.larder.url, "GET", "/us-bucket/hdrs", h)
+        self.assertEqual(status, 200)
+        self.assertEqual(rh.get("x-amz-meta-origin"), "stand-in")
+        self.assertIn("x-larder-request-id", rh)
+        got = {k.lower(): v for k, v in self.since(mark)[-1][4].items()}
+        self.assertEqual(got.get("x-amz-meta-a"), "1")
+        self.assertEqual(got.get("range"), "bytes=0-9")
+        self.assertEqual(got.get("if-none-match"), '"zz"')
+        for dropped in ("proxy-authorization", "te"):
+            self.assertNotIn(dropped, got)
+        self.assertTrue(got["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIDSTANDIN/"))
+
+    def test_upstream_error_passes_through(self):
+        status, rh, body = harness.http_request(
+            self.larder.url, "GET", "/us-bucket/slowdown",
+            harness.sign_headers("GET", self.larder.url + "/us-bucket/slowdown",
+                                 harness.CLIENT_KEY, harness.CLIENT_SECRET))
+        self.assertEqual(status, 503)
+        self.assertEqual(harness.s3_error(body), ("SlowDown", "STANDIN"))
+        self.assertEqual(rh.get("x-amz-request-id"), "STANDIN")
+
+    def test_client_disconnect_cancels_upstream(self):
+        self.origin.aborted.clear()
+        url = self.larder.url + "/slow-bucket/obj"
+        h = harness.sign_headers("GET", url, harness.CLIENT_KEY, harness.CLIENT_SECRET)
+        s = socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
+        req = "GET /slow-bucket/obj HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % self.larder.port + "".join(
+            "%s: %s\r\n" % kv for kv in h.items()) + "\r\n"
+        s.sendall(req.encode())
+        head = s.recv(65536)
+        s.close()
+        self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:300])
+        # The origin needs about 0.8 s to send it all; it must see the hang-up first.
+        self.assertTrue(self.origin.aborted.wait(5), "upstream transfer was not cancelled")
+
+
+class UnreachableUpstream(harness.S3Asserts, unittest.TestCase):
+    def test_unreachable_is_503(self):
+        dead = harness.free_port()
+        larder = harness.Larder(env={
+            "LARDER_UPSTREAM_URL": "http://127.0.0.1:%d" % dead,
+            "AWS_ACCESS_KEY_ID": UP_KEY, "AWS_SECRET_ACCESS_KEY": UP_SECRET,
+        }).start()
+        try:
+            self.assertS3Error(lambda: larder.client().get_object(Bucket="any-bucket", Key="k"),
+                               503, "ServiceUnavailable")
+        finally:
+            code = larder.stop()
+            san = larder.sanitizer_text()
+            larder.cleanup()
+        self.assertEqual(code, 0)
+        self.assertEqual(san, "")
+
+
+if __name__ == "__main__":
+    unittest.main()
