@@ -307,3 +307,33 @@ class AccessLogAndHostileInput(LarderCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class BadConfiguration(unittest.TestCase):
+    """A configuration mistake stops the start, names the setting, exits 2."""
+
+    def run_larder(self, env, *args):
+        binary = harness.larder_binary()
+        if not os.access(binary, os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + binary)
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
+        e.update({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
+                  "LARDER_UPSTREAM_URL": "http://127.0.0.1:9"})
+        e.update(env)
+        import subprocess
+        return subprocess.run([binary, "serve"] + list(args), env=e, capture_output=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+
+    def test_bad_settings_name_themselves(self):
+        for env, needle in (({"LARDER_LISTEN": "127.0.0.1:99999"}, b"LARDER_LISTEN"),
+                            ({"LARDER_UPSTREAM_URL": "ftp://x"}, b"LARDER_UPSTREAM_URL"),
+                            ({"LARDER_CLIENT_KEY": "only-the-key"}, b"LARDER_CLIENT_SECRET"),
+                            ({"LARDER_MAX_CONNECTIONS": "lots"}, b"LARDER_MAX_CONNECTIONS")):
+            out = self.run_larder(env)
+            self.assertEqual(out.returncode, 2, (env, out.stderr))
+            self.assertIn(needle, out.stderr, env)
+
+    def test_check_mode(self):
+        out = self.run_larder({"LARDER_CLIENT_KEY": "k", "LARDER_CLIENT_SECRET": "s"}, "--check")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(b"configuration ok", out.stdout)
