@@ -46,6 +46,8 @@ enum kind {
 	K_ADDR,
 	K_BOOL,
 	K_PATH,    /* file path; empty = unset */
+	K_TTL,     /* seconds, or "immutable" (-1) */
+	K_POLICY,  /* cache policy name */
 };
 
 struct setting {
@@ -80,13 +82,27 @@ static const struct setting settings[] = {
 	SET("upstream", "timeout", "LARDER_UPSTREAM_TIMEOUT", K_UINT, upstream_timeout_s, 1, 3600),
 	SET("upstream", "creds_refresh_margin", "LARDER_CREDS_REFRESH_MARGIN", K_UINT,
 	    creds_refresh_margin_s, 0, 43200),
+	SET("upstream", "retries", "LARDER_UPSTREAM_RETRIES", K_UINT, upstream_retries, 0, 20),
+	SET("cache", "dir", "LARDER_CACHE_DIR", K_PATH, cache_dir, 0, 0),
+	SET("cache", "ram_size", "LARDER_RAM_CACHE_SIZE", K_SIZE, ram_cache_bytes, 0,
+	    1ul << 50),
+	SET("cache", "disk_size", "LARDER_DISK_CACHE_SIZE", K_SIZE, disk_cache_bytes, 0,
+	    1ul << 56),
+	SET("cache", "chunk_size", "LARDER_CHUNK_SIZE", K_SIZE, chunk_bytes, 64 * 1024,
+	    1ul << 30),
+	SET("cache", "policy", "LARDER_CACHE_POLICY", K_POLICY, cache_policy, 0, 0),
+	SET("cache", "stale_after", "LARDER_CACHE_STALE_AFTER", K_UINT, cache_stale_after_s,
+	    1, 100000000),
+	SET("cache", "metadata_ttl", "LARDER_METADATA_TTL", K_TTL, metadata_ttl_s, 0, 100000000),
+	SET("cache", "negative_ttl", "LARDER_NEGATIVE_TTL", K_UINT, negative_ttl_s, 0, 86400),
+	SET("cache", "readahead", "LARDER_READAHEAD", K_UINT, readahead_chunks, 0, 64),
 };
 
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
 /* ---- load state ---------------------------------------------------------- */
 
-enum section { S_NONE, S_SERVER, S_UPSTREAM, S_KEY, S_ANON, S_BUCKET };
+enum section { S_NONE, S_SERVER, S_UPSTREAM, S_KEY, S_ANON, S_BUCKET, S_CACHE };
 
 /* Settings of [key], [anonymous] and [bucket] sections, as slots in seen[]. */
 enum { F_SECRET, F_ACCESS, F_BUCKETS, F_REGION };
@@ -111,7 +127,7 @@ struct load {
 	size_t idx;               /* S_KEY: index in keys; S_BUCKET: in bucket_regions */
 	char last_name[64];       /* last setting name in this section */
 	int seen[N_SETTINGS];     /* line each setting was set on, 0 = not yet */
-	int once[3];              /* header line of [server], [upstream], [anonymous] */
+	int once[4];              /* header line of [server], [upstream], [anonymous], [cache] */
 	bool region_in_file;
 };
 
@@ -376,6 +392,21 @@ static int set_setting(struct load *L, const struct setting *s, const char *v, c
 		else
 			return fail(L, "%s: expected auto, path or virtual, got \"%s\"", where, v);
 		return 0;
+	case K_TTL:
+		if (strcasecmp(v, "immutable") == 0) {
+			*(long *)field = -1;
+			return 0;
+		}
+		r = parse_ulong(v, &n);
+		if (r || n > s->max)
+			return fail(L, "%s: expected a number of seconds or \"immutable\", got \"%s\"",
+			            where, v);
+		*(long *)field = (long)n;
+		return 0;
+	case K_POLICY:
+		if (strcasecmp(v, "subset") != 0 && strcasecmp(v, "lru") != 0)
+			return fail(L, "%s: expected subset or lru, got \"%s\"", where, v);
+		return set_str(L, field, strcasecmp(v, "lru") == 0 ? "lru" : "subset");
 	case K_BOOL:
 		if (parse_bool(v, field) != 0)
 			return fail(L, "%s: expected true or false, got \"%s\"", where, v);
@@ -595,9 +626,9 @@ static int begin_section(struct load *L, const char *text)
 	L->sect_line = L->line;
 	snprintf(L->label, sizeof L->label, "[%s]", name);
 
-	static const char *const singles[] = { "server", "upstream", "anonymous" };
-	static const enum section single_kind[] = { S_SERVER, S_UPSTREAM, S_ANON };
-	for (int i = 0; i < 3; i++) {
+	static const char *const singles[] = { "server", "upstream", "anonymous", "cache" };
+	static const enum section single_kind[] = { S_SERVER, S_UPSTREAM, S_ANON, S_CACHE };
+	for (int i = 0; i < 4; i++) {
 		if (strcasecmp(name, singles[i]) != 0)
 			continue;
 		if (L->once[i]) {
@@ -629,7 +660,7 @@ static int begin_section(struct load *L, const char *text)
 		r = fail(L, "%s: [%s] needs a name: [%s <%s>]", at, name, name,
 		         word == 3 ? "ACCESS_KEY_ID" : "bucket-name");
 	} else {
-		r = fail(L, "%s: unknown section [%s] (expected [server], [upstream], "
+		r = fail(L, "%s: unknown section [%s] (expected [server], [upstream], [cache], "
 		         "[key <ACCESS_KEY_ID>], [anonymous] or [bucket <name>])", at, name);
 	}
 	free(name);
@@ -721,7 +752,9 @@ static int slot_of(const struct load *L, const char *name, const struct setting 
 	switch (L->sect) {
 	case S_SERVER:
 	case S_UPSTREAM:
-		*s = find_setting(L->sect == S_SERVER ? "server" : "upstream", name);
+	case S_CACHE:
+		*s = find_setting(L->sect == S_SERVER ? "server"
+		                  : L->sect == S_CACHE ? "cache" : "upstream", name);
 		return *s ? (int)(*s - settings) : -1;
 	case S_KEY:
 		if (strcasecmp(name, "secret") == 0)
@@ -768,7 +801,8 @@ static int on_value(void *user, const char *section, const char *name, const cha
 
 	bool cont = L->indented && strcasecmp(name, L->last_name) == 0;
 	snprintf(L->last_name, sizeof L->last_name, "%s", name);
-	if (cont && !(L->sect != S_SERVER && L->sect != S_UPSTREAM && slot == F_BUCKETS)) {
+	if (cont && !(L->sect != S_SERVER && L->sect != S_UPSTREAM && L->sect != S_CACHE &&
+	              slot == F_BUCKETS)) {
 		fail(L, "%s: value continues on an indented line; only buckets may span lines", where);
 		return 0;
 	}
@@ -894,8 +928,17 @@ static int set_defaults(struct load *L)
 	c->upstream_tls_verify = true;
 	c->upstream_timeout_s = 30;
 	c->creds_refresh_margin_s = 300;
+	c->upstream_retries = 3;
+	c->ram_cache_bytes = (size_t)1 << 30;
+	c->disk_cache_bytes = (size_t)10 << 30;
+	c->chunk_bytes = (size_t)8 << 20;
+	c->cache_stale_after_s = 86400;
+	c->metadata_ttl_s = 60;
+	c->negative_ttl_s = 0;
+	c->readahead_chunks = 4;
 	if (set_str(L, &c->listen_host, "127.0.0.1") || set_str(L, &c->log_level, "info") ||
-	    set_str(L, &c->access_log, "-") || set_str(L, &c->upstream_region, "us-east-1"))
+	    set_str(L, &c->access_log, "-") || set_str(L, &c->upstream_region, "us-east-1") ||
+	    set_str(L, &c->cache_policy, "subset"))
 		return -1;
 	return 0;
 }
@@ -1001,6 +1044,8 @@ void cfg_free(struct cfg *c)
 	free(c->upstream_url);
 	free(c->upstream_region);
 	free(c->upstream_ca_file);
+	free(c->cache_dir);
+	free(c->cache_policy);
 	for (size_t i = 0; i < c->n_keys; i++) {
 		free(c->keys[i].id);
 		free(c->keys[i].secret);

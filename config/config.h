@@ -71,6 +71,19 @@ struct cfg {
 	unsigned upstream_timeout_s;  /* LARDER_UPSTREAM_TIMEOUT: connect + first byte */
 	unsigned creds_refresh_margin_s; /* LARDER_CREDS_REFRESH_MARGIN: refresh this long before expiry */
 
+	unsigned upstream_retries;    /* LARDER_UPSTREAM_RETRIES: retries of 5xx/SlowDown, default 3 */
+
+	/* [cache] */
+	char *cache_dir;              /* LARDER_CACHE_DIR: NVMe tier directory; NULL = RAM only */
+	size_t ram_cache_bytes;       /* LARDER_RAM_CACHE_SIZE, default 1 GiB */
+	size_t disk_cache_bytes;      /* LARDER_DISK_CACHE_SIZE, default 10 GiB (with a dir) */
+	size_t chunk_bytes;           /* LARDER_CHUNK_SIZE, default 8 MiB */
+	char *cache_policy;           /* LARDER_CACHE_POLICY: "subset" (default) or "lru" */
+	unsigned cache_stale_after_s; /* LARDER_CACHE_STALE_AFTER: idle entries go first, 86400 */
+	long metadata_ttl_s;          /* LARDER_METADATA_TTL: seconds, -1 = "immutable"; 60 */
+	unsigned negative_ttl_s;      /* LARDER_NEGATIVE_TTL: seconds a 404 is cached; 0 = off */
+	unsigned readahead_chunks;    /* LARDER_READAHEAD: chunks fetched ahead of a reader, 4 */
+
 	/* [key ID] sections, plus LARDER_CLIENT_KEY/SECRET */
 	struct cfg_key *keys;
 	size_t n_keys;

@@ -615,6 +615,40 @@ static void test_sizes(void **state)
 
 /* Every path frees what it allocated; LeakSanitizer checks at exit in the
  * sanitizer build. Fail after each growth step of the arrays. */
+static void test_cache_settings(void **state)
+{
+	(void)state;
+	struct cfg *c = load_ok(NULL, NULL);
+	assert_null(c->cache_dir);
+	assert_int_equal(c->chunk_bytes, 8 << 20);
+	assert_int_equal(c->metadata_ttl_s, 60);
+	assert_string_equal(c->cache_policy, "subset");
+	cfg_free(c);
+	static const char *const env[] = {
+		"LARDER_CACHE_DIR=/tmp/x", "LARDER_CHUNK_SIZE=1MiB", "LARDER_METADATA_TTL=immutable",
+		"LARDER_CACHE_POLICY=LRU", "LARDER_RAM_CACHE_SIZE=512MiB", "LARDER_READAHEAD=2", NULL,
+	};
+	c = load_ok("[cache]\ndisk_size = 20GiB\nnegative_ttl = 5\n", env);
+	assert_string_equal(c->cache_dir, "/tmp/x");
+	assert_int_equal(c->chunk_bytes, 1 << 20);
+	assert_int_equal(c->metadata_ttl_s, -1);
+	assert_string_equal(c->cache_policy, "lru");
+	assert_int_equal(c->ram_cache_bytes, (size_t)512 << 20);
+	assert_int_equal(c->disk_cache_bytes, (size_t)20 << 30);
+	assert_int_equal(c->negative_ttl_s, 5);
+	assert_int_equal(c->readahead_chunks, 2);
+	cfg_free(c);
+	static const char *const bad1[] = { "LARDER_CACHE_POLICY=fifo", NULL };
+	static const char *const want1[] = { "LARDER_CACHE_POLICY", "fifo", NULL };
+	expect_error(NULL, bad1, want1);
+	static const char *const bad2[] = { "LARDER_CHUNK_SIZE=1KiB", NULL };
+	static const char *const want2[] = { "LARDER_CHUNK_SIZE", NULL };
+	expect_error(NULL, bad2, want2);
+	static const char *const bad3[] = { "LARDER_METADATA_TTL=forever", NULL };
+	static const char *const want3[] = { "LARDER_METADATA_TTL", "immutable", NULL };
+	expect_error(NULL, bad3, want3);
+}
+
 static void test_no_leaks(void **state)
 {
 	(void)state;
@@ -654,6 +688,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_example_conf),
 		cmocka_unit_test(test_sizes),
+		cmocka_unit_test(test_cache_settings),
 		cmocka_unit_test(test_no_leaks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
