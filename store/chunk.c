@@ -1,0 +1,286 @@
+/*
+ * chunk.c - chunk identity, reference counts, and the waiter list that
+ * lets readers on other threads follow a chunk while it fills.
+ *
+ * Waking without the lock. A wake() hands the news to another thread
+ * (ev_async_send takes that loop's own locks), so it must not run under
+ * c->lock: a reader registering or leaving on its own thread would then
+ * wait on a producer that waits on the reader's loop. Instead a wake
+ * round marks every registered waiter `queued` under the lock, then
+ * repeatedly takes a small batch of queued waiters, marks them `calling`,
+ * drops the lock, calls them, and retakes the lock to clear `calling`.
+ * Waiters stay linked the whole time, so the list is only ever walked
+ * under the lock and a waiter registering or leaving never races a walk.
+ *
+ * The unwait guarantee. chunk_unwait unlinks the waiter and then sleeps
+ * on c->woke while its `calling` is set: a round that picked the waiter
+ * before it left is still inside (or about to enter) its wake(), and the
+ * waiter's memory must outlive that call. Once `calling` is clear and the
+ * waiter is off the list no round can reach it again, so after
+ * chunk_unwait returns wake() is never called for it. The wait is per
+ * waiter, so a producer appending in a tight loop cannot starve it.
+ *
+ * Two rounds may overlap (an append and a state change from different
+ * threads, in principle): a waiter that is `calling` in one round is
+ * skipped by the other but left `queued`, and the round that owns the
+ * call rescans after clearing `calling`, so the later event is still
+ * delivered by a call that starts after it.
+ */
+#include "store/chunk.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "config/log.h"
+
+/* Waiters called per lock release; more are handled in further batches. */
+#define WAKE_BATCH 16
+
+/* ---- identity ------------------------------------------------------------ */
+
+static void put_be64(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--) {
+		p[i] = (uint8_t)v;
+		v >>= 8;
+	}
+}
+
+/* Each string is preceded by its length as 8 bytes big-endian, so no
+ * choice of bytes inside a key can make two different tuples collide
+ * (a separator such as '/' or NUL could appear in a key). */
+static void digest_field(EVP_MD_CTX *md, const char *s)
+{
+	uint8_t len[8];
+	size_t n = s ? strlen(s) : 0;
+	put_be64(len, n);
+	EVP_DigestUpdate(md, len, sizeof len);
+	if (n)
+		EVP_DigestUpdate(md, s, n);
+}
+
+void chunk_id_make(const char *bucket, const char *key, const char *etag, uint64_t index,
+                   struct chunk_id *out)
+{
+	unsigned char h[EVP_MAX_MD_SIZE];
+	unsigned int hl = 0;
+	uint8_t idx[8];
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+
+	/* The id has no error path: without a digest context we cannot name
+	 * any chunk, and an id that is not the hash would break coalescing
+	 * and the NVMe index, so out of memory here is fatal. */
+	if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+		log_error("store", "chunk_id_make: EVP_DigestInit_ex() failed");
+		abort();
+	}
+	digest_field(md, bucket);
+	digest_field(md, key);
+	digest_field(md, etag);
+	put_be64(idx, index);
+	EVP_DigestUpdate(md, idx, sizeof idx);
+	EVP_DigestFinal_ex(md, h, &hl);
+	EVP_MD_CTX_free(md);
+	assert(hl >= CHUNK_ID_LEN);
+	memcpy(out->b, h, CHUNK_ID_LEN);
+}
+
+/* Big-endian so the value (and so the SUBSET policy's choice of chunks)
+ * is the same on every host. */
+uint64_t chunk_id_hash(const struct chunk_id *id)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | id->b[i];
+	return v;
+}
+
+bool chunk_id_eq(const struct chunk_id *a, const struct chunk_id *b)
+{
+	return memcmp(a->b, b->b, CHUNK_ID_LEN) == 0;
+}
+
+/* ---- lifetime -------------------------------------------------------------- */
+
+struct chunk *chunk_new(const struct chunk_id *id, size_t len)
+{
+	struct chunk *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	/* malloc(0) may return NULL; a zero-length object still gets a chunk. */
+	c->data = malloc(len ? len : 1);
+	if (!c->data) {
+		free(c);
+		return NULL;
+	}
+	if (pthread_mutex_init(&c->lock, NULL) != 0) {
+		free(c->data);
+		free(c);
+		return NULL;
+	}
+	if (pthread_cond_init(&c->woke, NULL) != 0) {
+		pthread_mutex_destroy(&c->lock);
+		free(c->data);
+		free(c);
+		return NULL;
+	}
+	c->id = *id;
+	c->len = len;
+	atomic_init(&c->filled, 0);
+	atomic_init(&c->state, CHUNK_FILLING);
+	atomic_init(&c->refs, 1);
+	return c;
+}
+
+void chunk_ref(struct chunk *c)
+{
+	int old = atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+	assert(old > 0);
+	(void)old;
+}
+
+void chunk_unref(struct chunk *c)
+{
+	if (!c)
+		return;
+	/* acq_rel: every access through other references happens before the
+	 * free below. */
+	int old = atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel);
+	assert(old > 0);
+	if (old != 1)
+		return;
+	/* A waiter still linked would be woken through freed memory later:
+	 * readers unwait before they drop their reference. */
+	assert(c->waiters == NULL);
+	pthread_cond_destroy(&c->woke);
+	pthread_mutex_destroy(&c->lock);
+	free(c->data);
+	free(c);
+}
+
+int chunk_refs(const struct chunk *c)
+{
+	return atomic_load_explicit(&c->refs, memory_order_relaxed);
+}
+
+/* ---- waiters --------------------------------------------------------------- */
+
+void chunk_wait(struct chunk *c, struct chunk_waiter *w, size_t seen)
+{
+	size_t filled;
+	int state;
+
+	assert(w->wake);
+	pthread_mutex_lock(&c->lock);
+	if (!w->linked) {
+		w->prev = NULL;
+		w->next = c->waiters;
+		if (c->waiters)
+			c->waiters->prev = w;
+		c->waiters = w;
+		w->linked = true;
+		w->queued = false;
+	}
+	/* Read under the lock, after linking: a producer publishes before it
+	 * takes the lock to mark waiters, so either it finds w linked or we
+	 * see what it published. That is why no wake-up can be lost. */
+	filled = atomic_load_explicit(&c->filled, memory_order_acquire);
+	state = atomic_load_explicit(&c->state, memory_order_acquire);
+	pthread_mutex_unlock(&c->lock);
+
+	if (filled > seen || state != CHUNK_FILLING)
+		w->wake(w->arg);
+}
+
+void chunk_unwait(struct chunk *c, struct chunk_waiter *w)
+{
+	pthread_mutex_lock(&c->lock);
+	if (w->linked) {
+		if (w->prev)
+			w->prev->next = w->next;
+		else
+			c->waiters = w->next;
+		if (w->next)
+			w->next->prev = w->prev;
+		w->linked = false;
+	}
+	w->queued = false;
+	w->prev = w->next = NULL;
+	/* A round on another thread may hold w in its batch: wait until its
+	 * wake() returned. Unlinked, w cannot be picked by any later round. */
+	while (w->calling)
+		pthread_cond_wait(&c->woke, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Delivers one event to every waiter registered now (see the top of the
+ * file). Called after the event was published. */
+static void wake_all(struct chunk *c)
+{
+	struct chunk_waiter *batch[WAKE_BATCH];
+
+	pthread_mutex_lock(&c->lock);
+	for (struct chunk_waiter *w = c->waiters; w; w = w->next)
+		w->queued = true;
+	for (;;) {
+		size_t n = 0;
+		for (struct chunk_waiter *w = c->waiters; w && n < WAKE_BATCH; w = w->next) {
+			if (w->queued && !w->calling) {
+				w->queued = false;
+				w->calling = true;
+				batch[n++] = w;
+			}
+		}
+		if (n == 0)
+			break;
+		pthread_mutex_unlock(&c->lock);
+		/* wake and arg are fixed while the waiter is registered, and
+		 * `calling` keeps chunk_unwait (and so the owner's free) away. */
+		for (size_t i = 0; i < n; i++)
+			batch[i]->wake(batch[i]->arg);
+		pthread_mutex_lock(&c->lock);
+		for (size_t i = 0; i < n; i++)
+			batch[i]->calling = false;
+		pthread_cond_broadcast(&c->woke);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- producer -------------------------------------------------------------- */
+
+void chunk_publish(struct chunk *c, size_t n)
+{
+	/* Only the producer writes filled, so a relaxed read of our own
+	 * value is enough; the release store publishes the bytes. */
+	size_t f = atomic_load_explicit(&c->filled, memory_order_relaxed);
+	assert(n <= c->len - f);
+	assert(atomic_load_explicit(&c->state, memory_order_relaxed) == CHUNK_FILLING);
+	if (n == 0)
+		return;
+	atomic_store_explicit(&c->filled, f + n, memory_order_release);
+	wake_all(c);
+}
+
+void chunk_append(struct chunk *c, const void *data, size_t n)
+{
+	size_t f = atomic_load_explicit(&c->filled, memory_order_relaxed);
+	assert(n <= c->len - f);
+	if (n)
+		memcpy(c->data + f, data, n);
+	chunk_publish(c, n);
+}
+
+void chunk_set_state(struct chunk *c, enum chunk_state s, int reason)
+{
+	assert(s == CHUNK_READY || s == CHUNK_FAILED);
+	assert(atomic_load_explicit(&c->state, memory_order_relaxed) == CHUNK_FILLING);
+	if (s == CHUNK_READY)
+		assert(atomic_load_explicit(&c->filled, memory_order_relaxed) == c->len);
+	else
+		c->fail_reason = reason; /* published by the release store below */
+	atomic_store_explicit(&c->state, (int)s, memory_order_release);
+	wake_all(c);
+}

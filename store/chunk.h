@@ -1,0 +1,130 @@
+/*
+ * chunk.h - the unit of caching, fetching and coalescing.
+ *
+ * A chunk is a byte range [index * chunk_size, +len) of one object version,
+ * named by a 16-byte id derived from (bucket, key, ETag, index). One struct
+ * chunk stands for it while it is being produced (from upstream or from the
+ * NVMe tier) and afterwards while it sits in the RAM tier: readers on any
+ * thread read data[0, filled) while the producer appends, and are woken as
+ * bytes arrive. Chunks are reference-counted; the bytes stay valid for as
+ * long as a reader holds a reference, even after eviction.
+ *
+ * Thread safety: every function here may be called from any thread.
+ */
+#ifndef LARDER_CHUNK_H
+#define LARDER_CHUNK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CHUNK_ID_LEN 16
+
+struct chunk_id {
+	uint8_t b[CHUNK_ID_LEN];
+};
+
+/* SHA-256 of the length-prefixed fields, truncated: identity never depends
+ * on a separator that could appear in a key. */
+void chunk_id_make(const char *bucket, const char *key, const char *etag, uint64_t index,
+                   struct chunk_id *out);
+/* A stable 64-bit value of the id, uniform: used for hashing and by the
+ * admission policy. */
+uint64_t chunk_id_hash(const struct chunk_id *id);
+bool chunk_id_eq(const struct chunk_id *a, const struct chunk_id *b);
+
+enum chunk_state {
+	CHUNK_FILLING = 0, /* a producer is appending */
+	CHUNK_READY = 1,   /* complete: filled == len */
+	CHUNK_FAILED = 2,  /* the producer gave up: readers must fetch again or fail */
+};
+
+/*
+ * Notified when a chunk grows or changes state. wake() runs on the
+ * producer's thread with no store or chunk lock held: it must only hand
+ * the news to the waiter's own thread (e.g. ev_async_send) and return; it
+ * must not call chunk_wait/chunk_unwait on the same chunk.
+ *
+ * A waiter stays registered until chunk_unwait: after every append or
+ * state change, each waiter registered at that moment gets at least one
+ * wake() that starts after it (several events may share one call), so on
+ * each wake the reader consumes everything up to `filled` and checks the
+ * state. Set wake and arg and zero the private fields before the first
+ * chunk_wait (a designated initialiser does it); chunk_unwait leaves them
+ * zeroed again, so a waiter can be reused for another chunk.
+ */
+struct chunk_waiter {
+	void (*wake)(void *arg);
+	void *arg;
+	struct chunk_waiter *prev, *next; /* private */
+	bool queued;                      /* private: an event is due to it */
+	bool calling;                     /* private: wake() is running now */
+	bool linked;                      /* private: on a chunk's list */
+};
+
+struct chunk {
+	/* read-only after creation */
+	struct chunk_id id;
+	size_t len;                  /* final length in bytes */
+	char *data;                  /* len bytes; [0, filled) are valid */
+
+	_Atomic size_t filled;
+	_Atomic int state;           /* enum chunk_state */
+	/* Set by the last reader to let go: true when it left before it had
+	 * what it wanted (its client went away). A producer whose chunk nobody
+	 * holds any more stops only then: a reader that took its few bytes and
+	 * left still wants the chunk cached for the next one. */
+	_Atomic bool abandoned;
+
+	/* private to store/ */
+	_Atomic int refs;
+	pthread_mutex_t lock;        /* guards waiters and their private fields */
+	pthread_cond_t woke;         /* a wake() call finished (for chunk_unwait) */
+	struct chunk_waiter *waiters;
+	int fail_reason;             /* negative errno-style, or an HTTP status */
+	void *tier_priv;             /* the RAM tier's bookkeeping */
+};
+
+/* A new chunk in state FILLING with refs = 1 and len bytes allocated.
+ * Returns NULL on allocation failure. */
+struct chunk *chunk_new(const struct chunk_id *id, size_t len);
+void chunk_ref(struct chunk *c);
+void chunk_unref(struct chunk *c);
+int chunk_refs(const struct chunk *c);
+
+/* Registers w (a no-op if it already is); if the chunk already changed
+ * since the caller last looked (filled > seen, or not FILLING) w->wake is
+ * called on this thread before this returns, so a waiter never misses the
+ * last event. */
+void chunk_wait(struct chunk *c, struct chunk_waiter *w, size_t seen);
+/* Removes w if registered. When it returns, w->wake is not running and
+ * will not be called again for this registration, even if a producer on
+ * another thread was waking the waiters at that moment (this call waits
+ * for that wake() to return); w may then be freed. Never call it from
+ * inside w->wake. */
+void chunk_unwait(struct chunk *c, struct chunk_waiter *w);
+
+/* Reader side: the bytes readable now, and the state (acquire loads, so
+ * data[0, chunk_filled()) is valid once read). */
+static inline size_t chunk_filled(struct chunk *c)
+{
+	return atomic_load_explicit(&c->filled, memory_order_acquire);
+}
+static inline enum chunk_state chunk_state(struct chunk *c)
+{
+	return (enum chunk_state)atomic_load_explicit(&c->state, memory_order_acquire);
+}
+
+/* Producer side. append copies n bytes at filled (n <= len - filled) and
+ * wakes the waiters; finish sets READY (filled must equal len) or FAILED
+ * (reason recorded) and wakes them. Readers see bytes only after append
+ * has published them (release/acquire on filled). */
+void chunk_append(struct chunk *c, const void *data, size_t n);
+/* Like chunk_append for bytes the producer already wrote in place at
+ * data[filled, filled + n) (e.g. read() straight into the buffer). */
+void chunk_publish(struct chunk *c, size_t n);
+void chunk_set_state(struct chunk *c, enum chunk_state s, int reason);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * disk.h - the NVMe tier: a log of segment files under the cache directory.
+ *
+ * Layout: <dir>/seg-<16 hex digits>.log, each up to segment_bytes, written
+ * append-only. An entry is a fixed header (magic, version, chunk id, index,
+ * name and metadata lengths, data length, CRC32C of the data, CRC32C of the
+ * header) followed by the names (bucket, key, ETag), the optional metadata
+ * blob and the data. Object keys never become file paths.
+ *
+ * open scans every segment: entries whose header checksum fails end that
+ * segment's scan (a torn tail); the index (id -> segment, offset, length)
+ * is rebuilt in memory. Data checksums are verified on every read, so a
+ * corrupt entry reads as -EIO and is dropped, never served.
+ *
+ * Space: used bytes count whole segment files. When writing would pass
+ * capacity, the tier frees space: per-chunk eviction follows the policy
+ * (store/policy.h) and marks entries dead; a segment whose live bytes fall
+ * low is reclaimed (its live entries copied to the head, the file
+ * removed). used never exceeds capacity.
+ *
+ * Blocking calls: run them on I/O threads, never on a worker loop.
+ * Thread-safe (one lock for the index; file I/O outside it).
+ */
+#ifndef LARDER_DISK_H
+#define LARDER_DISK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/chunk.h"
+#include "store/policy.h"
+#include "store/store.h"
+
+struct disk;
+
+struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_bytes,
+                       enum policy_kind policy, double stale_after_s,
+                       store_recover_cb cb, void *cb_arg, char *err, size_t errlen);
+void disk_close(struct disk *d);
+
+/* Writes a chunk (admission per policy: returns 0 without writing when the
+ * policy declines it, or when it cannot fit even after eviction). A write
+ * of an id already held replaces it. Returns 0, -EINVAL (a name over
+ * 65535 bytes, metadata over 1 MiB, len over 4 GiB - 1), -ENOMEM, or
+ * negative errno on I/O failure (-ENOSPC, -EIO, ...); the index stays
+ * consistent either way. */
+int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_origin *o,
+               const void *data, size_t len);
+
+/* Reads a chunk's data into out (len bytes, the entry's length). Returns 0,
+ * -ENOENT (not held), -EINVAL (len is not the entry's length), -EIO
+ * (checksum failure: the entry is dropped), or another negative errno
+ * (the entry is dropped). */
+int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len);
+
+/* Whether the chunk is held, and its length. */
+bool disk_lookup(struct disk *d, const struct chunk_id *id, size_t *len);
+
+void disk_drop(struct disk *d, const struct chunk_id *id);
+
+struct disk_stats {
+	uint64_t used, capacity, live_bytes, entries, segments;
+	uint64_t evictions, reclaimed_segments, write_errors, read_errors, corrupt;
+};
+void disk_get_stats(struct disk *d, struct disk_stats *out);
+
+/* Checks internal invariants (index, per-segment live lists and byte
+ * counts, the policy's totals, used <= capacity); returns 0 or -1. For
+ * tests. */
+int disk_check(struct disk *d);
+
+#endif

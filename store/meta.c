@@ -1,0 +1,439 @@
+/*
+ * meta.c - the object metadata cache (see meta.h).
+ *
+ * 64 shards, each a chained hash table plus a FIFO list for the entry
+ * bound, under one mutex. A shard's waiters are woken outside that mutex
+ * but under the shard's wake_lock, which meta_unwait also passes through:
+ * once meta_unwait returns, no wake of that waiter is running or to come.
+ * Lock order: shard lock, then wake_lock.
+ */
+#include "store/meta.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHARDS 64
+#define BUCKETS_PER_SHARD 4096
+
+struct mentry {
+	struct mentry *hnext;
+	struct mentry *fprev, *fnext;
+	uint64_t h;
+	char *name;            /* bucket '\0' key */
+	size_t name_len;
+	struct obj_meta *m;    /* NULL while the first load runs */
+	bool loading;
+	bool dropped;          /* dropped while loading: do not keep what is published */
+	struct chunk_waiter *waiters;
+};
+
+struct shard {
+	pthread_mutex_t lock;
+	pthread_mutex_t wake_lock;
+	struct mentry *table[BUCKETS_PER_SHARD];
+	struct mentry *fifo_head, *fifo_tail; /* oldest at head */
+	size_t count;
+};
+
+struct meta_cache {
+	size_t max_per_shard;
+	struct shard shards[SHARDS];
+};
+
+/* ---- entries ---------------------------------------------------------- */
+
+struct obj_meta *meta_new(uint64_t size, const char *etag, time_t last_modified,
+                          const char *headers, double now)
+{
+	struct obj_meta *m = calloc(1, sizeof *m);
+	if (!m)
+		return NULL;
+	m->headers = strdup(headers ? headers : "");
+	if (!m->headers) {
+		free(m);
+		return NULL;
+	}
+	atomic_init(&m->refs, 1);
+	m->size = size;
+	snprintf(m->etag, sizeof m->etag, "%s", etag ? etag : "");
+	m->last_modified = last_modified;
+	m->learnt = now;
+	m->learnt_wall = time(NULL);
+	return m;
+}
+
+struct obj_meta *meta_new_negative(double now)
+{
+	struct obj_meta *m = meta_new(0, "", 0, NULL, now);
+	if (m)
+		m->negative = true;
+	return m;
+}
+
+void meta_ref(struct obj_meta *m)
+{
+	atomic_fetch_add(&m->refs, 1);
+}
+
+void meta_unref(struct obj_meta *m)
+{
+	if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+		free(m->headers);
+		free(m);
+	}
+}
+
+/* Blob: "larder-meta 2\n" size "\n" last_modified "\n" etag "\n"
+ * learnt_wall "\n" headers. */
+int meta_encode(const struct obj_meta *m, struct buf *out)
+{
+	return buf_printf(out, "larder-meta 2\n%" PRIu64 "\n%lld\n%s\n%lld\n%s", m->size,
+	                  (long long)m->last_modified, m->etag, (long long)m->learnt_wall,
+	                  m->headers);
+}
+
+struct obj_meta *meta_decode(const void *blob, size_t len, double now)
+{
+	char *s = strndup(blob, len);
+	if (!s || strlen(s) != len) {
+		free(s);
+		return NULL;
+	}
+	struct obj_meta *m = NULL;
+	char *line[5];
+	char *p = s;
+	for (int i = 0; i < 5; i++) {
+		line[i] = p;
+		p = strchr(p, '\n');
+		if (!p)
+			goto out;
+		*p++ = '\0';
+	}
+	if (strcmp(line[0], "larder-meta 2") != 0)
+		goto out;
+	char *end;
+	errno = 0;
+	unsigned long long size = strtoull(line[1], &end, 10);
+	if (errno || *end || end == line[1])
+		goto out;
+	long long lm = strtoll(line[2], &end, 10);
+	if (errno || *end || end == line[2] || strlen(line[3]) >= sizeof m->etag)
+		goto out;
+	long long lw = strtoll(line[4], &end, 10);
+	if (errno || *end || end == line[4])
+		goto out;
+	m = meta_new(size, line[3], (time_t)lm, p, now);
+	if (m) {
+		/* As old as it was when written: the TTL does not restart. */
+		time_t age = time(NULL) - (time_t)lw;
+		m->learnt = now - (age > 0 ? (double)age : 0.0);
+		m->learnt_wall = (time_t)lw;
+	}
+out:
+	free(s);
+	return m;
+}
+
+/* ---- the table -------------------------------------------------------- */
+
+static uint64_t name_hash(const char *bucket, const char *key)
+{
+	/* FNV-1a over bucket, a separator byte no name holds, key. */
+	uint64_t h = 1469598103934665603ull;
+	for (const unsigned char *p = (const unsigned char *)bucket; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	h = (h ^ 0xff) * 1099511628211ull;
+	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return h ^ (h >> 29);
+}
+
+struct meta_cache *meta_cache_create(size_t max_entries)
+{
+	struct meta_cache *mc = calloc(1, sizeof *mc);
+	if (!mc)
+		return NULL;
+	mc->max_per_shard = max_entries / SHARDS + 1;
+	for (int i = 0; i < SHARDS; i++) {
+		pthread_mutex_init(&mc->shards[i].lock, NULL);
+		pthread_mutex_init(&mc->shards[i].wake_lock, NULL);
+	}
+	return mc;
+}
+
+static void entry_free(struct mentry *e)
+{
+	meta_unref(e->m);
+	free(e->name);
+	free(e);
+}
+
+void meta_cache_destroy(struct meta_cache *mc)
+{
+	if (!mc)
+		return;
+	for (int i = 0; i < SHARDS; i++) {
+		struct shard *sh = &mc->shards[i];
+		for (struct mentry *e = sh->fifo_head, *next; e; e = next) {
+			next = e->fnext;
+			entry_free(e);
+		}
+		pthread_mutex_destroy(&sh->lock);
+		pthread_mutex_destroy(&sh->wake_lock);
+	}
+	free(mc);
+}
+
+static struct shard *shard_of(struct meta_cache *mc, uint64_t h)
+{
+	return &mc->shards[h % SHARDS];
+}
+
+static struct mentry **slot_of(struct shard *sh, uint64_t h)
+{
+	return &sh->table[(h / SHARDS) % BUCKETS_PER_SHARD];
+}
+
+static struct mentry *find(struct shard *sh, uint64_t h, const char *bucket, const char *key)
+{
+	size_t bl = strlen(bucket);
+	for (struct mentry *e = *slot_of(sh, h); e; e = e->hnext)
+		if (e->h == h && strcmp(e->name, bucket) == 0 && strcmp(e->name + bl + 1, key) == 0 &&
+		    e->name_len == bl + 1 + strlen(key))
+			return e;
+	return NULL;
+}
+
+static void unlink_entry(struct shard *sh, struct mentry *e)
+{
+	struct mentry **pp = slot_of(sh, e->h);
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	if (e->fprev)
+		e->fprev->fnext = e->fnext;
+	else
+		sh->fifo_head = e->fnext;
+	if (e->fnext)
+		e->fnext->fprev = e->fprev;
+	else
+		sh->fifo_tail = e->fprev;
+	sh->count--;
+}
+
+static struct mentry *insert(struct meta_cache *mc, struct shard *sh, uint64_t h,
+                             const char *bucket, const char *key)
+{
+	/* Bound: the oldest settled entries go (never one being loaded:
+	 * it has waiters). */
+	for (struct mentry *e = sh->fifo_head; e && sh->count >= mc->max_per_shard;) {
+		struct mentry *next = e->fnext;
+		if (!e->loading) {
+			unlink_entry(sh, e);
+			entry_free(e);
+		}
+		e = next;
+	}
+	struct mentry *e = calloc(1, sizeof *e);
+	size_t bl = strlen(bucket), kl = strlen(key);
+	if (!e || !(e->name = malloc(bl + kl + 2))) {
+		free(e);
+		return NULL;
+	}
+	memcpy(e->name, bucket, bl + 1);
+	memcpy(e->name + bl + 1, key, kl + 1);
+	e->name_len = bl + 1 + kl;
+	e->h = h;
+	struct mentry **slot = slot_of(sh, h);
+	e->hnext = *slot;
+	*slot = e;
+	e->fprev = sh->fifo_tail;
+	if (sh->fifo_tail)
+		sh->fifo_tail->fnext = e;
+	else
+		sh->fifo_head = e;
+	sh->fifo_tail = e;
+	sh->count++;
+	return e;
+}
+
+static bool fresh(const struct obj_meta *m, double now, double ttl, double negative_ttl)
+{
+	double limit = m->negative ? negative_ttl : ttl;
+	return limit < 0 || now - m->learnt < limit;
+}
+
+enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char *key,
+                           double now, double ttl, double negative_ttl,
+                           struct chunk_waiter *w, struct obj_meta **out)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	enum meta_role role;
+	*out = NULL;
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	if (!e) {
+		e = insert(mc, sh, h, bucket, key);
+		if (e)
+			e->loading = true;
+		role = META_LOAD; /* out of memory: load without coalescing */
+	} else if (e->loading) {
+		w->prev = NULL;
+		w->next = e->waiters;
+		if (e->waiters)
+			e->waiters->prev = w;
+		e->waiters = w;
+		w->queued = true;
+		role = META_WAIT;
+	} else if (e->m && fresh(e->m, now, ttl, negative_ttl)) {
+		meta_ref(e->m);
+		*out = e->m;
+		role = META_FRESH;
+	} else {
+		e->loading = true;
+		e->dropped = false;
+		if (e->m && !e->m->negative) {
+			meta_ref(e->m);
+			*out = e->m;
+		}
+		role = META_LOAD;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return role;
+}
+
+/* Detaches the waiters under sh->lock and wakes them; called with sh->lock
+ * held, returns with it released. */
+static void wake_all_and_unlock(struct shard *sh, struct mentry *e)
+{
+	struct chunk_waiter *list = e ? e->waiters : NULL;
+	if (e)
+		e->waiters = NULL;
+	for (struct chunk_waiter *w = list; w; w = w->next)
+		w->queued = false;
+	pthread_mutex_lock(&sh->wake_lock);
+	pthread_mutex_unlock(&sh->lock);
+	for (struct chunk_waiter *w = list, *next; w; w = next) {
+		next = w->next; /* read before wake: the waiter may be reused after */
+		w->wake(w->arg);
+	}
+	pthread_mutex_unlock(&sh->wake_lock);
+}
+
+void meta_publish(struct meta_cache *mc, const char *bucket, const char *key,
+                  struct obj_meta *m)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	if (!e && m)
+		e = insert(mc, sh, h, bucket, key);
+	if (e) {
+		e->loading = false;
+		if (m && !e->dropped) {
+			meta_ref(m);
+			meta_unref(e->m);
+			e->m = m;
+		}
+		e->dropped = false;
+		if (!e->m && !e->waiters) {
+			unlink_entry(sh, e);
+			entry_free(e);
+			e = NULL;
+		}
+	}
+	wake_all_and_unlock(sh, e);
+}
+
+void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, double now)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	if (e && e->m && !e->dropped) {
+		e->m->learnt = now;
+		e->m->learnt_wall = time(NULL);
+	}
+	if (e)
+		e->loading = false;
+	wake_all_and_unlock(sh, e);
+}
+
+void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,
+                 struct chunk_waiter *w)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	if (w->queued && e) {
+		if (w->prev)
+			w->prev->next = w->next;
+		else
+			e->waiters = w->next;
+		if (w->next)
+			w->next->prev = w->prev;
+		w->queued = false;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	/* A wake of w that was already detached finishes before this returns. */
+	pthread_mutex_lock(&sh->wake_lock);
+	pthread_mutex_unlock(&sh->wake_lock);
+}
+
+void meta_drop(struct meta_cache *mc, const char *bucket, const char *key)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	if (e && e->loading) {
+		e->dropped = true;
+		meta_unref(e->m);
+		e->m = NULL;
+	} else if (e) {
+		unlink_entry(sh, e);
+		entry_free(e);
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+void meta_drop_bucket(struct meta_cache *mc, const char *bucket)
+{
+	for (int i = 0; i < SHARDS; i++) {
+		struct shard *sh = &mc->shards[i];
+		pthread_mutex_lock(&sh->lock);
+		for (struct mentry *e = sh->fifo_head, *next; e; e = next) {
+			next = e->fnext;
+			if (strcmp(e->name, bucket) != 0)
+				continue;
+			if (e->loading) {
+				e->dropped = true;
+				meta_unref(e->m);
+				e->m = NULL;
+			} else {
+				unlink_entry(sh, e);
+				entry_free(e);
+			}
+		}
+		pthread_mutex_unlock(&sh->lock);
+	}
+}
+
+size_t meta_cache_count(struct meta_cache *mc)
+{
+	size_t n = 0;
+	for (int i = 0; i < SHARDS; i++) {
+		pthread_mutex_lock(&mc->shards[i].lock);
+		n += mc->shards[i].count;
+		pthread_mutex_unlock(&mc->shards[i].lock);
+	}
+	return n;
+}

@@ -1,0 +1,93 @@
+/*
+ * meta.h - object metadata: what a GET or HEAD of (bucket, key) answers
+ * besides the bytes, kept so hits need no upstream request.
+ *
+ * An entry is learnt from the first chunk fetch of an object (a ranged GET
+ * that returns size, ETag and headers in one round trip) and trusted for a
+ * TTL (or for ever: "immutable"); after that the next reader revalidates it.
+ * A 404 may be remembered too (negative entries), for a shorter time.
+ *
+ * Loading is coalesced like chunks: the first reader of an unknown or
+ * expired object becomes its loader, the others wait and are woken when it
+ * publishes (or fails, and one of them loads again).
+ *
+ * Thread-safe. Entries are reference-counted and immutable once published.
+ */
+#ifndef LARDER_META_H
+#define LARDER_META_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "config/buf.h"
+#include "store/chunk.h"
+
+struct obj_meta {
+	_Atomic int refs;
+	bool negative;        /* a remembered 404 */
+	uint64_t size;
+	char etag[130];       /* as upstream sent it, quotes included */
+	time_t last_modified; /* 0 when unknown */
+	char *headers;        /* "Name: value\n" lines replayed on hits (Content-Type,
+	                         Last-Modified, x-amz-meta-*, ...); never NULL */
+	double learnt;        /* monotonic seconds when learnt or last revalidated */
+	time_t learnt_wall;   /* the same in wall-clock time: persisted, so a restart
+	                         trusts an entry only for what is left of its TTL */
+};
+
+/* A new entry with refs = 1. headers is copied (NULL means none). */
+struct obj_meta *meta_new(uint64_t size, const char *etag, time_t last_modified,
+                          const char *headers, double now);
+struct obj_meta *meta_new_negative(double now);
+void meta_ref(struct obj_meta *m);
+void meta_unref(struct obj_meta *m);
+
+/* The blob persisted with chunk 0 on NVMe, and back. decode returns NULL
+ * on a malformed blob. */
+int meta_encode(const struct obj_meta *m, struct buf *out);
+struct obj_meta *meta_decode(const void *blob, size_t len, double now);
+
+struct meta_cache;
+
+struct meta_cache *meta_cache_create(size_t max_entries);
+void meta_cache_destroy(struct meta_cache *mc);
+
+enum meta_role {
+	META_FRESH, /* *out: a current entry (maybe negative) */
+	META_LOAD,  /* the caller loads it, then meta_publish or meta_fail;
+	               *out: the expired entry to revalidate, or NULL */
+	META_WAIT,  /* another reader loads it: w will be woken; look up again */
+};
+
+/*
+ * ttl: seconds an entry is trusted (< 0: for ever); negative_ttl: the same
+ * for negative entries. With META_WAIT, w stays registered until woken or
+ * meta_unwait; *out is NULL.
+ */
+enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char *key,
+                           double now, double ttl, double negative_ttl,
+                           struct chunk_waiter *w, struct obj_meta **out);
+
+/* The loader's result: m (a reference is taken) becomes the entry, or
+ * with m == NULL the load failed; either way the waiters are woken. */
+void meta_publish(struct meta_cache *mc, const char *bucket, const char *key,
+                  struct obj_meta *m);
+/* Revalidated unchanged (a 304): the entry's clock restarts. */
+void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, double now);
+
+/* Cancels a META_WAIT registration; after it returns w is not woken. */
+void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,
+                 struct chunk_waiter *w);
+
+/* Invalidation: a write through larder, or a version change seen upstream.
+ * A load in progress is not disturbed, but what it publishes is kept only
+ * if no drop happened since it began. */
+void meta_drop(struct meta_cache *mc, const char *bucket, const char *key);
+void meta_drop_bucket(struct meta_cache *mc, const char *bucket);
+
+size_t meta_cache_count(struct meta_cache *mc);
+
+#endif

@@ -1,0 +1,833 @@
+/*
+ * store.c - the in-flight table, the RAM tier, and the I/O threads that
+ * move chunks between RAM and the NVMe tier (store/disk.c).
+ *
+ * Tables. Both map a chunk id to a struct chunk * with open addressing
+ * (linear probing, backward-shift deletion, so no tombstones pile up),
+ * keyed by the id inside the chunk itself. The in-flight table is split
+ * into 64 shards by one byte of the id, each with its own mutex, so
+ * workers starting or joining different fetches do not meet on one lock.
+ * The RAM tier is one map plus the policy under ram_lock: the policy is
+ * global, and a hit holds the lock for a lookup and a list move only.
+ * A chunk in RAM points at its bookkeeping (struct ram_entry) through
+ * c->tier_priv, touched only under ram_lock.
+ *
+ * Lock order: shard -> ram_lock; q_lock is taken alone. Nothing calls a
+ * waiter's wake() or frees a chunk's bytes under ram_lock: evicted
+ * entries are collected and released after unlocking.
+ *
+ * References. The in-flight table holds one reference to each chunk it
+ * maps, the RAM tier one to each chunk it keeps, each I/O job one; every
+ * caller of store_acquire gets its own. So eviction never frees bytes
+ * someone reads: it drops the tier's reference only.
+ *
+ * RAM bound. Every chunk being produced reserves its length in RAM when
+ * it enters the in-flight table (ram_filling), evicting READY chunks the
+ * policy's way to make room; when even an empty tier would not hold it the
+ * reservation overshoots and ram_overcommits counts it. On completion the
+ * reservation is returned and the chunk is offered to the policy as if
+ * the other reservations were occupied space (policy_admit_reserved), so
+ * RAM use (READY + filling) stays within ram_bytes whenever it can.
+ *
+ * Transitions for one id are serialised by its shard lock: acquire checks
+ * the in-flight table and re-checks RAM under it, completion removes the
+ * chunk from the table and inserts it in RAM under it, so an acquirer
+ * never finds the chunk in neither place between the two (which would
+ * start a second fetch). A completed chunk is READY before it reaches
+ * RAM; a failed one leaves the table before it turns FAILED, so nobody
+ * new attaches to a failure.
+ */
+#include "store/store.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "config/log.h"
+#include "store/disk.h"
+
+#define INFLIGHT_SHARDS 64
+#define DEFAULT_IO_THREADS 2
+#define DEFAULT_SEGMENT_BYTES ((uint64_t)64 << 20)
+/* Consecutive failed NVMe writes after which the tier is switched off. */
+#define DISK_FAIL_LIMIT 5
+/* Read jobs each stand for a FILLING chunk already counted in RAM. */
+#define READ_QUEUE_MAX 1024
+/* Write jobs pin chunks the RAM tier may have let go, outside its bound:
+ * keep them few, and their bytes within a quarter of the RAM tier. */
+#define WRITE_QUEUE_MAX 64
+
+#define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
+
+/* ---- id -> chunk map ------------------------------------------------------- */
+
+struct idmap {
+	struct chunk **slot;
+	size_t cap;     /* a power of two, or 0 */
+	size_t n;
+};
+
+static size_t idmap_home(const struct idmap *m, const struct chunk_id *id)
+{
+	return (size_t)chunk_id_hash(id) & (m->cap - 1);
+}
+
+/* The slot holding id, or the empty slot where it would go. */
+static size_t idmap_slot(const struct idmap *m, const struct chunk_id *id)
+{
+	size_t i = idmap_home(m, id);
+	while (m->slot[i] && !chunk_id_eq(&m->slot[i]->id, id))
+		i = (i + 1) & (m->cap - 1);
+	return i;
+}
+
+static struct chunk *idmap_get(const struct idmap *m, const struct chunk_id *id)
+{
+	return m->cap ? m->slot[idmap_slot(m, id)] : NULL;
+}
+
+static int idmap_grow(struct idmap *m)
+{
+	size_t cap = m->cap ? 2 * m->cap : 64;
+	struct chunk **old = m->slot;
+	size_t oldcap = m->cap;
+	struct chunk **slot = calloc(cap, sizeof *slot);
+	if (!slot)
+		return -ENOMEM;
+	m->slot = slot;
+	m->cap = cap;
+	for (size_t i = 0; i < oldcap; i++)
+		if (old[i])
+			m->slot[idmap_slot(m, &old[i]->id)] = old[i];
+	free(old);
+	return 0;
+}
+
+/* Adds c (its id must be absent). Keeps the load at or under 1/2; if
+ * growing fails it carries on up to 7/8 before giving up with -ENOMEM. */
+static int idmap_put(struct idmap *m, struct chunk *c)
+{
+	if (2 * (m->n + 1) > m->cap && idmap_grow(m) < 0 && 8 * (m->n + 1) > 7 * m->cap)
+		return -ENOMEM;
+	size_t i = idmap_slot(m, &c->id);
+	m->slot[i] = c;
+	m->n++;
+	return 0;
+}
+
+/* Removes and returns the chunk mapped to id, or NULL. Backward-shift
+ * deletion: later members of the probe run move up into the hole when
+ * their home slot allows, so lookups never need tombstones. */
+static struct chunk *idmap_del(struct idmap *m, const struct chunk_id *id)
+{
+	if (!m->cap)
+		return NULL;
+	size_t mask = m->cap - 1, i = idmap_slot(m, id);
+	struct chunk *c = m->slot[i];
+	if (!c)
+		return NULL;
+	for (size_t j = (i + 1) & mask; m->slot[j]; j = (j + 1) & mask) {
+		size_t home = idmap_home(m, &m->slot[j]->id);
+		/* j may move to i unless its home lies cyclically in (i, j]. */
+		bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+		if (!stays) {
+			m->slot[i] = m->slot[j];
+			i = j;
+		}
+	}
+	m->slot[i] = NULL;
+	m->n--;
+	return c;
+}
+
+/* ---- the store --------------------------------------------------------------- */
+
+struct ram_entry {
+	struct policy_entry pe;
+	struct chunk *c;
+	struct ram_entry *next;     /* on a release list after eviction */
+};
+
+enum job_kind { JOB_READ, JOB_WRITE };
+
+struct job {
+	enum job_kind kind;
+	struct chunk *c;            /* a reference */
+	struct chunk_origin o;      /* JOB_WRITE: strings copied into names[] */
+	bool dropped;               /* store_drop ran while it was active */
+	struct job *next;
+	char names[];
+};
+
+struct job_list {
+	struct job *head, *tail;
+	size_t n;
+	uint64_t bytes;
+};
+
+struct shard {
+	pthread_mutex_t lock;
+	struct idmap map;
+};
+
+struct store {
+	struct store_config cfg;
+	struct shard inflight[INFLIGHT_SHARDS];
+
+	pthread_mutex_t ram_lock;   /* guards everything down to ram_overcommits */
+	struct idmap ram;
+	struct policy *ram_policy;
+	uint64_t ram_filling;
+	uint64_t evictions_ram, ram_overcommits;
+
+	struct disk *disk;          /* NULL: RAM only */
+	atomic_bool disk_ok;
+	atomic_uint disk_fail_streak;
+
+	pthread_mutex_t q_lock;     /* guards the queues, active, stopping */
+	pthread_cond_t q_cv;
+	struct job_list reads, writes, active;
+	uint64_t write_bytes_max;
+	bool stopping;
+	pthread_t *threads;
+	unsigned nthreads;
+
+	atomic_uint_fast64_t inflight_n, hits_ram, hits_disk, misses, coalesced;
+	atomic_uint_fast64_t disk_writes, disk_writes_dropped, disk_write_errors, disk_read_errors;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void count(atomic_uint_fast64_t *v)
+{
+	atomic_fetch_add_explicit(v, 1, memory_order_relaxed);
+}
+
+static struct shard *shard_of(struct store *s, const struct chunk_id *id)
+{
+	/* A byte outside chunk_id_hash()'s eight, so the shard and the slot
+	 * inside it are chosen by independent bits. */
+	return &s->inflight[id->b[8] % INFLIGHT_SHARDS];
+}
+
+static bool disk_usable(struct store *s)
+{
+	return s->disk && atomic_load_explicit(&s->disk_ok, memory_order_relaxed);
+}
+
+/* ---- RAM tier (ram_lock held unless said otherwise) ------------------------ */
+
+static void ram_evict(struct store *s, struct ram_entry *e, struct ram_entry **dead)
+{
+	idmap_del(&s->ram, &e->c->id);
+	policy_remove(s->ram_policy, &e->pe);
+	e->c->tier_priv = NULL;
+	e->next = *dead;
+	*dead = e;
+	s->evictions_ram++;
+}
+
+/* Without ram_lock: drop the tier's references to evicted chunks. */
+static void ram_release(struct ram_entry *dead)
+{
+	while (dead) {
+		struct ram_entry *next = dead->next;
+		chunk_unref(dead->c);
+		free(dead);
+		dead = next;
+	}
+}
+
+/* Evicts until READY + filling + extra fits, or nothing is left. */
+static bool ram_make_room(struct store *s, uint64_t extra, double now, struct ram_entry **dead)
+{
+	struct policy_entry *v;
+	while (policy_used(s->ram_policy) + s->ram_filling + extra > s->cfg.ram_bytes &&
+	       (v = policy_victim(s->ram_policy, now)))
+		ram_evict(s, container_of(v, struct ram_entry, pe), dead);
+	return policy_used(s->ram_policy) + s->ram_filling + extra <= s->cfg.ram_bytes;
+}
+
+/* A READY chunk of this length in RAM, touched and referenced, or NULL.
+ * One of the wrong length (callers disagree about the object's size)
+ * cannot be served: it is evicted. */
+static struct chunk *ram_lookup(struct store *s, const struct chunk_id *id, size_t len,
+                                double now, struct ram_entry **dead)
+{
+	struct chunk *c = idmap_get(&s->ram, id);
+	if (!c)
+		return NULL;
+	struct ram_entry *e = c->tier_priv;
+	if (c->len != len) {
+		ram_evict(s, e, dead);
+		return NULL;
+	}
+	policy_touch(s->ram_policy, &e->pe, now);
+	chunk_ref(c);
+	return c;
+}
+
+/* Returns the reservation of a completed chunk and, if offer, keeps the
+ * chunk when the policy admits it. */
+static void ram_complete(struct store *s, struct chunk *c, bool offer, struct ram_entry **dead)
+{
+	double now = now_s();
+	uint64_t hash = chunk_id_hash(&c->id);
+
+	s->ram_filling -= c->len;
+	if (!offer || idmap_get(&s->ram, &c->id))
+		return;
+	if (!policy_admit_reserved(s->ram_policy, hash, c->len, s->ram_filling, now))
+		return;
+	struct ram_entry *e = calloc(1, sizeof *e);
+	if (!e)
+		return; /* not caching it is always allowed */
+	/* Admission said every entry that goes ranks below c. */
+	ram_make_room(s, c->len, now, dead);
+	e->c = c;
+	if (idmap_put(&s->ram, c) < 0) {
+		free(e);
+		return;
+	}
+	chunk_ref(c);
+	c->tier_priv = e;
+	policy_insert(s->ram_policy, &e->pe, hash, c->len, now);
+}
+
+/* ---- I/O jobs --------------------------------------------------------------- */
+
+static void list_push(struct job_list *l, struct job *j)
+{
+	j->next = NULL;
+	if (l->tail)
+		l->tail->next = j;
+	else
+		l->head = j;
+	l->tail = j;
+	l->n++;
+	l->bytes += j->c->len;
+}
+
+static struct job *list_pop(struct job_list *l)
+{
+	struct job *j = l->head;
+	if (!j)
+		return NULL;
+	l->head = j->next;
+	if (!l->head)
+		l->tail = NULL;
+	l->n--;
+	l->bytes -= j->c->len;
+	j->next = NULL;
+	return j;
+}
+
+/* Unlinks j (which must be on l); the lists are short. */
+static void list_remove(struct job_list *l, struct job *j)
+{
+	struct job *prev = NULL;
+	for (struct job *k = l->head; k; prev = k, k = k->next) {
+		if (k != j)
+			continue;
+		if (prev)
+			prev->next = k->next;
+		else
+			l->head = k->next;
+		if (l->tail == k)
+			l->tail = prev;
+		l->n--;
+		l->bytes -= k->c->len;
+		k->next = NULL;
+		return;
+	}
+}
+
+static void job_free(struct job *j)
+{
+	chunk_unref(j->c);
+	free(j);
+}
+
+/* A write job with the origin's strings and metadata copied: the caller's
+ * die when store_complete returns. */
+static struct job *write_job_new(struct chunk *c, const struct chunk_origin *o)
+{
+	const char *bucket = o && o->bucket ? o->bucket : "";
+	const char *key = o && o->key ? o->key : "";
+	const char *etag = o && o->etag ? o->etag : "";
+	size_t lb = strlen(bucket) + 1, lk = strlen(key) + 1, le = strlen(etag) + 1;
+	size_t lm = o && o->meta ? o->meta_len : 0;
+	struct job *j = malloc(sizeof *j + lb + lk + le + lm);
+	if (!j)
+		return NULL;
+	memset(j, 0, sizeof *j);
+	j->kind = JOB_WRITE;
+	char *p = j->names;
+	memcpy(p, bucket, lb);
+	j->o.bucket = p;
+	p += lb;
+	memcpy(p, key, lk);
+	j->o.key = p;
+	p += lk;
+	memcpy(p, etag, le);
+	j->o.etag = p;
+	p += le;
+	if (lm) {
+		memcpy(p, o->meta, lm);
+		j->o.meta = p;
+		j->o.meta_len = lm;
+	}
+	j->o.index = o ? o->index : 0;
+	chunk_ref(c);
+	j->c = c;
+	return j;
+}
+
+/* Queues j unless its queue is full; returns whether it was queued. */
+static bool job_queue(struct store *s, struct job *j)
+{
+	bool ok;
+	pthread_mutex_lock(&s->q_lock);
+	if (j->kind == JOB_READ)
+		ok = !s->stopping && s->reads.n < READ_QUEUE_MAX;
+	else
+		ok = !s->stopping && s->writes.n < WRITE_QUEUE_MAX &&
+		     (s->writes.n == 0 || s->writes.bytes + j->c->len <= s->write_bytes_max);
+	if (ok) {
+		list_push(j->kind == JOB_READ ? &s->reads : &s->writes, j);
+		pthread_cond_signal(&s->q_cv);
+	}
+	pthread_mutex_unlock(&s->q_lock);
+	return ok;
+}
+
+static void finish(struct store *s, struct chunk *c, bool ok, int reason,
+                   const struct chunk_origin *o, bool write_through);
+
+static void run_read(struct store *s, struct job *j)
+{
+	struct chunk *c = j->c;
+	int r = disk_usable(s) ? disk_read(s->disk, &c->id, c->data, c->len) : -ENOENT;
+	if (r == 0) {
+		/* One publish for the whole chunk: NVMe reads are fast next to
+		 * the network the readers send it to. */
+		chunk_publish(c, c->len);
+		finish(s, c, true, 0, NULL, false);
+		return;
+	}
+	count(&s->disk_read_errors);
+	log_debug("store", "disk_read() failed: %s; refetching", strerror(-r));
+	/* -EIO already dropped the entry; for anything else forget it too, or
+	 * the next acquire would find it and fail the same way. */
+	if (s->disk && r != -EIO)
+		disk_drop(s->disk, &c->id);
+	finish(s, c, false, STORE_ERR_REFETCH, NULL, false);
+}
+
+static void run_write(struct store *s, struct job *j)
+{
+	if (!disk_usable(s))
+		return;
+	int r = disk_write(s->disk, &j->c->id, &j->o, j->c->data, j->c->len);
+	if (r == 0) {
+		atomic_store(&s->disk_fail_streak, 0);
+		count(&s->disk_writes);
+		return;
+	}
+	count(&s->disk_write_errors);
+	unsigned streak = atomic_fetch_add(&s->disk_fail_streak, 1) + 1;
+	log_warn("store", "disk_write() failed: %s", strerror(-r));
+	if (streak >= DISK_FAIL_LIMIT && atomic_exchange(&s->disk_ok, false))
+		log_error("store", "NVMe tier disabled after %u consecutive write failures (%s); "
+		          "serving from RAM only", streak, strerror(-r));
+}
+
+static void *io_thread(void *arg)
+{
+	struct store *s = arg;
+
+	pthread_mutex_lock(&s->q_lock);
+	for (;;) {
+		while (!s->stopping && !s->reads.head && !s->writes.head)
+			pthread_cond_wait(&s->q_cv, &s->q_lock);
+		if (s->stopping)
+			break;
+		/* Reads first: a client waits on them; writes only warm NVMe. */
+		struct job *j = s->reads.head ? list_pop(&s->reads) : list_pop(&s->writes);
+		list_push(&s->active, j);
+		pthread_mutex_unlock(&s->q_lock);
+
+		if (j->kind == JOB_READ)
+			run_read(s, j);
+		else
+			run_write(s, j);
+
+		pthread_mutex_lock(&s->q_lock);
+		list_remove(&s->active, j);
+		bool dropped = j->dropped;
+		pthread_mutex_unlock(&s->q_lock);
+		/* store_drop ran during the write and may have dropped the entry
+		 * before it existed: drop it again now that it does. */
+		if (dropped && j->kind == JOB_WRITE && s->disk)
+			disk_drop(s->disk, &j->c->id);
+		job_free(j);
+		pthread_mutex_lock(&s->q_lock);
+	}
+	pthread_mutex_unlock(&s->q_lock);
+	return NULL;
+}
+
+/* ---- open / close -------------------------------------------------------------- */
+
+/* mkdir -p; returns 0 or -errno. */
+static int mkdir_p(const char *dir)
+{
+	char path[4096];
+	size_t n = strlen(dir);
+	if (n == 0 || n >= sizeof path)
+		return -ENAMETOOLONG;
+	memcpy(path, dir, n + 1);
+	for (char *p = path + 1; ; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char saved = *p;
+		*p = '\0';
+		if (mkdir(path, 0750) < 0 && errno != EEXIST)
+			return -errno;
+		*p = saved;
+		if (!saved)
+			break;
+	}
+	struct stat st;
+	if (stat(dir, &st) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+struct store *store_open(const struct store_config *cfg, store_recover_cb cb, void *cb_arg,
+                         char *err, size_t errlen)
+{
+	struct store *s = calloc(1, sizeof *s);
+	if (!s) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	s->cfg = *cfg;
+	s->cfg.dir = NULL; /* not ours to keep; disk_open copies what it needs */
+	if (!s->cfg.io_threads)
+		s->cfg.io_threads = DEFAULT_IO_THREADS;
+	if (!s->cfg.segment_bytes)
+		s->cfg.segment_bytes = DEFAULT_SEGMENT_BYTES;
+	s->write_bytes_max = s->cfg.ram_bytes / 4;
+	for (size_t i = 0; i < INFLIGHT_SHARDS; i++)
+		pthread_mutex_init(&s->inflight[i].lock, NULL);
+	pthread_mutex_init(&s->ram_lock, NULL);
+	pthread_mutex_init(&s->q_lock, NULL);
+	pthread_cond_init(&s->q_cv, NULL);
+
+	s->ram_policy = policy_create(cfg->policy, cfg->ram_bytes, cfg->stale_after_s);
+	if (!s->ram_policy) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	if (cfg->disk_bytes > 0 && cfg->dir && cfg->dir[0]) {
+		int r = mkdir_p(cfg->dir);
+		if (r < 0) {
+			snprintf(err, errlen, "cache directory %s: mkdir() failed: %s", cfg->dir,
+			         strerror(-r));
+			goto fail;
+		}
+		s->disk = disk_open(cfg->dir, cfg->disk_bytes, s->cfg.segment_bytes, cfg->policy,
+		                    cfg->stale_after_s, cb, cb_arg, err, errlen);
+		if (!s->disk)
+			goto fail;
+		atomic_store(&s->disk_ok, true);
+
+		s->threads = calloc(s->cfg.io_threads, sizeof *s->threads);
+		if (!s->threads) {
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		for (unsigned i = 0; i < s->cfg.io_threads; i++) {
+			int r2 = pthread_create(&s->threads[i], NULL, io_thread, s);
+			if (r2 != 0) {
+				snprintf(err, errlen, "pthread_create() failed: %s", strerror(r2));
+				goto fail;
+			}
+			s->nthreads++;
+		}
+	}
+	return s;
+fail:
+	store_close(s);
+	return NULL;
+}
+
+void store_close(struct store *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->q_lock);
+	s->stopping = true;
+	pthread_cond_broadcast(&s->q_cv);
+	pthread_mutex_unlock(&s->q_lock);
+	for (unsigned i = 0; i < s->nthreads; i++)
+		pthread_join(s->threads[i], NULL);
+	free(s->threads);
+
+	/* The threads are gone: what is left in the queues never ran. */
+	struct job *j;
+	while ((j = list_pop(&s->reads))) {
+		finish(s, j->c, false, STORE_ERR_REFETCH, NULL, false);
+		job_free(j);
+	}
+	while ((j = list_pop(&s->writes)))
+		job_free(j);
+
+	for (size_t i = 0; i < INFLIGHT_SHARDS; i++) {
+		struct idmap *m = &s->inflight[i].map;
+		for (size_t k = 0; k < m->cap; k++) {
+			if (!m->slot[k])
+				continue;
+			log_warn("store", "store_close: a chunk is still being produced");
+			chunk_unref(m->slot[k]);
+		}
+		free(m->slot);
+		pthread_mutex_destroy(&s->inflight[i].lock);
+	}
+	for (size_t k = 0; k < s->ram.cap; k++) {
+		struct chunk *c = s->ram.slot[k];
+		if (!c)
+			continue;
+		free(c->tier_priv);
+		c->tier_priv = NULL;
+		chunk_unref(c);
+	}
+	free(s->ram.slot);
+	policy_destroy(s->ram_policy);
+	if (s->disk)
+		disk_close(s->disk);
+	pthread_mutex_destroy(&s->ram_lock);
+	pthread_mutex_destroy(&s->q_lock);
+	pthread_cond_destroy(&s->q_cv);
+	free(s);
+}
+
+/* ---- acquire / complete ----------------------------------------------------------- */
+
+struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t len,
+                            enum store_role *role)
+{
+	struct ram_entry *dead = NULL;
+	double now = now_s();
+	struct chunk *c;
+
+	/* The common case, a RAM hit, takes only ram_lock. */
+	pthread_mutex_lock(&s->ram_lock);
+	c = ram_lookup(s, id, len, now, &dead);
+	pthread_mutex_unlock(&s->ram_lock);
+	if (c) {
+		ram_release(dead);
+		count(&s->hits_ram);
+		*role = STORE_HIT;
+		return c;
+	}
+
+	struct shard *sh = shard_of(s, id);
+	pthread_mutex_lock(&sh->lock);
+	c = idmap_get(&sh->map, id);
+	if (c) {
+		chunk_ref(c);
+		pthread_mutex_unlock(&sh->lock);
+		ram_release(dead);
+		count(&s->coalesced);
+		*role = STORE_WAIT;
+		return c;
+	}
+	/* Completion moves a chunk from the table to RAM under this lock, so
+	 * look again now that we hold it. */
+	pthread_mutex_lock(&s->ram_lock);
+	c = ram_lookup(s, id, len, now, &dead);
+	pthread_mutex_unlock(&s->ram_lock);
+	if (c) {
+		pthread_mutex_unlock(&sh->lock);
+		ram_release(dead);
+		count(&s->hits_ram);
+		*role = STORE_HIT;
+		return c;
+	}
+
+	c = chunk_new(id, len);
+	if (!c || idmap_put(&sh->map, c) < 0) {
+		pthread_mutex_unlock(&sh->lock);
+		chunk_unref(c);
+		ram_release(dead);
+		return NULL;
+	}
+	atomic_fetch_add(&s->inflight_n, 1);
+	chunk_ref(c); /* the caller's; the table keeps the first */
+
+	/* Reserve before anyone can complete it (an I/O thread may, as soon
+	 * as the read job is queued). */
+	pthread_mutex_lock(&s->ram_lock);
+	s->ram_filling += len;
+	if (!ram_make_room(s, 0, now, &dead))
+		s->ram_overcommits++;
+	pthread_mutex_unlock(&s->ram_lock);
+
+	*role = STORE_PRODUCE;
+	size_t dlen;
+	if (disk_usable(s) && disk_lookup(s->disk, id, &dlen) && dlen == len) {
+		struct job *j = calloc(1, sizeof *j);
+		if (j) {
+			j->kind = JOB_READ;
+			chunk_ref(c);
+			j->c = c;
+			if (job_queue(s, j))
+				*role = STORE_WAIT;
+			else
+				job_free(j); /* queue full: the caller fetches it */
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+	ram_release(dead);
+	count(*role == STORE_WAIT ? &s->hits_disk : &s->misses);
+	return c;
+}
+
+/* Completion for callers and for NVMe reads (which are not written back). */
+static void finish(struct store *s, struct chunk *c, bool ok, int reason,
+                   const struct chunk_origin *o, bool write_through)
+{
+	struct ram_entry *dead = NULL;
+	struct shard *sh = shard_of(s, &c->id);
+
+	if (ok)
+		chunk_set_state(c, CHUNK_READY, 0);
+
+	pthread_mutex_lock(&sh->lock);
+	/* Not in the table: store_drop took it out, so it must not be kept. */
+	bool in_table = idmap_get(&sh->map, &c->id) == c;
+	if (in_table) {
+		idmap_del(&sh->map, &c->id);
+		atomic_fetch_sub(&s->inflight_n, 1);
+	}
+	pthread_mutex_lock(&s->ram_lock);
+	ram_complete(s, c, ok && in_table, &dead);
+	pthread_mutex_unlock(&s->ram_lock);
+	pthread_mutex_unlock(&sh->lock);
+
+	if (!ok)
+		chunk_set_state(c, CHUNK_FAILED, reason);
+	if (ok && in_table && write_through && disk_usable(s)) {
+		struct job *j = write_job_new(c, o);
+		if (!j || !job_queue(s, j)) {
+			count(&s->disk_writes_dropped);
+			if (j)
+				job_free(j);
+		}
+	}
+	if (in_table)
+		chunk_unref(c); /* the table's reference */
+	ram_release(dead);
+}
+
+void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
+                    const struct chunk_origin *o)
+{
+	finish(s, c, ok, reason, o, true);
+}
+
+bool store_holds(struct store *s, const struct chunk_id *id)
+{
+	pthread_mutex_lock(&s->ram_lock);
+	bool held = idmap_get(&s->ram, id) != NULL;
+	pthread_mutex_unlock(&s->ram_lock);
+	size_t len;
+	return held || (disk_usable(s) && disk_lookup(s->disk, id, &len));
+}
+
+void store_drop(struct store *s, const struct chunk_id *id)
+{
+	struct ram_entry *dead = NULL;
+	struct shard *sh = shard_of(s, id);
+
+	pthread_mutex_lock(&s->ram_lock);
+	struct chunk *c = idmap_get(&s->ram, id);
+	if (c)
+		ram_evict(s, c->tier_priv, &dead);
+	pthread_mutex_unlock(&s->ram_lock);
+	ram_release(dead);
+
+	pthread_mutex_lock(&sh->lock);
+	c = idmap_del(&sh->map, id);
+	if (c)
+		atomic_fetch_sub(&s->inflight_n, 1);
+	pthread_mutex_unlock(&sh->lock);
+	chunk_unref(c);
+
+	if (!s->disk)
+		return;
+	struct job *gone = NULL;
+	pthread_mutex_lock(&s->q_lock);
+	for (struct job *j = s->writes.head, *next; j; j = next) {
+		next = j->next;
+		if (chunk_id_eq(&j->c->id, id)) {
+			list_remove(&s->writes, j);
+			j->next = gone;
+			gone = j;
+		}
+	}
+	for (struct job *j = s->active.head; j; j = j->next)
+		if (chunk_id_eq(&j->c->id, id))
+			j->dropped = true;
+	pthread_mutex_unlock(&s->q_lock);
+	while (gone) {
+		struct job *next = gone->next;
+		job_free(gone);
+		gone = next;
+	}
+	disk_drop(s->disk, id);
+}
+
+void store_get_stats(struct store *s, struct store_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	pthread_mutex_lock(&s->ram_lock);
+	out->ram_used = policy_used(s->ram_policy) + s->ram_filling;
+	out->ram_filling = s->ram_filling;
+	out->ram_capacity = s->cfg.ram_bytes;
+	out->ram_entries = policy_count(s->ram_policy);
+	out->evictions_ram = s->evictions_ram;
+	out->ram_overcommits = s->ram_overcommits;
+	pthread_mutex_unlock(&s->ram_lock);
+
+	out->inflight = atomic_load(&s->inflight_n);
+	out->hits_ram = atomic_load(&s->hits_ram);
+	out->hits_disk = atomic_load(&s->hits_disk);
+	out->misses = atomic_load(&s->misses);
+	out->coalesced = atomic_load(&s->coalesced);
+	out->disk_writes = atomic_load(&s->disk_writes);
+	out->disk_writes_dropped = atomic_load(&s->disk_writes_dropped);
+	out->disk_write_errors = atomic_load(&s->disk_write_errors);
+	out->disk_read_errors = atomic_load(&s->disk_read_errors);
+	out->disk_ok = disk_usable(s);
+	if (s->disk) {
+		struct disk_stats d;
+		disk_get_stats(s->disk, &d);
+		out->disk_used = d.used;
+		out->disk_capacity = d.capacity;
+		out->disk_entries = d.entries;
+		out->evictions_disk = d.evictions;
+		out->disk_corrupt = d.corrupt;
+	}
+}

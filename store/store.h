@@ -1,0 +1,126 @@
+/*
+ * store.h - the tiered chunk store: an in-flight table, a RAM tier and an
+ * NVMe tier, shared by every worker.
+ *
+ *   store_acquire(id) -> STORE_HIT      the chunk is READY in RAM
+ *                     -> STORE_WAIT     someone produces it (an upstream fetch
+ *                                       elsewhere, or the store's I/O threads
+ *                                       reading it from NVMe): read it as it fills
+ *                     -> STORE_PRODUCE  nobody has it: the caller fetches it
+ *                                       and calls store_complete()
+ * Concurrent acquirers of one chunk get the same struct chunk: that is
+ * coalescing. A completed chunk is offered to the RAM tier and written
+ * through to the NVMe tier (each by its admission policy); a chunk read
+ * back from NVMe is promoted to RAM. A torn or corrupt NVMe entry fails
+ * its checksum and reads as a miss.
+ *
+ * Bounds: RAM use (READY chunks plus chunks being filled) stays within
+ * ram_bytes, except that chunks being filled or read are never freed
+ * under a reader (they are counted, and the tier evicts others first).
+ * Disk use stays within disk_bytes.
+ *
+ * Every function is thread-safe. None blocks on disk: NVMe reads and
+ * writes run on the store's own I/O threads.
+ */
+#ifndef LARDER_STORE_H
+#define LARDER_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/chunk.h"
+#include "store/policy.h"
+
+struct store_config {
+	uint64_t ram_bytes;          /* LARDER_RAM_CACHE_SIZE */
+	uint64_t disk_bytes;         /* LARDER_DISK_CACHE_SIZE; 0: no NVMe tier */
+	const char *dir;             /* LARDER_CACHE_DIR (required when disk_bytes > 0) */
+	enum policy_kind policy;     /* LARDER_CACHE_POLICY */
+	double stale_after_s;        /* LARDER_CACHE_STALE_AFTER */
+	unsigned io_threads;         /* NVMe readers/writers; 0: 2 */
+	uint64_t segment_bytes;      /* NVMe segment file size; 0: 64 MiB */
+};
+
+/* Who a chunk belongs to: persisted with it on NVMe so a restart can
+ * rebuild object metadata, and purges can find it by name. */
+struct chunk_origin {
+	const char *bucket;
+	const char *key;
+	const char *etag;
+	uint64_t index;
+	const void *meta;            /* opaque object metadata (chunk 0 only), or NULL */
+	size_t meta_len;
+};
+
+/* Called once per chunk-0 entry found on NVMe at store_open, so the
+ * caller can rebuild its metadata cache. */
+typedef void (*store_recover_cb)(void *arg, const struct chunk_origin *o);
+
+struct store;
+
+/* Opens (and recovers) the store. Returns NULL with err set when the
+ * cache directory cannot be used; a directory that later fails (full,
+ * unwritable) only disables the NVMe tier, reported in store_stats. */
+struct store *store_open(const struct store_config *c, store_recover_cb cb, void *cb_arg,
+                         char *err, size_t errlen);
+/* Stops the I/O threads (pending NVMe writes are abandoned, pending NVMe
+ * reads fail with STORE_ERR_REFETCH) and drops the store's references;
+ * chunks callers still hold stay valid until they release them. Every
+ * producer must have called store_complete before. */
+void store_close(struct store *s);
+
+enum store_role { STORE_HIT, STORE_WAIT, STORE_PRODUCE };
+
+/* fail_reason of a chunk the store itself was producing from NVMe and
+ * could not (checksum failure, entry gone, I/O error, store closing): not
+ * an error to report. Release the chunk and store_acquire() again; the
+ * NVMe copy is forgotten, so you will be told to fetch it (PRODUCE) or
+ * join whoever does. Distinct from every errno value and HTTP status. */
+#define STORE_ERR_REFETCH (-100000)
+
+/*
+ * The chunk id of length len (its true length, from the object's size).
+ * Returns a reference (release with chunk_unref), or NULL when out of
+ * memory. c->len is authoritative: a chunk already being produced keeps
+ * the length its producer asked for. With STORE_PRODUCE the caller must eventually store_complete()
+ * it, successfully or not.
+ */
+struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t len,
+                            enum store_role *role);
+
+/*
+ * The producer is done (the producer then still releases its reference). ok: the chunk is READY (filled == len), leaves
+ * the in-flight table, and is offered to the tiers; o names it for NVMe.
+ * !ok: FAILED with reason, leaves the in-flight table (the next acquire
+ * produces again); never stored. Wakes every waiter either way.
+ */
+void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
+                    const struct chunk_origin *o);
+
+/* Whether a tier holds the chunk complete (READY in RAM, or on NVMe):
+ * store_acquire would answer HIT or read it from NVMe. A snapshot: it may
+ * be evicted the next moment. Does not count as an access. */
+bool store_holds(struct store *s, const struct chunk_id *id);
+
+/* Forgets a chunk in every tier (readers holding it keep their bytes).
+ * A chunk being produced leaves the in-flight table (its waiters still get
+ * its bytes) and is not stored when it completes; a pending NVMe write of
+ * it is cancelled. */
+void store_drop(struct store *s, const struct chunk_id *id);
+
+struct store_stats {
+	uint64_t ram_used, ram_capacity, ram_entries;  /* ram_used includes ram_filling */
+	uint64_t ram_filling;            /* bytes reserved by chunks being produced */
+	uint64_t ram_overcommits;        /* reservations that pushed ram_used past capacity */
+	uint64_t disk_used, disk_capacity, disk_entries;
+	uint64_t inflight;               /* chunks being produced */
+	uint64_t hits_ram, hits_disk, misses, coalesced;
+	uint64_t evictions_ram, evictions_disk;
+	uint64_t disk_write_errors, disk_read_errors, disk_corrupt;
+	uint64_t disk_writes, disk_writes_dropped; /* done; skipped as the queue was full */
+	bool disk_ok;                    /* false once the NVMe tier was disabled */
+};
+void store_get_stats(struct store *s, struct store_stats *out);
+
+#endif

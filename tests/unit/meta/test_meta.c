@@ -1,0 +1,174 @@
+/* test_meta.c - the object metadata cache: roles, coalescing, TTL, drops. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store/meta.h"
+
+static int woken;
+static void wake(void *arg)
+{
+	(*(int *)arg)++;
+}
+
+static void test_load_wait_publish(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out;
+	struct chunk_waiter w1 = { .wake = wake, .arg = &woken }, w2 = w1;
+	woken = 0;
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w1, &out), META_LOAD);
+	assert_null(out);
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w1, &out), META_WAIT);
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w2, &out), META_WAIT);
+	struct obj_meta *m = meta_new(42, "\"e1\"", 1000, "Content-Type: x/y\n", 0);
+	meta_publish(mc, "b", "k", m);
+	assert_int_equal(woken, 2);
+	assert_int_equal(meta_lookup(mc, "b", "k", 10, 60, 0, &w1, &out), META_FRESH);
+	assert_ptr_equal(out, m);
+	assert_int_equal(out->size, 42);
+	meta_unref(out);
+	/* Another key is independent. */
+	assert_int_equal(meta_lookup(mc, "b", "k2", 10, 60, 0, &w1, &out), META_LOAD);
+	meta_publish(mc, "b", "k2", NULL);
+	/* A failed first load leaves nothing: the next reader loads. */
+	assert_int_equal(meta_lookup(mc, "b", "k2", 10, 60, 0, &w1, &out), META_LOAD);
+	meta_publish(mc, "b", "k2", NULL);
+	meta_unref(m);
+	meta_cache_destroy(mc);
+}
+
+static void test_ttl_and_revalidation(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out;
+	struct chunk_waiter w = { .wake = wake, .arg = &woken };
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 5, 0, &w, &out), META_LOAD);
+	struct obj_meta *m = meta_new(1, "\"e\"", 0, NULL, 0);
+	meta_publish(mc, "b", "k", m);
+	meta_unref(m);
+	assert_int_equal(meta_lookup(mc, "b", "k", 4.9, 5, 0, &w, &out), META_FRESH);
+	meta_unref(out);
+	/* Expired: one reader revalidates with the old entry in hand. */
+	assert_int_equal(meta_lookup(mc, "b", "k", 5.1, 5, 0, &w, &out), META_LOAD);
+	assert_non_null(out);
+	assert_string_equal(out->etag, "\"e\"");
+	meta_unref(out);
+	meta_refresh(mc, "b", "k", 5.1);
+	assert_int_equal(meta_lookup(mc, "b", "k", 9, 5, 0, &w, &out), META_FRESH);
+	meta_unref(out);
+	/* Immutable never expires. */
+	assert_int_equal(meta_lookup(mc, "b", "k", 1e9, -1, 0, &w, &out), META_FRESH);
+	meta_unref(out);
+	meta_cache_destroy(mc);
+}
+
+static void test_negative(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out;
+	struct chunk_waiter w = { .wake = wake, .arg = &woken };
+	assert_int_equal(meta_lookup(mc, "b", "gone", 0, 60, 2, &w, &out), META_LOAD);
+	struct obj_meta *n = meta_new_negative(0);
+	meta_publish(mc, "b", "gone", n);
+	meta_unref(n);
+	assert_int_equal(meta_lookup(mc, "b", "gone", 1, 60, 2, &w, &out), META_FRESH);
+	assert_true(out->negative);
+	meta_unref(out);
+	assert_int_equal(meta_lookup(mc, "b", "gone", 3, 60, 2, &w, &out), META_LOAD);
+	assert_null(out); /* nothing to revalidate against */
+	meta_publish(mc, "b", "gone", NULL);
+	meta_cache_destroy(mc);
+}
+
+static void test_drops(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out;
+	struct chunk_waiter w = { .wake = wake, .arg = &woken };
+	struct obj_meta *m = meta_new(1, "\"old\"", 0, NULL, 0);
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_LOAD);
+	meta_publish(mc, "b", "k", m);
+	meta_drop(mc, "b", "k");
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_LOAD);
+	/* A write lands while the load runs: what the load saw is not kept. */
+	meta_drop(mc, "b", "k");
+	meta_publish(mc, "b", "k", m);
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_LOAD);
+	meta_publish(mc, "b", "k", m);
+	assert_int_equal(meta_lookup(mc, "b", "k2", 0, 60, 0, &w, &out), META_LOAD);
+	meta_publish(mc, "b", "k2", m);
+	assert_int_equal(meta_lookup(mc, "c", "k", 0, 60, 0, &w, &out), META_LOAD);
+	meta_publish(mc, "c", "k", m);
+	meta_drop_bucket(mc, "b");
+	assert_int_equal(meta_lookup(mc, "b", "k2", 0, 60, 0, &w, &out), META_LOAD);
+	meta_publish(mc, "b", "k2", NULL);
+	assert_int_equal(meta_lookup(mc, "c", "k", 0, 60, 0, &w, &out), META_FRESH);
+	meta_unref(out);
+	meta_unref(m);
+	meta_cache_destroy(mc);
+}
+
+static void test_unwait_and_bound(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(64); /* one entry per shard */
+	struct obj_meta *out;
+	int mine = 0;
+	struct chunk_waiter w = { .wake = wake, .arg = &mine };
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_LOAD);
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_WAIT);
+	meta_unwait(mc, "b", "k", &w);
+	meta_publish(mc, "b", "k", NULL);
+	assert_int_equal(mine, 0);
+	struct obj_meta *m = meta_new(1, "\"e\"", 0, NULL, 0);
+	char key[32];
+	for (int i = 0; i < 5000; i++) {
+		snprintf(key, sizeof key, "k%d", i);
+		meta_lookup(mc, "b", key, 0, 60, 0, &w, &out);
+		meta_publish(mc, "b", key, m);
+	}
+	assert_true(meta_cache_count(mc) <= 64 * 2);
+	meta_unref(m);
+	meta_cache_destroy(mc);
+}
+
+static void test_encode_decode(void **state)
+{
+	struct obj_meta *m = meta_new(123456789012ull, "\"abc-3\"", 1700000000,
+	                              "Content-Type: a/b\nx-amz-meta-k: v: w\n", 0);
+	struct buf b;
+	buf_init(&b, 1 << 16);
+	assert_int_equal(meta_encode(m, &b), 0);
+	struct obj_meta *d = meta_decode(b.p, b.len, 5);
+	assert_non_null(d);
+	assert_true(d->learnt <= 5.0 && d->learnt > 3.0); /* written a moment ago */
+	assert_int_equal(d->size, 123456789012ull);
+	assert_string_equal(d->etag, "\"abc-3\"");
+	assert_int_equal(d->last_modified, 1700000000);
+	assert_string_equal(d->headers, m->headers);
+	/* A blob cut short of its four header lines is refused. */
+	assert_null(meta_decode(b.p, 20, 5));
+	assert_null(meta_decode("larder-meta 1\n1\n0\n\"e\"\n", 22, 0));
+	assert_null(meta_decode("junk", 4, 0));
+	meta_unref(d);
+	meta_unref(m);
+	buf_fini(&b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_load_wait_publish),
+		cmocka_unit_test(test_ttl_and_revalidation),
+		cmocka_unit_test(test_negative),
+		cmocka_unit_test(test_drops),
+		cmocka_unit_test(test_unwait_and_bound),
+		cmocka_unit_test(test_encode_decode),
+	};
+	return cmocka_run_group_tests_name("meta", tests, NULL, NULL);
+}

@@ -1,0 +1,435 @@
+/*
+ * test_chunk.c - chunk identity, waiters and the producer/reader protocol
+ * (store/chunk.h), including the threaded cases.
+ */
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+
+#include "store/chunk.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* A waiter that counts its wakes and lets a thread sleep until one comes. */
+struct tw {
+	struct chunk_waiter w;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	int wakes;
+	bool flag;
+};
+
+static void tw_wake(void *arg)
+{
+	struct tw *t = arg;
+	pthread_mutex_lock(&t->m);
+	t->wakes++;
+	t->flag = true;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->m);
+}
+
+static void tw_init(struct tw *t)
+{
+	memset(t, 0, sizeof *t);
+	t->w = (struct chunk_waiter){ .wake = tw_wake, .arg = t };
+	pthread_mutex_init(&t->m, NULL);
+	pthread_cond_init(&t->cv, NULL);
+}
+
+static void tw_fini(struct tw *t)
+{
+	pthread_mutex_destroy(&t->m);
+	pthread_cond_destroy(&t->cv);
+}
+
+static int tw_wakes(struct tw *t)
+{
+	pthread_mutex_lock(&t->m);
+	int n = t->wakes;
+	pthread_mutex_unlock(&t->m);
+	return n;
+}
+
+/* Sleeps until the next wake, consuming it. */
+static void tw_sleep(struct tw *t)
+{
+	pthread_mutex_lock(&t->m);
+	while (!t->flag)
+		pthread_cond_wait(&t->cv, &t->m);
+	t->flag = false;
+	pthread_mutex_unlock(&t->m);
+}
+
+static struct chunk *mk(size_t len)
+{
+	struct chunk_id id;
+	chunk_id_make("b", "k", "\"etag\"", 0, &id);
+	struct chunk *c = chunk_new(&id, len);
+	assert_non_null(c);
+	return c;
+}
+
+static void msleep(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* ---- identity ------------------------------------------------------------ */
+
+static void test_id(void **state)
+{
+	(void)state;
+	struct chunk_id a, b, c, d;
+	chunk_id_make("bucket", "key", "etag", 3, &a);
+	chunk_id_make("bucket", "key", "etag", 3, &b);
+	assert_true(chunk_id_eq(&a, &b));
+	chunk_id_make("bucket", "key", "etag", 4, &c);
+	assert_false(chunk_id_eq(&a, &c));
+	/* Length prefixes: moving a byte across a field boundary changes the id. */
+	chunk_id_make("ab", "c", "etag", 0, &c);
+	chunk_id_make("a", "bc", "etag", 0, &d);
+	assert_false(chunk_id_eq(&c, &d));
+	chunk_id_make("bucket", "key", "etag2", 3, &c);
+	assert_false(chunk_id_eq(&a, &c));
+
+	uint64_t h = 0;
+	for (int i = 0; i < 8; i++)
+		h = h << 8 | a.b[i];
+	assert_int_equal(chunk_id_hash(&a), h);
+}
+
+static void test_new_unref(void **state)
+{
+	(void)state;
+	struct chunk *c = mk(0);
+	assert_int_equal(chunk_refs(c), 1);
+	assert_int_equal(chunk_state(c), CHUNK_FILLING);
+	chunk_set_state(c, CHUNK_READY, 0); /* filled == len == 0 */
+	chunk_ref(c);
+	assert_int_equal(chunk_refs(c), 2);
+	chunk_unref(c);
+	chunk_unref(c);
+	chunk_unref(NULL);
+}
+
+/* ---- waiters ------------------------------------------------------------- */
+
+static void test_wake_on_append_and_state(void **state)
+{
+	(void)state;
+	struct chunk *c = mk(8);
+	struct tw t;
+	tw_init(&t);
+
+	chunk_wait(c, &t.w, 0);
+	assert_int_equal(tw_wakes(&t), 0); /* nothing happened yet */
+	chunk_append(c, "abcd", 4);
+	assert_int_equal(tw_wakes(&t), 1);
+	assert_int_equal(chunk_filled(c), 4);
+	assert_memory_equal(c->data, "abcd", 4);
+	chunk_wait(c, &t.w, 4); /* already registered: a no-op, nothing new */
+	assert_int_equal(tw_wakes(&t), 1);
+	chunk_append(c, "efgh", 4);
+	assert_int_equal(tw_wakes(&t), 2);
+	chunk_set_state(c, CHUNK_READY, 0);
+	assert_int_equal(tw_wakes(&t), 3);
+	assert_int_equal(chunk_state(c), CHUNK_READY);
+
+	chunk_unwait(c, &t.w);
+	chunk_unref(c);
+	tw_fini(&t);
+}
+
+static void test_failed_reason(void **state)
+{
+	(void)state;
+	struct chunk *c = mk(8);
+	struct tw t[3];
+	for (int i = 0; i < 3; i++) {
+		tw_init(&t[i]);
+		chunk_wait(c, &t[i].w, 0);
+	}
+	chunk_append(c, "ab", 2);
+	chunk_set_state(c, CHUNK_FAILED, -5);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(tw_wakes(&t[i]), 2);
+		chunk_unwait(c, &t[i].w);
+		tw_fini(&t[i]);
+	}
+	assert_int_equal(chunk_state(c), CHUNK_FAILED);
+	assert_int_equal(c->fail_reason, -5);
+	chunk_unref(c);
+}
+
+/* Registering after the event: the wake comes from chunk_wait itself. */
+static void test_no_lost_wakeup(void **state)
+{
+	(void)state;
+	struct chunk *c = mk(8);
+	struct tw t;
+	tw_init(&t);
+
+	chunk_append(c, "abcd", 4);
+	chunk_wait(c, &t.w, 0);        /* saw 0, there are 4 */
+	assert_int_equal(tw_wakes(&t), 1);
+	chunk_unwait(c, &t.w);
+	chunk_wait(c, &t.w, 4);        /* saw everything: no wake */
+	assert_int_equal(tw_wakes(&t), 1);
+	chunk_unwait(c, &t.w);
+
+	chunk_append(c, "efgh", 4);
+	chunk_set_state(c, CHUNK_READY, 0);
+	chunk_wait(c, &t.w, 8);        /* all bytes seen, but the state changed */
+	assert_int_equal(tw_wakes(&t), 2);
+	chunk_unwait(c, &t.w);
+
+	chunk_unref(c);
+	tw_fini(&t);
+}
+
+static void test_unwait_stops_wakes(void **state)
+{
+	(void)state;
+	struct chunk *c = mk(8);
+	struct tw a, b;
+	tw_init(&a);
+	tw_init(&b);
+	chunk_wait(c, &a.w, 0);
+	chunk_wait(c, &b.w, 0);
+	chunk_unwait(c, &a.w);
+	chunk_unwait(c, &a.w); /* twice is harmless */
+	chunk_append(c, "x", 1);
+	assert_int_equal(tw_wakes(&a), 0);
+	assert_int_equal(tw_wakes(&b), 1);
+	/* A waiter can be reused on another chunk. */
+	struct chunk *d = mk(1);
+	chunk_wait(d, &a.w, 0);
+	chunk_append(d, "y", 1);
+	assert_int_equal(tw_wakes(&a), 1);
+	chunk_unwait(d, &a.w);
+	chunk_unwait(c, &b.w);
+	chunk_unref(d);
+	chunk_unref(c);
+	tw_fini(&a);
+	tw_fini(&b);
+}
+
+/* More waiters than one wake batch: every one is called. */
+static void test_many_waiters(void **state)
+{
+	(void)state;
+	enum { N = 50 };
+	struct chunk *c = mk(4);
+	struct tw *t = calloc(N, sizeof *t);
+	assert_non_null(t);
+	for (int i = 0; i < N; i++) {
+		tw_init(&t[i]);
+		chunk_wait(c, &t[i].w, 0);
+	}
+	chunk_append(c, "abcd", 4);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(tw_wakes(&t[i]), 1);
+	for (int i = 0; i < N; i += 2)
+		chunk_unwait(c, &t[i].w);
+	chunk_set_state(c, CHUNK_READY, 0);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(tw_wakes(&t[i]), i % 2 ? 2 : 1);
+		chunk_unwait(c, &t[i].w);
+		tw_fini(&t[i]);
+	}
+	free(t);
+	chunk_unref(c);
+}
+
+/* ---- unwait while a wake is in flight ---------------------------------------- */
+
+struct slow {
+	struct chunk_waiter w;
+	atomic_int entered, left, calls;
+};
+
+static void slow_wake(void *arg)
+{
+	struct slow *s = arg;
+	atomic_fetch_add(&s->calls, 1);
+	atomic_store(&s->entered, 1);
+	msleep(100);
+	atomic_store(&s->left, 1);
+}
+
+static void *append_one(void *arg)
+{
+	chunk_append(arg, "z", 1);
+	return NULL;
+}
+
+static void test_unwait_waits_for_wake(void **state)
+{
+	(void)state;
+	struct chunk *c = mk(4);
+	struct slow *s = calloc(1, sizeof *s);
+	assert_non_null(s);
+	s->w = (struct chunk_waiter){ .wake = slow_wake, .arg = s };
+	chunk_wait(c, &s->w, 0);
+
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, append_one, c), 0);
+	while (!atomic_load(&s->entered))
+		msleep(1);
+	chunk_unwait(c, &s->w);
+	/* The call that was running when we left has returned... */
+	assert_int_equal(atomic_load(&s->left), 1);
+	int calls = atomic_load(&s->calls);
+	free(s); /* ...so the waiter may go: ASan would catch a later call. */
+	chunk_append(c, "z", 1);
+	assert_int_equal(calls, 1);
+	pthread_join(th, NULL);
+	chunk_unref(c);
+}
+
+/* ---- one producer, many readers --------------------------------------------------- */
+
+enum { STRESS_LEN = 1 << 20, PIECE = 1024, READERS = 8 };
+
+static unsigned char expect_byte(size_t i)
+{
+	return (unsigned char)((i * 2654435761u) >> 13);
+}
+
+struct reader {
+	pthread_t th;
+	struct chunk *c;
+	int start_delay_ms;
+	unsigned char *copy;
+	size_t got;
+	int wakes_used;
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *r = arg;
+	struct tw t;
+	tw_init(&t);
+	if (r->start_delay_ms)
+		msleep(r->start_delay_ms);
+	chunk_ref(r->c);
+	chunk_wait(r->c, &t.w, 0);
+	for (;;) {
+		/* State before filled: READY seen means filled == len is visible. */
+		enum chunk_state st = chunk_state(r->c);
+		size_t f = chunk_filled(r->c);
+		memcpy(r->copy + r->got, r->c->data + r->got, f - r->got);
+		r->got = f;
+		if (st != CHUNK_FILLING)
+			break;
+		tw_sleep(&t);
+		r->wakes_used++;
+	}
+	chunk_unwait(r->c, &t.w);
+	chunk_unref(r->c);
+	tw_fini(&t);
+	return NULL;
+}
+
+static void test_stress_readers(void **state)
+{
+	(void)state;
+	struct chunk *c = mk(STRESS_LEN);
+	unsigned char *src = malloc(STRESS_LEN);
+	assert_non_null(src);
+	for (size_t i = 0; i < STRESS_LEN; i++)
+		src[i] = expect_byte(i);
+
+	struct reader r[READERS];
+	for (int i = 0; i < READERS; i++) {
+		r[i] = (struct reader){ .c = c, .start_delay_ms = i % 3 == 2 ? 5 * i : 0 };
+		r[i].copy = malloc(STRESS_LEN);
+		assert_non_null(r[i].copy);
+		assert_int_equal(pthread_create(&r[i].th, NULL, reader_main, &r[i]), 0);
+	}
+	for (size_t off = 0; off < STRESS_LEN; off += PIECE) {
+		chunk_append(c, src + off, PIECE);
+		if (off % (64 * PIECE) == 0)
+			sched_yield();
+	}
+	chunk_set_state(c, CHUNK_READY, 0);
+	for (int i = 0; i < READERS; i++) {
+		pthread_join(r[i].th, NULL);
+		assert_int_equal(r[i].got, STRESS_LEN);
+		assert_memory_equal(r[i].copy, src, STRESS_LEN);
+		free(r[i].copy);
+	}
+	assert_int_equal(chunk_refs(c), 1);
+	chunk_unref(c);
+	free(src);
+}
+
+/* Readers that leave half-way (client disconnects) while the producer goes on. */
+struct quitter {
+	pthread_t th;
+	struct chunk *c;
+	size_t leave_at;
+};
+
+static void *quitter_main(void *arg)
+{
+	struct quitter *q = arg;
+	struct tw t;
+	tw_init(&t);
+	chunk_wait(q->c, &t.w, 0);
+	while (chunk_filled(q->c) < q->leave_at && chunk_state(q->c) == CHUNK_FILLING)
+		tw_sleep(&t);
+	chunk_unwait(q->c, &t.w);
+	tw_fini(&t); /* the waiter's memory goes with the thread's stack */
+	return NULL;
+}
+
+static void test_stress_unwait(void **state)
+{
+	(void)state;
+	enum { N = 6, LEN = 256 * PIECE };
+	static char piece[PIECE];
+	for (int round = 0; round < 20; round++) {
+		struct chunk *c = mk(LEN);
+		struct quitter q[N];
+		for (int i = 0; i < N; i++) {
+			q[i] = (struct quitter){ .c = c, .leave_at = (size_t)(i + 1) * LEN / (N + 1) };
+			assert_int_equal(pthread_create(&q[i].th, NULL, quitter_main, &q[i]), 0);
+		}
+		for (size_t off = 0; off < LEN; off += PIECE)
+			chunk_append(c, piece, PIECE);
+		chunk_set_state(c, CHUNK_READY, 0);
+		for (int i = 0; i < N; i++)
+			pthread_join(q[i].th, NULL);
+		chunk_unref(c);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_id),
+		cmocka_unit_test(test_new_unref),
+		cmocka_unit_test(test_wake_on_append_and_state),
+		cmocka_unit_test(test_failed_reason),
+		cmocka_unit_test(test_no_lost_wakeup),
+		cmocka_unit_test(test_unwait_stops_wakes),
+		cmocka_unit_test(test_many_waiters),
+		cmocka_unit_test(test_unwait_waits_for_wake),
+		cmocka_unit_test(test_stress_readers),
+		cmocka_unit_test(test_stress_unwait),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,700 @@
+/*
+ * test_store.c - the tiered store (store/store.h): coalescing, failure
+ * fan-out, the RAM bound with chunks being filled, drops, and the NVMe
+ * tier (write-through, recovery, promotion, corruption, a dying disk).
+ *
+ * The NVMe tests work in a fresh directory under $TMPDIR and remove it.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+
+#include "store/store.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+enum { CLEN = 4096 };
+
+static struct chunk_id cid(uint64_t i)
+{
+	struct chunk_id id;
+	chunk_id_make("bucket", "dir/object", "\"0123abcd\"", i, &id);
+	return id;
+}
+
+static unsigned char pat(uint64_t i, size_t off)
+{
+	return (unsigned char)((i * 131 + off * 7 + (off >> 8)) ^ (i >> 3));
+}
+
+static void fill(struct chunk *c, uint64_t i)
+{
+	unsigned char buf[512];
+	for (size_t off = 0; off < c->len; off += sizeof buf) {
+		size_t n = c->len - off < sizeof buf ? c->len - off : sizeof buf;
+		for (size_t k = 0; k < n; k++)
+			buf[k] = pat(i, off + k);
+		chunk_append(c, buf, n);
+	}
+}
+
+static bool data_ok(const struct chunk *c, uint64_t i)
+{
+	for (size_t off = 0; off < c->len; off++)
+		if ((unsigned char)c->data[off] != pat(i, off))
+			return false;
+	return true;
+}
+
+static struct chunk_origin origin(uint64_t i)
+{
+	return (struct chunk_origin){ .bucket = "bucket", .key = "dir/object",
+	                              .etag = "\"0123abcd\"", .index = i };
+}
+
+static void produce(struct store *s, uint64_t i)
+{
+	enum store_role role;
+	struct chunk_id id = cid(i);
+	struct chunk *c = store_acquire(s, &id, CLEN, &role);
+	assert_non_null(c);
+	assert_int_equal(role, STORE_PRODUCE);
+	fill(c, i);
+	struct chunk_origin o = origin(i);
+	store_complete(s, c, true, 0, &o);
+	chunk_unref(c);
+}
+
+static void msleep(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* Blocks until c leaves FILLING. */
+struct tw {
+	struct chunk_waiter w;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	bool flag;
+	atomic_int wakes;
+};
+
+static void tw_wake(void *arg)
+{
+	struct tw *t = arg;
+	atomic_fetch_add(&t->wakes, 1);
+	pthread_mutex_lock(&t->m);
+	t->flag = true;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->m);
+}
+
+static void tw_init(struct tw *t)
+{
+	memset(t, 0, sizeof *t);
+	t->w = (struct chunk_waiter){ .wake = tw_wake, .arg = t };
+	pthread_mutex_init(&t->m, NULL);
+	pthread_cond_init(&t->cv, NULL);
+}
+
+static void tw_fini(struct tw *t)
+{
+	pthread_mutex_destroy(&t->m);
+	pthread_cond_destroy(&t->cv);
+}
+
+static enum chunk_state wait_done(struct chunk *c)
+{
+	struct tw t;
+	tw_init(&t);
+	chunk_wait(c, &t.w, 0);
+	while (chunk_state(c) == CHUNK_FILLING) {
+		pthread_mutex_lock(&t.m);
+		while (!t.flag)
+			pthread_cond_wait(&t.cv, &t.m);
+		t.flag = false;
+		pthread_mutex_unlock(&t.m);
+	}
+	chunk_unwait(c, &t.w);
+	tw_fini(&t);
+	return chunk_state(c);
+}
+
+static struct store *open_ram(uint64_t ram, enum policy_kind k)
+{
+	char err[256];
+	struct store_config cfg = { .ram_bytes = ram, .policy = k, .stale_after_s = 86400 };
+	struct store *s = store_open(&cfg, NULL, NULL, err, sizeof err);
+	assert_non_null(s);
+	return s;
+}
+
+static struct store_stats stats(struct store *s)
+{
+	struct store_stats st;
+	store_get_stats(s, &st);
+	return st;
+}
+
+/* ---- RAM tier and in-flight table ------------------------------------------ */
+
+static void test_ram_only_roles(void **state)
+{
+	(void)state;
+	struct store *s = open_ram(1 << 20, POLICY_SUBSET);
+	struct chunk_id id = cid(1);
+	enum store_role role;
+
+	assert_false(store_holds(s, &id));
+	struct chunk *p = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+	assert_false(store_holds(s, &id)); /* being produced is not held */
+	struct chunk *w[9];
+	for (int i = 0; i < 9; i++) {
+		w[i] = store_acquire(s, &id, CLEN, &role);
+		assert_int_equal(role, STORE_WAIT);
+		assert_ptr_equal(w[i], p); /* coalesced: the same chunk */
+	}
+	struct store_stats st = stats(s);
+	assert_int_equal(st.misses, 1);
+	assert_int_equal(st.coalesced, 9);
+	assert_int_equal(st.inflight, 1);
+	assert_false(st.disk_ok);
+
+	fill(p, 1);
+	struct chunk_origin o = origin(1);
+	store_complete(s, p, true, 0, &o);
+	chunk_unref(p);
+	for (int i = 0; i < 9; i++) {
+		assert_int_equal(chunk_state(w[i]), CHUNK_READY);
+		assert_true(data_ok(w[i], 1));
+		chunk_unref(w[i]);
+	}
+	assert_true(store_holds(s, &id));
+	struct chunk *h = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_HIT);
+	assert_ptr_equal(h, p);
+	assert_true(data_ok(h, 1));
+	chunk_unref(h);
+	st = stats(s);
+	assert_int_equal(st.hits_ram, 1);
+	assert_int_equal(st.inflight, 0);
+	assert_int_equal(st.ram_entries, 1);
+	assert_int_equal(st.ram_used, CLEN);
+	assert_int_equal(st.ram_filling, 0);
+	store_close(s);
+}
+
+static void test_failure_fanout(void **state)
+{
+	(void)state;
+	struct store *s = open_ram(1 << 20, POLICY_SUBSET);
+	struct chunk_id id = cid(2);
+	enum store_role role;
+	struct chunk *p = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+
+	enum { W = 5 };
+	struct chunk *w[W];
+	struct tw t[W];
+	for (int i = 0; i < W; i++) {
+		w[i] = store_acquire(s, &id, CLEN, &role);
+		assert_int_equal(role, STORE_WAIT);
+		tw_init(&t[i]);
+		chunk_wait(w[i], &t[i].w, 0);
+	}
+	chunk_append(p, "partial", 7);
+	store_complete(s, p, false, -EIO, NULL);
+	chunk_unref(p);
+	for (int i = 0; i < W; i++) {
+		assert_true(atomic_load(&t[i].wakes) >= 2); /* the bytes, then the failure */
+		assert_int_equal(chunk_state(w[i]), CHUNK_FAILED);
+		assert_int_equal(w[i]->fail_reason, -EIO);
+		chunk_unwait(w[i], &t[i].w);
+		tw_fini(&t[i]);
+		chunk_unref(w[i]);
+	}
+	/* Never stored; the next reader produces again. */
+	struct store_stats st = stats(s);
+	assert_int_equal(st.ram_entries, 0);
+	assert_int_equal(st.ram_used, 0);
+	assert_int_equal(st.inflight, 0);
+	struct chunk *again = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+	assert_int_equal(chunk_state(again), CHUNK_FILLING);
+	store_complete(s, again, false, 503, NULL);
+	chunk_unref(again);
+	store_close(s);
+}
+
+static void ram_bound(enum policy_kind k)
+{
+	const uint64_t cap = 16 * CLEN;
+	struct store *s = open_ram(cap, k);
+	enum store_role role;
+	uint64_t hits = 0;
+	for (uint64_t n = 0; n < 2000; n++) {
+		uint64_t i = (n * 7) % 101; /* revisits, so some hits */
+		struct chunk_id id = cid(i);
+		struct chunk *c = store_acquire(s, &id, CLEN, &role);
+		assert_non_null(c);
+		if (role == STORE_PRODUCE) {
+			assert_true(stats(s).ram_used <= cap);
+			fill(c, i);
+			struct chunk_origin o = origin(i);
+			store_complete(s, c, true, 0, &o);
+		} else {
+			assert_int_equal(role, STORE_HIT);
+			assert_true(data_ok(c, i));
+			hits++;
+		}
+		chunk_unref(c);
+		struct store_stats st = stats(s);
+		assert_true(st.ram_used <= cap);
+		assert_true(st.ram_entries <= 16);
+	}
+	struct store_stats st = stats(s);
+	assert_int_equal(st.ram_overcommits, 0);
+	assert_true(st.evictions_ram > 0);
+	assert_int_equal(st.hits_ram, hits);
+	if (k == POLICY_SUBSET)
+		assert_true(hits > 0); /* a stable subset of the 101 is kept */
+	store_close(s);
+}
+
+static void test_ram_bound_subset(void **state)
+{
+	(void)state;
+	ram_bound(POLICY_SUBSET);
+}
+
+static void test_ram_bound_lru(void **state)
+{
+	(void)state;
+	ram_bound(POLICY_LRU);
+}
+
+static void test_inflight_bytes(void **state)
+{
+	(void)state;
+	const uint64_t cap = 4 * CLEN;
+	struct store *s = open_ram(cap, POLICY_LRU);
+	enum store_role role;
+	for (uint64_t i = 0; i < 4; i++)
+		produce(s, i);
+	assert_int_equal(stats(s).ram_used, cap);
+
+	/* Two being filled: two READY chunks make room, bytes counted. */
+	struct chunk_id a = cid(10), b = cid(11), c3 = cid(12);
+	struct chunk *ca = store_acquire(s, &a, CLEN, &role);
+	struct chunk *cb = store_acquire(s, &b, CLEN, &role);
+	struct store_stats st = stats(s);
+	assert_int_equal(st.inflight, 2);
+	assert_int_equal(st.ram_filling, 2 * CLEN);
+	assert_int_equal(st.ram_entries, 2);
+	assert_int_equal(st.ram_used, cap);
+	assert_int_equal(st.evictions_ram, 2);
+	assert_int_equal(st.ram_overcommits, 0);
+
+	/* An evicted chunk a reader holds keeps its bytes. */
+	struct chunk_id k3 = cid(3);
+	struct chunk *held = store_acquire(s, &k3, CLEN, &role);
+	assert_int_equal(role, STORE_HIT);
+	struct chunk *cc = store_acquire(s, &c3, CLEN, &role);
+	struct chunk_id d = cid(13), e = cid(14);
+	struct chunk *cd = store_acquire(s, &d, CLEN, &role);
+	st = stats(s);
+	assert_int_equal(st.ram_entries, 0);
+	assert_int_equal(st.ram_filling, 4 * CLEN);
+	assert_true(data_ok(held, 3));
+	chunk_unref(held);
+
+	/* Nothing left to evict: the fifth overshoots, and says so. */
+	struct chunk *ce = store_acquire(s, &e, CLEN, &role);
+	st = stats(s);
+	assert_int_equal(st.ram_overcommits, 1);
+	assert_int_equal(st.ram_used, 5 * CLEN);
+
+	struct chunk *all[5] = { ca, cb, cc, cd, ce };
+	for (int i = 0; i < 5; i++) {
+		fill(all[i], 10 + (uint64_t)i);
+		store_complete(s, all[i], true, 0, NULL);
+		chunk_unref(all[i]);
+		assert_true(stats(s).ram_used <= 5 * CLEN);
+	}
+	st = stats(s);
+	assert_int_equal(st.ram_filling, 0);
+	assert_int_equal(st.inflight, 0);
+	assert_true(st.ram_used <= cap);
+	store_close(s);
+}
+
+static void test_drop(void **state)
+{
+	(void)state;
+	struct store *s = open_ram(1 << 20, POLICY_SUBSET);
+	enum store_role role;
+	produce(s, 1);
+	struct chunk_id id = cid(1);
+	store_drop(s, &id);
+	struct chunk *c = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+
+	/* Dropped while being produced: waiters still get it, nobody keeps it. */
+	struct chunk *w = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_WAIT);
+	store_drop(s, &id);
+	assert_int_equal(stats(s).inflight, 0);
+	fill(c, 1);
+	store_complete(s, c, true, 0, NULL);
+	chunk_unref(c);
+	assert_int_equal(chunk_state(w), CHUNK_READY);
+	assert_true(data_ok(w, 1));
+	chunk_unref(w);
+	assert_int_equal(stats(s).ram_entries, 0);
+	c = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+	store_complete(s, c, false, -ECONNRESET, NULL);
+	chunk_unref(c);
+	store_close(s);
+}
+
+/* ---- threads: one producer per chunk, whatever the interleaving ------------------ */
+
+enum { T_THREADS = 8, T_IDS = 64, T_ROUNDS = 6 };
+
+struct tshared {
+	struct store *s;
+	atomic_int produced[T_IDS];
+	atomic_int bad;
+};
+
+struct targ {
+	struct tshared *sh;
+	int n;
+};
+
+static void *worker(void *arg)
+{
+	struct targ *a = arg;
+	enum store_role role;
+	for (int r = 0; r < T_ROUNDS; r++) {
+		for (int k = 0; k < T_IDS; k++) {
+			uint64_t i = (uint64_t)((k * (a->n + 1) * 5 + r) % T_IDS);
+			struct chunk_id id = cid(i);
+			struct chunk *c = store_acquire(a->sh->s, &id, CLEN, &role);
+			if (!c) {
+				atomic_fetch_add(&a->sh->bad, 1);
+				continue;
+			}
+			if (role == STORE_PRODUCE) {
+				atomic_fetch_add(&a->sh->produced[i], 1);
+				sched_yield(); /* let others pile up on it */
+				fill(c, i);
+				store_complete(a->sh->s, c, true, 0, NULL);
+			} else if (wait_done(c) != CHUNK_READY || !data_ok(c, i)) {
+				atomic_fetch_add(&a->sh->bad, 1);
+			}
+			chunk_unref(c);
+		}
+	}
+	return NULL;
+}
+
+static void test_threads_coalesce(void **state)
+{
+	(void)state;
+	struct tshared *sh = calloc(1, sizeof *sh);
+	assert_non_null(sh);
+	sh->s = open_ram((uint64_t)(T_IDS + T_THREADS) * CLEN, POLICY_SUBSET);
+	pthread_t th[T_THREADS];
+	struct targ args[T_THREADS];
+	for (int i = 0; i < T_THREADS; i++) {
+		args[i] = (struct targ){ sh, i };
+		assert_int_equal(pthread_create(&th[i], NULL, worker, &args[i]), 0);
+	}
+	for (int i = 0; i < T_THREADS; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(atomic_load(&sh->bad), 0);
+	/* Everything fits, so each chunk was fetched exactly once. */
+	for (int i = 0; i < T_IDS; i++)
+		assert_int_equal(atomic_load(&sh->produced[i]), 1);
+	struct store_stats st = stats(sh->s);
+	assert_int_equal(st.misses, T_IDS);
+	assert_int_equal(st.hits_ram + st.coalesced + st.misses,
+	                 (uint64_t)T_THREADS * T_ROUNDS * T_IDS);
+	assert_int_equal(st.inflight, 0);
+	assert_int_equal(st.ram_filling, 0);
+	store_close(sh->s);
+	free(sh);
+}
+
+/* ---- NVMe tier -------------------------------------------------------------------- */
+
+static char tmpdir[512];
+
+static int setup_dir(void **state)
+{
+	(void)state;
+	const char *t = getenv("TMPDIR");
+	snprintf(tmpdir, sizeof tmpdir, "%s/larder-store-XXXXXX", t && *t ? t : P_tmpdir);
+	return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static void rm_rf(const char *path)
+{
+	DIR *d = opendir(path);
+	if (d) {
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+				continue;
+			char sub[1024];
+			snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+			rm_rf(sub);
+		}
+		closedir(d);
+		rmdir(path);
+	} else {
+		unlink(path);
+	}
+}
+
+static int teardown_dir(void **state)
+{
+	(void)state;
+	rm_rf(tmpdir);
+	return 0;
+}
+
+static struct store *open_disk(const char *dir, uint64_t seg, store_recover_cb cb, void *arg)
+{
+	char err[256] = "";
+	struct store_config cfg = {
+		.ram_bytes = 64 * CLEN, .disk_bytes = 4 << 20, .dir = dir,
+		.policy = POLICY_SUBSET, .stale_after_s = 86400, .io_threads = 2,
+		.segment_bytes = seg,
+	};
+	struct store *s = store_open(&cfg, cb, arg, err, sizeof err);
+	if (!s)
+		print_error("store_open: %s\n", err);
+	assert_non_null(s);
+	return s;
+}
+
+/* Polls until n NVMe writes were done (they are asynchronous). */
+static void wait_writes(struct store *s, uint64_t n)
+{
+	for (int i = 0; i < 5000 && stats(s).disk_writes < n; i++)
+		msleep(1);
+	assert_int_equal(stats(s).disk_writes, n);
+}
+
+static void recover_cb(void *arg, const struct chunk_origin *o)
+{
+	int *n = arg;
+	if (o->index == 0 && strcmp(o->key, "dir/object") == 0)
+		(*n)++;
+}
+
+static void test_disk_roundtrip(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/a/b", tmpdir); /* made with its parents */
+	enum store_role role;
+
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	assert_true(stats(s).disk_ok);
+	for (uint64_t i = 0; i < 4; i++)
+		produce(s, i);
+	wait_writes(s, 4);
+	assert_int_equal(stats(s).disk_entries, 4);
+	store_close(s);
+
+	int recovered = 0;
+	s = open_disk(dir, 0, recover_cb, &recovered);
+	assert_int_equal(recovered, 1); /* chunk 0 only */
+	struct chunk_id id3 = cid(3);
+	assert_true(store_holds(s, &id3)); /* on NVMe */
+	for (uint64_t i = 0; i < 4; i++) {
+		struct chunk_id id = cid(i);
+		struct chunk *c = store_acquire(s, &id, CLEN, &role);
+		assert_int_equal(role, STORE_WAIT); /* the I/O threads read it */
+		assert_int_equal(wait_done(c), CHUNK_READY);
+		assert_true(data_ok(c, i));
+		/* Promoted to RAM; the I/O thread turns it READY just before it
+		 * moves it there, so for a moment it may still be in flight. */
+		struct chunk *again = store_acquire(s, &id, CLEN, &role);
+		assert_true(role == STORE_HIT || role == STORE_WAIT);
+		assert_ptr_equal(again, c);
+		chunk_unref(c);
+		chunk_unref(again);
+	}
+	for (int k = 0; k < 1000 && stats(s).ram_entries < 4; k++)
+		msleep(1);
+	struct store_stats st = stats(s);
+	assert_int_equal(st.ram_entries, 4);
+	assert_int_equal(st.hits_disk, 4);
+	assert_int_equal(st.hits_ram + st.coalesced, 4);
+	assert_int_equal(st.disk_writes, 0); /* nothing written back */
+	/* A wrong length is neither the RAM copy nor the NVMe entry. */
+	struct chunk_id id0 = cid(0);
+	struct chunk *c = store_acquire(s, &id0, CLEN - 1, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+	store_complete(s, c, false, -EIO, NULL);
+	chunk_unref(c);
+	store_close(s);
+}
+
+/* Flips one byte of chunk i's data in whichever segment holds it. */
+static bool corrupt(const char *dir, uint64_t i)
+{
+	unsigned char want[64];
+	for (size_t k = 0; k < sizeof want; k++)
+		want[k] = pat(i, k);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool done = false;
+	while (d && !done && (e = readdir(d))) {
+		char path[1024];
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		int fd = open(path, O_RDWR);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
+		unsigned char *buf = malloc((size_t)st.st_size + 1);
+		ssize_t n = pread(fd, buf, (size_t)st.st_size, 0);
+		for (ssize_t off = 0; n > 0 && off + (ssize_t)sizeof want <= n; off++) {
+			if (memcmp(buf + off, want, sizeof want) == 0) {
+				unsigned char b = buf[off + 10] ^ 0xff;
+				done = pwrite(fd, &b, 1, off + 10) == 1;
+				break;
+			}
+		}
+		free(buf);
+		close(fd);
+	}
+	if (d)
+		closedir(d);
+	return done;
+}
+
+static void test_disk_corrupt_refetch(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/c", tmpdir);
+	enum store_role role;
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	produce(s, 5);
+	produce(s, 6);
+	wait_writes(s, 2);
+	store_close(s);
+	assert_true(corrupt(dir, 5));
+
+	s = open_disk(dir, 0, NULL, NULL);
+	struct chunk_id id = cid(5);
+	struct chunk *c = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_WAIT);
+	assert_int_equal(wait_done(c), CHUNK_FAILED);
+	assert_int_equal(c->fail_reason, STORE_ERR_REFETCH);
+	chunk_unref(c);
+	assert_int_equal(stats(s).disk_read_errors, 1);
+	c = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_PRODUCE); /* the bad copy is forgotten */
+	fill(c, 5);
+	store_complete(s, c, true, 0, NULL);
+	chunk_unref(c);
+	/* The neighbour is intact. */
+	struct chunk_id id6 = cid(6);
+	c = store_acquire(s, &id6, CLEN, &role);
+	assert_int_equal(role, STORE_WAIT);
+	assert_int_equal(wait_done(c), CHUNK_READY);
+	assert_true(data_ok(c, 6));
+	chunk_unref(c);
+	store_close(s);
+}
+
+/* The directory vanishes under the store: writes fail, the tier is
+ * switched off, RAM keeps serving. */
+static void test_disk_failing(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/gone", tmpdir);
+	enum store_role role;
+	/* One entry per segment, so every write needs a new file. */
+	struct store *s = open_disk(dir, 4096, NULL, NULL);
+	rm_rf(dir);
+	for (uint64_t i = 0; i < 12; i++) {
+		produce(s, 100 + i);
+		for (int k = 0; k < 2000; k++) {
+			struct store_stats st = stats(s);
+			if (st.disk_write_errors + st.disk_writes + st.disk_writes_dropped > i || !st.disk_ok)
+				break;
+			msleep(1);
+		}
+	}
+	struct store_stats st = stats(s);
+	assert_false(st.disk_ok);
+	assert_true(st.disk_write_errors >= 5);
+	struct chunk_id id = cid(100);
+	struct chunk *c = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_HIT);
+	chunk_unref(c);
+	produce(s, 200); /* no NVMe: not queued */
+	store_close(s);
+}
+
+static void test_ram_only_with_dir(void **state)
+{
+	(void)state;
+	char dir[600], err[256];
+	snprintf(dir, sizeof dir, "%s/unused", tmpdir);
+	struct store_config cfg = { .ram_bytes = 1 << 20, .disk_bytes = 0, .dir = dir };
+	struct store *s = store_open(&cfg, NULL, NULL, err, sizeof err);
+	assert_non_null(s);
+	struct stat st;
+	assert_int_equal(stat(dir, &st), -1); /* never created */
+	produce(s, 1);
+	assert_false(stats(s).disk_ok);
+	store_close(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ram_only_roles),
+		cmocka_unit_test(test_failure_fanout),
+		cmocka_unit_test(test_ram_bound_subset),
+		cmocka_unit_test(test_ram_bound_lru),
+		cmocka_unit_test(test_inflight_bytes),
+		cmocka_unit_test(test_drop),
+		cmocka_unit_test(test_threads_coalesce),
+		cmocka_unit_test_setup_teardown(test_disk_roundtrip, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_disk_corrupt_refetch, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_disk_failing, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_ram_only_with_dir, setup_dir, teardown_dir),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
