@@ -141,6 +141,8 @@ void log_access(const struct log_access_rec *r)
 	        r->status, (unsigned long long)r->bytes_in, (unsigned long long)r->bytes_out,
 	        r->duration_ms, r->upstream_status);
 	put_value(f, r->error_code);
+	fputs(" cache=", f);
+	put_value(f, r->cache);
 	fputc('\n', f);
 	fflush(f);
 	pthread_mutex_unlock(&access_lock);

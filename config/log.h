@@ -51,6 +51,7 @@ struct log_access_rec {
 	double duration_ms;
 	int upstream_status;    /* 0 when no upstream request was made */
 	const char *error_code; /* S3 error code larder raised, or NULL */
+	const char *cache;      /* "hit", "miss", "bypass", or NULL (not an object read) */
 };
 
 /* Writes one access-log line (logfmt: key=value, values quoted as needed). */

@@ -30,17 +30,9 @@
 #include "auth/sigv4.h"
 #include "config/log.h"
 #include "gateway/s3err.h"
+#include "gateway/fetch.h"
+#include "gateway/req.h"
 #include "gateway/s3req.h"
-
-#define REQ_MAGIC 0x6c617272u
-#define PIPE_CAP (256 * 1024)
-#define MAX_UPSTREAM_HEADER_BYTES (64 * 1024)
-
-/* A bounded byte queue: data lives in [off, len). */
-struct pbuf {
-	char *p;
-	size_t off, len;
-};
 
 static size_t pbuf_used(const struct pbuf *b) { return b->len - b->off; }
 static size_t pbuf_room(const struct pbuf *b) { return PIPE_CAP - pbuf_used(b); }
@@ -70,80 +62,22 @@ static size_t pbuf_take(struct pbuf *b, void *out, size_t max)
 	return n;
 }
 
-enum body_mode { BODY_NONE, BODY_RAW, BODY_CHUNKED };
-
-struct req {
-	unsigned magic;
-	int refs;
-	struct worker *w;
-	struct MHD_Connection *conn;    /* NULL once MHD is done with it */
-	struct req *prev, *next;        /* worker's live list */
-	struct req *next_pending;
-	bool in_pending;
-	char id[24];
-	double t_start;
-	char *uri;                      /* raw: path?query */
-	char *path, *query;             /* raw parts of uri */
-	char method[24];
-	bool started;
-	bool presigned_v2;              /* drop its AWSAccessKeyId/Signature/Expires upstream */
-
-	char key_id[129];
-	struct s3req s3;
-	bool has_err;
-	enum s3err err;
-	char err_msg[256];
-
-	/* request body */
-	enum body_mode body;
-	int64_t up_len;                 /* bytes upstream will receive */
-	uint64_t up_queued;             /* bytes put into upbuf so far */
-	uint64_t up_sent;               /* bytes curl has taken */
-	uint64_t bytes_in;              /* raw body bytes from the client */
-	EVP_MD_CTX *sha;                /* signed payload: running SHA-256 */
-	char want_sha[65];
-	struct ack_decoder *ack;
-	bool client_body_done;
-	bool body_verified;             /* the last byte may go upstream */
-	struct pbuf upbuf;
-
-	/* upstream */
-	CURL *easy;
-	bool easy_running;
-	bool read_paused, write_paused;
-	struct curl_slist *slist;
-	struct up_target target;
-	char *up_query;                 /* query sent upstream */
-	int retries;
-	bool retry;                     /* region learnt: send again */
-	long ustatus;
-	struct hdrs uresp;              /* upstream response headers */
-	size_t uresp_bytes;
-	bool uhdrs_done;
-	bool udone;
-	CURLcode uresult;
-	char curl_err[CURL_ERROR_SIZE];
-	struct pbuf downbuf;
-	uint64_t resp_len;              /* MHD_SIZE_UNKNOWN when not known */
-
-	/* client response */
-	bool responded;
-	bool suspended;
-	int status_sent;
-	uint64_t bytes_out;
-};
-
 /* ------------------------------------------------------------------ */
 /* lifetime */
 
-static double now_s(void)
+double req_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void req_unref(struct req *r)
+void req_ref(struct req *r)
+{
+	r->refs++;
+}
+
+void req_unref(struct req *r)
 {
 	assert(r->magic == REQ_MAGIC && r->refs > 0);
 	if (--r->refs > 0)
@@ -169,7 +103,7 @@ static void req_unref(struct req *r)
 
 /* Resumes the client connection if it waits: whatever it waited for may
  * now be possible; if not, the callback suspends it again. */
-static void wake(struct req *r)
+void req_wake(struct req *r)
 {
 	if (r->suspended && r->conn) {
 		r->suspended = false;
@@ -178,7 +112,7 @@ static void wake(struct req *r)
 	}
 }
 
-static void suspend(struct req *r)
+void req_suspend(struct req *r)
 {
 	if (!r->suspended && r->conn) {
 		r->suspended = true;
@@ -225,7 +159,7 @@ static void stop_upstream(struct req *r)
 /* ------------------------------------------------------------------ */
 /* errors larder raises */
 
-static void fail(struct req *r, enum s3err e, const char *msg)
+void req_fail(struct req *r, enum s3err e, const char *msg)
 {
 	if (r->has_err)
 		return;
@@ -234,7 +168,7 @@ static void fail(struct req *r, enum s3err e, const char *msg)
 	snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "");
 }
 
-static void add_common_headers(struct req *r, struct MHD_Response *resp)
+void req_add_common_headers(struct req *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "x-larder-request-id", r->id);
 }
@@ -249,7 +183,7 @@ static bool unread_body(struct req *r)
 	       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding");
 }
 
-static enum MHD_Result respond_error(struct req *r)
+enum MHD_Result req_respond_error(struct req *r)
 {
 	struct buf body;
 	buf_init(&body, 8192);
@@ -268,7 +202,9 @@ static enum MHD_Result respond_error(struct req *r)
 	MHD_add_response_header(resp, "Date", date);
 	MHD_add_response_header(resp, "Server", "larder");
 	MHD_add_response_header(resp, "x-amz-request-id", r->id);
-	add_common_headers(r, resp);
+	if (r->cache.active)
+		MHD_add_response_header(resp, "x-larder-cache", r->cache.meta_loaded ? "miss" : "hit");
+	req_add_common_headers(r, resp);
 	/* A body we did not read, or a refused connection over the limit:
 	 * close rather than try to find the next request in the stream. */
 	if (unread_body(r) || r->err == S3E_SLOW_DOWN)
@@ -317,7 +253,7 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
 	return MHD_YES;
 }
 
-static const char *header(struct req *r, const char *name)
+const char *req_header(struct req *r, const char *name)
 {
 	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
@@ -380,14 +316,14 @@ static void authenticate(struct req *r)
 		header_bytes += strlen(hc.v[i].name) + strlen(hc.v[i].value) + 4;
 	if (header_bytes > gw->cfg->max_header_bytes) {
 		free(hc.v);
-		fail(r, S3E_HEADER_TOO_LARGE, NULL);
+		req_fail(r, S3E_HEADER_TOO_LARGE, NULL);
 		return;
 	}
 	enum s3err e;
-	if (s3req_parse(&r->s3, r->method, header(r, "Host"), r->path, r->query,
+	if (s3req_parse(&r->s3, r->method, req_header(r, "Host"), r->path, r->query,
 	                gw->cfg->base_domain, &e) != 0) {
 		free(hc.v);
-		fail(r, e, NULL);
+		req_fail(r, e, NULL);
 		return;
 	}
 	struct sv4_request sreq = {
@@ -407,7 +343,7 @@ static void authenticate(struct req *r)
 	unsigned char signing_key[32];
 	if (sigv2) {
 		if (!(k = cfg_find_key(keys, v2.access_key))) {
-			fail(r, S3E_INVALID_ACCESS_KEY, NULL);
+			req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
 		} else {
 			snprintf(r->key_id, sizeof r->key_id, "%s", v2.access_key);
 			struct buf resource;
@@ -418,7 +354,7 @@ static void authenticate(struct req *r)
 			                               time(NULL), gw->cfg->max_skew_s);
 			buf_fini(&resource);
 			if (v != SV4_OK) {
-				fail(r, sv4_to_s3err(v, v2.presigned),
+				req_fail(r, sv4_to_s3err(v, v2.presigned),
 				     v == SV4_EXPIRED ? "Request has expired" : NULL);
 				k = NULL;
 			}
@@ -430,16 +366,16 @@ static void authenticate(struct req *r)
 		if (keys->anonymous.n_grants)
 			k = &keys->anonymous;
 		else
-			fail(r, S3E_ACCESS_DENIED, NULL);
+			req_fail(r, S3E_ACCESS_DENIED, NULL);
 	} else if (st != SV4_OK) {
-		fail(r, sv4_to_s3err(st, auth.presigned), sv4_status_str(st));
+		req_fail(r, sv4_to_s3err(st, auth.presigned), sv4_status_str(st));
 	} else if (!(k = cfg_find_key(keys, auth.access_key))) {
-		fail(r, S3E_INVALID_ACCESS_KEY, NULL);
+		req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
 	} else {
 		snprintf(r->key_id, sizeof r->key_id, "%s", auth.access_key);
 		st = sv4_verify(&sreq, &auth, k->secret, time(NULL), gw->cfg->max_skew_s, signing_key);
 		if (st != SV4_OK) {
-			fail(r, sv4_to_s3err(st, auth.presigned),
+			req_fail(r, sv4_to_s3err(st, auth.presigned),
 			     st == SV4_EXPIRED ? "Request has expired" : NULL);
 			k = NULL;
 		}
@@ -448,10 +384,10 @@ static void authenticate(struct req *r)
 		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
 		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
 		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
-		const char *copy = header(r, "x-amz-copy-source");
+		const char *copy = req_header(r, "x-amz-copy-source");
 		if (!pol_allows(k, r->s3.access, bucket, key, list_prefix) ||
 		    (copy && !copy_source_allowed(k, copy)))
-			fail(r, S3E_ACCESS_DENIED, NULL);
+			req_fail(r, S3E_ACCESS_DENIED, NULL);
 	}
 	pthread_rwlock_unlock(&gw->keys_lock);
 	free(hc.v);
@@ -459,8 +395,8 @@ static void authenticate(struct req *r)
 		return;
 
 	/* What the body is and how it is checked. */
-	const char *cl = header(r, "Content-Length");
-	const char *te = header(r, "Transfer-Encoding");
+	const char *cl = req_header(r, "Content-Length");
+	const char *te = req_header(r, "Transfer-Encoding");
 	const char *claimed = st == SV4_OK && !auth.presigned ? auth.payload_hash : SV4_UNSIGNED_PAYLOAD;
 	int64_t len = 0;
 	if (cl) {
@@ -468,7 +404,7 @@ static void authenticate(struct req *r)
 		errno = 0;
 		long long v = strtoll(cl, &end, 10);
 		if (errno || *end || v < 0 || end == cl) {
-			fail(r, S3E_INVALID_ARGUMENT, "Content-Length is not a number");
+			req_fail(r, S3E_INVALID_ARGUMENT, "Content-Length is not a number");
 			return;
 		}
 		len = v;
@@ -476,17 +412,17 @@ static void authenticate(struct req *r)
 		len = -1; /* chunked: length known only from x-amz-decoded-content-length */
 	}
 	if (!claimed[0]) {
-		fail(r, S3E_INVALID_REQUEST,
+		req_fail(r, S3E_INVALID_REQUEST,
 		     "Missing required header for this request: x-amz-content-sha256");
 		return;
 	}
 	int mode = ack_mode_from_payload_hash(claimed);
 	if (mode >= 0) {
-		const char *dl = header(r, "x-amz-decoded-content-length");
+		const char *dl = req_header(r, "x-amz-decoded-content-length");
 		char *end = NULL;
 		long long v = dl ? strtoll(dl, &end, 10) : -1;
 		if (!dl || *end || v < 0) {
-			fail(r, S3E_MISSING_CONTENT_LENGTH,
+			req_fail(r, S3E_MISSING_CONTENT_LENGTH,
 			     "aws-chunked uploads need x-amz-decoded-content-length");
 			return;
 		}
@@ -494,9 +430,9 @@ static void authenticate(struct req *r)
 		snprintf(scope, sizeof scope, "%s/%s/%s/aws4_request", auth.date, auth.region,
 		         auth.service);
 		r->ack = ack_create((enum ack_mode)mode, signing_key, auth.signature, auth.amz_date,
-		                    scope, v, header(r, "x-amz-trailer"), chunk_sink, r);
+		                    scope, v, req_header(r, "x-amz-trailer"), chunk_sink, r);
 		if (!r->ack) {
-			fail(r, S3E_INTERNAL, NULL);
+			req_fail(r, S3E_INTERNAL, NULL);
 			return;
 		}
 		r->body = BODY_CHUNKED;
@@ -506,26 +442,26 @@ static void authenticate(struct req *r)
 		r->up_len = len;
 		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0) {
 			if (strlen(claimed) != 64 || strspn(claimed, "0123456789abcdefABCDEF") != 64) {
-				fail(r, S3E_INVALID_ARGUMENT, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+				req_fail(r, S3E_INVALID_ARGUMENT, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
 				     "STREAMING-AWS4-HMAC-SHA256-PAYLOAD or a valid sha256 value.");
 				return;
 			}
 			memcpy(r->want_sha, claimed, 65);
 			r->sha = EVP_MD_CTX_new();
 			if (!r->sha || !EVP_DigestInit_ex(r->sha, EVP_sha256(), NULL)) {
-				fail(r, S3E_INTERNAL, NULL);
+				req_fail(r, S3E_INTERNAL, NULL);
 				return;
 			}
 		}
 	} else if (len < 0) {
-		fail(r, S3E_MISSING_CONTENT_LENGTH, NULL);
+		req_fail(r, S3E_MISSING_CONTENT_LENGTH, NULL);
 		return;
 	} else {
 		r->body = BODY_NONE;
 		r->up_len = 0;
 		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0 &&
 		    strcasecmp(claimed, SV4_EMPTY_SHA256) != 0) {
-			fail(r, S3E_BAD_DIGEST, NULL);
+			req_fail(r, S3E_BAD_DIGEST, NULL);
 			return;
 		}
 	}
@@ -682,33 +618,13 @@ static size_t on_upstream_header(char *data, size_t size, size_t n, void *arg)
 				r->resp_len = v;
 		}
 		r->uhdrs_done = true;
-		wake(r);
+		req_wake(r);
 		return len;
 	}
 	r->uresp_bytes += len;
 	if (r->uresp_bytes > MAX_UPSTREAM_HEADER_BYTES)
 		return 0; /* fails the transfer: larder answers 503 */
-	const char *colon = memchr(data, ':', len);
-	if (!colon)
-		return len;
-	char name[256];
-	size_t nl = (size_t)(colon - data);
-	if (nl == 0 || nl >= sizeof name)
-		return len;
-	memcpy(name, data, nl);
-	name[nl] = '\0';
-	const char *v = colon + 1, *end = data + len;
-	while (v < end && (*v == ' ' || *v == '\t'))
-		v++;
-	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
-		end--;
-	char *value = strndup(v, (size_t)(end - v));
-	if (!value || hdrs_add(&r->uresp, name, value) != 0) {
-		free(value);
-		return 0;
-	}
-	free(value);
-	return len;
+	return hdrs_add_line(&r->uresp, data, len) == 0 ? len : 0;
 }
 
 static size_t on_upstream_body(char *data, size_t size, size_t n, void *arg)
@@ -726,7 +642,7 @@ static size_t on_upstream_body(char *data, size_t size, size_t n, void *arg)
 	}
 	if (pbuf_put(&r->downbuf, data, len) != 0)
 		return 0;
-	wake(r);
+	req_wake(r);
 	return len;
 }
 
@@ -749,7 +665,7 @@ static size_t on_upstream_read(char *out, size_t size, size_t n, void *arg)
 	}
 	size_t got = pbuf_take(&r->upbuf, out, avail < max ? avail : max);
 	r->up_sent += got;
-	wake(r); /* the upload may have been waiting for room */
+	req_wake(r); /* the upload may have been waiting for room */
 	return got;
 }
 
@@ -783,67 +699,15 @@ static int start_upstream(struct req *r)
 	}
 
 	curl_slist_free_all(r->slist);
-	r->slist = NULL;
-	struct buf line;
-	buf_init(&line, 64 * 1024);
-	bool has_accept = false;
-	for (size_t i = 0; i < h.n && !rc; i++) {
-		buf_reset(&line);
-		has_accept |= strcasecmp(h.v[i].name, "Accept") == 0;
-		if (h.v[i].value[0])
-			rc = buf_printf(&line, "%s: %s", h.v[i].name, h.v[i].value);
-		else
-			rc = buf_printf(&line, "%s;", h.v[i].name); /* curl's form for an empty value */
-		struct curl_slist *s = rc ? NULL : curl_slist_append(r->slist, buf_cstr(&line));
-		if (!s)
-			rc = rc ? rc : -ENOMEM;
-		else
-			r->slist = s;
-	}
-	/* Headers curl would add on its own. */
-	static const char *const suppress[] = { "Expect:", "Accept:", NULL };
-	for (int i = 0; suppress[i] && !rc; i++) {
-		if (i == 1 && has_accept)
-			break;
-		struct curl_slist *s = curl_slist_append(r->slist, suppress[i]);
-		if (!s)
-			rc = -ENOMEM;
-		else
-			r->slist = s;
-	}
-	buf_fini(&line);
+	r->slist = hdrs_to_curl(&h);
 	hdrs_fini(&h);
-	if (rc)
-		return rc;
+	if (!r->slist)
+		return -ENOMEM;
 
-	if (r->easy)
-		curl_easy_reset(r->easy);
-	else if (!(r->easy = curl_easy_init()))
+	if (upstream_easy_prepare(&r->easy, gw->up, &r->target, r->slist, on_upstream_header,
+	                          on_upstream_body, r, r->curl_err) != 0)
 		return -ENOMEM;
 	CURL *e = r->easy;
-	curl_easy_setopt(e, CURLOPT_URL, buf_cstr(&r->target.url));
-	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->slist);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_upstream_header);
-	curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_upstream_body);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->curl_err);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	/* S3 keys are opaque: "a/./b" and "a/../b" are keys, not paths to tidy. */
-	curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
-	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 64L * 1024);
-	curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 64L * 1024);
-	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)upstream_timeout_s(gw->up));
-	/* A stalled upstream (no byte for the timeout) fails the transfer. */
-	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)upstream_timeout_s(gw->up));
-	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, upstream_tls_verify(gw->up) ? 1L : 0L);
-	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, upstream_tls_verify(gw->up) ? 2L : 0L);
-	if (upstream_ca_file(gw->up))
-		curl_easy_setopt(e, CURLOPT_CAINFO, upstream_ca_file(gw->up));
 	if (strcmp(r->method, "HEAD") == 0) {
 		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
 	} else if (r->body != BODY_NONE || strcmp(r->method, "PUT") == 0 ||
@@ -876,6 +740,10 @@ void proxy_curl_done(CURL *easy, CURLcode result, void *arg)
 {
 	struct req *r = NULL;
 	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&r);
+	if (r && *(unsigned *)r == FETCH_MAGIC) { /* a cache fill, not a client's request */
+		fetch_curl_done((struct fetch *)r, result);
+		return;
+	}
 	assert(r && r->magic == REQ_MAGIC && r->easy == easy);
 	(void)arg;
 	r->easy_running = false;
@@ -889,10 +757,12 @@ void proxy_curl_done(CURL *easy, CURLcode result, void *arg)
 	}
 	r->udone = true;
 	r->uresult = result;
+	if (result == CURLE_OK)
+		cache_invalidate(r);
 	if (result != CURLE_OK)
 		log_warn("upstream", "id=%s %s %s: %s", r->id, r->method, buf_cstr(&r->target.url),
 		         r->curl_err[0] ? r->curl_err : curl_easy_strerror(result));
-	wake(r);
+	req_wake(r);
 	req_unref(r);
 }
 
@@ -916,7 +786,7 @@ static size_t take_body(struct req *r, const char *data, size_t len)
 		/* Decoded bytes never outnumber encoded ones, so n fits. */
 		enum ack_status st = ack_feed(r->ack, data, n);
 		if (st < 0) {
-			fail(r, st == ACK_ERR_SIGNATURE ? S3E_SIGNATURE_MISMATCH
+			req_fail(r, st == ACK_ERR_SIGNATURE ? S3E_SIGNATURE_MISMATCH
 			      : st == ACK_ERR_CHECKSUM ? S3E_BAD_CHECKSUM
 			      : st == ACK_ERR_LENGTH ? S3E_INCOMPLETE_BODY : S3E_INVALID_CHUNK, NULL);
 			stop_upstream(r);
@@ -925,7 +795,7 @@ static size_t take_body(struct req *r, const char *data, size_t len)
 		}
 	} else {
 		if ((uint64_t)r->up_queued + n > (uint64_t)r->up_len) {
-			fail(r, S3E_INCOMPLETE_BODY, NULL);
+			req_fail(r, S3E_INCOMPLETE_BODY, NULL);
 			stop_upstream(r);
 			r->bytes_in += len;
 			return len;
@@ -949,11 +819,11 @@ static void finish_body(struct req *r)
 		return;
 	if (r->body == BODY_CHUNKED) {
 		if (!r->body_verified && ack_finish(r->ack) != ACK_DONE)
-			fail(r, S3E_INCOMPLETE_BODY, NULL);
+			req_fail(r, S3E_INCOMPLETE_BODY, NULL);
 		else
 			r->body_verified = true;
 	} else if (r->up_queued != (uint64_t)r->up_len) {
-		fail(r, S3E_INCOMPLETE_BODY, NULL);
+		req_fail(r, S3E_INCOMPLETE_BODY, NULL);
 	} else if (r->sha) {
 		unsigned char md[32];
 		char hex[65];
@@ -961,7 +831,7 @@ static void finish_body(struct req *r)
 		EVP_DigestFinal_ex(r->sha, md, &mdlen);
 		hex_encode(md, 32, hex);
 		if (strcasecmp(hex, r->want_sha) != 0)
-			fail(r, S3E_BAD_DIGEST, NULL);
+			req_fail(r, S3E_BAD_DIGEST, NULL);
 		else
 			r->body_verified = true;
 	}
@@ -993,7 +863,7 @@ static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 	}
 	if (r->write_paused)
 		want_unpause(r);
-	suspend(r);
+	req_suspend(r);
 	return 0;
 }
 
@@ -1019,10 +889,16 @@ static enum MHD_Result respond_upstream(struct req *r)
 			continue;
 		MHD_add_response_header(resp, n, r->uresp.v[i].value);
 	}
+	if (r->w->gw->store && r->s3.target == S3T_OBJECT &&
+	    (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0))
+	{
+		MHD_add_response_header(resp, "x-larder-cache", "bypass");
+		r->bypass_logged = true;
+	}
 	/* S3 always names its request; an S3-compatible upstream may not. */
 	if (!hdrs_get(&r->uresp, "x-amz-request-id"))
 		MHD_add_response_header(resp, "x-amz-request-id", r->id);
-	add_common_headers(r, resp);
+	req_add_common_headers(r, resp);
 	r->status_sent = (int)r->ustatus;
 	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->ustatus, resp);
 	MHD_destroy_response(resp);
@@ -1043,7 +919,7 @@ void *proxy_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->refs = 1;
 	r->w = w;
 	r->conn = conn;
-	r->t_start = now_s();
+	r->t_start = req_now();
 	r->uri = strdup(uri ? uri : "/");
 	r->path = r->uri ? strdup(r->uri) : NULL;
 	if (!r->uri || !r->path) {
@@ -1086,14 +962,18 @@ enum MHD_Result proxy_access_cb(void *cls, struct MHD_Connection *conn, const ch
 		r->started = true;
 		snprintf(r->method, sizeof r->method, "%s", method);
 		if (atomic_load(&w->gw->open_connections) > w->gw->cfg->max_connections)
-			fail(r, S3E_SLOW_DOWN, NULL);
+			req_fail(r, S3E_SLOW_DOWN, NULL);
 		else
 			authenticate(r);
 		if (r->has_err)
-			return respond_error(r);
+			return req_respond_error(r);
+		if (cache_wants(r)) {
+			cache_begin(r);
+			return MHD_YES;
+		}
 		if (start_upstream(r) != 0) {
-			fail(r, S3E_INTERNAL, NULL);
-			return respond_error(r);
+			req_fail(r, S3E_INTERNAL, NULL);
+			return req_respond_error(r);
 		}
 		return MHD_YES;
 	}
@@ -1101,22 +981,24 @@ enum MHD_Result proxy_access_cb(void *cls, struct MHD_Connection *conn, const ch
 		size_t used = take_body(r, upload_data, *upload_data_size);
 		*upload_data_size -= used;
 		if (*upload_data_size)
-			suspend(r); /* no room: wait for curl to drain */
+			req_suspend(r); /* no room: wait for curl to drain */
 		return MHD_YES;
 	}
 	if (r->responded)
 		return MHD_YES;
 	if (!r->client_body_done)
 		finish_body(r);
+	if (r->cache.active)
+		return cache_respond(r);
 	if (r->has_err)
-		return respond_error(r);
+		return req_respond_error(r);
 	if (r->uhdrs_done)
 		return respond_upstream(r);
 	if (r->udone) {
-		fail(r, S3E_SERVICE_UNAVAILABLE, NULL);
-		return respond_error(r);
+		req_fail(r, S3E_SERVICE_UNAVAILABLE, NULL);
+		return req_respond_error(r);
 	}
-	suspend(r);
+	req_suspend(r);
 	return MHD_YES;
 }
 
@@ -1157,12 +1039,15 @@ void proxy_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
 			.status = r->status_sent,
 			.bytes_in = r->bytes_in,
 			.bytes_out = r->bytes_out,
-			.duration_ms = (now_s() - r->t_start) * 1000.0,
+			.duration_ms = (req_now() - r->t_start) * 1000.0,
 			.upstream_status = (int)r->ustatus,
 			.error_code = err,
+			.cache = r->cache.active ? (r->cache.miss || r->cache.meta_loaded ? "miss" : "hit")
+			       : r->bypass_logged ? "bypass" : NULL,
 		};
 		log_access(&rec);
 	}
+	cache_end(r);
 	if (r->prev)
 		r->prev->next = r->next;
 	else
@@ -1177,6 +1062,6 @@ void proxy_abort_all(struct worker *w)
 {
 	for (struct req *r = w->live; r; r = r->next) {
 		stop_upstream(r);
-		wake(r);
+		req_wake(r);
 	}
 }

@@ -45,6 +45,10 @@ static const struct {
 	[S3E_SLOW_DOWN] = { "SlowDown", 503, "Please reduce your request rate." },
 	[S3E_SERVICE_UNAVAILABLE] = { "ServiceUnavailable", 503,
 		"The upstream service could not be reached. Please try again." },
+	[S3E_NO_SUCH_KEY] = { "NoSuchKey", 404, "The specified key does not exist." },
+	[S3E_PRECONDITION_FAILED] = { "PreconditionFailed", 412,
+		"At least one of the pre-conditions you specified did not hold" },
+	[S3E_INVALID_RANGE] = { "InvalidRange", 416, "The requested range is not satisfiable" },
 	[S3E_NOT_IMPLEMENTED] = { "NotImplemented", 501,
 		"A header you provided implies functionality that is not implemented." },
 };

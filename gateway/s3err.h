@@ -32,6 +32,9 @@ enum s3err {
 	S3E_SLOW_DOWN,                /* 503 SlowDown */
 	S3E_SERVICE_UNAVAILABLE,      /* 503 ServiceUnavailable: upstream unreachable */
 	S3E_NOT_IMPLEMENTED,          /* 501 */
+	S3E_NO_SUCH_KEY,              /* 404 NoSuchKey */
+	S3E_PRECONDITION_FAILED,      /* 412 PreconditionFailed */
+	S3E_INVALID_RANGE,            /* 416 InvalidRange */
 	S3E_COUNT
 };
 

@@ -11,6 +11,8 @@
 #include "gateway/server.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <time.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -21,7 +23,11 @@
 
 #include "auth/creds.h"
 #include "config/log.h"
+#include "gateway/fetch.h"
 #include "gateway/proxy.h"
+#include "gateway/req.h"
+#include "store/meta.h"
+#include "store/store.h"
 
 #define WORKER_MAGIC 0x776f726bu
 
@@ -79,6 +85,7 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		proxy_abort_all(w);
 		mhd_run(w);
 	}
+	fetch_abort_all(w);
 	ev_timer_stop(loop, t);
 	ev_break(loop, EVBREAK_ALL);
 }
@@ -185,6 +192,10 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	ev_async_init(&w->stop_async, stop_cb);
 	w->stop_async.data = w;
 	ev_async_start(w->loop, &w->stop_async);
+	pthread_mutex_init(&w->wake_lock, NULL);
+	ev_async_init(&w->wake_async, cache_wake_cb);
+	w->wake_async.data = w;
+	ev_async_start(w->loop, &w->wake_async);
 	return 0;
 }
 
@@ -192,10 +203,55 @@ static void worker_fini(struct worker *w)
 {
 	if (w->mhd)
 		MHD_stop_daemon(w->mhd);
+	if (w->curl)
+		fetch_abort_all(w);
 	proxy_run_pending(w);
 	curlev_destroy(w->curl);
 	if (w->loop)
 		ev_loop_destroy(w->loop);
+}
+
+/* A chunk-0 entry found on NVMe at start: its object's metadata again. */
+static void recover_meta(void *arg, const struct chunk_origin *o)
+{
+	struct gw *gw = arg;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	struct obj_meta *m = o->meta ? meta_decode(o->meta, o->meta_len,
+	                                           (double)ts.tv_sec + (double)ts.tv_nsec / 1e9)
+	                             : NULL;
+	if (m && strcmp(m->etag, o->etag) == 0)
+		meta_publish(gw->meta, o->bucket, o->key, m);
+	meta_unref(m);
+}
+
+static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t errlen)
+{
+	struct store_config sc = {
+		.ram_bytes = cfg->ram_cache_bytes,
+		.disk_bytes = cfg->cache_dir ? cfg->disk_cache_bytes : 0,
+		.dir = cfg->cache_dir,
+		.policy = (enum policy_kind)policy_kind_parse(cfg->cache_policy),
+		.stale_after_s = (double)cfg->cache_stale_after_s,
+	};
+	gw->meta = meta_cache_create(1u << 20);
+	if (!gw->meta) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	char serr[256];
+	gw->store = store_open(&sc, recover_meta, gw, serr, sizeof serr);
+	if (!gw->store) {
+		snprintf(err, errlen, "LARDER_CACHE_DIR: %s", serr);
+		return -1;
+	}
+	struct store_stats st;
+	store_get_stats(gw->store, &st);
+	log_info("store", "RAM tier %zu MiB; %s; chunk %zu KiB; policy %s; %" PRIu64
+	         " chunks recovered from NVMe", cfg->ram_cache_bytes >> 20,
+	         cfg->cache_dir ? "NVMe tier in LARDER_CACHE_DIR" : "no NVMe tier (LARDER_CACHE_DIR unset)",
+	         cfg->chunk_bytes >> 10, cfg->cache_policy, st.disk_entries);
+	return 0;
 }
 
 /* SIGHUP: new keys and policies from the same file and environment. */
@@ -246,6 +302,12 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	gw.up = upstream_create(cfg, gw.creds, err, sizeof err);
 	if (!gw.up) {
 		log_error("config", "%s", err);
+		goto out;
+	}
+
+	if (open_cache(&gw, cfg, err, sizeof err) != 0) {
+		log_error("config", "%s", err);
+		rc = 2;
 		goto out;
 	}
 
@@ -303,6 +365,9 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	rc = 0;
 out:
 	free(gw.workers);
+	if (gw.store)
+		store_close(gw.store);
+	meta_cache_destroy(gw.meta);
 	upstream_destroy(gw.up);
 	if (gw.creds)
 		creds_provider_destroy(gw.creds);

@@ -19,11 +19,16 @@
 #include "gateway/upstream.h"
 
 struct req;
+struct fetch;
+struct store;
+struct meta_cache;
 
 struct gw {
 	const struct cfg *cfg;          /* settings fixed for the process's life */
 	struct upstream *up;
 	struct creds_provider *creds;
+	struct store *store;            /* the chunk cache, shared by all workers */
+	struct meta_cache *meta;        /* object metadata, shared by all workers */
 
 	/* Client keys and anonymous grants: replaced whole by SIGHUP. Readers
 	 * hold the read lock only while they check one request. */
@@ -55,6 +60,12 @@ struct worker {
 	unsigned n_live;
 	struct req *pending;       /* requests whose curl transfer wants unpausing */
 	bool mhd_kick;             /* a connection was resumed: run MHD before sleeping */
+	struct fetch *fetches;     /* cache fills running on this worker */
+	/* Readers woken by another thread (a chunk grew, metadata arrived):
+	 * queued under wake_lock, handled on this loop by wake_async. */
+	pthread_mutex_t wake_lock;
+	struct req *wake_head;
+	ev_async wake_async;
 	unsigned long next_id;
 };
 

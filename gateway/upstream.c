@@ -83,6 +83,26 @@ int hdrs_add(struct hdrs *h, const char *name, const char *value)
 	return 0;
 }
 
+int hdrs_add_line(struct hdrs *h, const char *line, size_t len)
+{
+	const char *colon = memchr(line, ':', len);
+	char name[256];
+	size_t nl = colon ? (size_t)(colon - line) : 0;
+	if (nl == 0 || nl >= sizeof name)
+		return 0;
+	memcpy(name, line, nl);
+	name[nl] = '\0';
+	const char *v = colon + 1, *end = line + len;
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	char *value = strndup(v, (size_t)(end - v));
+	int rc = value ? hdrs_add(h, name, value) : -ENOMEM;
+	free(value);
+	return rc;
+}
+
 const char *hdrs_get(const struct hdrs *h, const char *name)
 {
 	for (size_t i = 0; i < h->n; i++)
@@ -331,4 +351,78 @@ int upstream_sign(struct upstream *u, const char *method, const struct up_target
 	buf_fini(&authz);
 	explicit_bzero(&c, sizeof c);
 	return rc;
+}
+
+struct curl_slist *hdrs_to_curl(const struct hdrs *h)
+{
+	struct curl_slist *list = NULL, *s;
+	struct buf line;
+	buf_init(&line, 64 * 1024);
+	bool has_accept = false, ok = true;
+	for (size_t i = 0; i < h->n && ok; i++) {
+		buf_reset(&line);
+		has_accept |= strcasecmp(h->v[i].name, "Accept") == 0;
+		/* "Name;" is curl's form for a header with an empty value. */
+		ok = (h->v[i].value[0] ? buf_printf(&line, "%s: %s", h->v[i].name, h->v[i].value)
+		                       : buf_printf(&line, "%s;", h->v[i].name)) == 0 &&
+		     (s = curl_slist_append(list, buf_cstr(&line))) != NULL;
+		if (ok)
+			list = s;
+	}
+	if (ok && (s = curl_slist_append(list, "Expect:")) != NULL)
+		list = s;
+	else
+		ok = false;
+	if (ok && !has_accept) {
+		if ((s = curl_slist_append(list, "Accept:")) != NULL)
+			list = s;
+		else
+			ok = false;
+	}
+	buf_fini(&line);
+	if (!ok) {
+		curl_slist_free_all(list);
+		return NULL;
+	}
+	return list;
+}
+
+void upstream_curl_defaults(const struct upstream *u, CURL *e)
+{
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	/* S3 keys are opaque: "a/./b" and "a/../b" are keys, not paths to tidy. */
+	curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 64L * 1024);
+	curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 64L * 1024);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)upstream_timeout_s(u));
+	/* A stalled upstream (no byte for the timeout) fails the transfer. */
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)upstream_timeout_s(u));
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, upstream_tls_verify(u) ? 1L : 0L);
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, upstream_tls_verify(u) ? 2L : 0L);
+	if (upstream_ca_file(u))
+		curl_easy_setopt(e, CURLOPT_CAINFO, upstream_ca_file(u));
+}
+
+int upstream_easy_prepare(CURL **easy, const struct upstream *u, const struct up_target *t,
+                          struct curl_slist *headers, curl_write_callback on_header,
+                          curl_write_callback on_body, void *arg, char *errbuf)
+{
+	if (*easy)
+		curl_easy_reset(*easy);
+	else if (!(*easy = curl_easy_init()))
+		return -ENOMEM;
+	CURL *e = *easy;
+	curl_easy_setopt(e, CURLOPT_URL, buf_cstr(&t->url));
+	curl_easy_setopt(e, CURLOPT_PRIVATE, arg);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, arg);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, arg);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+	upstream_curl_defaults(u, e);
+	return 0;
 }

@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <curl/curl.h>
+
 #include "auth/creds.h"
 #include "config/buf.h"
 #include "config/config.h"
@@ -22,6 +24,10 @@ void hdrs_init(struct hdrs *h);
 void hdrs_fini(struct hdrs *h);
 /* Appends a copy of name and value. Returns 0 or -ENOMEM. */
 int hdrs_add(struct hdrs *h, const char *name, const char *value);
+/* Adds one raw response header line ("Name: value\r\n", as curl's header
+ * callback passes it); lines without a name are ignored. Returns 0 or
+ * -ENOMEM. */
+int hdrs_add_line(struct hdrs *h, const char *line, size_t len);
 /* The value of the first header with this name (any case), or NULL. */
 const char *hdrs_get(const struct hdrs *h, const char *name);
 
@@ -65,6 +71,22 @@ int upstream_sign(struct upstream *u, const char *method, const struct up_target
  * if that changed what larder knew (a request signed for the old region
  * may be retried). */
 bool upstream_learn_region(struct upstream *u, const char *bucket, const char *region);
+
+/* The headers as a curl list, plus the empty "Expect:" (and "Accept:"
+ * when h has none) that stop curl adding its own. NULL when out of memory. */
+struct curl_slist *hdrs_to_curl(const struct hdrs *h);
+
+/* The options every upstream transfer shares: no signals, paths sent as
+ * they are, HTTP/1.1 keep-alive, buffer sizes, timeouts, TLS checks. */
+void upstream_curl_defaults(const struct upstream *u, CURL *e);
+
+/* Prepares *easy (created, or reset for a retry) for a transfer to t:
+ * URL, headers, the two callbacks with arg as their data and as
+ * CURLOPT_PRIVATE, the error buffer, and upstream_curl_defaults. The
+ * caller adds the method and body. Returns 0 or -ENOMEM. */
+int upstream_easy_prepare(CURL **easy, const struct upstream *u, const struct up_target *t,
+                          struct curl_slist *headers, curl_write_callback on_header,
+                          curl_write_callback on_body, void *arg, char *errbuf);
 
 /* TLS settings for an easy handle. */
 bool upstream_tls_verify(const struct upstream *u);

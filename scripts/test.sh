@@ -39,8 +39,8 @@ export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summa
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:print_summary=1"
 testlog="$LARDER_ASAN_BUILD_DIR/meson-logs/testlog.json"
 rm -f "$testlog"
-echo "== meson test (unit, fuzz) in $LARDER_ASAN_BUILD_DIR"
-meson test -C "$LARDER_ASAN_BUILD_DIR" --suite unit --suite fuzz --print-errorlogs \
+echo "== meson test (unit, fuzz, loadtest smoke) in $LARDER_ASAN_BUILD_DIR"
+meson test -C "$LARDER_ASAN_BUILD_DIR" --suite unit --suite fuzz --suite loadtest --print-errorlogs \
   --timeout-multiplier 3 --num-processes "$(nproc)"
 meson_rc=$?
 if [[ -f "$testlog" ]]; then

@@ -44,13 +44,17 @@ class PresignV2(LarderCase):
         return self.default.generate_presigned_url("get_object", Params=p, ExpiresIn=300)
 
     def test_boto3_default_presign_is_v2_and_works(self):
-        url = self.url()
+        self.s3.put_object(Bucket="presign", Key="fresh/v2", Body=BODY)
+        url = self.url(Key="fresh/v2")
         self.assertIn("AWSAccessKeyId=", url, "boto3 no longer presigns with SigV2 here")
         mark = self.upstream.mark()
         self.assertEqual(curl(url), (200, BODY))
         sent = self.upstream.from_larder(mark)
-        self.assertEqual(len(sent), 1)
+        self.assertEqual(len(sent), 1, "one cache fill of a cold object")
         self.assertNotIn("Signature=", sent[0]["target"], "presign parameters went upstream")
+        mark = self.upstream.mark()
+        self.assertEqual(curl(url), (200, BODY))
+        self.assertEqual(self.upstream.from_larder(mark), [], "a second read is a hit")
 
     def test_response_override(self):
         url = self.url(ResponseContentDisposition='attachment; filename="x y.bin"')

@@ -1,0 +1,817 @@
+/*
+ * cache.c - GET and HEAD of objects, answered from the chunk cache.
+ *
+ * A request that qualifies (cache_wants) goes through three steps:
+ *   1. metadata: fresh in the meta cache, or learnt by a meta fetch that
+ *      also brings chunk 0 (readers of the same cold object wait for one);
+ *   2. the answer S3 would give from that metadata alone: conditionals
+ *      (RFC 9110 section 13.2.2, with S3's precedence), Range (206, or
+ *      416 InvalidRange), response-* overrides, the object's own headers;
+ *   3. the body, chunk after chunk: each chunk comes from RAM, from NVMe
+ *      through the store's I/O threads, or from upstream (a chunk fetch,
+ *      joined by every other reader of it: coalescing). Bytes go to the
+ *      client as they arrive; the next chunks are fetched ahead.
+ * The policy was checked before any of this (proxy.c), so a hit never
+ * bypasses it.
+ *
+ * What is not cached, and goes through the pass-through instead: requests
+ * with versionId, partNumber or other sub-resources, SSE-C (the customer's
+ * key must reach S3 every time), multi-range requests.
+ *
+ * x-amz-checksum-mode (current SDKs send it on every GetObject) is served
+ * from the cache without x-amz-checksum-* headers: S3 returns no whole-object
+ * checksum for the ranged GETs that fill the cache, and without the header
+ * an SDK skips its validation. Cached bytes are guarded by If-Match per
+ * chunk and a CRC32C per NVMe entry instead.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "config/log.h"
+#include "gateway/fetch.h"
+#include "gateway/req.h"
+#include "store/store.h"
+
+/* ---- which requests ----------------------------------------------------- */
+
+/* Query parameters a cached GET may carry: the response overrides (they
+ * change headers, not bytes) and the SDKs' x-id marker. */
+static bool cacheable_query(const char *q)
+{
+	while (q && *q) {
+		size_t len = strcspn(q, "&");
+		size_t klen = strcspn(q, "=&");
+		bool ok = klen == 0 || (klen > 9 && strncmp(q, "response-", 9) == 0) ||
+		          (klen == 4 && strncmp(q, "x-id", 4) == 0) ||
+		          (klen > 6 && strncasecmp(q, "X-Amz-", 6) == 0) ||
+		          (klen == 14 && strncmp(q, "AWSAccessKeyId", 14) == 0) ||
+		          (klen == 9 && strncmp(q, "Signature", 9) == 0) ||
+		          (klen == 7 && strncmp(q, "Expires", 7) == 0);
+		if (!ok)
+			return false;
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	return true;
+}
+
+/* "bytes=a-b", "bytes=a-", "bytes=-n". Returns 1 valid, 0 absent or
+ * ignored: RFC 9110 lets a server ignore an invalid Range, and S3 serves
+ * no multi-range requests, answering them with the whole object. */
+static int parse_range(const char *v, struct cread *c)
+{
+	if (!v)
+		return 0;
+	while (*v == ' ')
+		v++;
+	if (strncasecmp(v, "bytes=", 6) != 0)
+		return 0;
+	v += 6;
+	if (strchr(v, ','))
+		return 0;
+	char *end;
+	errno = 0;
+	if (*v == '-') {
+		unsigned long long n = strtoull(v + 1, &end, 10);
+		if (errno || end == v + 1 || *end)
+			return 0;
+		c->suffix = true;
+		c->range_b = n;
+		return 1;
+	}
+	unsigned long long a = strtoull(v, &end, 10);
+	if (errno || end == v || *end != '-')
+		return 0;
+	v = end + 1;
+	unsigned long long b = UINT64_MAX;
+	if (*v) {
+		b = strtoull(v, &end, 10);
+		if (errno || end == v || *end || b < a)
+			return 0;
+	}
+	c->range_a = a;
+	c->range_b = b;
+	return 1;
+}
+
+bool cache_wants(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	if (!gw->store || r->s3.target != S3T_OBJECT || r->body != BODY_NONE)
+		return false;
+	bool head = strcmp(r->method, "HEAD") == 0;
+	if (!head && strcmp(r->method, "GET") != 0)
+		return false;
+	if (!cacheable_query(r->query))
+		return false;
+	if (req_header(r, "x-amz-server-side-encryption-customer-algorithm") ||
+	    req_header(r, "x-amz-server-side-encryption-customer-key"))
+		return false;
+	r->cache.want_range = parse_range(req_header(r, "Range"), &r->cache) == 1;
+	r->cache.head = head;
+	return true;
+}
+
+/* ---- waking ----------------------------------------------------------- */
+
+/* chunk_waiter.wake: runs on whichever thread changed the chunk or the
+ * metadata; only queues the request for its own worker. */
+static void waiter_wake(void *arg)
+{
+	struct req *r = arg;
+	struct worker *w = r->w;
+	pthread_mutex_lock(&w->wake_lock);
+	if (!r->cache.wake_queued) {
+		r->cache.wake_queued = true;
+		r->cache.wake_next = w->wake_head;
+		w->wake_head = r;
+	}
+	pthread_mutex_unlock(&w->wake_lock);
+	ev_async_send(w->loop, &w->wake_async);
+}
+
+static void resolve(struct req *r);
+
+void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
+{
+	struct worker *w = a->data;
+	(void)loop;
+	(void)revents;
+	pthread_mutex_lock(&w->wake_lock);
+	struct req *list = w->wake_head;
+	w->wake_head = NULL;
+	for (struct req *r = list; r; r = r->cache.wake_next)
+		r->cache.wake_queued = false;
+	pthread_mutex_unlock(&w->wake_lock);
+	while (list) {
+		struct req *r = list;
+		list = r->cache.wake_next;
+		if (!r->conn)
+			continue;
+		if (r->cache.meta_waiting) {
+			r->cache.meta_waiting = false;
+			resolve(r);
+		}
+		if (r->cache.chunk_waiting) {
+			chunk_unwait(r->cache.wait_chunk, &r->cache.waiter);
+			r->cache.chunk_waiting = false;
+		}
+		req_wake(r);
+	}
+}
+
+/* ---- step 1: metadata --------------------------------------------------- */
+
+static double ttl_of(const struct cfg *cfg)
+{
+	return cfg->metadata_ttl_s < 0 ? -1.0 : (double)cfg->metadata_ttl_s;
+}
+
+/* Finds the object's metadata, or starts learning it, or waits. */
+static void resolve(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	struct cread *c = &r->cache;
+	for (int tries = 0; tries < 3 && !c->meta && !c->has_uerr && !r->has_err; tries++) {
+		struct obj_meta *m = NULL;
+		enum meta_role role = meta_lookup(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key),
+		                                  req_now(), ttl_of(gw->cfg),
+		                                  (double)gw->cfg->negative_ttl_s, &c->waiter, &m);
+		if (role == META_FRESH) {
+			c->meta = m;
+			return;
+		}
+		if (role == META_WAIT) {
+			c->meta_waiting = true;
+			c->meta_loaded = true;
+			return;
+		}
+		/* META_LOAD: this request learns it, then waits like the others. */
+		c->meta_loaded = true;
+		c->meta_fetch = fetch_meta_start(r->w, r, r->s3.bucket, buf_cstr(&r->s3.key),
+		                                 m ? m->etag : NULL);
+		meta_unref(m);
+		if (!c->meta_fetch) {
+			meta_publish(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), NULL);
+			req_fail(r, S3E_SERVICE_UNAVAILABLE, NULL);
+			return;
+		}
+	}
+}
+
+void cache_owner_detach(struct req *owner, struct fetch *f)
+{
+	if (owner->cache.meta_fetch == f)
+		owner->cache.meta_fetch = NULL;
+}
+
+void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
+                                const char *body, size_t len)
+{
+	struct cread *c = &owner->cache;
+	if (c->has_uerr || !owner->conn)
+		return;
+	if (status == 0) { /* never reached upstream */
+		req_fail(owner, S3E_SERVICE_UNAVAILABLE, NULL);
+		return;
+	}
+	c->has_uerr = true;
+	c->uerr_status = status;
+	hdrs_init(&c->uerr_headers);
+	for (size_t i = 0; i < h->n; i++)
+		hdrs_add(&c->uerr_headers, h->v[i].name, h->v[i].value);
+	c->uerr_body = malloc(len ? len : 1);
+	if (c->uerr_body)
+		memcpy(c->uerr_body, body, len);
+	c->uerr_len = c->uerr_body ? len : 0;
+}
+
+void cache_begin(struct req *r)
+{
+	struct cread *c = &r->cache;
+	c->active = true;
+	c->waiter.wake = waiter_wake;
+	c->waiter.arg = r;
+	resolve(r);
+}
+
+/* ---- step 2: the answer from metadata ----------------------------------- */
+
+static time_t http_date(const char *v)
+{
+	struct tm tm;
+	memset(&tm, 0, sizeof tm);
+	if (!v || !strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm))
+		return (time_t)-1;
+	return timegm(&tm);
+}
+
+/* If-Match / If-None-Match lists: "*", or quoted ETags separated by commas. */
+static bool etag_listed(const char *list, const char *etag)
+{
+	const char *bare = etag[0] == '"' ? etag + 1 : etag;
+	size_t blen = strlen(bare);
+	if (blen && bare[blen - 1] == '"')
+		blen--;
+	for (const char *p = list; *p;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (*p == '*')
+			return true;
+		if (strncmp(p, "W/", 2) == 0)
+			p += 2;
+		const char *q = p;
+		if (*q == '"')
+			q++;
+		size_t n = strcspn(q, "\",");
+		if (n == blen && strncmp(q, bare, n) == 0)
+			return true;
+		p = q + n;
+		if (*p == '"')
+			p++;
+	}
+	return false;
+}
+
+/* 0: proceed; 304 or 412: answer that (S3's precedence, see GetObject). */
+static int preconditions(struct req *r, const struct obj_meta *m)
+{
+	const char *im = req_header(r, "If-Match");
+	const char *inm = req_header(r, "If-None-Match");
+	time_t ius = http_date(req_header(r, "If-Unmodified-Since"));
+	time_t ims = http_date(req_header(r, "If-Modified-Since"));
+	if (im) {
+		if (!etag_listed(im, m->etag))
+			return 412;
+	} else if (ius != (time_t)-1 && m->last_modified && m->last_modified > ius) {
+		return 412;
+	}
+	if (inm) {
+		if (etag_listed(inm, m->etag))
+			return 304;
+	} else if (ims != (time_t)-1 && m->last_modified && m->last_modified <= ims) {
+		return 304;
+	}
+	return 0;
+}
+
+/* The object's headers, replayed; response-* overrides win. */
+static void add_object_headers(struct req *r, struct MHD_Response *resp, const struct obj_meta *m,
+                               bool full)
+{
+	static const struct { const char *param, *header; } overrides[] = {
+		{ "response-content-type", "Content-Type" },
+		{ "response-content-language", "Content-Language" },
+		{ "response-expires", "Expires" },
+		{ "response-cache-control", "Cache-Control" },
+		{ "response-content-disposition", "Content-Disposition" },
+		{ "response-content-encoding", "Content-Encoding" },
+	};
+	struct buf v;
+	buf_init(&v, 8192);
+	bool overridden[6] = { false };
+	for (size_t i = 0; i < 6; i++) {
+		buf_reset(&v);
+		if (s3_query_get(r->query, overrides[i].param, &v) == 1) {
+			MHD_add_response_header(resp, overrides[i].header, buf_cstr(&v));
+			overridden[i] = true;
+		}
+	}
+	buf_fini(&v);
+	if (full) {
+		for (const char *p = m->headers; *p;) {
+			const char *nl = strchr(p, '\n');
+			size_t len = nl ? (size_t)(nl - p) : strlen(p);
+			const char *colon = memchr(p, ':', len);
+			if (colon) {
+				char name[256];
+				size_t n = (size_t)(colon - p);
+				bool skip = n >= sizeof name;
+				if (!skip) {
+					memcpy(name, p, n);
+					name[n] = '\0';
+					for (size_t i = 0; i < 6; i++)
+						skip |= overridden[i] && strcasecmp(name, overrides[i].header) == 0;
+				}
+				const char *val = colon + 1;
+				while (*val == ' ')
+					val++;
+				char *value = strndup(val, len - (size_t)(val - p));
+				if (!skip && value)
+					MHD_add_response_header(resp, name, value);
+				free(value);
+			}
+			p += len + (nl ? 1 : 0);
+		}
+	} else if (m->last_modified) {
+		char date[64];
+		struct tm tm;
+		gmtime_r(&m->last_modified, &tm);
+		strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+		MHD_add_response_header(resp, "Last-Modified", date);
+	}
+	MHD_add_response_header(resp, "ETag", m->etag);
+}
+
+static uint64_t chunk_size(const struct req *r)
+{
+	return r->w->gw->cfg->chunk_bytes;
+}
+
+/* Whether every chunk of [start, end] is held (RAM or NVMe): a hit. */
+static bool all_held(struct req *r, const struct obj_meta *m)
+{
+	if (r->cache.head || m->size == 0)
+		return true;
+	uint64_t cs = chunk_size(r);
+	for (uint64_t i = r->cache.start / cs; i <= r->cache.end / cs; i++) {
+		struct chunk_id id;
+		chunk_id_make(r->s3.bucket, buf_cstr(&r->s3.key), m->etag, i, &id);
+		if (!store_holds(r->w->gw->store, &id))
+			return false;
+	}
+	return true;
+}
+
+static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max);
+static struct chunk *chunk_for(struct req *r, uint64_t i);
+static void release_chunks(struct req *r);
+static struct MHD_Response *zero_copy_response(struct req *r);
+
+static void body_done(void *cls)
+{
+	req_unref(cls);
+}
+
+static enum MHD_Result respond_s3(struct req *r, enum s3err e, const struct obj_meta *m)
+{
+	if (e != S3E_INVALID_RANGE || !m)
+		return (req_fail(r, e, NULL), req_respond_error(r));
+	/* 416 carries the size, as S3 says it. */
+	struct buf body;
+	buf_init(&body, 8192);
+	s3err_xml(e, NULL, r->path, r->id, &body);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p,
+	                                                            MHD_RESPMEM_MUST_COPY);
+	buf_fini(&body);
+	if (!resp)
+		return MHD_NO;
+	char cr[64];
+	snprintf(cr, sizeof cr, "bytes */%" PRIu64, m->size);
+	MHD_add_response_header(resp, "Content-Range", cr);
+	MHD_add_response_header(resp, "Content-Type", "application/xml");
+	MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	MHD_add_response_header(resp, "x-larder-cache", r->cache.meta_loaded ? "miss" : "hit");
+	req_add_common_headers(r, resp);
+	r->status_sent = 416;
+	r->has_err = true;
+	r->err = e;
+	enum MHD_Result ret = MHD_queue_response(r->conn, 416, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
+
+static enum MHD_Result respond_upstream_error(struct req *r)
+{
+	struct cread *c = &r->cache;
+	struct MHD_Response *resp = MHD_create_response_from_buffer(
+		c->uerr_len, c->uerr_body ? c->uerr_body : (char *)"", MHD_RESPMEM_MUST_COPY);
+	if (!resp)
+		return MHD_NO;
+	for (size_t i = 0; i < c->uerr_headers.n; i++) {
+		const char *n = c->uerr_headers.v[i].name;
+		if (strcasecmp(n, "content-length") && strcasecmp(n, "transfer-encoding") &&
+		    strcasecmp(n, "connection") && strcasecmp(n, "keep-alive") &&
+		    strcasecmp(n, "content-range"))
+			MHD_add_response_header(resp, n, c->uerr_headers.v[i].value);
+	}
+	if (!hdrs_get(&c->uerr_headers, "x-amz-request-id"))
+		MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	MHD_add_response_header(resp, "x-larder-cache", "miss");
+	req_add_common_headers(r, resp);
+	r->ustatus = c->uerr_status;
+	r->status_sent = (int)c->uerr_status;
+	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)c->uerr_status, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
+
+enum MHD_Result cache_respond(struct req *r)
+{
+	struct cread *c = &r->cache;
+	if (r->has_err)
+		return req_respond_error(r);
+	if (c->has_uerr)
+		return respond_upstream_error(r);
+	if (!c->meta) {
+		req_suspend(r); /* woken when the metadata is known */
+		return MHD_YES;
+	}
+	const struct obj_meta *m = c->meta;
+	if (m->negative)
+		return respond_s3(r, S3E_NO_SUCH_KEY, NULL);
+
+	int pre = preconditions(r, m);
+	if (pre == 412)
+		return respond_s3(r, S3E_PRECONDITION_FAILED, m);
+
+	unsigned status = 200;
+	c->start = 0;
+	c->end = m->size ? m->size - 1 : 0;
+	if (pre == 0 && c->want_range) {
+		if (c->suffix) {
+			if (c->range_b == 0 || m->size == 0)
+				return respond_s3(r, S3E_INVALID_RANGE, m);
+			c->start = c->range_b >= m->size ? 0 : m->size - c->range_b;
+		} else {
+			if (c->range_a >= m->size)
+				return respond_s3(r, S3E_INVALID_RANGE, m);
+			c->start = c->range_a;
+			c->end = c->range_b < m->size ? c->range_b : m->size - 1;
+		}
+		status = 206;
+	}
+	uint64_t len = m->size ? c->end - c->start + 1 : 0;
+	if (pre == 304) {
+		status = 304;
+		len = 0;
+	}
+	c->pos = c->start;
+
+	/* Headers wait for the first chunk: its bytes are the time to first
+	 * byte anyway, and its fate decides the answer. A version change seen
+	 * there (412 on If-Match) means learning the object again and
+	 * answering with the new version, rather than cutting a response
+	 * already announced with the old ETag. */
+	if (!c->head && status != 304 && len > 0) {
+		struct chunk *ch = chunk_for(r, c->start / chunk_size(r));
+		if (!ch)
+			return respond_s3(r, S3E_INTERNAL, NULL);
+		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
+		int state = atomic_load(&ch->state);
+		uint64_t off = c->start - c->cur_index * chunk_size(r);
+		if (state == CHUNK_FAILED) {
+			int reason = ch->fail_reason;
+			release_chunks(r);
+			if (reason == FETCH_ERR_CHANGED && c->restarts++ < 2) {
+				meta_unref(c->meta);
+				c->meta = NULL;
+				c->meta_loaded = true;
+				resolve(r);
+				return cache_respond(r);
+			}
+			if (reason != FETCH_ERR_UPSTREAM && c->refetches++ < 3)
+				return cache_respond(r);
+			return respond_s3(r, S3E_SERVICE_UNAVAILABLE, NULL);
+		}
+		if (state == CHUNK_FILLING && filled <= off) {
+			c->wait_chunk = ch;
+			c->chunk_waiting = true;
+			chunk_wait(ch, &c->waiter, filled);
+			req_suspend(r);
+			return MHD_YES;
+		}
+	}
+	bool hit = !c->meta_loaded && !c->miss && (status == 304 || all_held(r, m));
+	c->miss = !hit;
+
+	struct MHD_Response *resp = NULL;
+	if (hit && !c->head && status != 304 && len > 0)
+		resp = zero_copy_response(r);
+	if (resp) {
+		c->pos = c->end + 1; /* all of it handed over */
+	} else if (c->head || status == 304 || len == 0) {
+		/* No body: MHD still announces a HEAD's length from the size given. */
+		resp = MHD_create_response_from_callback(status == 304 ? 0 : len, 4096, read_body, r,
+		                                         body_done);
+	} else {
+		resp = MHD_create_response_from_callback(len, 256 * 1024, read_body, r, body_done);
+	}
+	if (!resp)
+		return MHD_NO;
+	if (c->pos <= c->end || len == 0)
+		req_ref(r); /* the reader callback's; an iovec response holds chunks instead */
+	add_object_headers(r, resp, m, status != 304);
+	if (status != 304)
+		MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+	if (status == 206) {
+		char cr[96];
+		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, c->start, c->end,
+		         m->size);
+		MHD_add_response_header(resp, "Content-Range", cr);
+	}
+	MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	MHD_add_response_header(resp, "x-larder-cache", hit ? "hit" : "miss");
+	req_add_common_headers(r, resp);
+	r->status_sent = (int)status;
+	enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
+
+/* ---- step 3: the body ------------------------------------------------- */
+
+static struct chunk *get_chunk(struct req *r, uint64_t i);
+
+/* The chunks an iovec response points into, released when MHD is done. */
+struct iov_hold {
+	unsigned n;
+	struct chunk *c[];
+};
+
+static void iov_done(void *cls)
+{
+	struct iov_hold *h = cls;
+	for (unsigned k = 0; k < h->n; k++)
+		chunk_unref(h->c[k]);
+	free(h);
+}
+
+/* A hit whose chunks are all READY in RAM goes out as an iovec over the
+ * chunk buffers themselves: MHD writes them with writev, no copy. NULL
+ * when some chunk is not in RAM (the reader callback serves it). */
+static struct MHD_Response *zero_copy_response(struct req *r)
+{
+	struct cread *c = &r->cache;
+	uint64_t cs = chunk_size(r), first = c->start / cs, last = c->end / cs;
+	unsigned n = (unsigned)(last - first + 1);
+	if (last - first >= 4096)
+		return NULL;
+	struct iov_hold *h = malloc(sizeof *h + n * sizeof h->c[0]);
+	struct MHD_IoVec *iov = calloc(n, sizeof *iov);
+	if (!h || !iov) {
+		free(h);
+		free(iov);
+		return NULL;
+	}
+	h->n = 0;
+	bool ok = true;
+	for (uint64_t i = first; i <= last && ok; i++) {
+		struct chunk *ch = get_chunk(r, i);
+		if (!ch)
+			break;
+		h->c[h->n++] = ch;
+		ok = atomic_load(&ch->state) == CHUNK_READY;
+		uint64_t from = i == first ? c->start - i * cs : 0;
+		uint64_t to = i == last ? c->end - i * cs + 1 : ch->len;
+		iov[i - first].iov_base = ch->data + from;
+		iov[i - first].iov_len = (size_t)(to - from);
+	}
+	struct MHD_Response *resp = NULL;
+	if (ok && h->n == n)
+		resp = MHD_create_response_from_iovec(iov, n, iov_done, h);
+	free(iov);
+	if (!resp)
+		iov_done(h);
+	else
+		r->bytes_out += c->end - c->start + 1;
+	return resp;
+}
+
+/* Lets go of the chunks held, saying whether this reader gave up on them. */
+static void release_chunks_as(struct req *r, bool gave_up)
+{
+	struct cread *c = &r->cache;
+	if (c->cur) {
+		atomic_store(&c->cur->abandoned, gave_up);
+		chunk_unref(c->cur);
+	}
+	c->cur = NULL;
+	for (unsigned k = 0; k < READAHEAD_MAX; k++)
+		if (c->ahead[k]) {
+			atomic_store(&c->ahead[k]->abandoned, gave_up);
+			chunk_unref(c->ahead[k]);
+			c->ahead[k] = NULL;
+		}
+}
+
+static void release_chunks(struct req *r)
+{
+	release_chunks_as(r, false);
+}
+
+/* A reference to chunk i of the object, fetching it if nobody has it. */
+static struct chunk *get_chunk(struct req *r, uint64_t i)
+{
+	struct gw *gw = r->w->gw;
+	const struct obj_meta *m = r->cache.meta;
+	uint64_t cs = chunk_size(r);
+	uint64_t off = i * cs;
+	size_t len = (size_t)(m->size - off < cs ? m->size - off : cs);
+	struct chunk_id id;
+	chunk_id_make(r->s3.bucket, buf_cstr(&r->s3.key), m->etag, i, &id);
+	enum store_role role;
+	struct chunk *ch = store_acquire(gw->store, &id, len, &role);
+	if (!ch)
+		return NULL;
+	if (role == STORE_PRODUCE) {
+		r->cache.miss = true;
+		if (fetch_chunk_start(r->w, ch, r->s3.bucket, buf_cstr(&r->s3.key), m, i) != 0)
+			store_complete(gw->store, ch, false, FETCH_ERR_UPSTREAM, NULL);
+	}
+	return ch;
+}
+
+/* Keeps the next chunks of the range in flight (bounded, in parallel), so
+ * one client reading a large object gets several upstream connections. */
+static void read_ahead(struct req *r, uint64_t i)
+{
+	struct cread *c = &r->cache;
+	uint64_t cs = chunk_size(r), last = c->end / cs;
+	unsigned n = r->w->gw->cfg->readahead_chunks;
+	if (n > READAHEAD_MAX)
+		n = READAHEAD_MAX;
+	for (unsigned k = 0; k < READAHEAD_MAX; k++)
+		if (c->ahead[k] && (c->ahead_index[k] <= i || c->ahead_index[k] > i + n)) {
+			chunk_unref(c->ahead[k]);
+			c->ahead[k] = NULL;
+		}
+	for (uint64_t j = i + 1; j <= last && j <= i + n; j++) {
+		unsigned free_slot = READAHEAD_MAX;
+		bool have = false;
+		for (unsigned k = 0; k < READAHEAD_MAX; k++) {
+			if (c->ahead[k] && c->ahead_index[k] == j)
+				have = true;
+			else if (!c->ahead[k] && free_slot == READAHEAD_MAX)
+				free_slot = k;
+		}
+		if (have || free_slot == READAHEAD_MAX)
+			continue;
+		c->ahead[free_slot] = get_chunk(r, j);
+		c->ahead_index[free_slot] = j;
+	}
+}
+
+/* Moves the reader to chunk i, taking it from the read-ahead if there. */
+static struct chunk *chunk_for(struct req *r, uint64_t i)
+{
+	struct cread *c = &r->cache;
+	if (c->cur && c->cur_index == i)
+		return c->cur;
+	if (c->cur) {
+		atomic_store(&c->cur->abandoned, false); /* read through: done with it */
+		chunk_unref(c->cur);
+	}
+	c->cur = NULL;
+	for (unsigned k = 0; k < READAHEAD_MAX; k++)
+		if (c->ahead[k] && c->ahead_index[k] == i) {
+			c->cur = c->ahead[k];
+			c->ahead[k] = NULL;
+		}
+	if (!c->cur)
+		c->cur = get_chunk(r, i);
+	c->cur_index = i;
+	if (c->cur && !c->head)
+		read_ahead(r, i);
+	return c->cur;
+}
+
+static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
+{
+	struct req *r = cls;
+	struct cread *c = &r->cache;
+	(void)pos;
+	if (c->head || r->status_sent == 304 || !c->meta || c->meta->size == 0 || c->pos > c->end)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	uint64_t cs = chunk_size(r);
+	for (;;) {
+		uint64_t i = c->pos / cs;
+		struct chunk *ch = chunk_for(r, i);
+		if (!ch)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		uint64_t off = c->pos - i * cs;
+		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
+		if (off < filled) {
+			uint64_t n = filled - off;
+			if (n > max)
+				n = max;
+			if (n > c->end + 1 - c->pos)
+				n = c->end + 1 - c->pos;
+			memcpy(out, ch->data + off, (size_t)n);
+			c->pos += n;
+			r->bytes_out += n;
+			return (ssize_t)n;
+		}
+		int state = atomic_load(&ch->state);
+		if (state == CHUNK_FAILED) {
+			/* A reader of a failed chunk may fetch it again (a cancelled
+			 * fetch, or a corrupt NVMe entry); a version change or an
+			 * upstream that keeps failing ends this response: the client
+			 * sees a short body, never other bytes. */
+			if (ch->fail_reason == FETCH_ERR_CHANGED || ch->fail_reason == FETCH_ERR_UPSTREAM ||
+			    ++c->refetches > 3)
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			chunk_unref(c->cur);
+			c->cur = NULL;
+			continue;
+		}
+		if (state == CHUNK_READY) /* cannot be short of its length */
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		c->wait_chunk = ch;
+		c->chunk_waiting = true;
+		chunk_wait(ch, &c->waiter, filled);
+		req_suspend(r);
+		return 0;
+	}
+}
+
+/* ---- end ----------------------------------------------------------------- */
+
+void cache_end(struct req *r)
+{
+	struct cread *c = &r->cache;
+	if (!c->active)
+		return;
+	struct gw *gw = r->w->gw;
+	if (c->meta_waiting)
+		meta_unwait(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), &c->waiter);
+	if (c->chunk_waiting)
+		chunk_unwait(c->wait_chunk, &c->waiter);
+	c->meta_waiting = c->chunk_waiting = false;
+	pthread_mutex_lock(&r->w->wake_lock);
+	if (c->wake_queued) {
+		struct req **pp = &r->w->wake_head;
+		while (*pp != r)
+			pp = &(*pp)->cache.wake_next;
+		*pp = r->cache.wake_next;
+		c->wake_queued = false;
+	}
+	pthread_mutex_unlock(&r->w->wake_lock);
+	if (c->meta_fetch)
+		fetch_disown(c->meta_fetch);
+	c->meta_fetch = NULL;
+	/* Whether this reader leaves its chunks wanted or given up on: a
+	 * response sent in full leaves them to be cached for the next reader. */
+	bool gave_up = !c->head && c->meta && c->meta->size > 0 && c->pos <= c->end &&
+	               (!r->responded || r->status_sent / 100 == 2);
+	release_chunks_as(r, gave_up);
+	meta_unref(c->meta);
+	c->meta = NULL;
+	if (c->has_uerr) {
+		hdrs_fini(&c->uerr_headers);
+		free(c->uerr_body);
+		c->has_uerr = false;
+	}
+	c->active = false;
+}
+
+void cache_invalidate(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	if (!gw->meta || r->ustatus < 200 || r->ustatus >= 300 || r->s3.access != POL_WRITE)
+		return;
+	if (r->s3.target == S3T_OBJECT)
+		meta_drop(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key));
+	else if (r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0)
+		meta_drop_bucket(gw->meta, r->s3.bucket); /* DeleteObjects names its keys in the body */
+}

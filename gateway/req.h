@@ -1,0 +1,161 @@
+/*
+ * req.h - one client request, as the pass-through (proxy.c) and the
+ * cached read path (cache.c) share it. Private to gateway/.
+ *
+ * Every field belongs to the worker thread that accepted the request,
+ * except where a comment says otherwise.
+ */
+#ifndef LARDER_REQ_H
+#define LARDER_REQ_H
+
+#include <curl/curl.h>
+#include <microhttpd.h>
+#include <openssl/evp.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "auth/chunked.h"
+#include "gateway/s3err.h"
+#include "gateway/s3req.h"
+#include "gateway/server.h"
+#include "gateway/upstream.h"
+#include "store/chunk.h"
+#include "store/meta.h"
+
+#define REQ_MAGIC 0x6c617272u
+#define PIPE_CAP (256 * 1024)
+#define MAX_UPSTREAM_HEADER_BYTES (64 * 1024)
+
+/* A bounded byte queue: data lives in [off, len). */
+struct pbuf {
+	char *p;
+	size_t off, len;
+};
+
+enum body_mode { BODY_NONE, BODY_RAW, BODY_CHUNKED };
+
+/* The cached read path's part of a request (cache.c). */
+#define READAHEAD_MAX 16
+struct cread {
+	bool active;                    /* this GET/HEAD is answered from the cache */
+	bool head;
+	struct obj_meta *meta;          /* the object, once known */
+	bool meta_loaded;               /* learnt or revalidated for this request: a miss */
+	struct fetch *meta_fetch;       /* the metadata fetch this request owns */
+	struct chunk_waiter waiter;     /* woken from any thread (wake_async) */
+	bool meta_waiting, chunk_waiting;
+	struct chunk *wait_chunk;       /* the chunk waited on */
+	bool wake_queued;               /* on the worker's wake list (under wake_lock) */
+	struct req *wake_next;
+
+	/* Range: [start, end] of the object, want_range when a valid one came */
+	bool want_range, suffix;
+	uint64_t range_a, range_b;      /* as asked; range_b = UINT64_MAX: open */
+	uint64_t start, end;            /* resolved; end < size */
+	uint64_t pos;                   /* next byte to send */
+	struct chunk *cur;
+	uint64_t cur_index;
+	struct chunk *ahead[READAHEAD_MAX];
+	uint64_t ahead_index[READAHEAD_MAX];
+	unsigned refetches;
+	unsigned restarts;              /* learnt again after a version change */
+	bool miss;                      /* some byte came from upstream */
+
+	/* upstream's own answer when the object could not be learnt (404, 403,
+	 * ...): passed to the client unchanged */
+	bool has_uerr;
+	long uerr_status;
+	struct hdrs uerr_headers;
+	char *uerr_body;
+	size_t uerr_len;
+};
+
+struct req {
+	unsigned magic;
+	int refs;
+	struct worker *w;
+	struct MHD_Connection *conn;    /* NULL once MHD is done with it */
+	struct req *prev, *next;        /* worker's live list */
+	struct req *next_pending;
+	bool in_pending;
+	char id[24];
+	double t_start;
+	char *uri;                      /* raw: path?query */
+	char *path, *query;             /* raw parts of uri */
+	char method[24];
+	bool started;
+	bool presigned_v2;              /* drop its AWSAccessKeyId/Signature/Expires upstream */
+
+	char key_id[129];
+	struct s3req s3;
+	bool has_err;
+	enum s3err err;
+	char err_msg[256];
+
+	/* request body */
+	enum body_mode body;
+	int64_t up_len;                 /* bytes upstream will receive */
+	uint64_t up_queued;             /* bytes put into upbuf so far */
+	uint64_t up_sent;               /* bytes curl has taken */
+	uint64_t bytes_in;              /* raw body bytes from the client */
+	EVP_MD_CTX *sha;                /* signed payload: running SHA-256 */
+	char want_sha[65];
+	struct ack_decoder *ack;
+	bool client_body_done;
+	bool body_verified;             /* the last byte may go upstream */
+	struct pbuf upbuf;
+
+	/* upstream */
+	CURL *easy;
+	bool easy_running;
+	bool read_paused, write_paused;
+	struct curl_slist *slist;
+	struct up_target target;
+	char *up_query;                 /* query sent upstream */
+	int retries;
+	bool retry;                     /* region learnt: send again */
+	long ustatus;
+	struct hdrs uresp;              /* upstream response headers */
+	size_t uresp_bytes;
+	bool uhdrs_done;
+	bool udone;
+	CURLcode uresult;
+	char curl_err[CURL_ERROR_SIZE];
+	struct pbuf downbuf;
+	uint64_t resp_len;              /* MHD_SIZE_UNKNOWN when not known */
+
+	struct cread cache;
+	bool bypass_logged;             /* a GET/HEAD of an object not answered from the cache */
+
+	/* client response */
+	bool responded;
+	bool suspended;
+	int status_sent;
+	uint64_t bytes_out;
+};
+
+/* Helpers proxy.c lends to cache.c. */
+void req_ref(struct req *r);
+void req_unref(struct req *r);
+void req_wake(struct req *r);     /* resume the client connection if suspended */
+void req_suspend(struct req *r);
+void req_fail(struct req *r, enum s3err e, const char *msg);
+enum MHD_Result req_respond_error(struct req *r);
+const char *req_header(struct req *r, const char *name);
+double req_now(void);             /* monotonic seconds */
+void req_add_common_headers(struct req *r, struct MHD_Response *resp);
+
+/* cache.c: GET and HEAD of objects from the chunk cache. */
+bool cache_wants(struct req *r);               /* after authentication */
+void cache_begin(struct req *r);               /* first call */
+enum MHD_Result cache_respond(struct req *r);  /* the body is in: answer (or wait) */
+void cache_end(struct req *r);                 /* the request is over */
+void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->wake_async */
+void cache_owner_detach(struct req *owner, struct fetch *f);
+void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
+                                const char *body, size_t len);
+/* Writes (PUT, POST, DELETE, copy) that succeeded drop what the cache
+ * knows of the key; a DeleteObjects drops the bucket's metadata. */
+void cache_invalidate(struct req *r);
+
+#endif

@@ -1,0 +1,610 @@
+"""A scripted S3 origin for fault tests: real S3 object semantics, faults on demand.
+
+    origin = FaultOrigin().start()           # http://127.0.0.1:<port>, key ORIGIN_KEY
+    origin.put("bkt", "obj", data, content_type="text/plain", metadata={"a": "1"})
+    origin.fail_next(2, key="obj")           # next 2 GETs of obj: 503 SlowDown
+    origin.drop_next(300000, key="obj")      # next GET: 300000 body bytes, then hang up
+    origin.delay_next(1500, key="obj")       # next GET: first byte after 1.5 s
+    origin.slow_next(65536, 20, key="obj")   # next GET: body in 64 KiB pieces, 20 ms apart
+    origin.replace_after("bkt", "obj", new)  # new bytes (new ETag) from the next request on
+    ...
+    origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
+    origin.stop()
+
+What it serves, as S3 does (and as moto does not always do):
+* Objects from an in-memory dict. GET and HEAD answer ETag (the quoted MD5 hex of
+  the bytes), Content-Length, Content-Type, Last-Modified (whole seconds),
+  Accept-Ranges and x-amz-meta-*; 404 NoSuchKey / NoSuchBucket otherwise.
+* Range `bytes=a-b`, `bytes=a-` and `bytes=-n`: 206 with Content-Range; a range
+  starting past the end, `-0`, or any range of an empty object: 416 InvalidRange
+  (with `Content-Range: bytes */size`); a syntactically invalid, reversed or
+  multi-part range is ignored (200, the whole object), as S3 does.
+* Conditionals in S3's order: If-Match (else If-Unmodified-Since) failing -> 412
+  PreconditionFailed (an XML body on GET); then If-None-Match (else
+  If-Modified-Since) -> 304 with ETag and Last-Modified. A failed precondition
+  wins over a Range.
+* response-content-type/-language/-expires/-cache-control/-disposition/-encoding
+  query overrides on GET.
+* PUT object (plain, or aws-chunked with its chunk signatures not checked),
+  PUT bucket, DELETE object, HEAD bucket. Everything else: 501 NotImplemented.
+* Every request must be signed with SigV4 for this origin's access key and
+  region: botocore recomputes the signature from what arrived (raw path and
+  query, the signed headers) and a mismatch is 403 SignatureDoesNotMatch, an
+  unknown key 403 InvalidAccessKeyId, no Authorization 403 AccessDenied, a
+  clock more than 15 minutes off 403 RequestTimeTooSkewed, a body that does not
+  match x-amz-content-sha256 400 XAmzContentSHA256Mismatch. Faults apply only
+  to requests that passed those checks.
+
+Faults are matched against each authenticated request in the order they were
+added (method, and optionally bucket and key); each kind is consumed at most
+once per request, so a delay and a drop can hit the same GET.
+
+The request log has one dict per request: seq, t, method, target, bucket, key,
+query, headers (lower-case names), range, if_match, status, auth_error (the
+error code when the signature check refused it), faults (the kinds applied),
+body_sent (object body bytes written) and dropped (the connection was cut).
+"""
+import calendar
+import email.utils
+import hashlib
+import hmac
+import http.server
+import itertools
+import socket
+import struct
+import threading
+import time
+import urllib.parse
+from xml.sax.saxutils import escape
+
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+ORIGIN_KEY = "AKIDFAULTORIGIN00001"
+ORIGIN_SECRET = "fault-origin/secret+0000000000000000001"
+ORIGIN_REGION = "us-east-1"
+MAX_SKEW = 15 * 60
+
+OVERRIDES = {
+    "response-content-type": "Content-Type",
+    "response-content-language": "Content-Language",
+    "response-expires": "Expires",
+    "response-cache-control": "Cache-Control",
+    "response-content-disposition": "Content-Disposition",
+    "response-content-encoding": "Content-Encoding",
+}
+
+
+def etag_of(data):
+    return '"%s"' % hashlib.md5(data).hexdigest()
+
+
+def http_date(ts):
+    return email.utils.formatdate(ts, usegmt=True)
+
+
+def parse_http_date(value):
+    try:
+        dt = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if dt is None:
+        return None
+    return int(dt.timestamp())
+
+
+def parse_range(value, size):
+    """S3's reading of a Range header for an object of `size` bytes:
+    None (ignored: serve the whole object), "unsatisfiable", or (first, last)."""
+    value = value.strip()
+    if not value.startswith("bytes=") or "," in value:
+        return None
+    first, sep, last = value[6:].strip().partition("-")
+    first, last = first.strip(), last.strip()
+    if not sep or (first and not first.isdigit()) or (last and not last.isdigit()):
+        return None
+    if not first and not last:
+        return None
+    if not first:  # suffix: the last n bytes
+        n = int(last)
+        if n == 0 or size == 0:
+            return "unsatisfiable"
+        return (max(0, size - n), size - 1)
+    a = int(first)
+    b = int(last) if last else None
+    if b is not None and b < a:
+        return None
+    if a >= size:
+        return "unsatisfiable"
+    return (a, size - 1 if b is None else min(b, size - 1))
+
+
+def etag_matches(header, etag):
+    for tag in header.split(","):
+        tag = tag.strip()
+        if tag.startswith("W/"):
+            tag = tag[2:]
+        if tag == "*" or tag == etag or '"%s"' % tag == etag:
+            return True
+    return False
+
+
+def sigv4_expected(method, target, headers, signed, secret, key, region, amz_date):
+    """The signature botocore computes for the request as it arrived."""
+    req = AWSRequest(method=method, url="http://%s%s" % (headers.get("host", ""), target),
+                     headers={k: v for k, v in headers.items() if k in signed})
+    req.context["timestamp"] = amz_date
+    auth = S3SigV4Auth(Credentials(key, secret), "s3", region)
+    cr = auth.canonical_request(req)
+    return auth.signature(auth.string_to_sign(req, cr), req)
+
+
+def decode_aws_chunked(body):
+    """The payload of an aws-chunked body (chunk signatures and trailers not checked)."""
+    out, i = [], 0
+    while True:
+        j = body.find(b"\r\n", i)
+        if j < 0:
+            raise ValueError("aws-chunked: no chunk header")
+        size = int(body[i:j].split(b";")[0], 16)
+        i = j + 2
+        if size == 0:
+            return b"".join(out)
+        out.append(body[i:i + size])
+        i += size + 2
+
+
+class StoredObject:
+    def __init__(self, data, content_type="binary/octet-stream", metadata=None, mtime=None):
+        self.data = bytes(data)
+        self.etag = etag_of(self.data)
+        self.content_type = content_type
+        self.metadata = dict(metadata or {})
+        self.mtime = int(time.time() if mtime is None else mtime)
+
+
+class Fault:
+    def __init__(self, kind, count, methods, bucket, key, **params):
+        self.kind = kind
+        self.remaining = count
+        self.methods = methods
+        self.bucket = bucket
+        self.key = key
+        self.params = params
+
+    def matches(self, method, bucket, key):
+        return (self.remaining > 0 and method in self.methods
+                and (self.bucket is None or self.bucket == bucket)
+                and (self.key is None or self.key == key))
+
+
+class FaultOrigin(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, access_key=ORIGIN_KEY, secret_key=ORIGIN_SECRET, region=ORIGIN_REGION,
+                 host="127.0.0.1", port=0):
+        super().__init__((host, port), _Handler)
+        self.access_key, self.secret_key, self.region = access_key, secret_key, region
+        self.url = "http://%s:%d" % (host, self.server_address[1])
+        self.port = self.server_address[1]
+        self.lock = threading.RLock()
+        self.objects = {}
+        self.buckets = set()
+        self.faults = []
+        self.log = []
+        self._ids = itertools.count(1)
+        self.thread = None
+
+    def handle_error(self, request, client_address):
+        """A client hanging up mid-answer is routine here: no traceback on stderr."""
+        import sys
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+    # -- life
+    def start(self):
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self):
+        if self.thread is not None:
+            self.shutdown()
+            self.thread.join(10)
+            self.thread = None
+        self.server_close()
+
+    # -- objects (direct, no HTTP)
+    def create_bucket(self, bucket):
+        with self.lock:
+            self.buckets.add(bucket)
+
+    def put(self, bucket, key, data, content_type="binary/octet-stream", metadata=None,
+            mtime=None):
+        """Stores an object (creating the bucket); returns its quoted ETag."""
+        obj = StoredObject(data, content_type, metadata, mtime)
+        with self.lock:
+            self.buckets.add(bucket)
+            self.objects[(bucket, key)] = obj
+        return obj.etag
+
+    def get(self, bucket, key):
+        with self.lock:
+            return self.objects.get((bucket, key))
+
+    def delete(self, bucket, key):
+        with self.lock:
+            self.objects.pop((bucket, key), None)
+
+    # -- faults
+    def _add(self, fault):
+        with self.lock:
+            self.faults.append(fault)
+        return fault
+
+    def fail_next(self, n, status=503, code="SlowDown", message="Please reduce your request rate.",
+                  methods=("GET",), bucket=None, key=None):
+        """The next n matching requests answer this S3 error instead."""
+        return self._add(Fault("error", n, tuple(methods), bucket, key, status=status, code=code,
+                               message=message))
+
+    def drop_next(self, after_bytes, n=1, reset=False, bucket=None, key=None):
+        """The next n matching GETs send their headers and after_bytes of the
+        body, then close the connection (reset=True: with a TCP RST)."""
+        return self._add(Fault("drop", n, ("GET",), bucket, key, after=after_bytes, reset=reset))
+
+    def delay_next(self, ms, n=1, methods=("GET",), bucket=None, key=None):
+        """The next n matching requests wait ms milliseconds before the first byte."""
+        return self._add(Fault("delay", n, tuple(methods), bucket, key, ms=ms))
+
+    def slow_next(self, piece=65536, pause_ms=20, n=1, bucket=None, key=None):
+        """The next n matching GETs write their body `piece` bytes at a time
+        with pause_ms between pieces."""
+        return self._add(Fault("slow", n, ("GET",), bucket, key, piece=piece, pause_ms=pause_ms))
+
+    def replace_after(self, bucket, key, data, after_gets=0, **attrs):
+        """Replaces the object's bytes (new ETag, Last-Modified one second later
+        at least) once `after_gets` more GETs of it have been answered with a
+        whole body: 0 means now."""
+        def do():
+            with self.lock:
+                old = self.objects.get((bucket, key))
+                mtime = int(time.time())
+                if old is not None:
+                    mtime = max(mtime, old.mtime + 1)
+                    attrs.setdefault("content_type", old.content_type)
+                    attrs.setdefault("metadata", old.metadata)
+                self.put(bucket, key, data, mtime=mtime, **attrs)
+        if after_gets <= 0:
+            do()
+            return None
+        return self._add(Fault("replace", after_gets, ("GET",), bucket, key, action=do))
+
+    def clear_faults(self):
+        with self.lock:
+            self.faults = []
+
+    def _take(self, method, bucket, key):
+        """The faults this request gets, one per kind; consumes them."""
+        taken = {}
+        with self.lock:
+            for f in self.faults:
+                if f.kind != "replace" and f.kind not in taken and f.matches(method, bucket, key):
+                    f.remaining -= 1
+                    taken[f.kind] = f
+            self.faults = [f for f in self.faults if f.remaining > 0]
+        return taken
+
+    def _served_get(self, bucket, key):
+        actions = []
+        with self.lock:
+            for f in self.faults:
+                if f.kind == "replace" and f.matches("GET", bucket, key):
+                    f.remaining -= 1
+                    if f.remaining == 0:
+                        actions.append(f.params["action"])
+            self.faults = [f for f in self.faults if f.remaining > 0]
+        for a in actions:
+            a()
+
+    # -- request log
+    def _record(self, rec):
+        with self.lock:
+            rec["seq"] = len(self.log) + 1
+            self.log.append(rec)
+
+    def mark(self):
+        with self.lock:
+            return len(self.log)
+
+    def requests(self, since=0, method=None, bucket=None, key=None):
+        with self.lock:
+            recs = [dict(r) for r in self.log[since:]]
+        return [r for r in recs
+                if (method is None or r["method"] == method)
+                and (bucket is None or r["bucket"] == bucket)
+                and (key is None or r["key"] == key)]
+
+    def count(self, since=0, method=None, bucket=None, key=None):
+        return len(self.requests(since, method, bucket, key))
+
+    def gets(self, bucket, key, since=0):
+        return self.requests(since, "GET", bucket, key)
+
+    def wait_idle(self, timeout=5.0):
+        """Waits until every logged request has a status (its answer is done)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if all(r.get("done") for r in self.log):
+                    return True
+            time.sleep(0.02)
+        return False
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "AmazonS3"
+    sys_version = ""
+
+    def log_message(self, *args):
+        pass
+
+    # -- plumbing
+    def _body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _send(self, status, headers, body=b"", length=None):
+        self.send_response(status)
+        rid = "%016X" % next(self.server._ids)
+        self.send_header("x-amz-request-id", rid)
+        self.send_header("x-amz-id-2", "fault-origin/" + rid)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        self.rec["status"] = status
+
+    def _finish(self, status, headers, body=b""):
+        self._send(status, headers, body)
+        if self.command != "HEAD" and body:
+            self.wfile.write(body)
+        self.rec["done"] = True
+
+    def _error(self, status, code, message="", extra_xml="", headers=None):
+        xml = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s'
+               '</Message>%s<RequestId>FAULTORIGIN</RequestId><HostId>fault-origin</HostId>'
+               '</Error>' % (code, escape(message), extra_xml)).encode()
+        h = {"Content-Type": "application/xml"}
+        h.update(headers or {})
+        self.rec["error"] = code
+        self._finish(status, h, b"" if self.command == "HEAD" else xml)
+
+    # -- authentication
+    def _authenticate(self, hdrs, body):
+        """None when the request is correctly signed, else (status, code, message)."""
+        srv = self.server
+        authz = hdrs.get("authorization", "")
+        if not authz:
+            return 403, "AccessDenied", "Anonymous access is forbidden for this origin"
+        if not authz.startswith("AWS4-HMAC-SHA256 "):
+            return 400, "InvalidRequest", "only AWS4-HMAC-SHA256 is accepted"
+        fields = {}
+        for part in authz[len("AWS4-HMAC-SHA256 "):].split(","):
+            k, _, v = part.strip().partition("=")
+            fields[k] = v
+        try:
+            cred = fields["Credential"].split("/")
+            key, day, region, service, term = cred
+            signed = fields["SignedHeaders"].split(";")
+            got = fields["Signature"]
+        except (KeyError, ValueError):
+            return 400, "AuthorizationHeaderMalformed", "malformed Authorization"
+        if key != srv.access_key:
+            return 403, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist"
+        if region != srv.region or service != "s3" or term != "aws4_request":
+            return (400, "AuthorizationHeaderMalformed",
+                    "wrong credential scope " + fields["Credential"])
+        amz_date = hdrs.get("x-amz-date", "")
+        try:
+            ts = calendar.timegm(time.strptime(amz_date, "%Y%m%dT%H%M%SZ"))
+        except ValueError:
+            return 403, "AccessDenied", "no valid X-Amz-Date"
+        if amz_date[:8] != day:
+            return 403, "SignatureDoesNotMatch", "credential date differs from X-Amz-Date"
+        if abs(ts - time.time()) > MAX_SKEW:
+            return 403, "RequestTimeTooSkewed", "clock skew"
+        if "host" not in signed:
+            return 403, "AccessDenied", "host is not signed"
+        want = sigv4_expected(self.command, self.path, hdrs, signed, srv.secret_key, key, region,
+                              amz_date)
+        if not hmac.compare_digest(got, want):
+            return 403, "SignatureDoesNotMatch", "signature does not match"
+        claimed = hdrs.get("x-amz-content-sha256")
+        if claimed is None:
+            return 400, "InvalidRequest", "missing x-amz-content-sha256"
+        if (len(claimed) == 64 and body is not None
+                and claimed.lower() != hashlib.sha256(body).hexdigest()):
+            return 400, "XAmzContentSHA256Mismatch", "body does not match x-amz-content-sha256"
+        return None
+
+    # -- dispatch
+    def handle_any(self):
+        srv = self.server
+        hdrs = {k.lower(): v for k, v in self.headers.items()}
+        body = self._body()
+        path, _, qs = self.path.partition("?")
+        parts = path.split("/", 2)
+        bucket = urllib.parse.unquote(parts[1]) if len(parts) > 1 else ""
+        key = urllib.parse.unquote(parts[2]) if len(parts) > 2 else ""
+        query = dict(urllib.parse.parse_qsl(qs, keep_blank_values=True))
+        self.rec = {"t": time.time(), "method": self.command, "target": self.path,
+                    "bucket": bucket, "key": key, "query": query, "headers": hdrs,
+                    "range": hdrs.get("range"), "if_match": hdrs.get("if-match"),
+                    "status": None, "faults": [], "body_sent": 0, "done": False}
+        srv._record(self.rec)
+        bad = self._authenticate(hdrs, body)
+        if bad:
+            self.rec["auth_error"] = bad[1]
+            return self._error(*bad)
+        faults = srv._take(self.command, bucket, key)
+        self.rec["faults"] = sorted(faults)
+        if "delay" in faults:
+            time.sleep(faults["delay"].params["ms"] / 1000.0)
+        if "error" in faults:
+            p = faults["error"].params
+            return self._error(p["status"], p["code"], p["message"])
+        if not bucket:
+            return self._error(501, "NotImplemented", "ListBuckets is not scripted")
+        if self.command in ("GET", "HEAD") and key:
+            return self._get_object(bucket, key, hdrs, query, faults.get("drop"),
+                                    faults.get("slow"))
+        if self.command == "PUT" and key:
+            return self._put_object(bucket, key, hdrs, query, body)
+        if self.command == "DELETE" and key:
+            with srv.lock:
+                srv.objects.pop((bucket, key), None)
+            return self._finish(204, {})
+        if self.command == "PUT" and not key and not query:
+            srv.create_bucket(bucket)
+            return self._finish(200, {"Location": "/" + bucket})
+        if self.command == "HEAD" and not key:
+            with srv.lock:
+                found = bucket in srv.buckets
+            if not found:
+                return self._error(404, "NoSuchBucket", "The specified bucket does not exist")
+            return self._finish(200, {"x-amz-bucket-region": srv.region})
+        return self._error(501, "NotImplemented", "not scripted: %s %s" % (self.command, self.path))
+
+    do_GET = do_HEAD = do_PUT = do_DELETE = do_POST = handle_any
+
+    def _get_object(self, bucket, key, hdrs, query, drop=None, slow=None):
+        srv = self.server
+        with srv.lock:
+            obj = srv.objects.get((bucket, key))
+            has_bucket = bucket in srv.buckets
+        if obj is None:
+            if not has_bucket:
+                return self._error(404, "NoSuchBucket", "The specified bucket does not exist")
+            return self._error(404, "NoSuchKey", "The specified key does not exist.",
+                               "<Key>%s</Key>" % escape(key))
+        size = len(obj.data)
+        base = {"ETag": obj.etag, "Last-Modified": http_date(obj.mtime)}
+        # Preconditions first, as S3 evaluates them before the range.
+        im, ius = hdrs.get("if-match"), hdrs.get("if-unmodified-since")
+        inm, ims = hdrs.get("if-none-match"), hdrs.get("if-modified-since")
+        failed = None
+        if im is not None:
+            if not etag_matches(im, obj.etag):
+                failed = "If-Match"
+        elif ius is not None:
+            t = parse_http_date(ius)
+            if t is not None and obj.mtime > t:
+                failed = "If-Unmodified-Since"
+        if failed:
+            return self._error(412, "PreconditionFailed",
+                               "At least one of the pre-conditions you specified did not hold",
+                               "<Condition>%s</Condition>" % failed)
+        not_modified = False
+        if inm is not None:
+            not_modified = etag_matches(inm, obj.etag)
+        elif ims is not None:
+            t = parse_http_date(ims)
+            not_modified = t is not None and obj.mtime <= t
+        if not_modified:
+            return self._finish(304, base)
+        headers = dict(base)
+        headers["Content-Type"] = obj.content_type
+        headers["Accept-Ranges"] = "bytes"
+        for k, v in obj.metadata.items():
+            headers["x-amz-meta-" + k] = v
+        if self.command == "GET":
+            for q, h in OVERRIDES.items():
+                if q in query:
+                    headers[h] = query[q]
+        status, first, last = 200, 0, size - 1
+        if hdrs.get("range") is not None:
+            r = parse_range(hdrs["range"], size)
+            if r == "unsatisfiable":
+                return self._error(416, "InvalidRange", "The requested range is not satisfiable",
+                                   "<ActualObjectSize>%d</ActualObjectSize><RangeRequested>%s"
+                                   "</RangeRequested>" % (size, escape(hdrs["range"])),
+                                   {"Content-Range": "bytes */%d" % size})
+            if r is not None:
+                status, (first, last) = 206, r
+                headers["Content-Range"] = "bytes %d-%d/%d" % (first, last, size)
+        payload = obj.data[first:last + 1]
+        self._send(status, headers, length=len(payload))
+        if self.command == "HEAD":
+            self.rec["done"] = True
+            return
+        piece, pause = 65536, 0.0
+        if slow is not None:
+            piece, pause = slow.params["piece"], slow.params["pause_ms"] / 1000.0
+        try:
+            if drop is not None:
+                cut = max(0, min(drop.params["after"], len(payload)))
+                self._write(payload[:cut], piece, pause)
+                self.wfile.flush()
+                self._hang_up(drop.params["reset"])
+                return
+            self._write(payload, piece, pause)
+            srv._served_get(bucket, key)
+        except (BrokenPipeError, ConnectionResetError):
+            self.rec["client_aborted"] = True
+            self.close_connection = True
+        finally:
+            self.rec["done"] = True
+
+    def _write(self, data, piece=65536, pause=0.0):
+        for i in range(0, len(data), piece):
+            if pause and i:
+                self.wfile.flush()
+                time.sleep(pause)
+            self.wfile.write(data[i:i + piece])
+            self.rec["body_sent"] += len(data[i:i + piece])
+
+    def _hang_up(self, reset):
+        self.close_connection = True
+        self.rec["dropped"] = True
+        try:
+            if reset:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+            else:
+                self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _put_object(self, bucket, key, hdrs, query, body):
+        srv = self.server
+        if query:
+            return self._error(501, "NotImplemented", "not scripted: PUT ?" + "&".join(query))
+        if "x-amz-copy-source" in hdrs:
+            return self._error(501, "NotImplemented", "copy is not scripted")
+        with srv.lock:
+            if bucket not in srv.buckets:
+                return self._error(404, "NoSuchBucket", "The specified bucket does not exist")
+        if ("aws-chunked" in hdrs.get("content-encoding", "")
+                or hdrs.get("x-amz-content-sha256", "").startswith("STREAMING-")):
+            try:
+                body = decode_aws_chunked(body)
+            except ValueError as e:
+                return self._error(400, "IncompleteBody", str(e))
+        meta = {k[len("x-amz-meta-"):]: v for k, v in hdrs.items() if k.startswith("x-amz-meta-")}
+        etag = srv.put(bucket, key, body, hdrs.get("content-type") or "binary/octet-stream", meta)
+        return self._finish(200, {"ETag": etag})

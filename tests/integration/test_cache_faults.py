@@ -1,0 +1,822 @@
+"""The chunked cache when the origin misbehaves, and its NVMe tier across restarts.
+
+The upstream here is fault_origin.FaultOrigin, a scripted S3 origin that
+verifies larder's SigV4 signatures and can answer 503 SlowDown bursts, hang up
+in the middle of a body, delay its first byte or change an object between two
+requests. FaultOriginSelfTest checks the origin itself with boto3, without
+larder, so a failure elsewhere in this file is larder's.
+
+Chunk size is 1 MiB throughout, so objects of a few MiB span several chunks.
+"""
+import glob
+import hashlib
+import http.client
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+
+import fault_origin
+import harness
+from fault_origin import FaultOrigin, ORIGIN_KEY, ORIGIN_SECRET
+
+MiB = 1024 * 1024
+CHUNK = MiB
+BUCKET = "fault-bkt"
+
+
+def blob(seed, n):
+    return random.Random(seed).randbytes(n)
+
+
+def md5_etag(data):
+    return '"%s"' % hashlib.md5(data).hexdigest()
+
+
+class Resp:
+    def __init__(self, status, headers, body, complete, error=None):
+        self.status, self.headers, self.body = status, headers, body
+        self.complete, self.error = complete, error
+
+    @property
+    def cache(self):
+        return self.headers.get("x-larder-cache")
+
+    def __repr__(self):
+        return "<%s %s cache=%s len=%d complete=%s error=%r>" % (
+            self.status, {k: v for k, v in self.headers.items()
+                          if k in ("etag", "content-range", "content-length")},
+            self.cache, len(self.body), self.complete, self.error)
+
+
+def fetch(base, method, path, headers=None, key=harness.CLIENT_KEY,
+          secret=harness.CLIENT_SECRET, timeout=60):
+    """One signed request; a body cut short or a dropped connection is
+    reported (complete=False, error), never raised."""
+    h = harness.sign_headers(method, base + path, key, secret, headers)
+    host, port = base.replace("http://", "").split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        try:
+            c.request(method, path, headers=h)
+            r = c.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            return Resp(None, {}, b"", False, e)
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        try:
+            return Resp(r.status, hdrs, r.read(), True)
+        except http.client.IncompleteRead as e:
+            return Resp(r.status, hdrs, e.partial, False, e)
+        except (OSError, http.client.HTTPException) as e:
+            return Resp(r.status, hdrs, b"", False, e)
+    finally:
+        c.close()
+
+
+def origin_client(origin, secret=ORIGIN_SECRET, **kw):
+    """boto3 straight to the origin; one attempt (botocore's retries
+    max_attempts counts retries, total_max_attempts counts attempts)."""
+    kw.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
+    return harness.make_s3_client(origin.url, ORIGIN_KEY, secret, **kw)
+
+
+# ------------------------------------------------------------------ the origin itself
+
+
+class FaultOriginSelfTest(harness.S3Asserts, unittest.TestCase):
+    """fault_origin.py against boto3, no larder involved."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = FaultOrigin().start()
+        cls.s3 = origin_client(cls.origin)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.origin.stop()
+
+    def setUp(self):
+        self.origin.clear_faults()
+
+    def test_put_get_head_metadata(self):
+        self.s3.create_bucket(Bucket="self-a")
+        data = blob(1, 3000)
+        put = self.s3.put_object(Bucket="self-a", Key="dir/o b+j", Body=data,
+                                 ContentType="text/plain", Metadata={"Who": "me"})
+        self.assertEqual(put["ETag"], md5_etag(data))
+        got = self.s3.get_object(Bucket="self-a", Key="dir/o b+j")
+        self.assertEqual(got["Body"].read(), data)
+        self.assertEqual(got["ETag"], md5_etag(data))
+        self.assertEqual(got["ContentType"], "text/plain")
+        self.assertEqual(got["Metadata"], {"who": "me"})
+        self.assertEqual(got["AcceptRanges"], "bytes")
+        head = self.s3.head_object(Bucket="self-a", Key="dir/o b+j")
+        self.assertEqual(head["ContentLength"], 3000)
+        self.assertEqual(head["LastModified"], got["LastModified"])
+        self.assertS3Error(lambda: self.s3.get_object(Bucket="self-a", Key="nope"), 404,
+                           "NoSuchKey")
+        self.assertS3Error(lambda: self.s3.get_object(Bucket="self-none", Key="x"), 404,
+                           "NoSuchBucket")
+        self.s3.delete_object(Bucket="self-a", Key="dir/o b+j")
+        self.assertS3Error(lambda: self.s3.head_object(Bucket="self-a", Key="dir/o b+j"), 404,
+                           "404")
+
+    def test_ranges(self):
+        data = blob(2, 1000)
+        self.origin.put("self-r", "r", data)
+        for rng, want, cr in [("bytes=0-0", data[:1], "bytes 0-0/1000"),
+                              ("bytes=10-19", data[10:20], "bytes 10-19/1000"),
+                              ("bytes=990-5000", data[990:], "bytes 990-999/1000"),
+                              ("bytes=900-", data[900:], "bytes 900-999/1000"),
+                              ("bytes=-7", data[-7:], "bytes 993-999/1000"),
+                              ("bytes=-5000", data, "bytes 0-999/1000")]:
+            with self.subTest(rng):
+                r = self.s3.get_object(Bucket="self-r", Key="r", Range=rng)
+                self.assertEqual(r["ResponseMetadata"]["HTTPStatusCode"], 206)
+                self.assertEqual(r["ContentRange"], cr)
+                self.assertEqual(r["Body"].read(), want)
+        for rng in ("bytes=5-2", "bytes=0-1,5-6", "items=0-5"):
+            with self.subTest(ignored=rng):
+                r = self.s3.get_object(Bucket="self-r", Key="r", Range=rng)
+                self.assertEqual(r["ResponseMetadata"]["HTTPStatusCode"], 200)
+                self.assertEqual(r["Body"].read(), data)
+        for rng in ("bytes=1000-", "bytes=-0", "bytes=5000-6000"):
+            with self.subTest(unsatisfiable=rng):
+                resp = self.assertS3Error(
+                    lambda: self.s3.get_object(Bucket="self-r", Key="r", Range=rng),
+                    416, "InvalidRange")
+                self.assertEqual(resp["ResponseMetadata"]["HTTPHeaders"]["content-range"],
+                                 "bytes */1000")
+        self.origin.put("self-r", "empty", b"")
+        self.assertS3Error(lambda: self.s3.get_object(Bucket="self-r", Key="empty",
+                                                      Range="bytes=0-99"), 416, "InvalidRange")
+        self.assertEqual(self.s3.get_object(Bucket="self-r", Key="empty")["Body"].read(), b"")
+
+    def test_conditionals(self):
+        data = b"conditional"
+        etag = self.origin.put("self-c", "c", data, mtime=time.time() - 100)
+        lm = self.s3.head_object(Bucket="self-c", Key="c")["LastModified"]
+        past, future = lm.timestamp() - 50, lm.timestamp() + 50
+        from datetime import datetime, timezone
+        at = lambda t: datetime.fromtimestamp(t, timezone.utc)  # noqa: E731
+        get = lambda **kw: self.s3.get_object(Bucket="self-c", Key="c", **kw)  # noqa: E731
+        self.assertEqual(get(IfMatch=etag)["Body"].read(), data)
+        self.assertS3Error(lambda: get(IfMatch='"other"'), 412, "PreconditionFailed")
+        self.assertS3Error(lambda: get(IfMatch='"other"', Range="bytes=0-3"), 412,
+                           "PreconditionFailed")
+        self.assertS3Error(lambda: get(IfNoneMatch=etag), 304, "304")
+        self.assertS3Error(lambda: get(IfModifiedSince=at(future)), 304, "304")
+        self.assertS3Error(lambda: get(IfUnmodifiedSince=at(past)), 412, "PreconditionFailed")
+        self.assertEqual(get(IfModifiedSince=at(past))["Body"].read(), data)
+        # S3: If-Match true wins over If-Unmodified-Since false; If-None-Match
+        # false means If-Modified-Since is not looked at.
+        self.assertEqual(get(IfMatch=etag, IfUnmodifiedSince=at(past))["Body"].read(), data)
+        self.assertEqual(get(IfNoneMatch='"other"', IfModifiedSince=at(future))["Body"].read(),
+                         data)
+        self.assertS3Error(lambda: self.s3.head_object(Bucket="self-c", Key="c", IfMatch='"x"'),
+                           412, "412")
+        r = self.s3.get_object(Bucket="self-c", Key="c", ResponseContentType="a/b",
+                               ResponseContentDisposition="attachment; filename=x",
+                               ResponseCacheControl="no-cache")
+        self.assertEqual((r["ContentType"], r["ContentDisposition"], r["CacheControl"]),
+                         ("a/b", "attachment; filename=x", "no-cache"))
+
+    def test_signatures_enforced(self):
+        self.origin.put("self-s", "s", b"x")
+        bad = origin_client(self.origin, secret="wrong-secret")
+        self.assertS3Error(lambda: bad.get_object(Bucket="self-s", Key="s"), 403,
+                           "SignatureDoesNotMatch")
+        self.assertEqual(self.origin.requests()[-1]["auth_error"], "SignatureDoesNotMatch")
+        other = harness.make_s3_client(self.origin.url, "AKIDSOMEONEELSE", ORIGIN_SECRET,
+                                       retries={"total_max_attempts": 1})
+        self.assertS3Error(lambda: other.get_object(Bucket="self-s", Key="s"), 403,
+                           "InvalidAccessKeyId")
+        status, _, body = harness.http_request(self.origin.url, "GET", "/self-s/s")
+        self.assertEqual((status, harness.s3_error(body)[0]), (403, "AccessDenied"))
+        # a body that does not match its signed hash
+        url = self.origin.url + "/self-s/t"
+        h = harness.sign_headers("PUT", url, ORIGIN_KEY, ORIGIN_SECRET, body=b"signed")
+        status, _, body = harness.http_request(self.origin.url, "PUT", "/self-s/t", h, b"sneaky")
+        self.assertEqual((status, harness.s3_error(body)[0]), (400, "XAmzContentSHA256Mismatch"))
+        # skewed clock
+        import datetime
+        when = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        h = harness.sign_headers("GET", self.origin.url + "/self-s/s", ORIGIN_KEY, ORIGIN_SECRET,
+                                 when=when)
+        status, _, body = harness.http_request(self.origin.url, "GET", "/self-s/s", h)
+        self.assertEqual((status, harness.s3_error(body)[0]), (403, "RequestTimeTooSkewed"))
+        # faults never apply to rejected requests
+        self.origin.fail_next(1, key="s")
+        self.assertS3Error(lambda: bad.get_object(Bucket="self-s", Key="s"), 403,
+                           "SignatureDoesNotMatch")
+        self.assertS3Error(lambda: self.s3.get_object(Bucket="self-s", Key="s"), 503, "SlowDown")
+        self.assertEqual(self.s3.get_object(Bucket="self-s", Key="s")["Body"].read(), b"x")
+
+    def test_fail_next_and_log(self):
+        self.origin.put("self-f", "f", b"abc")
+        m = self.origin.mark()
+        self.origin.fail_next(2, key="f")
+        self.assertS3Error(lambda: self.s3.get_object(Bucket="self-f", Key="f"), 503, "SlowDown")
+        retrying = origin_client(self.origin, retries={"total_max_attempts": 3,
+                                                               "mode": "standard"})
+        self.assertEqual(retrying.get_object(Bucket="self-f", Key="f", Range="bytes=1-",
+                                             IfMatch=md5_etag(b"abc"))["Body"].read(), b"bc")
+        gets = self.origin.gets("self-f", "f", since=m)
+        self.assertEqual([g["status"] for g in gets], [503, 503, 206])
+        self.assertEqual([g["faults"] for g in gets], [["error"], ["error"], []])
+        self.assertEqual(gets[-1]["range"], "bytes=1-")
+        self.assertEqual(gets[-1]["if_match"], md5_etag(b"abc"))
+        self.origin.fail_next(1, status=500, code="InternalError", methods=("HEAD",), key="f")
+        self.assertEqual(self.s3.get_object(Bucket="self-f", Key="f")["Body"].read(), b"abc")
+        self.assertS3Error(lambda: self.s3.head_object(Bucket="self-f", Key="f"), 500, "500")
+        self.assertEqual(self.origin.count(since=m, method="HEAD", key="f"), 1)
+
+    def test_drop_and_delay(self):
+        data = blob(3, 2 * MiB)
+        self.origin.put("self-d", "d", data)
+        self.origin.drop_next(1000, key="d")
+        r = fetch_origin(self.origin, "/self-d/d")
+        self.assertEqual(r.status, 200)
+        self.assertFalse(r.complete, r)
+        self.assertEqual(r.body, data[:1000])
+        self.origin.drop_next(5000, key="d", reset=True)
+        r = fetch_origin(self.origin, "/self-d/d", {"Range": "bytes=100-"})
+        self.assertFalse(r.complete, r)
+        self.assertEqual(r.body, data[100:100 + len(r.body)])
+        self.assertLessEqual(len(r.body), 5000)
+        self.origin.delay_next(700, key="d")
+        t0 = time.monotonic()
+        self.assertEqual(self.s3.get_object(Bucket="self-d", Key="d")["Body"].read(), data)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.7)
+        self.origin.slow_next(256 * 1024, 100, key="d")
+        t0 = time.monotonic()
+        self.assertEqual(self.s3.get_object(Bucket="self-d", Key="d")["Body"].read(), data)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.7, "8 pieces, 100 ms apart")
+        t0 = time.monotonic()
+        self.s3.head_object(Bucket="self-d", Key="d")
+        self.assertLess(time.monotonic() - t0, 0.5, "a GET delay must not apply to HEAD")
+
+    def test_replace_between_requests(self):
+        v1, v2 = blob(4, 5000), blob(5, 6000)
+        e1 = self.origin.put("self-x", "x", v1, content_type="text/a", metadata={"k": "v"})
+        self.origin.replace_after("self-x", "x", v2, after_gets=1)
+        self.assertEqual(self.s3.head_object(Bucket="self-x", Key="x")["ETag"], e1)
+        self.assertEqual(self.s3.get_object(Bucket="self-x", Key="x")["Body"].read(), v1)
+        got = self.s3.get_object(Bucket="self-x", Key="x")
+        self.assertEqual(got["Body"].read(), v2)
+        self.assertEqual(got["ETag"], md5_etag(v2))
+        self.assertEqual((got["ContentType"], got["Metadata"]), ("text/a", {"k": "v"}))
+        self.assertS3Error(lambda: self.s3.get_object(Bucket="self-x", Key="x", IfMatch=e1,
+                                                      Range="bytes=0-9"), 412, "PreconditionFailed")
+        h1 = self.s3.head_object(Bucket="self-x", Key="x")
+        self.assertGreater(h1["LastModified"].timestamp(),
+                           self.origin.get("self-x", "x").mtime - 1)
+
+    def test_concurrent_requests(self):
+        data = blob(6, MiB)
+        self.origin.put("self-p", "p", data)
+        errors = []
+
+        def worker(i):
+            try:
+                c = origin_client(self.origin)
+                a = (i * 9973) % len(data)
+                r = c.get_object(Bucket="self-p", Key="p", Range="bytes=%d-%d" % (a, a + 999))
+                if r["Body"].read() != data[a:a + 1000]:
+                    errors.append("wrong bytes at %d" % a)
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e))
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+
+
+def fetch_origin(origin, path, headers=None):
+    return fetch(origin.url, "GET", path, headers, key=ORIGIN_KEY, secret=ORIGIN_SECRET)
+
+
+# ------------------------------------------------------------------ larder + fault origin
+
+
+def larder_env(cache_dir, **extra):
+    env = {
+        "LARDER_UPSTREAM_URL": None,  # filled by start_larder
+        "AWS_ACCESS_KEY_ID": ORIGIN_KEY,
+        "AWS_SECRET_ACCESS_KEY": ORIGIN_SECRET,
+        "LARDER_UPSTREAM_REGION": fault_origin.ORIGIN_REGION,
+        "LARDER_UPSTREAM_TIMEOUT": "5",
+        "LARDER_CHUNK_SIZE": "1MiB",
+        "LARDER_CACHE_DIR": cache_dir,
+        "LARDER_RAM_CACHE_SIZE": "64MiB",
+        "LARDER_DISK_CACHE_SIZE": "64MiB",
+        "LARDER_METADATA_TTL": "300",
+        "LARDER_UPSTREAM_RETRIES": "3",
+    }
+    env.update(extra)
+    return env
+
+
+def start_larder(origin, env):
+    env = dict(env, LARDER_UPSTREAM_URL=origin.url)
+    return harness.Larder(env=env).start()
+
+
+def finish_larder(testcase, larder):
+    """SIGTERM; the exit code must be 0 and sanitizers silent."""
+    code = larder.stop()
+    san = larder.sanitizer_text()
+    log = larder.log()
+    larder.cleanup()
+    testcase.assertEqual(code, 0, "larder exit code on SIGTERM; log tail:\n" + log[-3000:])
+    testcase.assertEqual(san, "", "sanitizer reports")
+
+
+def assert_origin_saw_only_signed(testcase, origin, since=0):
+    for r in origin.requests(since):
+        testcase.assertIsNone(r.get("auth_error"), "origin refused larder's signature on %s %s"
+                              % (r["method"], r["target"]))
+
+
+class FaultCase(harness.S3Asserts, unittest.TestCase):
+    """One fault origin and one larder for the class; readahead off so every
+    upstream request is one a reader asked for."""
+    EXTRA_ENV = {"LARDER_READAHEAD": "0"}
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(harness.larder_binary(), os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + harness.larder_binary())
+        cls.origin = FaultOrigin().start()
+        cls.origin.create_bucket(BUCKET)
+        cls.cache_dir = tempfile.mkdtemp(prefix="larder-cache-")
+        try:
+            cls.larder = start_larder(cls.origin, larder_env(cls.cache_dir, **cls.EXTRA_ENV))
+        except BaseException:
+            cls.origin.stop()
+            shutil.rmtree(cls.cache_dir, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            problems = []
+            code = cls.larder.stop()
+            if code != 0:
+                problems.append("larder exit %r on SIGTERM; log tail:\n%s"
+                                % (code, cls.larder.log()[-3000:]))
+            san = cls.larder.sanitizer_text()
+            if san:
+                problems.append("sanitizer reports:\n" + san[:20000])
+            if problems:
+                raise AssertionError("\n".join(problems))
+        finally:
+            cls.larder.cleanup()
+            cls.origin.stop()
+            shutil.rmtree(cls.cache_dir, ignore_errors=True)
+
+    def setUp(self):
+        self.origin.clear_faults()
+
+    def tearDown(self):
+        self.origin.clear_faults()
+        assert_origin_saw_only_signed(self, self.origin)
+
+    def get(self, key, headers=None, method="GET", timeout=60):
+        return fetch(self.larder.url, method, harness.key_path(BUCKET, key), headers,
+                     timeout=timeout)
+
+    def assertBody(self, r, data, what=""):
+        self.assertEqual(r.status, 200, "%s %r" % (what, r))
+        self.assertTrue(r.complete, "%s %r" % (what, r))
+        self.assertEqual(len(r.body), len(data), what)
+        self.assertTrue(r.body == data, "%s: wrong bytes (first difference at %d)"
+                        % (what, first_difference(r.body, data)))
+
+    def chunk_gets(self, key, since):
+        return [g for g in self.origin.gets(BUCKET, key, since)]
+
+
+def first_difference(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+class UpstreamFaults(FaultCase):
+
+    def test_503_burst_is_retried(self):
+        data = blob(10, 2 * CHUNK + 1234)
+        self.origin.put(BUCKET, "burst", data)
+        m = self.origin.mark()
+        self.origin.fail_next(2, key="burst")
+        t0 = time.monotonic()
+        r = self.get("burst")
+        self.assertBody(r, data, "after two 503 SlowDown")
+        self.assertLess(time.monotonic() - t0, 20)
+        gets = self.origin.gets(BUCKET, "burst", since=m)
+        self.assertEqual(sum(1 for g in gets if g["status"] == 503), 2, gets)
+        self.assertEqual(sorted(g["status"] for g in gets if g["status"] != 503), [206] * 3,
+                         "one successful GET per chunk: %s" % [(g["range"], g["status"])
+                                                               for g in gets])
+        # A 500 InternalError is retried the same way.
+        self.origin.put(BUCKET, "burst500", data[:1000])
+        m = self.origin.mark()
+        self.origin.fail_next(1, status=500, code="InternalError", key="burst500")
+        self.assertBody(self.get("burst500"), data[:1000], "after one 500")
+        self.assertEqual([g["status"] for g in self.origin.gets(BUCKET, "burst500", m)],
+                         [500, 206])
+
+    def test_retries_exhausted_is_an_s3_error(self):
+        data = blob(11, 1500)
+        self.origin.put(BUCKET, "exhaust", data)
+        m = self.origin.mark()
+        self.origin.fail_next(100, key="exhaust")
+        t0 = time.monotonic()
+        r = self.get("exhaust", timeout=60)
+        took = time.monotonic() - t0
+        self.assertEqual(r.status, 503, r)
+        self.assertIn(harness.s3_error(r.body)[0], ("SlowDown", "ServiceUnavailable"), r.body[:500])
+        self.assertLess(took, 30, "retries must give up in bounded time")
+        attempts = self.origin.gets(BUCKET, "exhaust", since=m)
+        self.assertEqual(len(attempts), 1 + 3, "LARDER_UPSTREAM_RETRIES=3: one try and three "
+                         "retries; saw %s" % [a["status"] for a in attempts])
+        # Nothing about the failure is remembered: the next read works.
+        self.origin.clear_faults()
+        self.assertBody(self.get("exhaust"), data, "after the burst ended")
+
+    def test_client_errors_are_not_retried(self):
+        self.origin.put(BUCKET, "denied", b"nope")
+        m = self.origin.mark()
+        self.origin.fail_next(1, status=403, code="AccessDenied", message="Access Denied",
+                              key="denied")
+        r = self.get("denied")
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (403, "AccessDenied"), r)
+        self.assertEqual(len(self.origin.gets(BUCKET, "denied", since=m)), 1)
+        r = self.get("missing-key")
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (404, "NoSuchKey"), r)
+
+    def _drop_case(self, key, data, after, reset, headers=None, want=None):
+        self.origin.put(BUCKET, key, data)
+        m = self.origin.mark()
+        self.origin.drop_next(after, key=key, reset=reset)
+        r = self.get(key, headers)
+        want = data if want is None else want
+        # Correct bytes, or a clean failure: never wrong bytes.
+        if r.complete and r.status in (200, 206):
+            self.assertTrue(r.body == want, "wrong bytes after a dropped upstream connection "
+                            "(first difference at %d)" % first_difference(r.body, want))
+            outcome = "recovered"
+        else:
+            self.assertTrue(want.startswith(r.body) or r.status not in (200, 206),
+                            "a cut-short answer must be a prefix of the right bytes: %r" % r)
+            if r.status is not None and r.status not in (200, 206):
+                self.assertGreaterEqual(r.status, 500, r)
+            outcome = "clean error"
+        gets = self.origin.gets(BUCKET, key, since=m)
+        self.assertTrue(gets and gets[0].get("dropped"), "the fault did not hit: %s" % gets)
+        # Nothing partial was cached: the next read is right (and complete).
+        again = self.get(key, headers)
+        self.assertEqual(again.status, 206 if headers else 200, again)
+        self.assertTrue(again.complete and again.body == want,
+                        "second read after a drop is wrong: %r" % again)
+        third = self.get(key, headers)
+        self.assertEqual(third.cache, "hit", "%r; upstream GETs so far: %s" % (
+            third, [(g["range"], g["if_match"] is not None, g["status"], g.get("dropped"))
+                    for g in self.origin.gets(BUCKET, key, since=m)]))
+        self.assertTrue(third.body == want)
+        return outcome, gets
+
+    def test_connection_dropped_mid_chunk(self):
+        data = blob(12, 2 * CHUNK + 777)
+        outcome, gets = self._drop_case("drop-fin", data, 300000, reset=False)
+        if outcome == "recovered":
+            # Resumed from where the body stopped, not from the chunk start.
+            resumed = [g for g in gets[1:] if g["range"] and g["range"].startswith("bytes=300000-")]
+            self.assertTrue(resumed, "expected a resumed range from offset 300000: %s"
+                            % [(g["range"], g["status"]) for g in gets])
+            self.assertTrue(all(g["if_match"] == md5_etag(data) for g in gets[1:]),
+                            "resumed ranges must carry If-Match: %s" % gets[1:])
+
+    def test_connection_reset_mid_second_chunk(self):
+        data = blob(13, 3 * CHUNK)
+        rng = "bytes=%d-%d" % (CHUNK + 10, 2 * CHUNK + 10)
+        self._drop_case("drop-rst", data, 200000, reset=True, headers={"Range": rng},
+                        want=data[CHUNK + 10:2 * CHUNK + 11])
+
+    def test_drop_before_any_body_byte(self):
+        data = blob(14, CHUNK // 2)
+        self._drop_case("drop-zero", data, 0, reset=False)
+
+    def test_slow_first_byte_coalesces_readers(self):
+        data = blob(15, 4 * CHUNK)
+        self.origin.put(BUCKET, "slow", data)
+        m = self.origin.mark()
+        self.origin.delay_next(1000, n=4, key="slow")
+        results = [None] * 12
+        barrier = threading.Barrier(len(results))
+
+        def reader(i):
+            barrier.wait()
+            results[i] = self.get("slow")
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(len(results))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, r in enumerate(results):
+            self.assertBody(r, data, "reader %d" % i)
+            self.assertEqual(r.cache, "miss", "reader %d waited on an upstream fetch" % i)
+        gets = self.origin.gets(BUCKET, "slow", since=m)
+        self.assertEqual(sorted(parse_start(g["range"]) for g in gets),
+                         [0, CHUNK, 2 * CHUNK, 3 * CHUNK],
+                         "one upstream GET per chunk: %s" % [g["range"] for g in gets])
+        self.assertEqual(self.origin.count(since=m, method="HEAD", key="slow"), 0)
+
+    def test_small_range_read_caches_its_whole_chunk(self):
+        # The chunk fetch is slow (about 1 s for 1 MiB); the client wants 100
+        # bytes at its start and is gone long before it ends. The chunk must
+        # still be cached: the same read again makes no upstream request.
+        data = blob(26, 3 * CHUNK)
+        self.origin.put(BUCKET, "small-read", data)
+        r = self.get("small-read", {"Range": "bytes=0-9"})  # learns the object (chunk 0)
+        self.assertEqual(r.status, 206, r)
+        m = self.origin.mark()
+        self.origin.slow_next(64 * 1024, 60, key="small-read")
+        rng = {"Range": "bytes=%d-%d" % (CHUNK + 10, CHUNK + 109)}
+        r = self.get("small-read", rng)
+        self.assertEqual((r.status, r.body), (206, data[CHUNK + 10:CHUNK + 110]), r)
+        self.assertTrue(self.origin.wait_idle(10), "the chunk fetch never finished")
+        time.sleep(0.3)
+        again = self.get("small-read", rng)
+        self.assertEqual((again.status, again.body), (206, data[CHUNK + 10:CHUNK + 110]))
+        gets = self.origin.gets(BUCKET, "small-read", since=m)
+        self.assertEqual(again.cache, "hit", "chunk 1 was not kept: %s"
+                         % [(g["range"], g["status"], g["body_sent"], g.get("client_aborted"))
+                            for g in gets])
+        self.assertEqual(len(gets), 1, [(g["range"], g["body_sent"]) for g in gets])
+
+    def test_object_replaced_between_chunks_is_never_mixed(self):
+        v1, v2 = blob(16, 4 * CHUNK), blob(17, 4 * CHUNK)
+        e1 = self.origin.put(BUCKET, "swap", v1)
+        r = self.get("swap", {"Range": "bytes=0-99"})
+        self.assertEqual((r.status, r.body), (206, v1[:100]), r)
+        self.origin.replace_after(BUCKET, "swap", v2)
+        e2 = md5_etag(v2)
+        m = self.origin.mark()
+        # A range only in chunks never fetched: metadata says v1 (TTL 300 s),
+        # the chunk fetch carries If-Match v1 and gets 412: the answer is v2.
+        rng = {"Range": "bytes=%d-%d" % (2 * CHUNK, 2 * CHUNK + 999)}
+        r = self.get("swap", rng)
+        if r.complete:
+            self.assertEqual(r.status, 206, r)
+            self.assertEqual(r.headers.get("etag"), e2, r)
+            self.assertTrue(r.body == v2[2 * CHUNK:2 * CHUNK + 1000],
+                            "old or mixed bytes after 412")
+        else:
+            # Headers (v1's) already sent when the 412 came: a clean cut, no bytes.
+            self.assertEqual(r.body, b"", r)
+        gets = self.origin.gets(BUCKET, "swap", since=m)
+        self.assertIn(412, [g["status"] for g in gets], "expected an If-Match: v1 fetch -> 412")
+        self.assertTrue(all(g["if_match"] in (e1, e2, None) for g in gets))
+        r = self.get("swap", rng)
+        self.assertEqual((r.status, r.complete, r.headers.get("etag")), (206, True, e2), r)
+        self.assertTrue(r.body == v2[2 * CHUNK:2 * CHUNK + 1000])
+        # The whole object now: v2 only, never v1's cached chunk 0.
+        r = self.get("swap")
+        self.assertBody(r, v2, "after the change")
+        self.assertEqual(r.headers.get("etag"), e2)
+        r = self.get("swap", method="HEAD")
+        self.assertEqual((r.status, r.headers.get("etag")), (200, e2))
+
+    def test_object_replaced_during_full_read(self):
+        v1, v2 = blob(18, 3 * CHUNK), blob(19, 3 * CHUNK)
+        self.origin.put(BUCKET, "swap-mid", v1)
+        r = self.get("swap-mid", {"Range": "bytes=0-9"})  # chunk 0 of v1 cached
+        self.assertEqual(r.status, 206, r)
+        # v2 appears once chunk 1 of v1 was served: chunk 2 then gets 412.
+        self.origin.replace_after(BUCKET, "swap-mid", v2, after_gets=1)
+        r = self.get("swap-mid")
+        if r.complete and r.status == 200:
+            self.assertIn(r.body, (v1, v2), "a whole answer must be one version, not a mix")
+            self.assertEqual(r.headers.get("etag"), md5_etag(r.body))
+        else:
+            self.assertTrue(v1.startswith(r.body) or v2.startswith(r.body),
+                            "a cut-short answer must be a prefix of one version: %r" % r)
+        r = self.get("swap-mid")
+        self.assertBody(r, v2, "the read after the change")
+        self.assertEqual(r.headers.get("etag"), md5_etag(v2))
+
+
+def parse_start(rng):
+    if not rng or not rng.startswith("bytes="):
+        return None
+    a = rng[6:].split("-")[0]
+    return int(a) if a else None
+
+
+# ------------------------------------------------------------------ NVMe tier
+
+
+def seg_files(cache_dir):
+    return sorted(glob.glob(os.path.join(cache_dir, "seg-*.log")))
+
+
+def find_in_segments(cache_dir, needle):
+    """(path, offset) of needle in a segment file, or None."""
+    for p in seg_files(cache_dir):
+        with open(p, "rb") as f:
+            buf = f.read()
+        i = buf.find(needle)
+        if i >= 0:
+            return p, i
+    return None
+
+
+def wait_on_disk(cache_dir, probes, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(find_in_segments(cache_dir, p) for p in probes):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+class NvmeTier(harness.S3Asserts, unittest.TestCase):
+    """Restarts, corruption and unusable cache directories; each test starts
+    its own larder processes on a shared origin."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(harness.larder_binary(), os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + harness.larder_binary())
+        cls.origin = FaultOrigin().start()
+        cls.origin.create_bucket(BUCKET)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.origin.stop()
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="larder-nvme-")
+        self.cache_dir = os.path.join(self.tmp, "cache")
+        self.larders = []
+
+    def tearDown(self):
+        for l in self.larders:
+            l.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        assert_origin_saw_only_signed(self, self.origin)
+
+    def start(self, **extra):
+        larder = start_larder(self.origin, larder_env(self.cache_dir, **extra))
+        self.larders.append(larder)
+        return larder
+
+    def get(self, larder, key, headers=None, method="GET"):
+        return fetch(larder.url, method, harness.key_path(BUCKET, key), headers)
+
+    def warm(self, larder, key, data):
+        r = self.get(larder, key)
+        self.assertEqual((r.status, r.complete), (200, True), r)
+        self.assertTrue(r.body == data)
+        probes = [data[i + 1000:i + 1064] for i in range(0, len(data), CHUNK)]
+        listing = os.listdir(self.cache_dir) if os.path.isdir(self.cache_dir) else "no such dir"
+        self.assertTrue(wait_on_disk(self.cache_dir, probes),
+                        "the chunks never reached a seg-*.log file in LARDER_CACHE_DIR: %s"
+                        % (listing,))
+
+    def test_kill9_restart_serves_hits(self):
+        data = blob(20, 2 * CHUNK + 4321)
+        small = blob(21, 5000)
+        self.origin.put(BUCKET, "persist", data, content_type="text/x-persist",
+                        metadata={"tag": "p"})
+        self.origin.put(BUCKET, "persist-small", small)
+        a = self.start()
+        self.warm(a, "persist", data)
+        self.warm(a, "persist-small", small)
+        head_before = self.get(a, "persist", method="HEAD")
+        a.proc.kill()
+        a.proc.wait()
+        m = self.origin.mark()
+        t0 = time.monotonic()
+        b = self.start()
+        r = self.get(b, "persist")
+        took = time.monotonic() - t0
+        self.assertEqual(r.cache, "hit", r)
+        self.assertTrue(r.body == data)
+        self.assertLess(took, 10, "restart to first hit")
+        r = self.get(b, "persist", {"Range": "bytes=%d-%d" % (CHUNK - 5, CHUNK + 5)})
+        self.assertEqual((r.status, r.cache, r.body), (206, "hit", data[CHUNK - 5:CHUNK + 6]))
+        h = self.get(b, "persist", method="HEAD")
+        self.assertEqual(h.cache, "hit", h)
+        for name in ("etag", "content-length", "content-type", "last-modified", "x-amz-meta-tag"):
+            self.assertEqual(h.headers.get(name), head_before.headers.get(name), name)
+        r = self.get(b, "persist-small")
+        self.assertEqual((r.cache, r.body), ("hit", small))
+        self.assertEqual(self.origin.requests(since=m), [], "origin saw requests after restart")
+        finish_larder(self, b)
+
+    def test_corrupt_byte_is_refetched(self):
+        data = blob(22, 3 * CHUNK)
+        self.origin.put(BUCKET, "corrupt", data)
+        a = self.start()
+        self.warm(a, "corrupt", data)
+        finish_larder(self, a)
+        probe = data[CHUNK + 5000:CHUNK + 5064]
+        where = find_in_segments(self.cache_dir, probe)
+        self.assertIsNotNone(where)
+        path, off = where
+        with open(path, "r+b") as f:
+            f.seek(off + 20)
+            b = f.read(1)
+            f.seek(off + 20)
+            f.write(bytes([b[0] ^ 0x5A]))
+        m = self.origin.mark()
+        b2 = self.start()
+        r = self.get(b2, "corrupt")
+        self.assertEqual((r.status, r.complete), (200, True), r)
+        self.assertTrue(r.body == data, "corrupt bytes served (first difference at %d)"
+                        % first_difference(r.body, data))
+        # x-larder-cache is decided when the response starts, from what the
+        # index holds; the corruption of chunk 1 shows only when it is read,
+        # mid-response. What matters: correct bytes, and the refetch below.
+        self.assertIn(r.cache, ("hit", "miss"), r)
+        gets = self.origin.gets(BUCKET, "corrupt", since=m)
+        self.assertEqual([parse_start(g["range"]) for g in gets], [CHUNK],
+                         "only the corrupt chunk 1 is refetched: %s" % [g["range"] for g in gets])
+        self.assertEqual(gets[0]["if_match"], md5_etag(data))
+        r = self.get(b2, "corrupt")
+        self.assertEqual((r.cache, r.body == data), ("hit", True))
+        finish_larder(self, b2)
+
+    def test_cache_dir_that_cannot_be_created_stops_start(self):
+        blocker = os.path.join(self.tmp, "a-file")
+        with open(blocker, "w") as f:
+            f.write("not a directory\n")
+        env = larder_env(os.path.join(blocker, "cache"))
+        env["LARDER_UPSTREAM_URL"] = self.origin.url
+        larder = harness.Larder(env=env)
+        self.larders.append(larder)
+        err = open(larder.stderr_path, "wb")
+        larder.proc = subprocess.Popen([harness.larder_binary(), "serve"], env=larder.env,
+                                       stdout=err, stderr=err, stdin=subprocess.DEVNULL)
+        err.close()
+        try:
+            code = larder.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.assertIsNotNone(code, "larder kept running with an unusable LARDER_CACHE_DIR")
+        self.assertNotEqual(code, 0)
+        log = larder.log()
+        self.assertTrue("LARDER_CACHE_DIR" in log or blocker in log,
+                        "the message must name the setting or the path:\n" + log[-2000:])
+        self.assertEqual(larder.sanitizer_text(), "")
+
+    def test_disk_refusing_writes_keeps_serving(self):
+        data = blob(23, 2 * CHUNK + 99)
+        self.origin.put(BUCKET, "nodisk", data)
+        larder = self.start(LARDER_DISK_CACHE_SIZE="512KiB", LARDER_RAM_CACHE_SIZE="2MiB")
+        for i in range(3):
+            r = self.get(larder, "nodisk")
+            self.assertEqual((r.status, r.complete), (200, True), "read %d: %r" % (i, r))
+            self.assertTrue(r.body == data, "read %d wrong bytes" % i)
+            r = self.get(larder, "nodisk", {"Range": "bytes=%d-" % (CHUNK - 1)})
+            self.assertEqual(r.status, 206, r)
+            self.assertTrue(r.body == data[CHUNK - 1:])
+        self.assertTrue(larder.alive())
+        self.assertEqual(find_in_segments(self.cache_dir, data[1000:1064]), None,
+                         "a chunk was written past LARDER_DISK_CACHE_SIZE")
+        finish_larder(self, larder)
+
+    def test_cache_dir_removed_while_running_keeps_serving(self):
+        data = blob(24, CHUNK + 10)
+        other = blob(25, 2 * CHUNK)
+        self.origin.put(BUCKET, "gone1", data)
+        self.origin.put(BUCKET, "gone2", other)
+        larder = self.start(LARDER_RAM_CACHE_SIZE="2MiB")
+        self.warm(larder, "gone1", data)
+        shutil.rmtree(self.cache_dir)
+        with open(self.cache_dir, "w") as f:  # the directory is now a file
+            f.write("x")
+        for i in range(2):
+            r = self.get(larder, "gone2")
+            self.assertEqual((r.status, r.complete), (200, True), r)
+            self.assertTrue(r.body == other)
+            r = self.get(larder, "gone1")
+            self.assertEqual((r.status, r.complete), (200, True), r)
+            self.assertTrue(r.body == data)
+        self.assertTrue(larder.alive())
+        finish_larder(self, larder)
+
+
+if __name__ == "__main__":
+    unittest.main()
