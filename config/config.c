@@ -74,6 +74,8 @@ static const struct setting settings[] = {
 	SET("server", "max_skew", "LARDER_MAX_SKEW", K_UINT, max_skew_s, 1, 86400),
 	SET("server", "log_level", "LARDER_LOG_LEVEL", K_LEVEL, log_level, 0, 0),
 	SET("server", "access_log", "LARDER_ACCESS_LOG", K_LOGDEST, access_log, 0, 0),
+	SET("server", "tls_cert", "LARDER_TLS_CERT", K_PATH, tls_cert, 0, 0),
+	SET("server", "tls_key", "LARDER_TLS_KEY", K_PATH, tls_key, 0, 0),
 	SET("upstream", "url", "LARDER_UPSTREAM_URL", K_URL, upstream_url, 0, 0),
 	SET("upstream", "region", "LARDER_UPSTREAM_REGION", K_REGION, upstream_region, 0, 0),
 	SET("upstream", "addressing", "LARDER_UPSTREAM_ADDRESSING", K_ADDR, addressing, 0, 0),
@@ -976,6 +978,12 @@ static struct cfg *load(const char *text, const char *src, const char *const *en
 	}
 	if (apply_env(&L, envp) != 0)
 		goto fail;
+	if (!L.c->tls_cert != !L.c->tls_key) {
+		fail(&L, "%s is set but %s is not: TLS needs both a certificate and its key",
+		     L.c->tls_cert ? "LARDER_TLS_CERT" : "LARDER_TLS_KEY",
+		     L.c->tls_cert ? "LARDER_TLS_KEY" : "LARDER_TLS_CERT");
+		goto fail;
+	}
 	return L.c;
 fail:
 	cfg_free(L.c);
@@ -1046,6 +1054,8 @@ void cfg_free(struct cfg *c)
 	free(c->upstream_ca_file);
 	free(c->cache_dir);
 	free(c->cache_policy);
+	free(c->tls_cert);
+	free(c->tls_key);
 	for (size_t i = 0; i < c->n_keys; i++) {
 		free(c->keys[i].id);
 		free(c->keys[i].secret);

@@ -61,6 +61,8 @@ struct cfg {
 	unsigned max_skew_s;          /* LARDER_MAX_SKEW: allowed clock skew, default 900 */
 	char *log_level;              /* LARDER_LOG_LEVEL */
 	char *access_log;             /* LARDER_ACCESS_LOG: "-", "off" or a path */
+	char *tls_cert;               /* LARDER_TLS_CERT: PEM certificate (chain); with tls_key, */
+	char *tls_key;                /* LARDER_TLS_KEY: PEM key; clients then speak https */
 
 	/* [upstream] */
 	char *upstream_url;           /* LARDER_UPSTREAM_URL; NULL = AWS S3 in upstream_region */

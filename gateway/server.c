@@ -158,7 +158,7 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	if (!w->curl)
 		return -1;
 	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_SUPPRESS_DATE_NO_CLOCK |
-	                 MHD_USE_ERROR_LOG;
+	                 MHD_USE_ERROR_LOG | (gw->tls_cert ? MHD_USE_TLS : 0);
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	/* The pool holds the request line and headers, so its size is the
@@ -175,6 +175,9 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
 	                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
 	                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections + 256),
+	                          gw->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
+	                          gw->tls_cert,
+	                          MHD_OPTION_HTTPS_MEM_KEY, gw->tls_key,
 	                          MHD_OPTION_END);
 	if (!w->mhd)
 		return -1;
@@ -209,6 +212,26 @@ static void worker_fini(struct worker *w)
 	curlev_destroy(w->curl);
 	if (w->loop)
 		ev_loop_destroy(w->loop);
+}
+
+/* Reads a PEM file for libmicrohttpd's TLS, which takes them in memory. */
+static int load_pem(const char *path, const char *setting, char **out)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		log_error("config", "%s: cannot open \"%s\": %s", setting, path, strerror(errno));
+		return -1;
+	}
+	char *buf = calloc(1, 1 << 20);
+	size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+	fclose(f);
+	if (!buf || n == 0 || !strstr(buf, "-----BEGIN ")) {
+		log_error("config", "%s: \"%s\" is not a PEM file", setting, path);
+		free(buf);
+		return -1;
+	}
+	*out = buf;
+	return 0;
 }
 
 /* A chunk-0 entry found on NVMe at start: its object's metadata again. */
@@ -305,6 +328,11 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		goto out;
 	}
 
+	if (cfg->tls_cert && (load_pem(cfg->tls_cert, "LARDER_TLS_CERT", &gw.tls_cert) != 0 ||
+	                      load_pem(cfg->tls_key, "LARDER_TLS_KEY", &gw.tls_key) != 0)) {
+		rc = 2;
+		goto out;
+	}
 	if (open_cache(&gw, cfg, err, sizeof err) != 0) {
 		log_error("config", "%s", err);
 		rc = 2;
@@ -339,8 +367,9 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	}
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		pthread_create(&gw.workers[i].thread, NULL, worker_main, &gw.workers[i]);
-	log_info("server", "listening on %s:%u with %u workers; upstream %s", cfg->listen_host,
-	         cfg->listen_port, gw.n_workers, cfg->upstream_url ? cfg->upstream_url : "AWS S3");
+	log_info("server", "listening on %s://%s:%u with %u workers; upstream %s",
+	         gw.tls_cert ? "https" : "http", cfg->listen_host, cfg->listen_port, gw.n_workers,
+	         cfg->upstream_url ? cfg->upstream_url : "AWS S3");
 
 	for (;;) {
 		int sig = 0;
@@ -367,6 +396,10 @@ out:
 	free(gw.workers);
 	if (gw.store)
 		store_close(gw.store);
+	if (gw.tls_key)
+		explicit_bzero(gw.tls_key, strlen(gw.tls_key));
+	free(gw.tls_cert);
+	free(gw.tls_key);
 	meta_cache_destroy(gw.meta);
 	upstream_destroy(gw.up);
 	if (gw.creds)

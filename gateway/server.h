@@ -29,6 +29,7 @@ struct gw {
 	struct creds_provider *creds;
 	struct store *store;            /* the chunk cache, shared by all workers */
 	struct meta_cache *meta;        /* object metadata, shared by all workers */
+	char *tls_cert, *tls_key;       /* PEM text when the client port speaks TLS */
 
 	/* Client keys and anonymous grants: replaced whole by SIGHUP. Readers
 	 * hold the read lock only while they check one request. */
