@@ -815,3 +815,31 @@ void cache_invalidate(struct req *r)
 	else if (r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0)
 		meta_drop_bucket(gw->meta, r->s3.bucket); /* DeleteObjects names its keys in the body */
 }
+
+struct purge_ctx {
+	struct gw *gw;
+	const char *bucket;
+};
+
+static void purge_one(void *arg, const char *key, struct obj_meta *m)
+{
+	struct purge_ctx *p = arg;
+	uint64_t cs = p->gw->cfg->chunk_bytes;
+	for (uint64_t i = 0; i * cs < m->size || i == 0; i++) {
+		struct chunk_id id;
+		chunk_id_make(p->bucket, key, m->etag, i, &id);
+		store_drop(p->gw->store, &id);
+	}
+	meta_drop(p->gw->meta, p->bucket, key);
+	meta_unref(m);
+}
+
+int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exact,
+                uint64_t *objects)
+{
+	struct purge_ctx p = { gw, bucket };
+	*objects = meta_collect(gw->meta, bucket, prefix ? prefix : "", exact, purge_one, &p);
+	log_info("cache", "purged %" PRIu64 " objects of %s under \"%s\"", *objects, bucket,
+	         prefix ? prefix : "");
+	return 0;
+}

@@ -154,6 +154,12 @@ void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->w
 void cache_owner_detach(struct req *owner, struct fetch *f);
 void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
                                 const char *body, size_t len);
+/* Forgets objects of bucket: the key (exact) or every key under prefix:
+ * their chunks in every tier and their metadata, so the next read goes
+ * upstream. Thread-safe. *objects gets how many were known. Returns 0. */
+int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exact,
+                uint64_t *objects);
+
 /* Writes (PUT, POST, DELETE, copy) that succeeded drop what the cache
  * knows of the key; a DeleteObjects drops the bucket's metadata. */
 void cache_invalidate(struct req *r);

@@ -427,6 +427,48 @@ void meta_drop_bucket(struct meta_cache *mc, const char *bucket)
 	}
 }
 
+struct found {
+	struct found *next;
+	char *key;
+	struct obj_meta *m;
+};
+
+size_t meta_collect(struct meta_cache *mc, const char *bucket, const char *prefix, bool exact,
+                    meta_visit_cb cb, void *arg)
+{
+	struct found *list = NULL;
+	size_t n = 0, pl = strlen(prefix);
+	for (int i = 0; i < SHARDS; i++) {
+		struct shard *sh = &mc->shards[i];
+		pthread_mutex_lock(&sh->lock);
+		for (struct mentry *e = sh->fifo_head; e; e = e->fnext) {
+			const char *key = e->name + strlen(e->name) + 1;
+			if (!e->m || e->m->negative || strcmp(e->name, bucket) != 0 ||
+			    strncmp(key, prefix, pl) != 0 || (exact && key[pl]))
+				continue;
+			struct found *f = malloc(sizeof *f);
+			if (!f || !(f->key = strdup(key))) {
+				free(f);
+				continue;
+			}
+			meta_ref(e->m);
+			f->m = e->m;
+			f->next = list;
+			list = f;
+		}
+		pthread_mutex_unlock(&sh->lock);
+	}
+	while (list) {
+		struct found *f = list;
+		list = f->next;
+		cb(arg, f->key, f->m);
+		free(f->key);
+		free(f);
+		n++;
+	}
+	return n;
+}
+
 size_t meta_cache_count(struct meta_cache *mc)
 {
 	size_t n = 0;

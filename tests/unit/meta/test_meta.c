@@ -137,6 +137,35 @@ static void test_unwait_and_bound(void **state)
 	meta_cache_destroy(mc);
 }
 
+static void count_key(void *arg, const char *key, struct obj_meta *m)
+{
+	(void)key;
+	(*(int *)arg)++;
+	meta_unref(m);
+}
+
+static void test_collect(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out, *m = meta_new(1, "\"e\"", 0, NULL, 0);
+	struct chunk_waiter w = { .wake = wake, .arg = &woken };
+	static const char *const keys[] = { "data/a", "data/b", "database/x", "other", NULL };
+	for (int i = 0; keys[i]; i++) {
+		meta_lookup(mc, "b", keys[i], 0, 60, 0, &w, &out);
+		meta_publish(mc, "b", keys[i], m);
+	}
+	meta_lookup(mc, "c", "data/a", 0, 60, 0, &w, &out);
+	meta_publish(mc, "c", "data/a", m);
+	int n = 0;
+	assert_int_equal(meta_collect(mc, "b", "data/", false, count_key, &n), 2);
+	assert_int_equal(n, 2);
+	assert_int_equal(meta_collect(mc, "b", "data", false, count_key, &n), 3);
+	assert_int_equal(meta_collect(mc, "b", "data/a", true, count_key, &n), 1);
+	assert_int_equal(meta_collect(mc, "b", "", false, count_key, &n), 4);
+	meta_unref(m);
+	meta_cache_destroy(mc);
+}
+
 static void test_encode_decode(void **state)
 {
 	struct obj_meta *m = meta_new(123456789012ull, "\"abc-3\"", 1700000000,
@@ -168,6 +197,7 @@ int main(void)
 		cmocka_unit_test(test_negative),
 		cmocka_unit_test(test_drops),
 		cmocka_unit_test(test_unwait_and_bound),
+		cmocka_unit_test(test_collect),
 		cmocka_unit_test(test_encode_decode),
 	};
 	return cmocka_run_group_tests_name("meta", tests, NULL, NULL);
