@@ -8,6 +8,7 @@ PACKAGES=(
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjemalloc-dev libev-dev
   libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libexpat1-dev zlib1g-dev
   redis-server curl procps python3
+  s3cmd rclone nodejs
 )
 
 missing=()
@@ -15,6 +16,9 @@ for p in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
+# npm: Debian's package, unless the installed nodejs brings its own (NodeSource's
+# nodejs includes npm and conflicts with Debian's npm package).
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if ((${#missing[@]})); then
   echo "deps: installing ${missing[*]}" >&2
@@ -26,6 +30,18 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -q
   $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+fi
+
+# tests/integration/test_clients.py drives larder with the AWS SDK for JavaScript
+# v3, installed from the npm registry into tests/integration/node/node_modules
+# (versions from its package.json). Only when missing; a failure is fatal.
+NODE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/integration/node"
+if [[ ! -d "$NODE_DIR/node_modules/@aws-sdk/client-s3" || ! -d "$NODE_DIR/node_modules/@aws-sdk/lib-storage" ]]; then
+  echo "deps: npm install in tests/integration/node" >&2
+  if ! (cd "$NODE_DIR" && npm install --no-audit --no-fund --no-package-lock --no-update-notifier </dev/null >&2); then
+    echo "deps: npm install of the AWS SDK for JavaScript failed (see above)" >&2
+    exit 1
+  fi
 fi
 
 # The integration tests drive larder with boto3 and the AWS CLI against moto.
