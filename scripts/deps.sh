@@ -8,7 +8,7 @@ PACKAGES=(
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjemalloc-dev libev-dev
   libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libexpat1-dev zlib1g-dev
   redis-server curl procps python3
-  s3cmd rclone nodejs openssl
+  s3cmd rclone nodejs openssl docker-compose python3-yaml
 )
 
 missing=()
