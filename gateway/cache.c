@@ -696,8 +696,15 @@ static void read_ahead(struct req *r, uint64_t i)
 static struct chunk *chunk_for(struct req *r, uint64_t i)
 {
 	struct cread *c = &r->cache;
-	if (c->cur && c->cur_index == i)
+	if (c->cur && c->cur_index == i) {
+		/* Handed over by the fetch that learnt the object: start the
+		 * read-ahead now, once. */
+		if (!c->head && c->ahead_from != i + 1) {
+			c->ahead_from = i + 1;
+			read_ahead(r, i);
+		}
 		return c->cur;
+	}
 	if (c->cur) {
 		atomic_store(&c->cur->abandoned, false); /* read through: done with it */
 		chunk_unref(c->cur);
@@ -711,8 +718,10 @@ static struct chunk *chunk_for(struct req *r, uint64_t i)
 	if (!c->cur)
 		c->cur = get_chunk(r, i);
 	c->cur_index = i;
-	if (c->cur && !c->head)
+	if (c->cur && !c->head) {
+		c->ahead_from = i + 1;
 		read_ahead(r, i);
+	}
 	return c->cur;
 }
 

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "config/log.h"
+#include "gateway/metrics.h"
 #include "gateway/req.h"
 #include "gateway/upstream.h"
 #include "store/store.h"
@@ -259,6 +260,14 @@ static void learn(struct fetch *f)
 			f->c = c;
 			f->index = 0;
 			f->start = 0;
+			/* The reader that asked holds chunk 0 from here: a small object's
+			 * chunk may complete before that reader gets to it, and admission
+			 * may decline to keep it; it must not be fetched twice. */
+			if (f->owner && !f->owner->cache.cur) {
+				chunk_ref(c);
+				f->owner->cache.cur = c;
+				f->owner->cache.cur_index = 0;
+			}
 		} else if (c) {
 			if (role == STORE_PRODUCE)
 				store_complete(gw->store, c, false, FETCH_ERR_CANCELLED, NULL);
@@ -467,6 +476,7 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	struct gw *gw = f->w->gw;
 	assert(f->magic == FETCH_MAGIC);
 	bool meta_only = f->meta_kind && !f->c;
+	metrics_upstream_curl(f->easy, f->status, result, f->attempts > 1);
 	if (f->region_retry) {
 		f->region_retry = false;
 		f->region_retried = true;

@@ -55,6 +55,7 @@ struct cread {
 	uint64_t pos;                   /* next byte to send */
 	struct chunk *cur;
 	uint64_t cur_index;
+	uint64_t ahead_from;            /* 1 + the chunk read-ahead last started from */
 	struct chunk *ahead[READAHEAD_MAX];
 	uint64_t ahead_index[READAHEAD_MAX];
 	unsigned refetches;
