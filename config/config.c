@@ -48,6 +48,8 @@ enum kind {
 	K_PATH,    /* file path; empty = unset */
 	K_TTL,     /* seconds, or "immutable" (-1) */
 	K_POLICY,  /* cache policy name */
+	K_ADMIN,   /* host:port into admin_host + admin_port, or "off" */
+	K_TOKEN,   /* bearer token; empty = unset */
 };
 
 struct setting {
@@ -98,13 +100,15 @@ static const struct setting settings[] = {
 	SET("cache", "metadata_ttl", "LARDER_METADATA_TTL", K_TTL, metadata_ttl_s, 0, 100000000),
 	SET("cache", "negative_ttl", "LARDER_NEGATIVE_TTL", K_UINT, negative_ttl_s, 0, 86400),
 	SET("cache", "readahead", "LARDER_READAHEAD", K_UINT, readahead_chunks, 0, 64),
+	SET("admin", "listen", "LARDER_ADMIN_LISTEN", K_ADMIN, admin_host, 0, 0),
+	SET("admin", "token", "LARDER_ADMIN_TOKEN", K_TOKEN, admin_token, 16, 256),
 };
 
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
 /* ---- load state ---------------------------------------------------------- */
 
-enum section { S_NONE, S_SERVER, S_UPSTREAM, S_KEY, S_ANON, S_BUCKET, S_CACHE };
+enum section { S_NONE, S_SERVER, S_UPSTREAM, S_KEY, S_ANON, S_BUCKET, S_CACHE, S_ADMIN };
 
 /* Settings of [key], [anonymous] and [bucket] sections, as slots in seen[]. */
 enum { F_SECRET, F_ACCESS, F_BUCKETS, F_REGION };
@@ -129,7 +133,8 @@ struct load {
 	size_t idx;               /* S_KEY: index in keys; S_BUCKET: in bucket_regions */
 	char last_name[64];       /* last setting name in this section */
 	int seen[N_SETTINGS];     /* line each setting was set on, 0 = not yet */
-	int once[4];              /* header line of [server], [upstream], [anonymous], [cache] */
+	int once[5];              /* header line of [server], [upstream], [anonymous], [cache],
+	                           * [admin] */
 	bool region_in_file;
 };
 
@@ -238,8 +243,9 @@ static int parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
-/* "host:port" or "[v6addr]:port". */
-static int set_listen(struct load *L, const char *v, const char *where)
+/* "host:port" or "[v6addr]:port" into *host_out and *port_out. */
+static int set_listen(struct load *L, const char *v, const char *where, char **host_out,
+                      uint16_t *port_out)
 {
 	const char *colon = strrchr(v, ':');
 	if (!colon || colon == v)
@@ -266,9 +272,9 @@ static int set_listen(struct load *L, const char *v, const char *where)
 	char *h = strndup(host, (size_t)(host_end - host));
 	if (!h)
 		return fail(L, "out of memory");
-	free(L->c->listen_host);
-	L->c->listen_host = h;
-	L->c->listen_port = (uint16_t)port;
+	free(*host_out);
+	*host_out = h;
+	*port_out = (uint16_t)port;
 	return 0;
 }
 
@@ -330,7 +336,24 @@ static int set_setting(struct load *L, const struct setting *s, const char *v, c
 
 	switch (s->kind) {
 	case K_LISTEN:
-		return set_listen(L, v, where);
+		return set_listen(L, v, where, &L->c->listen_host, &L->c->listen_port);
+	case K_ADMIN:
+		if (strcasecmp(v, "off") == 0) {
+			L->c->admin_port = 0;
+			return set_str(L, &L->c->admin_host, NULL);
+		}
+		return set_listen(L, v, where, &L->c->admin_host, &L->c->admin_port);
+	case K_TOKEN:
+		/* It travels in an Authorization header: visible ASCII, no blanks. */
+		if (!*v)
+			return set_str(L, field, NULL);
+		for (const char *p = v; *p; p++)
+			if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
+				return fail(L, "%s: only visible ASCII characters, no spaces", where);
+		if (strlen(v) < s->min || strlen(v) > s->max)
+			return fail(L, "%s: must be %lu-%lu characters long (got %zu)", where, s->min,
+			            s->max, strlen(v));
+		return set_str(L, field, v);
 	case K_UINT:
 		r = parse_ulong(v, &n);
 		if (r == -EINVAL)
@@ -628,9 +651,9 @@ static int begin_section(struct load *L, const char *text)
 	L->sect_line = L->line;
 	snprintf(L->label, sizeof L->label, "[%s]", name);
 
-	static const char *const singles[] = { "server", "upstream", "anonymous", "cache" };
-	static const enum section single_kind[] = { S_SERVER, S_UPSTREAM, S_ANON, S_CACHE };
-	for (int i = 0; i < 4; i++) {
+	static const char *const singles[] = { "server", "upstream", "anonymous", "cache", "admin" };
+	static const enum section single_kind[] = { S_SERVER, S_UPSTREAM, S_ANON, S_CACHE, S_ADMIN };
+	for (int i = 0; i < 5; i++) {
 		if (strcasecmp(name, singles[i]) != 0)
 			continue;
 		if (L->once[i]) {
@@ -663,7 +686,7 @@ static int begin_section(struct load *L, const char *text)
 		         word == 3 ? "ACCESS_KEY_ID" : "bucket-name");
 	} else {
 		r = fail(L, "%s: unknown section [%s] (expected [server], [upstream], [cache], "
-		         "[key <ACCESS_KEY_ID>], [anonymous] or [bucket <name>])", at, name);
+		         "[admin], [key <ACCESS_KEY_ID>], [anonymous] or [bucket <name>])", at, name);
 	}
 	free(name);
 	return r;
@@ -755,8 +778,10 @@ static int slot_of(const struct load *L, const char *name, const struct setting 
 	case S_SERVER:
 	case S_UPSTREAM:
 	case S_CACHE:
+	case S_ADMIN:
 		*s = find_setting(L->sect == S_SERVER ? "server"
-		                  : L->sect == S_CACHE ? "cache" : "upstream", name);
+		                  : L->sect == S_CACHE ? "cache"
+		                  : L->sect == S_ADMIN ? "admin" : "upstream", name);
 		return *s ? (int)(*s - settings) : -1;
 	case S_KEY:
 		if (strcasecmp(name, "secret") == 0)
@@ -804,7 +829,7 @@ static int on_value(void *user, const char *section, const char *name, const cha
 	bool cont = L->indented && strcasecmp(name, L->last_name) == 0;
 	snprintf(L->last_name, sizeof L->last_name, "%s", name);
 	if (cont && !(L->sect != S_SERVER && L->sect != S_UPSTREAM && L->sect != S_CACHE &&
-	              slot == F_BUCKETS)) {
+	              L->sect != S_ADMIN && slot == F_BUCKETS)) {
 		fail(L, "%s: value continues on an indented line; only buckets may span lines", where);
 		return 0;
 	}
@@ -938,7 +963,9 @@ static int set_defaults(struct load *L)
 	c->metadata_ttl_s = 60;
 	c->negative_ttl_s = 0;
 	c->readahead_chunks = 4;
+	c->admin_port = 9090;
 	if (set_str(L, &c->listen_host, "127.0.0.1") || set_str(L, &c->log_level, "info") ||
+	    set_str(L, &c->admin_host, "127.0.0.1") ||
 	    set_str(L, &c->access_log, "-") || set_str(L, &c->upstream_region, "us-east-1") ||
 	    set_str(L, &c->cache_policy, "subset"))
 		return -1;
@@ -1056,6 +1083,10 @@ void cfg_free(struct cfg *c)
 	free(c->cache_policy);
 	free(c->tls_cert);
 	free(c->tls_key);
+	free(c->admin_host);
+	if (c->admin_token)
+		explicit_bzero(c->admin_token, strlen(c->admin_token));
+	free(c->admin_token);
 	for (size_t i = 0; i < c->n_keys; i++) {
 		free(c->keys[i].id);
 		free(c->keys[i].secret);

@@ -2,8 +2,9 @@
  * config.h - larder's settings: an INI file (optional) overlaid by LARDER_*
  * environment variables, checked as a whole before anything starts.
  *
- * Precedence: built-in default < file < environment. Every [server] and
- * [upstream] setting has an environment variable (see config/larder.conf).
+ * Precedence: built-in default < file < environment. Every [server],
+ * [upstream], [cache] and [admin] setting has an environment variable (see
+ * config/larder.conf).
  * Client keys with per-bucket policies need the file; the environment can
  * add one read-write key on every bucket (LARDER_CLIENT_KEY/SECRET).
  * An empty environment variable counts as unset. Unknown sections and
@@ -85,6 +86,13 @@ struct cfg {
 	long metadata_ttl_s;          /* LARDER_METADATA_TTL: seconds, -1 = "immutable"; 60 */
 	unsigned negative_ttl_s;      /* LARDER_NEGATIVE_TTL: seconds a 404 is cached; 0 = off */
 	unsigned readahead_chunks;    /* LARDER_READAHEAD: chunks fetched ahead of a reader, 4 */
+
+	/* [admin] */
+	char *admin_host;             /* LARDER_ADMIN_LISTEN host, default 127.0.0.1;
+	                               * NULL: "off", no admin listener */
+	uint16_t admin_port;          /* default 9090 */
+	char *admin_token;            /* LARDER_ADMIN_TOKEN (16-256 visible ASCII characters);
+	                               * NULL: every admin route but /healthz answers 403 */
 
 	/* [key ID] sections, plus LARDER_CLIENT_KEY/SECRET */
 	struct cfg_key *keys;

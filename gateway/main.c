@@ -2,6 +2,10 @@
  * main.c - the larder command.
  *
  *   larder serve [--config FILE] [--check]
+ *   larder stats [--admin URL] [--json]
+ *   larder purge [--admin URL] [--key] s3://BUCKET[/PREFIX]
+ *   larder warm [--admin URL] [options] s3://BUCKET[/PREFIX]
+ *   larder jobs [--admin URL] [--json] [--cancel JOB_ID]
  *   larder --version | --help
  *
  * Configuration comes from the file (optional) and LARDER_* environment
@@ -14,6 +18,7 @@
 
 #include "config/config.h"
 #include "config/log.h"
+#include "gateway/cli.h"
 #include "gateway/server.h"
 
 #ifndef LARDER_VERSION
@@ -23,6 +28,10 @@
 static void usage(FILE *f)
 {
 	fputs("usage: larder serve [--config FILE] [--check]\n"
+	      "       larder stats [--admin URL] [--json]\n"
+	      "       larder purge [--admin URL] [--key] s3://BUCKET[/PREFIX]\n"
+	      "       larder warm [--admin URL] [options] s3://BUCKET[/PREFIX]\n"
+	      "       larder jobs [--admin URL] [--json] [--cancel JOB_ID]\n"
 	      "       larder --version\n"
 	      "\n"
 	      "larder is a caching S3 gateway for training data. It verifies each request's\n"
@@ -33,6 +42,14 @@ static void usage(FILE *f)
 	      "  --config FILE  INI settings (default: $LARDER_CONFIG, or none); every\n"
 	      "                 setting can also come from a LARDER_* environment variable\n"
 	      "  --check        validate the configuration, print a summary and exit\n"
+	      "\n"
+	      "stats     what a running larder served, in total, per bucket and per client\n"
+	      "purge     make a running larder forget cached objects (a prefix, or --key one)\n"
+	      "warm      read objects into a running larder's cache ahead of a job, with progress\n"
+	      "jobs      list (or --cancel) warming jobs\n"
+	      "          stats and purge talk to the admin endpoint (--admin URL, else\n"
+	      "          $LARDER_ADMIN_URL) with the token in $LARDER_ADMIN_TOKEN;\n"
+	      "          \"larder stats --help\" and \"larder purge --help\" tell more\n"
 	      "\n"
 	      "Exit status: 0 on a clean stop or a valid --check, 1 on a runtime failure,\n"
 	      "2 on bad usage or configuration.\n", f);
@@ -100,6 +117,14 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "serve") == 0)
 		return serve(argc - 2, argv + 2);
+	if (strcmp(argv[1], "stats") == 0)
+		return cli_stats(argc - 2, argv + 2);
+	if (strcmp(argv[1], "purge") == 0)
+		return cli_purge(argc - 2, argv + 2);
+	if (strcmp(argv[1], "warm") == 0)
+		return cli_warm(argc - 2, argv + 2);
+	if (strcmp(argv[1], "jobs") == 0)
+		return cli_jobs(argc - 2, argv + 2);
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
 		printf("larder %s\n", LARDER_VERSION);
 		return 0;

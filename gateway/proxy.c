@@ -31,6 +31,8 @@
 #include "config/log.h"
 #include "gateway/s3err.h"
 #include "gateway/fetch.h"
+#include "gateway/metrics.h"
+#include "gateway/prefetch.h"
 #include "gateway/req.h"
 #include "gateway/s3req.h"
 
@@ -744,6 +746,10 @@ void proxy_curl_done(CURL *easy, CURLcode result, void *arg)
 		fetch_curl_done((struct fetch *)r, result);
 		return;
 	}
+	if (r && *(unsigned *)r == PREFETCH_MAGIC) { /* a prefetch job's listing */
+		prefetch_curl_done(r, (int)result);
+		return;
+	}
 	assert(r && r->magic == REQ_MAGIC && r->easy == easy);
 	(void)arg;
 	r->easy_running = false;
@@ -756,6 +762,7 @@ void proxy_curl_done(CURL *easy, CURLcode result, void *arg)
 		}
 	}
 	r->udone = true;
+	metrics_upstream_curl(easy, r->ustatus, result, false);
 	r->uresult = result;
 	if (result == CURLE_OK)
 		cache_invalidate(r);
@@ -1046,6 +1053,11 @@ void proxy_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
 			       : r->bypass_logged ? "bypass" : NULL,
 		};
 		log_access(&rec);
+		metrics_request(s3_operation(r->method, (int)r->s3.target, r->query,
+		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		                                                         "x-amz-copy-source") != NULL),
+		                rec.status, rec.bucket, rec.key_id, rec.cache, rec.bytes_out,
+		                rec.bytes_in);
 	}
 	cache_end(r);
 	if (r->prev)

@@ -23,7 +23,9 @@
 
 #include "auth/creds.h"
 #include "config/log.h"
+#include "gateway/admin.h"
 #include "gateway/fetch.h"
+#include "gateway/prefetch.h"
 #include "gateway/proxy.h"
 #include "gateway/req.h"
 #include "store/meta.h"
@@ -365,6 +367,15 @@ int gw_run(struct cfg *cfg, const char *config_path)
 			worker_fini(&gw.workers[i]);
 		goto out;
 	}
+	gw.prefetch = prefetch_create(&gw, &gw.workers[0]);
+	if (admin_start(&gw) != 0) {
+		/* An operator who asked for the admin port expects it: say so and stop. */
+		for (unsigned i = 0; i < gw.n_workers; i++)
+			worker_fini(&gw.workers[i]);
+		prefetch_destroy(gw.prefetch);
+		gw.prefetch = NULL;
+		goto out;
+	}
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		pthread_create(&gw.workers[i].thread, NULL, worker_main, &gw.workers[i]);
 	log_info("server", "listening on %s://%s:%u with %u workers; upstream %s",
@@ -384,12 +395,15 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		break;
 	}
 	atomic_store(&gw.draining, true);
+	admin_stop(&gw);
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		ev_async_send(gw.workers[i].loop, &gw.workers[i].stop_async);
-	for (unsigned i = 0; i < gw.n_workers; i++) {
+	for (unsigned i = 0; i < gw.n_workers; i++)
 		pthread_join(gw.workers[i].thread, NULL);
+	prefetch_destroy(gw.prefetch); /* its chunks go before the workers' fetches */
+	gw.prefetch = NULL;
+	for (unsigned i = 0; i < gw.n_workers; i++)
 		worker_fini(&gw.workers[i]);
-	}
 	log_info("server", "stopped");
 	rc = 0;
 out:

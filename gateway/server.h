@@ -22,6 +22,7 @@ struct req;
 struct fetch;
 struct store;
 struct meta_cache;
+struct prefetch;
 
 struct gw {
 	const struct cfg *cfg;          /* settings fixed for the process's life */
@@ -30,6 +31,7 @@ struct gw {
 	struct store *store;            /* the chunk cache, shared by all workers */
 	struct meta_cache *meta;        /* object metadata, shared by all workers */
 	char *tls_cert, *tls_key;       /* PEM text when the client port speaks TLS */
+	struct prefetch *prefetch;      /* warming jobs, run on the first worker */
 
 	/* Client keys and anonymous grants: replaced whole by SIGHUP. Readers
 	 * hold the read lock only while they check one request. */
@@ -41,6 +43,7 @@ struct gw {
 	atomic_bool draining;
 	unsigned n_workers;
 	struct worker *workers;
+	struct admin *admin;            /* the admin listener (gateway/admin.h), or NULL */
 };
 
 struct worker {

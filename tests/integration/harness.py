@@ -251,6 +251,9 @@ class Larder:
             "LARDER_ACCESS_LOG": self.access_log_path,
             "LARDER_LOG_LEVEL": "info",
             "LARDER_WORKERS": "2",
+            # Tests that use the admin API give it a free port; the rest turn it
+            # off, so larders running side by side never fight over 9090.
+            "LARDER_ADMIN_LISTEN": "off",
         })
         if upstream is not None:
             e.update({"LARDER_UPSTREAM_URL": upstream.url,

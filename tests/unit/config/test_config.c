@@ -557,6 +557,9 @@ static void test_example_conf(void **state)
 	assert_string_equal(r->grants[0].prefix, "imagenet/");
 	assert_int_equal(c->anonymous.n_grants, 0);
 	assert_string_equal(cfg_bucket_region(c, "eu-archive"), "eu-west-1");
+	assert_string_equal(c->admin_host, "127.0.0.1");
+	assert_int_equal(c->admin_port, 9090);
+	assert_null(c->admin_token);
 	cfg_free(c);
 }
 
@@ -649,6 +652,54 @@ static void test_cache_settings(void **state)
 	expect_error(NULL, bad3, want3);
 }
 
+static void test_admin_settings(void **state)
+{
+	(void)state;
+	struct cfg *c = load_ok(NULL, NULL);
+	assert_string_equal(c->admin_host, "127.0.0.1");
+	assert_int_equal(c->admin_port, 9090);
+	assert_null(c->admin_token);
+	cfg_free(c);
+
+	c = load_ok("[admin]\nlisten = [::1]:9191\ntoken = file-token-0123456789\n", NULL);
+	assert_string_equal(c->admin_host, "::1");
+	assert_int_equal(c->admin_port, 9191);
+	assert_string_equal(c->admin_token, "file-token-0123456789");
+	cfg_free(c);
+
+	/* The environment wins; "off" (any case) disables the listener. */
+	static const char *const env[] = {
+		"LARDER_ADMIN_LISTEN=OFF", "LARDER_ADMIN_TOKEN=  env-token-abcdefghijkl  ", NULL,
+	};
+	c = load_ok("[admin]\nlisten = 0.0.0.0:9191\ntoken = file-token-0123456789\n", env);
+	assert_null(c->admin_host);
+	assert_int_equal(c->admin_port, 0);
+	assert_string_equal(c->admin_token, "env-token-abcdefghijkl");
+	cfg_free(c);
+	static const char *const env2[] = { "LARDER_ADMIN_LISTEN=0.0.0.0:7000", NULL };
+	c = load_ok(NULL, env2);
+	assert_string_equal(c->admin_host, "0.0.0.0");
+	assert_int_equal(c->admin_port, 7000);
+	cfg_free(c);
+
+	char err[512];
+	assert_null(cfg_load_text(NULL, (const char *[]){ "LARDER_ADMIN_LISTEN=9090", NULL }, err,
+	                          sizeof err));
+	assert_string_equal(err, "LARDER_ADMIN_LISTEN: expected host:port, got \"9090\"");
+	assert_null(cfg_load_text(NULL, (const char *[]){ "LARDER_ADMIN_TOKEN=short", NULL }, err,
+	                          sizeof err));
+	assert_string_equal(err, "LARDER_ADMIN_TOKEN: must be 16-256 characters long (got 5)");
+	assert_null(cfg_load_text("[admin]\ntoken = has\x01control-character\n", NULL, err,
+	                          sizeof err));
+	assert_string_equal(err, "line 2: [admin] token: only visible ASCII characters, no spaces");
+	static const char *const want1[] = { "line 2:", "[admin] unknown setting \"port\"", NULL };
+	expect_error("[admin]\nport = 1\n", NULL, want1);
+	static const char *const want2[] = { "line 3:", "[admin] appears twice", NULL };
+	expect_error("[admin]\n\n[admin]\n", NULL, want2);
+	static const char *const want3[] = { "LARDER_ADMIN_LISTEN", "out of range", NULL };
+	expect_error(NULL, (const char *[]){ "LARDER_ADMIN_LISTEN=127.0.0.1:0", NULL }, want3);
+}
+
 static void test_no_leaks(void **state)
 {
 	(void)state;
@@ -689,6 +740,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_example_conf),
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_cache_settings),
+		cmocka_unit_test(test_admin_settings),
 		cmocka_unit_test(test_no_leaks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,628 @@
+/*
+ * admin.c - the admin listener: routes, the bearer token, JSON in and out.
+ *
+ * One libmicrohttpd daemon in internal-thread mode (epoll, so the file
+ * descriptors of thousands of client connections never trouble it). Each
+ * request body is collected, capped at BODY_MAX, before routing; an error
+ * answer is decided before anything is changed.
+ *
+ * Bearer tokens: RFC 6750 section 2.1 (the "Bearer" scheme name is
+ * case-insensitive per RFC 9110 section 11.1); a missing or wrong token gets
+ * 401 with WWW-Authenticate (RFC 6750 section 3).
+ */
+#include "gateway/admin.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "auth/creds.h"
+#include "config/buf.h"
+#include "config/log.h"
+#include "gateway/metrics.h"
+#include "gateway/prefetch.h"
+#include "gateway/req.h"
+#include "gateway/s3req.h"
+#include "gateway/server.h"
+#include "store/meta.h"
+#include "store/store.h"
+
+#define ADMIN_MAGIC 0x61646d6eu
+#define AREQ_MAGIC 0x61726571u
+#define BODY_MAX (8u << 20) /* a prefetch may list its keys */
+#define METRICS_MAX (16u << 20)
+
+struct admin {
+	unsigned magic;
+	struct gw *gw;
+	struct MHD_Daemon *mhd;
+};
+
+/* One admin request (MHD's req_cls). */
+struct areq {
+	unsigned magic;
+	bool first_seen;
+	bool too_big;
+	struct buf body;
+	const char *rest;     /* the path after a prefix route, e.g. a job id */
+};
+
+/* ---- responses ------------------------------------------------------------------ */
+
+/* Queues body (taken: free()d by MHD) with status and content type. */
+static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status, const char *ctype,
+                                 char *body, size_t len, const char *www_auth)
+{
+	struct MHD_Response *resp = body ? MHD_create_response_from_buffer(len, body,
+	                                                                   MHD_RESPMEM_MUST_FREE)
+	                                 : NULL;
+	if (!resp) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", ctype);
+	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	if (www_auth)
+		MHD_add_response_header(resp, "WWW-Authenticate", www_auth);
+	enum MHD_Result r = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return r;
+}
+
+/* Sends doc (its reference is taken) as JSON. */
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *doc,
+                                 const char *www_auth)
+{
+	size_t flags = JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6);
+	char *text = doc ? json_dumps(doc, flags) : NULL;
+	json_decref(doc);
+	if (!text) {
+		static const char oom[] = "{\"error\":\"internal\",\"message\":\"out of memory\"}\n";
+		return send_body(c, 500, "application/json", strdup(oom), sizeof oom - 1, NULL);
+	}
+	size_t n = strlen(text);
+	char *withnl = realloc(text, n + 2);
+	if (withnl) {
+		withnl[n++] = '\n';
+		withnl[n] = '\0';
+		text = withnl;
+	}
+	return send_body(c, status, "application/json", text, n, www_auth);
+}
+
+__attribute__((format(printf, 5, 6)))
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *code,
+                                  const char *www_auth, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	/* The message may quote client input: keep it valid UTF-8 for jansson. */
+	for (char *p = msg; *p; p++)
+		if ((unsigned char)*p < ' ' || (unsigned char)*p >= 0x7f)
+			*p = '?';
+	return send_json(c, status, json_pack("{s:s,s:s}", "error", code, "message", msg),
+	                 www_auth);
+}
+
+/* ---- handlers ------------------------------------------------------------------- */
+
+typedef enum MHD_Result (*route_fn)(struct admin *a, struct MHD_Connection *c,
+                                    struct areq *q);
+
+static enum MHD_Result healthz(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	(void)a;
+	(void)q;
+	return send_json(c, 200, json_pack("{s:s}", "status", "ok"), NULL);
+}
+
+static enum MHD_Result readyz(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	struct gw *gw = a->gw;
+	(void)q;
+	struct creds cr;
+	creds_provider_get(gw->creds, &cr);
+	bool creds_ok = cr.access_key[0] && cr.secret_key[0] &&
+	                (cr.expiration == 0 || cr.expiration > time(NULL));
+	explicit_bzero(&cr, sizeof cr);
+	bool store_ok = gw->store && gw->meta;
+	bool draining = atomic_load(&gw->draining);
+	bool ready = creds_ok && store_ok && !draining;
+	return send_json(c, ready ? 200 : 503,
+	                 json_pack("{s:b,s:{s:b,s:b,s:b}}", "ready", ready, "checks",
+	                           "upstream_credentials", creds_ok, "store_loaded", store_ok,
+	                           "draining", draining),
+	                 NULL);
+}
+
+static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gauges *g)
+{
+	store_get_stats(gw->store, st);
+	*g = (struct metrics_gauges){
+		.store = st,
+		.meta_entries = meta_cache_count(gw->meta),
+		.open_connections = atomic_load(&gw->open_connections),
+	};
+}
+
+static enum MHD_Result metrics(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	(void)q;
+	struct store_stats st;
+	struct metrics_gauges g;
+	gauges_of(a->gw, &st, &g);
+	struct buf out;
+	buf_init(&out, METRICS_MAX);
+	int r = metrics_render_prometheus(&out, &g);
+	if (r != 0) {
+		buf_fini(&out);
+		log_error("admin", "rendering /metrics failed: %s", strerror(-r));
+		return send_error(c, 500, "internal", NULL, "rendering the metrics failed: %s",
+		                  strerror(-r));
+	}
+	size_t len = out.len;
+	return send_body(c, 200, "text/plain; version=0.0.4; charset=utf-8", buf_steal(&out), len,
+	                 NULL);
+}
+
+static enum MHD_Result stats(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	(void)q;
+	struct store_stats st;
+	struct metrics_gauges g;
+	gauges_of(a->gw, &st, &g);
+	json_t *doc = metrics_stats_json(&g);
+	if (!doc)
+		return send_error(c, 500, "internal", NULL, "out of memory");
+	return send_json(c, 200, doc, NULL);
+}
+
+/* A string member of o, or NULL when absent. *bad is set when present but
+ * not a string. */
+static const char *member_str(json_t *o, const char *name, bool *bad)
+{
+	json_t *v = json_object_get(o, name);
+	if (!v)
+		return NULL;
+	if (!json_is_string(v)) {
+		*bad = true;
+		return NULL;
+	}
+	return json_string_value(v);
+}
+
+static enum MHD_Result purge(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	if (q->body.len == 0)
+		return send_error(c, 400, "bad_request", NULL,
+		                  "expected a JSON body: {\"bucket\": ..., \"prefix\": ...} or "
+		                  "{\"bucket\": ..., \"key\": ...}");
+	json_error_t jerr;
+	json_t *doc = json_loadb(q->body.p, q->body.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+	                         &jerr);
+	if (!doc)
+		return send_error(c, 400, "bad_request", NULL, "malformed JSON at line %d column %d: %s",
+		                  jerr.line, jerr.column, jerr.text);
+	enum MHD_Result ret;
+	if (!json_is_object(doc)) {
+		ret = send_error(c, 400, "bad_request", NULL, "expected a JSON object");
+		goto out;
+	}
+	const char *name;
+	json_t *v;
+	json_object_foreach(doc, name, v) {
+		if (strcmp(name, "bucket") != 0 && strcmp(name, "prefix") != 0 &&
+		    strcmp(name, "key") != 0) {
+			ret = send_error(c, 400, "bad_request", NULL,
+			                 "unknown field \"%.100s\" (expected bucket, prefix or key)", name);
+			goto out;
+		}
+	}
+	bool bad = false;
+	const char *bucket = member_str(doc, "bucket", &bad);
+	const char *prefix = member_str(doc, "prefix", &bad);
+	const char *key = member_str(doc, "key", &bad);
+	if (bad) {
+		ret = send_error(c, 400, "bad_request", NULL, "bucket, prefix and key must be strings");
+		goto out;
+	}
+	if (!bucket) {
+		ret = send_error(c, 400, "bad_request", NULL, "bucket is missing");
+		goto out;
+	}
+	if (!s3_bucket_name_ok(bucket, strlen(bucket))) {
+		ret = send_error(c, 400, "bad_request", NULL, "invalid bucket name \"%.255s\"", bucket);
+		goto out;
+	}
+	if (prefix && key) {
+		ret = send_error(c, 400, "bad_request", NULL, "give a prefix or a key, not both");
+		goto out;
+	}
+	const char *what = key ? key : prefix ? prefix : "";
+	if ((key && !*key) || strlen(what) > S3_MAX_KEY_BYTES) {
+		ret = send_error(c, 400, "bad_request", NULL, "%s must be 1-%d bytes", key ? "key"
+		                 : "prefix", S3_MAX_KEY_BYTES);
+		goto out;
+	}
+	uint64_t objects = 0;
+	if (cache_purge(a->gw, bucket, what, key != NULL, &objects) != 0) {
+		ret = send_error(c, 500, "internal", NULL, "the purge failed");
+		goto out;
+	}
+	log_info("admin", "purge of %s \"%s\" in bucket %s: %llu objects",
+	         key ? "key" : "prefix", what, bucket, (unsigned long long)objects);
+	ret = send_json(c, 200, json_pack("{s:s,s:s,s:I}", "bucket", bucket, key ? "key" : "prefix",
+	                                  what, "purged_objects", (json_int_t)objects),
+	                NULL);
+out:
+	json_decref(doc);
+	return ret;
+}
+
+/* ---- prefetch jobs --------------------------------------------------------------- */
+
+static json_t *job_json(const struct prefetch_info *i)
+{
+	json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:b,s:f,s:f}", "id", i->id,
+	                      "state", i->state, "bucket", i->bucket,
+	                      "objects_done", (json_int_t)i->objects_done,
+	                      "objects_total", (json_int_t)i->objects_total,
+	                      "bytes_done", (json_int_t)i->bytes_done,
+	                      "bytes_total", (json_int_t)i->bytes_total,
+	                      "errors", (json_int_t)i->errors, "listing_done", i->listing_done,
+	                      "elapsed_seconds", i->elapsed_s, "rate_bytes_per_second", i->rate_bps);
+	if (o) {
+		json_object_set_new(o, "eta_seconds", i->eta_s < 0 ? json_null() : json_real(i->eta_s));
+		json_object_set_new(o, "error", i->error[0] ? json_string(i->error) : json_null());
+	}
+	return o;
+}
+
+/* POST /admin/prefetch {"bucket": b, one of "prefix" | "keys" | "manifest",
+ * optional "concurrency" (1-64), "bandwidth_bytes_per_second"} -> 202. */
+static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	json_error_t jerr;
+	json_t *doc = q->body.len ? json_loadb(q->body.p, q->body.len, JSON_REJECT_DUPLICATES, &jerr)
+	                          : NULL;
+	if (!doc)
+		return send_error(c, 400, "bad_request", NULL,
+		                  "expected a JSON object: {\"bucket\": ..., and one of \"prefix\", "
+		                  "\"keys\" or \"manifest\"}%s%s", q->body.len ? ": " : "",
+		                  q->body.len ? jerr.text : "");
+	enum MHD_Result ret;
+	const char **keys = NULL;
+	const char *name;
+	json_t *v;
+	json_object_foreach(doc, name, v) {
+		static const char *const known[] = { "bucket", "prefix", "keys", "manifest",
+			"concurrency", "bandwidth_bytes_per_second", NULL };
+		bool ok = false;
+		for (int k = 0; known[k]; k++)
+			ok |= strcmp(name, known[k]) == 0;
+		if (!ok) {
+			ret = send_error(c, 400, "bad_request", NULL, "unknown field \"%.100s\"", name);
+			goto out;
+		}
+	}
+	bool bad = false;
+	const char *bucket = member_str(doc, "bucket", &bad);
+	const char *prefix = member_str(doc, "prefix", &bad);
+	const char *manifest = member_str(doc, "manifest", &bad);
+	json_t *jkeys = json_object_get(doc, "keys");
+	json_t *jconc = json_object_get(doc, "concurrency");
+	json_t *jbw = json_object_get(doc, "bandwidth_bytes_per_second");
+	int sources = (prefix != NULL) + (manifest != NULL) + (jkeys != NULL);
+	if (bad || !bucket || sources != 1 || (jkeys && !json_is_array(jkeys)) ||
+	    (jconc && (!json_is_integer(jconc) || json_integer_value(jconc) < 1 ||
+	               json_integer_value(jconc) > 64)) ||
+	    (jbw && (!json_is_integer(jbw) || json_integer_value(jbw) < 0))) {
+		ret = send_error(c, 400, "bad_request", NULL,
+		                 "expected \"bucket\" (a string), exactly one of \"prefix\" (a "
+		                 "string), \"keys\" (an array of strings) or \"manifest\" (a key), and "
+		                 "optionally \"concurrency\" (1-64) and \"bandwidth_bytes_per_second\"");
+		goto out;
+	}
+	if (!s3_bucket_name_ok(bucket, strlen(bucket))) {
+		ret = send_error(c, 400, "bad_request", NULL, "invalid bucket name \"%.255s\"", bucket);
+		goto out;
+	}
+	size_t n = jkeys ? json_array_size(jkeys) : 0;
+	if (jkeys) {
+		keys = calloc(n ? n : 1, sizeof *keys);
+		for (size_t i = 0; keys && i < n; i++) {
+			const char *k = json_string_value(json_array_get(jkeys, i));
+			if (!k || !*k || strlen(k) > S3_MAX_KEY_BYTES) {
+				ret = send_error(c, 400, "bad_request", NULL,
+				                 "keys[%zu] is not a key of 1-%d bytes", i, S3_MAX_KEY_BYTES);
+				goto out;
+			}
+			keys[i] = k;
+		}
+		if (!keys) {
+			ret = send_error(c, 500, "internal", NULL, "out of memory");
+			goto out;
+		}
+	}
+	char err[256];
+	if (prefetch_check_bucket(a->gw, bucket, err, sizeof err) != 0) {
+		ret = send_error(c, strstr(err, "does not exist") ? 404 : 403, "bucket_unreadable", NULL,
+		                 "%s", err);
+		goto out;
+	}
+	struct prefetch_req rq = {
+		.bucket = bucket, .prefix = prefix, .keys = keys, .n_keys = n, .manifest = manifest,
+		.concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0,
+		.bytes_per_s = jbw ? (uint64_t)json_integer_value(jbw) : 0,
+	};
+	char id[24];
+	if (prefetch_start(a->gw->prefetch, &rq, id, err, sizeof err) != 0) {
+		ret = send_error(c, 500, "internal", NULL, "%s", err);
+		goto out;
+	}
+	char url[64];
+	snprintf(url, sizeof url, "/admin/jobs/%s", id);
+	ret = send_json(c, 202, json_pack("{s:s,s:s,s:s}", "job", id, "state", "listing",
+	                                  "url", url), NULL);
+out:
+	free(keys);
+	json_decref(doc);
+	return ret;
+}
+
+static enum MHD_Result jobs(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	(void)q;
+	struct prefetch_info *infos = calloc(64, sizeof *infos);
+	if (!infos)
+		return send_error(c, 500, "internal", NULL, "out of memory");
+	size_t n = prefetch_list(a->gw->prefetch, infos, 64);
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && i < n; i++)
+		json_array_append_new(arr, job_json(&infos[i]));
+	free(infos);
+	return send_json(c, 200, json_pack("{s:o}", "jobs", arr), NULL);
+}
+
+static enum MHD_Result job_get(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	struct prefetch_info info;
+	if (prefetch_get(a->gw->prefetch, q->rest, &info) != 0)
+		return send_error(c, 404, "not_found", NULL, "no job %.64s", q->rest);
+	return send_json(c, 200, job_json(&info), NULL);
+}
+
+static enum MHD_Result job_cancel(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	if (prefetch_cancel(a->gw->prefetch, q->rest) != 0)
+		return send_error(c, 404, "not_found", NULL, "no job %.64s", q->rest);
+	log_info("admin", "job %s: cancel requested", q->rest);
+	return send_json(c, 202, json_pack("{s:s,s:s}", "job", q->rest, "state", "cancelling"),
+	                 NULL);
+}
+
+/* ---- routing -------------------------------------------------------------------- */
+
+static const struct route {
+	const char *path;
+	const char *method;   /* GET routes answer HEAD too */
+	bool token;
+	route_fn fn;
+} routes[] = {
+	{ "/healthz", "GET", false, healthz },
+	{ "/readyz", "GET", true, readyz },
+	{ "/metrics", "GET", true, metrics },
+	{ "/admin/stats", "GET", true, stats },
+	{ "/admin/purge", "POST", true, purge },
+	{ "/admin/prefetch", "POST", true, prefetch },
+	{ "/admin/jobs", "GET", true, jobs },
+	/* A path ending in '/' takes the rest of the URL as its argument. */
+	{ "/admin/jobs/", "GET", true, job_get },
+	{ "/admin/jobs/", "DELETE", true, job_cancel },
+};
+
+#define N_ROUTES (sizeof routes / sizeof routes[0])
+
+/* true when the token is right; else false with the error queued (*ret). */
+static bool authorized(struct admin *a, struct MHD_Connection *c, enum MHD_Result *ret)
+{
+	const char *want = a->gw->cfg->admin_token;
+	if (!want) {
+		*ret = send_error(c, 403, "forbidden", NULL,
+		                  "the admin API needs a token: set LARDER_ADMIN_TOKEN (or [admin] token) "
+		                  "on the server");
+		return false;
+	}
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+		*ret = send_error(c, 401, "unauthorized", "Bearer realm=\"larder-admin\"",
+		                  "missing bearer token: send \"Authorization: Bearer "
+		                  "<LARDER_ADMIN_TOKEN>\"");
+		return false;
+	}
+	const char *got = h + 7;
+	while (*got == ' ')
+		got++;
+	if (!ct_equal(got, strlen(got), want, strlen(want))) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		char host[64] = "?";
+		if (ci && ci->client_addr)
+			getnameinfo(ci->client_addr, ci->client_addr->sa_family == AF_INET6
+			            ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in),
+			            host, sizeof host, NULL, 0, NI_NUMERICHOST);
+		log_warn("admin", "wrong admin token from %s", host);
+		*ret = send_error(c, 401, "unauthorized",
+		                  "Bearer realm=\"larder-admin\", error=\"invalid_token\"",
+		                  "invalid bearer token (it must equal the server's LARDER_ADMIN_TOKEN)");
+		return false;
+	}
+	return true;
+}
+
+static enum MHD_Result dispatch(struct admin *a, struct MHD_Connection *c, const char *url,
+                                const char *method, struct areq *q)
+{
+	const struct route *path_match = NULL;
+	for (size_t i = 0; i < N_ROUTES; i++) {
+		size_t pl = strlen(routes[i].path);
+		bool prefix_route = routes[i].path[pl - 1] == '/';
+		if (prefix_route ? strncmp(routes[i].path, url, pl) != 0 || !url[pl] ||
+		                   strchr(url + pl, '/')
+		                 : strcmp(routes[i].path, url) != 0)
+			continue;
+		q->rest = url + (prefix_route ? pl : strlen(url));
+		path_match = &routes[i];
+		bool ok = strcmp(method, routes[i].method) == 0 ||
+		          (strcmp(routes[i].method, "GET") == 0 && strcmp(method, "HEAD") == 0);
+		if (!ok)
+			continue;
+		enum MHD_Result ret;
+		if (routes[i].token && !authorized(a, c, &ret))
+			return ret;
+		if (q->too_big)
+			return send_error(c, 413, "payload_too_large", NULL,
+			                  "the request body is larger than %d bytes", BODY_MAX);
+		log_debug("admin", "%s %s", method, url);
+		return routes[i].fn(a, c, q);
+	}
+	if (path_match)
+		return send_error(c, 405, "method_not_allowed", NULL, "%s takes %s, not %.32s",
+		                  path_match->path, path_match->method, method);
+	return send_error(c, 404, "not_found", NULL,
+	                  "no route %.32s %.200s (routes: GET /healthz, GET /readyz, GET /metrics, "
+	                  "GET /admin/stats, POST /admin/purge, POST /admin/prefetch, "
+	                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id})", method, url);
+}
+
+static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version,
+                                 const char *upload_data, size_t *upload_data_size,
+                                 void **req_cls)
+{
+	struct admin *a = cls;
+	(void)version;
+	assert(a->magic == ADMIN_MAGIC);
+	struct areq *q = *req_cls;
+	if (!q) {
+		q = calloc(1, sizeof *q);
+		if (!q)
+			return MHD_NO;
+		q->magic = AREQ_MAGIC;
+		buf_init(&q->body, BODY_MAX);
+		*req_cls = q;
+		return MHD_YES;
+	}
+	assert(q->magic == AREQ_MAGIC);
+	if (*upload_data_size) {
+		if (!q->too_big && buf_append(&q->body, upload_data, *upload_data_size) != 0) {
+			q->too_big = true;
+			buf_reset(&q->body);
+		}
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	return dispatch(a, c, url, method, q);
+}
+
+static void completed_cb(void *cls, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+	struct areq *q = *req_cls;
+	(void)cls;
+	(void)c;
+	(void)toe;
+	if (!q)
+		return;
+	assert(q->magic == AREQ_MAGIC);
+	buf_fini(&q->body);
+	q->magic = 0;
+	free(q);
+	*req_cls = NULL;
+}
+
+__attribute__((format(printf, 2, 0)))
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	size_t n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	(void)cls;
+	log_info("admin", "%s", msg);
+}
+
+/* ---- lifetime ------------------------------------------------------------------- */
+
+int admin_start(struct gw *gw)
+{
+	const struct cfg *cfg = gw->cfg;
+	gw->admin = NULL;
+	if (!cfg->admin_host) {
+		log_info("admin", "admin listener off (LARDER_ADMIN_LISTEN=off)");
+		return 0;
+	}
+	char port[8];
+	snprintf(port, sizeof port, "%u", cfg->admin_port);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+	struct addrinfo *ai = NULL;
+	int gai = getaddrinfo(cfg->admin_host, port, &hints, &ai);
+	if (gai != 0) {
+		log_error("config", "LARDER_ADMIN_LISTEN: cannot resolve \"%s\": %s", cfg->admin_host,
+		          gai_strerror(gai));
+		return -1;
+	}
+	struct admin *a = calloc(1, sizeof *a);
+	if (!a) {
+		freeaddrinfo(ai);
+		log_error("admin", "out of memory");
+		return -1;
+	}
+	a->magic = ADMIN_MAGIC;
+	a->gw = gw;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
+	                 (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+	a->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a,
+	                          MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+	                          MHD_OPTION_NOTIFY_COMPLETED, completed_cb, a,
+	                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+	                          MHD_OPTION_END);
+	int err = errno;
+	freeaddrinfo(ai);
+	if (!a->mhd) {
+		log_error("admin", "LARDER_ADMIN_LISTEN: cannot listen on %s:%u (%s); "
+		          "set another address, or \"off\"", cfg->admin_host, cfg->admin_port, strerror(err));
+		free(a);
+		return -1;
+	}
+	gw->admin = a;
+	log_info("admin", "admin listener on http://%s:%u%s", cfg->admin_host, cfg->admin_port,
+	         cfg->admin_token ? "" : " (no LARDER_ADMIN_TOKEN: only /healthz answers)");
+	return 0;
+}
+
+void admin_stop(struct gw *gw)
+{
+	struct admin *a = gw->admin;
+	if (!a)
+		return;
+	assert(a->magic == ADMIN_MAGIC);
+	MHD_stop_daemon(a->mhd);
+	a->magic = 0;
+	free(a);
+	gw->admin = NULL;
+}

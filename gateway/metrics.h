@@ -1,0 +1,89 @@
+/*
+ * metrics.h - process-wide counters behind GET /metrics (Prometheus text
+ * format) and GET /admin/stats (JSON).
+ *
+ * One registry per process, shared by every worker and the admin thread:
+ * plain atomic counters, no locks on the request path. Per-bucket and
+ * per-client-key rows live in bounded tables (METRICS_MAX_ROWS each); names
+ * past the bound are added to a row named "(other)". Gauges (tier usage,
+ * entries, in-flight fetches) are not kept here: the caller reads them at
+ * render time and passes them in (struct metrics_gauges).
+ *
+ * Every function is thread-safe except metrics_reset (tests only).
+ */
+#ifndef LARDER_METRICS_H
+#define LARDER_METRICS_H
+
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/buf.h"
+
+struct store_stats;
+struct json_t;
+
+#define METRICS_MAX_ROWS 1024
+#define METRICS_OTHER "(other)"          /* the row past METRICS_MAX_ROWS */
+#define METRICS_ANONYMOUS "(anonymous)"  /* the client row of unsigned requests */
+
+/*
+ * The S3 operation a request is, for the requests_total{op} label:
+ * GetObject, HeadObject, PutObject, CopyObject, DeleteObject, UploadPart,
+ * CreateMultipartUpload, CompleteMultipartUpload, ListObjectsV2,
+ * ListObjects, ListBuckets, or Other. target is an enum s3_target
+ * (gateway/s3req.h); query is the raw query without '?' (may be NULL);
+ * copy_source: the request has an x-amz-copy-source header.
+ * Returns a static string.
+ */
+const char *s3_operation(const char *method, int target, const char *query, bool copy_source);
+
+/*
+ * One client request is over (called beside its access-log line).
+ * op: from s3_operation (anything else counts as "Other"); status: sent to
+ * the client, 0 when none was; bucket: NULL for the service; key_id: NULL
+ * for an unsigned request; cache: "hit", "miss", "bypass" or NULL (not an
+ * object read). Bytes are body bytes.
+ */
+void metrics_request(const char *op, int status, const char *bucket, const char *key_id,
+                     const char *cache, uint64_t bytes_out, uint64_t bytes_in);
+
+/*
+ * One upstream transfer is over. status: upstream's HTTP status, 0 when
+ * the transfer failed (no response, or it broke off): counted as an
+ * error, as is a 5xx. bytes: response body bytes received; seconds: the
+ * transfer's total time; retry: it repeated an earlier attempt.
+ */
+void metrics_upstream(int status, uint64_t bytes, double seconds, bool retry);
+
+/* The same from a finished curl handle: bytes and time from curl, and a
+ * failed result (other than larder cancelling it itself) counts as status 0. */
+void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry);
+
+/* Values read at render time. */
+struct metrics_gauges {
+	const struct store_stats *store;  /* NULL: no store figures */
+	uint64_t meta_entries;            /* objects in the metadata cache */
+	uint64_t open_connections;        /* client connections */
+};
+
+/* Appends the whole exposition (text format 0.0.4: # HELP, # TYPE, one
+ * family after another) to out. Returns 0, or -E2BIG / -ENOMEM from out. */
+int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g);
+
+/*
+ * The /admin/stats document, a new reference (json_decref it), or NULL when
+ * out of memory:
+ *   { "total": ROW, "buckets": { NAME: ROW, ... }, "clients": { ID: ROW, ... },
+ *     "upstream": {...}, "cache": {...} }
+ * ROW: requests, hits, misses, bypass, hit_ratio (hits / (hits + misses),
+ * null when neither), bytes_served, upstream_bytes_saved (bytes served by
+ * hits), bytes_received.
+ */
+struct json_t *metrics_stats_json(const struct metrics_gauges *g);
+
+/* Forgets everything (tests; no other thread may be using the registry). */
+void metrics_reset(void);
+
+#endif

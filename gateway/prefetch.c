@@ -1,0 +1,739 @@
+/*
+ * prefetch.c - cache-warming jobs (see prefetch.h).
+ *
+ * A job lives in two places: the registry (under p->lock; what the admin
+ * thread reads and what keeps finished jobs for their status) and, while it
+ * runs, the first worker's loop, which advances every running job on a
+ * short timer. Listing and manifest transfers run on that worker's curl
+ * multi handle; object metadata and chunks come through the metadata cache
+ * and the store exactly as for client reads. Counters the admin thread
+ * reads are atomics; everything else belongs to the worker.
+ */
+#include "gateway/prefetch.h"
+
+#include <errno.h>
+#include <expat.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "auth/sigv4.h"
+#include "config/log.h"
+#include "gateway/fetch.h"
+#include "gateway/server.h"
+#include "gateway/upstream.h"
+#include "store/meta.h"
+#include "store/store.h"
+
+#define PF_HELD 2            /* chunks of one object in flight at once */
+#define PF_KEEP_FINISHED 64  /* finished jobs kept for their status */
+#define PF_TICK 0.02
+#define LIST_BODY_MAX (64u << 20)
+
+enum pf_state { PF_LISTING, PF_WARMING, PF_DONE, PF_FAILED, PF_CANCELLED };
+static const char *const state_names[] = { "listing", "warming", "done", "failed", "cancelled" };
+
+struct pf_obj {
+	char *key;
+	struct obj_meta *meta;
+	struct chunk_waiter waiter;
+	_Atomic bool woken;
+	bool waiting;
+	unsigned meta_tries;
+	bool sized;                  /* its size is already in bytes_total */
+	uint64_t next_chunk, n_chunks;
+	struct chunk *held[PF_HELD];
+	unsigned n_held;
+};
+
+struct pf_job {
+	unsigned magic;
+	struct prefetch *p;
+	struct pf_job *next;         /* registry, newest first */
+	struct pf_job *run_next;     /* running on the loop */
+	char id[24];
+	char *bucket, *prefix, *manifest;
+	char **keys;
+	uint64_t *sizes;             /* from the listing; 0 when unknown */
+	size_t n_keys, cap_keys, next_key;
+	_Atomic int state;
+	_Atomic bool cancel;
+	bool listing_done;
+
+	CURL *easy;
+	bool easy_running;
+	struct curl_slist *slist;
+	struct up_target target;
+	struct buf body;
+	char *token;                 /* ListObjectsV2 continuation */
+	long status;
+	char curl_err[CURL_ERROR_SIZE];
+
+	struct pf_obj *active;
+	unsigned concurrency;
+	uint64_t bytes_per_s;
+	_Atomic uint64_t objects_done, bytes_done, bytes_total, errors;
+	double started, finished;
+	char error[256];
+};
+
+struct prefetch {
+	struct gw *gw;
+	struct worker *w;
+	pthread_mutex_t lock;
+	struct pf_job *jobs;
+	struct pf_job *queued;       /* started by the admin thread, not yet running */
+	struct pf_job *running;      /* the loop's */
+	unsigned next_id;
+	ev_async async;
+	ev_timer tick;
+};
+
+static double mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void job_fail(struct pf_job *j, const char *msg)
+{
+	snprintf(j->error, sizeof j->error, "%s", msg);
+	atomic_store(&j->state, PF_FAILED);
+	log_warn("prefetch", "job %s: %s", j->id, j->error);
+}
+
+static int add_key(struct pf_job *j, const char *key, uint64_t size)
+{
+	if (j->n_keys == j->cap_keys) {
+		size_t cap = j->cap_keys ? j->cap_keys * 2 : 256;
+		char **k = realloc(j->keys, cap * sizeof *k);
+		if (!k)
+			return -ENOMEM;
+		j->keys = k;
+		uint64_t *s = realloc(j->sizes, cap * sizeof *s);
+		if (!s)
+			return -ENOMEM;
+		j->sizes = s;
+		j->cap_keys = cap;
+	}
+	if (!(j->keys[j->n_keys] = strdup(key)))
+		return -ENOMEM;
+	j->sizes[j->n_keys++] = size;
+	if (size)
+		atomic_fetch_add(&j->bytes_total, size);
+	return 0;
+}
+
+/* ---- listing and manifest transfers ------------------------------------- */
+
+static size_t on_list_header(char *data, size_t size, size_t n, void *arg)
+{
+	struct pf_job *j = arg;
+	if (size * n >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+		const char *sp = memchr(data, ' ', size * n);
+		j->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+	}
+	return size * n;
+}
+
+static size_t on_list_body(char *data, size_t size, size_t n, void *arg)
+{
+	struct pf_job *j = arg;
+	return buf_append(&j->body, data, size * n) == 0 ? size * n : 0;
+}
+
+static int start_transfer(struct pf_job *j)
+{
+	struct gw *gw = j->p->gw;
+	struct buf q;
+	buf_init(&q, 16384);
+	const char *key = NULL;
+	int rc = 0;
+	if (j->manifest) {
+		key = j->manifest;
+	} else {
+		rc = buf_puts(&q, "list-type=2&prefix=");
+		rc = rc ? rc : sv4_uri_encode(j->prefix, strlen(j->prefix), false, &q);
+		if (j->token) {
+			rc = rc ? rc : buf_puts(&q, "&continuation-token=");
+			rc = rc ? rc : sv4_uri_encode(j->token, strlen(j->token), false, &q);
+		}
+	}
+	struct hdrs h;
+	hdrs_init(&h);
+	rc = rc ? rc : upstream_target(gw->up, j->bucket, key, buf_cstr(&q), &j->target);
+	rc = rc ? rc : hdrs_add(&h, "Host", buf_cstr(&j->target.host));
+	rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", SV4_EMPTY_SHA256);
+	rc = rc ? rc : upstream_sign(gw->up, "GET", &j->target, buf_cstr(&q), &h);
+	if (!rc) {
+		curl_slist_free_all(j->slist);
+		if (!(j->slist = hdrs_to_curl(&h)))
+			rc = -ENOMEM;
+	}
+	hdrs_fini(&h);
+	buf_fini(&q);
+	buf_reset(&j->body);
+	j->status = 0;
+	rc = rc ? rc : upstream_easy_prepare(&j->easy, gw->up, &j->target, j->slist, on_list_header,
+	                                     on_list_body, j, j->curl_err);
+	rc = rc ? rc : curlev_add(j->p->w->curl, j->easy);
+	j->easy_running = rc == 0;
+	return rc;
+}
+
+/* ListObjectsV2 XML: the Key and Size of each Contents, IsTruncated,
+ * NextContinuationToken. */
+struct lx {
+	struct pf_job *j;
+	struct buf text;
+	bool in_contents;
+	char *key;
+	uint64_t size;
+	bool truncated;
+	char *token;
+	int err;
+};
+
+static void XMLCALL lx_start(void *arg, const XML_Char *name, const XML_Char **attrs)
+{
+	struct lx *x = arg;
+	(void)attrs;
+	buf_reset(&x->text);
+	if (strcmp(name, "Contents") == 0)
+		x->in_contents = true;
+}
+
+static void XMLCALL lx_text(void *arg, const XML_Char *s, int len)
+{
+	struct lx *x = arg;
+	if (buf_append(&x->text, s, (size_t)len) != 0)
+		x->err = -E2BIG;
+}
+
+static void XMLCALL lx_end(void *arg, const XML_Char *name)
+{
+	struct lx *x = arg;
+	const char *t = buf_cstr(&x->text);
+	if (x->in_contents && strcmp(name, "Key") == 0) {
+		free(x->key);
+		x->key = strdup(t);
+	} else if (x->in_contents && strcmp(name, "Size") == 0) {
+		x->size = strtoull(t, NULL, 10);
+	} else if (strcmp(name, "Contents") == 0) {
+		if (x->key && add_key(x->j, x->key, x->size) != 0)
+			x->err = -ENOMEM;
+		free(x->key);
+		x->key = NULL;
+		x->size = 0;
+		x->in_contents = false;
+	} else if (strcmp(name, "IsTruncated") == 0) {
+		x->truncated = strcmp(t, "true") == 0;
+	} else if (strcmp(name, "NextContinuationToken") == 0) {
+		free(x->token);
+		x->token = strdup(t);
+	}
+	buf_reset(&x->text);
+}
+
+static void parse_listing(struct pf_job *j)
+{
+	struct lx x = { .j = j };
+	buf_init(&x.text, 1 << 16);
+	XML_Parser xp = XML_ParserCreate("UTF-8");
+	if (!xp) {
+		job_fail(j, "out of memory");
+		buf_fini(&x.text);
+		return;
+	}
+	XML_SetUserData(xp, &x);
+	XML_SetElementHandler(xp, lx_start, lx_end);
+	XML_SetCharacterDataHandler(xp, lx_text);
+	if (XML_Parse(xp, j->body.p ? j->body.p : "", (int)j->body.len, 1) != XML_STATUS_OK ||
+	    x.err) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "ListObjectsV2 answer not understood: %s",
+		         XML_ErrorString(XML_GetErrorCode(xp)));
+		job_fail(j, msg);
+	} else if (x.truncated && x.token) {
+		free(j->token);
+		j->token = x.token;
+		x.token = NULL;
+		if (start_transfer(j) != 0)
+			job_fail(j, "cannot list the next page");
+	} else {
+		j->listing_done = true;
+	}
+	XML_ParserFree(xp);
+	free(x.key);
+	free(x.token);
+	buf_fini(&x.text);
+}
+
+static void parse_manifest(struct pf_job *j)
+{
+	char *s = j->body.p ? j->body.p : (char *)"";
+	while (*s) {
+		size_t len = strcspn(s, "\n");
+		char *line = strndup(s, len);
+		if (!line) {
+			job_fail(j, "out of memory");
+			return;
+		}
+		size_t l = strlen(line);
+		while (l && (line[l - 1] == '\r' || line[l - 1] == ' ' || line[l - 1] == '\t'))
+			line[--l] = '\0';
+		if (l && add_key(j, line, 0) != 0)
+			job_fail(j, "out of memory");
+		free(line);
+		s += len;
+		if (*s == '\n')
+			s++;
+	}
+	j->listing_done = true;
+}
+
+void prefetch_curl_done(void *job, int curl_result)
+{
+	struct pf_job *j = job;
+	j->easy_running = false;
+	if (atomic_load(&j->cancel)) {
+		j->listing_done = true;
+		return;
+	}
+	if (curl_result != CURLE_OK || j->status != 200) {
+		char what[160];
+		snprintf(what, sizeof what, "%s: upstream answered %ld%s%s",
+		         j->manifest ? "reading the manifest" : "listing the bucket", j->status,
+		         curl_result != CURLE_OK ? ", " : "",
+		         curl_result != CURLE_OK ? curl_easy_strerror((CURLcode)curl_result) : "");
+		job_fail(j, what);
+		j->listing_done = true;
+		return;
+	}
+	if (j->manifest)
+		parse_manifest(j);
+	else
+		parse_listing(j);
+}
+
+/* ---- warming objects -------------------------------------------------------- */
+
+static void obj_wake(void *arg)
+{
+	struct pf_obj *o = arg;
+	atomic_store(&o->woken, true);
+}
+
+static void obj_release(struct pf_job *j, struct pf_obj *o, bool gave_up)
+{
+	if (o->waiting)
+		meta_unwait(j->p->gw->meta, j->bucket, o->key, &o->waiter);
+	for (unsigned k = 0; k < o->n_held; k++) {
+		atomic_store(&o->held[k]->abandoned, gave_up);
+		chunk_unref(o->held[k]);
+	}
+	meta_unref(o->meta);
+	free(o->key);
+	memset(o, 0, sizeof *o);
+}
+
+/* Whether the job may start another chunk under its bandwidth cap. */
+static bool under_cap(const struct pf_job *j)
+{
+	if (!j->bytes_per_s)
+		return true;
+	double elapsed = mono() - j->started;
+	return (double)atomic_load(&j->bytes_done) <= (double)j->bytes_per_s * elapsed;
+}
+
+/* One step for one object; true when it is finished. */
+static bool obj_step(struct pf_job *j, struct pf_obj *o)
+{
+	struct gw *gw = j->p->gw;
+	uint64_t cs = gw->cfg->chunk_bytes;
+	while (!o->meta) {
+		if (o->waiting && !atomic_load(&o->woken))
+			return false;
+		o->waiting = false;
+		atomic_store(&o->woken, false);
+		if (o->meta_tries++ > 2) {
+			atomic_fetch_add(&j->errors, 1);
+			return true;
+		}
+		o->waiter.wake = obj_wake;
+		o->waiter.arg = o;
+		struct obj_meta *m = NULL;
+		double ttl = gw->cfg->metadata_ttl_s < 0 ? -1.0 : (double)gw->cfg->metadata_ttl_s;
+		enum meta_role role = meta_lookup(gw->meta, j->bucket, o->key, mono(), ttl,
+		                                  (double)gw->cfg->negative_ttl_s, &o->waiter, &m);
+		if (role == META_FRESH) {
+			o->meta = m;
+			break;
+		}
+		if (role == META_WAIT) {
+			o->waiting = true;
+			return false;
+		}
+		if (!fetch_meta_start(j->p->w, NULL, j->bucket, o->key, m ? m->etag : NULL))
+			meta_publish(gw->meta, j->bucket, o->key, NULL);
+		meta_unref(m);
+	}
+	if (o->meta->negative) {
+		atomic_fetch_add(&j->errors, 1);
+		return true;
+	}
+	if (!o->sized) {
+		o->sized = true;
+		atomic_fetch_add(&j->bytes_total, o->meta->size);
+		o->n_chunks = (o->meta->size + cs - 1) / cs;
+	}
+	/* Settle what arrived. */
+	for (unsigned k = 0; k < o->n_held;) {
+		struct chunk *c = o->held[k];
+		int st = atomic_load(&c->state);
+		if (st == CHUNK_FILLING) {
+			k++;
+			continue;
+		}
+		if (st == CHUNK_READY)
+			atomic_fetch_add(&j->bytes_done, c->len);
+		else
+			atomic_fetch_add(&j->errors, 1);
+		chunk_unref(c);
+		o->held[k] = o->held[--o->n_held];
+	}
+	/* Start more. */
+	while (o->n_held < PF_HELD && o->next_chunk < o->n_chunks && under_cap(j)) {
+		uint64_t i = o->next_chunk;
+		size_t len = (size_t)(o->meta->size - i * cs < cs ? o->meta->size - i * cs : cs);
+		struct chunk_id id;
+		chunk_id_make(j->bucket, o->key, o->meta->etag, i, &id);
+		enum store_role role;
+		struct chunk *c = store_acquire(gw->store, &id, len, &role);
+		if (!c)
+			break;
+		o->next_chunk++;
+		if (role == STORE_HIT) {
+			atomic_fetch_add(&j->bytes_done, len);
+			chunk_unref(c);
+			continue;
+		}
+		if (role == STORE_PRODUCE &&
+		    fetch_chunk_start(j->p->w, c, j->bucket, o->key, o->meta, i) != 0)
+			store_complete(gw->store, c, false, FETCH_ERR_UPSTREAM, NULL);
+		o->held[o->n_held++] = c;
+	}
+	return o->next_chunk == o->n_chunks && o->n_held == 0;
+}
+
+/* Advances one running job; false when it has finished. */
+static bool job_step(struct pf_job *j)
+{
+	if (atomic_load(&j->cancel) && atomic_load(&j->state) < PF_DONE)
+		atomic_store(&j->state, PF_CANCELLED);
+	int state = atomic_load(&j->state);
+	if (state >= PF_DONE) {
+		for (unsigned k = 0; k < j->concurrency; k++)
+			if (j->active[k].key)
+				obj_release(j, &j->active[k], true);
+		if (j->easy_running)
+			curlev_remove(j->p->w->curl, j->easy);
+		j->easy_running = false;
+		log_info("prefetch", "job %s %s: %" PRIu64 " objects, %" PRIu64 " bytes, %" PRIu64
+		         " errors", j->id, state_names[state], atomic_load(&j->objects_done),
+		         atomic_load(&j->bytes_done), atomic_load(&j->errors));
+		return false;
+	}
+	if (j->listing_done && state == PF_LISTING)
+		atomic_store(&j->state, PF_WARMING);
+	unsigned active = 0;
+	for (unsigned k = 0; k < j->concurrency; k++) {
+		struct pf_obj *o = &j->active[k];
+		if (!o->key && j->next_key < j->n_keys) {
+			o->key = strdup(j->keys[j->next_key]);
+			o->sized = j->sizes[j->next_key] != 0;
+			if (o->sized)
+				o->n_chunks = (j->sizes[j->next_key] + j->p->gw->cfg->chunk_bytes - 1) /
+				              j->p->gw->cfg->chunk_bytes;
+			j->next_key++;
+			if (!o->key)
+				continue;
+		}
+		if (!o->key)
+			continue;
+		if (obj_step(j, o)) {
+			atomic_fetch_add(&j->objects_done, 1);
+			obj_release(j, o, false);
+		} else {
+			active++;
+		}
+	}
+	if (j->listing_done && j->next_key == j->n_keys && active == 0) {
+		atomic_store(&j->state, PF_DONE);
+		return job_step(j);
+	}
+	return true;
+}
+
+static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct prefetch *p = t->data;
+	(void)revents;
+	struct pf_job **pp = &p->running;
+	while (*pp) {
+		struct pf_job *j = *pp;
+		if (job_step(j)) {
+			pp = &j->run_next;
+		} else {
+			/* Off the loop: from here the registry may free it. */
+			*pp = j->run_next;
+			pthread_mutex_lock(&p->lock);
+			j->finished = mono();
+			pthread_mutex_unlock(&p->lock);
+		}
+	}
+	if (!p->running)
+		ev_timer_stop(loop, t);
+}
+
+static void async_cb(struct ev_loop *loop, ev_async *a, int revents)
+{
+	struct prefetch *p = a->data;
+	(void)revents;
+	pthread_mutex_lock(&p->lock);
+	struct pf_job *q = p->queued;
+	p->queued = NULL;
+	pthread_mutex_unlock(&p->lock);
+	while (q) {
+		struct pf_job *j = q;
+		q = j->run_next;
+		j->started = mono();
+		if (!j->listing_done && start_transfer(j) != 0) {
+			job_fail(j, "cannot start listing upstream");
+			j->listing_done = true;
+		}
+		j->run_next = p->running;
+		p->running = j;
+	}
+	if (p->running && !ev_is_active(&p->tick))
+		ev_timer_again(loop, &p->tick);
+}
+
+/* ---- the registry -------------------------------------------------------- */
+
+struct prefetch *prefetch_create(struct gw *gw, struct worker *w)
+{
+	struct prefetch *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->gw = gw;
+	p->w = w;
+	pthread_mutex_init(&p->lock, NULL);
+	ev_async_init(&p->async, async_cb);
+	p->async.data = p;
+	ev_async_start(w->loop, &p->async);
+	ev_init(&p->tick, tick_cb);
+	p->tick.repeat = PF_TICK;
+	p->tick.data = p;
+	return p;
+}
+
+static void job_free(struct pf_job *j)
+{
+	for (size_t i = 0; i < j->n_keys; i++)
+		free(j->keys[i]);
+	free(j->keys);
+	free(j->sizes);
+	if (j->easy)
+		curl_easy_cleanup(j->easy);
+	curl_slist_free_all(j->slist);
+	up_target_fini(&j->target);
+	buf_fini(&j->body);
+	free(j->token);
+	free(j->active);
+	free(j->bucket);
+	free(j->prefix);
+	free(j->manifest);
+	free(j);
+}
+
+/* Runs on the worker's thread after its loop ended (shutdown). */
+void prefetch_destroy(struct prefetch *p)
+{
+	if (!p)
+		return;
+	for (struct pf_job *j = p->running; j; j = j->run_next) {
+		atomic_store(&j->cancel, true);
+		job_step(j);
+	}
+	for (struct pf_job *j = p->jobs, *next; j; j = next) {
+		next = j->next;
+		job_free(j);
+	}
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t errlen)
+{
+	struct up_target t;
+	struct hdrs h;
+	up_target_init(&t);
+	hdrs_init(&h);
+	CURL *e = NULL;
+	struct curl_slist *sl = NULL;
+	long status = 0;
+	char cerr[CURL_ERROR_SIZE] = "";
+	int rc = upstream_target(gw->up, bucket, NULL, "", &t);
+	rc = rc ? rc : hdrs_add(&h, "Host", buf_cstr(&t.host));
+	rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", SV4_EMPTY_SHA256);
+	rc = rc ? rc : upstream_sign(gw->up, "HEAD", &t, "", &h);
+	if (!rc && !(sl = hdrs_to_curl(&h)))
+		rc = -ENOMEM;
+	if (!rc && !(e = curl_easy_init()))
+		rc = -ENOMEM;
+	if (!rc) {
+		curl_easy_setopt(e, CURLOPT_URL, buf_cstr(&t.url));
+		curl_easy_setopt(e, CURLOPT_HTTPHEADER, sl);
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+		curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
+		upstream_curl_defaults(gw->up, e);
+		if (curl_easy_perform(e) != CURLE_OK)
+			rc = -EIO;
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	}
+	if (rc == -EIO)
+		snprintf(err, errlen, "upstream unreachable: %s", cerr);
+	else if (rc)
+		snprintf(err, errlen, "cannot ask upstream about bucket %s", bucket);
+	else if (status == 403)
+		snprintf(err, errlen, "larder's upstream credentials may not read bucket %s", bucket);
+	else if (status == 404)
+		snprintf(err, errlen, "bucket %s does not exist upstream", bucket);
+	else if (status != 200)
+		snprintf(err, errlen, "upstream answered %ld for bucket %s", status, bucket);
+	if (e)
+		curl_easy_cleanup(e);
+	curl_slist_free_all(sl);
+	hdrs_fini(&h);
+	up_target_fini(&t);
+	return rc == 0 && status == 200 ? 0 : -1;
+}
+
+int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24], char *err,
+                   size_t errlen)
+{
+	struct pf_job *j = calloc(1, sizeof *j);
+	if (!j) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	j->magic = PREFETCH_MAGIC;
+	j->p = p;
+	j->concurrency = rq->concurrency ? rq->concurrency : 4;
+	if (j->concurrency > 64)
+		j->concurrency = 64;
+	j->bytes_per_s = rq->bytes_per_s;
+	j->active = calloc(j->concurrency, sizeof *j->active);
+	j->bucket = strdup(rq->bucket);
+	j->prefix = strdup(rq->prefix ? rq->prefix : "");
+	j->manifest = rq->manifest ? strdup(rq->manifest) : NULL;
+	up_target_init(&j->target);
+	buf_init(&j->body, LIST_BODY_MAX);
+	bool ok = j->active && j->bucket && j->prefix && (!rq->manifest || j->manifest);
+	for (size_t i = 0; ok && i < rq->n_keys; i++)
+		ok = add_key(j, rq->keys[i], 0) == 0;
+	if (!ok) {
+		job_free(j);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	j->listing_done = rq->keys != NULL;
+	atomic_store(&j->state, PF_LISTING);
+	pthread_mutex_lock(&p->lock);
+	snprintf(j->id, sizeof j->id, "pf-%u", ++p->next_id);
+	memcpy(id, j->id, sizeof j->id);
+	j->next = p->jobs;
+	p->jobs = j;
+	j->run_next = p->queued;
+	p->queued = j;
+	/* Keep the registry bounded: forget the oldest finished jobs. */
+	size_t n = 0;
+	for (struct pf_job **pp = &p->jobs; *pp;) {
+		struct pf_job *x = *pp;
+		if (++n > PF_KEEP_FINISHED && atomic_load(&x->state) >= PF_DONE && x->finished > 0) {
+			*pp = x->next;
+			job_free(x);
+		} else {
+			pp = &x->next;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	ev_async_send(p->w->loop, &p->async);
+	log_info("prefetch", "job %s: bucket %s, %s", id, rq->bucket,
+	         rq->manifest ? "manifest" : rq->keys ? "key list" : "prefix listing");
+	return 0;
+}
+
+static void info_of(const struct pf_job *j, struct prefetch_info *out)
+{
+	memset(out, 0, sizeof *out);
+	snprintf(out->id, sizeof out->id, "%s", j->id);
+	snprintf(out->state, sizeof out->state, "%s", state_names[atomic_load(&j->state)]);
+	snprintf(out->bucket, sizeof out->bucket, "%s", j->bucket);
+	snprintf(out->error, sizeof out->error, "%s", j->error);
+	out->objects_done = atomic_load(&j->objects_done);
+	out->objects_total = j->n_keys;
+	out->bytes_done = atomic_load(&j->bytes_done);
+	out->bytes_total = atomic_load(&j->bytes_total);
+	out->errors = atomic_load(&j->errors);
+	out->listing_done = j->listing_done;
+	double end = j->finished > 0 ? j->finished : mono();
+	out->elapsed_s = j->started > 0 ? end - j->started : 0;
+	out->rate_bps = out->elapsed_s > 0 ? (double)out->bytes_done / out->elapsed_s : 0;
+	out->eta_s = -1;
+	if (out->listing_done && out->rate_bps > 0 && out->bytes_total >= out->bytes_done)
+		out->eta_s = (double)(out->bytes_total - out->bytes_done) / out->rate_bps;
+}
+
+int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out)
+{
+	int rc = -1;
+	pthread_mutex_lock(&p->lock);
+	for (struct pf_job *j = p->jobs; j; j = j->next)
+		if (strcmp(j->id, id) == 0) {
+			info_of(j, out);
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+int prefetch_cancel(struct prefetch *p, const char *id)
+{
+	int rc = -1;
+	pthread_mutex_lock(&p->lock);
+	for (struct pf_job *j = p->jobs; j; j = j->next)
+		if (strcmp(j->id, id) == 0) {
+			atomic_store(&j->cancel, true);
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+size_t prefetch_list(struct prefetch *p, struct prefetch_info *out, size_t max)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&p->lock);
+	for (struct pf_job *j = p->jobs; j && n < max; j = j->next)
+		info_of(j, &out[n++]);
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}

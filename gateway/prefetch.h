@@ -1,0 +1,68 @@
+/*
+ * prefetch.h - warming the cache ahead of a job.
+ *
+ * A job names a bucket and either a prefix (listed with ListObjectsV2, page
+ * by page), a list of keys, or a manifest object in the bucket (one key per
+ * line). Its objects are read into the cache chunk by chunk through the same
+ * store and fetches as client reads: a client reading a chunk the job is
+ * fetching joins that fetch, and the job joins a client's. Jobs run on the
+ * first worker's loop with bounded concurrency and an optional bandwidth
+ * cap, so client traffic keeps priority.
+ *
+ * Every function here is thread-safe (the admin endpoint calls them from
+ * its own thread).
+ */
+#ifndef LARDER_PREFETCH_H
+#define LARDER_PREFETCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gw;
+struct worker;
+struct prefetch;
+
+#define PREFETCH_MAGIC 0x70726566u
+
+struct prefetch_req {
+	const char *bucket;
+	const char *prefix;             /* NULL unless listing */
+	const char *const *keys;        /* n_keys keys, or NULL */
+	size_t n_keys;
+	const char *manifest;           /* key of a manifest object, or NULL */
+	unsigned concurrency;           /* objects warmed at once; 0: 4 */
+	uint64_t bytes_per_s;           /* 0: no cap */
+};
+
+struct prefetch_info {
+	char id[24];
+	char state[16];                 /* listing, warming, done, failed, cancelled */
+	char bucket[256];
+	char error[256];
+	uint64_t objects_done, objects_total, bytes_done, bytes_total, errors;
+	bool listing_done;
+	double elapsed_s, rate_bps, eta_s; /* eta_s < 0: unknown */
+};
+
+/* Created before the workers run; jobs run on w's loop. */
+struct prefetch *prefetch_create(struct gw *gw, struct worker *w);
+void prefetch_destroy(struct prefetch *p);
+
+/* Checks that larder's upstream credentials may read the bucket (a
+ * blocking HEAD; not for worker threads). Returns 0, or -1 with a message. */
+int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t errlen);
+
+/* Queues a job; its id goes to id. Returns 0 or -1 with a message. */
+int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24], char *err,
+                   size_t errlen);
+/* 0, or -1 when no such job. */
+int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out);
+int prefetch_cancel(struct prefetch *p, const char *id);
+/* Up to max jobs, newest first; returns how many. */
+size_t prefetch_list(struct prefetch *p, struct prefetch_info *out, size_t max);
+
+/* curlev done callback for a job's listing or manifest transfer. */
+void prefetch_curl_done(void *job, int curl_result);
+
+#endif

@@ -1,0 +1,208 @@
+"""Warming the cache ahead of a job: POST /admin/prefetch and /admin/jobs.
+
+What an operator sees: a job id at once (202), progress while it runs, and
+afterwards reads that cause no upstream GET at all.
+"""
+import json
+import time
+import urllib.error
+import urllib.request
+
+import harness
+from harness import LarderCase
+
+TOKEN = "prefetch-test-token"
+ADMIN_PORT = harness.free_port()
+CHUNK = 1024 * 1024
+
+
+def blob(seed, n):
+    import random
+    return random.Random(seed).randbytes(n)
+
+
+class Prefetch(LarderCase):
+    LARDER_ENV = {
+        "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
+        "LARDER_ADMIN_TOKEN": TOKEN,
+        "LARDER_CHUNK_SIZE": "1MiB",
+        "LARDER_METADATA_TTL": "immutable",
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.admin = "http://127.0.0.1:%d" % ADMIN_PORT
+        cls.direct.create_bucket(Bucket="warm")
+        cls.small = {}
+        for i in range(1000):
+            key = "epoch/%04d.jpg" % i
+            data = b"%d-" % i * 40
+            cls.direct.put_object(Bucket="warm", Key=key, Body=data)
+            cls.small[key] = data
+
+    def call(self, method, path, body=None, token=TOKEN):
+        data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+        req = urllib.request.Request(self.admin + path, data=data, method=method)
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw)
+            except ValueError:
+                self.fail("%s %s: %d with a body that is not JSON: %r" % (method, path, e.code, raw))
+
+    def wait_job(self, job, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st, info = self.call("GET", "/admin/jobs/" + job)
+            self.assertEqual(st, 200, info)
+            if info["state"] in ("done", "failed", "cancelled"):
+                return info
+            time.sleep(0.2)
+        self.fail("job %s did not finish: %r" % (job, info))
+
+    def gets_from_larder(self, mark, prefix="/warm/"):
+        return [r for r in self.upstream.from_larder(mark)
+                if r["method"] == "GET" and r["target"].startswith(prefix)]
+
+    def test_prefix_of_1000_objects_then_zero_upstream_gets(self):
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm", "prefix": "epoch/",
+                                                      "concurrency": 16})
+        self.assertEqual(st, 202, r)
+        info = self.wait_job(r["job"])
+        self.assertEqual(info["state"], "done", info)
+        self.assertEqual((info["objects_done"], info["objects_total"], info["errors"]),
+                         (1000, 1000, 0), info)
+        self.assertEqual(info["bytes_done"], sum(len(v) for v in self.small.values()))
+        mark = self.upstream.mark()
+        for key, data in self.small.items():
+            r = harness.http_request(self.larder.url, "GET", harness.key_path("warm", key),
+                                     harness.sign_headers("GET", self.larder.url +
+                                                          harness.key_path("warm", key),
+                                                          harness.CLIENT_KEY,
+                                                          harness.CLIENT_SECRET))
+            self.assertEqual((r[0], r[2]), (200, data), key)
+            self.assertEqual(r[1].get("x-larder-cache"), "hit", key)
+        self.assertEqual(self.gets_from_larder(mark), [], "reads after warming went upstream")
+
+    def test_manifest_and_key_list(self):
+        keys = ["listed/%d" % i for i in range(20)]
+        for i, k in enumerate(keys):
+            self.direct.put_object(Bucket="warm", Key=k, Body=blob(i, 3000 + i))
+        self.direct.put_object(Bucket="warm", Key="manifests/train.txt",
+                               Body=("\n".join(keys[:10]) + "\n\n").encode())
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm",
+                                                      "manifest": "manifests/train.txt"})
+        self.assertEqual(st, 202, r)
+        info = self.wait_job(r["job"])
+        self.assertEqual((info["state"], info["objects_done"], info["errors"]), ("done", 10, 0))
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm", "keys": keys[10:]})
+        self.assertEqual(st, 202, r)
+        info = self.wait_job(r["job"])
+        self.assertEqual((info["state"], info["objects_done"]), ("done", 10))
+        mark = self.upstream.mark()
+        for i, k in enumerate(keys):
+            self.assertEqual(self.s3.get_object(Bucket="warm", Key=k)["Body"].read(),
+                             blob(i, 3000 + i))
+        self.assertEqual(self.gets_from_larder(mark, "/warm/listed/"), [])
+        st, jobs = self.call("GET", "/admin/jobs")
+        self.assertEqual(st, 200)
+        self.assertTrue({j["id"] for j in jobs["jobs"]} >= {r["job"]}, jobs)
+
+    def test_client_read_during_a_job_joins_it_and_cancel(self):
+        big = blob(99, 12 * CHUNK + 5)
+        self.direct.put_object(Bucket="warm", Key="shards/big.tar", Body=big)
+        mark = self.upstream.mark()
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm", "prefix": "shards/",
+                                                      "concurrency": 1})
+        self.assertEqual(st, 202, r)
+        # A client reads the same object while the job fetches it.
+        got = self.s3.get_object(Bucket="warm", Key="shards/big.tar")["Body"].read()
+        self.assertEqual(got, big)
+        info = self.wait_job(r["job"])
+        self.assertEqual(info["state"], "done", info)
+        chunk_gets = [g for g in self.gets_from_larder(mark, "/warm/shards/big.tar")]
+        self.assertEqual(len(chunk_gets), 13, "one upstream GET per chunk for job and client: %s"
+                         % [g.get("headers") for g in chunk_gets][:3])
+        # Cancel: a slow job (bandwidth cap) on a fresh object stops when asked.
+        huge = blob(7, 40 * CHUNK)
+        self.direct.put_object(Bucket="warm", Key="slow/huge.bin", Body=huge)
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm", "prefix": "slow/",
+                                                      "bandwidth_bytes_per_second": 2 * CHUNK})
+        self.assertEqual(st, 202, r)
+        time.sleep(1.0)
+        st, c = self.call("DELETE", "/admin/jobs/" + r["job"])
+        self.assertIn(st, (200, 202), c)
+        info = self.wait_job(r["job"], timeout=30)
+        self.assertEqual(info["state"], "cancelled", info)
+        self.assertLess(info["bytes_done"], len(huge), info)
+
+    def cli(self, *args, token=TOKEN):
+        import os
+        import subprocess
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LARDER_")}
+        env.update({"LARDER_ADMIN_URL": self.admin})
+        if token:
+            env["LARDER_ADMIN_TOKEN"] = token
+        return subprocess.run([harness.larder_binary()] + list(args), env=env,
+                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    def test_cli_warm_and_jobs(self):
+        for i in range(5):
+            self.direct.put_object(Bucket="warm", Key="cli/%d" % i, Body=blob(50 + i, 2 * CHUNK + i))
+        out = self.cli("warm", "--concurrency", "2", "s3://warm/cli/")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.decode().strip().splitlines()
+        self.assertTrue(lines and "\tdone\t" in lines[-1], lines)
+        self.assertIn("objects 5/5", lines[-1])
+        self.assertNotIn(b"\x1b", out.stdout, "terminal codes on a pipe")
+        mark = self.upstream.mark()
+        for i in range(5):
+            self.assertEqual(self.s3.get_object(Bucket="warm", Key="cli/%d" % i)["Body"].read(),
+                             blob(50 + i, 2 * CHUNK + i))
+        self.assertEqual(self.gets_from_larder(mark, "/warm/cli/"), [])
+        out = self.cli("jobs")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.startswith(b"id\tstate\t"), out.stdout)
+        # Exit codes scripts can trust.
+        self.assertEqual(self.cli("warm").returncode, 2)
+        self.assertEqual(self.cli("warm", "s3://Bad_Bucket!/x").returncode, 2)
+        out = self.cli("warm", "s3://warm/cli/", token="wrong-token-wrong-token")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(b"invalid bearer token", out.stderr)
+        out = self.cli("warm", "s3://no-such-bucket-here/")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(b"no-such-bucket-here", out.stderr)
+        self.assertEqual(self.cli("jobs", "--cancel", "pf-424242").returncode, 1)
+        self.assertEqual(self.cli("warm", "--help").returncode, 0)
+
+    def test_bad_requests_change_nothing(self):
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm", "prefix": "x/"}, token=None)
+        self.assertEqual(st, 401, r)
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm", "prefix": "x/"},
+                          token="wrong")
+        self.assertEqual(st, 401, r)
+        st, r = self.call("POST", "/admin/prefetch", b"{not json")
+        self.assertEqual(st, 400, r)
+        st, r = self.call("POST", "/admin/prefetch", {"prefix": "x/"})
+        self.assertEqual(st, 400, r)
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "no-such-bucket-here",
+                                                      "prefix": ""})
+        self.assertIn(st, (403, 404), r)
+        self.assertIn("no-such-bucket-here", json.dumps(r))
+        st, r = self.call("GET", "/admin/jobs/pf-999999")
+        self.assertEqual(st, 404, r)
+        st, r = self.call("DELETE", "/admin/jobs/pf-999999")
+        self.assertEqual(st, 404, r)
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
