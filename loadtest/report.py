@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Tables, target checks and pictures for loadtest/run.sh.
+
+  report.py annotate FILE key=value...   add fields to one loadgen JSON result
+  report.py table DIR SCENARIO            print the scenario's table
+  report.py summary DIR                   markdown: every table and the targets
+  report.py plots DIR                     gnuplot PNGs (a, b, c, f) into DIR
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+def load(d, scen):
+    runs = {}
+    def natural(f):
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", os.path.basename(f))]
+
+    for f in sorted(glob.glob(os.path.join(d, f"{scen}-*.json")), key=natural):
+        if f.endswith("policy_sim.json"):
+            continue
+        with open(f) as fh:
+            r = json.load(fh)
+        runs[os.path.basename(f)[len(scen) + 1:-5]] = r
+    return runs
+
+
+def annotate(path, pairs):
+    with open(path) as fh:
+        r = json.load(fh)
+    for p in pairs:
+        k, v = p.split("=", 1)
+        try:
+            v = int(v)
+        except ValueError:
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        r[k] = v
+    with open(path, "w") as fh:
+        json.dump(r, fh, indent=1)
+
+
+def fmt(v, nd=1):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+COLS = ["run", "conc", "objects", "obj/s", "MB/s", "p50 ms", "p99 ms", "p999 ms", "max ms",
+        "errors", "hits", "upstream GETs", "CPU s/GB", "VmHWM MiB"]
+
+
+def row(r):
+    t = r["total"]
+    cpu = r.get("target_cpu_s_per_gb")
+    hwm = r.get("target_vmhwm_kib")
+    return [r["label"], r["concurrency"], t["objects"], fmt(t["objects_per_s"]), fmt(t["mb_per_s"]),
+            fmt(t["p50_ms"], 2), fmt(t["p99_ms"], 2), fmt(t["p999_ms"], 2), fmt(t["max_ms"], 1),
+            t["errors"], t["cache_hit"], r.get("upstream_gets", "-"),
+            fmt(cpu, 2) if cpu is not None else "-", fmt(hwm / 1024) if hwm else "-"]
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(map(str, header)) + " |",
+           "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def text_table(header, rows):
+    w = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    lines = ["  ".join(str(x).rjust(n) if i else str(x).ljust(n) for i, (x, n) in
+                       enumerate(zip(r, w))) for r in [header] + rows]
+    return "\n".join(lines)
+
+
+def scenario_rows(d, scen):
+    runs = load(d, scen)
+    return [row(r) for k, r in runs.items() if "warmup" not in k]
+
+
+def table(d, scen, markdown=False):
+    rows = scenario_rows(d, scen)
+    extra = ""
+    if scen == "f":
+        extra = f_table(d, markdown)
+    if not rows:
+        return ""
+    t = md_table(COLS, rows) if markdown else text_table(COLS, rows)
+    return t + ("\n\n" + extra if extra else "")
+
+
+def f_series(d):
+    runs = load(d, "f")
+    out = {}
+    for pol in ("subset", "lru"):
+        hr, up = [], []
+        for e in (1, 2, 3):
+            r = runs.get(f"{pol}-epoch{e}")
+            if r:
+                hr.append(r["total"]["hit_ratio"])
+                up.append(r.get("upstream_gets"))
+        out[pol] = (hr, up)
+    sim = None
+    p = os.path.join(d, "f-policy_sim.json")
+    if os.path.exists(p):
+        with open(p) as fh:
+            sim = json.load(fh)
+    return out, sim
+
+
+def f_table(d, markdown):
+    out, sim = f_series(d)
+    hdr = ["hit ratio", "epoch 1", "epoch 2", "epoch 3"]
+    rows = []
+    for pol, (hr, up) in out.items():
+        if hr:
+            rows.append([f"larder {pol} (x-larder-cache)"] + [f"{x:.3f}" for x in hr])
+            rows.append([f"larder {pol} upstream GETs"] + [str(x) for x in up])
+    if sim:
+        for pol in ("subset", "lru"):
+            rows.append([f"policy_sim {pol}"] + [f"{x:.3f}" for x in sim["policies"][pol]["hit_ratio"]])
+        rows.append(["ideal (cache/dataset)", "0.000", f"{sim['ideal']:.3f}", f"{sim['ideal']:.3f}"])
+    return md_table(hdr, rows) if markdown else text_table(hdr, rows)
+
+
+def get(d, scen, label):
+    p = os.path.join(d, f"{scen}-{label}.json")
+    if not os.path.exists(p):
+        return None
+    with open(p) as fh:
+        return json.load(fh)
+
+
+def targets(d):
+    """[(target, measured, met or None)]"""
+    res = []
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    ls, ns = get(d, "e", "larder-small"), get(d, "e", "nginx-small")
+    if ls and ns:
+        tr = ratio(ls["total"]["mb_per_s"], ns["total"]["mb_per_s"])
+        cr = ratio(ls.get("target_cpu_s_per_gb"), ns.get("target_cpu_s_per_gb"))
+        p99l, p99n = ls["total"]["p99_ms"], ns["total"]["p99_ms"]
+        met = tr is not None and cr is not None and tr >= 1.0 and cr <= 0.8 and p99l <= p99n
+        res.append(("warm small-object hits: >= 1.0x nginx proxy_cache throughput, <= 0.8x its CPU s/GB, p99 no worse (e, c=32)",
+                    f"throughput {tr:.2f}x ({ls['total']['mb_per_s']:.0f} vs {ns['total']['mb_per_s']:.0f} MB/s); "
+                    f"CPU s/GB {cr:.2f}x ({ls.get('target_cpu_s_per_gb'):.2f} vs {ns.get('target_cpu_s_per_gb'):.2f}); "
+                    f"p99 {p99l:.2f} vs {p99n:.2f} ms", met))
+    ll, nl = get(d, "e", "larder-large"), get(d, "e", "nginx-large")
+    if ll and nl:
+        tr = ratio(ll["total"]["mb_per_s"], nl["total"]["mb_per_s"])
+        res.append(("large-object hits: >= 1.0x nginx proxy_cache throughput (e, c=32)",
+                    f"{tr:.2f}x ({ll['total']['mb_per_s']:.0f} vs {nl['total']['mb_per_s']:.0f} MB/s)",
+                    tr >= 1.0))
+    parts, worst = [], None
+    for c in (8, 16, 32, 64):
+        lc, dc = get(d, "a", f"larder-cold-c{c}"), get(d, "a", f"direct-c{c}")
+        if lc and dc:
+            r = ratio(lc["total"]["objects_per_s"], dc["total"]["objects_per_s"])
+            parts.append(f"c={c}: {r:.2f}x")
+            worst = r if worst is None else min(worst, r)
+    if parts:
+        res.append(("cold small-object epoch: >= 0.95x direct at the same concurrency (a)",
+                    ", ".join(parts), worst >= 0.95))
+    lw, dc = get(d, "a", "larder-warm-c32"), get(d, "a", "direct-c32")
+    if lw and dc:
+        r = ratio(lw["total"]["objects_per_s"], dc["total"]["objects_per_s"])
+        res.append(("warm epoch: >= 20x direct at 20 ms and concurrency 32 (a)",
+                    f"{r:.1f}x ({lw['total']['objects_per_s']:.0f} vs {dc['total']['objects_per_s']:.0f} objects/s)",
+                    r >= 20))
+    lc, dc = get(d, "c", "larder-cold-256MiB-r1"), get(d, "c", "direct-256MiB-r1")
+    if lc and dc:
+        r = ratio(lc["total"]["mb_per_s"], dc["total"]["mb_per_s"])
+        res.append(("one reader of a cold 256 MiB shard, origin capped at 100 MB/s: >= 4x direct (c)",
+                    f"{r:.2f}x ({lc['total']['mb_per_s']:.0f} vs {dc['total']['mb_per_s']:.0f} MB/s)", r >= 4))
+    sl, sn = get(d, "d", "larder"), get(d, "d", "nginx")
+    if sl and sn:
+        tl, tn = sl["total"]["max_ms"], sn["total"]["max_ms"]
+        ok = sl.get("upstream_gets") == sl.get("chunks") and tl <= 0.7 * tn
+        res.append(("storm: one upstream GET per chunk, time to last byte <= 0.7x nginx's (d)",
+                    f"larder {sl.get('upstream_gets')} GETs for {sl.get('chunks')} chunks, nginx {sn.get('upstream_gets')}; "
+                    f"last byte {tl / 1000:.2f} s vs {tn / 1000:.2f} s ({tl / tn:.2f}x)", ok))
+    out, _ = f_series(d)
+    hr = out.get("subset", ([], []))[0]
+    if len(hr) >= 3:
+        res.append(("dataset twice the cache: epochs 2-3 hit ratio >= 0.45 (f, subset)",
+                    f"{hr[1]:.3f}, {hr[2]:.3f} (lru: {', '.join(f'{x:.3f}' for x in out['lru'][0][1:])})",
+                    min(hr[1:]) >= 0.45))
+    m = get(d, "m", "c1000")
+    if m and m.get("target_vmhwm_kib"):
+        ram = m.get("ram_tier_bytes", 0) / 2**20
+        hwm = m["target_vmhwm_kib"] / 1024
+        res.append(("RSS <= RAM tier + 64 MiB at 1,000 open connections (m)",
+                    f"VmHWM {hwm:.0f} MiB, RAM tier {ram:.0f} MiB (+{hwm - ram:.0f} MiB)",
+                    hwm <= ram + 64))
+    return res
+
+
+TITLES = {
+    "a": "a: random reads of small objects, one epoch",
+    "d": "d: coalescing storm (64 clients, one cold object)",
+    "e": "e: hit-path ceiling, concurrency 32",
+    "c": "c: sequential shards, origin capped per connection",
+    "b": "b: three epochs in new random orders (concurrency 32)",
+    "f": "f: dataset twice the RAM cache, three epochs",
+    "m": "m: memory at 1,000 open connections",
+}
+
+
+def summary(d):
+    out = []
+    for s in "adecbfm":
+        t = table(d, s, markdown=True)
+        if t:
+            out.append(f"### {TITLES[s]}\n\n{t}\n")
+    rows = [[t, m, "met" if ok else "NOT met"] for t, m, ok in targets(d)]
+    if rows:
+        out.append("### Targets\n\n" + md_table(["target", "measured", ""], rows) + "\n")
+    return "\n".join(out)
+
+
+def plots(d):
+    pngs = []
+    gp = []
+    # a: objects/s vs concurrency
+    runs = load(d, "a")
+    if runs:
+        series = ["direct", "larder-cold", "larder-warm", "nginx-cold", "nginx-warm"]
+        with open(os.path.join(d, "a.dat"), "w") as fh:
+            fh.write("# conc " + " ".join(series) + "\n")
+            for c in (8, 16, 32, 64):
+                vals = [runs.get(f"{s}-c{c}", {}).get("total", {}).get("objects_per_s", "NaN") for s in series]
+                fh.write(f"{c} " + " ".join(str(v) for v in vals) + "\n")
+        gp.append(f"""set output '{d}/a-throughput.png'
+set title 'a: random 115 KiB reads, one epoch (origin 20 ms + 100 MB/s per conn.)'
+set xlabel 'concurrency'; set ylabel 'objects/s (log)'; set logscale xy 2; set logscale y 10
+set xtics (8, 16, 32, 64); set key top left
+plot for [i=2:6] '{d}/a.dat' using 1:i with linespoints lw 2 pt 7 title columnhead(i)
+unset logscale; set xtics autofreq
+""")
+        # columnhead needs the header as first row without '#'
+        with open(os.path.join(d, "a.dat")) as fh:
+            txt = fh.read().replace("# conc", "conc", 1)
+        with open(os.path.join(d, "a.dat"), "w") as fh:
+            fh.write(txt)
+        pngs.append("a-throughput.png")
+    runs = load(d, "b")
+    if runs:
+        with open(os.path.join(d, "b.dat"), "w") as fh:
+            fh.write("epoch larder nginx direct\n")
+            for e in (1, 2, 3):
+                lv = runs.get(f"larder-epoch{e}", {}).get("total", {}).get("mb_per_s", "NaN")
+                nv = runs.get(f"nginx-epoch{e}", {}).get("total", {}).get("mb_per_s", "NaN")
+                dv = runs.get("direct-epoch1", {}).get("total", {}).get("mb_per_s", "NaN")
+                fh.write(f"{e} {lv} {nv} {dv}\n")
+        gp.append(f"""set output '{d}/b-epochs.png'
+set title 'b: per-epoch throughput, 115 KiB objects, concurrency 32'
+set xlabel 'epoch'; set ylabel 'MB/s (log)'; set logscale y 10; set xtics 1; set key top left
+set style data histogram; set style histogram clustered gap 1; set style fill solid 0.8 border -1
+plot '{d}/b.dat' using 2:xtic(1) title 'larder', '' using 3 title 'nginx proxy\\_cache', '' using 4 title 'direct (epoch 1 only, same every epoch)'
+set style data lines; unset logscale; set xtics autofreq
+""")
+        pngs.append("b-epochs.png")
+    runs = load(d, "c")
+    if runs:
+        sizes = sorted({int(m.group(1)) for k in runs for m in [re.search(r"-(\d+)MiB-", k)] if m})
+        with open(os.path.join(d, "c.dat"), "w") as fh:
+            cols = [f"{t}-r{r}" for r in (1, 8) for t in ("direct", "larder-cold", "larder-warm")]
+            fh.write("size " + " ".join(cols) + "\n")
+            for s in sizes:
+                vals = []
+                for r in (1, 8):
+                    for t in ("direct", "larder-cold", "larder-warm"):
+                        vals.append(runs.get(f"{t}-{s}MiB-r{r}", {}).get("total", {}).get("mb_per_s", "NaN"))
+                fh.write(f"{s} " + " ".join(str(v) for v in vals) + "\n")
+        gp.append(f"""set output '{d}/c-shards.png'
+set title 'c: sequential shards, origin 20 ms + 100 MB/s per connection'
+set xlabel 'shard size (MiB)'; set ylabel 'MB/s (log)'; set logscale xy 2; set logscale y 10
+set key outside right
+plot for [i=2:7] '{d}/c.dat' using 1:i with linespoints lw 2 pt 7 title columnhead(i)
+unset logscale; set key inside
+""")
+        pngs.append("c-shards.png")
+    out, sim = f_series(d)
+    if any(v[0] for v in out.values()):
+        with open(os.path.join(d, "f.dat"), "w") as fh:
+            fh.write("epoch larder-subset larder-lru sim-subset sim-lru ideal\n")
+            for e in (1, 2, 3):
+                vals = []
+                for pol in ("subset", "lru"):
+                    hr = out[pol][0]
+                    vals.append(hr[e - 1] if len(hr) >= e else "NaN")
+                for pol in ("subset", "lru"):
+                    vals.append(sim["policies"][pol]["hit_ratio"][e - 1] if sim else "NaN")
+                vals.append(0 if e == 1 else (sim["ideal"] if sim else "NaN"))
+                fh.write(f"{e} " + " ".join(str(v) for v in vals) + "\n")
+        gp.append(f"""set output '{d}/f-hit-ratio.png'
+set title 'f: hit ratio per epoch, dataset = 2 x RAM cache'
+set xlabel 'epoch'; set ylabel 'hit ratio'; set yrange [0:0.6]; set xtics 1; set key top left
+set style data histogram; set style histogram clustered gap 1; set style fill solid 0.8 border -1
+plot '{d}/f.dat' using 2:xtic(1) title 'larder subset', '' using 3 title 'larder lru', '' using 4 title 'policy\\_sim subset', '' using 5 title 'policy\\_sim lru', '' using 6 title 'ideal'
+""")
+        pngs.append("f-hit-ratio.png")
+    if not gp:
+        return
+    script = "set terminal pngcairo size 900,560 font ',11'\nset grid\n" + "\n".join(gp)
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    except Exception:
+        script = script.replace("pngcairo", "png")
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    for p in pngs:
+        print(f"plot: {os.path.join(d, p)}")
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "annotate":
+        annotate(sys.argv[2], sys.argv[3:])
+    elif cmd == "table":
+        t = table(sys.argv[2], sys.argv[3])
+        if t:
+            print(t)
+    elif cmd == "summary":
+        print(summary(sys.argv[2]))
+    elif cmd == "plots":
+        plots(sys.argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+#!/usr/bin/env bash
+# larder's benchmarks: loadtest/run.sh [quick|full] [scenario...]
+#
+# Scenarios (default: all, in this order): a d e c b f m g
+#   a  random reads of small objects, one epoch, concurrency 8/16/32/64:
+#      direct vs larder cold vs larder warm vs nginx proxy_cache (cold, warm)
+#   d  coalescing storm: 64 clients read one cold object at once
+#   e  hit-path ceiling, concurrency 32: larder vs nginx proxy_cache vs nginx files
+#   c  sequential shards, 1 and 8 readers, origin capped per connection
+#   b  three epochs in new random orders: per-epoch throughput and upstream GETs
+#   f  dataset twice the RAM cache, three epochs: subset vs lru vs policy_sim
+#   m  larder's RSS with 1,000 open connections
+#   g  three nodes with Redis (part 3): not available yet
+#
+# What runs where (2 cores): the system under test (larder, the nginx peer or
+# nginx serving files) is pinned to CPU $LOADTEST_SUT_CPU (0) with one worker;
+# loadgen and the origin share CPU $LOADTEST_CLIENT_CPU (1). The origin runs in a
+# network namespace behind a veth pair when it can be created (netns.sh), else
+# on loopback. Everything listens on loopback or that namespace only.
+#
+# Environment: LARDER_BIN, LOADGEN_BIN, POLICY_SIM_BIN (default: BUILD/...),
+# LOADTEST_BUILD (build), LOADTEST_WORK (a temp dir for data and caches),
+# LOADTEST_NETNS (auto|0), LOADTEST_DELAY_MS (20), LOADTEST_RATE (100m),
+# LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU.
+# Results: loadtest/results/<mode>-<UTC time>/ (JSON per run, summaries, PNGs),
+# and loadtest/results/latest pointing at it.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+
+mode=quick
+if [[ "${1:-}" == quick || "${1:-}" == full ]]; then mode="$1"; shift; fi
+scenarios=("$@")
+((${#scenarios[@]})) || scenarios=(a d e c b f m g)
+
+build="${LOADTEST_BUILD:-$root/build}"
+larder_bin="${LARDER_BIN:-$build/gateway/larder}"
+loadgen_bin="${LOADGEN_BIN:-$build/loadtest/loadgen}"
+policy_sim_bin="${POLICY_SIM_BIN:-$build/loadtest/policy_sim}"
+for b in "$larder_bin" "$loadgen_bin" "$policy_sim_bin"; do
+  [[ -x "$b" ]] || { echo "run.sh: $b is missing; build first (meson setup build && ninja -C build)" >&2; exit 1; }
+done
+"$here/deps.sh"
+
+work="${LOADTEST_WORK:-${TMPDIR:-/tmp}/larder-loadtest}"
+mkdir -p "$work"
+stamp="$(date -u +%Y%m%dT%H%M%SZ)"
+res="$here/results/$mode-$stamp"
+mkdir -p "$res"
+ln -sfn "$mode-$stamp" "$here/results/latest"
+log="$res/run.log"
+exec > >(tee -a "$log") 2>&1
+
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+ncpu="$(nproc)"
+sut_cpu="${LOADTEST_SUT_CPU:-0}"
+cli_cpu="${LOADTEST_CLIENT_CPU:-1}"
+if ((ncpu < 2)); then sut_cpu=""; cli_cpu=""; fi
+
+delay_ms="${LOADTEST_DELAY_MS:-20}"
+rate="${LOADTEST_RATE:-100m}"
+key="loadtest-key" secret="loadtest-secret-0123456789"
+larder_port=18080 peer_port=18081 static_port=18082 origin_port=18090
+t_start=$SECONDS
+
+# ---- sizes per mode ----
+if [[ "$mode" == quick ]]; then
+  n_small=2000 storm_mib=64 shard_sizes=(4 64 256) large_n=4 e_secs=4
+else
+  n_small=20000 storm_mib=256 shard_sizes=(4 16 64 256) large_n=8 e_secs=10
+fi
+small_bytes=117760   # 115 KiB
+large_mib=64
+concurrencies=(8 16 32 64)
+
+# ---- cleanup: only what this script started ----
+larder_pid=""
+nginx_runs=()
+netns_used=0
+cleanup() {
+  set +e
+  [[ -z "$larder_pid" ]] || { kill -TERM "$larder_pid" 2>/dev/null; wait "$larder_pid" 2>/dev/null; }
+  for r in "${nginx_runs[@]}"; do "$here/origin/stop.sh" "$r"; done
+  ((netns_used == 0)) || "$here/netns.sh" down
+}
+trap cleanup EXIT
+
+echo "== larder load tests ($mode): $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+echo "   cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $ncpu; kernel $(uname -r)"
+echo "   larder: $larder_bin; results: $res"
+
+# ---- the origin, in a namespace when possible ----
+origin_ip=127.0.0.1
+netns_opt=()
+if [[ "${LOADTEST_NETNS:-auto}" != 0 ]] && ((EUID == 0)) && ip_ns="$("$here/netns.sh" up 2>/dev/null)"; then
+  origin_ip="$ip_ns"; netns_used=1; netns_opt=(--netns "${LOADTEST_NETNS_NAME:-larder-lt}")
+  echo "   origin: network namespace larder-lt, $origin_ip:$origin_port over a veth pair"
+else
+  echo "   origin: loopback 127.0.0.1:$origin_port (network namespace not available here)"
+fi
+origin="$origin_ip:$origin_port"
+if [[ -n "$sut_cpu" ]]; then
+  echo "   pinning: system under test on CPU $sut_cpu (1 worker); loadgen + origin on CPU $cli_cpu"
+else
+  echo "   pinning: none (fewer than 2 CPUs)"
+fi
+echo "   origin: ${delay_ms} ms before the first byte, limit_rate $rate per request"
+
+# ---- data (made once per size, kept in $work/data) ----
+data="$work/data"
+make_objects() { # dir count bytes
+  local dir="$1" n="$2" bytes="$3"
+  [[ -f "$dir/.done-$n-$bytes" ]] && return 0
+  rm -rf "$dir"; mkdir -p "$dir"
+  head -c $((n * bytes)) /dev/urandom | split -b "$bytes" -a 6 -d - "$dir/obj-"
+  touch "$dir/.done-$n-$bytes"
+}
+keys_for() { # subdir (under bench/) [repeat]
+  local sub="$1" rep="${2:-1}" r
+  for ((r = 0; r < rep; r++)); do (cd "$data/bench" && ls "$sub" | sed "s|^|$sub/|"); done
+}
+echo "-- preparing data in $data"
+make_objects "$data/bench/small" "$n_small" "$small_bytes"
+make_objects "$data/bench/large" "$large_n" $((large_mib << 20))
+make_objects "$data/bench/storm" 1 $((storm_mib << 20))
+for s in "${shard_sizes[@]}"; do
+  n=8; ((s < 256)) || n=2
+  [[ "$mode" == full ]] && n=8
+  make_objects "$data/bench/shard-$s" "$n" $((s << 20))
+done
+keys_for small > "$work/keys-small"
+small_total=$((n_small * small_bytes))
+
+"$here/origin/start.sh" --kind origin --run "$work/run-origin" --listen "$origin" --root "$data" \
+  --delay-ms "$delay_ms" --rate "$rate" --cpu "${cli_cpu:-0-$((ncpu - 1))}" "${netns_opt[@]}"
+nginx_runs+=("$work/run-origin")
+origin_log="$work/run-origin/access.log"
+origin_lines() { wc -l < "$origin_log"; }
+
+# ---- the systems under test ----
+larder_start() { # ram_bytes disk_bytes(0 = no NVMe tier) policy
+  larder_stop
+  local dir="$work/run-larder"
+  rm -rf "$dir"; mkdir -p "$dir"
+  local envs=(LARDER_LISTEN="127.0.0.1:$larder_port" LARDER_UPSTREAM_URL="http://$origin"
+    LARDER_UPSTREAM_ADDRESSING=path LARDER_UPSTREAM_REGION=us-east-1
+    AWS_ACCESS_KEY_ID=origin-key AWS_SECRET_ACCESS_KEY=origin-secret
+    LARDER_CLIENT_KEY="$key" LARDER_CLIENT_SECRET="$secret"
+    LARDER_RAM_CACHE_SIZE="$1" LARDER_CACHE_POLICY="${3:-subset}" LARDER_METADATA_TTL=immutable
+    LARDER_ACCESS_LOG=off LARDER_WORKERS=1 LARDER_CHUNK_SIZE=8MiB)
+  if [[ "$2" != 0 ]]; then envs+=(LARDER_CACHE_DIR="$dir/cache" LARDER_DISK_CACHE_SIZE="$2"); fi
+  if [[ -n "$sut_cpu" ]]; then
+    env "${envs[@]}" taskset -c "$sut_cpu" "$larder_bin" serve > "$dir/larder.log" 2>&1 &
+  else
+    env "${envs[@]}" "$larder_bin" serve > "$dir/larder.log" 2>&1 &
+  fi
+  larder_pid=$!
+  local i
+  for ((i = 0; i < 100; i++)); do
+    if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$larder_port/"; then return 0; fi
+    kill -0 "$larder_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "run.sh: larder did not start; see $dir/larder.log" >&2
+  cat "$dir/larder.log" >&2
+  exit 1
+}
+larder_stop() {
+  [[ -z "$larder_pid" ]] && return 0
+  kill -TERM "$larder_pid" 2>/dev/null || true
+  local i
+  for ((i = 0; i < 100; i++)); do kill -0 "$larder_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$larder_pid" 2>/dev/null || true
+  wait "$larder_pid" 2>/dev/null || true
+  larder_pid=""
+}
+nginx_start() { # kind port [extra start.sh options]
+  local kind="$1" port="$2"; shift 2
+  local dir="$work/run-$kind"
+  "$here/origin/stop.sh" "$dir"
+  rm -rf "$dir"
+  "$here/origin/start.sh" --kind "$kind" --run "$dir" --listen "127.0.0.1:$port" --root "$data" \
+    --origin "$origin" --cpu "${sut_cpu:-0}" "$@"
+  nginx_runs+=("$dir")
+}
+nginx_workers() { pgrep -P "$(cat "$work/run-$1/nginx.pid")" | paste -sd, -; }
+
+# ---- one measurement ----
+# measure SCENARIO LABEL TARGET(direct|larder|peer|static) KEYS CONC EPOCHS [loadgen options]
+measure() {
+  local scen="$1" label="$2" target="$3" keys="$4" conc="$5" epochs="$6"; shift 6
+  local url opts=() pid=""
+  case "$target" in
+    direct) url="http://$origin/bench";;
+    larder) url="http://127.0.0.1:$larder_port/bench"; opts=(--sign "$key:$secret"); pid="$larder_pid";;
+    peer) url="http://127.0.0.1:$peer_port/bench"; pid="$(nginx_workers peer)";;
+    static) url="http://127.0.0.1:$static_port/bench"; pid="$(nginx_workers static)";;
+  esac
+  [[ -z "$pid" ]] || opts+=(--pid "$pid")
+  local out="$res/$scen-$label.json" before after rc=0
+  before="$(origin_lines)"
+  if [[ -n "$cli_cpu" ]]; then
+    taskset -c "$cli_cpu" "$loadgen_bin" --url "$url" --keys "$keys" --concurrency "$conc" \
+      --epochs "$epochs" --seed "$RANDOM" --json "$out" --label "$scen-$label" "${opts[@]}" "$@" || rc=$?
+  else
+    "$loadgen_bin" --url "$url" --keys "$keys" --concurrency "$conc" \
+      --epochs "$epochs" --seed "$RANDOM" --json "$out" --label "$scen-$label" "${opts[@]}" "$@" || rc=$?
+  fi
+  sleep 0.2   # let the origin's last log lines land
+  after="$(origin_lines)"
+  python3 "$here/report.py" annotate "$out" scenario="$scen" label="$label" target="$target" \
+    upstream_gets=$((after - before)) loadgen_rc="$rc"
+}
+
+# ---- scenarios ----
+scen_a() {
+  echo; echo "== a: random reads of ${n_small} x 115 KiB objects, one epoch"
+  local c
+  for c in "${concurrencies[@]}"; do
+    measure a "direct-c$c" direct "$work/keys-small" "$c" 1
+    larder_start 1GiB 4GiB
+    measure a "larder-cold-c$c" larder "$work/keys-small" "$c" 1
+    measure a "larder-warm-c$c" larder "$work/keys-small" "$c" 1
+    nginx_start peer "$peer_port"
+    measure a "nginx-cold-c$c" peer "$work/keys-small" "$c" 1
+    measure a "nginx-warm-c$c" peer "$work/keys-small" "$c" 1
+  done
+  larder_stop
+  python3 "$here/report.py" table "$res" a
+}
+
+scen_d() {
+  echo; echo "== d: coalescing storm, 64 clients read one cold ${storm_mib} MiB object"
+  local k="$work/keys-storm" i
+  for ((i = 0; i < 64; i++)); do echo storm/obj-000000; done > "$k"
+  larder_start 1GiB 0
+  measure d larder larder "$k" 64 1
+  larder_stop
+  nginx_start peer "$peer_port"
+  measure d nginx peer "$k" 64 1
+  python3 "$here/report.py" annotate "$res/d-larder.json" chunks=$(((storm_mib + 7) / 8))
+  python3 "$here/report.py" annotate "$res/d-nginx.json" chunks=$(((storm_mib + 7) / 8))
+  python3 "$here/report.py" table "$res" d
+}
+
+scen_e() {
+  echo; echo "== e: hit-path ceiling, concurrency 32, ${e_secs} s per run"
+  local kl="$work/keys-large"
+  keys_for large $((32 / large_n + 1)) > "$kl"
+  larder_start 2GiB 0
+  measure e larder-warmup larder "$work/keys-small" 64 1
+  measure e larder-warmup-large larder "$kl" 8 1
+  measure e larder-small larder "$work/keys-small" 32 50 --duration "$e_secs"
+  measure e larder-large larder "$kl" 32 50 --duration "$e_secs"
+  larder_stop
+  nginx_start peer "$peer_port"
+  measure e nginx-warmup peer "$work/keys-small" 64 1
+  measure e nginx-warmup-large peer "$kl" 8 1
+  measure e nginx-small peer "$work/keys-small" 32 50 --duration "$e_secs"
+  measure e nginx-large peer "$kl" 32 50 --duration "$e_secs"
+  nginx_start static "$static_port"
+  measure e files-small static "$work/keys-small" 32 50 --duration "$e_secs"
+  measure e files-large static "$kl" 32 50 --duration "$e_secs"
+  python3 "$here/report.py" table "$res" e
+}
+
+scen_c() {
+  echo; echo "== c: sequential shards, origin capped at $rate per connection"
+  local s r k
+  for s in "${shard_sizes[@]}"; do
+    k="$work/keys-shard-$s"
+    keys_for "shard-$s" > "$k"
+    for r in 1 8; do
+      (($(wc -l < "$k") >= r)) || continue
+      if ((r == 1)); then head -1 "$k" > "$k.$r"; else cp "$k" "$k.$r"; fi
+      measure c "direct-${s}MiB-r$r" direct "$k.$r" "$r" 1
+      larder_start 2GiB 0
+      measure c "larder-cold-${s}MiB-r$r" larder "$k.$r" "$r" 1
+      measure c "larder-warm-${s}MiB-r$r" larder "$k.$r" "$r" 1
+    done
+  done
+  larder_stop
+  python3 "$here/report.py" table "$res" c
+}
+
+scen_b() {
+  echo; echo "== b: three epochs in new random orders, concurrency 32"
+  local e
+  larder_start 1GiB 4GiB
+  for e in 1 2 3; do measure b "larder-epoch$e" larder "$work/keys-small" 32 1; done
+  larder_stop
+  nginx_start peer "$peer_port"
+  for e in 1 2 3; do measure b "nginx-epoch$e" peer "$work/keys-small" 32 1; done
+  measure b "direct-epoch1" direct "$work/keys-small" 32 1
+  python3 "$here/report.py" table "$res" b
+}
+
+scen_f() {
+  local ram=$((small_total / 2))
+  echo; echo "== f: dataset ($small_total B) twice the RAM cache ($ram B), no NVMe tier, three epochs"
+  local p e
+  for p in subset lru; do
+    larder_start "$ram" 0 "$p"
+    for e in 1 2 3; do measure f "$p-epoch$e" larder "$work/keys-small" 32 1; done
+  done
+  larder_stop
+  "$policy_sim_bin" -n "$n_small" -c $((n_small / 2)) -e 3 "$res/f-policy_sim.json" > "$res/f-policy_sim.txt"
+  python3 "$here/report.py" table "$res" f
+}
+
+scen_m() {
+  echo; echo "== m: larder's memory with 1,000 open connections (RAM tier 256 MiB, warm)"
+  larder_start 256MiB 0
+  measure m warmup larder "$work/keys-small" 64 1
+  measure m c1000 larder "$work/keys-small" 1000 3
+  python3 "$here/report.py" annotate "$res/m-c1000.json" ram_tier_bytes=$((256 << 20))
+  larder_stop
+  python3 "$here/report.py" table "$res" m
+}
+
+scen_g() {
+  echo; echo "== g: three nodes with Redis: not available yet (needs part 3, the cluster)"
+}
+
+for s in "${scenarios[@]}"; do
+  case "$s" in
+    a|b|c|d|e|f|m|g) "scen_$s";;
+    *) echo "run.sh: unknown scenario $s" >&2; exit 2;;
+  esac
+done
+python3 "$here/report.py" summary "$res" > "$res/summary.md"
+python3 "$here/report.py" plots "$res" || echo "run.sh: plots failed" >&2
+echo; cat "$res/summary.md"
+echo "== done in $((SECONDS - t_start)) s; results in $res"
