@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "config/log.h"
 
@@ -102,13 +103,18 @@ static const struct setting settings[] = {
 	SET("cache", "readahead", "LARDER_READAHEAD", K_UINT, readahead_chunks, 0, 64),
 	SET("admin", "listen", "LARDER_ADMIN_LISTEN", K_ADMIN, admin_host, 0, 0),
 	SET("admin", "token", "LARDER_ADMIN_TOKEN", K_TOKEN, admin_token, 16, 256),
+	SET("cluster", "redis_url", "LARDER_REDIS_URL", K_PATH, redis_url, 0, 0),
+	SET("cluster", "node_id", "LARDER_NODE_ID", K_PATH, node_id, 0, 0),
+	SET("cluster", "advertise", "LARDER_ADVERTISE", K_PATH, advertise, 0, 0),
+	SET("cluster", "secret", "LARDER_CLUSTER_SECRET", K_TOKEN, cluster_secret, 16, 256),
 };
 
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
 /* ---- load state ---------------------------------------------------------- */
 
-enum section { S_NONE, S_SERVER, S_UPSTREAM, S_KEY, S_ANON, S_BUCKET, S_CACHE, S_ADMIN };
+enum section { S_NONE, S_SERVER, S_UPSTREAM, S_KEY, S_ANON, S_BUCKET, S_CACHE, S_ADMIN,
+	S_CLUSTER };
 
 /* Settings of [key], [anonymous] and [bucket] sections, as slots in seen[]. */
 enum { F_SECRET, F_ACCESS, F_BUCKETS, F_REGION };
@@ -133,7 +139,7 @@ struct load {
 	size_t idx;               /* S_KEY: index in keys; S_BUCKET: in bucket_regions */
 	char last_name[64];       /* last setting name in this section */
 	int seen[N_SETTINGS];     /* line each setting was set on, 0 = not yet */
-	int once[5];              /* header line of [server], [upstream], [anonymous], [cache],
+	int once[6];              /* header line of [server], [upstream], [anonymous], [cache],
 	                           * [admin] */
 	bool region_in_file;
 };
@@ -651,9 +657,11 @@ static int begin_section(struct load *L, const char *text)
 	L->sect_line = L->line;
 	snprintf(L->label, sizeof L->label, "[%s]", name);
 
-	static const char *const singles[] = { "server", "upstream", "anonymous", "cache", "admin" };
-	static const enum section single_kind[] = { S_SERVER, S_UPSTREAM, S_ANON, S_CACHE, S_ADMIN };
-	for (int i = 0; i < 5; i++) {
+	static const char *const singles[] = { "server", "upstream", "anonymous", "cache", "admin",
+		"cluster" };
+	static const enum section single_kind[] = { S_SERVER, S_UPSTREAM, S_ANON, S_CACHE, S_ADMIN,
+		S_CLUSTER };
+	for (int i = 0; i < 6; i++) {
 		if (strcasecmp(name, singles[i]) != 0)
 			continue;
 		if (L->once[i]) {
@@ -779,9 +787,11 @@ static int slot_of(const struct load *L, const char *name, const struct setting 
 	case S_UPSTREAM:
 	case S_CACHE:
 	case S_ADMIN:
+	case S_CLUSTER:
 		*s = find_setting(L->sect == S_SERVER ? "server"
 		                  : L->sect == S_CACHE ? "cache"
-		                  : L->sect == S_ADMIN ? "admin" : "upstream", name);
+		                  : L->sect == S_ADMIN ? "admin"
+		                  : L->sect == S_CLUSTER ? "cluster" : "upstream", name);
 		return *s ? (int)(*s - settings) : -1;
 	case S_KEY:
 		if (strcasecmp(name, "secret") == 0)
@@ -829,7 +839,7 @@ static int on_value(void *user, const char *section, const char *name, const cha
 	bool cont = L->indented && strcasecmp(name, L->last_name) == 0;
 	snprintf(L->last_name, sizeof L->last_name, "%s", name);
 	if (cont && !(L->sect != S_SERVER && L->sect != S_UPSTREAM && L->sect != S_CACHE &&
-	              L->sect != S_ADMIN && slot == F_BUCKETS)) {
+	              L->sect != S_ADMIN && L->sect != S_CLUSTER && slot == F_BUCKETS)) {
 		fail(L, "%s: value continues on an indented line; only buckets may span lines", where);
 		return 0;
 	}
@@ -972,6 +982,31 @@ static int set_defaults(struct load *L)
 	return 0;
 }
 
+/* A node in a cluster: Redis URL, how peers reach it, a shared secret;
+ * its id defaults to the host name. */
+static int cluster_check(struct load *L)
+{
+	struct cfg *c = L->c;
+	if (strncmp(c->redis_url, "redis://", 8) != 0 || !c->redis_url[8])
+		return fail(L, "LARDER_REDIS_URL: expected redis://host:port, got \"%s\"",
+		            c->redis_url);
+	if (!c->cluster_secret)
+		return fail(L, "LARDER_CLUSTER_SECRET: a cluster (LARDER_REDIS_URL) needs a shared "
+		            "secret of 16-256 characters, the same on every node");
+	if (!c->advertise || !strchr(c->advertise, ':'))
+		return fail(L, "LARDER_ADVERTISE: a cluster node needs the host:port its peers reach "
+		            "it at, got \"%s\"", c->advertise ? c->advertise : "");
+	if (!c->node_id) {
+		char host[256];
+		if (gethostname(host, sizeof host) != 0)
+			snprintf(host, sizeof host, "%s", c->advertise);
+		host[sizeof host - 1] = '\0';
+		if (set_str(L, &c->node_id, host) != 0)
+			return -1;
+	}
+	return 0;
+}
+
 static struct cfg *load(const char *text, const char *src, const char *const *envp,
                         char *err, size_t errlen)
 {
@@ -1004,6 +1039,8 @@ static struct cfg *load(const char *text, const char *src, const char *const *en
 			goto fail;
 	}
 	if (apply_env(&L, envp) != 0)
+		goto fail;
+	if (L.c->redis_url && cluster_check(&L) != 0)
 		goto fail;
 	if (!L.c->tls_cert != !L.c->tls_key) {
 		fail(&L, "%s is set but %s is not: TLS needs both a certificate and its key",
@@ -1083,6 +1120,10 @@ void cfg_free(struct cfg *c)
 	free(c->cache_policy);
 	free(c->tls_cert);
 	free(c->tls_key);
+	free(c->redis_url);
+	free(c->node_id);
+	free(c->advertise);
+	free(c->cluster_secret);
 	free(c->admin_host);
 	if (c->admin_token)
 		explicit_bzero(c->admin_token, strlen(c->admin_token));

@@ -94,6 +94,12 @@ struct cfg {
 	char *admin_token;            /* LARDER_ADMIN_TOKEN (16-256 visible ASCII characters);
 	                               * NULL: every admin route but /healthz answers 403 */
 
+	/* [cluster]: several nodes, one warm tier (unset redis_url: a node alone) */
+	char *redis_url;              /* LARDER_REDIS_URL: redis://host:port */
+	char *node_id;                /* LARDER_NODE_ID, default the host name */
+	char *advertise;              /* LARDER_ADVERTISE: host:port peers reach this node at */
+	char *cluster_secret;         /* LARDER_CLUSTER_SECRET: authenticates peer requests */
+
 	/* [key ID] sections, plus LARDER_CLIENT_KEY/SECRET */
 	struct cfg_key *keys;
 	size_t n_keys;

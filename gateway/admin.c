@@ -32,6 +32,7 @@
 #include "gateway/req.h"
 #include "gateway/s3req.h"
 #include "gateway/server.h"
+#include "store/cluster.h"
 #include "store/meta.h"
 #include "store/store.h"
 
@@ -412,6 +413,37 @@ static enum MHD_Result job_cancel(struct admin *a, struct MHD_Connection *c, str
 	                 NULL);
 }
 
+/* GET /admin/cluster: this node's view of the cluster. */
+static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	(void)q;
+	struct gw *gw = a->gw;
+	if (!gw->cluster)
+		return send_json(c, 200, json_pack("{s:b,s:b,s:[]}", "clustered", 0, "redis_up", 0,
+		                                   "members"), NULL);
+	struct cluster_view v;
+	cluster_get_view(gw->cluster, &v);
+	enum { MAX = 256 };
+	char (*ids)[128] = calloc(MAX, sizeof *ids);
+	char (*addrs)[128] = calloc(MAX, sizeof *addrs);
+	double *caps = calloc(MAX, sizeof *caps);
+	size_t n = ids && addrs && caps ? cluster_members(gw->cluster, ids, addrs, caps, MAX) : 0;
+	json_t *members = json_array();
+	for (size_t i = 0; members && i < n; i++)
+		json_array_append_new(members, json_pack("{s:s,s:s,s:f}", "id", ids[i], "address",
+		                                         addrs[i], "capacity", caps[i]));
+	free(ids);
+	free(addrs);
+	free(caps);
+	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:o,s:I,s:I,s:I}", "clustered", 1,
+	                                   "self", v.self, "redis_up", v.redis_up, "members",
+	                                   members, "redis_reconnects",
+	                                   (json_int_t)v.redis_reconnects, "invalidations_sent",
+	                                   (json_int_t)v.invalidations_sent,
+	                                   "invalidations_received",
+	                                   (json_int_t)v.invalidations_received), NULL);
+}
+
 /* ---- routing -------------------------------------------------------------------- */
 
 static const struct route {
@@ -424,6 +456,7 @@ static const struct route {
 	{ "/readyz", "GET", true, readyz },
 	{ "/metrics", "GET", true, metrics },
 	{ "/admin/stats", "GET", true, stats },
+	{ "/admin/cluster", "GET", true, cluster },
 	{ "/admin/purge", "POST", true, purge },
 	{ "/admin/prefetch", "POST", true, prefetch },
 	{ "/admin/jobs", "GET", true, jobs },
@@ -503,7 +536,7 @@ static enum MHD_Result dispatch(struct admin *a, struct MHD_Connection *c, const
 	return send_error(c, 404, "not_found", NULL,
 	                  "no route %.32s %.200s (routes: GET /healthz, GET /readyz, GET /metrics, "
 	                  "GET /admin/stats, POST /admin/purge, POST /admin/prefetch, "
-	                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id})", method, url);
+	                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET /admin/cluster)", method, url);
 }
 
 static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char *url,

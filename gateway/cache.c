@@ -36,6 +36,7 @@
 #include "config/log.h"
 #include "gateway/fetch.h"
 #include "gateway/req.h"
+#include "store/cluster.h"
 #include "store/store.h"
 
 /* ---- which requests ----------------------------------------------------- */
@@ -656,7 +657,8 @@ static struct chunk *get_chunk(struct req *r, uint64_t i)
 		return NULL;
 	if (role == STORE_PRODUCE) {
 		r->cache.miss = true;
-		if (fetch_chunk_start(r->w, ch, r->s3.bucket, buf_cstr(&r->s3.key), m, i) != 0)
+		if (fetch_chunk_start(r->w, ch, r->s3.bucket, buf_cstr(&r->s3.key), m, i,
+		                      r->peer_hop) != 0)
 			store_complete(gw->store, ch, false, FETCH_ERR_UPSTREAM, NULL);
 	}
 	return ch;
@@ -819,10 +821,15 @@ void cache_invalidate(struct req *r)
 	struct gw *gw = r->w->gw;
 	if (!gw->meta || r->ustatus < 200 || r->ustatus >= 300 || r->s3.access != POL_WRITE)
 		return;
+	const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : "";
 	if (r->s3.target == S3T_OBJECT)
-		meta_drop(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key));
+		meta_drop(gw->meta, r->s3.bucket, key);
 	else if (r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0)
 		meta_drop_bucket(gw->meta, r->s3.bucket); /* DeleteObjects names its keys in the body */
+	else
+		return;
+	if (gw->cluster) /* every node forgets it too */
+		cluster_publish_invalidate(gw->cluster, r->s3.bucket, key);
 }
 
 struct purge_ctx {

@@ -20,10 +20,13 @@
 #include <strings.h>
 #include <time.h>
 
+#include "auth/sigv4.h"
 #include "config/log.h"
 #include "gateway/metrics.h"
 #include "gateway/req.h"
+#include "gateway/peer.h"
 #include "gateway/upstream.h"
+#include "store/cluster.h"
 #include "store/store.h"
 
 #define ERRBODY_MAX (64 * 1024)
@@ -54,6 +57,9 @@ struct fetch {
 	bool no_range;               /* meta fetch of an empty object: a plain GET */
 	bool region_retry;           /* send again, signed for the region upstream named */
 	bool region_retried;
+	unsigned hop;                /* 0: for this node's clients; 1+: for a peer's request */
+	bool to_peer;                /* this attempt asks the chunk's owner node, not S3 */
+	bool peer_failed;            /* the owner did not answer: S3 from now on */
 	bool failed_headers;         /* a response that is not what we asked for */
 	struct buf errbody;
 	char curl_err[CURL_ERROR_SIZE];
@@ -166,11 +172,28 @@ static bool replayed_header(const char *name)
 	for (int i = 0; dropped[i]; i++)
 		if (strcasecmp(name, dropped[i]) == 0)
 			return false;
-	/* A checksum of the whole object is not the checksum of a range. */
-	return strncasecmp(name, "x-amz-checksum-", 15) != 0;
+	/* A checksum of the whole object is not the checksum of a range; a
+	 * peer's own headers describe its response, not the object. */
+	return strncasecmp(name, "x-amz-checksum-", 15) != 0 && strncasecmp(name, "x-larder-", 9) != 0;
 }
 
 static int start_transfer(struct fetch *f);
+
+/* A chunk's owner node, asked path style on its client port. */
+static int peer_target(const char *addr, const char *bucket, const char *key,
+                       struct up_target *t)
+{
+	buf_reset(&t->url);
+	buf_reset(&t->host);
+	buf_reset(&t->path);
+	int rc = buf_puts(&t->host, addr);
+	rc = rc ? rc : buf_putc(&t->path, '/');
+	rc = rc ? rc : sv4_uri_encode(bucket, strlen(bucket), false, &t->path);
+	rc = rc ? rc : buf_putc(&t->path, '/');
+	rc = rc ? rc : sv4_uri_encode(key, strlen(key), true, &t->path);
+	rc = rc ? rc : buf_printf(&t->url, "http://%s%s", addr, buf_cstr(&t->path));
+	return rc;
+}
 
 static void retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
@@ -368,7 +391,17 @@ static int start_transfer(struct fetch *f)
 	f->discard = false;
 	f->failed_headers = false;
 	buf_reset(&f->errbody);
-	if (upstream_target(gw->up, f->bucket, f->key, "", &f->target) != 0)
+	/* In a cluster, a chunk (or an object's metadata) comes from its owner
+	 * node, which fetches it from S3 once for everybody. */
+	char peer[128];
+	struct chunk_id oid;
+	if (!f->c)
+		chunk_id_make(f->bucket, f->key, "", 0, &oid);
+	f->to_peer = gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
+	             cluster_owner(gw->cluster, chunk_id_hash(f->c ? &f->c->id : &oid), peer,
+	                           sizeof peer);
+	if (f->to_peer ? peer_target(peer, f->bucket, f->key, &f->target) != 0
+	               : upstream_target(gw->up, f->bucket, f->key, "", &f->target) != 0)
 		return -E2BIG;
 	struct hdrs h;
 	hdrs_init(&h);
@@ -388,8 +421,13 @@ static int start_transfer(struct fetch *f)
 		rc = rc ? rc : hdrs_add(&h, "If-Match", f->etag);
 	else if (f->revalidate)
 		rc = rc ? rc : hdrs_add(&h, "If-None-Match", f->revalidate);
-	rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-	rc = rc ? rc : upstream_sign(gw->up, "GET", &f->target, "", &h);
+	if (f->to_peer)
+		rc = rc ? rc : peer_sign(gw->cfg->cluster_secret, gw->cfg->node_id, "GET",
+		                         buf_cstr(&f->target.path), f->hop + 1, time(NULL), &h);
+	else
+		rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", SV4_EMPTY_SHA256);
+	if (!f->to_peer)
+		rc = rc ? rc : upstream_sign(gw->up, "GET", &f->target, "", &h);
 	if (!rc) {
 		curl_slist_free_all(f->slist);
 		f->slist = hdrs_to_curl(&h);
@@ -413,6 +451,7 @@ struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *
 		return NULL;
 	f->meta_kind = true;
 	f->owner = owner;
+	f->hop = owner ? owner->peer_hop : 0;
 	if (revalidate && !(f->revalidate = strdup(revalidate))) {
 		f->owner = NULL;
 		fetch_free(f);
@@ -427,11 +466,12 @@ struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *
 }
 
 int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
-                      const struct obj_meta *m, uint64_t index)
+                      const struct obj_meta *m, uint64_t index, unsigned hop)
 {
 	struct fetch *f = fetch_new(w, bucket, key);
 	if (!f)
 		return -ENOMEM;
+	f->hop = hop;
 	chunk_ref(c);
 	f->c = c;
 	f->index = index;
@@ -477,6 +517,18 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	assert(f->magic == FETCH_MAGIC);
 	bool meta_only = f->meta_kind && !f->c;
 	metrics_upstream_curl(f->easy, f->status, result, f->attempts > 1);
+	if (f->to_peer && !f->cancelled &&
+	    (result != CURLE_OK || f->status == 0 || f->status >= 500 || f->status == 401 ||
+	     f->status == 403) && !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
+		/* The owner node is gone, refused, or broke off: S3 instead,
+		 * from the bytes already received. */
+		log_info("fetch", "%s/%s: owner node failed (%ld, %s); fetching from S3", f->bucket,
+		         f->key, f->status, curl_easy_strerror(result));
+		f->peer_failed = true;
+		f->attempts--;
+		if (start_transfer(f) == 0)
+			return;
+	}
 	if (f->region_retry) {
 		f->region_retry = false;
 		f->region_retried = true;
@@ -525,6 +577,8 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 		log_info("fetch", "%s/%s changed upstream (412 on If-Match %s)", f->bucket, f->key,
 		         f->etag);
 		meta_drop(gw->meta, f->bucket, f->key);
+		if (gw->cluster)
+			cluster_publish_invalidate(gw->cluster, f->bucket, f->key);
 		store_complete(gw->store, f->c, false, FETCH_ERR_CHANGED, NULL);
 	} else if (f->cancelled) {
 		store_complete(gw->store, f->c, false, FETCH_ERR_CANCELLED, NULL);

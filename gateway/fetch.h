@@ -39,9 +39,11 @@ struct fetch;
 struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *bucket,
                                const char *key, const char *revalidate);
 
-/* Starts producing chunk c (a reference is taken) of the object version m. */
+/* Starts producing chunk c (a reference is taken) of the object version m.
+ * hop: 0 for this node's own readers, else the hop of the peer request
+ * that wants it (see gateway/peer.h). */
 int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
-                      const struct obj_meta *m, uint64_t index);
+                      const struct obj_meta *m, uint64_t index, unsigned hop);
 
 /* The owner is gone: its fetch goes on for the other readers. */
 void fetch_disown(struct fetch *f);

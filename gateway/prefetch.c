@@ -423,7 +423,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 			continue;
 		}
 		if (role == STORE_PRODUCE &&
-		    fetch_chunk_start(j->p->w, c, j->bucket, o->key, o->meta, i) != 0)
+		    fetch_chunk_start(j->p->w, c, j->bucket, o->key, o->meta, i, 0) != 0)
 			store_complete(gw->store, c, false, FETCH_ERR_UPSTREAM, NULL);
 		o->held[o->n_held++] = c;
 	}

@@ -31,6 +31,7 @@
 #include "config/log.h"
 #include "gateway/s3err.h"
 #include "gateway/fetch.h"
+#include "gateway/peer.h"
 #include "gateway/metrics.h"
 #include "gateway/prefetch.h"
 #include "gateway/req.h"
@@ -302,6 +303,33 @@ static bool copy_source_allowed(const struct cfg_key *k, const char *src)
 	return ok;
 }
 
+/* A request from another node of the cluster (gateway/peer.h): it may
+ * only read objects, and is answered from this node's cache or from S3. */
+static void authenticate_peer(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	char why[160];
+	unsigned hop = 0;
+	const char *node = req_header(r, "X-Larder-Peer");
+	if (peer_verify(gw->cfg->cluster_secret, r->method, r->uri, node,
+	                req_header(r, "X-Larder-Peer-Date"), req_header(r, "X-Larder-Peer-Nonce"),
+	                req_header(r, "X-Larder-Peer-Hop"), req_header(r, "X-Larder-Peer-Auth"),
+	                time(NULL), &hop, why, sizeof why) != 0) {
+		log_warn("peer", "id=%s refused a peer request from %s: %s", r->id,
+		         node ? node : "?", why);
+		req_fail(r, S3E_ACCESS_DENIED, why);
+		return;
+	}
+	snprintf(r->key_id, sizeof r->key_id, "peer:%.120s", node);
+	if (r->s3.target != S3T_OBJECT || r->s3.access != POL_READ) {
+		req_fail(r, S3E_ACCESS_DENIED, "peers may only read objects");
+		return;
+	}
+	r->peer_hop = hop;
+	r->body = BODY_NONE;
+	r->body_verified = true;
+}
+
 /*
  * Headers-only checks of a new request. On success the request may go
  * upstream; its body (if any) is verified as it streams.
@@ -326,6 +354,11 @@ static void authenticate(struct req *r)
 	                gw->cfg->base_domain, &e) != 0) {
 		free(hc.v);
 		req_fail(r, e, NULL);
+		return;
+	}
+	if (req_header(r, "X-Larder-Peer-Auth")) {
+		free(hc.v);
+		authenticate_peer(r);
 		return;
 	}
 	struct sv4_request sreq = {

@@ -85,6 +85,7 @@ struct req {
 	char *path, *query;             /* raw parts of uri */
 	char method[24];
 	bool started;
+	unsigned peer_hop;              /* a request from another node: its hop (0: a client) */
 	bool presigned_v2;              /* drop its AWSAccessKeyId/Signature/Expires upstream */
 
 	char key_id[129];

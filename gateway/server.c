@@ -28,6 +28,7 @@
 #include "gateway/prefetch.h"
 #include "gateway/proxy.h"
 #include "gateway/req.h"
+#include "store/cluster.h"
 #include "store/meta.h"
 #include "store/store.h"
 
@@ -236,6 +237,16 @@ static int load_pem(const char *path, const char *setting, char **out)
 	return 0;
 }
 
+/* Another node wrote or saw a new version: forget what we know of it. */
+static void cluster_invalidated(void *arg, const char *bucket, const char *key)
+{
+	struct gw *gw = arg;
+	if (key && *key)
+		meta_drop(gw->meta, bucket, key);
+	else
+		meta_drop_bucket(gw->meta, bucket);
+}
+
 /* A chunk-0 entry found on NVMe at start: its object's metadata again. */
 static void recover_meta(void *arg, const struct chunk_origin *o)
 {
@@ -340,6 +351,21 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		rc = 2;
 		goto out;
 	}
+	if (cfg->redis_url) {
+		struct cluster_config cc = {
+			.redis_url = cfg->redis_url,
+			.node_id = cfg->node_id,
+			.advertise = cfg->advertise,
+			.capacity = (double)cfg->ram_cache_bytes +
+			            (cfg->cache_dir ? (double)cfg->disk_cache_bytes : 0.0),
+		};
+		gw.cluster = cluster_start(&cc, cluster_invalidated, &gw, err, sizeof err);
+		if (!gw.cluster) {
+			log_error("config", "LARDER_REDIS_URL: %s", err);
+			rc = 2;
+			goto out;
+		}
+	}
 
 	char port[8];
 	snprintf(port, sizeof port, "%u", cfg->listen_port);
@@ -395,6 +421,10 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		break;
 	}
 	atomic_store(&gw.draining, true);
+	/* Leave the cluster first: peers stop sending chunk requests here. */
+	if (gw.cluster)
+		cluster_stop(gw.cluster);
+	gw.cluster = NULL;
 	admin_stop(&gw);
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		ev_async_send(gw.workers[i].loop, &gw.workers[i].stop_async);
@@ -408,6 +438,8 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	rc = 0;
 out:
 	free(gw.workers);
+	if (gw.cluster)
+		cluster_stop(gw.cluster);
 	if (gw.store)
 		store_close(gw.store);
 	if (gw.tls_key)

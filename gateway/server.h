@@ -23,6 +23,7 @@ struct fetch;
 struct store;
 struct meta_cache;
 struct prefetch;
+struct cluster;
 
 struct gw {
 	const struct cfg *cfg;          /* settings fixed for the process's life */
@@ -32,6 +33,7 @@ struct gw {
 	struct meta_cache *meta;        /* object metadata, shared by all workers */
 	char *tls_cert, *tls_key;       /* PEM text when the client port speaks TLS */
 	struct prefetch *prefetch;      /* warming jobs, run on the first worker */
+	struct cluster *cluster;        /* the other nodes, or NULL: this node alone */
 
 	/* Client keys and anonymous grants: replaced whole by SIGHUP. Readers
 	 * hold the read lock only while they check one request. */

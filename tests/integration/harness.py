@@ -183,8 +183,18 @@ class Upstream:
 
     def requests(self, since=0):
         """Requests (start records, control calls excluded) with seq > since,
-        each with its end record (status, bytes_in, body_sha_ok) merged in."""
-        recs = self._records()
+        each with its end record (status, bytes_in, body_sha_ok) merged in.
+        A response can reach the client a moment before moto's end record is
+        written: wait up to 2 s for the end records of what has started."""
+        deadline = time.monotonic() + 2
+        while True:
+            recs = self._records()
+            started = {r["seq"] for r in recs if r["ev"] == "start" and not r.get("control")
+                       and r["seq"] > max(since, self.base)}
+            ended = {r["seq"] for r in recs if r["ev"] == "end"}
+            if started <= ended or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         ends = {r["seq"]: r for r in recs if r["ev"] == "end"}
         out = []
         for r in recs:

@@ -1,0 +1,41 @@
+/*
+ * peer.h - requests between the nodes of a cluster.
+ *
+ * A node that does not own a chunk asks its owner for it with an ordinary
+ * S3 GET (a range, If-Match) on the owner's client port, authenticated not
+ * with a client key but with the cluster secret:
+ *   X-Larder-Peer: <node id>       X-Larder-Peer-Date: <unix seconds>
+ *   X-Larder-Peer-Nonce: <hex>     X-Larder-Peer-Hop: <1 or 2>
+ *   X-Larder-Peer-Auth: hex(HMAC-SHA256(secret, "larder-peer-v1\n" method
+ *                        "\n" path "\n" date "\n" node "\n" nonce "\n" hop))
+ * The owner refuses a wrong signature, a date more than PEER_SKEW_S away,
+ * and a nonce it has seen (replay). Client keys cannot make such requests.
+ * The hop count stops loops when two nodes disagree about membership for a
+ * moment: a request at hop 2 is served from the cache or from S3, never
+ * forwarded again.
+ */
+#ifndef LARDER_PEER_H
+#define LARDER_PEER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "gateway/upstream.h"
+
+#define PEER_SKEW_S 30
+#define PEER_MAX_HOP 2
+
+/* Adds the X-Larder-Peer-* headers for method + path (as sent). Returns 0
+ * or -ENOMEM. */
+int peer_sign(const char *secret, const char *node_id, const char *method, const char *path,
+              unsigned hop, time_t now, struct hdrs *h);
+
+/* Checks a request's peer headers (NULLs when absent). Returns 0 and the
+ * hop, or -1 with the reason in why. Thread-safe (the nonce cache is
+ * shared). */
+int peer_verify(const char *secret, const char *method, const char *path, const char *node,
+                const char *date, const char *nonce, const char *hop, const char *sig,
+                time_t now, unsigned *hop_out, char *why, size_t whylen);
+
+#endif

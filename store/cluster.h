@@ -1,0 +1,100 @@
+/*
+ * cluster.h - membership of the shared warm tier, chunk ownership, and
+ * invalidation broadcast, all through one Redis.
+ *
+ * Each node keeps a key larder:node:<id> = "<advertise>\t<capacity>" alive
+ * with a TTL, refreshed every heartbeat, and lists its id in the set
+ * larder:nodes. The members are the ids in that set whose key still exists;
+ * a node that stops heartbeating leaves once its key expires (ttl_ms).
+ * Every chunk has an owner: the member picked by weighted rendezvous hashing
+ * (store/rendezvous.h) over the members, weighted by capacity.
+ * Invalidations go to every other node by PUBLISH on larder:invalidate.
+ *
+ * Redis holds hints, never the only copy of anything. While Redis cannot be
+ * reached the node works alone: the member set is just this node, so it
+ * owns every chunk, and the loss is logged (WARN) and shown in
+ * cluster_get_view(). It rejoins by itself when Redis answers again.
+ * Invalidations published while no other node can hear them are not
+ * replayed to nodes that were cut off: they are best effort.
+ *
+ * Threads. cluster_start starts two threads, each with its own blocking
+ * hiredis connection (500 ms connect and command timeouts): the heartbeat
+ * thread (SET, read the members, PUBLISH queued invalidations) and the
+ * subscriber. Every other function is thread-safe and never waits on I/O:
+ * cluster_owner reads an immutable snapshot of the members.
+ *
+ * The process must ignore SIGPIPE (hiredis writes with write(2)).
+ */
+#ifndef LARDER_CLUSTER_H
+#define LARDER_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CLUSTER_NAME_MAX 128 /* node ids and addresses, NUL included */
+
+struct cluster_config {
+	const char *redis_url;  /* redis://[:password@]host[:port][/db]; NULL or "": no cluster */
+	const char *node_id;    /* unique per node; printable, no spaces, < CLUSTER_NAME_MAX */
+	const char *advertise;  /* host:port peers use to reach this node's client port */
+	double capacity;        /* weight (e.g. cache bytes); > 0 */
+	unsigned heartbeat_ms;  /* 0: 1000 */
+	unsigned ttl_ms;        /* heartbeat key expiry; 0: 5000; must exceed heartbeat_ms */
+};
+
+/* Another node invalidated (bucket, key); key "" means the whole bucket.
+ * Runs on the subscriber thread: it must not block for long and must not
+ * call cluster_stop. The strings are valid only during the call. */
+typedef void (*cluster_invalidate_cb)(void *arg, const char *bucket, const char *key);
+
+struct cluster;
+
+/*
+ * Validates the configuration and starts the threads; does not wait for
+ * Redis (an unreachable Redis is not an error: the node works alone until
+ * it answers). Returns the cluster, or NULL with a message in err. With no
+ * redis_url it returns NULL and sets err to "": there is no cluster, and
+ * every function below accepts the NULL and behaves as a node alone.
+ * The config strings are copied; cb may be NULL.
+ */
+struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate_cb cb,
+                              void *arg, char *err, size_t errlen);
+
+/* Publishes invalidations still queued, deregisters this node (its key
+ * and set entry are deleted, so peers drop it at their next heartbeat
+ * instead of after ttl_ms) when Redis is up, joins the threads and frees
+ * cl. Returns within about a second even when Redis hangs. NULL is a no-op. */
+void cluster_stop(struct cluster *cl);
+
+/* Owner of a key (a chunk_id_hash()). Returns true, with the owner's
+ * advertise address copied to addr (truncated to addrlen), when it is
+ * ANOTHER live node; false when this node owns it or no other node is
+ * known. Never blocks on I/O. */
+bool cluster_owner(struct cluster *cl, uint64_t key, char *addr, size_t addrlen);
+
+/* Queues an invalidation of (bucket, key) for every other node (key ""
+ * for the whole bucket); the heartbeat thread PUBLISHes it at once. Never
+ * blocks on I/O. While Redis is down up to 4096 are kept and sent when it
+ * returns; beyond that the oldest are dropped (counted in the view). */
+void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key);
+
+struct cluster_view {
+	bool redis_up;      /* the heartbeat connection works */
+	bool subscribed;    /* the subscriber connection is listening */
+	size_t members;     /* live nodes, this one included (1 when alone) */
+	char self[CLUSTER_NAME_MAX];
+	unsigned long redis_reconnects;        /* connections made again after a loss (both threads) */
+	unsigned long invalidations_sent;
+	unsigned long invalidations_received;  /* from other nodes, handed to cb */
+	unsigned long invalidations_dropped;   /* queue overflow while Redis was down */
+};
+
+void cluster_get_view(struct cluster *cl, struct cluster_view *out);
+
+/* Copies up to max members (id, advertise address, capacity), sorted by
+ * id, this node included; returns how many were copied. */
+size_t cluster_members(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],
+                       char (*addrs)[CLUSTER_NAME_MAX], double *caps, size_t max);
+
+#endif

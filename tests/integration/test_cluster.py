@@ -1,0 +1,257 @@
+"""Three larder nodes, one Redis, one upstream: a single shared warm tier.
+
+What a user of the cluster sees: any node serves any client, a chunk is
+fetched from S3 once for the whole cluster, failures are a slower path and
+never an error, and a write through one node is seen by the others.
+"""
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import harness
+
+MiB = 1024 * 1024
+SECRET = "cluster-secret-for-tests-0123456789"
+TOKEN = "cluster-admin-token-0123456789"
+
+
+def blob(seed, n):
+    import random
+    return random.Random(seed).randbytes(n)
+
+
+class Redis:
+    def __init__(self):
+        self.port = harness.free_port()
+        self.dir = tempfile.mkdtemp(prefix="larder-redis-")
+        self.proc = None
+
+    def start(self):
+        exe = shutil.which("redis-server")
+        if not exe:
+            raise unittest.SkipTest("redis-server is not installed (scripts/deps.sh installs it)")
+        self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1",
+                                      "--save", "", "--appendonly", "no", "--dir", self.dir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not harness.wait_port(self.port, 10, self.proc):
+            raise RuntimeError("redis-server did not start")
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Cluster(harness.S3Asserts, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(harness.larder_binary(), os.X_OK):
+            raise unittest.SkipTest("larder binary not built")
+        cls.redis = Redis().start()
+        cls.upstream = harness.Upstream().start()
+        cls.direct = cls.upstream.client()
+        cls.direct.create_bucket(Bucket="shared")
+        cls.nodes = [cls.make_node(i) for i in range(3)]
+        for n in cls.nodes:
+            n.start()
+        cls.wait_members(3)
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = harness.Larder(cls.upstream, env={
+            "LARDER_REDIS_URL": "redis://127.0.0.1:%d" % cls.redis.port,
+            "LARDER_NODE_ID": "node-%d" % i,
+            "LARDER_CLUSTER_SECRET": SECRET,
+            "LARDER_CHUNK_SIZE": "1MiB",
+            "LARDER_METADATA_TTL": "immutable",
+            "LARDER_ADMIN_TOKEN": TOKEN,
+        })
+        if port:
+            n.port, n.url = port, "http://127.0.0.1:%d" % port
+            n.env["LARDER_LISTEN"] = "127.0.0.1:%d" % port
+        n.admin_port = admin or harness.free_port()
+        n.env["LARDER_ADVERTISE"] = "127.0.0.1:%d" % n.port
+        n.env["LARDER_ADMIN_LISTEN"] = "127.0.0.1:%d" % n.admin_port
+        return n
+
+    @classmethod
+    def view(cls, node):
+        req = urllib.request.Request("http://127.0.0.1:%d/admin/cluster" % node.admin_port,
+                                     headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    @classmethod
+    def wait_members(cls, n, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            views = [cls.view(x) for x in cls.nodes if x.alive()]
+            if all(v["redis_up"] and len(v["members"]) == n for v in views):
+                return views
+            time.sleep(0.2)
+        raise AssertionError("the cluster did not form with %d members: %r" % (n, views))
+
+    @classmethod
+    def tearDownClass(cls):
+        problems = []
+        for n in getattr(cls, "nodes", []):
+            if n.alive():
+                code = n.stop()
+                if code != 0:
+                    problems.append("node exited %r: %s" % (code, n.log()[-2000:]))
+            san = n.sanitizer_text()
+            if san:
+                problems.append(san)
+            n.cleanup()
+        cls.upstream.cleanup()
+        cls.redis.cleanup()
+        if problems:
+            raise AssertionError("\n".join(problems))
+
+    def gets(self, mark, key):
+        return [r for r in self.upstream.from_larder(mark)
+                if r["method"] == "GET" and r["target"].split("?")[0] == "/shared/" + key]
+
+    def read(self, node, key):
+        return node.client().get_object(Bucket="shared", Key=key)["Body"].read()
+
+    def test_cold_object_from_all_nodes_one_get_per_chunk(self):
+        data = blob(1, 5 * MiB + 123)  # 6 chunks
+        self.direct.put_object(Bucket="shared", Key="cold/a.bin", Body=data)
+        mark = self.upstream.mark()
+        results = []
+
+        def reader(node):
+            results.append(self.read(node, "cold/a.bin") == data)
+
+        threads = [threading.Thread(target=reader, args=(n,)) for n in self.nodes for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [True] * 9)
+        self.assertEqual(len(self.gets(mark, "cold/a.bin")), 6,
+                         "one S3 GET per chunk for the whole cluster")
+
+    def test_chunks_cached_elsewhere_need_no_upstream(self):
+        data = blob(2, 3 * MiB)
+        self.direct.put_object(Bucket="shared", Key="warm/b.bin", Body=data)
+        self.assertEqual(self.read(self.nodes[0], "warm/b.bin"), data)
+        mark = self.upstream.mark()
+        for n in self.nodes[1:]:
+            self.assertEqual(self.read(n, "warm/b.bin"), data)
+        self.assertEqual(self.gets(mark, "warm/b.bin"), [],
+                         "another node's chunks were fetched from S3 again")
+
+    def test_write_through_one_node_is_seen_by_the_others(self):
+        self.direct.put_object(Bucket="shared", Key="w/c.txt", Body=b"old version")
+        for n in self.nodes:
+            self.assertEqual(self.read(n, "w/c.txt"), b"old version")
+        self.nodes[2].client().put_object(Bucket="shared", Key="w/c.txt", Body=b"new version!")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            got = [self.read(n, "w/c.txt") for n in self.nodes]
+            if got == [b"new version!"] * 3:
+                break
+            time.sleep(0.1)
+        self.assertEqual(got, [b"new version!"] * 3)
+
+    def test_peer_requests_need_the_secret(self):
+        node = self.nodes[0]
+        self.direct.put_object(Bucket="shared", Key="p/d.txt", Body=b"secret stuff")
+        path = "/shared/p/d.txt"
+
+        def peer_headers(secret, nonce, date=None):
+            date = str(int(time.time())) if date is None else date
+            msg = "larder-peer-v1\nGET\n%s\n%s\nintruder\n%s\n1" % (path, date, nonce)
+            sig = hmac.new(secret.encode(), msg.encode(), hashlib.sha256).hexdigest()
+            return {"X-Larder-Peer": "intruder", "X-Larder-Peer-Date": date,
+                    "X-Larder-Peer-Nonce": nonce, "X-Larder-Peer-Hop": "1",
+                    "X-Larder-Peer-Auth": sig}
+
+        def get(headers):
+            c = http.client.HTTPConnection("127.0.0.1", node.port, timeout=10)
+            c.request("GET", path, headers=headers)
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            return r.status, body
+
+        st, body = get(peer_headers("not-the-secret-at-all-000", "a" * 32))
+        self.assertEqual(st, 403, body)
+        self.assertEqual(harness.s3_error(body)[0], "AccessDenied")
+        good = peer_headers(SECRET, "b" * 32)
+        st, body = get(good)
+        self.assertEqual((st, body), (200, b"secret stuff"), "a correct peer request is served")
+        st, body = get(good)
+        self.assertEqual(st, 403, "a replayed peer request was served")
+        st, body = get(peer_headers(SECRET, "c" * 32, date=str(int(time.time()) - 3600)))
+        self.assertEqual(st, 403, "an old peer request was served")
+
+    def test_zz_failures_are_a_slower_path(self):
+        # A peer killed while another node streams from it: the client still
+        # gets every byte (from S3 instead).
+        data = blob(3, 24 * MiB)
+        self.direct.put_object(Bucket="shared", Key="kill/e.bin", Body=data)
+        got = {}
+        reader = threading.Thread(target=lambda: got.setdefault(
+            "b", self.read(self.nodes[1], "kill/e.bin")))
+        reader.start()
+        time.sleep(0.15)
+        victim = self.nodes[0]
+        victim.proc.kill()
+        victim.proc.wait()
+        reader.join(60)
+        self.assertEqual(got.get("b"), data, "wrong or missing bytes after a peer died")
+
+        # Redis down: every read still succeeds, while the nodes notice and
+        # after: they serve alone and say so.
+        self.redis.stop()
+        for i, n in enumerate(self.nodes[1:]):
+            key = "alone/%d" % i
+            self.direct.put_object(Bucket="shared", Key=key, Body=blob(10 + i, 2 * MiB))
+            self.assertEqual(self.read(n, key), blob(10 + i, 2 * MiB))
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            views = [self.view(n) for n in self.nodes[1:]]
+            if all(not v["redis_up"] and len(v["members"]) == 1 for v in views):
+                break
+            time.sleep(0.2)
+        self.assertTrue(all(not v["redis_up"] and len(v["members"]) == 1 for v in views), views)
+        for i, n in enumerate(self.nodes[1:]):
+            key = "alone/later/%d" % i
+            self.direct.put_object(Bucket="shared", Key=key, Body=blob(20 + i, 3 * MiB))
+            self.assertEqual(self.read(n, key), blob(20 + i, 3 * MiB))
+
+        # Redis back and the dead node restarted: the cluster forms again.
+        exe = shutil.which("redis-server")  # the same port as before
+        self.redis.proc = subprocess.Popen([exe, "--port", str(self.redis.port), "--bind",
+                                            "127.0.0.1", "--save", "", "--appendonly", "no",
+                                            "--dir", self.redis.dir],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.assertTrue(harness.wait_port(self.redis.port, 10, self.redis.proc))
+        victim.cleanup()
+        fresh = self.make_node(0)
+        fresh.start()
+        self.nodes[0] = fresh
+        self.wait_members(3, timeout=30)
+        self.assertEqual(self.read(fresh, "kill/e.bin"), data)
+
+
+if __name__ == "__main__":
+    unittest.main()

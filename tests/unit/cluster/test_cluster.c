@@ -1,0 +1,508 @@
+/*
+ * test_cluster.c - membership, ownership and invalidations against a real
+ * redis-server started on a free loopback port (skipped, saying so, when
+ * redis-server is not installed; LARDER_REDIS_SERVER names another binary).
+ * Two or three cluster instances share the process, as nodes would share
+ * a Redis. Heartbeat 200 ms, TTL 1 s, so the whole file runs in ~15 s.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/cluster.h"
+
+#define HB_MS 200
+#define TTL_MS 1000
+
+static char redis_bin[512];
+static int redis_port;
+static pid_t redis_pid = -1;
+static char redis_url[64];
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* Re-evaluates expr every 20 ms until it holds; fails the test if it does
+ * not within secs. */
+#define ASSERT_WITHIN(secs, expr) do { \
+	double until_ = now_s() + (secs); \
+	bool ok_; \
+	while (!(ok_ = (expr)) && now_s() < until_) \
+		sleep_ms(20); \
+	if (!ok_) \
+		fail_msg("not within %.1f s: %s", (double)(secs), #expr); \
+} while (0)
+
+static bool find_redis(void)
+{
+	const char *env = getenv("LARDER_REDIS_SERVER");
+	if (env && *env) {
+		snprintf(redis_bin, sizeof redis_bin, "%s", env);
+		if (access(redis_bin, X_OK) == 0)
+			return true;
+		redis_bin[0] = '\0';
+		return false;
+	}
+	const char *path = getenv("PATH");
+	if (!path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	while (*path) {
+		size_t len = strcspn(path, ":");
+		snprintf(redis_bin, sizeof redis_bin, "%.*s/redis-server", (int)len,
+		         len ? path : ".");
+		if (access(redis_bin, X_OK) == 0)
+			return true;
+		path += len + (path[len] == ':');
+	}
+	redis_bin[0] = '\0';
+	return false;
+}
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static redisContext *redis_connect(void)
+{
+	struct timeval tv = { .tv_sec = 0, .tv_usec = 500000 };
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+	if (c && c->err) {
+		redisFree(c);
+		return NULL;
+	}
+	return c;
+}
+
+static bool redis_ping(void)
+{
+	redisContext *c = redis_connect();
+	if (!c)
+		return false;
+	redisReply *r = redisCommand(c, "PING");
+	bool ok = r && r->type == REDIS_REPLY_STATUS;
+	if (r)
+		freeReplyObject(r);
+	redisFree(c);
+	return ok;
+}
+
+static void redis_start(void)
+{
+	char port[16];
+	snprintf(port, sizeof port, "%d", redis_port);
+	redis_pid = fork();
+	assert_true(redis_pid >= 0);
+	if (redis_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a crashed test */
+		int null = open("/dev/null", O_RDWR);
+		dup2(null, 1);
+		dup2(null, 2);
+		execl(redis_bin, redis_bin, "--port", port, "--bind", "127.0.0.1", "--save", "",
+		      "--appendonly", "no", (char *)NULL);
+		_exit(127);
+	}
+	ASSERT_WITHIN(5, redis_ping());
+}
+
+static void redis_kill(void)
+{
+	if (redis_pid > 0) {
+		kill(redis_pid, SIGKILL);
+		waitpid(redis_pid, NULL, 0);
+		redis_pid = -1;
+	}
+}
+
+static int group_setup(void **state)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (!find_redis()) {
+		fprintf(stderr, "test_cluster: redis-server not found in PATH (or "
+		        "LARDER_REDIS_SERVER): skipping the tests that need Redis\n");
+		return 0;
+	}
+	redis_port = free_port();
+	snprintf(redis_url, sizeof redis_url, "redis://127.0.0.1:%d", redis_port);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	redis_kill();
+	return 0;
+}
+
+/* Each test starts from an empty Redis. */
+static int setup(void **state)
+{
+	if (redis_bin[0])
+		redis_start();
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	redis_kill();
+	return 0;
+}
+
+#define NEED_REDIS() do { if (!redis_bin[0]) skip(); } while (0)
+
+/* ---- invalidation recorder ---- */
+
+struct rec {
+	pthread_mutex_t lock;
+	int n;
+	char bucket[64], key[128];
+};
+
+static void on_inval(void *arg, const char *bucket, const char *key)
+{
+	struct rec *r = arg;
+	pthread_mutex_lock(&r->lock);
+	r->n++;
+	snprintf(r->bucket, sizeof r->bucket, "%s", bucket);
+	snprintf(r->key, sizeof r->key, "%s", key);
+	pthread_mutex_unlock(&r->lock);
+}
+
+static int rec_n(struct rec *r)
+{
+	pthread_mutex_lock(&r->lock);
+	int n = r->n;
+	pthread_mutex_unlock(&r->lock);
+	return n;
+}
+
+static bool rec_key_is(struct rec *r, const char *key)
+{
+	pthread_mutex_lock(&r->lock);
+	bool same = strcmp(r->key, key) == 0;
+	pthread_mutex_unlock(&r->lock);
+	return same;
+}
+
+static struct cluster *node(const char *id, const char *adv, double cap, struct rec *r)
+{
+	struct cluster_config c = {
+		.redis_url = redis_url, .node_id = id, .advertise = adv, .capacity = cap,
+		.heartbeat_ms = HB_MS, .ttl_ms = TTL_MS,
+	};
+	char err[256];
+	struct cluster *cl = cluster_start(&c, r ? on_inval : NULL, r, err, sizeof err);
+	if (!cl)
+		fail_msg("cluster_start(%s): %s", id, err);
+	return cl;
+}
+
+static size_t members(struct cluster *cl)
+{
+	struct cluster_view v;
+	cluster_get_view(cl, &v);
+	return v.members;
+}
+
+static bool ready(struct cluster *cl, size_t n)
+{
+	struct cluster_view v;
+	cluster_get_view(cl, &v);
+	return v.redis_up && v.subscribed && v.members == n;
+}
+
+/* ---- tests ---- */
+
+static void test_members_and_ownership(void **state)
+{
+	NEED_REDIS();
+	struct cluster *a = node("node-a", "10.0.0.1:8080", 1e9, NULL);
+	struct cluster *b = node("node-b", "10.0.0.2:8080", 2e9, NULL);
+	double t0 = now_s();
+	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
+	print_message("both nodes saw each other after %.2f s\n", now_s() - t0);
+
+	char ids[4][CLUSTER_NAME_MAX], addrs[4][CLUSTER_NAME_MAX];
+	double caps[4];
+	assert_int_equal(cluster_members(a, ids, addrs, caps, 4), 2);
+	assert_string_equal(ids[0], "node-a");
+	assert_string_equal(addrs[0], "10.0.0.1:8080");
+	assert_true(caps[0] == 1e9);
+	assert_string_equal(ids[1], "node-b");
+	assert_string_equal(addrs[1], "10.0.0.2:8080");
+	assert_true(caps[1] == 2e9);
+	assert_int_equal(cluster_members(b, ids, addrs, caps, 1), 1);
+
+	/* Exactly one of the two owns each key, and both agree which. */
+	size_t by_a = 0, by_b = 0;
+	for (uint64_t k = 0; k < 1000; k++) {
+		uint64_t key = k * UINT64_C(0x9e3779b97f4a7c15) + 7;
+		char pa[CLUSTER_NAME_MAX] = "", pb[CLUSTER_NAME_MAX] = "";
+		bool ra = cluster_owner(a, key, pa, sizeof pa);
+		bool rb = cluster_owner(b, key, pb, sizeof pb);
+		assert_true(ra != rb);
+		if (ra) {
+			assert_string_equal(pa, "10.0.0.2:8080");
+			by_b++;
+		} else {
+			assert_string_equal(pb, "10.0.0.1:8080");
+			by_a++;
+		}
+	}
+	print_message("1000 keys: node-a (weight 1) owns %zu, node-b (weight 2) owns %zu\n", by_a,
+	              by_b);
+	assert_true(by_b > by_a * 3 / 2 && by_b < by_a * 5 / 2);
+
+	/* A short addr buffer truncates, never overruns. */
+	char tiny[4];
+	for (uint64_t k = 0; k < 100; k++)
+		if (cluster_owner(a, k, tiny, sizeof tiny))
+			assert_string_equal(tiny, "10.");
+
+	cluster_stop(a);
+	cluster_stop(b);
+}
+
+static void test_invalidation(void **state)
+{
+	NEED_REDIS();
+	struct rec ra = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct rec rb = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct cluster *a = node("node-a", "10.0.0.1:8080", 1, &ra);
+	struct cluster *b = node("node-b", "10.0.0.2:8080", 1, &rb);
+	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
+
+	cluster_publish_invalidate(a, "bucket-1", "dir/obj.bin");
+	ASSERT_WITHIN(2, rec_n(&rb) == 1);
+	assert_string_equal(rb.bucket, "bucket-1");
+	assert_string_equal(rb.key, "dir/obj.bin");
+
+	/* A whole bucket, and a key holding the separator. */
+	cluster_publish_invalidate(a, "bucket-2", "");
+	ASSERT_WITHIN(2, rec_n(&rb) == 2);
+	assert_string_equal(rb.bucket, "bucket-2");
+	assert_string_equal(rb.key, "");
+	cluster_publish_invalidate(b, "bucket-3", "odd\nkey");
+	ASSERT_WITHIN(2, rec_n(&ra) == 1);
+	assert_string_equal(ra.bucket, "bucket-3");
+	assert_string_equal(ra.key, "odd\nkey");
+
+	/* Nobody hears their own; invalid buckets are not sent. */
+	cluster_publish_invalidate(a, "", "k");
+	cluster_publish_invalidate(a, "bad\nbucket", "k");
+	sleep_ms(300);
+	assert_int_equal(rec_n(&ra), 1);
+	assert_int_equal(rec_n(&rb), 2);
+
+	struct cluster_view va, vb;
+	cluster_get_view(a, &va);
+	cluster_get_view(b, &vb);
+	assert_string_equal(va.self, "node-a");
+	assert_int_equal(va.invalidations_sent, 2);
+	assert_int_equal(va.invalidations_received, 1);
+	assert_int_equal(vb.invalidations_sent, 1);
+	assert_int_equal(vb.invalidations_received, 2);
+	cluster_stop(a);
+	cluster_stop(b);
+}
+
+static void test_leave(void **state)
+{
+	NEED_REDIS();
+	struct cluster *a = node("node-a", "10.0.0.1:8080", 1, NULL);
+	struct cluster *b = node("node-b", "10.0.0.2:8080", 1, NULL);
+	ASSERT_WITHIN(3, members(a) == 2 && members(b) == 2);
+
+	/* A clean stop deregisters: gone at the next heartbeat, not the TTL. */
+	double t0 = now_s();
+	cluster_stop(b);
+	double stop_s = now_s() - t0;
+	assert_true(stop_s < 1.0);
+	ASSERT_WITHIN(0.6, members(a) == 1);
+	print_message("stop took %.3f s; peer dropped after %.2f s\n", stop_s, now_s() - t0);
+
+	/* A node that dies without a word (here: a key written by hand) is
+	 * dropped once its key expires, and pruned from the set. */
+	redisContext *c = redis_connect();
+	assert_non_null(c);
+	redisReply *r = redisCommand(c, "SET larder:node:ghost %s PX %d", "10.0.0.9:8080\t1",
+	                             TTL_MS);
+	freeReplyObject(r);
+	r = redisCommand(c, "SADD larder:nodes ghost");
+	freeReplyObject(r);
+	/* Malformed entries from someone else are ignored. */
+	r = redisCommand(c, "SET larder:node:junk nonsense");
+	freeReplyObject(r);
+	r = redisCommand(c, "SADD larder:nodes junk");
+	freeReplyObject(r);
+	ASSERT_WITHIN(1, members(a) == 2);
+	t0 = now_s();
+	ASSERT_WITHIN(2, members(a) == 1);
+	double gone = now_s() - t0;
+	print_message("silent node dropped %.2f s after it was seen (TTL %.1f s)\n", gone,
+	              TTL_MS / 1e3);
+	assert_true(gone > 0.3);
+	r = redisCommand(c, "SISMEMBER larder:nodes ghost");
+	assert_int_equal(r->integer, 0);
+	freeReplyObject(r);
+	r = redisCommand(c, "EXISTS larder:node:node-b");
+	assert_int_equal(r->integer, 0);
+	freeReplyObject(r);
+	redisFree(c);
+	cluster_stop(a);
+}
+
+static void test_redis_outage(void **state)
+{
+	NEED_REDIS();
+	struct rec ra = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct rec rb = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct cluster *a = node("node-a", "10.0.0.1:8080", 1, &ra);
+	struct cluster *b = node("node-b", "10.0.0.2:8080", 1, &rb);
+	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
+
+	redis_kill();
+	double t0 = now_s();
+	struct cluster_view v;
+	ASSERT_WITHIN(2, (cluster_get_view(a, &v), !v.redis_up && v.members == 1));
+	ASSERT_WITHIN(2, (cluster_get_view(b, &v), !v.redis_up && v.members == 1));
+	print_message("both alone %.2f s after redis died\n", now_s() - t0);
+	assert_string_equal(v.self, "node-b");
+	for (uint64_t k = 0; k < 1000; k++) {
+		char addr[CLUSTER_NAME_MAX];
+		assert_false(cluster_owner(a, k, addr, sizeof addr));
+		assert_false(cluster_owner(b, k, addr, sizeof addr));
+	}
+	char ids[4][CLUSTER_NAME_MAX];
+	assert_int_equal(cluster_members(a, ids, NULL, NULL, 4), 1);
+	assert_string_equal(ids[0], "node-a");
+	/* Invalidations wait for Redis. */
+	cluster_publish_invalidate(a, "bucket-1", "while-down");
+
+	sleep_ms(500);
+	redis_start();
+	t0 = now_s();
+	ASSERT_WITHIN(6, ready(a, 2) && ready(b, 2));
+	print_message("both rejoined %.2f s after redis came back\n", now_s() - t0);
+	cluster_get_view(a, &v);
+	assert_true(v.redis_reconnects >= 1);
+
+	/* The queued one went out after the heartbeat thread reconnected;
+	 * b hears it if it was subscribed again by then, and in any case
+	 * hears new ones. */
+	cluster_publish_invalidate(a, "bucket-1", "after");
+	ASSERT_WITHIN(2, rec_key_is(&rb, "after"));
+	cluster_stop(a);
+	cluster_stop(b);
+}
+
+static void test_start_without_redis(void **state)
+{
+	/* Nothing listens on this port: the node starts anyway, alone, and
+	 * stops promptly. */
+	struct cluster_config c = {
+		.redis_url = "redis://127.0.0.1:1", .node_id = "lonely", .advertise = "h:1",
+		.capacity = 1, .heartbeat_ms = HB_MS, .ttl_ms = TTL_MS,
+	};
+	char err[256];
+	struct cluster *cl = cluster_start(&c, NULL, NULL, err, sizeof err);
+	assert_non_null(cl);
+	sleep_ms(300);
+	struct cluster_view v;
+	cluster_get_view(cl, &v);
+	assert_false(v.redis_up);
+	assert_false(v.subscribed);
+	assert_int_equal(v.members, 1);
+	assert_false(cluster_owner(cl, 1, NULL, 0));
+	for (int i = 0; i < 5000; i++)
+		cluster_publish_invalidate(cl, "b", "k");
+	cluster_get_view(cl, &v);
+	assert_int_equal(v.invalidations_dropped, 5000 - 4096);
+	double t0 = now_s();
+	cluster_stop(cl);
+	assert_true(now_s() - t0 < 1.0);
+}
+
+static void test_config(void **state)
+{
+	char err[256];
+	struct cluster_config c = { .node_id = "n", .advertise = "h:1", .capacity = 1 };
+
+	/* No Redis, no cluster: NULL without an error, and NULL is usable. */
+	assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
+	assert_string_equal(err, "");
+	struct cluster_view v;
+	cluster_get_view(NULL, &v);
+	assert_false(v.redis_up);
+	assert_int_equal(v.members, 1);
+	assert_false(cluster_owner(NULL, 1, NULL, 0));
+	cluster_publish_invalidate(NULL, "b", "k");
+	assert_int_equal(cluster_members(NULL, NULL, NULL, NULL, 4), 0);
+	cluster_stop(NULL);
+
+	static const char *const bad_urls[] = { "http://h:1", "redis://", "redis://h:0",
+		"redis://h:99999", "redis://h:1/x", "redis://h:1x", "redis://user@h:1", NULL };
+	for (int i = 0; bad_urls[i]; i++) {
+		c.redis_url = bad_urls[i];
+		assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
+		assert_true(err[0] != '\0');
+	}
+	c.redis_url = "redis://h:1";
+	c.node_id = "has space";
+	assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
+	c.node_id = "";
+	assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
+	c.node_id = "n";
+	c.capacity = 0;
+	assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
+	c.capacity = 1;
+	c.heartbeat_ms = 1000;
+	c.ttl_ms = 1000;
+	assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
+	assert_non_null(strstr(err, "ttl_ms"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_config),
+		cmocka_unit_test(test_start_without_redis),
+		cmocka_unit_test_setup_teardown(test_members_and_ownership, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_invalidation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_redis_outage, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
