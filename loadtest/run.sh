@@ -10,7 +10,7 @@
 #   b  three epochs in new random orders: per-epoch throughput and upstream GETs
 #   f  dataset twice the RAM cache, three epochs: subset vs lru vs policy_sim
 #   m  larder's RSS with 1,000 open connections
-#   g  three nodes with Redis (part 3): not available yet
+#   g  three larder nodes with Redis: upstream GETs per chunk, the dataset read through all
 #
 # What runs where (2 cores): the system under test (larder, the nginx peer or
 # nginx serving files) is pinned to CPU $LOADTEST_SUT_CPU (0) with one worker;
@@ -76,9 +76,11 @@ concurrencies=(8 16 32 64)
 # ---- cleanup: only what this script started ----
 larder_pid=""
 nginx_runs=()
+g_pids=()
 netns_used=0
 cleanup() {
   set +e
+  for p in "${g_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   [[ -z "$larder_pid" ]] || { kill -TERM "$larder_pid" 2>/dev/null; wait "$larder_pid" 2>/dev/null; }
   for r in "${nginx_runs[@]}"; do "$here/origin/stop.sh" "$r"; done
   ((netns_used == 0)) || "$here/netns.sh" down
@@ -319,7 +321,53 @@ scen_m() {
 }
 
 scen_g() {
-  echo; echo "== g: three nodes with Redis: not available yet (needs part 3, the cluster)"
+  echo; echo "== g: three larder nodes and Redis: the small dataset read through every node at once"
+  local rport=18199 i node_ports=(18100 18101 18102)
+  redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+    > "$work/redis.log" 2>&1 &
+  g_pids+=($!)
+  for ((i = 0; i < 50; i++)); do (exec 3<>"/dev/tcp/127.0.0.1/$rport") 2>/dev/null && break; sleep 0.1; done
+  for i in 0 1 2; do
+    local dir="$work/run-node$i"
+    rm -rf "$dir"; mkdir -p "$dir"
+    env LARDER_LISTEN="127.0.0.1:${node_ports[$i]}" LARDER_UPSTREAM_URL="http://$origin" \
+      LARDER_UPSTREAM_ADDRESSING=path LARDER_UPSTREAM_REGION=us-east-1 \
+      AWS_ACCESS_KEY_ID=origin-key AWS_SECRET_ACCESS_KEY=origin-secret \
+      LARDER_CLIENT_KEY="$key" LARDER_CLIENT_SECRET="$secret" LARDER_RAM_CACHE_SIZE=1GiB \
+      LARDER_METADATA_TTL=immutable LARDER_ACCESS_LOG=off LARDER_WORKERS=1 \
+      LARDER_ADMIN_LISTEN=off LARDER_CHUNK_SIZE=8MiB \
+      LARDER_REDIS_URL="redis://127.0.0.1:$rport" LARDER_NODE_ID="node$i" \
+      LARDER_ADVERTISE="127.0.0.1:${node_ports[$i]}" \
+      LARDER_CLUSTER_SECRET="loadtest-cluster-secret-0123" \
+      "$larder_bin" serve > "$dir/larder.log" 2>&1 &
+    g_pids+=($!)
+  done
+  sleep 3   # three heartbeats: every node sees the others
+  local before after
+  before="$(origin_lines)"
+  local lg=()
+  for i in 0 1 2; do
+    "$loadgen_bin" --url "http://127.0.0.1:${node_ports[$i]}/bench" --keys "$work/keys-small" \
+      --concurrency 16 --epochs 1 --seed $((i + 7)) --sign "$key:$secret" \
+      --json "$res/g-node$i.json" --label "g-node$i" > "$res/g-node$i.txt" &
+    lg+=($!)
+  done
+  for p in "${lg[@]}"; do wait "$p" || echo "run.sh: a loadgen of g failed" >&2; done
+  sleep 0.3
+  after="$(origin_lines)"
+  local gets=$((after - before)) chunks=$n_small
+  cat "$res"/g-node*.txt
+  python3 - "$gets" "$chunks" "$res/g-cluster.json" <<'PY'
+import json, sys
+gets, chunks, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+json.dump({"scenario": "g", "nodes": 3, "readers_per_node": 16, "chunks": chunks,
+           "upstream_gets": gets, "upstream_gets_per_chunk": gets / chunks}, open(out, "w"))
+print("   g: %d origin GETs for %d chunks read through 3 nodes: %.3f upstream GETs per chunk"
+      " (alone, each node would fetch every chunk: 3.0)" % (gets, chunks, gets / chunks))
+PY
+  for p in "${g_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${g_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  g_pids=()
 }
 
 for s in "${scenarios[@]}"; do
