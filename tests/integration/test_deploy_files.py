@@ -15,7 +15,7 @@ No Docker engine, no Kubernetes API server and no moto are needed:
   named ports, $(VAR) order, memory sized from LARDER_RAM_CACHE_SIZE) and their
   settings pass `larder serve --check`.
 * Every LARDER_* variable the files set is one larder documents in
-  config/larder.conf (or a cluster setting of part 3, not built yet).
+  config/larder.conf.
 * docker/docker-entrypoint.sh runs outside a container with the plain build of
   larder ($LARDER_BUILD_DIR, default build/) on PATH: root refusal, larder's own
   message and status for a bad setting, the cache directory, exec and SIGTERM.
@@ -45,10 +45,6 @@ COMPOSE_FILES = ("docker-compose.yml", "docker-compose.aws.yml")
 K8S = os.path.join(DOCKER, "k8s")
 CONF = os.path.join(REPO, "config", "larder.conf")
 
-# Settings of the cluster (part 3). Not in config/larder.conf until part 3
-# lands; larder ignores unknown LARDER_* environment variables meanwhile.
-PENDING_CLUSTER_SETTINGS = {"LARDER_REDIS_URL", "LARDER_NODE_ID", "LARDER_ADVERTISE",
-                            "LARDER_CLUSTER_SECRET"}
 # Read by docker/docker-entrypoint.sh, not by larder.
 ENTRYPOINT_SETTINGS = {"LARDER_ALLOW_ROOT"}
 
@@ -67,6 +63,7 @@ MESON_DEV_PACKAGES = {
     "ev": "libev-dev",
     "jemalloc": "libjemalloc-dev",
     "hiredis": "libhiredis-dev",
+    "m": None,  # libm: part of libc6-dev, already in the build stage
 }
 # In debian:12-slim already (a NEEDED library may come from these).
 BASE_IMAGE_PACKAGES = {"libc6", "libgcc-s1"}
@@ -405,7 +402,7 @@ class YamlFilesParse(unittest.TestCase):
 
     def test_larder_settings_are_documented(self):
         need_yaml(self)
-        known = documented_settings() | PENDING_CLUSTER_SETTINGS | ENTRYPOINT_SETTINGS
+        known = documented_settings() | ENTRYPOINT_SETTINGS
         used = set()
         for path in yaml_files() + [DOCKERFILE, ENTRYPOINT]:
             text = "\n".join(l for l in read(path).splitlines() if not l.lstrip().startswith("#"))
