@@ -155,6 +155,30 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		.meta_entries = meta_cache_count(gw->meta),
 		.open_connections = atomic_load(&gw->open_connections),
 	};
+	if (gw->cluster) {
+		struct cluster_view v;
+		cluster_get_view(gw->cluster, &v);
+		g->clustered = true;
+		g->redis_up = v.redis_up;
+		g->cluster_members = v.members;
+		g->invalidations_sent = v.invalidations_sent;
+		g->invalidations_received = v.invalidations_received;
+		g->redis_reconnects = v.redis_reconnects;
+	}
+	struct prefetch_info jobs[64];
+	size_t n = gw->prefetch ? prefetch_list(gw->prefetch, jobs, 64) : 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *s = jobs[i].state;
+		if (strcmp(s, "done") == 0)
+			g->jobs_done++;
+		else if (strcmp(s, "failed") == 0)
+			g->jobs_failed++;
+		else if (strcmp(s, "cancelled") == 0)
+			g->jobs_cancelled++;
+		else
+			g->jobs_running++;
+		g->prefetch_bytes += jobs[i].bytes_done;
+	}
 }
 
 static enum MHD_Result metrics(struct admin *a, struct MHD_Connection *c, struct areq *q)

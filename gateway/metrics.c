@@ -501,6 +501,34 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		r = r ? r : family(out, "larder_client_connections", "gauge",
 		                   "Open client connections.");
 		r = r ? r : sample(out, "larder_client_connections", NULL, g->open_connections);
+		r = r ? r : family(out, "larder_prefetch_jobs", "gauge",
+		                   "Prefetch jobs known, by state (finished ones are kept for a while).");
+		r = r ? r : sample(out, "larder_prefetch_jobs", "state=\"running\"", g->jobs_running);
+		r = r ? r : sample(out, "larder_prefetch_jobs", "state=\"done\"", g->jobs_done);
+		r = r ? r : sample(out, "larder_prefetch_jobs", "state=\"failed\"", g->jobs_failed);
+		r = r ? r : sample(out, "larder_prefetch_jobs", "state=\"cancelled\"",
+		                   g->jobs_cancelled);
+		r = r ? r : family(out, "larder_prefetch_bytes", "gauge",
+		                   "Bytes warmed by the prefetch jobs still listed.");
+		r = r ? r : sample(out, "larder_prefetch_bytes", NULL, g->prefetch_bytes);
+	}
+	if (!r && g && g->clustered) {
+		r = family(out, "larder_cluster_redis_up", "gauge",
+		           "1 when this node reaches Redis (0: it serves alone).");
+		r = r ? r : sample(out, "larder_cluster_redis_up", NULL, g->redis_up ? 1 : 0);
+		r = r ? r : family(out, "larder_cluster_members", "gauge",
+		                   "Live nodes this node sees, itself included.");
+		r = r ? r : sample(out, "larder_cluster_members", NULL, g->cluster_members);
+		r = r ? r : family(out, "larder_cluster_invalidations_total", "counter",
+		                   "Invalidations published to and received from the other nodes.");
+		r = r ? r : sample(out, "larder_cluster_invalidations_total", "direction=\"sent\"",
+		                   g->invalidations_sent);
+		r = r ? r : sample(out, "larder_cluster_invalidations_total",
+		                   "direction=\"received\"", g->invalidations_received);
+		r = r ? r : family(out, "larder_cluster_redis_reconnects_total", "counter",
+		                   "Reconnections to Redis.");
+		r = r ? r : sample(out, "larder_cluster_redis_reconnects_total", NULL,
+		                   g->redis_reconnects);
 	}
 	return r;
 }

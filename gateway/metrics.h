@@ -66,6 +66,12 @@ struct metrics_gauges {
 	const struct store_stats *store;  /* NULL: no store figures */
 	uint64_t meta_entries;            /* objects in the metadata cache */
 	uint64_t open_connections;        /* client connections */
+	bool clustered;                   /* in a cluster: the cluster_* figures below count */
+	bool redis_up;
+	uint64_t cluster_members;         /* live nodes this node sees, itself included */
+	uint64_t invalidations_sent, invalidations_received, redis_reconnects;
+	uint64_t jobs_running, jobs_done, jobs_failed, jobs_cancelled; /* prefetch */
+	uint64_t prefetch_bytes;          /* bytes warmed by the jobs still listed */
 };
 
 /* Appends the whole exposition (text format 0.0.4: # HELP, # TYPE, one

@@ -203,6 +203,25 @@ class Cluster(harness.S3Asserts, unittest.TestCase):
         st, body = get(peer_headers(SECRET, "c" * 32, date=str(int(time.time()) - 3600)))
         self.assertEqual(st, 403, "an old peer request was served")
 
+    def test_metrics_and_view_show_the_cluster(self):
+        node = self.nodes[1]
+        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % node.admin_port,
+                                     headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read().decode()
+        lines = text.splitlines()
+        self.assertIn("larder_cluster_redis_up 1", lines)
+        self.assertIn("larder_cluster_members 3", lines)
+        self.assertTrue(any(l.startswith("larder_cluster_invalidations_total{") for l in lines))
+        promtool = shutil.which("promtool")
+        if promtool:
+            out = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
+                                 capture_output=True, timeout=30)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        v = self.view(node)
+        self.assertEqual(v["self"], "node-1")
+        self.assertEqual(sorted(m["id"] for m in v["members"]), ["node-0", "node-1", "node-2"])
+
     def test_zz_failures_are_a_slower_path(self):
         # A peer killed while another node streams from it: the client still
         # gets every byte (from S3 instead).
