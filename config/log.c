@@ -64,6 +64,16 @@ void log_write(enum log_level l, const char *topic, const char *fmt, ...)
 	fputs(line, stderr);
 }
 
+void log_mhd(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	size_t n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	log_info((const char *)cls, "%s", msg);
+}
+
 int log_access_open(const char *where)
 {
 	log_access_close();

@@ -13,6 +13,7 @@
 #define LARDER_LOG_H
 
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdio.h>
 
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
@@ -37,6 +38,10 @@ void log_write(enum log_level l, const char *topic, const char *fmt, ...)
 #define log_warn(topic, ...)  log_at(LOG_WARN, topic, __VA_ARGS__)
 #define log_info(topic, ...)  log_at(LOG_INFO, topic, __VA_ARGS__)
 #define log_debug(topic, ...) log_at(LOG_DEBUG, topic, __VA_ARGS__)
+
+/* libmicrohttpd's external logger (MHD_OPTION_EXTERNAL_LOGGER), at info
+ * level; cls is the topic string ("http", "admin"). */
+void log_mhd(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* One request, as the access log records it. Strings may be NULL ("-"). */
 struct log_access_rec {

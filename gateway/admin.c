@@ -609,18 +609,6 @@ static void completed_cb(void *cls, struct MHD_Connection *c, void **req_cls,
 	*req_cls = NULL;
 }
 
-__attribute__((format(printf, 2, 0)))
-static void mhd_logger(void *cls, const char *fmt, va_list ap)
-{
-	char msg[512];
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	size_t n = strlen(msg);
-	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
-		msg[--n] = '\0';
-	(void)cls;
-	log_info("admin", "%s", msg);
-}
-
 /* ---- lifetime ------------------------------------------------------------------- */
 
 int admin_start(struct gw *gw)
@@ -652,7 +640,7 @@ int admin_start(struct gw *gw)
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
 	                 (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
 	a->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a,
-	                          MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+	                          MHD_OPTION_EXTERNAL_LOGGER, log_mhd, (void *)"admin",
 	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 	                          MHD_OPTION_NOTIFY_COMPLETED, completed_cb, a,
 	                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,

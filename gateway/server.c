@@ -114,18 +114,6 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-__attribute__((format(printf, 2, 0)))
-static void mhd_logger(void *cls, const char *fmt, va_list ap)
-{
-	char msg[512];
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	size_t n = strlen(msg);
-	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
-		msg[--n] = '\0';
-	(void)cls;
-	log_info("http", "%s", msg);
-}
-
 static void connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
@@ -168,7 +156,7 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	 * header limit (MHD answers 431 past it), plus room for buffers. */
 	size_t pool = cfg->max_header_bytes + 16 * 1024;
 	w->mhd = MHD_start_daemon(flags, 0, NULL, NULL, proxy_access_cb, w,
-	                          MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+	                          MHD_OPTION_EXTERNAL_LOGGER, log_mhd, (void *)"http",
 	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 	                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
 	                          MHD_OPTION_URI_LOG_CALLBACK, proxy_uri_cb, w,

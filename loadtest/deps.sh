@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the load-test scripts need (not needed by CI): nginx with the
+# Installs what the load-test scripts need (CI runs them at smoke size): nginx with the
 # echo module (the origin's delay), gnuplot (the pictures). Debian/Ubuntu apt.
 set -euo pipefail
 need=()

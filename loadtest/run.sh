@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# larder's benchmarks: loadtest/run.sh [quick|full] [scenario...]
+# larder's benchmarks: loadtest/run.sh [smoke|quick|full] [scenario...]
+# (smoke: every scenario at a tiny size, to prove they run; the figures mean nothing)
 #
 # Scenarios (default: all, in this order): a d e c b f m g
 #   a  random reads of small objects, one epoch, concurrency 8/16/32/64:
@@ -29,7 +30,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 
 mode=quick
-if [[ "${1:-}" == quick || "${1:-}" == full ]]; then mode="$1"; shift; fi
+if [[ "${1:-}" == quick || "${1:-}" == full || "${1:-}" == smoke ]]; then mode="$1"; shift; fi
 scenarios=("$@")
 ((${#scenarios[@]})) || scenarios=(a d e c b f m g)
 
@@ -64,14 +65,16 @@ larder_port=18080 peer_port=18081 static_port=18082 origin_port=18090
 t_start=$SECONDS
 
 # ---- sizes per mode ----
-if [[ "$mode" == quick ]]; then
-  n_small=2000 storm_mib=64 shard_sizes=(4 64 256) large_n=4 e_secs=4
-else
-  n_small=20000 storm_mib=256 shard_sizes=(4 16 64 256) large_n=8 e_secs=10
-fi
 small_bytes=117760   # 115 KiB
 large_mib=64
 concurrencies=(8 16 32 64)
+if [[ "$mode" == quick ]]; then
+  n_small=2000 storm_mib=64 shard_sizes=(4 64 256) large_n=4 e_secs=4
+elif [[ "$mode" == smoke ]]; then
+  n_small=60 storm_mib=8 shard_sizes=(4) large_n=1 e_secs=1 large_mib=8 concurrencies=(4)
+else
+  n_small=20000 storm_mib=256 shard_sizes=(4 16 64 256) large_n=8 e_secs=10
+fi
 
 # ---- cleanup: only what this script started ----
 larder_pid=""

@@ -1,0 +1,51 @@
+"""Every benchmark scenario runs: loadtest/run.sh smoke (tiny sizes).
+
+The benchmarks are not timed tests and their figures are not asserted here;
+this only proves each scenario still starts its origin, nginx peer, larder
+nodes and load generator, finishes, and records a result without errors.
+"""
+import glob
+import json
+import os
+import subprocess
+import unittest
+
+import harness
+
+LOADTEST = os.path.join(harness.REPO, "loadtest")
+
+
+class LoadtestSmoke(unittest.TestCase):
+    def test_every_scenario_runs(self):
+        build = os.environ.get("LARDER_BUILD_DIR") or "build"
+        if not os.path.isabs(build):
+            build = os.path.join(harness.REPO, build)
+        for b in ("gateway/larder", "loadtest/loadgen", "loadtest/policy_sim"):
+            if not os.access(os.path.join(build, b), os.X_OK):
+                raise unittest.SkipTest("%s is not built" % b)
+        if os.geteuid() != 0 and not os.environ.get("CI"):
+            raise unittest.SkipTest("the load tests install nginx with apt-get: run as root")
+        env = dict(os.environ, LOADTEST_BUILD=build)
+        out = subprocess.run([os.path.join(LOADTEST, "run.sh"), "smoke"], env=env,
+                             capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
+        text = (out.stdout + out.stderr).decode(errors="replace")
+        self.assertEqual(out.returncode, 0, text[-4000:])
+        res = os.path.realpath(os.path.join(LOADTEST, "results", "latest"))
+        self.assertIn("smoke-", os.path.basename(res))
+        for scen in "adecbfmg":
+            files = glob.glob(os.path.join(res, scen + "-*.json"))
+            self.assertTrue(files, "scenario %s wrote no result\n%s" % (scen, text[-3000:]))
+            for f in files:
+                with open(f) as fp:
+                    r = json.load(fp)
+                if "loadgen_rc" in r:
+                    self.assertEqual(int(r["loadgen_rc"]), 0, f)
+                total = r.get("total") or {}
+                self.assertEqual(total.get("errors", 0), 0, f)
+        g = json.load(open(os.path.join(res, "g-cluster.json")))
+        # Nodes alone would fetch every chunk three times (3.0).
+        self.assertLess(g["upstream_gets_per_chunk"], 1.5, g)
+
+
+if __name__ == "__main__":
+    unittest.main()
