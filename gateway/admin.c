@@ -452,10 +452,17 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	char (*addrs)[128] = calloc(MAX, sizeof *addrs);
 	double *caps = calloc(MAX, sizeof *caps);
 	size_t n = ids && addrs && caps ? cluster_members(gw->cluster, ids, addrs, caps, MAX) : 0;
+	/* Rendezvous weighted by capacity gives each node this share of the
+	 * chunks, to within a few percent (docs/cluster.md). */
+	double total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += caps[i];
 	json_t *members = json_array();
 	for (size_t i = 0; members && i < n; i++)
-		json_array_append_new(members, json_pack("{s:s,s:s,s:f}", "id", ids[i], "address",
-		                                         addrs[i], "capacity", caps[i]));
+		json_array_append_new(members, json_pack("{s:s,s:s,s:f,s:f}", "id", ids[i], "address",
+		                                         addrs[i], "capacity", caps[i],
+		                                         "ownership_share",
+		                                         total > 0 ? caps[i] / total : 0.0));
 	free(ids);
 	free(addrs);
 	free(caps);
