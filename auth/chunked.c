@@ -210,18 +210,29 @@ static void stream_signature(const struct ack_decoder *d, const char *kind, bool
 	hex_encode(mac, sizeof mac, out);
 }
 
+/* Finishes md (the chunk's or the trailer's running SHA-256) and checks
+ * the signature sent for it, in constant time; the computed one goes to
+ * sig (it chains into the next chunk's). */
+static bool signature_matches(const struct ack_decoder *d, EVP_MD_CTX *md_ctx,
+                              const char *kind, bool empty_line, const char *sent,
+                              char sig[65])
+{
+	unsigned char md[32];
+	unsigned int mlen = 0;
+	char hash[65];
+	EVP_DigestFinal_ex(md_ctx, md, &mlen);
+	hex_encode(md, sizeof md, hash);
+	stream_signature(d, kind, empty_line, hash, sig);
+	return ct_equal(sig, 64, sent, 64);
+}
+
 /* The chunk just ended: check its signature (signed modes). */
 static enum ack_status end_of_chunk(struct ack_decoder *d)
 {
 	if (!signed_mode(d))
 		return ACK_MORE;
-	unsigned char md[32];
-	unsigned int mlen = 0;
-	char hash[65], sig[65];
-	EVP_DigestFinal_ex(d->chunk_md, md, &mlen);
-	hex_encode(md, sizeof md, hash);
-	stream_signature(d, "AWS4-HMAC-SHA256-PAYLOAD", true, hash, sig);
-	if (!ct_equal(sig, 64, d->chunk_sig, 64))
+	char sig[65];
+	if (!signature_matches(d, d->chunk_md, "AWS4-HMAC-SHA256-PAYLOAD", true, d->chunk_sig, sig))
 		return ACK_ERR_SIGNATURE;
 	memcpy(d->prev_sig, sig, sizeof sig);
 	return ACK_MORE;
@@ -327,13 +338,9 @@ static enum ack_status end_of_body(struct ack_decoder *d)
 	if (d->mode == ACK_SIGNED_TRAILER) {
 		if (!d->trailer_sig_seen)
 			return ACK_ERR_SIGNATURE;
-		unsigned char md[32];
-		unsigned int mlen = 0;
-		char hash[65], sig[65];
-		EVP_DigestFinal_ex(d->trailer_md, md, &mlen);
-		hex_encode(md, sizeof md, hash);
-		stream_signature(d, "AWS4-HMAC-SHA256-TRAILER", false, hash, sig);
-		if (!ct_equal(sig, 64, d->trailer_sig, 64))
+		char sig[65];
+		if (!signature_matches(d, d->trailer_md, "AWS4-HMAC-SHA256-TRAILER", false,
+		                       d->trailer_sig, sig))
 			return ACK_ERR_SIGNATURE;
 	}
 	for (size_t i = 0; i < d->n_trailers; i++)
