@@ -522,12 +522,17 @@ enum MHD_Result cache_respond(struct req *r)
 			return MHD_YES;
 		}
 	}
-	bool hit = !c->meta_loaded && !c->miss && (status == 304 || all_held(r, m));
+	/* A full RAM hit goes out as an iovec over the chunks; that it could is
+	 * itself the proof of the hit, so the chunks are looked up once. */
+	struct MHD_Response *resp = NULL;
+	bool hit;
+	if (!c->meta_loaded && !c->miss && !c->head && status != 304 && len > 0 &&
+	    (resp = zero_copy_response(r)) != NULL)
+		hit = true;
+	else
+		hit = !c->meta_loaded && !c->miss && (status == 304 || all_held(r, m));
 	c->miss = !hit;
 
-	struct MHD_Response *resp = NULL;
-	if (hit && !c->head && status != 304 && len > 0)
-		resp = zero_copy_response(r);
 	if (resp) {
 		c->pos = c->end + 1; /* all of it handed over */
 	} else if (c->head || status == 304 || len == 0) {
