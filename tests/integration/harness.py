@@ -513,6 +513,48 @@ def raw_exchange(port, data, timeout=10, shutdown_write=False):
         s.close()
 
 
+class Resp:
+    """A response read to its end or as far as it came: a body cut short or
+    a dropped connection is reported (complete=False, error), never raised."""
+
+    def __init__(self, status, headers, body, complete=True, error=None):
+        self.status, self.headers, self.body = status, headers, body
+        self.complete, self.error = complete, error
+
+    @property
+    def cache(self):
+        return self.headers.get("x-larder-cache")
+
+    def __repr__(self):
+        return "<%s cache=%s len=%d complete=%s error=%r>" % (
+            self.status, self.cache, len(self.body), self.complete, self.error)
+
+
+def signed_request(base, method, path, headers=None, key=CLIENT_KEY, secret=CLIENT_SECRET,
+                   user_agent=None, timeout=60, resp_class=Resp):
+    """One SigV4-signed request on a fresh connection; returns resp_class."""
+    h = sign_headers(method, base + path, key, secret, headers)
+    if user_agent:
+        h["User-Agent"] = user_agent
+    host, port = base.replace("http://", "").split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        try:
+            c.request(method, path, headers=h)
+            r = c.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            return resp_class(None, {}, b"", False, e)
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        try:
+            return resp_class(r.status, hdrs, r.read(), True)
+        except http.client.IncompleteRead as e:
+            return resp_class(r.status, hdrs, e.partial, False, e)
+        except (OSError, http.client.HTTPException) as e:
+            return resp_class(r.status, hdrs, b"", False, e)
+    finally:
+        c.close()
+
+
 def s3_error(body):
     """(Code, RequestId) from an S3 XML error body, or (None, None)."""
     import xml.etree.ElementTree as ET

@@ -11,7 +11,6 @@ import base64
 import concurrent.futures
 import email.utils
 import hashlib
-import http.client
 import random
 import shutil
 import tempfile
@@ -43,15 +42,7 @@ def etag_of(data):
     return '"%s"' % hashlib.md5(data).hexdigest()
 
 
-class Resp:
-    def __init__(self, status, headers, body, complete=True, error=None):
-        self.status, self.headers, self.body = status, headers, body
-        self.complete, self.error = complete, error
-
-    @property
-    def cache(self):
-        return self.headers.get("x-larder-cache")
-
+class Resp(harness.Resp):
     def compared(self):
         out = {k: v for k, v in self.headers.items() if k in COMPARED}
         out.update({k: v for k, v in self.headers.items() if k.startswith("x-amz-meta-")})
@@ -63,28 +54,8 @@ class Resp:
                                              "" if self.complete else " INCOMPLETE %r" % self.error)
 
 
-def request(base, method, path, headers=None, key=harness.CLIENT_KEY,
-            secret=harness.CLIENT_SECRET, user_agent=None, timeout=60):
-    h = harness.sign_headers(method, base + path, key, secret, headers)
-    if user_agent:
-        h["User-Agent"] = user_agent
-    host, port = base.replace("http://", "").split(":")
-    c = http.client.HTTPConnection(host, int(port), timeout=timeout)
-    try:
-        try:
-            c.request(method, path, headers=h)
-            r = c.getresponse()
-        except (OSError, http.client.HTTPException) as e:
-            return Resp(None, {}, b"", False, e)
-        hdrs = {k.lower(): v for k, v in r.getheaders()}
-        try:
-            return Resp(r.status, hdrs, r.read())
-        except http.client.IncompleteRead as e:
-            return Resp(r.status, hdrs, e.partial, False, e)
-        except (OSError, http.client.HTTPException) as e:
-            return Resp(r.status, hdrs, b"", False, e)
-    finally:
-        c.close()
+def request(base, method, path, headers=None, **kw):
+    return harness.signed_request(base, method, path, headers, resp_class=Resp, **kw)
 
 
 def query_string(params):

@@ -10,7 +10,6 @@ Chunk size is 1 MiB throughout, so objects of a few MiB span several chunks.
 """
 import glob
 import hashlib
-import http.client
 import os
 import random
 import shutil
@@ -38,15 +37,7 @@ def md5_etag(data):
     return '"%s"' % hashlib.md5(data).hexdigest()
 
 
-class Resp:
-    def __init__(self, status, headers, body, complete, error=None):
-        self.status, self.headers, self.body = status, headers, body
-        self.complete, self.error = complete, error
-
-    @property
-    def cache(self):
-        return self.headers.get("x-larder-cache")
-
+class Resp(harness.Resp):
     def __repr__(self):
         return "<%s %s cache=%s len=%d complete=%s error=%r>" % (
             self.status, {k: v for k, v in self.headers.items()
@@ -54,28 +45,9 @@ class Resp:
             self.cache, len(self.body), self.complete, self.error)
 
 
-def fetch(base, method, path, headers=None, key=harness.CLIENT_KEY,
-          secret=harness.CLIENT_SECRET, timeout=60):
-    """One signed request; a body cut short or a dropped connection is
-    reported (complete=False, error), never raised."""
-    h = harness.sign_headers(method, base + path, key, secret, headers)
-    host, port = base.replace("http://", "").split(":")
-    c = http.client.HTTPConnection(host, int(port), timeout=timeout)
-    try:
-        try:
-            c.request(method, path, headers=h)
-            r = c.getresponse()
-        except (OSError, http.client.HTTPException) as e:
-            return Resp(None, {}, b"", False, e)
-        hdrs = {k.lower(): v for k, v in r.getheaders()}
-        try:
-            return Resp(r.status, hdrs, r.read(), True)
-        except http.client.IncompleteRead as e:
-            return Resp(r.status, hdrs, e.partial, False, e)
-        except (OSError, http.client.HTTPException) as e:
-            return Resp(r.status, hdrs, b"", False, e)
-    finally:
-        c.close()
+def fetch(base, method, path, headers=None, **kw):
+    """One signed request (harness.signed_request)."""
+    return harness.signed_request(base, method, path, headers, resp_class=Resp, **kw)
 
 
 def origin_client(origin, secret=ORIGIN_SECRET, **kw):
