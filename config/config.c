@@ -107,6 +107,8 @@ static const struct setting settings[] = {
 	SET("cluster", "node_id", "LARDER_NODE_ID", K_PATH, node_id, 0, 0),
 	SET("cluster", "advertise", "LARDER_ADVERTISE", K_PATH, advertise, 0, 0),
 	SET("cluster", "secret", "LARDER_CLUSTER_SECRET", K_TOKEN, cluster_secret, 16, 256),
+	SET("cluster", "directory_ttl", "LARDER_DIRECTORY_TTL", K_UINT, directory_ttl_s, 10,
+	    7 * 86400),
 };
 
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
@@ -973,6 +975,7 @@ static int set_defaults(struct load *L)
 	c->metadata_ttl_s = 60;
 	c->negative_ttl_s = 0;
 	c->readahead_chunks = 4;
+	c->directory_ttl_s = 3600;
 	c->admin_port = 9090;
 	if (set_str(L, &c->listen_host, "127.0.0.1") || set_str(L, &c->log_level, "info") ||
 	    set_str(L, &c->admin_host, "127.0.0.1") ||

@@ -99,6 +99,8 @@ struct cfg {
 	char *node_id;                /* LARDER_NODE_ID, default the host name */
 	char *advertise;              /* LARDER_ADVERTISE: host:port peers reach this node at */
 	char *cluster_secret;         /* LARDER_CLUSTER_SECRET: authenticates peer requests */
+	unsigned directory_ttl_s;     /* LARDER_DIRECTORY_TTL: life of a placement entry that
+	                               * its holder stops refreshing, 3600 */
 
 	/* [key ID] sections, plus LARDER_CLIENT_KEY/SECRET */
 	struct cfg_key *keys;

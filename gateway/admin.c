@@ -28,11 +28,13 @@
 #include "config/buf.h"
 #include "config/log.h"
 #include "gateway/metrics.h"
+#include "gateway/placement.h"
 #include "gateway/prefetch.h"
 #include "gateway/req.h"
 #include "gateway/s3req.h"
 #include "gateway/server.h"
 #include "store/cluster.h"
+#include "store/directory.h"
 #include "store/meta.h"
 #include "store/store.h"
 
@@ -164,6 +166,9 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		g->invalidations_sent = v.invalidations_sent;
 		g->invalidations_received = v.invalidations_received;
 		g->redis_reconnects = v.redis_reconnects;
+		g->directory_entries = v.directory_entries;
+		dir_get_stats(gw->dir, &g->dir);
+		placement_get_counts(&g->lookups);
 	}
 	struct prefetch_info jobs[64];
 	size_t n = gw->prefetch ? prefetch_list(gw->prefetch, jobs, 64) : 0;
@@ -451,7 +456,10 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	char (*ids)[128] = calloc(MAX, sizeof *ids);
 	char (*addrs)[128] = calloc(MAX, sizeof *addrs);
 	double *caps = calloc(MAX, sizeof *caps);
-	size_t n = ids && addrs && caps ? cluster_members(gw->cluster, ids, addrs, caps, MAX) : 0;
+	uint64_t *entries = calloc(MAX, sizeof *entries);
+	size_t n = ids && addrs && caps && entries
+	                   ? cluster_members(gw->cluster, ids, addrs, caps, entries, MAX)
+	                   : 0;
 	/* Rendezvous weighted by capacity gives each node this share of the
 	 * chunks, to within a few percent (docs/cluster.md). */
 	double total = 0;
@@ -459,16 +467,31 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 		total += caps[i];
 	json_t *members = json_array();
 	for (size_t i = 0; members && i < n; i++)
-		json_array_append_new(members, json_pack("{s:s,s:s,s:f,s:f}", "id", ids[i], "address",
-		                                         addrs[i], "capacity", caps[i],
+		json_array_append_new(members, json_pack("{s:s,s:s,s:f,s:f,s:I}", "id", ids[i],
+		                                         "address", addrs[i], "capacity", caps[i],
 		                                         "ownership_share",
-		                                         total > 0 ? caps[i] / total : 0.0));
+		                                         total > 0 ? caps[i] / total : 0.0,
+		                                         "directory_entries",
+		                                         (json_int_t)entries[i]));
 	free(ids);
 	free(addrs);
 	free(caps);
-	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:o,s:I,s:I,s:I}", "clustered", 1,
+	free(entries);
+	struct dir_stats ds;
+	dir_get_stats(gw->dir, &ds);
+	struct placement_counts pc;
+	placement_get_counts(&pc);
+	json_t *dir = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I}}", "entries",
+	                        (json_int_t)v.directory_entries, "self_entries",
+	                        (json_int_t)ds.entries, "published", (json_int_t)ds.published,
+	                        "withdrawn", (json_int_t)ds.withdrawn, "refreshed",
+	                        (json_int_t)ds.refreshed, "dropped", (json_int_t)ds.dropped,
+	                        "lookups", "found", (json_int_t)pc.found, "none",
+	                        (json_int_t)pc.none, "failed", (json_int_t)pc.failed, "skipped",
+	                        (json_int_t)pc.skipped);
+	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:o,s:o,s:I,s:I,s:I}", "clustered", 1,
 	                                   "self", v.self, "redis_up", v.redis_up, "members",
-	                                   members, "redis_reconnects",
+	                                   members, "directory", dir, "redis_reconnects",
 	                                   (json_int_t)v.redis_reconnects, "invalidations_sent",
 	                                   (json_int_t)v.invalidations_sent,
 	                                   "invalidations_received",

@@ -25,8 +25,10 @@
 #include "gateway/metrics.h"
 #include "gateway/req.h"
 #include "gateway/peer.h"
+#include "gateway/placement.h"
 #include "gateway/upstream.h"
 #include "store/cluster.h"
+#include "store/directory.h"
 #include "store/store.h"
 
 #define ERRBODY_MAX (64 * 1024)
@@ -58,8 +60,12 @@ struct fetch {
 	bool region_retry;           /* send again, signed for the region upstream named */
 	bool region_retried;
 	unsigned hop;                /* 0: for this node's clients; 1+: for a peer's request */
-	bool to_peer;                /* this attempt asks the chunk's owner node, not S3 */
+	bool to_peer;                /* this attempt asks another node, not S3 */
 	bool peer_failed;            /* the owner did not answer: S3 from now on */
+	struct placement_ask *ask;   /* a directory lookup under way, before the first try */
+	char holder[CLUSTER_NAME_MAX]; /* a node the directory says holds it, or "" */
+	bool to_holder;              /* this attempt asks that holder */
+	bool holder_failed;          /* it did not have it or did not answer: the owner next */
 	bool failed_headers;         /* a response that is not what we asked for */
 	struct buf errbody;
 	char curl_err[CURL_ERROR_SIZE];
@@ -85,6 +91,8 @@ static void fetch_free(struct fetch *f)
 		f->next->prev = f->prev;
 	if (f->owner)
 		cache_owner_detach(f->owner, f);
+	if (f->ask)
+		placement_cancel(f->ask);
 	if (f->easy)
 		curl_easy_cleanup(f->easy);
 	curl_slist_free_all(f->slist);
@@ -195,11 +203,9 @@ static int peer_target(const char *addr, const char *bucket, const char *key,
 	return rc;
 }
 
-static void retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
+/* A transfer that could not start outside fetch_*_start: fail its waiters. */
+static void start_or_fail(struct fetch *f)
 {
-	struct fetch *f = t->data;
-	(void)loop;
-	(void)revents;
 	if (start_transfer(f) != 0) {
 		if (f->c)
 			store_complete(f->w->gw->store, f->c, false, FETCH_ERR_UPSTREAM, NULL);
@@ -207,6 +213,45 @@ static void retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
 			meta_publish(f->w->gw->meta, f->bucket, f->key, NULL);
 		fetch_free(f);
 	}
+}
+
+static void retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	start_or_fail(t->data);
+}
+
+/* The directory answered: a holder to ask first, or nobody. */
+static void asked_cb(void *arg, const char *addr)
+{
+	struct fetch *f = arg;
+	f->ask = NULL;
+	if (addr)
+		snprintf(f->holder, sizeof f->holder, "%s", addr);
+	start_or_fail(f);
+}
+
+/* The directory key of what f fetches: its chunk, or for the first read
+ * of an object the object's metadata key (chunk 0 is listed under both). */
+static uint64_t dir_key_of(const struct fetch *f)
+{
+	struct chunk_id oid;
+	if (f->c)
+		return chunk_id_hash(&f->c->id);
+	chunk_id_make(f->bucket, f->key, "", 0, &oid);
+	return chunk_id_hash(&oid);
+}
+
+/* The first try: for this node's own readers in a cluster, ask the
+ * placement directory first whether another node already holds it. A
+ * peer's request does not ask again: it came to the node it should. */
+static int begin(struct fetch *f)
+{
+	if (f->hop == 0 && f->w->placement &&
+	    (f->ask = placement_ask(f->w->placement, dir_key_of(f), asked_cb, f)))
+		return 0;
+	return start_transfer(f);
 }
 
 /* Capped exponential backoff with jitter: 100 ms doubling to 2 s, each
@@ -391,15 +436,16 @@ static int start_transfer(struct fetch *f)
 	f->discard = false;
 	f->failed_headers = false;
 	buf_reset(&f->errbody);
-	/* In a cluster, a chunk (or an object's metadata) comes from its owner
-	 * node, which fetches it from S3 once for everybody. */
-	char peer[128];
-	struct chunk_id oid;
-	if (!f->c)
-		chunk_id_make(f->bucket, f->key, "", 0, &oid);
-	f->to_peer = gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
-	             cluster_owner(gw->cluster, chunk_id_hash(f->c ? &f->c->id : &oid), peer,
-	                           sizeof peer);
+	/* In a cluster, a chunk (or an object's metadata) comes from a node
+	 * the directory says holds it, else from its owner node, which fetches
+	 * it from S3 once for everybody. */
+	char peer[CLUSTER_NAME_MAX];
+	f->to_holder = f->holder[0] && !f->holder_failed && f->hop < PEER_MAX_HOP;
+	if (f->to_holder)
+		snprintf(peer, sizeof peer, "%s", f->holder);
+	f->to_peer = f->to_holder ||
+	             (gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
+	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer));
 	if (f->to_peer ? peer_target(peer, f->bucket, f->key, &f->target) != 0
 	               : upstream_target(gw->up, f->bucket, f->key, "", &f->target) != 0)
 		return -E2BIG;
@@ -457,7 +503,7 @@ struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *
 		fetch_free(f);
 		return NULL;
 	}
-	if (start_transfer(f) != 0) {
+	if (begin(f) != 0) {
 		f->owner = NULL;
 		fetch_free(f);
 		return NULL;
@@ -481,7 +527,7 @@ int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, con
 		meta_ref((struct obj_meta *)m);
 		f->meta = (struct obj_meta *)m;
 	}
-	if (start_transfer(f) != 0) {
+	if (begin(f) != 0) {
 		fetch_free(f);
 		return -EIO;
 	}
@@ -509,6 +555,13 @@ static void complete_ok(struct fetch *f)
 	}
 	store_complete(gw->store, f->c, true, 0, &o);
 	buf_fini(&blob);
+	/* Chunk 0 is also listed under its object's metadata key, so that a
+	 * node that does not know the object yet finds it here. */
+	if (f->index == 0 && gw->dir) {
+		struct chunk_id oid;
+		chunk_id_make(f->bucket, f->key, "", 0, &oid);
+		dir_note(gw->dir, chunk_id_hash(&f->c->id), chunk_id_hash(&oid), &f->c->id);
+	}
 }
 
 void fetch_curl_done(struct fetch *f, CURLcode result)
@@ -520,11 +573,16 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	if (f->to_peer && !f->cancelled &&
 	    (result != CURLE_OK || f->status == 0 || f->status >= 500 || f->status == 401 ||
 	     f->status == 403) && !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
-		/* The owner node is gone, refused, or broke off: S3 instead,
-		 * from the bytes already received. */
-		log_info("fetch", "%s/%s: owner node failed (%ld, %s); fetching from S3", f->bucket,
-		         f->key, f->status, curl_easy_strerror(result));
-		f->peer_failed = true;
+		/* The node is gone, refused, or broke off: a holder's failure
+		 * sends us to the owner, the owner's to S3, from the bytes
+		 * already received. */
+		log_info("fetch", "%s/%s: %s node failed (%ld, %s); fetching from %s", f->bucket,
+		         f->key, f->to_holder ? "holder" : "owner", f->status,
+		         curl_easy_strerror(result), f->to_holder ? "its owner" : "S3");
+		if (f->to_holder)
+			f->holder_failed = true;
+		else
+			f->peer_failed = true;
 		f->attempts--;
 		if (start_transfer(f) == 0)
 			return;

@@ -354,6 +354,23 @@ static int sample(struct buf *b, const char *name, const char *labels, uint64_t 
 	                  labels ? "}" : "", v);
 }
 
+/* A family whose samples differ by the value of one label. */
+#define LABELED_MAX 4
+struct labeled {
+	const char *name, *type, *help, *label;
+	const char *values[LABELED_MAX]; /* NULL-terminated when fewer */
+	uint64_t v[LABELED_MAX];
+};
+
+static int render_labeled(struct buf *b, const struct labeled *l)
+{
+	int r = family(b, l->name, l->type, l->help);
+	for (int i = 0; i < LABELED_MAX && l->values[i] && !r; i++)
+		r = buf_printf(b, "%s{%s=\"%s\"} %" PRIu64 "\n", l->name, l->label, l->values[i],
+		               l->v[i]);
+	return r;
+}
+
 static int render_requests(struct buf *b)
 {
 	int r = family(b, "larder_requests_total", "counter",
@@ -529,6 +546,24 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "Reconnections to Redis.");
 		r = r ? r : sample(out, "larder_cluster_redis_reconnects_total", NULL,
 		                   g->redis_reconnects);
+		const struct labeled dir_families[] = {
+			{ "larder_directory_entries", "gauge",
+			  "Placement directory entries: all members' as they last reported them, "
+			  "and this node's.", "scope",
+			  { "cluster", "self" }, { g->directory_entries, g->dir.entries } },
+			{ "larder_directory_updates_total", "counter",
+			  "Placement entries this node published, withdrew and refreshed, and changes "
+			  "it dropped (queue or table full).", "op",
+			  { "publish", "withdraw", "refresh", "dropped" },
+			  { g->dir.published, g->dir.withdrawn, g->dir.refreshed, g->dir.dropped } },
+			{ "larder_directory_lookups_total", "counter",
+			  "Directory lookups before a fetch, by outcome: another node held it, nobody "
+			  "did, no answer in time, or not asked.", "result",
+			  { "found", "none", "failed", "skipped" },
+			  { g->lookups.found, g->lookups.none, g->lookups.failed, g->lookups.skipped } },
+		};
+		for (size_t i = 0; i < sizeof dir_families / sizeof dir_families[0]; i++)
+			r = r ? r : render_labeled(out, &dir_families[i]);
 	}
 	return r;
 }

@@ -20,6 +20,8 @@
 #include <stdint.h>
 
 #include "config/buf.h"
+#include "gateway/placement.h"
+#include "store/directory.h"
 
 struct store_stats;
 struct json_t;
@@ -70,6 +72,9 @@ struct metrics_gauges {
 	bool redis_up;
 	uint64_t cluster_members;         /* live nodes this node sees, itself included */
 	uint64_t invalidations_sent, invalidations_received, redis_reconnects;
+	uint64_t directory_entries;       /* placement entries of all members */
+	struct dir_stats dir;             /* this node's directory publishing */
+	struct placement_counts lookups;  /* this node's directory lookups */
 	uint64_t jobs_running, jobs_done, jobs_failed, jobs_cancelled; /* prefetch */
 	uint64_t prefetch_bytes;          /* bytes warmed by the jobs still listed */
 };

@@ -25,10 +25,12 @@
 #include "config/log.h"
 #include "gateway/admin.h"
 #include "gateway/fetch.h"
+#include "gateway/placement.h"
 #include "gateway/prefetch.h"
 #include "gateway/proxy.h"
 #include "gateway/req.h"
 #include "store/cluster.h"
+#include "store/directory.h"
 #include "store/meta.h"
 #include "store/store.h"
 
@@ -148,6 +150,8 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	w->curl = curlev_create(w->loop, proxy_curl_done, w);
 	if (!w->curl)
 		return -1;
+	if (gw->cluster && !(w->placement = placement_create(w->loop, gw->cluster)))
+		return -1;
 	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_SUPPRESS_DATE_NO_CLOCK |
 	                 MHD_USE_ERROR_LOG | (gw->tls_cert ? MHD_USE_TLS : 0);
 	if (ai->ai_family == AF_INET6)
@@ -199,6 +203,8 @@ static void worker_fini(struct worker *w)
 		MHD_stop_daemon(w->mhd);
 	if (w->curl)
 		fetch_abort_all(w);
+	placement_destroy(w->placement); /* after the fetches: no ask is left */
+	w->placement = NULL;
 	proxy_run_pending(w);
 	curlev_destroy(w->curl);
 	if (w->loop)
@@ -249,9 +255,35 @@ static void recover_meta(void *arg, const struct chunk_origin *o)
 	meta_unref(m);
 }
 
+/* The store's tiers changed for a chunk: the directory looks again. */
+static void chunk_changed(void *arg, const struct chunk_id *id)
+{
+	struct gw *gw = arg;
+	dir_note(gw->dir, chunk_id_hash(id), 0, id);
+}
+
+static bool chunk_held(void *arg, const struct chunk_id *id)
+{
+	struct gw *gw = arg;
+	return store_holds(gw->store, id);
+}
+
 static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t errlen)
 {
+	if (cfg->redis_url) {
+		struct dir_config dc = {
+			.ttl_ms = cfg->directory_ttl_s * 1000u,
+			.holds = chunk_held,
+			.holds_arg = gw,
+		};
+		if (!(gw->dir = dir_create(&dc))) {
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+	}
 	struct store_config sc = {
+		.changed = gw->dir ? chunk_changed : NULL,
+		.changed_arg = gw,
 		.ram_bytes = cfg->ram_cache_bytes,
 		.disk_bytes = cfg->cache_dir ? cfg->disk_cache_bytes : 0,
 		.dir = cfg->cache_dir,
@@ -346,6 +378,7 @@ int gw_run(struct cfg *cfg, const char *config_path)
 			.advertise = cfg->advertise,
 			.capacity = (double)cfg->ram_cache_bytes +
 			            (cfg->cache_dir ? (double)cfg->disk_cache_bytes : 0.0),
+			.dir = gw.dir,
 		};
 		gw.cluster = cluster_start(&cc, cluster_invalidated, &gw, err, sizeof err);
 		if (!gw.cluster) {
@@ -409,10 +442,9 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		break;
 	}
 	atomic_store(&gw.draining, true);
-	/* Leave the cluster first: peers stop sending chunk requests here. */
-	if (gw.cluster)
-		cluster_stop(gw.cluster);
-	gw.cluster = NULL;
+	/* Leave the cluster first: peers stop sending chunk requests here.
+	 * The workers still use gw.cluster (now just this node) as they drain. */
+	cluster_leave(gw.cluster);
 	admin_stop(&gw);
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		ev_async_send(gw.workers[i].loop, &gw.workers[i].stop_async);
@@ -430,6 +462,7 @@ out:
 		cluster_stop(gw.cluster);
 	if (gw.store)
 		store_close(gw.store);
+	dir_destroy(gw.dir); /* the store notes changes until it is closed */
 	if (gw.tls_key)
 		explicit_bzero(gw.tls_key, strlen(gw.tls_key));
 	free(gw.tls_cert);

@@ -24,6 +24,8 @@ struct store;
 struct meta_cache;
 struct prefetch;
 struct cluster;
+struct directory;
+struct placement;
 
 struct gw {
 	const struct cfg *cfg;          /* settings fixed for the process's life */
@@ -34,6 +36,7 @@ struct gw {
 	char *tls_cert, *tls_key;       /* PEM text when the client port speaks TLS */
 	struct prefetch *prefetch;      /* warming jobs, run on the first worker */
 	struct cluster *cluster;        /* the other nodes, or NULL: this node alone */
+	struct directory *dir;          /* what this node publishes it holds, or NULL */
 
 	/* Client keys and anonymous grants: replaced whole by SIGHUP. Readers
 	 * hold the read lock only while they check one request. */
@@ -67,6 +70,7 @@ struct worker {
 	struct req *pending;       /* requests whose curl transfer wants unpausing */
 	bool mhd_kick;             /* a connection was resumed: run MHD before sleeping */
 	struct fetch *fetches;     /* cache fills running on this worker */
+	struct placement *placement; /* directory lookups (cluster only), or NULL */
 	/* Readers woken by another thread (a chunk grew, metadata arrived):
 	 * queued under wake_lock, handled on this loop by wake_async. */
 	pthread_mutex_t wake_lock;

@@ -2,7 +2,9 @@
  * cluster.c - membership, ownership and invalidation broadcast over Redis
  * (see cluster.h).
  *
- * Keys. larder:node:<id> = "<advertise>\t<capacity>" with PX ttl_ms, and
+ * Keys. larder:node:<id> = "<advertise>\t<capacity>\t<directory entries>"
+ * with PX ttl_ms (the third field is informative: the cluster view sums
+ * it; older nodes wrote only two), and
  * the set larder:nodes of ids. Why a set and not SCAN MATCH larder:node:*:
  * SCAN walks the whole keyspace, and the same Redis holds the placement
  * hints (design.md, "Cluster"), possibly millions of keys; reading a set
@@ -22,7 +24,8 @@
  * always holds this node, so while Redis is down it is just this node.
  *
  * Heartbeat thread. One pipelined round trip (SET, SADD, SMEMBERS), one
- * MGET of the members' keys, now and then an SREM; between heartbeats it
+ * MGET of the members' keys, now and then an SREM, then this node's
+ * placement directory changes (store/directory.h); between heartbeats it
  * sleeps on cl->cond, which cluster_publish_invalidate signals so queued
  * invalidations go out at once. When Redis does not answer it retries with
  * a growing delay (heartbeat_ms doubling up to 4x).
@@ -41,6 +44,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <hiredis/hiredis.h>
 #include <math.h>
 #include <poll.h>
@@ -54,6 +58,8 @@
 #include <unistd.h>
 
 #include "config/log.h"
+#include "store/directory.h"
+#include "store/redis_util.h"
 #include "store/rendezvous.h"
 
 #define TOPIC "cluster"
@@ -68,6 +74,7 @@ struct member {
 	char id[CLUSTER_NAME_MAX];
 	char addr[CLUSTER_NAME_MAX];
 	double cap;
+	uint64_t dir_entries;
 };
 
 /* Immutable once published. hash[] and weight[] parallel m[] for rdv_pick. */
@@ -99,8 +106,9 @@ struct cluster {
 	int db;
 	struct member self;
 	char node_key[sizeof(NODE_PREFIX) + CLUSTER_NAME_MAX];
-	char node_val[2 * CLUSTER_NAME_MAX];
+	char node_val[2 * CLUSTER_NAME_MAX]; /* "<advertise>\t<capacity>": entries follow */
 	unsigned heartbeat_ms, ttl_ms;
+	struct directory *dir;
 	cluster_invalidate_cb cb;
 	void *cb_arg;
 
@@ -110,7 +118,7 @@ struct cluster {
 	pthread_t hb_thread, sub_thread;
 
 	/* Under lock. */
-	bool stopping;
+	bool stopping, left;
 	struct snapshot *snap;
 	struct inval *q_head, *q_tail;
 	size_t q_len;
@@ -186,7 +194,7 @@ static bool snap_same(const struct snapshot *a, const struct snapshot *b)
 		return false;
 	for (size_t i = 0; i < a->n; i++)
 		if (strcmp(a->m[i].id, b->m[i].id) || strcmp(a->m[i].addr, b->m[i].addr) ||
-		    a->m[i].cap != b->m[i].cap)
+		    a->m[i].cap != b->m[i].cap || a->m[i].dir_entries != b->m[i].dir_entries)
 			return false;
 	return true;
 }
@@ -328,7 +336,7 @@ static bool id_ok(const char *s, size_t len)
 	return true;
 }
 
-/* "<addr>\t<capacity>" into m; false when malformed. */
+/* "<addr>\t<capacity>[\t<directory entries>]" into m; false when malformed. */
 static bool parse_member(const char *v, size_t len, struct member *m)
 {
 	const char *tab = memchr(v, '\t', len);
@@ -339,7 +347,16 @@ static bool parse_member(const char *v, size_t len, struct member *m)
 	char *end;
 	errno = 0;
 	m->cap = strtod(tab + 1, &end);
-	return !errno && end != tab + 1 && *end == '\0' && m->cap > 0 && isfinite(m->cap);
+	if (errno || end == tab + 1 || !(m->cap > 0) || !isfinite(m->cap))
+		return false;
+	m->dir_entries = 0;
+	if (*end == '\t') {
+		const char *p = end + 1;
+		m->dir_entries = strtoull(p, &end, 10);
+		if (errno || end == p)
+			return false;
+	}
+	return *end == '\0';
 }
 
 /*
@@ -355,7 +372,11 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 	char (*keys)[sizeof cl->node_key] = NULL;
 	struct snapshot *s = NULL;
 
-	redisAppendCommand(c, "SET %s %s PX %u", cl->node_key, cl->node_val, cl->ttl_ms);
+	struct dir_stats ds;
+	dir_get_stats(cl->dir, &ds);
+	char val[sizeof cl->node_val + 24];
+	snprintf(val, sizeof val, "%s\t%" PRIu64, cl->node_val, ds.entries);
+	redisAppendCommand(c, "SET %s %s PX %u", cl->node_key, val, cl->ttl_ms);
 	redisAppendCommand(c, "SADD " NODES_SET " %s", cl->self.id);
 	redisAppendCommand(c, "SMEMBERS " NODES_SET);
 	if (redisGetReply(c, (void **)&set) != REDIS_OK ||
@@ -417,7 +438,10 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 		if (strcmp(id, cl->self.id) == 0) {
 			/* Our own key: the entry is ours whatever it says, but if it is
 			 * not what we wrote, another node uses our id. */
-			dup = v->type == REDIS_REPLY_STRING && strcmp(v->str, cl->node_val) != 0;
+			size_t vl = strlen(cl->node_val);
+			dup = v->type == REDIS_REPLY_STRING &&
+			      (strncmp(v->str, cl->node_val, vl) != 0 ||
+			       (v->str[vl] != '\0' && v->str[vl] != '\t'));
 			continue;
 		}
 		if (v->type != REDIS_REPLY_STRING) {
@@ -432,7 +456,8 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 		if (parse_member(v->str, v->len, m))
 			live++;
 	}
-	s->m[live++] = cl->self;
+	s->m[live] = cl->self;
+	s->m[live++].dir_entries = ds.entries;
 	s->n = live;
 	qsort(s->m, s->n, sizeof s->m[0], member_cmp);
 	snap_finish(s, cl->self.id);
@@ -512,16 +537,7 @@ static int flush_queue(struct cluster *cl, redisContext *c, char *why, size_t wh
 
 	for (struct inval *e = batch; e; e = e->next)
 		redisAppendCommand(c, "PUBLISH " INVAL_CHANNEL " %b", e->msg, e->len);
-	int rc = 0;
-	for (size_t i = 0; i < n; i++) {
-		redisReply *r;
-		if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-			snprintf(why, whylen, "%s", c->errstr);
-			rc = -1;
-			break;
-		}
-		freeReplyObject(r);
-	}
+	int rc = redis_read_replies(c, n, why, whylen);
 	pthread_mutex_lock(&cl->lock);
 	if (rc == 0) {
 		cl->sent += n;
@@ -541,13 +557,9 @@ static void deregister(struct cluster *cl, redisContext *c)
 {
 	redisAppendCommand(c, "DEL %s", cl->node_key);
 	redisAppendCommand(c, "SREM " NODES_SET " %s", cl->self.id);
-	for (int i = 0; i < 2; i++) {
-		redisReply *r;
-		if (redisGetReply(c, (void **)&r) != REDIS_OK)
-			return;
-		freeReplyObject(r);
-	}
-	log_info(TOPIC, "left the cluster as %s", cl->self.id);
+	char why[256];
+	if (redis_read_replies(c, 2, why, sizeof why) == 0)
+		log_info(TOPIC, "left the cluster as %s", cl->self.id);
 }
 
 static void cond_wait_until(struct cluster *cl, double deadline_ms)
@@ -582,9 +594,19 @@ static void *hb_main(void *arg)
 				c = NULL;
 			}
 			if (s) {
+				pthread_mutex_lock(&cl->lock);
+				bool resync = cl->state != REDIS_UP;
+				pthread_mutex_unlock(&cl->lock);
 				went_up(cl, s);
 				fails = 0;
 				next = mono_ms() + cl->heartbeat_ms;
+				/* Placement entries, after the heartbeat so that a big
+				 * batch never delays it. */
+				if (dir_flush(cl->dir, c, cl->self.id, resync, why, sizeof why) < 0) {
+					redisFree(c);
+					c = NULL;
+					went_down(cl, why);
+				}
 			} else {
 				went_down(cl, why);
 				fails++;
@@ -911,6 +933,7 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 	snprintf(cl->node_key, sizeof cl->node_key, NODE_PREFIX "%s", cl->self.id);
 	snprintf(cl->node_val, sizeof cl->node_val, "%s\t%s", cl->self.addr, capstr);
 	cl->heartbeat_ms = hb;
+	cl->dir = c->dir;
 	cl->ttl_ms = ttl;
 	cl->cb = cb;
 	cl->cb_arg = arg;
@@ -947,21 +970,38 @@ fail:
 	return NULL;
 }
 
-void cluster_stop(struct cluster *cl)
+void cluster_leave(struct cluster *cl)
 {
 	if (!cl)
 		return;
 	if (cl->magic != CLUSTER_MAGIC)
 		abort();
 	pthread_mutex_lock(&cl->lock);
-	cl->stopping = true;
+	bool left = cl->left;
+	cl->left = cl->stopping = true;
 	pthread_cond_signal(&cl->cond);
 	pthread_mutex_unlock(&cl->lock);
+	if (left)
+		return;
 	char b = 1;
 	while (write(cl->wake[1], &b, 1) < 0 && errno == EINTR)
 		;
 	pthread_join(cl->sub_thread, NULL);
 	pthread_join(cl->hb_thread, NULL);
+	struct snapshot *alone = snap_alone(cl);
+	pthread_mutex_lock(&cl->lock);
+	cl->state = REDIS_DOWN;
+	cl->subscribed = false;
+	if (alone)
+		snap_install(cl, alone, false);
+	pthread_mutex_unlock(&cl->lock);
+}
+
+void cluster_stop(struct cluster *cl)
+{
+	if (!cl)
+		return;
+	cluster_leave(cl);
 	cluster_free(cl);
 }
 
@@ -978,6 +1018,54 @@ bool cluster_owner(struct cluster *cl, uint64_t key, char *addr, size_t addrlen)
 		snprintf(addr, addrlen, "%s", s->m[i].addr);
 	snap_unref(s);
 	return other;
+}
+
+bool cluster_has_peers(struct cluster *cl)
+{
+	if (!cl)
+		return false;
+	pthread_mutex_lock(&cl->lock);
+	bool others = cl->snap->n > 1;
+	pthread_mutex_unlock(&cl->lock);
+	return others;
+}
+
+bool cluster_pick_holder(struct cluster *cl, uint64_t key, const char *const *ids,
+                         const size_t *lens, size_t n, char *addr, size_t addrlen)
+{
+	if (!cl || !n)
+		return false;
+	struct snapshot *s = snap_get(cl);
+	/* Rendezvous over the members with the unlisted ones weighted 0 (never
+	 * picked): the same ranking as ownership, restricted to holders. */
+	double *w = calloc(s->n, sizeof *w);
+	size_t best = SIZE_MAX;
+	if (w) {
+		for (size_t i = 0; i < s->n; i++) {
+			size_t idlen = strlen(s->m[i].id);
+			for (size_t j = 0; j < n && i != s->self && !w[i]; j++)
+				if (lens[j] == idlen && memcmp(ids[j], s->m[i].id, idlen) == 0)
+					w[i] = s->weight[i];
+		}
+		best = rdv_pick(s->hash, w, s->n, key);
+		free(w);
+	}
+	if (best != SIZE_MAX && addr && addrlen)
+		snprintf(addr, addrlen, "%s", s->m[best].addr);
+	snap_unref(s);
+	return best != SIZE_MAX;
+}
+
+void cluster_redis_settings(struct cluster *cl, struct cluster_redis *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!cl)
+		return;
+	snprintf(out->host, sizeof out->host, "%s", cl->host);
+	out->port = cl->port;
+	snprintf(out->user, sizeof out->user, "%s", cl->user);
+	snprintf(out->password, sizeof out->password, "%s", cl->password);
+	out->db = cl->db;
 }
 
 void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key)
@@ -1031,11 +1119,14 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->invalidations_sent = cl->sent;
 	out->invalidations_received = cl->received;
 	out->invalidations_dropped = cl->dropped;
+	for (size_t i = 0; i < cl->snap->n; i++)
+		out->directory_entries += cl->snap->m[i].dir_entries;
 	pthread_mutex_unlock(&cl->lock);
 }
 
 size_t cluster_members(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],
-                       char (*addrs)[CLUSTER_NAME_MAX], double *caps, size_t max)
+                       char (*addrs)[CLUSTER_NAME_MAX], double *caps, uint64_t *dir_entries,
+                       size_t max)
 {
 	if (!cl)
 		return 0;
@@ -1048,6 +1139,8 @@ size_t cluster_members(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],
 			memcpy(addrs[i], s->m[i].addr, CLUSTER_NAME_MAX);
 		if (caps)
 			caps[i] = s->m[i].cap;
+		if (dir_entries)
+			dir_entries[i] = s->m[i].dir_entries;
 	}
 	snap_unref(s);
 	return n;

@@ -34,6 +34,8 @@
 
 #define CLUSTER_NAME_MAX 128 /* node ids and addresses, NUL included */
 
+struct directory;
+
 struct cluster_config {
 	const char *redis_url;  /* redis://[:password@]host[:port][/db]; NULL or "": no cluster */
 	const char *node_id;    /* unique per node; printable, no spaces, < CLUSTER_NAME_MAX */
@@ -41,6 +43,8 @@ struct cluster_config {
 	double capacity;        /* weight (e.g. cache bytes); > 0 */
 	unsigned heartbeat_ms;  /* 0: 1000 */
 	unsigned ttl_ms;        /* heartbeat key expiry; 0: 5000; must exceed heartbeat_ms */
+	struct directory *dir;  /* this node's placement entries (store/directory.h), flushed
+	                         * by the heartbeat thread; NULL: none. Must outlive cl. */
 };
 
 /* Another node invalidated (bucket, key); key "" means the whole bucket.
@@ -63,8 +67,13 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 
 /* Publishes invalidations still queued, deregisters this node (its key
  * and set entry are deleted, so peers drop it at their next heartbeat
- * instead of after ttl_ms) when Redis is up, joins the threads and frees
- * cl. Returns within about a second even when Redis hangs. NULL is a no-op. */
+ * instead of after ttl_ms) when Redis is up, and joins the threads. From
+ * then on the node is alone (it owns every chunk) but every function
+ * below still works, so workers may go on using cl while they drain.
+ * Returns within about a second even when Redis hangs. Idempotent. */
+void cluster_leave(struct cluster *cl);
+
+/* cluster_leave, then frees cl. NULL is a no-op. */
 void cluster_stop(struct cluster *cl);
 
 /* Owner of a key (a chunk_id_hash()). Returns true, with the owner's
@@ -72,6 +81,30 @@ void cluster_stop(struct cluster *cl);
  * ANOTHER live node; false when this node owns it or no other node is
  * known. Never blocks on I/O. */
 bool cluster_owner(struct cluster *cl, uint64_t key, char *addr, size_t addrlen);
+
+/*
+ * The node the placement directory says to fetch key from, among the ids
+ * that it lists as holders (ids[i] of length lens[i]): the live member
+ * other than this node that rendezvous hashing ranks first among them, so
+ * the owner when the owner holds it. Returns true with its address in
+ * addr; false when no listed holder is another live member.
+ */
+bool cluster_pick_holder(struct cluster *cl, uint64_t key, const char *const *ids,
+                         const size_t *lens, size_t n, char *addr, size_t addrlen);
+
+/* Redis connection settings, for other connections to the same Redis
+ * (gateway/placement.c). host empty: no cluster. */
+struct cluster_redis {
+	char host[256];
+	int port;
+	char user[128];
+	char password[256];
+	int db;
+};
+void cluster_redis_settings(struct cluster *cl, struct cluster_redis *out);
+
+/* Whether another live node is known. Never blocks on I/O. */
+bool cluster_has_peers(struct cluster *cl);
 
 /* Queues an invalidation of (bucket, key) for every other node (key ""
  * for the whole bucket); the heartbeat thread PUBLISHes it at once. Never
@@ -88,13 +121,17 @@ struct cluster_view {
 	unsigned long invalidations_sent;
 	unsigned long invalidations_received;  /* from other nodes, handed to cb */
 	unsigned long invalidations_dropped;   /* queue overflow while Redis was down */
+	uint64_t directory_entries;            /* placement entries of all members, as they
+	                                        * last reported them in their heartbeats */
 };
 
 void cluster_get_view(struct cluster *cl, struct cluster_view *out);
 
-/* Copies up to max members (id, advertise address, capacity), sorted by
- * id, this node included; returns how many were copied. */
+/* Copies up to max members (id, advertise address, capacity, directory
+ * entries), sorted by id, this node included; any output may be NULL.
+ * Returns how many were copied. */
 size_t cluster_members(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],
-                       char (*addrs)[CLUSTER_NAME_MAX], double *caps, size_t max);
+                       char (*addrs)[CLUSTER_NAME_MAX], double *caps, uint64_t *dir_entries,
+                       size_t max);
 
 #endif

@@ -132,6 +132,8 @@ struct disk {
 	struct seg *first, *last, *head;
 	uint64_t nsegs, next_seq, used, live;
 	uint64_t evictions, reclaimed, write_errors, read_errors, corrupt;
+	store_change_cb evicted;    /* told of each eviction, under lock */
+	void *evicted_arg;
 };
 
 struct hdr {
@@ -480,6 +482,15 @@ static void entry_drop(struct disk *d, struct dent *e)
 	free(e);
 }
 
+/* Capacity, not a drop or a replacement, takes e out. */
+static void evict(struct disk *d, struct dent *e)
+{
+	if (d->evicted)
+		d->evicted(d->evicted_arg, &e->id);
+	entry_drop(d, e);
+	d->evictions++;
+}
+
 static struct dent *entry_of(struct policy_entry *pe)
 {
 	return (struct dent *)(void *)((char *)pe - offsetof(struct dent, pe));
@@ -595,8 +606,7 @@ static int room_make(struct disk *d, uint64_t esz, double now)
 		struct policy_entry *v = policy_victim(d->pol, now);
 		if (!v)
 			return 0;
-		entry_drop(d, entry_of(v));
-		d->evictions++;
+		evict(d, entry_of(v));
 	}
 	return 1;
 }
@@ -851,8 +861,7 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 	while (rc == 0 && d->used > d->limit && d->first) {
 		struct seg *s = d->first;
 		while (s->first) {
-			entry_drop(d, s->first);
-			d->evictions++;
+			evict(d, s->first);
 		}
 		seg_remove(d, s);
 	}
@@ -951,8 +960,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 	struct policy_entry *victim;
 	while (policy_used(d->pol) + esz > policy_capacity(d->pol) &&
 	       (victim = policy_victim(d->pol, now)) != NULL) {
-		entry_drop(d, entry_of(victim));
-		d->evictions++;
+		evict(d, entry_of(victim));
 	}
 	if ((rc = room_make(d, esz, now)) <= 0 || (rc = idx_reserve(d)) < 0)
 		goto out;
@@ -1070,6 +1078,14 @@ void disk_drop(struct disk *d, const struct chunk_id *id)
 	struct dent *e = idx_find(d, id, chunk_id_hash(id));
 	if (e)
 		entry_drop(d, e);
+	pthread_mutex_unlock(&d->lock);
+}
+
+void disk_on_evict(struct disk *d, store_change_cb cb, void *arg)
+{
+	pthread_mutex_lock(&d->lock);
+	d->evicted = cb;
+	d->evicted_arg = arg;
 	pthread_mutex_unlock(&d->lock);
 }
 

@@ -59,6 +59,10 @@ bool disk_lookup(struct disk *d, const struct chunk_id *id, size_t *len);
 
 void disk_drop(struct disk *d, const struct chunk_id *id);
 
+/* cb(arg, id) is called for every entry evicted for room from now on,
+ * with the disk's lock held: it must not call back into the disk. */
+void disk_on_evict(struct disk *d, store_change_cb cb, void *arg);
+
 struct disk_stats {
 	uint64_t used, capacity, live_bytes, entries, segments;
 	uint64_t evictions, reclaimed_segments, write_errors, read_errors, corrupt;

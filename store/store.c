@@ -226,8 +226,15 @@ static bool disk_usable(struct store *s)
 
 /* ---- RAM tier (ram_lock held unless said otherwise) ------------------------ */
 
+static void changed(const struct store *s, const struct chunk_id *id)
+{
+	if (s->cfg.changed)
+		s->cfg.changed(s->cfg.changed_arg, id);
+}
+
 static void ram_evict(struct store *s, struct ram_entry *e, struct ram_entry **dead)
 {
+	changed(s, &e->c->id);
 	idmap_del(&s->ram, &e->c->id);
 	policy_remove(s->ram_policy, &e->pe);
 	e->c->tier_priv = NULL;
@@ -441,6 +448,7 @@ static void run_write(struct store *s, struct job *j)
 	if (r == 0) {
 		atomic_store(&s->disk_fail_streak, 0);
 		count(&s->disk_writes);
+		changed(s, &j->c->id);
 		return;
 	}
 	count(&s->disk_write_errors);
@@ -550,6 +558,8 @@ struct store *store_open(const struct store_config *cfg, store_recover_cb cb, vo
 		                    cfg->stale_after_s, cb, cb_arg, err, errlen);
 		if (!s->disk)
 			goto fail;
+		if (cfg->changed)
+			disk_on_evict(s->disk, cfg->changed, cfg->changed_arg);
 		atomic_store(&s->disk_ok, true);
 
 		s->threads = calloc(s->cfg.io_threads, sizeof *s->threads);
@@ -736,6 +746,8 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 				job_free(j);
 		}
 	}
+	if (ok && in_table)
+		changed(s, &c->id);
 	if (in_table)
 		chunk_unref(c); /* the table's reference */
 	ram_release(dead);
@@ -797,6 +809,7 @@ void store_drop(struct store *s, const struct chunk_id *id)
 		gone = next;
 	}
 	disk_drop(s->disk, id);
+	changed(s, id);
 }
 
 void store_get_stats(struct store *s, struct store_stats *out)

@@ -32,6 +32,11 @@
 #include "store/chunk.h"
 #include "store/policy.h"
 
+/* A chunk may have entered or left a tier (completed, promoted from NVMe,
+ * written to NVMe, evicted). Called with store locks held: it must only
+ * note the id and return, never call into the store. */
+typedef void (*store_change_cb)(void *arg, const struct chunk_id *id);
+
 struct store_config {
 	uint64_t ram_bytes;          /* LARDER_RAM_CACHE_SIZE */
 	uint64_t disk_bytes;         /* LARDER_DISK_CACHE_SIZE; 0: no NVMe tier */
@@ -40,6 +45,8 @@ struct store_config {
 	double stale_after_s;        /* LARDER_CACHE_STALE_AFTER */
 	unsigned io_threads;         /* NVMe readers/writers; 0: 2 */
 	uint64_t segment_bytes;      /* NVMe segment file size; 0: 64 MiB */
+	store_change_cb changed;     /* may be NULL */
+	void *changed_arg;
 };
 
 /* Who a chunk belongs to: persisted with it on NVMe so a restart can

@@ -203,6 +203,40 @@ class Cluster(harness.S3Asserts, unittest.TestCase):
         st, body = get(peer_headers(SECRET, "c" * 32, date=str(int(time.time()) - 3600)))
         self.assertEqual(st, 403, "an old peer request was served")
 
+    def test_new_member_fetches_from_holders_not_s3(self):
+        # Chunks cached before a node joins: the joiner now owns about a
+        # quarter of them and holds none. The placement directory sends it
+        # (and, for its own chunks, every reader) to a node that holds
+        # them, so the object costs S3 nothing more.
+        data = blob(7, 20 * MiB + 5)  # 21 chunks
+        key = "join/f.bin"
+        self.direct.put_object(Bucket="shared", Key=key, Body=data)
+        self.assertEqual(self.read(self.nodes[0], key), data)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.view(self.nodes[1])["directory"]["entries"] >= 21:
+                break
+            time.sleep(0.2)
+        d = self.view(self.nodes[1])["directory"]
+        self.assertGreaterEqual(d["entries"], 21, "the directory never listed the chunks: %r" % d)
+        joiner = self.make_node(3)
+        joiner.start()
+        self.nodes.append(joiner)
+        try:
+            self.wait_members(4)
+            m = self.upstream.mark()
+            self.assertEqual(self.read(joiner, key), data)
+            self.assertEqual(self.gets(m, key), [], "the joiner went to S3 for cached chunks")
+            v = self.view(joiner)
+            self.assertGreater(v["directory"]["lookups"]["found"], 0, v)
+            self.assertEqual(len(v["members"]), 4)
+            self.assertTrue(all("directory_entries" in x for x in v["members"]), v)
+        finally:
+            self.nodes.remove(joiner)
+            joiner.stop()
+            joiner.cleanup()
+            self.wait_members(3)
+
     def test_metrics_and_view_show_the_cluster(self):
         node = self.nodes[1]
         req = urllib.request.Request("http://127.0.0.1:%d/metrics" % node.admin_port,
@@ -213,6 +247,10 @@ class Cluster(harness.S3Asserts, unittest.TestCase):
         self.assertIn("larder_cluster_redis_up 1", lines)
         self.assertIn("larder_cluster_members 3", lines)
         self.assertTrue(any(l.startswith("larder_cluster_invalidations_total{") for l in lines))
+        self.assertTrue(any(l.startswith('larder_directory_entries{scope="cluster"}')
+                            for l in lines), text)
+        self.assertTrue(any(l.startswith('larder_directory_lookups_total{result="found"}')
+                            for l in lines), text)
         promtool = shutil.which("promtool")
         if promtool:
             out = subprocess.run([promtool, "check", "metrics"], input=text.encode(),

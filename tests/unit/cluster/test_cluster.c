@@ -3,7 +3,9 @@
  * redis-server started on a free loopback port (skipped, saying so, when
  * redis-server is not installed; LARDER_REDIS_SERVER names another binary).
  * Two or three cluster instances share the process, as nodes would share
- * a Redis. Heartbeat 200 ms, TTL 1 s, so the whole file runs in ~15 s.
+ * a Redis. Heartbeat 200 ms, TTL 1 s, so the whole file runs in ~25 s.
+ * The placement directory (store/directory.h) is tested here too, through
+ * the heartbeat thread that flushes it, against the same Redis.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 #include "store/cluster.h"
+#include "store/directory.h"
 
 #define HB_MS 200
 #define TTL_MS 1000
@@ -256,14 +259,14 @@ static void test_members_and_ownership(void **state)
 
 	char ids[4][CLUSTER_NAME_MAX], addrs[4][CLUSTER_NAME_MAX];
 	double caps[4];
-	assert_int_equal(cluster_members(a, ids, addrs, caps, 4), 2);
+	assert_int_equal(cluster_members(a, ids, addrs, caps, NULL, 4), 2);
 	assert_string_equal(ids[0], "node-a");
 	assert_string_equal(addrs[0], "10.0.0.1:8080");
 	assert_true(caps[0] == 1e9);
 	assert_string_equal(ids[1], "node-b");
 	assert_string_equal(addrs[1], "10.0.0.2:8080");
 	assert_true(caps[1] == 2e9);
-	assert_int_equal(cluster_members(b, ids, addrs, caps, 1), 1);
+	assert_int_equal(cluster_members(b, ids, addrs, caps, NULL, 1), 1);
 
 	/* Exactly one of the two owns each key, and both agree which. */
 	size_t by_a = 0, by_b = 0;
@@ -406,7 +409,7 @@ static void test_redis_outage(void **state)
 		assert_false(cluster_owner(b, k, addr, sizeof addr));
 	}
 	char ids[4][CLUSTER_NAME_MAX];
-	assert_int_equal(cluster_members(a, ids, NULL, NULL, 4), 1);
+	assert_int_equal(cluster_members(a, ids, NULL, NULL, NULL, 4), 1);
 	assert_string_equal(ids[0], "node-a");
 	/* Invalidations wait for Redis. */
 	cluster_publish_invalidate(a, "bucket-1", "while-down");
@@ -426,6 +429,203 @@ static void test_redis_outage(void **state)
 	ASSERT_WITHIN(2, rec_key_is(&rb, "after"));
 	cluster_stop(a);
 	cluster_stop(b);
+}
+
+/* ---- placement directory ---- */
+
+#define HELD_MAX 4096
+
+/* What the fake tiers hold: ids by their first byte pair. */
+static struct {
+	pthread_mutex_t lock;
+	bool held[HELD_MAX];
+} tiers = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static struct chunk_id test_id(unsigned i)
+{
+	struct chunk_id id;
+	memset(&id, 0, sizeof id);
+	id.b[0] = (uint8_t)(i >> 8);
+	id.b[1] = (uint8_t)i;
+	id.b[9] = 0x5a; /* the hash is the first 8 bytes: keep it nonzero */
+	return id;
+}
+
+static bool fake_holds(void *arg, const struct chunk_id *id)
+{
+	(void)arg;
+	unsigned i = (unsigned)id->b[0] << 8 | id->b[1];
+	pthread_mutex_lock(&tiers.lock);
+	bool h = i < HELD_MAX && tiers.held[i];
+	pthread_mutex_unlock(&tiers.lock);
+	return h;
+}
+
+static void set_held(struct directory *d, unsigned i, bool held, uint64_t alias)
+{
+	pthread_mutex_lock(&tiers.lock);
+	tiers.held[i] = held;
+	pthread_mutex_unlock(&tiers.lock);
+	struct chunk_id id = test_id(i);
+	dir_note(d, chunk_id_hash(&id), alias, &id);
+}
+
+/* SMEMBERS of a directory key, joined with ','; "" when none. */
+static const char *holders(uint64_t key)
+{
+	static char out[256];
+	char name[DIR_KEY_MAX];
+	dir_key_name(key, name);
+	out[0] = '\0';
+	redisContext *c = redis_connect();
+	if (!c)
+		return "(redis down)";
+	redisReply *r = redisCommand(c, "SMEMBERS %s", name);
+	for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+		snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", i ? "," : "",
+		         r->element[i]->str);
+	if (r)
+		freeReplyObject(r);
+	redisFree(c);
+	return out;
+}
+
+static long long redis_int(const char *cmd)
+{
+	redisContext *c = redis_connect();
+	if (!c)
+		return -1;
+	redisReply *r = redisCommand(c, cmd);
+	long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer
+	              : r && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+	if (r)
+		freeReplyObject(r);
+	redisFree(c);
+	return v;
+}
+
+static struct cluster *dir_node(const char *id, const char *adv, struct directory *d)
+{
+	struct cluster_config c = {
+		.redis_url = redis_url, .node_id = id, .advertise = adv, .capacity = 1,
+		.heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .dir = d,
+	};
+	char err[256];
+	struct cluster *cl = cluster_start(&c, NULL, NULL, err, sizeof err);
+	if (!cl)
+		fail_msg("cluster_start(%s): %s", id, err);
+	return cl;
+}
+
+static uint64_t key_of(unsigned i)
+{
+	struct chunk_id id = test_id(i);
+	return chunk_id_hash(&id);
+}
+
+static uint64_t dir_entries_seen(struct cluster *cl)
+{
+	struct cluster_view v;
+	cluster_get_view(cl, &v);
+	return v.directory_entries;
+}
+
+static void test_directory_publish_withdraw_pick(void **state)
+{
+	NEED_REDIS();
+	memset(tiers.held, 0, sizeof tiers.held);
+	struct dir_config dc = { .ttl_ms = 2000, .holds = fake_holds };
+	struct directory *da = dir_create(&dc);
+	struct cluster *a = dir_node("node-a", "10.0.0.1:8080", da);
+	struct cluster *b = dir_node("node-b", "10.0.0.2:8080", NULL);
+	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
+
+	/* Held: listed, under its alias too. Noted but not held: not listed. */
+	const uint64_t alias = UINT64_C(0x1234567890abcdef);
+	set_held(da, 1, true, alias);
+	set_held(da, 2, true, 0);
+	struct chunk_id three = test_id(3);
+	dir_note(da, chunk_id_hash(&three), 0, &three);
+	ASSERT_WITHIN(2, strcmp(holders(key_of(1)), "node-a") == 0);
+	ASSERT_WITHIN(2, strcmp(holders(alias), "node-a") == 0);
+	ASSERT_WITHIN(2, strcmp(holders(key_of(2)), "node-a") == 0);
+	assert_string_equal(holders(key_of(3)), "");
+	char name[DIR_KEY_MAX], cmd[64];
+	dir_key_name(key_of(1), name);
+	snprintf(cmd, sizeof cmd, "PTTL %s", name);
+	long long ttl = redis_int(cmd);
+	assert_true(ttl > 0 && ttl <= 2000);
+	/* Every member sees how big the directory is. */
+	ASSERT_WITHIN(2, dir_entries_seen(b) == 2);
+
+	/* Another node asking picks a, a live member; never itself, never an
+	 * id that is not a live member. */
+	const char *ids[] = { "node-a", "node-gone" };
+	size_t lens[] = { 6, 9 };
+	char addr[CLUSTER_NAME_MAX];
+	assert_true(cluster_pick_holder(b, key_of(1), ids, lens, 2, addr, sizeof addr));
+	assert_string_equal(addr, "10.0.0.1:8080");
+	assert_false(cluster_pick_holder(b, key_of(1), ids + 1, lens + 1, 1, addr, sizeof addr));
+	assert_false(cluster_pick_holder(a, key_of(1), ids, lens, 1, addr, sizeof addr));
+
+	/* Held for longer than the TTL: refreshed, still there. */
+	sleep_ms(3000);
+	assert_string_equal(holders(key_of(1)), "node-a");
+	assert_string_equal(holders(alias), "node-a");
+
+	/* Evicted: withdrawn, alias and all. */
+	set_held(da, 1, false, 0);
+	ASSERT_WITHIN(2, holders(key_of(1))[0] == '\0' && holders(alias)[0] == '\0');
+	assert_string_equal(holders(key_of(2)), "node-a");
+	ASSERT_WITHIN(2, dir_entries_seen(b) == 1);
+
+	/* Redis lost everything (restarted empty): a rebuilds its entries. */
+	redis_kill();
+	ASSERT_WITHIN(3, !ready(a, 2));
+	redis_start();
+	ASSERT_WITHIN(6, ready(a, 2));
+	ASSERT_WITHIN(2, strcmp(holders(key_of(2)), "node-a") == 0);
+
+	/* A node that stops refreshing (it died) leaves no entry for longer
+	 * than the TTL. */
+	cluster_stop(a);
+	dir_destroy(da);
+	ASSERT_WITHIN(3, holders(key_of(2))[0] == '\0');
+	cluster_stop(b);
+}
+
+static void test_directory_many_entries(void **state)
+{
+	NEED_REDIS();
+	memset(tiers.held, 0, sizeof tiers.held);
+	struct dir_config dc = { .ttl_ms = 60000, .holds = fake_holds, .max_entries = 3000 };
+	struct directory *d = dir_create(&dc);
+	struct cluster *a = dir_node("node-a", "10.0.0.1:8080", d);
+	ASSERT_WITHIN(3, ready(a, 1));
+	/* Past max_entries, notes are dropped and counted, never an error. */
+	for (unsigned i = 0; i < 3500; i++)
+		set_held(d, i, true, 0);
+	struct dir_stats st;
+	ASSERT_WITHIN(3, (dir_get_stats(d, &st), st.entries == 3000));
+	ASSERT_WITHIN(2, redis_int("KEYS larder:dir:*") == 3000);
+	assert_int_equal(st.dropped, 500);
+	/* Every other one evicted: exactly those go (the table stays right
+	 * through thousands of removals). */
+	for (unsigned i = 0; i < 3000; i += 2)
+		set_held(d, i, false, 0);
+	ASSERT_WITHIN(3, (dir_get_stats(d, &st), st.entries == 1500));
+	ASSERT_WITHIN(2, redis_int("KEYS larder:dir:*") == 1500);
+	for (unsigned i = 0; i < 3000; i += 2)
+		set_held(d, i, true, 0);
+	ASSERT_WITHIN(3, (dir_get_stats(d, &st), st.entries == 3000));
+	for (unsigned i = 0; i < 3000; i++)
+		set_held(d, i, false, 0);
+	ASSERT_WITHIN(3, (dir_get_stats(d, &st), st.entries == 0));
+	ASSERT_WITHIN(2, redis_int("KEYS larder:dir:*") == 0);
+	assert_int_equal(st.published, 3000 + 1500);
+	assert_int_equal(st.withdrawn, 1500 + 3000);
+	cluster_stop(a);
+	dir_destroy(d);
 }
 
 static void test_start_without_redis(void **state)
@@ -469,7 +669,7 @@ static void test_config(void **state)
 	assert_int_equal(v.members, 1);
 	assert_false(cluster_owner(NULL, 1, NULL, 0));
 	cluster_publish_invalidate(NULL, "b", "k");
-	assert_int_equal(cluster_members(NULL, NULL, NULL, NULL, 4), 0);
+	assert_int_equal(cluster_members(NULL, NULL, NULL, NULL, NULL, 4), 0);
 	cluster_stop(NULL);
 
 	static const char *const bad_urls[] = { "http://h:1", "redis://", "redis://h:0",
@@ -503,6 +703,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_invalidation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_outage, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_directory_publish_withdraw_pick, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_directory_many_entries, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
