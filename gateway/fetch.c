@@ -65,7 +65,7 @@ struct fetch {
 	struct placement_ask *ask;   /* a directory lookup under way, before the first try */
 	char holder[CLUSTER_NAME_MAX]; /* a node the directory says holds it, or "" */
 	bool to_holder;              /* this attempt asks that holder */
-	bool holder_failed;          /* it did not have it or did not answer: the owner next */
+	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
 	struct buf errbody;
 	char curl_err[CURL_ERROR_SIZE];
@@ -243,12 +243,18 @@ static uint64_t dir_key_of(const struct fetch *f)
 	return chunk_id_hash(&oid);
 }
 
-/* The first try: for this node's own readers in a cluster, ask the
- * placement directory first whether another node already holds it. A
- * peer's request does not ask again: it came to the node it should. */
+/* The first try. Where it would go to S3 (this node owns the chunk, and
+ * the reader is its own client or a peer that came to the owner), ask the
+ * placement directory first whether another node holds it already: after
+ * a membership change the new owner finds the old copies. Only there: a
+ * lookup costs a Redis round trip, small against S3's first byte but not
+ * against a peer's, and a node that does not own a chunk asks its owner,
+ * who looks. */
 static int begin(struct fetch *f)
 {
-	if (f->hop == 0 && f->w->placement &&
+	struct gw *gw = f->w->gw;
+	if (f->w->placement && f->hop < PEER_MAX_HOP &&
+	    !cluster_owner(gw->cluster, dir_key_of(f), NULL, 0) &&
 	    (f->ask = placement_ask(f->w->placement, dir_key_of(f), asked_cb, f)))
 		return 0;
 	return start_transfer(f);
@@ -445,7 +451,8 @@ static int start_transfer(struct fetch *f)
 		snprintf(peer, sizeof peer, "%s", f->holder);
 	f->to_peer = f->to_holder ||
 	             (gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
-	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer));
+	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer) &&
+	              !(f->holder_failed && strcmp(peer, f->holder) == 0));
 	if (f->to_peer ? peer_target(peer, f->bucket, f->key, &f->target) != 0
 	               : upstream_target(gw->up, f->bucket, f->key, "", &f->target) != 0)
 		return -E2BIG;

@@ -330,21 +330,23 @@ scen_g() {
     > "$work/redis.log" 2>&1 &
   g_pids+=($!)
   for ((i = 0; i < 50; i++)); do (exec 3<>"/dev/tcp/127.0.0.1/$rport") 2>/dev/null && break; sleep 0.1; done
-  for i in 0 1 2; do
-    local dir="$work/run-node$i"
+  # g_node ID PORT: one cluster node, one worker, 1 GiB of RAM tier.
+  g_node() {
+    local dir="$work/run-node$1"
     rm -rf "$dir"; mkdir -p "$dir"
-    env LARDER_LISTEN="127.0.0.1:${node_ports[$i]}" LARDER_UPSTREAM_URL="http://$origin" \
+    env LARDER_LISTEN="127.0.0.1:$2" LARDER_UPSTREAM_URL="http://$origin" \
       LARDER_UPSTREAM_ADDRESSING=path LARDER_UPSTREAM_REGION=us-east-1 \
       AWS_ACCESS_KEY_ID=origin-key AWS_SECRET_ACCESS_KEY=origin-secret \
       LARDER_CLIENT_KEY="$key" LARDER_CLIENT_SECRET="$secret" LARDER_RAM_CACHE_SIZE=1GiB \
       LARDER_METADATA_TTL=immutable LARDER_ACCESS_LOG=off LARDER_WORKERS=1 \
       LARDER_ADMIN_LISTEN=off LARDER_CHUNK_SIZE=8MiB \
-      LARDER_REDIS_URL="redis://127.0.0.1:$rport" LARDER_NODE_ID="node$i" \
-      LARDER_ADVERTISE="127.0.0.1:${node_ports[$i]}" \
+      LARDER_REDIS_URL="redis://127.0.0.1:$rport" LARDER_NODE_ID="node$1" \
+      LARDER_ADVERTISE="127.0.0.1:$2" \
       LARDER_CLUSTER_SECRET="loadtest-cluster-secret-0123" \
       "$larder_bin" serve > "$dir/larder.log" 2>&1 &
     g_pids+=($!)
-  done
+  }
+  for i in 0 1 2; do g_node "$i" "${node_ports[$i]}"; done
   sleep 3   # three heartbeats: every node sees the others
   local before after
   before="$(origin_lines)"
@@ -367,6 +369,31 @@ json.dump({"scenario": "g", "nodes": 3, "readers_per_node": 16, "chunks": chunks
            "upstream_gets": gets, "upstream_gets_per_chunk": gets / chunks}, open(out, "w"))
 print("   g: %d origin GETs for %d chunks read through 3 nodes: %.3f upstream GETs per chunk"
       " (alone, each node would fetch every chunk: 3.0)" % (gets, chunks, gets / chunks))
+PY
+  # A fourth node joins the warm cluster and reads everything: it now owns
+  # about a quarter of the chunks and holds none. The placement directory
+  # sends it to the nodes that hold them; without it, its own quarter would
+  # be fetched from the origin again.
+  local jport=18103
+  sleep 1.5   # a heartbeat: the last chunks are listed in the directory
+  g_node 3 "$jport"
+  sleep 3
+  before="$(origin_lines)"
+  "$loadgen_bin" --url "http://127.0.0.1:$jport/bench" --keys "$work/keys-small" \
+    --concurrency 16 --epochs 1 --seed 11 --sign "$key:$secret" \
+    --json "$res/g-join.json" --label "g-join" > "$res/g-join.txt" \
+    || echo "run.sh: the loadgen of g (join) failed" >&2
+  sleep 0.3
+  after="$(origin_lines)"
+  cat "$res/g-join.txt"
+  python3 - "$((after - before))" "$chunks" "$res/g-cluster.json" <<'PY'
+import json, sys
+gets, chunks, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+d = json.load(open(out))
+d.update({"join_upstream_gets": gets, "join_upstream_gets_per_chunk": gets / chunks})
+json.dump(d, open(out, "w"))
+print("   g: a 4th node joined and read all %d chunks: %d origin GETs (%.3f per chunk; "
+      "without the placement directory about 0.25, its own quarter)" % (chunks, gets, gets / chunks))
 PY
   for p in "${g_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${g_pids[@]}"; do wait "$p" 2>/dev/null || true; done

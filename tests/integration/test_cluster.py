@@ -208,17 +208,17 @@ class Cluster(harness.S3Asserts, unittest.TestCase):
         # quarter of them and holds none. The placement directory sends it
         # (and, for its own chunks, every reader) to a node that holds
         # them, so the object costs S3 nothing more.
-        data = blob(7, 20 * MiB + 5)  # 21 chunks
+        data = blob(7, 40 * MiB + 5)  # 41 chunks: the joiner owns some (all but surely)
         key = "join/f.bin"
         self.direct.put_object(Bucket="shared", Key=key, Body=data)
         self.assertEqual(self.read(self.nodes[0], key), data)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if self.view(self.nodes[1])["directory"]["entries"] >= 21:
+            if self.view(self.nodes[1])["directory"]["entries"] >= 41:
                 break
             time.sleep(0.2)
         d = self.view(self.nodes[1])["directory"]
-        self.assertGreaterEqual(d["entries"], 21, "the directory never listed the chunks: %r" % d)
+        self.assertGreaterEqual(d["entries"], 41, "the directory never listed the chunks: %r" % d)
         joiner = self.make_node(3)
         joiner.start()
         self.nodes.append(joiner)
