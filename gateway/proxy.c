@@ -92,6 +92,7 @@ void req_unref(struct req *r)
 	if (r->sha)
 		EVP_MD_CTX_free(r->sha);
 	ack_destroy(r->ack);
+	buf_fini(&r->delete_body);
 	s3req_fini(&r->s3);
 	up_target_fini(&r->target);
 	hdrs_fini(&r->uresp);
@@ -334,6 +335,52 @@ static void authenticate_peer(struct req *r)
  * Headers-only checks of a new request. On success the request may go
  * upstream; its body (if any) is verified as it streams.
  */
+static int start_upstream(struct req *r);
+
+/* DeleteObjects: POST ?delete on a bucket. Its keys are in the body. */
+static bool is_delete_objects(const struct req *r)
+{
+	struct buf v;
+	buf_init(&v, 64);
+	bool yes = r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0 &&
+	           s3_query_get(r->query, "delete", &v) == 1;
+	buf_fini(&v);
+	return yes;
+}
+
+struct delete_check {
+	const struct cfg_key *k;
+	const char *bucket;
+};
+
+static int delete_key_allowed(void *arg, const char *key)
+{
+	const struct delete_check *dc = arg;
+	return pol_allows(dc->k, POL_WRITE, dc->bucket, key, NULL) ? 0 : 1;
+}
+
+/* The whole DeleteObjects body is in and verified: may this key delete
+ * every object it names? Fails the request if not, else sends it on. */
+static void check_delete_body(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	pthread_rwlock_rdlock(&gw->keys_lock);
+	const struct cfg *keys = gw->keys;
+	struct delete_check dc = {
+		.k = r->key_id[0] ? cfg_find_key(keys, r->key_id) : &keys->anonymous,
+		.bucket = r->s3.bucket,
+	};
+	int rc = dc.k ? s3_delete_keys(r->delete_body.p, r->delete_body.len, delete_key_allowed, &dc)
+	              : 1; /* the key went away in a reload */
+	pthread_rwlock_unlock(&gw->keys_lock);
+	if (rc < 0)
+		req_fail(r, S3E_MALFORMED_XML, NULL);
+	else if (rc > 0)
+		req_fail(r, S3E_ACCESS_DENIED, NULL);
+	else if (start_upstream(r) != 0)
+		req_fail(r, S3E_INTERNAL, NULL);
+}
+
 static void authenticate(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -420,8 +467,14 @@ static void authenticate(struct req *r)
 		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
 		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
 		const char *copy = req_header(r, "x-amz-copy-source");
-		if (!pol_allows(k, r->s3.access, bucket, key, list_prefix) ||
-		    (copy && !copy_source_allowed(k, copy)))
+		bool allowed = pol_allows(k, r->s3.access, bucket, key, list_prefix);
+		/* A key with a prefix grant may delete many objects at once when
+		 * each is under its grant: decided once the body is in. */
+		if (!allowed && is_delete_objects(r)) {
+			r->check_delete = allowed = true;
+			buf_init(&r->delete_body, DELETE_BODY_MAX);
+		}
+		if (!allowed || (copy && !copy_source_allowed(k, copy)))
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
 	}
 	pthread_rwlock_unlock(&gw->keys_lock);
@@ -500,7 +553,12 @@ static void authenticate(struct req *r)
 			return;
 		}
 	}
-	r->body_verified = r->body == BODY_NONE || (r->body == BODY_RAW && !r->sha);
+	if (r->check_delete && (r->body != BODY_RAW || r->up_len > DELETE_BODY_MAX)) {
+		req_fail(r, S3E_ACCESS_DENIED, "DeleteObjects under a key prefix grant needs a plain "
+		         "body of at most 2 MiB");
+		return;
+	}
+	r->body_verified = r->body == BODY_NONE || (r->body == BODY_RAW && !r->sha && !r->check_delete);
 }
 
 /* ------------------------------------------------------------------ */
@@ -691,6 +749,13 @@ static size_t on_upstream_read(char *out, size_t size, size_t n, void *arg)
 	size_t avail = pbuf_used(&r->upbuf);
 	/* Hold back the last byte until the body is verified: upstream stores
 	 * nothing from a request whose body stops short. */
+	if (r->check_delete) { /* the whole body, checked, waits in delete_body */
+		size_t left = r->delete_body.len - (size_t)r->up_sent;
+		size_t got = left < max ? left : max;
+		memcpy(out, r->delete_body.p + r->up_sent, got);
+		r->up_sent += got;
+		return got;
+	}
 	uint64_t left = (uint64_t)r->up_len - r->up_sent;
 	if (!r->body_verified && avail >= left)
 		avail = left ? (size_t)left - 1 : 0;
@@ -842,7 +907,10 @@ static size_t take_body(struct req *r, const char *data, size_t len)
 		}
 		if (r->sha)
 			EVP_DigestUpdate(r->sha, data, n);
-		pbuf_put(&r->upbuf, data, n);
+		if (r->check_delete)
+			buf_append(&r->delete_body, data, n); /* fits: up_len <= its max */
+		else
+			pbuf_put(&r->upbuf, data, n);
 		r->up_queued += n;
 	}
 	r->bytes_in += n;
@@ -874,7 +942,11 @@ static void finish_body(struct req *r)
 			req_fail(r, S3E_BAD_DIGEST, NULL);
 		else
 			r->body_verified = true;
+	} else {
+		r->body_verified = true;
 	}
+	if (r->check_delete && !r->has_err)
+		check_delete_body(r);
 	if (r->has_err)
 		stop_upstream(r);
 	else if (r->read_paused)
@@ -1011,6 +1083,8 @@ enum MHD_Result proxy_access_cb(void *cls, struct MHD_Connection *conn, const ch
 			cache_begin(r);
 			return MHD_YES;
 		}
+		if (r->check_delete)
+			return MHD_YES; /* upstream once the body is in and checked */
 		if (start_upstream(r) != 0) {
 			req_fail(r, S3E_INTERNAL, NULL);
 			return req_respond_error(r);

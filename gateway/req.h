@@ -24,6 +24,7 @@
 
 #define REQ_MAGIC 0x6c617272u
 #define PIPE_CAP (256 * 1024)
+#define DELETE_BODY_MAX (2 * 1024 * 1024) /* 1,000 keys of 1,024 bytes, in XML */
 #define MAX_UPSTREAM_HEADER_BYTES (64 * 1024)
 
 /* A bounded byte queue: data lives in [off, len). */
@@ -105,6 +106,10 @@ struct req {
 	struct ack_decoder *ack;
 	bool client_body_done;
 	bool body_verified;             /* the last byte may go upstream */
+	/* DeleteObjects under a prefix grant: the body is held whole until
+	 * every key in it is checked against the grants (delete_body). */
+	bool check_delete;
+	struct buf delete_body;
 	struct pbuf upbuf;
 
 	/* upstream */

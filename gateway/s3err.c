@@ -23,6 +23,8 @@ static const struct {
 	[S3E_INVALID_ACCESS_KEY] = { "InvalidAccessKeyId", 403,
 		"The AWS Access Key Id you provided does not exist in our records." },
 	[S3E_INVALID_ARGUMENT] = { "InvalidArgument", 400, "Invalid Argument" },
+	[S3E_MALFORMED_XML] = { "MalformedXML", 400, "The XML you provided was not well-formed or "
+	                        "did not validate against our published schema" },
 	[S3E_INVALID_BUCKET_NAME] = { "InvalidBucketName", 400,
 		"The specified bucket is not valid." },
 	[S3E_INVALID_CHUNK] = { "InvalidChunkSizeError", 400,

@@ -26,6 +26,7 @@ enum s3err {
 	S3E_HEADER_TOO_LARGE,         /* 400 RequestHeaderSectionTooLarge */
 	S3E_MISSING_CONTENT_LENGTH,   /* 411 */
 	S3E_MISSING_SECURITY_HEADER,  /* 400 */
+	S3E_MALFORMED_XML,            /* 400 MalformedXML */
 	S3E_BAD_CHECKSUM,             /* 400 BadDigest */
 	S3E_REQUEST_TIME_SKEWED,      /* 403 RequestTimeTooSkewed */
 	S3E_SIGNATURE_MISMATCH,       /* 403 SignatureDoesNotMatch */

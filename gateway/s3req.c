@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <expat.h>
 #include <string.h>
 #include <strings.h>
 
@@ -175,4 +176,92 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
 		}
 	}
 	return 0;
+}
+
+/* ---- DeleteObjects bodies ---- */
+
+#define DELETE_MAX_OBJECTS 1000
+
+struct delparse {
+	XML_Parser xp;
+	int depth;               /* 1: <Delete>, 2: <Object>, 3: <Key> */
+	bool in_key, has_key, bad;
+	unsigned objects;
+	struct buf key;
+	int (*each)(void *, const char *);
+	void *arg;
+	int stopped;             /* what each() returned, when nonzero */
+};
+
+/* Element names may carry the S3 namespace ("uri name" with the parser's
+ * separator): compare the local part. */
+static bool local_is(const char *name, const char *want)
+{
+	const char *sep = strrchr(name, ' ');
+	return strcmp(sep ? sep + 1 : name, want) == 0;
+}
+
+static void XMLCALL del_start(void *ud, const XML_Char *name, const XML_Char **attrs)
+{
+	(void)attrs;
+	struct delparse *d = ud;
+	d->depth++;
+	if (d->depth == 1 && !local_is(name, "Delete"))
+		d->bad = true;
+	if (d->depth == 2 && local_is(name, "Object")) {
+		d->has_key = false;
+		if (++d->objects > DELETE_MAX_OBJECTS)
+			d->bad = true;
+	}
+	if (d->depth == 3 && local_is(name, "Key")) {
+		d->in_key = true;
+		buf_reset(&d->key);
+	}
+	if (d->bad || d->stopped)
+		XML_StopParser(d->xp, XML_FALSE);
+}
+
+static void XMLCALL del_text(void *ud, const XML_Char *s, int len)
+{
+	struct delparse *d = ud;
+	if (d->in_key && buf_append(&d->key, s, (size_t)len) != 0) {
+		d->bad = true; /* over S3's 1,024-byte key limit */
+		XML_StopParser(d->xp, XML_FALSE);
+	}
+}
+
+static void XMLCALL del_end(void *ud, const XML_Char *name)
+{
+	struct delparse *d = ud;
+	if (d->depth == 3 && d->in_key) {
+		d->in_key = false;
+		d->has_key = true;
+		d->stopped = d->each(d->arg, d->key.len ? d->key.p : "");
+	} else if (d->depth == 2 && local_is(name, "Object") && !d->has_key) {
+		d->bad = true;
+	}
+	d->depth--;
+	if (d->bad || d->stopped)
+		XML_StopParser(d->xp, XML_FALSE);
+}
+
+int s3_delete_keys(const char *body, size_t len, int (*each)(void *arg, const char *key),
+                   void *arg)
+{
+	struct delparse d = { .each = each, .arg = arg };
+	buf_init(&d.key, 1024);
+	d.xp = XML_ParserCreateNS(NULL, ' ');
+	if (!d.xp) {
+		buf_fini(&d.key);
+		return -1;
+	}
+	XML_SetUserData(d.xp, &d);
+	XML_SetElementHandler(d.xp, del_start, del_end);
+	XML_SetCharacterDataHandler(d.xp, del_text);
+	enum XML_Status st = XML_Parse(d.xp, body, (int)len, XML_TRUE);
+	XML_ParserFree(d.xp);
+	buf_fini(&d.key);
+	if (d.stopped)
+		return d.stopped;
+	return st == XML_STATUS_OK && !d.bad && d.objects > 0 ? 0 : -1;
 }

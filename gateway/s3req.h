@@ -50,6 +50,17 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
  */
 int s3_query_get(const char *raw_query, const char *name, struct buf *out);
 
+/*
+ * The keys of a DeleteObjects body (<Delete><Object><Key>...</Key>...),
+ * XML entities decoded, each handed to each(arg, key) in order until it
+ * returns nonzero. Returns 0 when every key was handed over, what each
+ * returned when it stopped early, or -1 when the body is not such a
+ * document (not XML, no <Delete> root, an <Object> without a <Key>, more
+ * than 1,000 objects): S3's MalformedXML.
+ */
+int s3_delete_keys(const char *body, size_t len, int (*each)(void *arg, const char *key),
+                   void *arg);
+
 /* True if the bucket name is acceptable for path-style addressing
  * (3-255 of A-Z a-z 0-9 . - _; S3's legacy rules, which moto and older
  * regions accept). */

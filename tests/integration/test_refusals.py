@@ -11,6 +11,7 @@ from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase, s3_error
 RO_KEY, RO_SECRET = "LARDERREADONLY000001", "read-only-secret-000000000000000000000001"
 PFX_KEY, PFX_SECRET = "LARDERPREFIXDATA0001", "prefix-data-secret-0000000000000000000001"
 BKA_KEY, BKA_SECRET = "LARDERBUCKETA0000001", "bucket-a-secret-000000000000000000000001"
+RWP_KEY, RWP_SECRET = "LARDERPREFIXRW000001", "prefix-rw-secret-00000000000000000000001"
 
 CONFIG = """
 [key %s]
@@ -27,7 +28,12 @@ buckets = ref-a/data/
 secret = %s
 access = read-write
 buckets = ref-a
-""" % (RO_KEY, RO_SECRET, PFX_KEY, PFX_SECRET, BKA_KEY, BKA_SECRET)
+
+[key %s]
+secret = %s
+access = read-write
+buckets = ref-a/rw/
+""" % (RO_KEY, RO_SECRET, PFX_KEY, PFX_SECRET, BKA_KEY, BKA_SECRET, RWP_KEY, RWP_SECRET)
 
 
 class Refusals(LarderCase):
@@ -176,6 +182,46 @@ class Refusals(LarderCase):
         self.refused(lambda: c.get_object(Bucket="ref-a", Key="database/x"), 403, "AccessDenied")
         self.refused(lambda: c.get_object(Bucket="ref-a", Key="plain"), 403, "AccessDenied")
         self.refused(lambda: c.head_object(Bucket="ref-a", Key="database/x"), 403, "403")
+
+    def test_delete_objects_under_a_prefix_grant(self):
+        # DeleteObjects names its keys in the body: a key granted ref-a/rw/
+        # may delete many at once when every one is under rw/, and nothing
+        # at all when one is not (the request never reaches upstream).
+        c = self.larder.client(key=RWP_KEY, secret=RWP_SECRET)
+        for k in ("rw/1", "rw/2", "rw/3 & <odd>", "rw-not/1", "rw/sub/4"):
+            self.direct.put_object(Bucket="ref-a", Key=k, Body=k.encode())
+
+        def exists(k):
+            try:
+                self.direct.head_object(Bucket="ref-a", Key=k)
+                return True
+            except Exception:
+                return False
+
+        r = c.delete_objects(Bucket="ref-a", Delete={"Objects": [{"Key": "rw/1"},
+                                                                {"Key": "rw/3 & <odd>"}]})
+        self.assertEqual(sorted(d["Key"] for d in r.get("Deleted", [])), ["rw/1", "rw/3 & <odd>"])
+        self.assertFalse(exists("rw/1") or exists("rw/3 & <odd>"))
+        for outside in ("rw-not/1", "plain", "rw/../plain"):
+            with self.subTest(outside=outside):
+                self.refused(lambda: c.delete_objects(Bucket="ref-a", Delete={
+                    "Objects": [{"Key": "rw/2"}, {"Key": outside}]}), 403, "AccessDenied")
+        self.assertTrue(exists("rw/2") and exists("rw-not/1") and exists("plain"))
+        # A body that is not a DeleteObjects document: MalformedXML, as S3 says.
+        bad = b"<Delete><Object></Object></Delete>"
+        h = harness.sign_headers("POST", self.larder.url + "/ref-a?delete", RWP_KEY, RWP_SECRET,
+                                 body=bad)
+        self.raw_refused("POST", "/ref-a?delete", h, 400, "MalformedXML", body=bad)
+        # The AWS CLI's recursive delete (a listing, then DeleteObjects).
+        out = self.larder.aws("s3", "rm", "--recursive", "s3://ref-a/rw/", key=RWP_KEY,
+                              secret=RWP_SECRET)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertFalse(exists("rw/2") or exists("rw/sub/4"))
+        self.assertTrue(exists("rw-not/1"))
+        # A read-only prefix key still may not.
+        ro = self.larder.client(key=PFX_KEY, secret=PFX_SECRET)
+        self.refused(lambda: ro.delete_objects(Bucket="ref-a", Delete={
+            "Objects": [{"Key": "data/x"}]}), 403, "AccessDenied")
 
     def test_bucket_grant(self):
         c = self.larder.client(key=BKA_KEY, secret=BKA_SECRET)

@@ -247,6 +247,66 @@ static void test_upstream_sign_roundtrip(void **state)
 	creds_provider_destroy(cp);
 }
 
+struct keys_seen {
+	int n;
+	char last[1100];
+	int stop_at; /* stop (return 7) at this key number, 0: never */
+};
+
+static int collect_key(void *arg, const char *key)
+{
+	struct keys_seen *k = arg;
+	k->n++;
+	snprintf(k->last, sizeof k->last, "%s", key);
+	return k->n == k->stop_at ? 7 : 0;
+}
+
+static void test_delete_keys(void **state)
+{
+	(void)state;
+	struct keys_seen k = { 0 };
+	const char *doc = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
+	                  "<Delete xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+	                  "<Object><Key>a/1</Key></Object>"
+	                  "<Object><Key>a/&lt;2&gt; &amp; \xc3\xa9</Key><VersionId>v</VersionId></Object>"
+	                  "<Quiet>true</Quiet></Delete>";
+	assert_int_equal(s3_delete_keys(doc, strlen(doc), collect_key, &k), 0);
+	assert_int_equal(k.n, 2);
+	assert_string_equal(k.last, "a/<2> & \xc3\xa9");
+
+	/* The callback's refusal stops the walk and is returned. */
+	k = (struct keys_seen){ .stop_at = 1 };
+	assert_int_equal(s3_delete_keys(doc, strlen(doc), collect_key, &k), 7);
+	assert_int_equal(k.n, 1);
+
+	static const char *const bad[] = {
+		"", "not xml", "<Delete>", "<Other><Object><Key>x</Key></Object></Other>",
+		"<Delete><Object></Object></Delete>", "<Delete></Delete>",
+		"<Delete><Object><Key>x</Key></Object></Delete><extra/>", NULL,
+	};
+	for (int i = 0; bad[i]; i++) {
+		k = (struct keys_seen){ 0 };
+		assert_int_equal(s3_delete_keys(bad[i], strlen(bad[i]), collect_key, &k), -1);
+	}
+
+	/* At most 1,000 objects, as S3; keys of at most 1,024 bytes. */
+	struct buf b;
+	buf_init(&b, 1 << 20);
+	buf_puts(&b, "<Delete>");
+	for (int i = 0; i < 1001; i++)
+		buf_printf(&b, "<Object><Key>k%d</Key></Object>", i);
+	buf_puts(&b, "</Delete>");
+	k = (struct keys_seen){ 0 };
+	assert_int_equal(s3_delete_keys(b.p, b.len, collect_key, &k), -1);
+	buf_reset(&b);
+	buf_puts(&b, "<Delete><Object><Key>");
+	for (int i = 0; i < 1025; i++)
+		buf_putc(&b, 'x');
+	buf_puts(&b, "</Key></Object></Delete>");
+	assert_int_equal(s3_delete_keys(b.p, b.len, collect_key, &k), -1);
+	buf_fini(&b);
+}
+
 int main(void)
 {
 	s3req_init(&parsed);
@@ -256,6 +316,7 @@ int main(void)
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_virtual_hosted),
 		cmocka_unit_test(test_listing),
+		cmocka_unit_test(test_delete_keys),
 		cmocka_unit_test(test_query_get),
 		cmocka_unit_test(test_error_xml),
 		cmocka_unit_test(test_upstream_targets),
