@@ -481,9 +481,10 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	dir_get_stats(gw->dir, &ds);
 	struct placement_counts pc;
 	placement_get_counts(&pc);
-	json_t *dir = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I}}", "entries",
+	json_t *dir = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I}}", "entries",
 	                        (json_int_t)v.directory_entries, "self_entries",
-	                        (json_int_t)ds.entries, "published", (json_int_t)ds.published,
+	                        (json_int_t)ds.entries, "tracked", (json_int_t)ds.tracked,
+	                        "published", (json_int_t)ds.published,
 	                        "withdrawn", (json_int_t)ds.withdrawn, "refreshed",
 	                        (json_int_t)ds.refreshed, "dropped", (json_int_t)ds.dropped,
 	                        "lookups", "found", (json_int_t)pc.found, "none",

@@ -232,12 +232,14 @@ static void asked_cb(void *arg, const char *addr)
 	start_or_fail(f);
 }
 
-/* The directory key of what f fetches: its chunk, or for the first read
- * of an object the object's metadata key (chunk 0 is listed under both). */
+/* The key that routes what f fetches (its owner, its directory entry):
+ * chunk_id_hash of its chunk, except for chunk 0 and the first read of an
+ * object (which fetches chunk 0), routed by the object's metadata key, so
+ * that both go to the same node whether or not the ETag is known. */
 static uint64_t dir_key_of(const struct fetch *f)
 {
 	struct chunk_id oid;
-	if (f->c)
+	if (f->c && f->index > 0)
 		return chunk_id_hash(&f->c->id);
 	chunk_id_make(f->bucket, f->key, "", 0, &oid);
 	return chunk_id_hash(&oid);
@@ -475,8 +477,12 @@ static int start_transfer(struct fetch *f)
 	else if (f->revalidate)
 		rc = rc ? rc : hdrs_add(&h, "If-None-Match", f->revalidate);
 	if (f->to_peer)
+		/* A holder is asked at the last hop: if it lost the chunk
+		 * meanwhile it fetches it from S3 itself rather than asking
+		 * its owner, which is us, waiting for it. */
 		rc = rc ? rc : peer_sign(gw->cfg->cluster_secret, gw->cfg->node_id, "GET",
-		                         buf_cstr(&f->target.path), f->hop + 1, time(NULL), &h);
+		                         buf_cstr(&f->target.path),
+		                         f->to_holder ? PEER_MAX_HOP : f->hop + 1, time(NULL), &h);
 	else
 		rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", SV4_EMPTY_SHA256);
 	if (!f->to_peer)
@@ -562,13 +568,12 @@ static void complete_ok(struct fetch *f)
 	}
 	store_complete(gw->store, f->c, true, 0, &o);
 	buf_fini(&blob);
-	/* Chunk 0 is also listed under its object's metadata key, so that a
-	 * node that does not know the object yet finds it here. */
-	if (f->index == 0 && gw->dir) {
-		struct chunk_id oid;
-		chunk_id_make(f->bucket, f->key, "", 0, &oid);
-		dir_note(gw->dir, chunk_id_hash(&f->c->id), chunk_id_hash(&oid), &f->c->id);
-	}
+	/* Fetched from S3 here: if its owner changes, the placement
+	 * directory will have to say where it is (store/directory.h). Chunk 0
+	 * goes by its object's metadata key. */
+	if (gw->dir && !f->to_peer)
+		dir_fetched(gw->dir, chunk_id_hash(&f->c->id), f->index == 0 ? dir_key_of(f) : 0,
+		            &f->c->id);
 }
 
 void fetch_curl_done(struct fetch *f, CURLcode result)

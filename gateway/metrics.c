@@ -548,9 +548,11 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   g->redis_reconnects);
 		const struct labeled dir_families[] = {
 			{ "larder_directory_entries", "gauge",
-			  "Placement directory entries: all members' as they last reported them, "
-			  "and this node's.", "scope",
-			  { "cluster", "self" }, { g->directory_entries, g->dir.entries } },
+			  "Placement directory keys listed: by all members as they last reported "
+			  "them, by this node; and the chunks this node fetched from S3 and holds "
+			  "(tracked: listed once their owner is another node).", "scope",
+			  { "cluster", "self", "tracked" },
+			  { g->directory_entries, g->dir.entries, g->dir.tracked } },
 			{ "larder_directory_updates_total", "counter",
 			  "Placement entries this node published, withdrew and refreshed, and changes "
 			  "it dropped (queue or table full).", "op",

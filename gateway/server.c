@@ -259,7 +259,7 @@ static void recover_meta(void *arg, const struct chunk_origin *o)
 static void chunk_changed(void *arg, const struct chunk_id *id)
 {
 	struct gw *gw = arg;
-	dir_note(gw->dir, chunk_id_hash(id), 0, id);
+	dir_changed(gw->dir, id);
 }
 
 static bool chunk_held(void *arg, const struct chunk_id *id)

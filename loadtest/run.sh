@@ -347,6 +347,8 @@ scen_g() {
     g_pids+=($!)
   }
   for i in 0 1 2; do g_node "$i" "${node_ports[$i]}"; done
+  # g_dir_keys: placement directory keys in Redis now.
+  g_dir_keys() { redis-cli -p "$rport" --scan --pattern 'larder:dir:*' | wc -l; }
   sleep 3   # three heartbeats: every node sees the others
   local before after
   before="$(origin_lines)"
@@ -374,10 +376,12 @@ PY
   # about a quarter of the chunks and holds none. The placement directory
   # sends it to the nodes that hold them; without it, its own quarter would
   # be fetched from the origin again.
-  local jport=18103
-  sleep 1.5   # a heartbeat: the last chunks are listed in the directory
+  local jport=18103 dir_before dir_after
+  sleep 2.5   # two heartbeats: the directory is what the three nodes list for good
+  dir_before="$(g_dir_keys)"
   g_node 3 "$jport"
   sleep 3
+  dir_after="$(g_dir_keys)"
   before="$(origin_lines)"
   "$loadgen_bin" --url "http://127.0.0.1:$jport/bench" --keys "$work/keys-small" \
     --concurrency 16 --epochs 1 --seed 11 --sign "$key:$secret" \
@@ -386,13 +390,17 @@ PY
   sleep 0.3
   after="$(origin_lines)"
   cat "$res/g-join.txt"
-  python3 - "$((after - before))" "$chunks" "$res/g-cluster.json" <<'PY'
+  python3 - "$((after - before))" "$chunks" "$res/g-cluster.json" "$dir_before" "$dir_after" <<'PY'
 import json, sys
 gets, chunks, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+dir_before, dir_after = int(sys.argv[4]), int(sys.argv[5])
 d = json.load(open(out))
-d.update({"join_upstream_gets": gets, "join_upstream_gets_per_chunk": gets / chunks})
+d.update({"join_upstream_gets": gets, "join_upstream_gets_per_chunk": gets / chunks,
+          "directory_keys_3_nodes": dir_before, "directory_keys_after_join": dir_after})
 json.dump(d, open(out, "w"))
-print("   g: a 4th node joined and read all %d chunks: %d origin GETs (%.3f per chunk; "
+print("   g: placement directory: %d keys with 3 nodes, %d after a 4th joined (%d chunks cached)"
+      % (dir_before, dir_after, chunks))
+print("   g: the 4th node read all %d chunks: %d origin GETs (%.3f per chunk; "
       "without the placement directory about 0.25, its own quarter)" % (chunks, gets, gets / chunks))
 PY
   for p in "${g_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done

@@ -120,6 +120,7 @@ struct cluster {
 	/* Under lock. */
 	bool stopping, left;
 	struct snapshot *snap;
+	unsigned long members_gen; /* bumped when the members (not their counts) change */
 	struct inval *q_head, *q_tail;
 	size_t q_len;
 	enum redis_state state;
@@ -188,13 +189,15 @@ static struct snapshot *snap_get(struct cluster *cl)
 	return s;
 }
 
-static bool snap_same(const struct snapshot *a, const struct snapshot *b)
+/* Same members, addresses and capacities: the same owner for every key.
+ * counts: the directory entries they report must match too. */
+static bool snap_same(const struct snapshot *a, const struct snapshot *b, bool counts)
 {
 	if (a->n != b->n)
 		return false;
 	for (size_t i = 0; i < a->n; i++)
 		if (strcmp(a->m[i].id, b->m[i].id) || strcmp(a->m[i].addr, b->m[i].addr) ||
-		    a->m[i].cap != b->m[i].cap || a->m[i].dir_entries != b->m[i].dir_entries)
+		    a->m[i].cap != b->m[i].cap || (counts && a->m[i].dir_entries != b->m[i].dir_entries))
 			return false;
 	return true;
 }
@@ -226,10 +229,12 @@ static void log_changes(const struct snapshot *old, const struct snapshot *nw)
 static void snap_install(struct cluster *cl, struct snapshot *s, bool log_members)
 {
 	struct snapshot *old = cl->snap;
-	if (old && snap_same(old, s)) {
+	if (old && snap_same(old, s, true)) {
 		snap_unref(s);
 		return;
 	}
+	if (!old || !snap_same(old, s, false))
+		cl->members_gen++;
 	if (old && log_members)
 		log_changes(old, s);
 	cl->snap = s;
@@ -574,10 +579,17 @@ static void cond_wait_until(struct cluster *cl, double deadline_ms)
 	pthread_cond_timedwait(&cl->cond, &cl->lock, &ts);
 }
 
+/* dir_owns_fn: whether this node owns key in the current snapshot. */
+static bool owned_here(void *arg, uint64_t key)
+{
+	return !cluster_owner(arg, key, NULL, 0);
+}
+
 static void *hb_main(void *arg)
 {
 	struct cluster *cl = arg;
 	redisContext *c = NULL;
+	unsigned long dir_gen = 0;
 	unsigned fails = 0;
 	double next = mono_ms();
 	char why[256];
@@ -595,14 +607,20 @@ static void *hb_main(void *arg)
 			}
 			if (s) {
 				pthread_mutex_lock(&cl->lock);
-				bool resync = cl->state != REDIS_UP;
+				bool was_up = cl->state == REDIS_UP;
 				pthread_mutex_unlock(&cl->lock);
 				went_up(cl, s);
 				fails = 0;
 				next = mono_ms() + cl->heartbeat_ms;
 				/* Placement entries, after the heartbeat so that a big
-				 * batch never delays it. */
-				if (dir_flush(cl->dir, c, cl->self.id, resync, why, sizeof why) < 0) {
+				 * batch never delays it. All of them are looked at again
+				 * when ownership moved or Redis may have lost them. */
+				pthread_mutex_lock(&cl->lock);
+				bool recheck = !was_up || cl->members_gen != dir_gen;
+				dir_gen = cl->members_gen;
+				pthread_mutex_unlock(&cl->lock);
+				if (dir_flush(cl->dir, c, cl->self.id, recheck, owned_here, cl, why,
+				              sizeof why) < 0) {
 					redisFree(c);
 					c = NULL;
 					went_down(cl, why);

@@ -3,13 +3,15 @@
  * directory.h).
  *
  * Two structures. The note queue (under d->lock) is where any thread says
- * "look at this chunk again"; it is what keeps dir_note cheap enough to
- * call under the store's locks. The published table (open addressing,
- * linear probing, removal by backward shift) is what this node has put in
- * Redis; only the flushing thread touches it, so it needs no lock. Every
- * decision is made at flush time by asking holds(), so notes can arrive in
- * any order, twice, or for chunks never published: the table and the
- * tiers agree again after the next flush whatever the interleaving.
+ * "look at this chunk again"; it is what keeps the notes cheap enough to
+ * call under the store's locks. The table (open addressing, linear
+ * probing, removal by backward shift) holds the chunks this node fetched
+ * from S3 and still holds, each with which of its keys are listed in
+ * Redis now; only the flushing thread touches it, so it needs no lock.
+ * Every decision is made at flush time from holds() and owns(), so notes
+ * can arrive in any order, twice, or for chunks never tracked: the table,
+ * the tiers and Redis agree again after the next flush whatever the
+ * interleaving.
  */
 #include "store/directory.h"
 
@@ -23,16 +25,21 @@
 #include "store/redis_util.h"
 
 #define QUEUE_MAX 65536
-#define SWEEP_MAX 8192 /* entries refreshed per flush at most */
+#define SWEEP_MAX 8192 /* chunks reconciled per flush at most */
+
+#define LISTED_KEY 1u
+#define LISTED_ALIAS 2u
 
 struct note {
 	uint64_t key, alias;
 	struct chunk_id id;
+	bool fetched;             /* from S3 by this node: track it */
 };
 
 struct pent {
-	uint64_t key; /* 0: empty slot */
-	uint64_t alias;
+	uint64_t key;             /* 0: empty slot */
+	uint64_t alias;           /* 0: none */
+	unsigned listed;          /* LISTED_* bits: in Redis now */
 };
 
 struct directory {
@@ -46,10 +53,11 @@ struct directory {
 	/* The flushing thread's own. */
 	struct pent *tab;
 	size_t cap, n;            /* cap: a power of two, or 0 */
-	size_t cursor;            /* next slot the sweep refreshes */
+	size_t cursor;            /* next slot the sweep looks at */
 	double last_ms;           /* when the sweep last ran */
-	double owed;              /* refreshes due but not yet sent (fractional) */
-	size_t resync_left;       /* entries still to refresh after a resync */
+	double owed;              /* reconciliations due but not yet done (fractional) */
+	size_t recheck_left;      /* chunks still to reconcile after a recheck */
+	uint64_t listed;          /* keys in Redis now */
 };
 
 static double mono_ms(void)
@@ -95,7 +103,8 @@ void dir_destroy(struct directory *d)
 	free(d);
 }
 
-void dir_note(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id)
+static void note(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id,
+                 bool fetched)
 {
 	if (!d)
 		return;
@@ -110,13 +119,23 @@ void dir_note(struct directory *d, uint64_t key, uint64_t alias, const struct ch
 	}
 	if (d->qn < d->qcap)
 		d->q[d->qn++] = (struct note){ .key = norm(key), .alias = alias ? norm(alias) : 0,
-		                               .id = *id };
+		                               .id = *id, .fetched = fetched };
 	else
 		d->st.dropped++;
 	pthread_mutex_unlock(&d->lock);
 }
 
-/* ---- the published table ---- */
+void dir_fetched(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id)
+{
+	note(d, key, alias, id, true);
+}
+
+void dir_changed(struct directory *d, const struct chunk_id *id)
+{
+	note(d, chunk_id_hash(id), 0, id, false);
+}
+
+/* ---- the table ---- */
 
 static size_t slot_of(const struct directory *d, uint64_t key)
 {
@@ -136,16 +155,18 @@ static struct pent *tab_find(struct directory *d, uint64_t key)
 	}
 }
 
-static void tab_put(struct directory *d, struct pent e)
+static struct pent *tab_put(struct directory *d, struct pent e)
 {
 	size_t i = slot_of(d, e.key);
 	while (d->tab[i].key)
 		i = (i + 1) & (d->cap - 1);
 	d->tab[i] = e;
 	d->n++;
+	return &d->tab[i];
 }
 
-/* Room for one more entry at load at most 1/2; false when out of memory. */
+/* Room for one more entry at load at most 1/2; false when out of memory.
+ * Moves every entry: pointers into the table are stale after it. */
 static bool tab_reserve(struct directory *d)
 {
 	if (2 * (d->n + 1) <= d->cap)
@@ -180,99 +201,138 @@ static void tab_remove(struct directory *d, struct pent *e)
 			hole = i;
 		}
 	}
-	d->tab[hole].key = 0;
-	d->tab[hole].alias = 0;
+	d->tab[hole] = (struct pent){ 0 };
 	d->n--;
 }
 
 /* ---- flushing ---- */
 
-struct pipe {
+struct flush {
+	struct directory *d;
 	redisContext *c;
 	const char *self;
-	unsigned ttl_ms;
-	size_t pending; /* replies to read */
+	dir_owns_fn owns;
+	void *owns_arg;
+	size_t pending;           /* replies to read */
+	struct dir_stats delta;
 };
 
-static void send_add(struct pipe *p, uint64_t key)
+static void send_add(struct flush *f, uint64_t key)
 {
 	char name[DIR_KEY_MAX];
 	dir_key_name(key, name);
-	redisAppendCommand(p->c, "SADD %s %s", name, p->self);
-	redisAppendCommand(p->c, "PEXPIRE %s %u", name, p->ttl_ms);
-	p->pending += 2;
+	redisAppendCommand(f->c, "SADD %s %s", name, f->self);
+	redisAppendCommand(f->c, "PEXPIRE %s %u", name, f->d->cfg.ttl_ms);
+	f->pending += 2;
 }
 
-static void send_rem(struct pipe *p, uint64_t key)
+static void send_rem(struct flush *f, uint64_t key)
 {
 	char name[DIR_KEY_MAX];
 	dir_key_name(key, name);
-	redisAppendCommand(p->c, "SREM %s %s", name, p->self);
-	p->pending++;
+	redisAppendCommand(f->c, "SREM %s %s", name, f->self);
+	f->pending++;
 }
 
-static void send_entry(struct pipe *p, const struct pent *e, bool add)
+/* Makes one of e's keys listed or not; refresh: send a listed one again
+ * (its TTL). */
+static void set_listed(struct flush *f, struct pent *e, uint64_t key, unsigned bit, bool want,
+                       bool refresh)
 {
-	void (*send)(struct pipe *, uint64_t) = add ? send_add : send_rem;
-	send(p, e->key);
-	if (e->alias)
-		send(p, e->alias);
-}
-
-/* Applies one note: what holds() says now, against what is published. */
-static void apply(struct directory *d, struct pipe *p, const struct note *nt,
-                  struct dir_stats *delta)
-{
-	bool held = d->cfg.holds(d->cfg.holds_arg, &nt->id);
-	struct pent *e = tab_find(d, nt->key);
-	if (held && !e) {
-		if (d->n >= d->cfg.max_entries || !tab_reserve(d)) {
-			delta->dropped++;
-			return;
+	bool is = e->listed & bit;
+	if (want && (!is || refresh)) {
+		send_add(f, key);
+		if (is) {
+			f->delta.refreshed++;
+		} else {
+			f->delta.published++;
+			f->d->listed++;
 		}
-		struct pent ne = { .key = nt->key, .alias = nt->alias };
-		tab_put(d, ne);
-		send_entry(p, &ne, true);
-		delta->published++;
-	} else if (held && nt->alias && e->alias != nt->alias) {
-		e->alias = nt->alias;
-		send_add(p, nt->alias);
-	} else if (!held && e) {
-		send_entry(p, e, false);
-		tab_remove(d, e);
-		delta->withdrawn++;
+		e->listed |= bit;
+	} else if (!want && is) {
+		send_rem(f, key);
+		f->delta.withdrawn++;
+		f->d->listed--;
+		e->listed &= ~bit;
 	}
 }
 
-/* Refreshes the share of entries due since the last sweep (all of them,
- * SWEEP_MAX per call, while a resync is under way). */
-static void sweep(struct directory *d, struct pipe *p, struct dir_stats *delta)
+/* Lists e's routing key (its alias if it has one) when this node no
+ * longer owns it. */
+static void reconcile(struct flush *f, struct pent *e, bool refresh)
 {
+	if (e->alias)
+		set_listed(f, e, e->alias, LISTED_ALIAS, !f->owns(f->owns_arg, e->alias), refresh);
+	else
+		set_listed(f, e, e->key, LISTED_KEY, !f->owns(f->owns_arg, e->key), refresh);
+}
+
+static void forget(struct flush *f, struct pent *e)
+{
+	set_listed(f, e, e->key, LISTED_KEY, false, false);
+	if (e->alias)
+		set_listed(f, e, e->alias, LISTED_ALIAS, false, false);
+	tab_remove(f->d, e);
+}
+
+/* Applies one note: what holds() says now, against what is tracked. */
+static void apply(struct flush *f, const struct note *nt)
+{
+	struct directory *d = f->d;
+	bool held = d->cfg.holds(d->cfg.holds_arg, &nt->id);
+	struct pent *e = tab_find(d, nt->key);
+	if (!held) {
+		if (e)
+			forget(f, e);
+		return;
+	}
+	if (!nt->fetched)
+		return; /* held, and tracked or not as it was */
+	if (!e) {
+		if (d->n >= d->cfg.max_entries || !tab_reserve(d)) {
+			f->delta.dropped++;
+			return;
+		}
+		e = tab_put(d, (struct pent){ .key = nt->key });
+	}
+	if (nt->alias && e->alias != nt->alias) {
+		if (e->alias)
+			set_listed(f, e, e->alias, LISTED_ALIAS, false, false);
+		e->alias = nt->alias;
+	}
+	reconcile(f, e, false);
+}
+
+/* Reconciles the share of entries due since the last sweep, refreshing
+ * the TTLs of listed keys (every entry after a recheck, SWEEP_MAX per
+ * call). */
+static void sweep(struct flush *f)
+{
+	struct directory *d = f->d;
 	double now = mono_ms();
 	d->owed += (double)d->n * (now - d->last_ms) / ((double)d->cfg.ttl_ms / 4);
 	d->last_ms = now;
 	size_t want = d->owed > (double)d->n ? d->n : (size_t)d->owed;
-	if (d->resync_left > want)
-		want = d->resync_left;
+	if (d->recheck_left > want)
+		want = d->recheck_left;
 	if (want > SWEEP_MAX)
 		want = SWEEP_MAX;
 	d->owed -= (double)want;
 	if (d->owed < 0)
 		d->owed = 0;
-	d->resync_left = d->resync_left > want ? d->resync_left - want : 0;
+	d->recheck_left = d->recheck_left > want ? d->recheck_left - want : 0;
 	for (size_t done = 0, seen = 0; done < want && seen < d->cap; seen++) {
 		struct pent *e = &d->tab[d->cursor];
 		d->cursor = (d->cursor + 1) & (d->cap - 1);
 		if (!e->key)
 			continue;
-		send_entry(p, e, true);
+		reconcile(f, e, true);
 		done++;
-		delta->refreshed++;
 	}
 }
 
-int dir_flush(struct directory *d, redisContext *c, const char *self, bool resync, char *why,
-              size_t whylen)
+int dir_flush(struct directory *d, redisContext *c, const char *self, bool recheck,
+              dir_owns_fn owns, void *owns_arg, char *why, size_t whylen)
 {
 	if (!d)
 		return 0;
@@ -283,22 +343,22 @@ int dir_flush(struct directory *d, redisContext *c, const char *self, bool resyn
 	d->qn = d->qcap = 0;
 	pthread_mutex_unlock(&d->lock);
 
-	if (resync)
-		d->resync_left = d->n;
-	struct pipe p = { .c = c, .self = self, .ttl_ms = d->cfg.ttl_ms };
-	struct dir_stats delta = { 0 };
+	struct flush f = { .d = d, .c = c, .self = self, .owns = owns, .owns_arg = owns_arg };
 	for (size_t i = 0; i < bn; i++)
-		apply(d, &p, &batch[i], &delta);
+		apply(&f, &batch[i]);
 	free(batch);
-	sweep(d, &p, &delta);
+	if (recheck) /* a whole pass from the cursor: every entry, once */
+		d->recheck_left = d->n;
+	sweep(&f);
 
-	int rc = redis_read_replies(c, p.pending, why, whylen);
+	int rc = redis_read_replies(c, f.pending, why, whylen);
 	pthread_mutex_lock(&d->lock);
-	d->st.entries = d->n;
-	d->st.published += delta.published;
-	d->st.withdrawn += delta.withdrawn;
-	d->st.refreshed += delta.refreshed;
-	d->st.dropped += delta.dropped;
+	d->st.entries = d->listed;
+	d->st.tracked = d->n;
+	d->st.published += f.delta.published;
+	d->st.withdrawn += f.delta.withdrawn;
+	d->st.refreshed += f.delta.refreshed;
+	d->st.dropped += f.delta.dropped;
 	pthread_mutex_unlock(&d->lock);
 	return rc;
 }

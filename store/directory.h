@@ -1,28 +1,34 @@
 /*
- * directory.h - this node's part of the placement directory: which chunks
- * it holds, published in Redis so that other nodes can find them.
+ * directory.h - this node's part of the placement directory: the copies it
+ * holds that hashing would not find, published in Redis.
  *
- * In Redis, larder:dir:<16 hex digits of the directory key> is a set of
- * the ids of the nodes that hold the chunk, with a TTL (ttl_ms) that every
- * holder refreshes while it holds it. The directory key of a chunk is
- * chunk_id_hash() of its id; chunk 0 of an object is also listed under
- * the key of the object's metadata (chunk_id_make(bucket, key, "", 0)), so
- * a node that does not know an object yet can find who does.
+ * Hashing already says where a chunk lives: its owner (store/cluster.h)
+ * fetched it from S3 and keeps it. What hashing cannot tell is where a
+ * chunk is once its owner changed: a node joined, left or came back, or
+ * the cluster formed again after Redis was away (each node fetched alone
+ * meanwhile). So a node lists a chunk only when it holds the chunk, got
+ * it from S3 itself (as its owner, or alone), and no longer owns it. Copies
+ * a node streamed from another node are never listed: their source has
+ * them. So the directory stays a small fraction of what is cached, and is
+ * empty while membership is stable and every node was there from the start.
  *
- * The directory never decides anything itself: it is told that a chunk
- * may have entered or left this node's tiers (dir_note, from any thread,
- * never blocking on I/O), and asks holds() when it flushes. Flushing is
- * done by the cluster's heartbeat thread (store/cluster.c) on its own
- * blocking connection: SADD + PEXPIRE for a chunk newly held, SREM for one
- * no longer held, and, spread over every quarter of ttl_ms, SADD + PEXPIRE
- * again for everything held (which also rebuilds the directory after Redis
- * lost it). Readers ask the directory from the workers' loops
- * (gateway/placement.h).
+ * In Redis, larder:dir:<16 hex digits of the key> is a set of node ids with
+ * a TTL (ttl_ms) that every listed holder refreshes while the entry holds.
+ * A chunk is listed under the key that routes it, which its ownership is
+ * computed from: chunk_id_hash() of its id, except for chunk 0, which goes
+ * by its object's metadata key (chunk_id_make(bucket, key, "", 0)) like the
+ * first read of the object, which fetches it before the ETag is known.
  *
- * Bounds: at most max_entries published chunks per node and a queue of
- * pending notes; past either, notes are dropped and counted. A node that
- * dies leaves its entries behind until they expire; readers skip ids that
- * are not live members, so they cost nothing meanwhile.
+ * The directory decides nothing on the caller's thread: dir_fetched and
+ * dir_changed only queue the id (any thread, never blocking on I/O, cheap
+ * enough under the store's locks). The cluster's heartbeat thread calls
+ * dir_flush with its connection and its view of ownership; each chunk's
+ * entry is then made to match what holds() and owns() say now.
+ *
+ * Bounds: at most max_entries chunks tracked per node (fetched from S3 and
+ * still held, listed or not) and 65,536 queued notes; past either, notes
+ * are dropped and counted. A dead node's entries expire after ttl_ms;
+ * readers skip ids that are not live members meanwhile.
  */
 #ifndef LARDER_DIRECTORY_H
 #define LARDER_DIRECTORY_H
@@ -38,10 +44,11 @@
 #define DIR_KEY_MAX (sizeof DIR_KEY_PREFIX + 16)
 
 typedef bool (*dir_holds_fn)(void *arg, const struct chunk_id *id);
+typedef bool (*dir_owns_fn)(void *arg, uint64_t key);
 
 struct dir_config {
 	unsigned ttl_ms;        /* entry lifetime in Redis; 0: one hour */
-	size_t max_entries;     /* 0: 1 << 20 */
+	size_t max_entries;     /* chunks tracked; 0: 1 << 20 */
 	dir_holds_fn holds;     /* whether this node's tiers hold a chunk now */
 	void *holds_arg;
 };
@@ -54,28 +61,31 @@ void dir_destroy(struct directory *d);
 /* The Redis key of a directory key ("larder:dir:<hex>"), in buf. */
 void dir_key_name(uint64_t key, char buf[DIR_KEY_MAX]);
 
-/*
- * Chunk id may have entered or left this node's tiers. key: its directory
- * key; alias: a second key to list it under (chunk 0's metadata key), or 0.
- * A note for a chunk that is not published and carries no alias is taken
- * only when it may be new; cheap enough for every eviction.
- */
-void dir_note(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id);
+/* This node fetched chunk id from S3 and stored it. key: chunk_id_hash(id);
+ * alias: the key that routes it when that is not key (chunk 0: its
+ * object's metadata key), else 0. */
+void dir_fetched(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id);
+
+/* Chunk id may have entered or left a tier (evicted, purged, ...). */
+void dir_changed(struct directory *d, const struct chunk_id *id);
 
 /*
- * Heartbeat thread: sends what changed since the last call and the share
- * of refreshes due, as node self, pipelined on c. resync: Redis may have
- * lost the directory (it was unreachable): refresh everything now.
- * Returns 0, or -1 with why filled when the connection failed.
+ * Heartbeat thread: applies the notes queued since the last call, and
+ * reconciles a share of the tracked chunks with owns() (whether this node
+ * owns a key now) and Redis, refreshing TTLs, all pipelined on c as node
+ * self. recheck: ownership changed or Redis may have lost the directory:
+ * reconcile every chunk now (SWEEP_MAX per call). Returns 0, or -1 with
+ * why filled when the connection failed.
  */
-int dir_flush(struct directory *d, redisContext *c, const char *self, bool resync, char *why,
-              size_t whylen);
+int dir_flush(struct directory *d, redisContext *c, const char *self, bool recheck,
+              dir_owns_fn owns, void *owns_arg, char *why, size_t whylen);
 
 struct dir_stats {
-	uint64_t entries;        /* chunks published by this node */
-	uint64_t published;      /* SADDs of new entries, since start */
-	uint64_t withdrawn;      /* SREMs */
-	uint64_t refreshed;      /* SADD + PEXPIRE of entries already published */
+	uint64_t entries;        /* keys this node lists in Redis now */
+	uint64_t tracked;        /* chunks it fetched from S3 and still holds */
+	uint64_t published;      /* keys listed (SADD of a new entry), since start */
+	uint64_t withdrawn;      /* keys withdrawn (SREM) */
+	uint64_t refreshed;      /* SADD + PEXPIRE of keys already listed */
 	uint64_t dropped;        /* notes lost: queue or table full */
 };
 void dir_get_stats(struct directory *d, struct dir_stats *out);

@@ -205,28 +205,34 @@ class Cluster(harness.S3Asserts, unittest.TestCase):
 
     def test_new_member_fetches_from_holders_not_s3(self):
         # Chunks cached before a node joins: the joiner now owns about a
-        # quarter of them and holds none. The placement directory sends it
-        # (and, for its own chunks, every reader) to a node that holds
-        # them, so the object costs S3 nothing more.
+        # quarter of them and holds none. Their old owners list them in the
+        # placement directory once ownership moved, and the joiner, about to
+        # fetch one of its chunks from S3, finds them there instead.
         data = blob(7, 40 * MiB + 5)  # 41 chunks: the joiner owns some (all but surely)
         key = "join/f.bin"
         self.direct.put_object(Bucket="shared", Key=key, Body=data)
         self.assertEqual(self.read(self.nodes[0], key), data)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.view(self.nodes[1])["directory"]["entries"] >= 41:
-                break
-            time.sleep(0.2)
-        d = self.view(self.nodes[1])["directory"]
-        self.assertGreaterEqual(d["entries"], 41, "the directory never listed the chunks: %r" % d)
+        time.sleep(2.5)  # two heartbeats: what the read listed is listed and reported
+        listed_before = self.view(self.nodes[1])["directory"]["entries"]
         joiner = self.make_node(3)
         joiner.start()
         self.nodes.append(joiner)
         try:
             self.wait_members(4)
+            # The old owners list what moved at their next heartbeat.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if self.view(joiner)["directory"]["entries"] > listed_before:
+                    break
+                time.sleep(0.2)
+            time.sleep(1.5)  # one more heartbeat: every old owner has listed its part
+            d = self.view(joiner)["directory"]
+            self.assertGreater(d["entries"], listed_before, d)
             m = self.upstream.mark()
             self.assertEqual(self.read(joiner, key), data)
-            self.assertEqual(self.gets(m, key), [], "the joiner went to S3 for cached chunks")
+            self.assertEqual([g["headers"] for g in self.gets(m, key)], [],
+                             "the joiner went to S3 for cached chunks: %r" % (
+                                 [self.view(n)["directory"] for n in self.nodes]))
             v = self.view(joiner)
             self.assertGreater(v["directory"]["lookups"]["found"], 0, v)
             self.assertEqual(len(v["members"]), 4)
@@ -236,6 +242,15 @@ class Cluster(harness.S3Asserts, unittest.TestCase):
             joiner.stop()
             joiner.cleanup()
             self.wait_members(3)
+        # Ownership is back where it was: nothing needs listing any more.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.view(self.nodes[1])["directory"]["entries"] <= listed_before:
+                break
+            time.sleep(0.2)
+        self.assertLessEqual(self.view(self.nodes[1])["directory"]["entries"], listed_before,
+                             [(self.view(n)["members"], self.view(n)["directory"])
+                              for n in self.nodes])
 
     def test_metrics_and_view_show_the_cluster(self):
         node = self.nodes[1]
