@@ -109,6 +109,7 @@ static const struct setting settings[] = {
 	SET("cluster", "secret", "LARDER_CLUSTER_SECRET", K_TOKEN, cluster_secret, 16, 256),
 	SET("cluster", "directory_ttl", "LARDER_DIRECTORY_TTL", K_UINT, directory_ttl_s, 10,
 	    7 * 86400),
+	SET("cluster", "ca_file", "LARDER_CLUSTER_CA_FILE", K_PATH, cluster_ca_file, 0, 0),
 };
 
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
@@ -999,6 +1000,9 @@ static int cluster_check(struct load *L)
 	if (!c->advertise || !strchr(c->advertise, ':'))
 		return fail(L, "LARDER_ADVERTISE: a cluster node needs the host:port its peers reach "
 		            "it at, got \"%s\"", c->advertise ? c->advertise : "");
+	if (c->cluster_ca_file && access(c->cluster_ca_file, R_OK) != 0)
+		return fail(L, "LARDER_CLUSTER_CA_FILE: cannot read \"%s\": %s", c->cluster_ca_file,
+		            strerror(errno));
 	if (!c->node_id) {
 		char host[256];
 		if (gethostname(host, sizeof host) != 0)
@@ -1127,6 +1131,7 @@ void cfg_free(struct cfg *c)
 	free(c->node_id);
 	free(c->advertise);
 	free(c->cluster_secret);
+	free(c->cluster_ca_file);
 	free(c->admin_host);
 	if (c->admin_token)
 		explicit_bzero(c->admin_token, strlen(c->admin_token));

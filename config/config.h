@@ -101,6 +101,8 @@ struct cfg {
 	char *cluster_secret;         /* LARDER_CLUSTER_SECRET: authenticates peer requests */
 	unsigned directory_ttl_s;     /* LARDER_DIRECTORY_TTL: life of a placement entry that
 	                               * its holder stops refreshing, 3600 */
+	char *cluster_ca_file;        /* LARDER_CLUSTER_CA_FILE: verifies peers' certificates
+	                               * when the client port serves TLS; NULL: LARDER_TLS_CERT */
 
 	/* [key ID] sections, plus LARDER_CLIENT_KEY/SECRET */
 	struct cfg_key *keys;

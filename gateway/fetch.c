@@ -187,8 +187,9 @@ static bool replayed_header(const char *name)
 
 static int start_transfer(struct fetch *f);
 
-/* A chunk's owner node, asked path style on its client port. */
-static int peer_target(const char *addr, const char *bucket, const char *key,
+/* Another node, asked path style on its client port: https when ours
+ * serves TLS (every node of a cluster is configured alike). */
+static int peer_target(const char *addr, bool tls, const char *bucket, const char *key,
                        struct up_target *t)
 {
 	buf_reset(&t->url);
@@ -199,7 +200,8 @@ static int peer_target(const char *addr, const char *bucket, const char *key,
 	rc = rc ? rc : sv4_uri_encode(bucket, strlen(bucket), false, &t->path);
 	rc = rc ? rc : buf_putc(&t->path, '/');
 	rc = rc ? rc : sv4_uri_encode(key, strlen(key), true, &t->path);
-	rc = rc ? rc : buf_printf(&t->url, "http://%s%s", addr, buf_cstr(&t->path));
+	rc = rc ? rc : buf_printf(&t->url, "%s://%s%s", tls ? "https" : "http", addr,
+	                          buf_cstr(&t->path));
 	return rc;
 }
 
@@ -455,7 +457,8 @@ static int start_transfer(struct fetch *f)
 	             (gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
 	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer) &&
 	              !(f->holder_failed && strcmp(peer, f->holder) == 0));
-	if (f->to_peer ? peer_target(peer, f->bucket, f->key, &f->target) != 0
+	bool tls = gw->tls_cert != NULL;
+	if (f->to_peer ? peer_target(peer, tls, f->bucket, f->key, &f->target) != 0
 	               : upstream_target(gw->up, f->bucket, f->key, "", &f->target) != 0)
 		return -E2BIG;
 	struct hdrs h;
@@ -499,6 +502,13 @@ static int start_transfer(struct fetch *f)
 	if (upstream_easy_prepare(&f->easy, gw->up, &f->target, f->slist, on_header, on_body, f,
 	                          f->curl_err) != 0)
 		return -ENOMEM;
+	if (f->to_peer && tls) { /* peers are verified, whatever upstream's settings */
+		const char *ca = gw->cfg->cluster_ca_file ? gw->cfg->cluster_ca_file
+		                                          : gw->cfg->tls_cert;
+		curl_easy_setopt(f->easy, CURLOPT_SSL_VERIFYPEER, 1L);
+		curl_easy_setopt(f->easy, CURLOPT_SSL_VERIFYHOST, 2L);
+		curl_easy_setopt(f->easy, CURLOPT_CAINFO, ca);
+	}
 	return curlev_add(f->w->curl, f->easy) == 0 ? 0 : -EIO;
 }
 

@@ -57,7 +57,14 @@ class Redis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Cluster(harness.S3Asserts, unittest.TestCase):
+class ClusterBase(harness.S3Asserts, unittest.TestCase):
+    """N nodes on loopback, one redis-server, the moto upstream; no tests."""
+    NODES = 3
+
+    @classmethod
+    def extra_env(cls):
+        return {}
+
     @classmethod
     def setUpClass(cls):
         if not os.access(harness.larder_binary(), os.X_OK):
@@ -66,21 +73,23 @@ class Cluster(harness.S3Asserts, unittest.TestCase):
         cls.upstream = harness.Upstream().start()
         cls.direct = cls.upstream.client()
         cls.direct.create_bucket(Bucket="shared")
-        cls.nodes = [cls.make_node(i) for i in range(3)]
+        cls.nodes = [cls.make_node(i) for i in range(cls.NODES)]
         for n in cls.nodes:
             n.start()
-        cls.wait_members(3)
+        cls.wait_members(cls.NODES)
 
     @classmethod
     def make_node(cls, i, port=None, admin=None):
-        n = harness.Larder(cls.upstream, env={
+        env = {
             "LARDER_REDIS_URL": "redis://127.0.0.1:%d" % cls.redis.port,
             "LARDER_NODE_ID": "node-%d" % i,
             "LARDER_CLUSTER_SECRET": SECRET,
             "LARDER_CHUNK_SIZE": "1MiB",
             "LARDER_METADATA_TTL": "immutable",
             "LARDER_ADMIN_TOKEN": TOKEN,
-        })
+        }
+        env.update(cls.extra_env())
+        n = harness.Larder(cls.upstream, env=env)
         if port:
             n.port, n.url = port, "http://127.0.0.1:%d" % port
             n.env["LARDER_LISTEN"] = "127.0.0.1:%d" % port
@@ -129,6 +138,9 @@ class Cluster(harness.S3Asserts, unittest.TestCase):
 
     def read(self, node, key):
         return node.client().get_object(Bucket="shared", Key=key)["Body"].read()
+
+
+class Cluster(ClusterBase):
 
     def test_cold_object_from_all_nodes_one_get_per_chunk(self):
         data = blob(1, 5 * MiB + 123)  # 6 chunks
@@ -327,6 +339,51 @@ class Cluster(harness.S3Asserts, unittest.TestCase):
         self.nodes[0] = fresh
         self.wait_members(3, timeout=30)
         self.assertEqual(self.read(fresh, "kill/e.bin"), data)
+
+
+class TlsCluster(ClusterBase):
+    """Two nodes whose client ports serve TLS talk https to each other,
+    verifying each other's certificate (LARDER_CLUSTER_CA_FILE)."""
+    NODES = 2
+
+    @classmethod
+    def extra_env(cls):
+        if not hasattr(cls, "cert"):
+            import test_tls
+            cls.tmp = tempfile.mkdtemp(prefix="larder-tls-cluster-")
+            cls.cert, cls.key = test_tls.make_cert(cls.tmp)
+        return {"LARDER_TLS_CERT": cls.cert, "LARDER_TLS_KEY": cls.key,
+                "LARDER_CLUSTER_CA_FILE": cls.cert}
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(getattr(cls, "tmp", ""), ignore_errors=True)
+
+    def read(self, node, key):
+        import boto3
+        from botocore.config import Config
+        s3 = boto3.session.Session().client(
+            "s3", endpoint_url=node.url.replace("http://", "https://"),
+            region_name=harness.REGION, aws_access_key_id=harness.CLIENT_KEY,
+            aws_secret_access_key=harness.CLIENT_SECRET, verify=self.cert,
+            config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}))
+        return s3.get_object(Bucket="shared", Key=key)["Body"].read()
+
+    def test_peers_speak_https(self):
+        data = blob(30, 8 * MiB + 3)  # 9 chunks, about half owned by each node
+        self.direct.put_object(Bucket="shared", Key="t/obj", Body=data)
+        a, b = self.nodes
+        # Through a: b fetches its chunks from S3, and a gets them from b.
+        self.assertEqual(self.read(a, "t/obj"), data)
+        # Through b: every chunk comes from a cache, b's own or a's (https).
+        m = self.upstream.mark()
+        self.assertEqual(self.read(b, "t/obj"), data)
+        self.assertEqual(self.gets(m, "t/obj"), [], "b went upstream for chunks a holds")
+        for n in self.nodes:
+            self.assertNotIn("node failed (", n.log(), "a peer request failed over https")
 
 
 if __name__ == "__main__":

@@ -722,6 +722,31 @@ static void test_no_leaks(void **state)
 	}
 }
 
+static void test_cluster_settings(void **state)
+{
+	(void)state;
+	char err[256];
+	const char *ok[] = { "LARDER_REDIS_URL=redis://r:6379", "LARDER_ADVERTISE=10.0.0.1:8080",
+		"LARDER_CLUSTER_SECRET=0123456789abcdef", "LARDER_NODE_ID=n1", NULL };
+	struct cfg *c = cfg_load_text(NULL, ok, err, sizeof err);
+	assert_non_null(c);
+	assert_int_equal(c->directory_ttl_s, 3600);
+	assert_null(c->cluster_ca_file);
+	cfg_free(c);
+
+	const char *ttl[] = { "LARDER_REDIS_URL=redis://r:6379", "LARDER_ADVERTISE=10.0.0.1:8080",
+		"LARDER_CLUSTER_SECRET=0123456789abcdef", "LARDER_DIRECTORY_TTL=5", NULL };
+	expect_error(NULL, ttl, (const char *[]){ "LARDER_DIRECTORY_TTL", NULL });
+	const char *ca[] = { "LARDER_REDIS_URL=redis://r:6379", "LARDER_ADVERTISE=10.0.0.1:8080",
+		"LARDER_CLUSTER_SECRET=0123456789abcdef", "LARDER_CLUSTER_CA_FILE=/nonexistent/ca.pem",
+		NULL };
+	expect_error(NULL, ca, (const char *[]){ "LARDER_CLUSTER_CA_FILE: cannot read",
+	                                         "/nonexistent/ca.pem", NULL });
+	const char *nosecret[] = { "LARDER_REDIS_URL=redis://r:6379",
+		"LARDER_ADVERTISE=10.0.0.1:8080", NULL };
+	expect_error(NULL, nosecret, (const char *[]){ "LARDER_CLUSTER_SECRET", NULL });
+}
+
 int main(int argc, char **argv)
 {
 	example_path = argc > 1 ? argv[1] : NULL;
@@ -740,6 +765,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_example_conf),
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_cache_settings),
+		cmocka_unit_test(test_cluster_settings),
 		cmocka_unit_test(test_admin_settings),
 		cmocka_unit_test(test_no_leaks),
 	};
