@@ -975,7 +975,7 @@ static int set_defaults(struct load *L)
 	c->cache_stale_after_s = 86400;
 	c->metadata_ttl_s = 60;
 	c->negative_ttl_s = 0;
-	c->readahead_chunks = 4;
+	c->readahead_chunks = 8; /* docs/benchmarks.md: one cold 256 MiB shard 3.9x -> 6.4x */
 	c->directory_ttl_s = 3600;
 	c->admin_port = 9090;
 	if (set_str(L, &c->listen_host, "127.0.0.1") || set_str(L, &c->log_level, "info") ||

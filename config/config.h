@@ -85,7 +85,7 @@ struct cfg {
 	unsigned cache_stale_after_s; /* LARDER_CACHE_STALE_AFTER: idle entries go first, 86400 */
 	long metadata_ttl_s;          /* LARDER_METADATA_TTL: seconds, -1 = "immutable"; 60 */
 	unsigned negative_ttl_s;      /* LARDER_NEGATIVE_TTL: seconds a 404 is cached; 0 = off */
-	unsigned readahead_chunks;    /* LARDER_READAHEAD: chunks fetched ahead of a reader, 4 */
+	unsigned readahead_chunks;    /* LARDER_READAHEAD: chunks fetched ahead of a reader, 8 */
 
 	/* [admin] */
 	char *admin_host;             /* LARDER_ADMIN_LISTEN host, default 127.0.0.1;
