@@ -40,6 +40,14 @@ struct opts {
 	bool no_wait;          /* warm: print the job id and return */
 };
 
+/* The options and the token line every reading subcommand's usage shares. */
+#define ADMIN_AND_JSON_OPTIONS \
+	"  --admin URL  the admin endpoint (default: $LARDER_ADMIN_URL, else\n" \
+	"               " DEFAULT_ADMIN_URL ")\n" \
+	"  --json       print the server's JSON document as it is\n" \
+	"\n" \
+	"The bearer token is read from LARDER_ADMIN_TOKEN. When stdout is not a terminal\n"
+
 static void usage_stats(FILE *f)
 {
 	fputs("usage: larder stats [--admin URL] [--json]\n"
@@ -47,11 +55,7 @@ static void usage_stats(FILE *f)
 	      "Prints what a running larder served: requests, cache hits and misses, hit ratio,\n"
 	      "bytes served and upstream bytes saved, in total, per bucket and per client key.\n"
 	      "\n"
-	      "  --admin URL  the admin endpoint (default: $LARDER_ADMIN_URL, else\n"
-	      "               " DEFAULT_ADMIN_URL ")\n"
-	      "  --json       print the server's JSON document as it is\n"
-	      "\n"
-	      "The bearer token is read from LARDER_ADMIN_TOKEN. When stdout is not a terminal\n"
+	      ADMIN_AND_JSON_OPTIONS
 	      "the table is tab-separated with raw numbers (hit_ratio \"-\" when there were no\n"
 	      "cacheable reads).\n"
 	      "Exit status: 0 ok, 1 the server could not be reached or refused, 2 bad usage.\n", f);
@@ -91,7 +95,8 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 			o->admin = argv[++i];
 		} else if (strncmp(a, "--admin=", 8) == 0) {
 			o->admin = a + 8;
-		} else if (strcmp(o->cmd, "stats") == 0 && strcmp(a, "--json") == 0) {
+		} else if ((strcmp(o->cmd, "stats") == 0 || strcmp(o->cmd, "jobs") == 0 ||
+		            strcmp(o->cmd, "cluster") == 0) && strcmp(a, "--json") == 0) {
 			o->json = true;
 		} else if (strcmp(o->cmd, "purge") == 0 && strcmp(a, "--key") == 0) {
 			o->key = true;
@@ -335,32 +340,99 @@ static void print_stats(json_t *doc)
 	}
 }
 
-int cli_stats(int argc, char **argv)
+/* GET path and print the answer: as it is with --json, else with print. */
+static int get_and_print(const struct opts *o, const char *path, void (*print)(json_t *doc))
 {
-	struct opts o = { .cmd = "stats" };
-	int rc = parse(&o, argc, argv, usage_stats);
-	if (rc >= 0)
-		return rc;
 	struct buf resp;
 	buf_init(&resp, RESPONSE_MAX);
 	long status = 0;
-	if (call(&o, "/admin/stats", NULL, &status, &resp) != 0) {
-		buf_fini(&resp);
-		return 1;
-	}
-	json_t *doc = json_answer(&o, status, &resp);
+	json_t *doc = call(o, path, NULL, &status, &resp) == 0 ? json_answer(o, status, &resp)
+	                                                     : NULL;
+	int rc = 1;
 	if (doc) {
-		if (o.json)
-			printf("%s", buf_cstr(&resp));
+		if (o->json)
+			fwrite(resp.p, 1, resp.len, stdout);
 		else
-			print_stats(doc);
+			print(doc);
 		rc = fflush(stdout) == 0 ? 0 : 1;
-	} else {
-		rc = 1;
 	}
 	json_decref(doc);
 	buf_fini(&resp);
 	return rc;
+}
+
+int cli_stats(int argc, char **argv)
+{
+	struct opts o = { .cmd = "stats" };
+	int rc = parse(&o, argc, argv, usage_stats);
+	return rc >= 0 ? rc : get_and_print(&o, "/admin/stats", print_stats);
+}
+
+/* ---- cluster -------------------------------------------------------------------- */
+
+static void usage_cluster(FILE *f)
+{
+	fputs("usage: larder cluster [--admin URL] [--json]\n"
+	      "\n"
+	      "Prints a running larder's view of its cluster: whether it reaches Redis, the live\n"
+	      "members with their addresses, capacities, share of the chunks they own and the\n"
+	      "placement-directory entries they list, and this node's directory lookups.\n"
+	      "\n"
+	      ADMIN_AND_JSON_OPTIONS
+	      "the members are tab-separated rows with raw numbers, after a header line.\n"
+	      "Exit status: 0 ok, 1 the server could not be reached or refused, 2 bad usage.\n", f);
+}
+
+static void print_cluster(json_t *doc)
+{
+	bool tty = isatty(STDOUT_FILENO);
+	if (!json_is_true(json_object_get(doc, "clustered"))) {
+		printf(tty ? "not in a cluster (LARDER_REDIS_URL is not set): this node serves alone\n"
+		           : "id\taddress\tcapacity\townership_share\tdirectory_entries\n");
+		return;
+	}
+	const char *self = json_string_value(json_object_get(doc, "self"));
+	json_t *members = json_object_get(doc, "members"), *dir = json_object_get(doc, "directory");
+	if (tty) {
+		json_t *lk = json_object_get(dir, "lookups");
+		printf("%s: redis %s, %zu member%s; directory %llu entries (this node %llu, tracking "
+		       "%llu chunks); lookups found %llu, none %llu, failed %llu, skipped %llu\n\n",
+		       self ? self : "?",
+		       json_is_true(json_object_get(doc, "redis_up")) ? "up" : "DOWN (serving alone)",
+		       json_array_size(members), json_array_size(members) == 1 ? "" : "s",
+		       (unsigned long long)num(dir, "entries"), (unsigned long long)num(dir, "self_entries"),
+		       (unsigned long long)num(dir, "tracked"), (unsigned long long)num(lk, "found"),
+		       (unsigned long long)num(lk, "none"), (unsigned long long)num(lk, "failed"),
+		       (unsigned long long)num(lk, "skipped"));
+		printf("%-24s %-28s %10s %7s %10s\n", "ID", "ADDRESS", "CAPACITY", "SHARE", "DIRECTORY");
+	} else {
+		printf("id\taddress\tcapacity\townership_share\tdirectory_entries\n");
+	}
+	size_t i;
+	json_t *m;
+	json_array_foreach(members, i, m) {
+		const char *id = json_string_value(json_object_get(m, "id"));
+		const char *addr = json_string_value(json_object_get(m, "address"));
+		double cap = json_number_value(json_object_get(m, "capacity"));
+		double share = json_number_value(json_object_get(m, "ownership_share"));
+		if (tty) {
+			char c[32];
+			human_size(cap > 0 ? (uint64_t)cap : 0, c, sizeof c);
+			printf("%-24s %-28s %10s %6.1f%% %10llu%s\n", id ? id : "?", addr ? addr : "?", c,
+			       share * 100, (unsigned long long)num(m, "directory_entries"),
+			       id && self && strcmp(id, self) == 0 ? "  (this node)" : "");
+		} else {
+			printf("%s\t%s\t%.0f\t%.6f\t%llu\n", id ? id : "", addr ? addr : "", cap, share,
+			       (unsigned long long)num(m, "directory_entries"));
+		}
+	}
+}
+
+int cli_cluster(int argc, char **argv)
+{
+	struct opts o = { .cmd = "cluster" };
+	int rc = parse(&o, argc, argv, usage_cluster);
+	return rc >= 0 ? rc : get_and_print(&o, "/admin/cluster", print_cluster);
 }
 
 /* ---- purge ---------------------------------------------------------------------- */

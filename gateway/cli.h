@@ -22,4 +22,7 @@ int cli_warm(int argc, char **argv);
 /* larder jobs [--admin URL] [--json] [--cancel JOB_ID] */
 int cli_jobs(int argc, char **argv);
 
+/* larder cluster [--admin URL] [--json] */
+int cli_cluster(int argc, char **argv);
+
 #endif

@@ -32,6 +32,7 @@ static void usage(FILE *f)
 	      "       larder purge [--admin URL] [--key] s3://BUCKET[/PREFIX]\n"
 	      "       larder warm [--admin URL] [options] s3://BUCKET[/PREFIX]\n"
 	      "       larder jobs [--admin URL] [--json] [--cancel JOB_ID]\n"
+	      "       larder cluster [--admin URL] [--json]\n"
 	      "       larder --version\n"
 	      "\n"
 	      "larder is a caching S3 gateway for training data. It verifies each request's\n"
@@ -47,6 +48,7 @@ static void usage(FILE *f)
 	      "purge     make a running larder forget cached objects (a prefix, or --key one)\n"
 	      "warm      read objects into a running larder's cache ahead of a job, with progress\n"
 	      "jobs      list (or --cancel) warming jobs\n"
+	      "cluster   a running larder's view of its cluster: members, Redis, directory\n"
 	      "          stats and purge talk to the admin endpoint (--admin URL, else\n"
 	      "          $LARDER_ADMIN_URL) with the token in $LARDER_ADMIN_TOKEN;\n"
 	      "          \"larder stats --help\" and \"larder purge --help\" tell more\n"
@@ -125,6 +127,8 @@ int main(int argc, char **argv)
 		return cli_warm(argc - 2, argv + 2);
 	if (strcmp(argv[1], "jobs") == 0)
 		return cli_jobs(argc - 2, argv + 2);
+	if (strcmp(argv[1], "cluster") == 0)
+		return cli_cluster(argc - 2, argv + 2);
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
 		printf("larder %s\n", LARDER_VERSION);
 		return 0;

@@ -387,6 +387,10 @@ class Admin(AdminCase):
         r = self.cli("stats", "--admin", "http://127.0.0.1:%d/" % self.ADMIN_PORT,
                      env={"LARDER_ADMIN_URL": "http://127.0.0.1:1"})
         self.assertEqual(r.returncode, 0, r.stderr)
+        # A node alone: the cluster view is a header and no members.
+        r = self.cli("cluster")
+        self.assertEqual((r.returncode, r.stdout.decode()),
+                         (0, "id\taddress\tcapacity\townership_share\tdirectory_entries\n"))
 
     def test_cli_purge(self):
         self.cached("cp/one", b"1" * 10)

@@ -283,6 +283,24 @@ class Cluster(ClusterBase):
             out = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
                                  capture_output=True, timeout=30)
             self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        # The CLI shows the same view.
+        env = dict(os.environ, LARDER_ADMIN_TOKEN=TOKEN)
+        admin = "http://127.0.0.1:%d" % node.admin_port
+        out = subprocess.run([harness.larder_binary(), "cluster", "--admin", admin], env=env,
+                             capture_output=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = [l.split("\t") for l in out.stdout.decode().splitlines()]
+        self.assertEqual(rows[0], ["id", "address", "capacity", "ownership_share",
+                                   "directory_entries"])
+        self.assertEqual([r[0] for r in rows[1:]], ["node-0", "node-1", "node-2"])
+        self.assertEqual([r[1] for r in rows[1:]], ["127.0.0.1:%d" % n.port for n in self.nodes])
+        out = subprocess.run([harness.larder_binary(), "cluster", "--json", "--admin", admin],
+                             env=env, capture_output=True, timeout=30)
+        self.assertEqual(json.loads(out.stdout)["self"], "node-1")
+        out = subprocess.run([harness.larder_binary(), "cluster", "--admin", admin],
+                             env=dict(env, LARDER_ADMIN_TOKEN="wrong-token-0123456789"),
+                             capture_output=True, timeout=30)
+        self.assertEqual(out.returncode, 1, out)
         v = self.view(node)
         self.assertEqual(v["self"], "node-1")
         self.assertEqual(sorted(m["id"] for m in v["members"]), ["node-0", "node-1", "node-2"])

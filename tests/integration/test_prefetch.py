@@ -171,6 +171,9 @@ class Prefetch(LarderCase):
         out = self.cli("jobs")
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertTrue(out.stdout.startswith(b"id\tstate\t"), out.stdout)
+        out = self.cli("jobs", "--json")  # as its usage says
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(any(j["state"] == "done" for j in json.loads(out.stdout)["jobs"]))
         # Exit codes scripts can trust.
         self.assertEqual(self.cli("warm").returncode, 2)
         self.assertEqual(self.cli("warm", "s3://Bad_Bucket!/x").returncode, 2)
