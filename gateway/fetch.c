@@ -578,12 +578,16 @@ static void complete_ok(struct fetch *f)
 	}
 	store_complete(gw->store, f->c, true, 0, &o);
 	buf_fini(&blob);
-	/* Fetched from S3 here: if its owner changes, the placement
-	 * directory will have to say where it is (store/directory.h). Chunk 0
+	/* If its owner changes or dies, the placement directory will have to
+	 * say where it is (store/directory.h): fetched as its owner (from S3,
+	 * or from a holder), or as a reader's copy from its owner. Chunk 0
 	 * goes by its object's metadata key. */
-	if (gw->dir && !f->to_peer)
+	if (gw->dir) {
+		bool as_owner = !f->to_peer || f->to_holder;
 		dir_fetched(gw->dir, chunk_id_hash(&f->c->id), f->index == 0 ? dir_key_of(f) : 0,
-		            &f->c->id);
+		            &f->c->id, as_owner,
+		            as_owner ? 0 : cluster_member_tag(gw->cluster, buf_cstr(&f->target.host)));
+	}
 }
 
 void fetch_curl_done(struct fetch *f, CURLcode result)

@@ -549,8 +549,8 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		const struct labeled dir_families[] = {
 			{ "larder_directory_entries", "gauge",
 			  "Placement directory keys listed: by all members as they last reported "
-			  "them, by this node; and the chunks this node fetched from S3 and holds "
-			  "(tracked: listed once their owner is another node).", "scope",
+			  "them, by this node; and the chunks this node fetched and holds (tracked, "
+			  "listed when hashing would not find them).", "scope",
 			  { "cluster", "self", "tracked" },
 			  { g->directory_entries, g->dir.entries, g->dir.tracked } },
 			{ "larder_directory_updates_total", "counter",

@@ -579,10 +579,29 @@ static void cond_wait_until(struct cluster *cl, double deadline_ms)
 	pthread_cond_timedwait(&cl->cond, &cl->lock, &ts);
 }
 
-/* dir_owns_fn: whether this node owns key in the current snapshot. */
+/* dir_owners.owns: whether this node owns key in the current snapshot. */
 static bool owned_here(void *arg, uint64_t key)
 {
 	return !cluster_owner(arg, key, NULL, 0);
+}
+
+static uint32_t tag_of(uint64_t node_hash)
+{
+	uint32_t t = (uint32_t)node_hash;
+	return t ? t : 1;
+}
+
+/* dir_owners.gone: whether no live member has this tag. */
+static bool member_gone(void *arg, uint32_t tag)
+{
+	struct cluster *cl = arg;
+	pthread_mutex_lock(&cl->lock);
+	const struct snapshot *s = cl->snap;
+	bool gone = true;
+	for (size_t i = 0; i < s->n && gone; i++)
+		gone = tag_of(s->hash[i]) != tag;
+	pthread_mutex_unlock(&cl->lock);
+	return gone;
 }
 
 static void *hb_main(void *arg)
@@ -619,7 +638,10 @@ static void *hb_main(void *arg)
 				bool recheck = !was_up || cl->members_gen != dir_gen;
 				dir_gen = cl->members_gen;
 				pthread_mutex_unlock(&cl->lock);
-				if (dir_flush(cl->dir, c, cl->self.id, recheck, owned_here, cl, why,
+				const struct dir_owners owners = {
+					.owns = owned_here, .gone = member_gone, .arg = cl,
+				};
+				if (dir_flush(cl->dir, c, cl->self.id, recheck, &owners, why,
 				              sizeof why) < 0) {
 					redisFree(c);
 					c = NULL;
@@ -1046,6 +1068,19 @@ bool cluster_has_peers(struct cluster *cl)
 	bool others = cl->snap->n > 1;
 	pthread_mutex_unlock(&cl->lock);
 	return others;
+}
+
+uint32_t cluster_member_tag(struct cluster *cl, const char *addr)
+{
+	if (!cl || !addr)
+		return 0;
+	struct snapshot *s = snap_get(cl);
+	uint32_t tag = 0;
+	for (size_t i = 0; i < s->n && !tag; i++)
+		if (strcmp(s->m[i].addr, addr) == 0)
+			tag = tag_of(s->hash[i]);
+	snap_unref(s);
+	return tag;
 }
 
 bool cluster_pick_holder(struct cluster *cl, uint64_t key, const char *const *ids,

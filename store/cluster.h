@@ -106,6 +106,10 @@ void cluster_redis_settings(struct cluster *cl, struct cluster_redis *out);
 /* Whether another live node is known. Never blocks on I/O. */
 bool cluster_has_peers(struct cluster *cl);
 
+/* A nonzero 32-bit tag of the live member at advertise address addr (from
+ * its id), or 0 when no live member has that address. */
+uint32_t cluster_member_tag(struct cluster *cl, const char *addr);
+
 /* Queues an invalidation of (bucket, key) for every other node (key ""
  * for the whole bucket); the heartbeat thread PUBLISHes it at once. Never
  * blocks on I/O. While Redis is down up to 4096 are kept and sent when it

@@ -6,8 +6,8 @@
  * "look at this chunk again"; it is what keeps the notes cheap enough to
  * call under the store's locks. The table (open addressing, linear
  * probing, removal by backward shift) holds the chunks this node fetched
- * from S3 and still holds, each with which of its keys are listed in
- * Redis now; only the flushing thread touches it, so it needs no lock.
+ * and still holds, each with how it got it and whether its routing key
+ * is listed in Redis now; only the flushing thread touches it, so it needs no lock.
  * Every decision is made at flush time from holds() and owns(), so notes
  * can arrive in any order, twice, or for chunks never tracked: the table,
  * the tiers and Redis agree again after the next flush whatever the
@@ -33,13 +33,17 @@
 struct note {
 	uint64_t key, alias;
 	struct chunk_id id;
-	bool fetched;             /* from S3 by this node: track it */
+	bool fetched;             /* stored by a fetch: track it */
+	bool as_owner;            /* fetched as its owner, not as a reader's copy */
+	uint32_t src;             /* a reader's copy: the node it came from */
 };
 
 struct pent {
 	uint64_t key;             /* 0: empty slot */
 	uint64_t alias;           /* 0: none */
-	unsigned listed;          /* LISTED_* bits: in Redis now */
+	uint32_t src;             /* a reader's copy: the node it came from, or 0 */
+	uint8_t listed;           /* LISTED_* bits: in Redis now */
+	bool listable;            /* got as owner, or its source left */
 };
 
 struct directory {
@@ -104,7 +108,7 @@ void dir_destroy(struct directory *d)
 }
 
 static void note(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id,
-                 bool fetched)
+                 bool fetched, bool as_owner, uint32_t src)
 {
 	if (!d)
 		return;
@@ -119,20 +123,22 @@ static void note(struct directory *d, uint64_t key, uint64_t alias, const struct
 	}
 	if (d->qn < d->qcap)
 		d->q[d->qn++] = (struct note){ .key = norm(key), .alias = alias ? norm(alias) : 0,
-		                               .id = *id, .fetched = fetched };
+		                               .id = *id, .fetched = fetched, .as_owner = as_owner,
+		                               .src = src };
 	else
 		d->st.dropped++;
 	pthread_mutex_unlock(&d->lock);
 }
 
-void dir_fetched(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id)
+void dir_fetched(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id,
+                 bool as_owner, uint32_t src)
 {
-	note(d, key, alias, id, true);
+	note(d, key, alias, id, true, as_owner, src);
 }
 
 void dir_changed(struct directory *d, const struct chunk_id *id)
 {
-	note(d, chunk_id_hash(id), 0, id, false);
+	note(d, chunk_id_hash(id), 0, id, false, false, 0);
 }
 
 /* ---- the table ---- */
@@ -211,8 +217,8 @@ struct flush {
 	struct directory *d;
 	redisContext *c;
 	const char *self;
-	dir_owns_fn owns;
-	void *owns_arg;
+	const struct dir_owners *o;
+	bool recheck;             /* this sweep follows a membership change */
 	size_t pending;           /* replies to read */
 	struct dir_stats delta;
 };
@@ -257,14 +263,16 @@ static void set_listed(struct flush *f, struct pent *e, uint64_t key, unsigned b
 	}
 }
 
-/* Lists e's routing key (its alias if it has one) when this node no
- * longer owns it. */
+/* Lists e's routing key (its alias if it has one) when this node does not
+ * own it and e is listable. A reader's copy becomes listable when, after
+ * a membership change, the node it came from is no longer a member. */
 static void reconcile(struct flush *f, struct pent *e, bool refresh)
 {
-	if (e->alias)
-		set_listed(f, e, e->alias, LISTED_ALIAS, !f->owns(f->owns_arg, e->alias), refresh);
-	else
-		set_listed(f, e, e->key, LISTED_KEY, !f->owns(f->owns_arg, e->key), refresh);
+	uint64_t rk = e->alias ? e->alias : e->key;
+	unsigned bit = e->alias ? LISTED_ALIAS : LISTED_KEY;
+	if (!e->listable && e->src && f->recheck && f->o->gone(f->o->arg, e->src))
+		e->listable = true;
+	set_listed(f, e, rk, bit, e->listable && !f->o->owns(f->o->arg, rk), refresh);
 }
 
 static void forget(struct flush *f, struct pent *e)
@@ -295,6 +303,9 @@ static void apply(struct flush *f, const struct note *nt)
 		}
 		e = tab_put(d, (struct pent){ .key = nt->key });
 	}
+	e->listable = e->listable || nt->as_owner;
+	if (!nt->as_owner)
+		e->src = nt->src;
 	if (nt->alias && e->alias != nt->alias) {
 		if (e->alias)
 			set_listed(f, e, e->alias, LISTED_ALIAS, false, false);
@@ -320,6 +331,7 @@ static void sweep(struct flush *f)
 	d->owed -= (double)want;
 	if (d->owed < 0)
 		d->owed = 0;
+	f->recheck = d->recheck_left > 0;
 	d->recheck_left = d->recheck_left > want ? d->recheck_left - want : 0;
 	for (size_t done = 0, seen = 0; done < want && seen < d->cap; seen++) {
 		struct pent *e = &d->tab[d->cursor];
@@ -332,7 +344,7 @@ static void sweep(struct flush *f)
 }
 
 int dir_flush(struct directory *d, redisContext *c, const char *self, bool recheck,
-              dir_owns_fn owns, void *owns_arg, char *why, size_t whylen)
+              const struct dir_owners *o, char *why, size_t whylen)
 {
 	if (!d)
 		return 0;
@@ -343,7 +355,7 @@ int dir_flush(struct directory *d, redisContext *c, const char *self, bool reche
 	d->qn = d->qcap = 0;
 	pthread_mutex_unlock(&d->lock);
 
-	struct flush f = { .d = d, .c = c, .self = self, .owns = owns, .owns_arg = owns_arg };
+	struct flush f = { .d = d, .c = c, .self = self, .o = o };
 	for (size_t i = 0; i < bn; i++)
 		apply(&f, &batch[i]);
 	free(batch);

@@ -3,14 +3,18 @@
  * holds that hashing would not find, published in Redis.
  *
  * Hashing already says where a chunk lives: its owner (store/cluster.h)
- * fetched it from S3 and keeps it. What hashing cannot tell is where a
- * chunk is once its owner changed: a node joined, left or came back, or
- * the cluster formed again after Redis was away (each node fetched alone
- * meanwhile). So a node lists a chunk only when it holds the chunk, got
- * it from S3 itself (as its owner, or alone), and no longer owns it. Copies
- * a node streamed from another node are never listed: their source has
- * them. So the directory stays a small fraction of what is cached, and is
- * empty while membership is stable and every node was there from the start.
+ * fetched it and keeps it. What hashing cannot tell is where a chunk is
+ * once its owner changed. So a node lists a chunk it holds and does not
+ * own when either
+ *  - it got the chunk as its owner (from S3, from another holder, or alone
+ *    while Redis was away), and ownership moved since: a node joined or
+ *    came back, or the cluster formed again; or
+ *  - the copy is one it streamed from the chunk's owner (a reader's copy),
+ *    and that node has since left the cluster (or died): its copy is gone,
+ *    so the readers' copies are what is left.
+ * Readers' copies of chunks whose owner is alive are never listed: the
+ * owner has them. So the directory stays a small fraction of what is
+ * cached, and is empty while membership is stable.
  *
  * In Redis, larder:dir:<16 hex digits of the key> is a set of node ids with
  * a TTL (ttl_ms) that every listed holder refreshes while the entry holds.
@@ -25,8 +29,8 @@
  * dir_flush with its connection and its view of ownership; each chunk's
  * entry is then made to match what holds() and owns() say now.
  *
- * Bounds: at most max_entries chunks tracked per node (fetched from S3 and
- * still held, listed or not) and 65,536 queued notes; past either, notes
+ * Bounds: at most max_entries chunks tracked per node (fetched and still
+ * held, listed or not) and 65,536 queued notes; past either, notes
  * are dropped and counted. A dead node's entries expire after ttl_ms;
  * readers skip ids that are not live members meanwhile.
  */
@@ -44,7 +48,16 @@
 #define DIR_KEY_MAX (sizeof DIR_KEY_PREFIX + 16)
 
 typedef bool (*dir_holds_fn)(void *arg, const struct chunk_id *id);
-typedef bool (*dir_owns_fn)(void *arg, uint64_t key);
+
+/* What the cluster knows of ownership and members, for dir_flush. */
+struct dir_owners {
+	/* whether this node owns key now */
+	bool (*owns)(void *arg, uint64_t key);
+	/* whether the node with this tag (cluster_member_tag) is no longer a
+	 * live member */
+	bool (*gone)(void *arg, uint32_t tag);
+	void *arg;
+};
 
 struct dir_config {
 	unsigned ttl_ms;        /* entry lifetime in Redis; 0: one hour */
@@ -61,28 +74,31 @@ void dir_destroy(struct directory *d);
 /* The Redis key of a directory key ("larder:dir:<hex>"), in buf. */
 void dir_key_name(uint64_t key, char buf[DIR_KEY_MAX]);
 
-/* This node fetched chunk id from S3 and stored it. key: chunk_id_hash(id);
+/* This node fetched chunk id and stored it: as its owner (from S3 or from
+ * a holder) or, as_owner false, as a reader's copy streamed from the node
+ * tagged src (cluster_member_tag; 0: unknown). key: chunk_id_hash(id);
  * alias: the key that routes it when that is not key (chunk 0: its
  * object's metadata key), else 0. */
-void dir_fetched(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id);
+void dir_fetched(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id,
+                 bool as_owner, uint32_t src);
 
 /* Chunk id may have entered or left a tier (evicted, purged, ...). */
 void dir_changed(struct directory *d, const struct chunk_id *id);
 
 /*
  * Heartbeat thread: applies the notes queued since the last call, and
- * reconciles a share of the tracked chunks with owns() (whether this node
- * owns a key now) and Redis, refreshing TTLs, all pipelined on c as node
+ * reconciles a share of the tracked chunks with o (who owns a key now,
+ * whose owner left) and Redis, refreshing TTLs, all pipelined on c as node
  * self. recheck: ownership changed or Redis may have lost the directory:
  * reconcile every chunk now (SWEEP_MAX per call). Returns 0, or -1 with
  * why filled when the connection failed.
  */
 int dir_flush(struct directory *d, redisContext *c, const char *self, bool recheck,
-              dir_owns_fn owns, void *owns_arg, char *why, size_t whylen);
+              const struct dir_owners *o, char *why, size_t whylen);
 
 struct dir_stats {
 	uint64_t entries;        /* keys this node lists in Redis now */
-	uint64_t tracked;        /* chunks it fetched from S3 and still holds */
+	uint64_t tracked;        /* chunks it fetched and still holds */
 	uint64_t published;      /* keys listed (SADD of a new entry), since start */
 	uint64_t withdrawn;      /* keys withdrawn (SREM) */
 	uint64_t refreshed;      /* SADD + PEXPIRE of keys already listed */

@@ -359,6 +359,37 @@ class Cluster(ClusterBase):
         self.assertEqual(self.read(fresh, "kill/e.bin"), data)
 
 
+class ClusterLoss(ClusterBase):
+    """A node dies: the chunks it owned are still cached as readers' copies
+    on the others, and the directory sends their new owners there."""
+
+    def test_dead_owners_chunks_come_from_readers_copies(self):
+        data = blob(40, 30 * MiB + 9)  # 31 chunks: node-0 owns about a third
+        key = "loss/g.bin"
+        self.direct.put_object(Bucket="shared", Key=key, Body=data)
+        # Read through node-1 only: it holds every chunk, the others only
+        # their own.
+        victim, reader, other = self.nodes
+        self.assertEqual(self.read(reader, key), data)
+        victim.proc.kill()
+        victim.proc.wait()
+        self.nodes.remove(victim)
+        victim.cleanup()
+        self.wait_members(2, timeout=30)
+        # node-1 lists its copies of the dead node's chunks at its next heartbeat.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.view(reader)["directory"]["self_entries"] > 0:
+                break
+            time.sleep(0.2)
+        time.sleep(1.2)
+        self.assertGreater(self.view(reader)["directory"]["self_entries"], 0)
+        # node-2 now owns some of node-0's chunks and never held them.
+        m = self.upstream.mark()
+        self.assertEqual(self.read(other, key), data)
+        self.assertEqual(self.gets(m, key), [], "node-2 went to S3 for chunks node-1 holds")
+
+
 class TlsCluster(ClusterBase):
     """Two nodes whose client ports serve TLS talk https to each other,
     verifying each other's certificate (LARDER_CLUSTER_CA_FILE)."""

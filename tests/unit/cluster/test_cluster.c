@@ -475,7 +475,7 @@ static void set_held(struct directory *d, unsigned i, bool held, uint64_t alias)
 	pthread_mutex_unlock(&tiers.lock);
 	struct chunk_id id = test_id(i);
 	if (held)
-		dir_fetched(d, key_of(i), alias, &id);
+		dir_fetched(d, key_of(i), alias, &id, true, 0);
 	else
 		dir_changed(d, &id);
 }
@@ -544,12 +544,20 @@ static unsigned find_ids(struct cluster *cl, unsigned from, bool mine)
 	return 0;
 }
 
+/* Empty fake tiers and a new directory over them. */
+static struct directory *fresh_directory(unsigned ttl_ms, size_t max_entries)
+{
+	memset(tiers.held, 0, sizeof tiers.held);
+	struct dir_config dc = { .ttl_ms = ttl_ms, .holds = fake_holds, .max_entries = max_entries };
+	struct directory *d = dir_create(&dc);
+	assert_non_null(d);
+	return d;
+}
+
 static void test_directory_lists_what_hashing_cannot_tell(void **state)
 {
 	NEED_REDIS();
-	memset(tiers.held, 0, sizeof tiers.held);
-	struct dir_config dc = { .ttl_ms = 2000, .holds = fake_holds };
-	struct directory *da = dir_create(&dc);
+	struct directory *da = fresh_directory(2000, 0);
 	struct cluster *a = dir_node("node-a", "10.0.0.1:8080", da);
 	struct cluster *b = dir_node("node-b", "10.0.0.2:8080", NULL);
 	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
@@ -633,9 +641,7 @@ static void test_directory_lists_what_hashing_cannot_tell(void **state)
 static void test_directory_many_entries(void **state)
 {
 	NEED_REDIS();
-	memset(tiers.held, 0, sizeof tiers.held);
-	struct dir_config dc = { .ttl_ms = 60000, .holds = fake_holds, .max_entries = 3000 };
-	struct directory *d = dir_create(&dc);
+	struct directory *d = fresh_directory(60000, 3000);
 	struct cluster *a = dir_node("node-a", "10.0.0.1:8080", d);
 	struct cluster *b = dir_node("node-b", "10.0.0.2:8080", NULL);
 	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
@@ -671,6 +677,66 @@ static void test_directory_many_entries(void **state)
 	cluster_stop(a);
 	cluster_stop(b);
 	dir_destroy(d);
+}
+
+static void test_directory_lists_copies_of_a_dead_owner(void **state)
+{
+	NEED_REDIS();
+	struct directory *da = fresh_directory(60000, 0);
+	struct cluster *a = dir_node("node-a", "10.0.0.1:8080", da);
+	struct cluster *b = dir_node("node-b", "10.0.0.2:8080", NULL);
+	struct cluster *c = dir_node("node-c", "10.0.0.3:8080", NULL);
+	ASSERT_WITHIN(3, ready(a, 3) && ready(b, 3) && ready(c, 3));
+
+	/* Readers' copies on a: of chunks c owns, from c, and of one b owns,
+	 * from b. */
+	char addr[CLUSTER_NAME_MAX];
+	unsigned of_c[64], nc = 0, of_b = 0;
+	for (unsigned i = 1; i < HELD_MAX && (nc < 64 || !of_b); i++) {
+		if (!cluster_owner(a, key_of(i), addr, sizeof addr))
+			continue;
+		if (strcmp(addr, "10.0.0.3:8080") == 0 && nc < 64)
+			of_c[nc++] = i;
+		else if (strcmp(addr, "10.0.0.2:8080") == 0 && !of_b)
+			of_b = i;
+	}
+	assert_int_equal(nc, 64);
+	pthread_mutex_lock(&tiers.lock);
+	for (unsigned j = 0; j < nc; j++)
+		tiers.held[of_c[j]] = true;
+	tiers.held[of_b] = true;
+	pthread_mutex_unlock(&tiers.lock);
+	uint32_t tag_b = cluster_member_tag(a, "10.0.0.2:8080");
+	uint32_t tag_c = cluster_member_tag(a, "10.0.0.3:8080");
+	assert_true(tag_b && tag_c && tag_b != tag_c);
+	assert_int_equal(cluster_member_tag(a, "10.9.9.9:1"), 0);
+	for (unsigned j = 0; j < nc; j++) {
+		struct chunk_id id = test_id(of_c[j]);
+		dir_fetched(da, key_of(of_c[j]), 0, &id, false, tag_c);
+	}
+	struct chunk_id idb = test_id(of_b);
+	dir_fetched(da, key_of(of_b), 0, &idb, false, tag_b);
+	struct dir_stats st;
+	ASSERT_WITHIN(2, (dir_get_stats(da, &st), st.tracked == nc + 1));
+	sleep_ms(2 * HB_MS);
+	assert_int_equal(redis_int("KEYS larder:dir:*"), 0); /* their owners have them */
+
+	/* c leaves (stops, or dies: either way its copies are gone): a lists
+	 * its copies of c's chunks that a does not own now; b's stays unlisted. */
+	cluster_stop(c);
+	ASSERT_WITHIN(4, ready(a, 2) && ready(b, 2));
+	unsigned want = 0;
+	for (unsigned j = 0; j < nc; j++)
+		want += cluster_owner(a, key_of(of_c[j]), NULL, 0);
+	assert_true(want > 10 && want < 60);
+	ASSERT_WITHIN(2, redis_int("KEYS larder:dir:*") == (long long)want);
+	assert_string_equal(holders(key_of(of_b)), "");
+	for (unsigned j = 0; j < nc; j++)
+		if (cluster_owner(a, key_of(of_c[j]), NULL, 0))
+			assert_string_equal(holders(key_of(of_c[j])), "node-a");
+	cluster_stop(a);
+	cluster_stop(b);
+	dir_destroy(da);
 }
 
 static void test_start_without_redis(void **state)
@@ -750,6 +816,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_redis_outage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_lists_what_hashing_cannot_tell, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_many_entries, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_directory_lists_copies_of_a_dead_owner, setup,
+		                                teardown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
