@@ -12,8 +12,8 @@
  *  - the copy is one it streamed from the chunk's owner (a reader's copy),
  *    and that node has since left the cluster (or died): its copy is gone,
  *    so the readers' copies are what is left.
- * Readers' copies of chunks whose owner is alive are never listed: the
- * owner has them. So the directory stays a small fraction of what is
+ * Readers' copies whose source is alive are never listed: the source has
+ * them. So the directory stays a small fraction of what is
  * cached, and is empty while membership is stable.
  *
  * In Redis, larder:dir:<16 hex digits of the key> is a set of node ids with
