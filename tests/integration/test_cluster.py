@@ -108,10 +108,15 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
     @classmethod
     def wait_members(cls, n, timeout=20):
         deadline = time.monotonic() + timeout
+        views = None
         while time.monotonic() < deadline:
-            views = [cls.view(x) for x in cls.nodes if x.alive()]
-            if all(v["redis_up"] and len(v["members"]) == n for v in views):
-                return views
+            try:
+                views = [cls.view(x) for x in cls.nodes if x.alive()]
+            except OSError as e:  # a node just started: its admin port may not listen yet
+                views = e
+            else:
+                if all(v["redis_up"] and len(v["members"]) == n for v in views):
+                    return views
             time.sleep(0.2)
         raise AssertionError("the cluster did not form with %d members: %r" % (n, views))
 
