@@ -38,6 +38,7 @@
 #include <jansson.h>
 
 #include "config/buf.h"
+#include "config/clock.h"
 #include "config/log.h"
 
 #define TOPIC "creds"
@@ -1250,9 +1251,7 @@ static const source_fn source_fns[SOURCE_COUNT] = {
 
 static int64_t mono_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)clock_mono_ms();
 }
 
 /*

@@ -33,6 +33,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "config/clock.h"
 #include "config/log.h"
 #include "gateway/fetch.h"
 #include "gateway/req.h"
@@ -183,7 +184,7 @@ static void resolve(struct req *r)
 	for (int tries = 0; tries < 3 && !c->meta && !c->has_uerr && !r->has_err; tries++) {
 		struct obj_meta *m = NULL;
 		enum meta_role role = meta_lookup(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key),
-		                                  req_now(), ttl_of(gw->cfg),
+		                                  clock_mono_s(), ttl_of(gw->cfg),
 		                                  (double)gw->cfg->negative_ttl_s, &c->waiter, &m);
 		if (role == META_FRESH) {
 			c->meta = m;

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "auth/sigv4.h"
+#include "config/clock.h"
 #include "config/log.h"
 #include "gateway/metrics.h"
 #include "gateway/req.h"
@@ -73,12 +74,6 @@ struct fetch {
 	ev_timer retry_timer;
 };
 
-static double mono_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void fetch_free(struct fetch *f)
 {
@@ -256,11 +251,12 @@ static uint64_t dir_key_of(const struct fetch *f)
  * who looks. */
 static int begin(struct fetch *f)
 {
-	struct gw *gw = f->w->gw;
-	if (f->w->placement && f->hop < PEER_MAX_HOP &&
-	    !cluster_owner(gw->cluster, dir_key_of(f), NULL, 0) &&
-	    (f->ask = placement_ask(f->w->placement, dir_key_of(f), asked_cb, f)))
-		return 0;
+	if (f->w->placement && f->hop < PEER_MAX_HOP) {
+		uint64_t key = dir_key_of(f);
+		if (!cluster_owner(f->w->gw->cluster, key, NULL, 0) &&
+		    (f->ask = placement_ask(f->w->placement, key, asked_cb, f)))
+			return 0;
+	}
 	return start_transfer(f);
 }
 
@@ -291,7 +287,7 @@ static bool retryable(long status)
 static void learn(struct fetch *f)
 {
 	struct gw *gw = f->w->gw;
-	double now = mono_now();
+	double now = clock_mono_s();
 	if (f->status == 304 && f->revalidate) {
 		meta_refresh(gw->meta, f->bucket, f->key, now);
 		f->discard = true;
@@ -636,7 +632,7 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 		    !f->failed_headers && schedule_retry(f))
 			return;
 		if (f->status == 404 && gw->cfg->negative_ttl_s > 0) {
-			struct obj_meta *neg = meta_new_negative(mono_now());
+			struct obj_meta *neg = meta_new_negative(clock_mono_s());
 			if (neg) {
 				meta_publish(gw->meta, f->bucket, f->key, neg);
 				meta_unref(neg);

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "auth/sigv4.h"
+#include "config/clock.h"
 #include "config/log.h"
 #include "gateway/fetch.h"
 #include "gateway/server.h"
@@ -92,12 +93,6 @@ struct prefetch {
 	ev_timer tick;
 };
 
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void job_fail(struct pf_job *j, const char *msg)
 {
@@ -346,7 +341,7 @@ static bool under_cap(const struct pf_job *j)
 {
 	if (!j->bytes_per_s)
 		return true;
-	double elapsed = mono() - j->started;
+	double elapsed = clock_mono_s() - j->started;
 	return (double)atomic_load(&j->bytes_done) <= (double)j->bytes_per_s * elapsed;
 }
 
@@ -368,7 +363,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		o->waiter.arg = o;
 		struct obj_meta *m = NULL;
 		double ttl = gw->cfg->metadata_ttl_s < 0 ? -1.0 : (double)gw->cfg->metadata_ttl_s;
-		enum meta_role role = meta_lookup(gw->meta, j->bucket, o->key, mono(), ttl,
+		enum meta_role role = meta_lookup(gw->meta, j->bucket, o->key, clock_mono_s(), ttl,
 		                                  (double)gw->cfg->negative_ttl_s, &o->waiter, &m);
 		if (role == META_FRESH) {
 			o->meta = m;
@@ -492,7 +487,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 			/* Off the loop: from here the registry may free it. */
 			*pp = j->run_next;
 			pthread_mutex_lock(&p->lock);
-			j->finished = mono();
+			j->finished = clock_mono_s();
 			pthread_mutex_unlock(&p->lock);
 		}
 	}
@@ -511,7 +506,7 @@ static void async_cb(struct ev_loop *loop, ev_async *a, int revents)
 	while (q) {
 		struct pf_job *j = q;
 		q = j->run_next;
-		j->started = mono();
+		j->started = clock_mono_s();
 		if (!j->listing_done && start_transfer(j) != 0) {
 			job_fail(j, "cannot start listing upstream");
 			j->listing_done = true;
@@ -692,7 +687,7 @@ static void info_of(const struct pf_job *j, struct prefetch_info *out)
 	out->bytes_total = atomic_load(&j->bytes_total);
 	out->errors = atomic_load(&j->errors);
 	out->listing_done = j->listing_done;
-	double end = j->finished > 0 ? j->finished : mono();
+	double end = j->finished > 0 ? j->finished : clock_mono_s();
 	out->elapsed_s = j->started > 0 ? end - j->started : 0;
 	out->rate_bps = out->elapsed_s > 0 ? (double)out->bytes_done / out->elapsed_s : 0;
 	out->eta_s = -1;

@@ -28,6 +28,7 @@
 #include "auth/policy.h"
 #include "auth/sigv2.h"
 #include "auth/sigv4.h"
+#include "config/clock.h"
 #include "config/log.h"
 #include "gateway/s3err.h"
 #include "gateway/fetch.h"
@@ -67,13 +68,6 @@ static size_t pbuf_take(struct pbuf *b, void *out, size_t max)
 
 /* ------------------------------------------------------------------ */
 /* lifetime */
-
-double req_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 void req_ref(struct req *r)
 {
@@ -1031,7 +1025,7 @@ void *proxy_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->refs = 1;
 	r->w = w;
 	r->conn = conn;
-	r->t_start = req_now();
+	r->t_start = clock_mono_s();
 	r->uri = strdup(uri ? uri : "/");
 	r->path = r->uri ? strdup(r->uri) : NULL;
 	if (!r->uri || !r->path) {
@@ -1153,7 +1147,7 @@ void proxy_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
 			.status = r->status_sent,
 			.bytes_in = r->bytes_in,
 			.bytes_out = r->bytes_out,
-			.duration_ms = (req_now() - r->t_start) * 1000.0,
+			.duration_ms = (clock_mono_s() - r->t_start) * 1000.0,
 			.upstream_status = (int)r->ustatus,
 			.error_code = err,
 			.cache = r->cache.active ? (r->cache.miss || r->cache.meta_loaded ? "miss" : "hit")

@@ -149,7 +149,6 @@ void req_suspend(struct req *r);
 void req_fail(struct req *r, enum s3err e, const char *msg);
 enum MHD_Result req_respond_error(struct req *r);
 const char *req_header(struct req *r, const char *name);
-double req_now(void);             /* monotonic seconds */
 void req_add_common_headers(struct req *r, struct MHD_Response *resp);
 
 /* cache.c: GET and HEAD of objects from the chunk cache. */

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "auth/creds.h"
+#include "config/clock.h"
 #include "config/log.h"
 #include "gateway/admin.h"
 #include "gateway/fetch.h"
@@ -245,11 +246,7 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 static void recover_meta(void *arg, const struct chunk_origin *o)
 {
 	struct gw *gw = arg;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	struct obj_meta *m = o->meta ? meta_decode(o->meta, o->meta_len,
-	                                           (double)ts.tv_sec + (double)ts.tv_nsec / 1e9)
-	                             : NULL;
+	struct obj_meta *m = o->meta ? meta_decode(o->meta, o->meta_len, clock_mono_s()) : NULL;
 	if (m && strcmp(m->etag, o->etag) == 0)
 		meta_publish(gw->meta, o->bucket, o->key, m);
 	meta_unref(m);

@@ -57,6 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/clock.h"
 #include "config/log.h"
 #include "store/directory.h"
 #include "store/redis_util.h"
@@ -129,12 +130,6 @@ struct cluster {
 	unsigned long reconnects, sent, received, dropped;
 };
 
-static double mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 __attribute__((format(printf, 3, 4)))
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -610,12 +605,12 @@ static void *hb_main(void *arg)
 	redisContext *c = NULL;
 	unsigned long dir_gen = 0;
 	unsigned fails = 0;
-	double next = mono_ms();
+	double next = clock_mono_ms();
 	char why[256];
 
 	pthread_mutex_lock(&cl->lock);
 	while (!cl->stopping) {
-		if (mono_ms() >= next) {
+		if (clock_mono_ms() >= next) {
 			pthread_mutex_unlock(&cl->lock);
 			struct snapshot *s = NULL;
 			if (!c)
@@ -630,7 +625,7 @@ static void *hb_main(void *arg)
 				pthread_mutex_unlock(&cl->lock);
 				went_up(cl, s);
 				fails = 0;
-				next = mono_ms() + cl->heartbeat_ms;
+				next = clock_mono_ms() + cl->heartbeat_ms;
 				/* Placement entries, after the heartbeat so that a big
 				 * batch never delays it. All of them are looked at again
 				 * when ownership moved or Redis may have lost them. */
@@ -650,7 +645,7 @@ static void *hb_main(void *arg)
 			} else {
 				went_down(cl, why);
 				fails++;
-				next = mono_ms() + (double)cl->heartbeat_ms * (1u << (fails < 3 ? fails - 1 : 2));
+				next = clock_mono_ms() + (double)cl->heartbeat_ms * (1u << (fails < 3 ? fails - 1 : 2));
 			}
 			pthread_mutex_lock(&cl->lock);
 			continue;
@@ -661,7 +656,7 @@ static void *hb_main(void *arg)
 				redisFree(c);
 				c = NULL;
 				went_down(cl, why);
-				next = mono_ms(); /* reconnect now, then back off */
+				next = clock_mono_ms(); /* reconnect now, then back off */
 			}
 			pthread_mutex_lock(&cl->lock);
 			continue;

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config/clock.h"
 #include "store/redis_util.h"
 
 #define QUEUE_MAX 65536
@@ -64,12 +65,6 @@ struct directory {
 	uint64_t listed;          /* keys in Redis now */
 };
 
-static double mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* Key 0 marks an empty slot: fold it onto 1, everywhere keys are used. */
 static uint64_t norm(uint64_t key)
@@ -93,7 +88,7 @@ struct directory *dir_create(const struct dir_config *c)
 	if (!d->cfg.max_entries)
 		d->cfg.max_entries = (size_t)1 << 20;
 	pthread_mutex_init(&d->lock, NULL);
-	d->last_ms = mono_ms();
+	d->last_ms = clock_mono_ms();
 	return d;
 }
 
@@ -320,7 +315,7 @@ static void apply(struct flush *f, const struct note *nt)
 static void sweep(struct flush *f)
 {
 	struct directory *d = f->d;
-	double now = mono_ms();
+	double now = clock_mono_ms();
 	d->owed += (double)d->n * (now - d->last_ms) / ((double)d->cfg.ttl_ms / 4);
 	d->last_ms = now;
 	size_t want = d->owed > (double)d->n ? d->n : (size_t)d->owed;

@@ -88,6 +88,7 @@
 #include <unistd.h>
 
 #include "auth/checksum.h"
+#include "config/clock.h"
 #include "config/log.h"
 
 #define TOPIC "disk"
@@ -147,12 +148,6 @@ static const unsigned char zeros[ENTRY_ALIGN];
 
 /* ---- helpers --------------------------------------------------------- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void put16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
 static void put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> 8 * i); }
@@ -852,7 +847,7 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 		snprintf(err, errlen, "cache directory %s: reading it failed: %s", dir, strerror(-rc));
 		goto fail;
 	}
-	double now = now_s();
+	double now = clock_mono_s();
 	for (size_t i = 0; i < nseqs && rc == 0; i++)
 		rc = scan_segment(d, seqs[i], now, &var, &cap, err, errlen);
 	d->next_seq = nseqs ? seqs[nseqs - 1] + 1 : 1;
@@ -950,7 +945,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 
 	pthread_mutex_lock(&d->wlock);
 	pthread_mutex_lock(&d->lock);
-	double now = now_s();
+	double now = clock_mono_s();
 	struct dent *old = idx_find(d, id, e->hash);
 	if (old)
 		entry_drop(d, old); /* a write replaces */
@@ -1021,7 +1016,7 @@ int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len)
 	uint64_t off = e->off;
 	uint32_t vl = e->var_len, crc = e->data_crc;
 	atomic_fetch_add(&s->refs, 1);
-	policy_touch(d->pol, &e->pe, now_s());
+	policy_touch(d->pol, &e->pe, clock_mono_s());
 	pthread_mutex_unlock(&d->lock);
 
 	unsigned char b[HDR_LEN];

@@ -47,6 +47,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "config/clock.h"
 #include "config/log.h"
 #include "store/disk.h"
 
@@ -200,12 +201,6 @@ struct store {
 	atomic_uint_fast64_t disk_writes, disk_writes_dropped, disk_write_errors, disk_read_errors;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void count(atomic_uint_fast64_t *v)
 {
@@ -287,7 +282,7 @@ static struct chunk *ram_lookup(struct store *s, const struct chunk_id *id, size
  * chunk when the policy admits it. */
 static void ram_complete(struct store *s, struct chunk *c, bool offer, struct ram_entry **dead)
 {
-	double now = now_s();
+	double now = clock_mono_s();
 	uint64_t hash = chunk_id_hash(&c->id);
 
 	s->ram_filling -= c->len;
@@ -638,7 +633,7 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
                             enum store_role *role)
 {
 	struct ram_entry *dead = NULL;
-	double now = now_s();
+	double now = clock_mono_s();
 	struct chunk *c;
 
 	/* The common case, a RAM hit, takes only ram_lock. */
