@@ -45,6 +45,7 @@
 
 #include "auth/sigv4.h"
 #include "config/buf.h"
+#include "config/splitmix.h"
 
 #define MAX_PIDS 16
 #define MAX_EPOCHS 64
@@ -148,10 +149,7 @@ static uint64_t rng;
 
 static uint64_t rnd(void)
 {
-	uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return splitmix_next(&rng);
 }
 
 static void shuffle(size_t *a, size_t n)

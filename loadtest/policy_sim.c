@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config/splitmix.h"
 #include "store/chunk.h"
 #include "store/policy.h"
 
@@ -47,13 +48,9 @@ struct result {
 
 static uint64_t rng;
 
-/* splitmix64: the same sequence on every platform for a given seed */
 static uint64_t rnd(void)
 {
-	uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return splitmix_next(&rng);
 }
 
 /* Uniform in [0, n) without modulo bias. */

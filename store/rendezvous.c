@@ -17,16 +17,7 @@
 
 #include <math.h>
 
-static uint64_t mix64(uint64_t x)
-{
-	/* splitmix64's output function (Steele, Lea, Flood 2014). */
-	x ^= x >> 30;
-	x *= UINT64_C(0xbf58476d1ce4e5b9);
-	x ^= x >> 27;
-	x *= UINT64_C(0x94d049bb133111eb);
-	x ^= x >> 31;
-	return x;
-}
+#include "config/splitmix.h"
 
 uint64_t rdv_node_hash(const char *node_id)
 {
@@ -35,12 +26,12 @@ uint64_t rdv_node_hash(const char *node_id)
 		h ^= *p;
 		h *= UINT64_C(0x100000001b3);
 	}
-	return mix64(h);
+	return splitmix_mix(h);
 }
 
 size_t rdv_pick(const uint64_t *node_hashes, const double *weights, size_t n, uint64_t key)
 {
-	uint64_t k = mix64(key + UINT64_C(0x9e3779b97f4a7c15));
+	uint64_t k = splitmix_mix(key + SPLITMIX_GAMMA);
 	size_t best = SIZE_MAX;
 	double best_score = 0;
 
@@ -48,7 +39,7 @@ size_t rdv_pick(const uint64_t *node_hashes, const double *weights, size_t n, ui
 		double w = weights[i];
 		if (!(w > 0) || !isfinite(w))
 			continue;
-		uint64_t h = mix64(node_hashes[i] ^ k);
+		uint64_t h = splitmix_mix(node_hashes[i] ^ k);
 		double u = ((double)(h >> 11) + 0.5) * 0x1p-53;
 		double score = -w / log(u);
 		/* Ties (vanishingly rare) go to the larger node hash, so the
