@@ -677,57 +677,47 @@ int cli_warm(int argc, char **argv)
 	return rc;
 }
 
+static void print_jobs(json_t *doc)
+{
+	printf("id\tstate\tbucket\tobjects_done\tobjects_total\tbytes_done\tbytes_total\terrors\n");
+	size_t i;
+	json_t *job;
+	json_array_foreach(json_object_get(doc, "jobs"), i, job) {
+		printf("%s\t%s\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\n",
+		       json_string_value(json_object_get(job, "id")),
+		       json_string_value(json_object_get(job, "state")),
+		       json_string_value(json_object_get(job, "bucket")),
+		       (unsigned long long)num(job, "objects_done"),
+		       (unsigned long long)num(job, "objects_total"),
+		       (unsigned long long)num(job, "bytes_done"),
+		       (unsigned long long)num(job, "bytes_total"),
+		       (unsigned long long)num(job, "errors"));
+	}
+}
+
 int cli_jobs(int argc, char **argv)
 {
 	struct opts o = { .cmd = "jobs" };
 	int rc = parse(&o, argc, argv, usage_jobs);
 	if (rc >= 0)
 		return rc;
+	if (!o.cancel)
+		return get_and_print(&o, "/admin/jobs", print_jobs);
+	char path[128];
+	if (strchr(o.cancel, '/') || snprintf(path, sizeof path, "/admin/jobs/%s", o.cancel) >=
+	                             (int)sizeof path) {
+		fprintf(stderr, "larder jobs: \"%s\" is not a job id\n", o.cancel);
+		return 2;
+	}
 	struct buf resp;
 	buf_init(&resp, RESPONSE_MAX);
 	long status = 0;
-	if (o.cancel) {
-		char path[128];
-		if (strchr(o.cancel, '/') || snprintf(path, sizeof path, "/admin/jobs/%s", o.cancel) >=
-		                             (int)sizeof path) {
-			fprintf(stderr, "larder jobs: \"%s\" is not a job id\n", o.cancel);
-			buf_fini(&resp);
-			return 2;
-		}
-		rc = call_method(&o, "DELETE", path, NULL, &status, &resp);
-		json_t *doc = rc == 0 ? json_answer(&o, status, &resp) : NULL;
-		if (doc)
-			printf("cancelling %s\n", o.cancel);
-		rc = doc ? 0 : 1;
-		json_decref(doc);
-		buf_fini(&resp);
-		return rc;
-	}
-	rc = call(&o, "/admin/jobs", NULL, &status, &resp);
+	rc = call_method(&o, "DELETE", path, NULL, &status, &resp);
 	json_t *doc = rc == 0 ? json_answer(&o, status, &resp) : NULL;
-	if (!doc) {
-		buf_fini(&resp);
-		return 1;
-	}
-	if (o.json) {
-		fwrite(resp.p, 1, resp.len, stdout);
-	} else {
-		printf("id\tstate\tbucket\tobjects_done\tobjects_total\tbytes_done\tbytes_total\terrors\n");
-		size_t i;
-		json_t *job;
-		json_array_foreach(json_object_get(doc, "jobs"), i, job) {
-			printf("%s\t%s\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\n",
-			       json_string_value(json_object_get(job, "id")),
-			       json_string_value(json_object_get(job, "state")),
-			       json_string_value(json_object_get(job, "bucket")),
-			       (unsigned long long)num(job, "objects_done"),
-			       (unsigned long long)num(job, "objects_total"),
-			       (unsigned long long)num(job, "bytes_done"),
-			       (unsigned long long)num(job, "bytes_total"),
-			       (unsigned long long)num(job, "errors"));
-		}
-	}
+	if (doc)
+		printf("cancelling %s\n", o.cancel);
+	rc = doc ? 0 : 1;
 	json_decref(doc);
 	buf_fini(&resp);
-	return fflush(stdout) == 0 ? 0 : 1;
+	return rc;
 }

@@ -421,10 +421,28 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 	}
 	if (r || !st)
 		return r;
-	r = family(b, "larder_cache_chunk_hits_total", "counter",
-	           "Chunk lookups answered by a tier.");
-	r = r ? r : sample(b, "larder_cache_chunk_hits_total", "tier=\"ram\"", st->hits_ram);
-	r = r ? r : sample(b, "larder_cache_chunk_hits_total", "tier=\"nvme\"", st->hits_disk);
+	const struct labeled per_tier[] = {
+		{ "larder_cache_chunk_hits_total", "counter", "Chunk lookups answered by a tier.",
+		  "tier", { "ram", "nvme" }, { st->hits_ram, st->hits_disk } },
+		{ "larder_cache_evictions_total", "counter", "Chunks evicted by tier.", "tier",
+		  { "ram", "nvme" }, { st->evictions_ram, st->evictions_disk } },
+		{ "larder_cache_used_bytes", "gauge",
+		  "Bytes held by tier (RAM includes chunks being filled).", "tier", { "ram", "nvme" },
+		  { st->ram_used, st->disk_used } },
+		{ "larder_cache_capacity_bytes", "gauge", "Configured size by tier.", "tier",
+		  { "ram", "nvme" }, { st->ram_capacity, st->disk_capacity } },
+		{ "larder_cache_chunks", "gauge", "Chunks held by tier.", "tier", { "ram", "nvme" },
+		  { st->ram_entries, st->disk_entries } },
+		{ "larder_nvme_errors_total", "counter",
+		  "NVMe tier failures: write, read, or corrupt (checksum) entries.", "kind",
+		  { "write", "read", "corrupt" },
+		  { st->disk_write_errors, st->disk_read_errors, st->disk_corrupt } },
+		{ "larder_nvme_writes_total", "counter",
+		  "Chunk writes to NVMe: done, or dropped because the queue was full.", "result",
+		  { "written", "dropped" }, { st->disk_writes, st->disk_writes_dropped } },
+	};
+	for (size_t i = 0; i < sizeof per_tier / sizeof per_tier[0]; i++)
+		r = r ? r : render_labeled(b, &per_tier[i]);
 	r = r ? r : family(b, "larder_cache_chunk_misses_total", "counter",
 	                   "Chunk lookups no tier held (an upstream fetch).");
 	r = r ? r : sample(b, "larder_cache_chunk_misses_total", NULL, st->misses);
@@ -434,19 +452,6 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 	r = r ? r : family(b, "larder_inflight_fetches", "gauge",
 	                   "Chunks being produced right now (upstream fetches and NVMe reads).");
 	r = r ? r : sample(b, "larder_inflight_fetches", NULL, st->inflight);
-	r = r ? r : family(b, "larder_cache_evictions_total", "counter", "Chunks evicted by tier.");
-	r = r ? r : sample(b, "larder_cache_evictions_total", "tier=\"ram\"", st->evictions_ram);
-	r = r ? r : sample(b, "larder_cache_evictions_total", "tier=\"nvme\"", st->evictions_disk);
-	r = r ? r : family(b, "larder_cache_used_bytes", "gauge",
-	                   "Bytes held by tier (RAM includes chunks being filled).");
-	r = r ? r : sample(b, "larder_cache_used_bytes", "tier=\"ram\"", st->ram_used);
-	r = r ? r : sample(b, "larder_cache_used_bytes", "tier=\"nvme\"", st->disk_used);
-	r = r ? r : family(b, "larder_cache_capacity_bytes", "gauge", "Configured size by tier.");
-	r = r ? r : sample(b, "larder_cache_capacity_bytes", "tier=\"ram\"", st->ram_capacity);
-	r = r ? r : sample(b, "larder_cache_capacity_bytes", "tier=\"nvme\"", st->disk_capacity);
-	r = r ? r : family(b, "larder_cache_chunks", "gauge", "Chunks held by tier.");
-	r = r ? r : sample(b, "larder_cache_chunks", "tier=\"ram\"", st->ram_entries);
-	r = r ? r : sample(b, "larder_cache_chunks", "tier=\"nvme\"", st->disk_entries);
 	r = r ? r : family(b, "larder_cache_filling_bytes", "gauge",
 	                   "RAM reserved by chunks being filled.");
 	r = r ? r : sample(b, "larder_cache_filling_bytes", NULL, st->ram_filling);
@@ -459,16 +464,6 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 		                   "failures.");
 		r = r ? r : sample(b, "larder_nvme_up", NULL, st->disk_ok ? 1 : 0);
 	}
-	r = r ? r : family(b, "larder_nvme_errors_total", "counter",
-	                   "NVMe tier failures: write, read, or corrupt (checksum) entries.");
-	r = r ? r : sample(b, "larder_nvme_errors_total", "kind=\"write\"", st->disk_write_errors);
-	r = r ? r : sample(b, "larder_nvme_errors_total", "kind=\"read\"", st->disk_read_errors);
-	r = r ? r : sample(b, "larder_nvme_errors_total", "kind=\"corrupt\"", st->disk_corrupt);
-	r = r ? r : family(b, "larder_nvme_writes_total", "counter",
-	                   "Chunk writes to NVMe: done, or dropped because the queue was full.");
-	r = r ? r : sample(b, "larder_nvme_writes_total", "result=\"written\"", st->disk_writes);
-	r = r ? r : sample(b, "larder_nvme_writes_total", "result=\"dropped\"",
-	                   st->disk_writes_dropped);
 	return r;
 }
 
