@@ -144,7 +144,7 @@ static void test_presigned_tampering(void **state)
 	assert_int_equal(verify_at("GET", "/bucket/k", q, NULL, 0, "/bucket/k", SK, T0),
 	                 SV4_BAD_SIGNATURE);
 	snprintf(q, sizeof q, "%s", presigned[0].query);
-	*strstr(q, "1700003600") = '2';
+	strstr(q, "1700003600")[9] = '1';
 	assert_int_equal(verify_at("GET", p, q, NULL, 0, p, SK, T0), SV4_BAD_SIGNATURE);
 
 	/* Query-carried headers: a header sent as well must agree with what
