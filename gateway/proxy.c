@@ -532,7 +532,7 @@ static void authenticate(struct req *r)
 		}
 		st = SV4_OK;
 		auth.presigned = true; /* SigV2 signs no payload hash: the body is unsigned */
-		r->presigned_v2 = v2.presigned;
+		r->presigned_v2 = r->presigned = v2.presigned;
 	} else if (st == SV4_NO_AUTH) {
 		if (keys->anonymous.n_grants)
 			k = &keys->anonymous;
@@ -546,6 +546,7 @@ static void authenticate(struct req *r)
 		req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
 	} else {
 		snprintf(r->key_id, sizeof r->key_id, "%s", auth.access_key);
+		r->presigned = auth.presigned;
 		st = sv4_verify(&sreq, &auth, k->secret, time(NULL), gw->cfg->max_skew_s, signing_key);
 		if (st != SV4_OK) {
 			fail_verify(r, st, &sreq, &auth, false);
@@ -746,13 +747,30 @@ static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const 
 	return MHD_YES;
 }
 
+/* The parameters of SigV4 query auth itself (the rest of X-Amz-* are
+ * headers carried in the query). */
+static bool is_v4_auth_param(const char *name)
+{
+	static const char *const names[] = {
+		"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+		"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token",
+		"X-Amz-Content-Sha256", NULL,
+	};
+	for (int i = 0; names[i]; i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return true;
+	return false;
+}
+
 /*
- * A SigV2 presigned URL carries the x-amz-* headers it signed as query
- * parameters (botocore's HmacV1QueryAuth): they count as headers when the
- * request does not send that header itself (auth/sigv2.h), so they go
- * upstream as headers. Those larder replaces are left out as usual.
+ * A presigned URL may carry x-amz-* headers as query parameters: botocore's
+ * SigV2 HmacV1QueryAuth moves them there, the JavaScript SDK's presigner
+ * hoists them under SigV4, and S3 applies them as headers. They are covered
+ * by the signature (SigV2: as amz headers when the request does not send
+ * that header itself; SigV4: in the canonical query), so they go upstream
+ * as headers, which larder signs. Those larder replaces are left out.
  */
-static int forward_v2_query_headers(struct req *r, struct hdrs *h)
+static int forward_query_headers(struct req *r, struct hdrs *h)
 {
 	const char *q = r->query;
 	struct buf name, value;
@@ -769,6 +787,7 @@ static int forward_v2_query_headers(struct req *r, struct hdrs *h)
 		    sv4_uri_decode(q, klen, &name) == 0 &&
 		    (!eq || sv4_uri_decode(eq + 1, len - klen - 1, &value) == 0) &&
 		    !dropped_request_header(buf_cstr(&name), false) &&
+		    !is_v4_auth_param(buf_cstr(&name)) &&
 		    !req_header(r, buf_cstr(&name)))
 			rc = hdrs_add(h, buf_cstr(&name), buf_cstr(&value));
 		q += len;
@@ -924,8 +943,8 @@ static int start_upstream(struct req *r)
 		MHD_get_connection_values(r->conn, MHD_HEADER_KIND, forward_header, &f);
 		rc = f.rc;
 	}
-	if (!rc && r->presigned_v2)
-		rc = forward_v2_query_headers(r, &h);
+	if (!rc && r->presigned)
+		rc = forward_query_headers(r, &h);
 	/* The payload hash upstream checks: the client's own when it signed
 	 * the body (so S3 verifies it again), else UNSIGNED-PAYLOAD. */
 	const char *payload = r->sha ? r->want_sha

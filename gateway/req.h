@@ -88,6 +88,7 @@ struct req {
 	bool started;
 	unsigned peer_hop;              /* a request from another node: its hop (0: a client) */
 	bool presigned_v2;              /* drop its AWSAccessKeyId/Signature/Expires upstream */
+	bool presigned;                 /* SigV2 or SigV4 query auth: x-amz-* params are headers */
 
 	char key_id[129];
 	bool authorized;                /* signature (or anonymous grant) and policy passed */

@@ -265,3 +265,25 @@ class TrustAuth(LarderCase):
                           "AuthorizationHeaderMalformed",
                           "The authorization header is malformed; incorrect service \"iam\". "
                           "This endpoint belongs to \"s3\".")
+
+    def test_presigned_v4_hoisted_amz_query_parameters_are_forwarded(self):
+        # The JavaScript SDK's presigner moves x-amz-* headers into the
+        # query; they are signed there and S3 applies them as headers.
+        from botocore.auth import S3SigV4QueryAuth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+        url = (self.larder.url + "/trust/uploads/hoisted.bin?x-amz-acl=public-read"
+               "&x-amz-meta-from=query")
+        req = AWSRequest(method="PUT", url=url)
+        S3SigV4QueryAuth(Credentials(CLIENT_KEY, CLIENT_SECRET), "s3", harness.REGION,
+                         expires=300).add_auth(req)
+        before = self.upstream.mark()
+        st, _, body = send(req.url, "PUT", body=b"hoisted")
+        self.assertEqual(st, 200, body)
+        sent = self.upstream.from_larder(before)
+        self.assertEqual(len(sent), 1)
+        hdrs = {k.lower(): v for k, v in sent[0]["headers"]}
+        self.assertEqual(hdrs.get("x-amz-acl"), "public-read")
+        self.assertNotIn("X-Amz-", sent[0]["target"])
+        head = self.direct.head_object(Bucket="trust", Key="uploads/hoisted.bin")
+        self.assertEqual(head["Metadata"], {"from": "query"})
