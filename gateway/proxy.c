@@ -470,6 +470,8 @@ static bool has_response_override(const char *query)
 	return yes;
 }
 
+static int forward_query_headers(struct req *r, struct hdrs *h);
+
 static void authenticate(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -558,6 +560,11 @@ static void authenticate(struct req *r)
 	if (k && !r->has_err && n_copy > 1) {
 		/* The policy would check one source and upstream see another. */
 		req_fail(r, S3E_INVALID_ARGUMENT, "Only one x-amz-copy-source header is allowed");
+		k = NULL;
+	}
+	if (k && !r->has_err && r->presigned && forward_query_headers(r, NULL) != 0) {
+		req_fail(r, S3E_INVALID_ARGUMENT, "A header carried in the query is not a valid "
+		         "header");
 		k = NULL;
 	}
 	if (k == &keys->anonymous && !r->has_err && has_response_override(r->query)) {
@@ -762,6 +769,24 @@ static bool is_v4_auth_param(const char *name)
 	return false;
 }
 
+/* A decoded name that is an RFC 9110 token and a value without control
+ * bytes (a CR or LF would add a header of the client's own upstream). */
+static bool header_field_ok(const struct buf *name, const struct buf *value)
+{
+	for (size_t i = 0; i < name->len; i++) {
+		unsigned char c = (unsigned char)name->p[i];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		      (c && strchr("!#$%&'*+-.^_`|~", c))))
+			return false;
+	}
+	for (size_t i = 0; i < value->len; i++) {
+		unsigned char c = (unsigned char)value->p[i];
+		if ((c < ' ' && c != '\t') || c == 0x7f)
+			return false;
+	}
+	return true;
+}
+
 /*
  * A presigned URL may carry x-amz-* headers as query parameters: botocore's
  * SigV2 HmacV1QueryAuth moves them there, the JavaScript SDK's presigner
@@ -769,6 +794,7 @@ static bool is_v4_auth_param(const char *name)
  * by the signature (SigV2: as amz headers when the request does not send
  * that header itself; SigV4: in the canonical query), so they go upstream
  * as headers, which larder signs. Those larder replaces are left out.
+ * h NULL only checks them: -EINVAL for one that cannot be a header.
  */
 static int forward_query_headers(struct req *r, struct hdrs *h)
 {
@@ -784,11 +810,14 @@ static int forward_query_headers(struct req *r, struct hdrs *h)
 		buf_reset(&name);
 		buf_reset(&value);
 		if (klen > 6 && strncasecmp(q, "x-amz-", 6) == 0 &&
-		    sv4_uri_decode(q, klen, &name) == 0 &&
-		    (!eq || sv4_uri_decode(eq + 1, len - klen - 1, &value) == 0) &&
-		    !dropped_request_header(buf_cstr(&name), false) &&
-		    !is_v4_auth_param(buf_cstr(&name)) &&
-		    !req_header(r, buf_cstr(&name)))
+		    (sv4_uri_decode(q, klen, &name) != 0 ||
+		     (eq && sv4_uri_decode(eq + 1, len - klen - 1, &value) != 0) ||
+		     !header_field_ok(&name, &value)))
+			rc = -EINVAL;
+		else if (h && klen > 6 && strncasecmp(q, "x-amz-", 6) == 0 &&
+		         !dropped_request_header(buf_cstr(&name), false) &&
+		         !is_v4_auth_param(buf_cstr(&name)) &&
+		         !req_header(r, buf_cstr(&name)))
 			rc = hdrs_add(h, buf_cstr(&name), buf_cstr(&value));
 		q += len;
 		if (*q == '&')
@@ -1323,8 +1352,7 @@ void proxy_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),
 		                rec.status, r->authorized ? rec.bucket : NULL, rec.key_id, rec.cache,
-		                rec.bytes_out,
-		                rec.bytes_in);
+		                rec.bytes_out, rec.bytes_in);
 	}
 	cache_end(r);
 	if (r->prev)

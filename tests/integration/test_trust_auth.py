@@ -51,6 +51,18 @@ def send(url, method, headers=None, body=None, extra=()):
         c.close()
 
 
+def presign_v4(method, url):
+    """url presigned with SigV4 as it is, query included (botocore leaves
+    x-amz-* parameters already in the query where they are)."""
+    from botocore.auth import S3SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    req = AWSRequest(method=method, url=url)
+    S3SigV4QueryAuth(Credentials(CLIENT_KEY, CLIENT_SECRET), "s3", harness.REGION,
+                     expires=300).add_auth(req)
+    return req.url
+
+
 def error_of(body):
     import xml.etree.ElementTree as ET
     root = ET.fromstring(body)
@@ -274,12 +286,17 @@ class TrustAuth(LarderCase):
     def test_presigned_v4_hoisted_amz_query_parameters_are_forwarded(self):
         # The JavaScript SDK's presigner moves x-amz-* headers into the
         # query; they are signed there and S3 applies them as headers.
-        from botocore.auth import S3SigV4QueryAuth
-        from botocore.awsrequest import AWSRequest
-        from botocore.credentials import Credentials
         url = (self.larder.url + "/trust/uploads/hoisted.bin?x-amz-acl=public-read"
                "&x-amz-meta-from=query")
-        req = AWSRequest(method="PUT", url=url)
-        S3SigV4QueryAuth(Credentials(CLIENT_KEY, CLIENT_SECRET), "s3", harness.REGION,
-                         expires=300).add_auth(req)
-        self.assert_query_headers_forwarded(req.url, "uploads/hoisted.bin")
+        signed = presign_v4("PUT", url)
+        self.assert_query_headers_forwarded(signed, "uploads/hoisted.bin")
+
+    def test_query_header_with_line_break_is_refused(self):
+        # A signed but hostile presigned URL: its query-carried header must
+        # not add headers of its own to the upstream request.
+        url = (self.larder.url + "/trust/uploads/crlf.bin?x-amz-meta-a=1%0D%0Ax-amz-acl:"
+               "%20public-read")
+        signed = presign_v4("PUT", url)
+        before = self.upstream.mark()
+        self.expect_error(send(signed, "PUT", body=b"x"), 400, "InvalidArgument")
+        self.assertEqual(self.upstream.from_larder(before), [])
