@@ -423,9 +423,11 @@ static void fail_verify(struct req *r, enum sv4_status st, const struct sv4_requ
 
 /*
  * The credential scope must name s3 and a region larder answers for: the
- * upstream region, or the one configured for the request's bucket. S3
- * refuses other regions (the signing key differs, so a client with the
- * wrong region would anyway not be talking to the endpoint it thinks).
+ * upstream region, the one configured for the request's bucket, or
+ * us-east-1, which docs/clients.md has always told clients to use. S3
+ * refuses other regions; so does larder, so that a signature made for
+ * another endpoint (another service, or a gateway elsewhere that shares
+ * the key) is not honoured here.
  */
 static bool scope_ok(struct req *r, const struct sv4_auth *auth)
 {
@@ -441,7 +443,7 @@ static bool scope_ok(struct req *r, const struct sv4_auth *auth)
 	}
 	const char *want = cfg->upstream_region ? cfg->upstream_region : "us-east-1";
 	const char *bucket_region = r->s3.bucket[0] ? cfg_bucket_region(cfg, r->s3.bucket) : NULL;
-	if (strcmp(auth->region, want) == 0 ||
+	if (strcmp(auth->region, want) == 0 || strcmp(auth->region, "us-east-1") == 0 ||
 	    (bucket_region && strcmp(auth->region, bucket_region) == 0))
 		return true;
 	if (bucket_region)

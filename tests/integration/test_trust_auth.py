@@ -300,3 +300,36 @@ class TrustAuth(LarderCase):
         before = self.upstream.mark()
         self.expect_error(send(signed, "PUT", body=b"x"), 400, "InvalidArgument")
         self.assertEqual(self.upstream.from_larder(before), [])
+
+
+class TrustAuthRegion(LarderCase):
+    """Which regions a client may sign for when larder's upstream region is
+    not us-east-1."""
+    LARDER_ENV = {"LARDER_UPSTREAM_REGION": "eu-west-1"}
+    CONFIG_TEXT = "[bucket far]\nregion = ap-south-1\n"
+
+    def status_signed_for(self, region, path):
+        url = self.larder.url + path
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+        req = AWSRequest(method="GET", url=url, headers={"X-Amz-Content-SHA256":
+                                                         "UNSIGNED-PAYLOAD"})
+        S3SigV4Auth(Credentials(CLIENT_KEY, CLIENT_SECRET), "s3", region).add_auth(req)
+        return send(url, "GET", dict(req.headers.items()))
+
+    def test_credential_scope_regions_accepted(self):
+        self.direct.create_bucket(Bucket="near")
+        for region in ("us-east-1", "eu-west-1"):
+            st, _, body = self.status_signed_for(region, "/near?list-type=2")
+            self.assertEqual(st, 200, (region, body))
+        err = error_of(self.status_signed_for("eu-west-3", "/near?list-type=2")[2])
+        self.assertEqual((err["Code"], err["Region"]), ("AuthorizationHeaderMalformed",
+                                                         "eu-west-1"))
+        # A bucket configured elsewhere: its region too, and the error names it.
+        err = error_of(self.status_signed_for("ap-south-1", "/near?list-type=2")[2])
+        self.assertEqual(err["Region"], "eu-west-1")
+        st, _, body = self.status_signed_for("eu-west-3", "/far?list-type=2")
+        self.assertEqual(error_of(body)["Region"], "ap-south-1")
+        st, _, body = self.status_signed_for("ap-south-1", "/far?list-type=2")
+        self.assertNotEqual(error_of(body).get("Code"), "AuthorizationHeaderMalformed", body)
