@@ -979,10 +979,10 @@ static int header_names(const struct sv4_request *req,
 	int rc = 0;
 	for (size_t i = 0; i < req->n_headers && !rc; i++) {
 		const char *nm = req->headers[i].name;
-		size_t l = nm ? strlen(nm) : 0;
-		char *lc = nm ? malloc(l + 1) : NULL;
 		if (!nm)
 			continue;
+		size_t l = strlen(nm);
+		char *lc = malloc(l + 1);
 		if (!lc) {
 			rc = -ENOMEM;
 			break;
