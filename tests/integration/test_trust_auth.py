@@ -1,7 +1,6 @@
 """Trust audit (issue 10), authentication items: what larder verifies before
 it re-signs a request with its own upstream credentials, and what it
 forwards. Each test names the finding it covers."""
-import datetime
 import http.client
 import json
 import time
@@ -12,7 +11,7 @@ import boto3
 from botocore.config import Config
 
 import harness
-from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase, s3_error
+from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase
 
 PFX_KEY, PFX_SECRET = "LARDERTRUSTPREFIX001", "trust-prefix-secret-00000000000000000001"
 ADMIN_TOKEN = "trust-admin-token-0123456789abcdef"
