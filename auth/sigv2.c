@@ -541,6 +541,10 @@ enum sv4_status sv2_verify(const struct sv4_request *req, const struct sv2_auth 
 	if (a->presigned) {
 		if ((long long)now > a->expires)
 			return SV4_EXPIRED;
+		/* SigV2 has no signing time; cap what is left, as SigV4 caps
+		 * X-Amz-Expires, so a leaked URL does not work for ever. */
+		if (a->expires - (long long)now > SV4_MAX_PRESIGN_EXPIRES)
+			return SV4_BAD_EXPIRES;
 	} else {
 		const char *d = sv4_header(req, SLICE_LIT("x-amz-date"), NULL);
 		if (!d)

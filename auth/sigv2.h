@@ -52,7 +52,8 @@ enum sv4_status sv2_parse(const struct sv4_request *req, struct sv2_auth *out);
  * ("/bucket" and "/bucket/" name the same thing; botocore signs "/bucket/"
  * while sending "/bucket" on path-style requests).
  *
- * Checks first the time: presigned, now > expires -> SV4_EXPIRED; header
+ * Checks first the time: presigned, now > expires -> SV4_EXPIRED, expires
+ * more than 7 days (SV4_MAX_PRESIGN_EXPIRES) after now -> SV4_BAD_EXPIRES; header
  * form, the x-amz-date header (or, without one, Date) must be within
  * max_skew_s of now (SV4_SKEWED; SV4_MISSING_HEADER when neither header is
  * there, SV4_MALFORMED when it does not parse). Then the HMAC-SHA1

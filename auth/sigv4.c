@@ -104,6 +104,8 @@ const char *sv4_status_str(enum sv4_status s)
 	case SV4_EXPIRED: return "request has expired";
 	case SV4_NOT_YET_VALID: return "request is not yet valid";
 	case SV4_MISSING_HEADER: return "required header missing or unsigned";
+	case SV4_UNSIGNED_HEADER: return "There were headers present in the request which were not signed";
+	case SV4_BAD_EXPIRES: return "X-Amz-Expires out of range";
 	}
 	return "unknown status";
 }
@@ -833,12 +835,19 @@ static enum sv4_status parse_presigned(const struct sv4_request *req, struct qfi
 			return SV4_MALFORMED;
 	out->presigned = true;
 	time_t t;
+	/* A number, possibly negative; its range is sv4_verify's business, as
+	 * S3 answers an out-of-range one with AccessDenied, not a parse error.
+	 * Past 9 digits it only needs to stay out of range. */
 	const char *e = f[Q_EXPIRES].value;
-	size_t elen = strlen(e);
+	bool neg = *e == '-';
+	size_t elen = strlen(e + neg);
 	int ev = 0;
-	if (elen == 0 || elen > 6 || !digits(e, elen, &ev) || ev < 1 || ev > SV4_MAX_PRESIGN_EXPIRES)
+	if (elen == 0 || !digits(e + neg, elen > 9 ? 9 : elen, &ev) ||
+	    (elen > 9 && strspn(e + neg, "0123456789") != elen))
 		return SV4_MALFORMED;
-	out->expires = ev;
+	out->expires = elen > 9 ? (long)SV4_MAX_PRESIGN_EXPIRES + 1 : ev;
+	if (neg)
+		out->expires = -out->expires;
 	if (!parse_credential(f[Q_CRED].value, strlen(f[Q_CRED].value), out) ||
 	    !parse_signed_headers(f[Q_SH].value, strlen(f[Q_SH].value), out) ||
 	    !parse_signature(f[Q_SIG].value, strlen(f[Q_SIG].value), out) ||
@@ -948,6 +957,80 @@ out:
 
 /* ---- verification ----------------------------------------------------- */
 
+static int cmp_cstr(const void *x, const void *y)
+{
+	return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/*
+ * The lower-cased names of req's headers that keep(name, arg) accepts,
+ * sorted, without repeats, joined with sep and appended to out (when not
+ * NULL). Returns how many, -EINVAL for a kept name that is not an RFC 9110
+ * token, -ENOMEM or -E2BIG.
+ */
+static int header_names(const struct sv4_request *req,
+                        bool (*keep)(const char *name, const void *arg), const void *arg,
+                        const char *sep, struct buf *out)
+{
+	char **v = calloc(req->n_headers ? req->n_headers : 1, sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	size_t n = 0, distinct = 0;
+	int rc = 0;
+	for (size_t i = 0; i < req->n_headers && !rc; i++) {
+		const char *nm = req->headers[i].name;
+		if (!nm)
+			continue;
+		size_t l = strlen(nm);
+		char *lc = malloc(l + 1);
+		if (!lc) {
+			rc = -ENOMEM;
+			break;
+		}
+		for (size_t j = 0; j <= l; j++)
+			lc[j] = (char)tolower((unsigned char)nm[j]);
+		if (!keep(lc, arg)) {
+			free(lc);
+			continue;
+		}
+		v[n++] = lc;
+		for (size_t j = 0; j < l && !rc; j++)
+			if (!is_tchar((unsigned char)lc[j]))
+				rc = -EINVAL;
+		if (l == 0)
+			rc = -EINVAL;
+	}
+	if (!rc && n > 1)
+		qsort(v, n, sizeof *v, cmp_cstr);
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (i && strcmp(v[i], v[i - 1]) == 0)
+			continue;
+		if (out && distinct)
+			rc = buf_puts(out, sep);
+		if (out && !rc)
+			rc = buf_puts(out, v[i]);
+		distinct++;
+	}
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+	return rc ? rc : (int)distinct;
+}
+
+static bool amz_unsigned(const char *name, const void *arg)
+{
+	const struct sv4_auth *auth = arg;
+	if (strncmp(name, "x-amz-", 6) != 0 || lists_header(auth->signed_headers, name))
+		return false;
+	return !(auth->presigned && strcmp(name, "x-amz-content-sha256") == 0);
+}
+
+int sv4_unsigned_amz_headers(const struct sv4_request *req, const struct sv4_auth *auth,
+                             struct buf *names)
+{
+	return header_names(req, amz_unsigned, auth, ", ", names);
+}
+
 enum sv4_status sv4_verify(const struct sv4_request *req, const struct sv4_auth *auth,
                            const char *secret, time_t now, unsigned max_skew_s,
                            unsigned char signing_key[32])
@@ -971,11 +1054,17 @@ enum sv4_status sv4_verify(const struct sv4_request *req, const struct sv4_auth 
 			return SV4_MISSING_HEADER;
 	}
 
+	int unsigned_amz = sv4_unsigned_amz_headers(req, auth, NULL);
+	if (unsigned_amz < 0)
+		return SV4_MALFORMED;
+	if (unsigned_amz > 0)
+		return SV4_UNSIGNED_HEADER;
+
 	if (auth->presigned) {
+		if (auth->expires < 1 || auth->expires > SV4_MAX_PRESIGN_EXPIRES)
+			return SV4_BAD_EXPIRES;
 		if (now < t - (time_t)max_skew_s)
 			return SV4_NOT_YET_VALID;
-		if (auth->expires < 1 || auth->expires > SV4_MAX_PRESIGN_EXPIRES)
-			return SV4_MALFORMED;
 		if (now > t + (time_t)auth->expires)
 			return SV4_EXPIRED;
 	} else {
@@ -1026,9 +1115,10 @@ static bool excluded_header(const char *name)
 	return strncasecmp(name, "proxy-", 6) == 0;
 }
 
-static int cmp_cstr(const void *x, const void *y)
+static bool signable(const char *name, const void *arg)
 {
-	return strcmp(*(char *const *)x, *(char *const *)y);
+	(void)arg;
+	return !excluded_header(name);
 }
 
 int sv4_sign(const struct sv4_request *req, const struct sv4_creds *creds, const char *region,
@@ -1051,47 +1141,12 @@ int sv4_sign(const struct sv4_request *req, const struct sv4_creds *creds, const
 	date[8] = '\0';
 
 	/* Lower-cased names of every header to sign, sorted, without repeats. */
-	char **names = calloc(req->n_headers ? req->n_headers : 1, sizeof *names);
-	if (!names)
-		return -ENOMEM;
-	size_t nn = 0;
-	int rc = 0;
-	for (size_t i = 0; i < req->n_headers && !rc; i++) {
-		const char *nm = req->headers[i].name;
-		if (!nm || excluded_header(nm))
-			continue;
-		size_t l = strlen(nm);
-		for (size_t j = 0; j < l && !rc; j++)
-			if (!is_tchar((unsigned char)nm[j]))
-				rc = -EINVAL;
-		if (l == 0)
-			rc = -EINVAL;
-		if (rc)
-			break;
-		char *lc = malloc(l + 1);
-		if (!lc) {
-			rc = -ENOMEM;
-			break;
-		}
-		for (size_t j = 0; j <= l; j++)
-			lc[j] = (char)tolower((unsigned char)nm[j]);
-		names[nn++] = lc;
-	}
 	struct buf sh, creq, sts;
 	buf_init(&sh, sizeof ((struct sv4_auth *)0)->signed_headers - 1);
 	buf_init(&creq, CREQ_MAX);
 	buf_init(&sts, STS_MAX);
-	if (!rc) {
-		qsort(names, nn, sizeof *names, cmp_cstr);
-		for (size_t i = 0; i < nn && !rc; i++) {
-			if (i && strcmp(names[i], names[i - 1]) == 0)
-				continue;
-			if (sh.len)
-				rc = buf_putc(&sh, ';');
-			if (!rc)
-				rc = buf_puts(&sh, names[i]);
-		}
-	}
+	int rc = header_names(req, signable, NULL, ";", &sh);
+	rc = rc < 0 ? rc : 0;
 	if (!rc)
 		rc = sv4_canonical_request(req, buf_cstr(&sh), payload, false, &creq);
 	if (!rc)
@@ -1108,9 +1163,6 @@ int sv4_sign(const struct sv4_request *req, const struct sv4_creds *creds, const
 		                "SignedHeaders=%s, Signature=%s",
 		                creds->access_key, date, region, service, buf_cstr(&sh), sig);
 	}
-	for (size_t i = 0; i < nn; i++)
-		free(names[i]);
-	free(names);
 	buf_fini(&sh);
 	buf_fini(&creq);
 	buf_fini(&sts);

@@ -54,7 +54,8 @@ struct sv4_auth {
 	char signed_headers[1024]; /* "host;x-amz-date;..." lower case, as given */
 	char signature[65];        /* lower-case hex */
 	char payload_hash[129];    /* x-amz-content-sha256, or UNSIGNED-PAYLOAD for presigned */
-	long expires;              /* presigned X-Amz-Expires, else 0 */
+	long expires;              /* presigned X-Amz-Expires as given (range checked by
+	                            * sv4_verify), else 0 */
 	char security_token[2048]; /* x-amz-security-token / X-Amz-Security-Token, "" if none */
 };
 
@@ -68,6 +69,8 @@ enum sv4_status {
 	SV4_EXPIRED,            /* presigned URL past its expiry: AccessDenied "Request has expired" */
 	SV4_NOT_YET_VALID,      /* presigned X-Amz-Date in the future beyond skew */
 	SV4_MISSING_HEADER,     /* host or x-amz-date not signed, payload hash header missing */
+	SV4_UNSIGNED_HEADER,    /* an x-amz-* header the signature does not cover: AccessDenied */
+	SV4_BAD_EXPIRES,        /* presigned X-Amz-Expires not in 1..604800: AccessDenied */
 };
 
 /* The value of the first header called name (any case), NULL if there is
@@ -107,8 +110,20 @@ int sv4_string_to_sign(const char *amz_date, const char *date, const char *regio
 void sv4_signature(const unsigned char key[32], const char *string_to_sign, char sig[65]);
 
 /*
+ * The x-amz-* headers of req that auth's signed headers do not list, as
+ * lower-case names sorted and joined with ", " into names (when not NULL).
+ * S3 refuses such a request, and larder would otherwise sign them upstream
+ * with its own credentials. Exempt: x-amz-content-sha256 on a presigned
+ * request (the payload is then unsigned, and larder never forwards that
+ * header). Returns how many there are, or -E2BIG / -ENOMEM.
+ */
+int sv4_unsigned_amz_headers(const struct sv4_request *req, const struct sv4_auth *auth,
+                             struct buf *names);
+
+/*
  * Verifies a parsed request against the secret of auth->access_key at time
- * now. Checks, in order: clock skew (header auth: |now - amz_date| <= max_skew;
+ * now. Checks, in order: every x-amz-* header signed (SV4_UNSIGNED_HEADER),
+ * presigned X-Amz-Expires within 1..604800 (SV4_BAD_EXPIRES), clock skew (header auth: |now - amz_date| <= max_skew;
  * presigned: not before amz_date - max_skew, not after amz_date + expires),
  * then the signature in constant time. On SV4_OK, signing_key receives the
  * derived key (needed to verify aws-chunked chunk signatures).

@@ -53,6 +53,18 @@ void log_write(enum log_level l, const char *topic, const char *fmt, ...)
 	if (k > 0 && (size_t)k < sizeof line)
 		vsnprintf(line + k, sizeof line - (size_t)k, fmt, ap);
 	va_end(ap);
+	/* Messages quote client-controlled strings (keys, paths): a control
+	 * byte among them must not start a forged line or rewrite this one. */
+	char safe[sizeof line];
+	size_t used = 0;
+	for (const unsigned char *p = (const unsigned char *)line; *p && used + 5 < sizeof safe; p++) {
+		if (*p < ' ' || *p == 0x7f)
+			used += (size_t)snprintf(safe + used, sizeof safe - used, "\\x%02x", *p);
+		else
+			safe[used++] = (char)*p;
+	}
+	safe[used] = '\0';
+	memcpy(line, safe, used + 1);
 	/* One fputs per line: stdio locks the stream, so lines never interleave. */
 	size_t len = strlen(line);
 	if (len < sizeof line - 1) {

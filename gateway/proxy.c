@@ -186,6 +186,12 @@ enum MHD_Result req_respond_error(struct req *r)
 	struct buf body;
 	buf_init(&body, 8192);
 	s3err_xml(r->err, r->err_msg[0] ? r->err_msg : NULL, r->path, r->id, &body);
+	/* Elements some errors carry (<Region>, <HeadersNotSigned>) go last. */
+	const char *end = body.len ? strstr(body.p, "</Error>") : NULL;
+	if (r->err_extra[0] && end) {
+		body.len = (size_t)(end - body.p);
+		buf_printf(&body, "%s</Error>", r->err_extra);
+	}
 	struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p,
 	                                                            MHD_RESPMEM_MUST_COPY);
 	buf_fini(&body);
@@ -266,6 +272,8 @@ static enum s3err sv4_to_s3err(enum sv4_status s, bool presigned)
 	case SV4_NOT_YET_VALID: return S3E_ACCESS_DENIED;
 	case SV4_MISSING_HEADER: return presigned ? S3E_AUTH_QUERY_ERROR : S3E_AUTH_HEADER_MALFORMED;
 	case SV4_BAD_SIGNATURE: return S3E_SIGNATURE_MISMATCH;
+	case SV4_UNSIGNED_HEADER: return S3E_ACCESS_DENIED;
+	case SV4_BAD_EXPIRES: return S3E_ACCESS_DENIED;
 	default: return S3E_ACCESS_DENIED;
 	}
 }
@@ -321,6 +329,7 @@ static void authenticate_peer(struct req *r)
 		return;
 	}
 	r->peer_hop = hop;
+	r->authorized = true;
 	r->body = BODY_NONE;
 	r->body_verified = true;
 }
@@ -374,6 +383,96 @@ static void check_delete_body(struct req *r)
 	else if (start_upstream(r) != 0)
 		req_fail(r, S3E_INTERNAL, NULL);
 }
+
+/* One XML element for err_extra, its text escaped. */
+static void set_err_element(struct req *r, const char *name, const char *text)
+{
+	struct buf t;
+	buf_init(&t, sizeof r->err_extra);
+	if (xml_escape(text, &t) == 0)
+		snprintf(r->err_extra, sizeof r->err_extra, "<%s>%s</%s>", name, buf_cstr(&t), name);
+	buf_fini(&t);
+}
+
+/* Why a verification failed, in S3's words where S3 has them. */
+static void fail_verify(struct req *r, enum sv4_status st, const struct sv4_request *sreq,
+                        const struct sv4_auth *auth, bool v2)
+{
+	char msg[160];
+	const char *m = NULL;
+	if (st == SV4_EXPIRED) {
+		m = "Request has expired";
+	} else if (st == SV4_UNSIGNED_HEADER) {
+		struct buf names;
+		buf_init(&names, 400);
+		if (sv4_unsigned_amz_headers(sreq, auth, &names) > 0)
+			set_err_element(r, "HeadersNotSigned", buf_cstr(&names));
+		buf_fini(&names);
+		m = sv4_status_str(st);
+	} else if (st == SV4_BAD_EXPIRES && v2) {
+		m = "Expires must be less than a week (in seconds) from now; that is, at most "
+		    "604800 seconds in the future";
+	} else if (st == SV4_BAD_EXPIRES) {
+		snprintf(msg, sizeof msg, auth->expires < 1 ? "X-Amz-Expires must be non-negative"
+		         : "X-Amz-Expires must be less than a week (in seconds); that is, the given "
+		           "X-Amz-Expires must be less than %d seconds", SV4_MAX_PRESIGN_EXPIRES);
+		m = msg;
+	}
+	req_fail(r, sv4_to_s3err(st, auth->presigned), m);
+}
+
+/*
+ * The credential scope must name s3 and a region larder answers for: the
+ * upstream region, the one configured for the request's bucket, or
+ * us-east-1, which docs/clients.md has always told clients to use. S3
+ * refuses other regions; so does larder, so that a signature made for
+ * another endpoint (another service, or a gateway elsewhere that shares
+ * the key) is not honoured here.
+ */
+static bool scope_ok(struct req *r, const struct sv4_auth *auth)
+{
+	const struct cfg *cfg = r->w->gw->cfg;
+	const char *lead = auth->presigned ? "Error parsing the X-Amz-Credential parameter;"
+	                                   : "The authorization header is malformed;";
+	char msg[256];
+	if (strcmp(auth->service, "s3") != 0) {
+		snprintf(msg, sizeof msg, "%s incorrect service \"%s\". This endpoint belongs to \"s3\".",
+		         lead, auth->service);
+		req_fail(r, sv4_to_s3err(SV4_MALFORMED, auth->presigned), msg);
+		return false;
+	}
+	const char *want = cfg->upstream_region ? cfg->upstream_region : "us-east-1";
+	const char *bucket_region = r->s3.bucket[0] ? cfg_bucket_region(cfg, r->s3.bucket) : NULL;
+	if (strcmp(auth->region, want) == 0 || strcmp(auth->region, "us-east-1") == 0 ||
+	    (bucket_region && strcmp(auth->region, bucket_region) == 0))
+		return true;
+	if (bucket_region)
+		want = bucket_region;
+	snprintf(msg, sizeof msg, "%s the region '%s' is wrong; expecting '%s'", lead, auth->region,
+	         want);
+	req_fail(r, sv4_to_s3err(SV4_MALFORMED, auth->presigned), msg);
+	set_err_element(r, "Region", want);
+	return false;
+}
+
+/* S3 ignores nothing of a response-* override: on a request nobody
+ * signed it refuses them. */
+static bool has_response_override(const char *query)
+{
+	static const char *const names[] = {
+		"response-cache-control", "response-content-disposition", "response-content-encoding",
+		"response-content-language", "response-content-type", "response-expires", NULL,
+	};
+	struct buf v;
+	buf_init(&v, S3_MAX_QUERY_BYTES);
+	bool yes = false;
+	for (int i = 0; names[i] && !yes; i++)
+		yes = s3_query_get(query, names[i], &v) != 0;
+	buf_fini(&v);
+	return yes;
+}
+
+static int forward_query_headers(struct req *r, struct hdrs *h);
 
 static void authenticate(struct req *r)
 {
@@ -430,14 +529,14 @@ static void authenticate(struct req *r)
 			                               time(NULL), gw->cfg->max_skew_s);
 			buf_fini(&resource);
 			if (v != SV4_OK) {
-				req_fail(r, sv4_to_s3err(v, v2.presigned),
-				     v == SV4_EXPIRED ? "Request has expired" : NULL);
+				auth.presigned = v2.presigned;
+				fail_verify(r, v, &sreq, &auth, true);
 				k = NULL;
 			}
 		}
 		st = SV4_OK;
 		auth.presigned = true; /* SigV2 signs no payload hash: the body is unsigned */
-		r->presigned_v2 = v2.presigned;
+		r->presigned_v2 = r->presigned = v2.presigned;
 	} else if (st == SV4_NO_AUTH) {
 		if (keys->anonymous.n_grants)
 			k = &keys->anonymous;
@@ -445,16 +544,35 @@ static void authenticate(struct req *r)
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
 	} else if (st != SV4_OK) {
 		req_fail(r, sv4_to_s3err(st, auth.presigned), sv4_status_str(st));
+	} else if (!scope_ok(r, &auth)) {
+		k = NULL;
 	} else if (!(k = cfg_find_key(keys, auth.access_key))) {
 		req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
 	} else {
 		snprintf(r->key_id, sizeof r->key_id, "%s", auth.access_key);
+		r->presigned = auth.presigned;
 		st = sv4_verify(&sreq, &auth, k->secret, time(NULL), gw->cfg->max_skew_s, signing_key);
 		if (st != SV4_OK) {
-			req_fail(r, sv4_to_s3err(st, auth.presigned),
-			     st == SV4_EXPIRED ? "Request has expired" : NULL);
+			fail_verify(r, st, &sreq, &auth, false);
 			k = NULL;
 		}
+	}
+	size_t n_copy = 0;
+	sv4_header(&sreq, SLICE_LIT("x-amz-copy-source"), &n_copy);
+	if (k && !r->has_err && n_copy > 1) {
+		/* The policy would check one source and upstream see another. */
+		req_fail(r, S3E_INVALID_ARGUMENT, "Only one x-amz-copy-source header is allowed");
+		k = NULL;
+	}
+	if (k && !r->has_err && r->presigned && forward_query_headers(r, NULL) != 0) {
+		req_fail(r, S3E_INVALID_ARGUMENT, "A header carried in the query is not a valid "
+		         "header");
+		k = NULL;
+	}
+	if (k == &keys->anonymous && !r->has_err && has_response_override(r->query)) {
+		req_fail(r, S3E_INVALID_REQUEST, "Request specific response headers cannot be used "
+		         "for anonymous GET requests.");
+		k = NULL;
 	}
 	if (k && !r->has_err) {
 		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
@@ -470,6 +588,8 @@ static void authenticate(struct req *r)
 		}
 		if (!allowed || (copy && !copy_source_allowed(k, copy)))
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
+		else
+			r->authorized = true;
 	}
 	pthread_rwlock_unlock(&gw->keys_lock);
 	free(hc.v);
@@ -636,6 +756,80 @@ static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const 
 	return MHD_YES;
 }
 
+/* The parameters of SigV4 query auth itself (the rest of X-Amz-* are
+ * headers carried in the query). */
+static bool is_v4_auth_param(const char *name)
+{
+	static const char *const names[] = {
+		"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+		"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token",
+		"X-Amz-Content-Sha256", NULL,
+	};
+	for (int i = 0; names[i]; i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return true;
+	return false;
+}
+
+/* A decoded name that is an RFC 9110 token and a value without control
+ * bytes (a CR or LF would add a header of the client's own upstream). */
+static bool header_field_ok(const struct buf *name, const struct buf *value)
+{
+	for (size_t i = 0; i < name->len; i++) {
+		unsigned char c = (unsigned char)name->p[i];
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		      (c && strchr("!#$%&'*+-.^_`|~", c))))
+			return false;
+	}
+	for (size_t i = 0; i < value->len; i++) {
+		unsigned char c = (unsigned char)value->p[i];
+		if ((c < ' ' && c != '\t') || c == 0x7f)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * A presigned URL may carry x-amz-* headers as query parameters: botocore's
+ * SigV2 HmacV1QueryAuth moves them there, the JavaScript SDK's presigner
+ * hoists them under SigV4, and S3 applies them as headers. They are covered
+ * by the signature (SigV2: as amz headers when the request does not send
+ * that header itself; SigV4: in the canonical query), so they go upstream
+ * as headers, which larder signs. Those larder replaces are left out.
+ * h NULL only checks them: -EINVAL for one that cannot be a header.
+ */
+static int forward_query_headers(struct req *r, struct hdrs *h)
+{
+	const char *q = r->query;
+	struct buf name, value;
+	buf_init(&name, 256);
+	buf_init(&value, S3_MAX_QUERY_BYTES);
+	int rc = 0;
+	while (*q && !rc) {
+		size_t len = strcspn(q, "&");
+		const char *eq = memchr(q, '=', len);
+		size_t klen = eq ? (size_t)(eq - q) : len;
+		buf_reset(&name);
+		buf_reset(&value);
+		if (klen > 6 && strncasecmp(q, "x-amz-", 6) == 0 &&
+		    (sv4_uri_decode(q, klen, &name) != 0 ||
+		     (eq && sv4_uri_decode(eq + 1, len - klen - 1, &value) != 0) ||
+		     !header_field_ok(&name, &value)))
+			rc = -EINVAL;
+		else if (h && klen > 6 && strncasecmp(q, "x-amz-", 6) == 0 &&
+		         !dropped_request_header(buf_cstr(&name), false) &&
+		         !is_v4_auth_param(buf_cstr(&name)) &&
+		         !req_header(r, buf_cstr(&name)))
+			rc = hdrs_add(h, buf_cstr(&name), buf_cstr(&value));
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	buf_fini(&name);
+	buf_fini(&value);
+	return rc;
+}
+
 static bool is_v2_presign_param(const char *q, size_t len)
 {
 	static const char *const names[] = { "AWSAccessKeyId", "Signature", "Expires", NULL };
@@ -780,6 +974,8 @@ static int start_upstream(struct req *r)
 		MHD_get_connection_values(r->conn, MHD_HEADER_KIND, forward_header, &f);
 		rc = f.rc;
 	}
+	if (!rc && r->presigned)
+		rc = forward_query_headers(r, &h);
 	/* The payload hash upstream checks: the client's own when it signed
 	 * the body (so S3 verifies it again), else UNSIGNED-PAYLOAD. */
 	const char *payload = r->sha ? r->want_sha
@@ -1157,8 +1353,8 @@ void proxy_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
 		metrics_request(s3_operation(r->method, (int)r->s3.target, r->query,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),
-		                rec.status, rec.bucket, rec.key_id, rec.cache, rec.bytes_out,
-		                rec.bytes_in);
+		                rec.status, r->authorized ? rec.bucket : NULL, rec.key_id, rec.cache,
+		                rec.bytes_out, rec.bytes_in);
 	}
 	cache_end(r);
 	if (r->prev)

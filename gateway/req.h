@@ -88,12 +88,15 @@ struct req {
 	bool started;
 	unsigned peer_hop;              /* a request from another node: its hop (0: a client) */
 	bool presigned_v2;              /* drop its AWSAccessKeyId/Signature/Expires upstream */
+	bool presigned;                 /* SigV2 or SigV4 query auth: x-amz-* params are headers */
 
 	char key_id[129];
+	bool authorized;                /* signature (or anonymous grant) and policy passed */
 	struct s3req s3;
 	bool has_err;
 	enum s3err err;
 	char err_msg[256];
+	char err_extra[512];            /* XML elements S3 adds to this error (<Region>...) */
 
 	/* request body */
 	enum body_mode body;

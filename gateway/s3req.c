@@ -67,6 +67,21 @@ int s3_query_get(const char *q, const char *name, struct buf *out)
 	return 0;
 }
 
+/* How many times the parameter name appears in a raw query. */
+static size_t query_count(const char *q, const char *name)
+{
+	size_t nlen = strlen(name), n = 0;
+	while (q && *q) {
+		size_t len = strcspn(q, "&");
+		size_t klen = strcspn(q, "=&");
+		n += klen == nlen && memcmp(q, name, nlen) == 0;
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	return n;
+}
+
 /* The query parameters of a bucket GET that still make it a listing
  * (ListObjects v1/v2, ListObjectVersions, ListMultipartUploads). Any other
  * parameter (acl, policy, location, ...) makes it a bucket configuration read. */
@@ -170,7 +185,9 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
 	if (r->target == S3T_BUCKET && strcmp(method, "GET") == 0 && is_listing_query(raw_query)) {
 		r->listing = true;
 		buf_reset(&r->list_prefix);
-		if (s3_query_get(raw_query, "prefix", &r->list_prefix) < 0) {
+		/* Two prefixes: the policy would check one and upstream use another. */
+		if (s3_query_get(raw_query, "prefix", &r->list_prefix) < 0 ||
+		    query_count(raw_query, "prefix") > 1) {
 			*err = S3E_INVALID_ARGUMENT;
 			return -1;
 		}

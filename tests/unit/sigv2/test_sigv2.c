@@ -124,6 +124,18 @@ static void test_presigned_vectors(void **state)
 	assert_string_equal(a.signature, "0dBI2wVHDaKy9lMNtJ8yPRu+smc=");
 }
 
+/* SigV2 has no signing time: a URL may be used at most 7 days before its
+ * Expires, as SigV4 caps X-Amz-Expires (one valid until 2100 worked). */
+static void test_presigned_at_most_seven_days(void **state)
+{
+	(void)state;
+	const char *p = presigned[0].path, *q = presigned[0].query;
+	assert_int_equal(verify_at("GET", p, q, NULL, 0, p, SK, EXP - SV4_MAX_PRESIGN_EXPIRES),
+	                 SV4_OK);
+	assert_int_equal(verify_at("GET", p, q, NULL, 0, p, SK, EXP - SV4_MAX_PRESIGN_EXPIRES - 1),
+	                 SV4_BAD_EXPIRES);
+}
+
 static void test_presigned_tampering(void **state)
 {
 	(void)state;
@@ -144,7 +156,7 @@ static void test_presigned_tampering(void **state)
 	assert_int_equal(verify_at("GET", "/bucket/k", q, NULL, 0, "/bucket/k", SK, T0),
 	                 SV4_BAD_SIGNATURE);
 	snprintf(q, sizeof q, "%s", presigned[0].query);
-	*strstr(q, "1700003600") = '2';
+	strstr(q, "1700003600")[9] = '1';
 	assert_int_equal(verify_at("GET", p, q, NULL, 0, p, SK, T0), SV4_BAD_SIGNATURE);
 
 	/* Query-carried headers: a header sent as well must agree with what
@@ -426,6 +438,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_presigned_vectors),
 		cmocka_unit_test(test_presigned_tampering),
+		cmocka_unit_test(test_presigned_at_most_seven_days),
 		cmocka_unit_test(test_header_put),
 		cmocka_unit_test(test_header_subresources),
 		cmocka_unit_test(test_amz_date_without_date),

@@ -291,11 +291,21 @@ static void test_parse_presigned(void **state)
 	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=604800&X-Amz-Signature=" SIG64
 	                             "&X-Amz-Security-Token=tok%2Ben", &a), SV4_OK);
 	assert_string_equal(a.security_token, "tok+en");
+	/* Out of range parses (sv4_verify refuses it: S3's AccessDenied);
+	 * not a number does not. */
 	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=604801&X-Amz-Signature=" SIG64, &a),
+	                 SV4_OK);
+	assert_int_equal(a.expires, 604801);
+	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=0&X-Amz-Signature=" SIG64, &a), SV4_OK);
+	assert_int_equal(a.expires, 0);
+	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=-1&X-Amz-Signature=" SIG64, &a), SV4_OK);
+	assert_int_equal(a.expires, -1);
+	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=99999999999999999999&X-Amz-Signature="
+	                             SIG64, &a), SV4_OK);
+	assert_true(a.expires > SV4_MAX_PRESIGN_EXPIRES);
+	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=1e3&X-Amz-Signature=" SIG64, &a),
 	                 SV4_MALFORMED);
-	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=0&X-Amz-Signature=" SIG64, &a),
-	                 SV4_MALFORMED);
-	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=-1&X-Amz-Signature=" SIG64, &a),
+	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=-&X-Amz-Signature=" SIG64, &a),
 	                 SV4_MALFORMED);
 	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=60", &a), SV4_MALFORMED);
 	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=60&X-Amz-Expires=60&X-Amz-Signature="
@@ -416,6 +426,71 @@ static void test_verify_rules(void **state)
 	assert_int_equal(sv4_verify(&req, &a, SK, T0, 900, NULL), SV4_MISSING_HEADER);
 }
 
+/* Every x-amz-* header must be signed (S3: "There were headers present in
+ * the request which were not signed"), else larder would forward it and
+ * sign it upstream with its own credentials. */
+static void test_unsigned_amz_headers(void **state)
+{
+	(void)state;
+	char date[17];
+	sv4_amz_date(T0, date);
+	struct sv4_header h[] = {
+		{ "Host", "b" }, { "X-Amz-Date", date }, { "x-amz-content-sha256", SV4_EMPTY_SHA256 },
+		{ "Authorization", "AWS4-HMAC-SHA256 " CRED ", SignedHeaders=host;x-amz-content-sha256;"
+		                   "x-amz-date;x-amz-meta-a, Signature=" SIG64 },
+		{ "X-Amz-Meta-A", "1" }, { "X-AMZ-ACL", "public-read" },
+		{ "x-amz-copy-source", "b/secret" }, { "Content-Type", "text/plain" },
+		{ "x-amz-acl", "private" },
+	};
+	struct sv4_request req = { "PUT", "/k", "", h, sizeof h / sizeof h[0] };
+	struct sv4_auth a;
+	assert_int_equal(sv4_parse(&req, &a), SV4_OK);
+	struct buf names;
+	buf_init(&names, 256);
+	assert_int_equal(sv4_unsigned_amz_headers(&req, &a, &names), 2);
+	assert_string_equal(buf_cstr(&names), "x-amz-acl, x-amz-copy-source");
+	assert_int_equal(sv4_verify(&req, &a, SK, T0, 900, NULL), SV4_UNSIGNED_HEADER);
+	/* Without them, the (made-up) signature is what fails. */
+	req.n_headers = 5;
+	assert_int_equal(sv4_unsigned_amz_headers(&req, &a, NULL), 0);
+	assert_int_equal(sv4_verify(&req, &a, SK, T0, 900, NULL), SV4_BAD_SIGNATURE);
+
+	/* Presigned: the same rule, except x-amz-content-sha256 (the payload is
+	 * then unsigned, and the header is never forwarded). */
+	struct sv4_header p[] = {
+		{ "Host", "b" }, { "x-amz-content-sha256", "abc" }, { "x-amz-acl", "public-read" },
+	};
+	struct sv4_request preq = { "PUT", "/k", QBASE "&X-Amz-Expires=60&X-Amz-Signature=" SIG64,
+	                            p, 2 };
+	assert_int_equal(sv4_parse(&preq, &a), SV4_OK);
+	assert_int_equal(sv4_unsigned_amz_headers(&preq, &a, NULL), 0);
+	preq.n_headers = 3;
+	buf_reset(&names);
+	assert_int_equal(sv4_unsigned_amz_headers(&preq, &a, &names), 1);
+	assert_string_equal(buf_cstr(&names), "x-amz-acl");
+	assert_int_equal(sv4_verify(&preq, &a, SK, T0 + 10, 900, NULL),
+	                 SV4_UNSIGNED_HEADER);
+	buf_fini(&names);
+}
+
+/* X-Amz-Expires outside 1..604800 is S3's AccessDenied, checked before
+ * the time and the signature. */
+static void test_presigned_expires_range(void **state)
+{
+	(void)state;
+	static const char *const bad[] = { "0", "-5", "604801", "99999999999" };
+	struct sv4_header h[] = { { "Host", "b" } };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char q[512];
+		snprintf(q, sizeof q, "%s&X-Amz-Expires=%s&X-Amz-Signature=%s", QBASE, bad[i], SIG64);
+		struct sv4_request req = { "GET", "/k", q, h, 1 };
+		struct sv4_auth a;
+		assert_int_equal(sv4_parse(&req, &a), SV4_OK);
+		assert_int_equal(sv4_verify(&req, &a, SK, T0 + 10, 900, NULL),
+		                 SV4_BAD_EXPIRES);
+	}
+}
+
 static void test_signing_key_cache(void **state)
 {
 	(void)state;
@@ -474,7 +549,7 @@ static void test_uri_codec(void **state)
 	buf_init(&tiny, 4);
 	assert_int_equal(sv4_uri_encode("\xff\xff", 2, false, &tiny), -E2BIG);
 	buf_fini(&tiny);
-	for (int s = SV4_OK; s <= SV4_MISSING_HEADER; s++)
+	for (int s = SV4_OK; s <= SV4_BAD_EXPIRES; s++)
 		assert_true(strlen(sv4_status_str((enum sv4_status)s)) > 0);
 }
 
@@ -490,6 +565,8 @@ int main(void)
 		cmocka_unit_test(test_parse_presigned),
 		cmocka_unit_test(test_sign_roundtrip),
 		cmocka_unit_test(test_verify_rules),
+		cmocka_unit_test(test_unsigned_amz_headers),
+		cmocka_unit_test(test_presigned_expires_range),
 		cmocka_unit_test(test_signing_key_cache),
 		cmocka_unit_test(test_uri_codec),
 	};
