@@ -1025,6 +1025,28 @@ static bool amz_unsigned(const char *name, const void *arg)
 	return !(auth->presigned && strcmp(name, "x-amz-content-sha256") == 0);
 }
 
+/* How many x-amz-* headers of req are outside the signature, or negative
+ * (as sv4_unsigned_amz_headers). Every request pays this check, so the usual
+ * case allocates nothing: names are lower-cased into a stack buffer, and
+ * only a request with a longer x-amz-* name takes the general path. */
+static int count_unsigned_amz(const struct sv4_request *req, const struct sv4_auth *auth)
+{
+	char lc[128];
+	for (size_t i = 0; i < req->n_headers; i++) {
+		const char *nm = req->headers[i].name;
+		if (!nm || strncasecmp(nm, "x-amz-", 6) != 0)
+			continue;
+		size_t l = strlen(nm);
+		if (l >= sizeof lc)
+			return header_names(req, amz_unsigned, auth, "", NULL);
+		for (size_t j = 0; j <= l; j++)
+			lc[j] = (char)tolower((unsigned char)nm[j]);
+		if (amz_unsigned(lc, auth))
+			return 1;
+	}
+	return 0;
+}
+
 int sv4_unsigned_amz_headers(const struct sv4_request *req, const struct sv4_auth *auth,
                              struct buf *names)
 {
@@ -1054,7 +1076,7 @@ enum sv4_status sv4_verify(const struct sv4_request *req, const struct sv4_auth 
 			return SV4_MISSING_HEADER;
 	}
 
-	int unsigned_amz = sv4_unsigned_amz_headers(req, auth, NULL);
+	int unsigned_amz = count_unsigned_amz(req, auth);
 	if (unsigned_amz < 0)
 		return SV4_MALFORMED;
 	if (unsigned_amz > 0)
