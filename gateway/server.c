@@ -372,6 +372,7 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		struct cluster_config cc = {
 			.redis_url = cfg->redis_url,
 			.node_id = cfg->node_id,
+			.secret = cfg->cluster_secret,
 			.advertise = cfg->advertise,
 			.capacity = (double)cfg->ram_cache_bytes +
 			            (cfg->cache_dir ? (double)cfg->disk_cache_bytes : 0.0),

@@ -31,8 +31,10 @@ def blob(seed, n):
 
 
 class Redis:
-    def __init__(self):
+    def __init__(self, password=None):
         self.port = harness.free_port()
+        self.password = password
+        self.url = "redis://%s127.0.0.1:%d" % (":%s@" % password if password else "", self.port)
         self.dir = tempfile.mkdtemp(prefix="larder-redis-")
         self.proc = None
 
@@ -41,7 +43,8 @@ class Redis:
         if not exe:
             raise unittest.SkipTest("redis-server is not installed (scripts/deps.sh installs it)")
         self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1",
-                                      "--save", "", "--appendonly", "no", "--dir", self.dir],
+                                      "--save", "", "--appendonly", "no", "--dir", self.dir]
+                                     + (["--requirepass", self.password] if self.password else []),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not harness.wait_port(self.port, 10, self.proc):
             raise RuntimeError("redis-server did not start")
@@ -60,6 +63,7 @@ class Redis:
 class ClusterBase(harness.S3Asserts, unittest.TestCase):
     """N nodes on loopback, one redis-server, the moto upstream; no tests."""
     NODES = 3
+    REDIS_PASSWORD = None
 
     @classmethod
     def extra_env(cls):
@@ -69,7 +73,7 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
     def setUpClass(cls):
         if not os.access(harness.larder_binary(), os.X_OK):
             raise unittest.SkipTest("larder binary not built")
-        cls.redis = Redis().start()
+        cls.redis = Redis(cls.REDIS_PASSWORD).start()
         cls.upstream = harness.Upstream().start()
         cls.direct = cls.upstream.client()
         cls.direct.create_bucket(Bucket="shared")
@@ -81,7 +85,7 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
     @classmethod
     def make_node(cls, i, port=None, admin=None):
         env = {
-            "LARDER_REDIS_URL": "redis://127.0.0.1:%d" % cls.redis.port,
+            "LARDER_REDIS_URL": cls.redis.url,
             "LARDER_NODE_ID": "node-%d" % i,
             "LARDER_CLUSTER_SECRET": SECRET,
             "LARDER_CHUNK_SIZE": "1MiB",
