@@ -10,7 +10,6 @@
 """
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import resource
@@ -22,7 +21,7 @@ import unittest
 import urllib.request
 
 import harness
-from test_cluster import SECRET, TOKEN, ClusterBase, blob
+from test_cluster import SECRET, TOKEN, ClusterBase, blob, peer_headers
 
 MiB = 1024 * 1024
 
@@ -269,49 +268,27 @@ class RedisPassword(ClusterBase):
         self.assertEqual(n.stop(), 0)
 
 
-def peer_headers(path, node, target, nonce, rng="", if_match="", if_none_match="",
-                 secret=SECRET, date=None, hop="1"):
-    """Peer headers as gateway/peer.h documents them (v2)."""
-    date = str(int(time.time())) if date is None else date
-    msg = "larder-peer-v2\nGET\n%s\n%s\n%s\n%s\n%s\n%s\n%s\n%s\n%s\n\n" % (
-        path, date, node, target, nonce, hop, rng, if_match, if_none_match)
-    sig = hmac.new(secret.encode(), msg.encode(), hashlib.sha256).hexdigest()
-    h = {"X-Larder-Peer": node, "X-Larder-Peer-Date": date, "X-Larder-Peer-Nonce": nonce,
-         "X-Larder-Peer-Hop": hop, "X-Larder-Peer-Auth": sig, "Host": target}
-    if rng:
-        h["Range"] = rng
-    return h
-
-
 class PeerBinding(ClusterBase):
     """Item 9: a peer request is valid only at its target, with its own Range."""
     NODES = 2
-
-    def get(self, node, path, headers):
-        c = http.client.HTTPConnection("127.0.0.1", node.port, timeout=10)
-        c.request("GET", path, headers=headers)
-        r = c.getresponse()
-        body = r.read()
-        c.close()
-        return r.status, body
 
     def test_replay_to_another_node_or_range_refused(self):
         a, b = self.nodes
         self.direct.put_object(Bucket="shared", Key="bind/x.txt", Body=b"0123456789")
         path = "/shared/bind/x.txt"
         target_a = "127.0.0.1:%d" % a.port
-        h = peer_headers(path, "node-1", target_a, "1" * 32, rng="bytes=0-3")
+        h = peer_headers(path, "replayer", target_a, "1" * 32, rng="bytes=0-3")
         # Replayed to B (with B's Host, or A's): refused.
-        st, body = self.get(b, path, dict(h, Host="127.0.0.1:%d" % b.port))
+        st, body = self.raw_get(b, path, dict(h, Host="127.0.0.1:%d" % b.port))
         self.assertEqual(st, 403, body)
-        st, body = self.get(b, path, h)
+        st, body = self.raw_get(b, path, h)
         self.assertEqual(st, 403, body)
         # The same signature with another Range, at A: refused.
-        st, body = self.get(a, path, dict(h, Range="bytes=4-9"))
+        st, body = self.raw_get(a, path, dict(h, Range="bytes=4-9"))
         self.assertEqual(st, 403, body)
         self.assertEqual(harness.s3_error(body)[0], "AccessDenied")
         # The request as signed, at A: served.
-        st, body = self.get(a, path, h)
+        st, body = self.raw_get(a, path, h)
         self.assertEqual((st, body), (206, b"0123"))
         # And real peer traffic still works: a cold object read through B.
         data = blob(52, 2 * MiB + 5)
