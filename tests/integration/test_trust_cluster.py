@@ -346,15 +346,17 @@ class ClientPort(unittest.TestCase):
 class OpenFileLimit(harness.LarderCase):
     """Item 17: a low soft RLIMIT_NOFILE is raised so max_connections is reached."""
     LARDER_ENV = {"LARDER_MAX_CONNECTIONS": "100"}
+    NOFILE = 64     # soft limit larder starts with
+    HARD = None     # hard limit (None: as is)
+    IDLE = 110      # connections held open before the request that must get 503
 
     @classmethod
     def setUpClass(cls):
-        # Start larder under a soft limit of 64 open files (the hard one as is).
         real = subprocess.Popen
 
         def low_nofile():
-            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-            resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+            hard = cls.HARD or resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(cls.NOFILE, hard), hard))
 
         def popen(*a, **kw):
             kw.setdefault("preexec_fn", low_nofile)
@@ -371,7 +373,7 @@ class OpenFileLimit(harness.LarderCase):
         self.direct.put_object(Bucket="fds", Key="k", Body=b"hello")
         idle = []
         self.addCleanup(lambda: [s.close() for s in idle])
-        for _ in range(110):
+        for _ in range(self.IDLE):
             idle.append(socket.create_connection(("127.0.0.1", self.larder.port), timeout=10))
         time.sleep(0.5)
         r = harness.signed_request(self.larder.url, "GET", "/fds/k", timeout=10)
@@ -383,6 +385,18 @@ class OpenFileLimit(harness.LarderCase):
         time.sleep(0.5)
         r = harness.signed_request(self.larder.url, "GET", "/fds/k", timeout=10)
         self.assertEqual((r.status, r.body), (200, b"hello"))
+        self.assertIn("open-file limit", self.larder.log())
+
+
+class OpenFileHardLimit(OpenFileLimit):
+    """Item 17: past the hard limit, max_connections is lowered to what fits, and said."""
+    LARDER_ENV = {"LARDER_MAX_CONNECTIONS": "4096"}
+    NOFILE = 64
+    HARD = 1224     # 1,024 reserved, room for 100 connections
+    IDLE = 110
+
+    def test_lowered_and_said(self):
+        self.assertIn("LARDER_MAX_CONNECTIONS lowered from 4096", self.larder.log())
 
 
 if __name__ == "__main__":
