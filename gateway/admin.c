@@ -172,6 +172,7 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		g->invalidations_sent = v.invalidations_sent;
 		g->invalidations_received = v.invalidations_received;
 		g->redis_reconnects = v.redis_reconnects;
+		g->members_rejected = v.members_rejected;
 		g->directory_entries = v.directory_entries;
 		dir_get_stats(gw->dir, &g->dir);
 		placement_get_counts(&g->lookups);

@@ -224,6 +224,14 @@ class RedisTrust(ClusterBase):
             self.assertEqual(self.read(n, "trust/a.bin"), data)
         self.assertEqual(rogue.hits, 0, "a node sent a request to a forged member")
         self.assertIn("membership entr", self.nodes[0].log())
+        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % self.nodes[0].admin_port,
+                                     headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            metrics = r.read().decode()
+        rejected = [line for line in metrics.splitlines()
+                    if line.startswith("larder_cluster_members_rejected_total ")]
+        self.assertEqual(len(rejected), 1, metrics)
+        self.assertGreaterEqual(float(rejected[0].split()[1]), 3)
         # A member that really has the secret still joins (the test computes
         # the MAC as a node does): the format is what docs/cluster.md says.
         good = member_value("127.0.0.1:1", "1", 0, int(time.time() * 1000) + 3000, SECRET,
