@@ -4,7 +4,14 @@
  *
  * Keys. larder:node:<id> = "<advertise>\t<capacity>\t<directory entries>\t
  * <expiry>\t<mac>" with PX ttl_ms (the third field is informative: the
- * cluster view sums it), and the set larder:nodes of ids.
+ * cluster view sums it), and the set larder:nodes of ids. Why a set and not
+ * SCAN MATCH larder:node:*: SCAN walks the whole keyspace, and the same
+ * Redis holds the placement hints (design.md, "Cluster"), possibly
+ * millions of keys; reading a set costs the number of members, whatever else Redis holds. The key's TTL
+ * is what makes a member live: an id in the set whose key has expired is a
+ * dead node, and whoever reads it removes it (SREM). A node that comes back
+ * between that read and the SREM is missing from the set for one heartbeat,
+ * until its next SADD: harmless, peers just skip it for a moment.
  *
  * Trust. Anyone who can write to Redis can write such a key, so an entry
  * counts only when its mac is hex HMAC-SHA256(cluster secret,
@@ -13,14 +20,7 @@
  * more than MEMBER_SKEW_MS. Without the secret nobody can add a member,
  * change a member's address or capacity, or keep a copied entry alive for
  * longer than its expiry. Other entries are counted (members_rejected) and
- * logged, and ignored: no request goes to them. Why a set and not SCAN MATCH larder:node:*:
- * SCAN walks the whole keyspace, and the same Redis holds the placement
- * hints (design.md, "Cluster"), possibly millions of keys; reading a set
- * costs the number of members, whatever else Redis holds. The key's TTL
- * is what makes a member live: an id in the set whose key has expired is a
- * dead node, and whoever reads it removes it (SREM). A node that comes back
- * between that read and the SREM is missing from the set for one heartbeat,
- * until its next SADD: harmless, peers just skip it for a moment.
+ * logged, and ignored: no request goes to them.
  *
  * Capacity travels as "%.17g", which round-trips a double exactly: every
  * node must compute bit-identical weights or they would disagree on owners.
@@ -52,11 +52,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <inttypes.h>
 #include <hiredis/hiredis.h>
 #include <math.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
