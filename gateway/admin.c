@@ -2,9 +2,13 @@
  * admin.c - the admin listener: routes, the bearer token, JSON in and out.
  *
  * One libmicrohttpd daemon in internal-thread mode (epoll, so the file
- * descriptors of thousands of client connections never trouble it). Each
- * request body is collected, capped at BODY_MAX, before routing; an error
- * answer is decided before anything is changed.
+ * descriptors of thousands of client connections never trouble it). A
+ * request is routed and its token checked on the headers alone: a refusal
+ * (404, 405, 401, 403, or 413 for a body larger than its route takes) is
+ * queued before a byte of the body is read, so unauthenticated clients
+ * cannot make the listener buffer anything. Only then is the body
+ * collected, capped at the route's limit; an error answer is decided
+ * before anything is changed.
  *
  * Bearer tokens: RFC 6750 section 2.1 (the "Bearer" scheme name is
  * case-insensitive per RFC 9110 section 11.1); a missing or wrong token gets
@@ -40,7 +44,8 @@
 
 #define ADMIN_MAGIC 0x61646d6eu
 #define AREQ_MAGIC 0x61726571u
-#define BODY_MAX (8u << 20) /* a prefetch may list its keys */
+#define PREFETCH_BODY_MAX (8u << 20) /* a prefetch may list its keys */
+#define PURGE_BODY_MAX (16u << 10)   /* a bucket and a key, JSON-escaped */
 #define METRICS_MAX (16u << 20)
 
 struct admin {
@@ -55,6 +60,7 @@ struct areq {
 	bool first_seen;
 	bool too_big;
 	struct buf body;
+	const struct route *route;
 	const char *rest;     /* the path after a prefix route, e.g. a job id */
 };
 
@@ -166,6 +172,7 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		g->invalidations_sent = v.invalidations_sent;
 		g->invalidations_received = v.invalidations_received;
 		g->redis_reconnects = v.redis_reconnects;
+		g->members_rejected = v.members_rejected;
 		g->directory_entries = v.directory_entries;
 		dir_get_stats(gw->dir, &g->dir);
 		placement_get_counts(&g->lookups);
@@ -490,9 +497,11 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                        "lookups", "found", (json_int_t)pc.found, "none",
 	                        (json_int_t)pc.none, "failed", (json_int_t)pc.failed, "skipped",
 	                        (json_int_t)pc.skipped);
-	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:o,s:o,s:I,s:I,s:I}", "clustered", 1,
-	                                   "self", v.self, "redis_up", v.redis_up, "members",
-	                                   members, "directory", dir, "redis_reconnects",
+	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:o,s:I,s:o,s:I,s:I,s:I}", "clustered",
+	                                   1, "self", v.self, "redis_up", v.redis_up, "members",
+	                                   members, "members_rejected",
+	                                   (json_int_t)v.members_rejected, "directory", dir,
+	                                   "redis_reconnects",
 	                                   (json_int_t)v.redis_reconnects, "invalidations_sent",
 	                                   (json_int_t)v.invalidations_sent,
 	                                   "invalidations_received",
@@ -505,19 +514,20 @@ static const struct route {
 	const char *path;
 	const char *method;   /* GET routes answer HEAD too */
 	bool token;
+	size_t body_max;      /* bytes of body the route takes; more gets 413 */
 	route_fn fn;
 } routes[] = {
-	{ "/healthz", "GET", false, healthz },
-	{ "/readyz", "GET", true, readyz },
-	{ "/metrics", "GET", true, metrics },
-	{ "/admin/stats", "GET", true, stats },
-	{ "/admin/cluster", "GET", true, cluster },
-	{ "/admin/purge", "POST", true, purge },
-	{ "/admin/prefetch", "POST", true, prefetch },
-	{ "/admin/jobs", "GET", true, jobs },
+	{ "/healthz", "GET", false, 0, healthz },
+	{ "/readyz", "GET", true, 0, readyz },
+	{ "/metrics", "GET", true, 0, metrics },
+	{ "/admin/stats", "GET", true, 0, stats },
+	{ "/admin/cluster", "GET", true, 0, cluster },
+	{ "/admin/purge", "POST", true, PURGE_BODY_MAX, purge },
+	{ "/admin/prefetch", "POST", true, PREFETCH_BODY_MAX, prefetch },
+	{ "/admin/jobs", "GET", true, 0, jobs },
 	/* A path ending in '/' takes the rest of the URL as its argument. */
-	{ "/admin/jobs/", "GET", true, job_get },
-	{ "/admin/jobs/", "DELETE", true, job_cancel },
+	{ "/admin/jobs/", "GET", true, 0, job_get },
+	{ "/admin/jobs/", "DELETE", true, 0, job_cancel },
 };
 
 #define N_ROUTES (sizeof routes / sizeof routes[0])
@@ -559,39 +569,57 @@ static bool authorized(struct admin *a, struct MHD_Connection *c, enum MHD_Resul
 	return true;
 }
 
-static enum MHD_Result dispatch(struct admin *a, struct MHD_Connection *c, const char *url,
-                                const char *method, struct areq *q)
+static enum MHD_Result too_large(struct MHD_Connection *c, const struct route *rt)
+{
+	return send_error(c, 413, "payload_too_large", NULL,
+	                  "the request body is larger than %zu bytes, the most %s takes",
+	                  rt->body_max, rt->path);
+}
+
+/*
+ * Routes a request on its headers alone. Returns NULL with the refusal
+ * queued (*ret) when the path or method is unknown, the token is missing
+ * or wrong, or the declared body is larger than the route takes; the body
+ * is then never read. Else the route, with *rest set.
+ */
+static const struct route *route_headers(struct admin *a, struct MHD_Connection *c,
+                                         const char *url, const char *method, const char **rest,
+                                         enum MHD_Result *ret)
 {
 	const struct route *path_match = NULL;
 	for (size_t i = 0; i < N_ROUTES; i++) {
-		size_t pl = strlen(routes[i].path);
-		bool prefix_route = routes[i].path[pl - 1] == '/';
-		if (prefix_route ? strncmp(routes[i].path, url, pl) != 0 || !url[pl] ||
-		                   strchr(url + pl, '/')
-		                 : strcmp(routes[i].path, url) != 0)
+		const struct route *rt = &routes[i];
+		size_t pl = strlen(rt->path);
+		bool prefix_route = rt->path[pl - 1] == '/';
+		if (prefix_route ? strncmp(rt->path, url, pl) != 0 || !url[pl] || strchr(url + pl, '/')
+		                 : strcmp(rt->path, url) != 0)
 			continue;
-		q->rest = url + (prefix_route ? pl : strlen(url));
-		path_match = &routes[i];
-		bool ok = strcmp(method, routes[i].method) == 0 ||
-		          (strcmp(routes[i].method, "GET") == 0 && strcmp(method, "HEAD") == 0);
+		path_match = rt;
+		bool ok = strcmp(method, rt->method) == 0 ||
+		          (strcmp(rt->method, "GET") == 0 && strcmp(method, "HEAD") == 0);
 		if (!ok)
 			continue;
-		enum MHD_Result ret;
-		if (routes[i].token && !authorized(a, c, &ret))
-			return ret;
-		if (q->too_big)
-			return send_error(c, 413, "payload_too_large", NULL,
-			                  "the request body is larger than %d bytes", BODY_MAX);
-		log_debug("admin", "%s %s", method, url);
-		return routes[i].fn(a, c, q);
+		if (rt->token && !authorized(a, c, ret))
+			return NULL;
+		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+		                                             MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl && strtoull(cl, NULL, 10) > rt->body_max) {
+			*ret = too_large(c, rt);
+			return NULL;
+		}
+		*rest = url + (prefix_route ? pl : strlen(url));
+		return rt;
 	}
 	if (path_match)
-		return send_error(c, 405, "method_not_allowed", NULL, "%s takes %s, not %.32s",
+		*ret = send_error(c, 405, "method_not_allowed", NULL, "%s takes %s, not %.32s",
 		                  path_match->path, path_match->method, method);
-	return send_error(c, 404, "not_found", NULL,
-	                  "no route %.32s %.200s (routes: GET /healthz, GET /readyz, GET /metrics, "
-	                  "GET /admin/stats, POST /admin/purge, POST /admin/prefetch, "
-	                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET /admin/cluster)", method, url);
+	else
+		*ret = send_error(c, 404, "not_found", NULL,
+		                  "no route %.32s %.200s (routes: GET /healthz, GET /readyz, GET /metrics, "
+		                  "GET /admin/stats, POST /admin/purge, POST /admin/prefetch, "
+		                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET /admin/cluster)",
+		                  method, url);
+	return NULL;
 }
 
 static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char *url,
@@ -604,16 +632,25 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char
 	assert(a->magic == ADMIN_MAGIC);
 	struct areq *q = *req_cls;
 	if (!q) {
+		/* The headers are in: decide now, before any body is read. */
+		enum MHD_Result ret;
+		const char *rest = NULL;
+		const struct route *rt = route_headers(a, c, url, method, &rest, &ret);
+		if (!rt)
+			return ret;
 		q = calloc(1, sizeof *q);
 		if (!q)
 			return MHD_NO;
 		q->magic = AREQ_MAGIC;
-		buf_init(&q->body, BODY_MAX);
+		q->route = rt;
+		q->rest = rest;
+		buf_init(&q->body, rt->body_max);
 		*req_cls = q;
 		return MHD_YES;
 	}
 	assert(q->magic == AREQ_MAGIC);
 	if (*upload_data_size) {
+		/* A body without Content-Length (chunked) is capped as it comes. */
 		if (!q->too_big && buf_append(&q->body, upload_data, *upload_data_size) != 0) {
 			q->too_big = true;
 			buf_reset(&q->body);
@@ -621,7 +658,10 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
-	return dispatch(a, c, url, method, q);
+	if (q->too_big)
+		return too_large(c, q->route);
+	log_debug("admin", "%s %s", method, url);
+	return q->route->fn(a, c, q);
 }
 
 static void completed_cb(void *cls, struct MHD_Connection *c, void **req_cls,

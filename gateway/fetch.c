@@ -479,7 +479,7 @@ static int start_transfer(struct fetch *f)
 		/* A holder is asked at the last hop: if it lost the chunk
 		 * meanwhile it fetches it from S3 itself rather than asking
 		 * its owner, which is us, waiting for it. */
-		rc = rc ? rc : peer_sign(gw->cfg->cluster_secret, gw->cfg->node_id, "GET",
+		rc = rc ? rc : peer_sign(gw->cfg->cluster_secret, gw->cfg->node_id, peer, "GET",
 		                         buf_cstr(&f->target.path),
 		                         f->to_holder ? PEER_MAX_HOP : f->hop + 1, time(NULL), &h);
 	else

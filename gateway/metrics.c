@@ -541,6 +541,11 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "Reconnections to Redis.");
 		r = r ? r : sample(out, "larder_cluster_redis_reconnects_total", NULL,
 		                   g->redis_reconnects);
+		r = r ? r : family(out, "larder_cluster_members_rejected_total", "counter",
+		                   "Membership entries in Redis ignored (not signed with the cluster "
+		                   "secret, expired or malformed), each heartbeat that read one.");
+		r = r ? r : sample(out, "larder_cluster_members_rejected_total", NULL,
+		                   g->members_rejected);
 		const struct labeled dir_families[] = {
 			{ "larder_directory_entries", "gauge",
 			  "Placement directory keys listed: by all members as they last reported "

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config/buf.h"
 
@@ -24,13 +25,21 @@ static struct {
 	time_t when[NONCES];
 } seen = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* The headers that change the answer to a GET, signed with it (peer.h). */
+static const char *const bound[] = { "Range", "If-Match", "If-None-Match", "If-Modified-Since",
+	"If-Unmodified-Since" };
+#define N_BOUND (sizeof bound / sizeof bound[0])
+
 static void mac(const char *secret, const char *method, const char *path, const char *date,
-                const char *node, const char *nonce, const char *hop, char out[65])
+                const char *node, const char *target, const char *nonce, const char *hop,
+                const char *const values[N_BOUND], char out[65])
 {
 	struct buf msg;
 	buf_init(&msg, 64 * 1024);
-	buf_printf(&msg, "larder-peer-v1\n%s\n%s\n%s\n%s\n%s\n%s", method, path, date, node, nonce,
-	           hop);
+	buf_printf(&msg, "larder-peer-v2\n%s\n%s\n%s\n%s\n%s\n%s\n%s", method, path, date, node,
+	           target, nonce, hop);
+	for (size_t i = 0; i < N_BOUND; i++)
+		buf_printf(&msg, "\n%s", values[i] ? values[i] : "");
 	unsigned char md[32];
 	unsigned len = 32;
 	HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)buf_cstr(&msg),
@@ -39,8 +48,8 @@ static void mac(const char *secret, const char *method, const char *path, const 
 	hex_encode(md, 32, out);
 }
 
-int peer_sign(const char *secret, const char *node_id, const char *method, const char *path,
-              unsigned hop, time_t now, struct hdrs *h)
+int peer_sign(const char *secret, const char *node_id, const char *target, const char *method,
+              const char *path, unsigned hop, time_t now, struct hdrs *h)
 {
 	unsigned char raw[16];
 	char nonce[33], date[24], hops[8], sig[65];
@@ -49,7 +58,10 @@ int peer_sign(const char *secret, const char *node_id, const char *method, const
 	hex_encode(raw, sizeof raw, nonce);
 	snprintf(date, sizeof date, "%lld", (long long)now);
 	snprintf(hops, sizeof hops, "%u", hop);
-	mac(secret, method, path, date, node_id, nonce, hops, sig);
+	const char *values[N_BOUND];
+	for (size_t i = 0; i < N_BOUND; i++)
+		values[i] = hdrs_get(h, bound[i]);
+	mac(secret, method, path, date, node_id, target, nonce, hops, values, sig);
 	int rc = hdrs_add(h, "X-Larder-Peer", node_id);
 	rc = rc ? rc : hdrs_add(h, "X-Larder-Peer-Date", date);
 	rc = rc ? rc : hdrs_add(h, "X-Larder-Peer-Nonce", nonce);
@@ -83,14 +95,20 @@ static bool replayed(const char *nonce, time_t now)
 	return dup;
 }
 
-int peer_verify(const char *secret, const char *method, const char *path, const char *node,
-                const char *date, const char *nonce, const char *hop, const char *sig,
-                time_t now, unsigned *hop_out, char *why, size_t whylen)
+int peer_verify(const char *secret, const char *self, const char *method, const char *path,
+                peer_header_fn header, void *arg, time_t now, unsigned *hop_out, char *why,
+                size_t whylen)
 {
-	if (!secret) {
+	if (!secret || !self) {
 		snprintf(why, whylen, "this node is not in a cluster");
 		return -1;
 	}
+	const char *node = header(arg, "X-Larder-Peer");
+	const char *date = header(arg, "X-Larder-Peer-Date");
+	const char *nonce = header(arg, "X-Larder-Peer-Nonce");
+	const char *hop = header(arg, "X-Larder-Peer-Hop");
+	const char *sig = header(arg, "X-Larder-Peer-Auth");
+	const char *host = header(arg, "Host");
 	if (!node || !date || !nonce || !hop || !sig || strlen(nonce) != 32 ||
 	    strspn(nonce, "0123456789abcdef") != 32 || strlen(sig) != 64) {
 		snprintf(why, whylen, "incomplete peer headers");
@@ -107,10 +125,20 @@ int peer_verify(const char *secret, const char *method, const char *path, const 
 		snprintf(why, whylen, "peer hop %s out of range", hop);
 		return -1;
 	}
+	/* The Host picks the bucket of a virtual-hosted request: it must be
+	 * this node, which the signature names. */
+	if (!host || strcasecmp(host, self) != 0) {
+		snprintf(why, whylen, "peer request for %.64s, not this node", host ? host : "?");
+		return -1;
+	}
+	const char *values[N_BOUND];
+	for (size_t i = 0; i < N_BOUND; i++)
+		values[i] = header(arg, bound[i]);
 	char want[65];
-	mac(secret, method, path, date, node, nonce, hop, want);
+	mac(secret, method, path, date, node, self, nonce, hop, values, want);
 	if (!ct_equal(want, 64, sig, 64)) {
-		snprintf(why, whylen, "peer signature does not match (wrong cluster secret?)");
+		snprintf(why, whylen, "peer signature does not match (wrong cluster secret, another "
+		         "node's request, or changed headers)");
 		return -1;
 	}
 	/* Only a verified request may take a nonce slot: forgeries cannot

@@ -6,10 +6,16 @@
  * with a client key but with the cluster secret:
  *   X-Larder-Peer: <node id>       X-Larder-Peer-Date: <unix seconds>
  *   X-Larder-Peer-Nonce: <hex>     X-Larder-Peer-Hop: <1 or 2>
- *   X-Larder-Peer-Auth: hex(HMAC-SHA256(secret, "larder-peer-v1\n" method
- *                        "\n" path "\n" date "\n" node "\n" nonce "\n" hop))
- * The owner refuses a wrong signature, a date more than PEER_SKEW_S away,
- * and a nonce it has seen (replay). Client keys cannot make such requests.
+ *   X-Larder-Peer-Auth: hex(HMAC-SHA256(secret, "larder-peer-v2\n" method
+ *                        "\n" path "\n" date "\n" node "\n" target "\n" nonce
+ *                        "\n" hop "\n" Range "\n" If-Match "\n" If-None-Match
+ *                        "\n" If-Modified-Since "\n" If-Unmodified-Since))
+ * target is the advertise address of the node asked, sent as Host; the
+ * five headers are their values as sent ("" when absent). The owner
+ * refuses a Host other than its own advertise address, a wrong signature
+ * (so a request sent to another node, or with another range or condition,
+ * is refused), a date more than PEER_SKEW_S away, and a nonce it has seen
+ * (replay). Client keys cannot make such requests.
  * The hop count stops loops when two nodes disagree about membership for a
  * moment: a request at hop 2 is served from the cache or from S3, never
  * forwarded again.
@@ -26,16 +32,22 @@
 #define PEER_SKEW_S 30
 #define PEER_MAX_HOP 2
 
-/* Adds the X-Larder-Peer-* headers for method + path (as sent). Returns 0
- * or -ENOMEM. */
-int peer_sign(const char *secret, const char *node_id, const char *method, const char *path,
-              unsigned hop, time_t now, struct hdrs *h);
+/* Adds the X-Larder-Peer-* headers for method + path (as sent) to the node
+ * at advertise address target; h must already hold the request's Host,
+ * Range and conditional headers, which the signature covers. Returns 0 or
+ * -ENOMEM. */
+int peer_sign(const char *secret, const char *node_id, const char *target, const char *method,
+              const char *path, unsigned hop, time_t now, struct hdrs *h);
 
-/* Checks a request's peer headers (NULLs when absent). Returns 0 and the
- * hop, or -1 with the reason in why. Thread-safe (the nonce cache is
+/* A request header by name (case-insensitive), NULL when absent. */
+typedef const char *(*peer_header_fn)(void *arg, const char *name);
+
+/* Checks a request to this node (advertise address self) for method + path
+ * (as received), its headers read through header(arg, name). Returns 0 and
+ * the hop, or -1 with the reason in why. Thread-safe (the nonce cache is
  * shared). */
-int peer_verify(const char *secret, const char *method, const char *path, const char *node,
-                const char *date, const char *nonce, const char *hop, const char *sig,
-                time_t now, unsigned *hop_out, char *why, size_t whylen);
+int peer_verify(const char *secret, const char *self, const char *method, const char *path,
+                peer_header_fn header, void *arg, time_t now, unsigned *hop_out, char *why,
+                size_t whylen);
 
 #endif

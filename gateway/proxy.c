@@ -306,6 +306,11 @@ static bool copy_source_allowed(const struct cfg_key *k, const char *src)
 	return ok;
 }
 
+static const char *peer_header(void *r, const char *name)
+{
+	return req_header(r, name);
+}
+
 /* A request from another node of the cluster (gateway/peer.h): it may
  * only read objects, and is answered from this node's cache or from S3. */
 static void authenticate_peer(struct req *r)
@@ -314,10 +319,8 @@ static void authenticate_peer(struct req *r)
 	char why[160];
 	unsigned hop = 0;
 	const char *node = req_header(r, "X-Larder-Peer");
-	if (peer_verify(gw->cfg->cluster_secret, r->method, r->uri, node,
-	                req_header(r, "X-Larder-Peer-Date"), req_header(r, "X-Larder-Peer-Nonce"),
-	                req_header(r, "X-Larder-Peer-Hop"), req_header(r, "X-Larder-Peer-Auth"),
-	                time(NULL), &hop, why, sizeof why) != 0) {
+	if (peer_verify(gw->cfg->cluster_secret, gw->cfg->advertise, r->method, r->uri, peer_header,
+	                r, time(NULL), &hop, why, sizeof why) != 0) {
 		log_warn("peer", "id=%s refused a peer request from %s: %s", r->id,
 		         node ? node : "?", why);
 		req_fail(r, S3E_ACCESS_DENIED, why);

@@ -3,7 +3,10 @@
  *
  * Each worker: one libev loop, one libmicrohttpd daemon in external-epoll
  * mode bound with SO_REUSEPORT to the shared port (the kernel spreads
- * connections over the workers), one curl multi handle. The loop watches
+ * connections over the workers), one curl multi handle. SO_REUSEPORT would
+ * as well let another process of the same user share the port and take part
+ * of the traffic, so the port is first bound without it: a port anyone
+ * holds stops the start. The loop watches
  * MHD's epoll fd and its timeout; before each sleep it unpauses the curl
  * transfers that asked (proxy_run_pending) and re-arms MHD's timer.
  * The main thread only waits for signals.
@@ -19,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "auth/creds.h"
@@ -212,6 +217,66 @@ static void worker_fini(struct worker *w)
 		ev_loop_destroy(w->loop);
 }
 
+/* 0 when nobody holds the address: it binds without SO_REUSEPORT (with
+ * SO_REUSEADDR, so connections of a previous run in TIME_WAIT do not
+ * count). Else -errno (EADDRINUSE: another socket, ours or not, has it). */
+static int port_unheld(const struct addrinfo *ai)
+{
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	int rc = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : -errno;
+	close(fd);
+	return rc;
+}
+
+/*
+ * Raises the soft open-file limit so LARDER_MAX_CONNECTIONS can be reached:
+ * each client connection is a socket, most have an upstream one too, and
+ * libmicrohttpd accepts more to answer them 503 SlowDown.
+ * Past the hard limit, max_connections is lowered to what fits (and said),
+ * so clients beyond it still get SlowDown rather than a failed accept.
+ * Returns -1 when the limit leaves no room at all.
+ */
+static int fit_open_files(struct cfg *cfg)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 0;
+	const rlim_t reserve = 1024; /* cache files, Redis, peers, the connections answered 503 */
+	rlim_t want = 2 * (rlim_t)cfg->max_connections + reserve;
+	if (rl.rlim_cur >= want)
+		return 0;
+	rlim_t was = rl.rlim_cur;
+	struct rlimit up = { .rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want
+	                                 ? want : rl.rlim_max, .rlim_max = rl.rlim_max };
+	/* The hard limit may be above what the kernel allows (nr_open). */
+	while (setrlimit(RLIMIT_NOFILE, &up) != 0 && up.rlim_cur > was)
+		up.rlim_cur = up.rlim_cur / 2 > was ? up.rlim_cur / 2 : was;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur >= want) {
+		log_info("server", "open-file limit raised from %llu to %llu for %u connections",
+		         (unsigned long long)was, (unsigned long long)rl.rlim_cur,
+		         cfg->max_connections);
+		return 0;
+	}
+	if (rl.rlim_cur < reserve + 32) {
+		log_error("server", "the open-file limit (%llu, hard %llu) is too low to serve: "
+		          "raise it (ulimit -n; LimitNOFILE= in systemd; --ulimit nofile= in docker)",
+		          (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+		return -1;
+	}
+	unsigned fit = (unsigned)((rl.rlim_cur - reserve) / 2);
+	log_warn("server", "the open-file limit (%llu, hard %llu) allows %u connections: "
+	         "LARDER_MAX_CONNECTIONS lowered from %u (raise the hard limit to allow more)",
+	         (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, fit,
+	         cfg->max_connections);
+	cfg->max_connections = fit;
+	return 0;
+}
+
 /* Reads a PEM file for libmicrohttpd's TLS, which takes them in memory. */
 static int load_pem(const char *path, const char *setting, char **out)
 {
@@ -363,28 +428,6 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		rc = 2;
 		goto out;
 	}
-	if (open_cache(&gw, cfg, err, sizeof err) != 0) {
-		log_error("config", "%s", err);
-		rc = 2;
-		goto out;
-	}
-	if (cfg->redis_url) {
-		struct cluster_config cc = {
-			.redis_url = cfg->redis_url,
-			.node_id = cfg->node_id,
-			.advertise = cfg->advertise,
-			.capacity = (double)cfg->ram_cache_bytes +
-			            (cfg->cache_dir ? (double)cfg->disk_cache_bytes : 0.0),
-			.dir = gw.dir,
-		};
-		gw.cluster = cluster_start(&cc, cluster_invalidated, &gw, err, sizeof err);
-		if (!gw.cluster) {
-			log_error("config", "LARDER_REDIS_URL: %s", err);
-			rc = 2;
-			goto out;
-		}
-	}
-
 	char port[8];
 	snprintf(port, sizeof port, "%u", cfg->listen_port);
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
@@ -398,6 +441,45 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	gw.n_workers = cfg->workers ? cfg->workers : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 	if (gw.n_workers == 0)
 		gw.n_workers = 1;
+	int held = port_unheld(ai);
+	if (held != 0 || fit_open_files(cfg) != 0) {
+		if (held == -EADDRINUSE)
+			log_error("server", "cannot listen on %s:%u: the port is already in use by another "
+			          "process (larder does not share its port); stop it or pick another "
+			          "LARDER_LISTEN", cfg->listen_host, cfg->listen_port);
+		else if (held)
+			log_error("server", "cannot listen on %s:%u: %s", cfg->listen_host,
+			          cfg->listen_port, strerror(-held));
+		freeaddrinfo(ai);
+		goto out;
+	}
+	/* Only once the port is ours, open the cache and join the cluster: a
+	 * node refused its port never touches them. */
+	if (open_cache(&gw, cfg, err, sizeof err) != 0) {
+		log_error("config", "%s", err);
+		freeaddrinfo(ai);
+		rc = 2;
+		goto out;
+	}
+	if (cfg->redis_url) {
+		struct cluster_config cc = {
+			.redis_url = cfg->redis_url,
+			.node_id = cfg->node_id,
+			.secret = cfg->cluster_secret,
+			.advertise = cfg->advertise,
+			.capacity = (double)cfg->ram_cache_bytes +
+			            (cfg->cache_dir ? (double)cfg->disk_cache_bytes : 0.0),
+			.dir = gw.dir,
+		};
+		gw.cluster = cluster_start(&cc, cluster_invalidated, &gw, err, sizeof err);
+		if (!gw.cluster) {
+			log_error("config", "LARDER_REDIS_URL: %s", err);
+			freeaddrinfo(ai);
+			rc = 2;
+			goto out;
+		}
+	}
+
 	gw.workers = calloc(gw.n_workers, sizeof *gw.workers);
 	unsigned started = 0;
 	for (; gw.workers && started < gw.n_workers; started++)

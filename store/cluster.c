@@ -2,17 +2,25 @@
  * cluster.c - membership, ownership and invalidation broadcast over Redis
  * (see cluster.h).
  *
- * Keys. larder:node:<id> = "<advertise>\t<capacity>\t<directory entries>"
- * with PX ttl_ms (the third field is informative: the cluster view sums
- * it; older nodes wrote only two), and
- * the set larder:nodes of ids. Why a set and not SCAN MATCH larder:node:*:
- * SCAN walks the whole keyspace, and the same Redis holds the placement
- * hints (design.md, "Cluster"), possibly millions of keys; reading a set
- * costs the number of members, whatever else Redis holds. The key's TTL
+ * Keys. larder:node:<id> = "<advertise>\t<capacity>\t<directory entries>\t
+ * <expiry>\t<mac>" with PX ttl_ms (the third field is informative: the
+ * cluster view sums it), and the set larder:nodes of ids. Why a set and not
+ * SCAN MATCH larder:node:*: SCAN walks the whole keyspace, and the same
+ * Redis holds the placement hints (design.md, "Cluster"), possibly
+ * millions of keys; reading a set costs the number of members, whatever else Redis holds. The key's TTL
  * is what makes a member live: an id in the set whose key has expired is a
  * dead node, and whoever reads it removes it (SREM). A node that comes back
  * between that read and the SREM is missing from the set for one heartbeat,
  * until its next SADD: harmless, peers just skip it for a moment.
+ *
+ * Trust. Anyone who can write to Redis can write such a key, so an entry
+ * counts only when its mac is hex HMAC-SHA256(cluster secret,
+ * "larder-member-v1\n" id "\n" everything before the last tab), and its
+ * expiry (unix milliseconds: written as now + ttl_ms) has not passed by
+ * more than MEMBER_SKEW_MS. Without the secret nobody can add a member,
+ * change a member's address or capacity, or keep a copied entry alive for
+ * longer than its expiry. Other entries are counted (members_rejected) and
+ * logged, and ignored: no request goes to them.
  *
  * Capacity travels as "%.17g", which round-trips a double exactly: every
  * node must compute bit-identical weights or they would disagree on owners.
@@ -47,6 +55,8 @@
 #include <inttypes.h>
 #include <hiredis/hiredis.h>
 #include <math.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -57,6 +67,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/buf.h"
 #include "config/clock.h"
 #include "config/log.h"
 #include "store/directory.h"
@@ -70,6 +81,8 @@
 #define INVAL_CHANNEL "larder:invalidate"
 #define IO_TIMEOUT_MS 500
 #define QUEUE_MAX 4096
+#define MEMBER_SKEW_MS 30000 /* how far apart nodes' clocks may be */
+#define MEMBER_VAL_MAX 512   /* longer entries are not ours */
 
 struct member {
 	char id[CLUSTER_NAME_MAX];
@@ -105,6 +118,7 @@ struct cluster {
 	char user[128];
 	char password[256];
 	int db;
+	char secret[257];         /* the cluster secret: signs membership entries */
 	struct member self;
 	char node_key[sizeof(NODE_PREFIX) + CLUSTER_NAME_MAX];
 	char node_val[2 * CLUSTER_NAME_MAX]; /* "<advertise>\t<capacity>": entries follow */
@@ -127,7 +141,8 @@ struct cluster {
 	enum redis_state state;
 	bool subscribed;
 	bool dup_warned;
-	unsigned long reconnects, sent, received, dropped;
+	size_t rejected_last;     /* entries rejected at the last heartbeat */
+	unsigned long reconnects, sent, received, dropped, rejected;
 };
 
 
@@ -336,27 +351,62 @@ static bool id_ok(const char *s, size_t len)
 	return true;
 }
 
-/* "<addr>\t<capacity>[\t<directory entries>]" into m; false when malformed. */
-static bool parse_member(const char *v, size_t len, struct member *m)
+static double wall_ms(void)
 {
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* hex HMAC-SHA256(secret, "larder-member-v1\n" id "\n" body): the mac of
+ * a membership entry (see Trust above). */
+static void member_mac(const char *secret, const char *id, const char *body, size_t len,
+                       char out[65])
+{
+	char msg[CLUSTER_NAME_MAX + MEMBER_VAL_MAX + 32];
+	int n = snprintf(msg, sizeof msg, "larder-member-v1\n%s\n%.*s", id, (int)len, body);
+	unsigned char md[32];
+	unsigned mdlen = sizeof md;
+	HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)msg,
+	     n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1, md, &mdlen);
+	hex_encode(md, sizeof md, out);
+	explicit_bzero(msg, sizeof msg);
+}
+
+/* "<addr>\t<capacity>\t<directory entries>\t<expiry>\t<mac>", written by
+ * a node with our secret and not expired, into m (whose id is set); false
+ * when forged, stale or malformed. */
+static bool parse_member(const struct cluster *cl, const char *v, size_t len, double now_ms,
+                         struct member *m)
+{
+	if (len > MEMBER_VAL_MAX || strlen(v) != len)
+		return false;
+	const char *last = strrchr(v, '\t');
+	char want[65];
+	if (!last || strlen(last + 1) != 64)
+		return false;
+	member_mac(cl->secret, m->id, v, (size_t)(last - v), want);
+	if (!ct_equal(want, 64, last + 1, 64))
+		return false;
 	const char *tab = memchr(v, '\t', len);
-	if (!tab || tab == v || (size_t)(tab - v) >= CLUSTER_NAME_MAX || strlen(v) != len)
+	if (tab == v || (size_t)(tab - v) >= CLUSTER_NAME_MAX)
 		return false;
 	memcpy(m->addr, v, (size_t)(tab - v));
 	m->addr[tab - v] = '\0';
 	char *end;
 	errno = 0;
 	m->cap = strtod(tab + 1, &end);
-	if (errno || end == tab + 1 || !(m->cap > 0) || !isfinite(m->cap))
+	if (errno || end == tab + 1 || !(m->cap > 0) || !isfinite(m->cap) || *end != '\t')
 		return false;
-	m->dir_entries = 0;
-	if (*end == '\t') {
-		const char *p = end + 1;
-		m->dir_entries = strtoull(p, &end, 10);
-		if (errno || end == p)
-			return false;
-	}
-	return *end == '\0';
+	const char *p = end + 1;
+	m->dir_entries = strtoull(p, &end, 10);
+	if (errno || end == p || *end != '\t')
+		return false;
+	p = end + 1;
+	double expiry = strtod(p, &end);
+	if (errno || end == p || end != last)
+		return false;
+	return now_ms <= expiry + MEMBER_SKEW_MS;
 }
 
 /*
@@ -374,8 +424,14 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 
 	struct dir_stats ds;
 	dir_get_stats(cl->dir, &ds);
-	char val[sizeof cl->node_val + 24];
-	snprintf(val, sizeof val, "%s\t%" PRIu64, cl->node_val, ds.entries);
+	char val[MEMBER_VAL_MAX + 1];
+	double now_ms = wall_ms();
+	int body = snprintf(val, sizeof val, "%s\t%" PRIu64 "\t%.0f", cl->node_val, ds.entries,
+	                    now_ms + cl->ttl_ms);
+	if (body > 0 && (size_t)body + 65 < sizeof val) {
+		val[body] = '\t';
+		member_mac(cl->secret, cl->self.id, val, (size_t)body, val + body + 1);
+	}
 	redisAppendCommand(c, "SET %s %s PX %u", cl->node_key, val, cl->ttl_ms);
 	redisAppendCommand(c, "SADD " NODES_SET " %s", cl->self.id);
 	redisAppendCommand(c, "SMEMBERS " NODES_SET);
@@ -430,7 +486,8 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 		snprintf(why, whylen, "out of memory");
 		goto out;
 	}
-	size_t live = 0, dead = 0;
+	size_t live = 0, dead = 0, rejected = 0;
+	const char *rejected_id = NULL;
 	bool dup = false;
 	for (size_t i = 0; i < k; i++) {
 		redisReply *v = vals->element[i];
@@ -453,8 +510,12 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 		}
 		struct member *m = &s->m[live];
 		snprintf(m->id, sizeof m->id, "%s", id);
-		if (parse_member(v->str, v->len, m))
+		if (parse_member(cl, v->str, v->len, now_ms, m)) {
 			live++;
+		} else {
+			rejected++;
+			rejected_id = id;
+		}
 	}
 	s->m[live] = cl->self;
 	s->m[live++].dir_entries = ds.entries;
@@ -482,6 +543,14 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 		log_warn(TOPIC, "another node uses the id %s: ownership will flap until one is "
 		         "renamed", cl->self.id);
 	cl->dup_warned = dup;
+	/* Logged when their number changes, not every heartbeat. */
+	if (rejected && rejected != cl->rejected_last)
+		log_warn(TOPIC, "ignoring %zu membership entr%s not signed with the cluster secret, "
+		         "expired or malformed (e.g. %s): someone else writes to redis, or a node has "
+		         "another LARDER_CLUSTER_SECRET", rejected, rejected == 1 ? "y" : "ies",
+		         rejected_id);
+	cl->rejected_last = rejected;
+	cl->rejected += rejected;
 	pthread_mutex_unlock(&cl->lock);
 out:
 	if (set)
@@ -837,9 +906,11 @@ static void *sub_main(void *arg)
 /* ---- configuration ---- */
 
 /* redis://[[user]:password@]host[:port][/db]; host may be [v6 address]. */
-static int parse_url(struct cluster *cl, const char *url, char *err, size_t errlen)
+static int parse_url(struct cluster *cl, const char *full, char *err, size_t errlen)
 {
-	const char *p = url;
+	const char *p = full;
+	/* Errors quote the URL without its credentials. */
+	const char *url = strrchr(full, '@') ? strrchr(full, '@') + 1 : full;
 	if (strncmp(p, "redis://", 8) != 0) {
 		set_err(err, errlen, "cluster: redis url %s: must start with redis://", url);
 		return -1;
@@ -905,6 +976,8 @@ static void cluster_free(struct cluster *cl)
 		free(e);
 	}
 	snap_unref(cl->snap);
+	explicit_bzero(cl->secret, sizeof cl->secret);
+	explicit_bzero(cl->password, sizeof cl->password);
 	if (cl->wake[0] >= 0)
 		close(cl->wake[0]);
 	if (cl->wake[1] >= 0)
@@ -936,6 +1009,11 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 		set_err(err, errlen, "cluster: capacity of %s must be positive", c->node_id);
 		return NULL;
 	}
+	if (!c->secret || strlen(c->secret) < 16 || strlen(c->secret) > 256) {
+		set_err(err, errlen, "cluster: the cluster secret (16-256 characters) is needed: it "
+		        "signs membership entries");
+		return NULL;
+	}
 	unsigned hb = c->heartbeat_ms ? c->heartbeat_ms : 1000;
 	unsigned ttl = c->ttl_ms ? c->ttl_ms : 5000;
 	if (ttl <= hb || hb > 60000) {
@@ -959,6 +1037,7 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 	pthread_condattr_destroy(&ca);
 	if (parse_url(cl, c->redis_url, err, errlen) < 0)
 		goto fail;
+	snprintf(cl->secret, sizeof cl->secret, "%s", c->secret);
 	snprintf(cl->self.id, sizeof cl->self.id, "%s", c->node_id);
 	snprintf(cl->self.addr, sizeof cl->self.addr, "%s", c->advertise);
 	/* The capacity as peers will parse it, so everyone's weights match. */
@@ -1167,6 +1246,7 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->invalidations_sent = cl->sent;
 	out->invalidations_received = cl->received;
 	out->invalidations_dropped = cl->dropped;
+	out->members_rejected = cl->rejected;
 	for (size_t i = 0; i < cl->snap->n; i++)
 		out->directory_entries += cl->snap->m[i].dir_entries;
 	pthread_mutex_unlock(&cl->lock);

@@ -2,10 +2,12 @@
  * cluster.h - membership of the shared warm tier, chunk ownership, and
  * invalidation broadcast, all through one Redis.
  *
- * Each node keeps a key larder:node:<id> = "<advertise>\t<capacity>" alive
- * with a TTL, refreshed every heartbeat, and lists its id in the set
- * larder:nodes. The members are the ids in that set whose key still exists;
- * a node that stops heartbeating leaves once its key expires (ttl_ms).
+ * Each node keeps a key larder:node:<id> = "<advertise>\t<capacity>\t..."
+ * alive with a TTL, refreshed every heartbeat, and lists its id in the set
+ * larder:nodes. The members are the ids in that set whose key still exists
+ * and is signed with the cluster secret (cluster.c, "Trust": Redis alone
+ * cannot add a member); a node that stops heartbeating leaves once its key
+ * expires (ttl_ms).
  * Every chunk has an owner: the member picked by weighted rendezvous hashing
  * (store/rendezvous.h) over the members, weighted by capacity.
  * Invalidations go to every other node by PUBLISH on larder:invalidate.
@@ -39,6 +41,8 @@ struct directory;
 struct cluster_config {
 	const char *redis_url;  /* redis://[:password@]host[:port][/db]; NULL or "": no cluster */
 	const char *node_id;    /* unique per node; printable, no spaces, < CLUSTER_NAME_MAX */
+	const char *secret;     /* the cluster secret, 16-256 characters, the same on every node:
+	                         * signs this node's membership entry, checks the others' */
 	const char *advertise;  /* host:port peers use to reach this node's client port */
 	double capacity;        /* weight (e.g. cache bytes); > 0 */
 	unsigned heartbeat_ms;  /* 0: 1000 */
@@ -125,6 +129,9 @@ struct cluster_view {
 	unsigned long invalidations_sent;
 	unsigned long invalidations_received;  /* from other nodes, handed to cb */
 	unsigned long invalidations_dropped;   /* queue overflow while Redis was down */
+	unsigned long members_rejected;        /* entries in Redis ignored: not signed with the
+	                                        * secret, expired or malformed (each heartbeat
+	                                        * that reads one counts it) */
 	uint64_t directory_entries;            /* placement entries of all members, as they
 	                                        * last reported them in their heartbeats */
 };

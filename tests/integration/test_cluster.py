@@ -30,9 +30,25 @@ def blob(seed, n):
     return random.Random(seed).randbytes(n)
 
 
+def peer_headers(path, node, target, nonce, rng="", if_match="", if_none_match="",
+                 secret=SECRET, date=None, hop="1"):
+    """The headers of a GET from node to the node at target, as gateway/peer.h defines them."""
+    date = str(int(time.time())) if date is None else date
+    msg = "\n".join(["larder-peer-v2", "GET", path, date, node, target, nonce, hop, rng,
+                     if_match, if_none_match, "", ""])
+    sig = hmac.new(secret.encode(), msg.encode(), hashlib.sha256).hexdigest()
+    h = {"X-Larder-Peer": node, "X-Larder-Peer-Date": date, "X-Larder-Peer-Nonce": nonce,
+         "X-Larder-Peer-Hop": hop, "X-Larder-Peer-Auth": sig, "Host": target}
+    if rng:
+        h["Range"] = rng
+    return h
+
+
 class Redis:
-    def __init__(self):
+    def __init__(self, password=None):
         self.port = harness.free_port()
+        self.password = password
+        self.url = "redis://%s127.0.0.1:%d" % (":%s@" % password if password else "", self.port)
         self.dir = tempfile.mkdtemp(prefix="larder-redis-")
         self.proc = None
 
@@ -41,7 +57,8 @@ class Redis:
         if not exe:
             raise unittest.SkipTest("redis-server is not installed (scripts/deps.sh installs it)")
         self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1",
-                                      "--save", "", "--appendonly", "no", "--dir", self.dir],
+                                      "--save", "", "--appendonly", "no", "--dir", self.dir]
+                                     + (["--requirepass", self.password] if self.password else []),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not harness.wait_port(self.port, 10, self.proc):
             raise RuntimeError("redis-server did not start")
@@ -60,6 +77,7 @@ class Redis:
 class ClusterBase(harness.S3Asserts, unittest.TestCase):
     """N nodes on loopback, one redis-server, the moto upstream; no tests."""
     NODES = 3
+    REDIS_PASSWORD = None
 
     @classmethod
     def extra_env(cls):
@@ -69,7 +87,7 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
     def setUpClass(cls):
         if not os.access(harness.larder_binary(), os.X_OK):
             raise unittest.SkipTest("larder binary not built")
-        cls.redis = Redis().start()
+        cls.redis = Redis(cls.REDIS_PASSWORD).start()
         cls.upstream = harness.Upstream().start()
         cls.direct = cls.upstream.client()
         cls.direct.create_bucket(Bucket="shared")
@@ -81,7 +99,7 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
     @classmethod
     def make_node(cls, i, port=None, admin=None):
         env = {
-            "LARDER_REDIS_URL": "redis://127.0.0.1:%d" % cls.redis.port,
+            "LARDER_REDIS_URL": cls.redis.url,
             "LARDER_NODE_ID": "node-%d" % i,
             "LARDER_CLUSTER_SECRET": SECRET,
             "LARDER_CHUNK_SIZE": "1MiB",
@@ -144,6 +162,17 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
     def read(self, node, key):
         return node.client().get_object(Bucket="shared", Key=key)["Body"].read()
 
+    @staticmethod
+    def raw_get(node, path, headers):
+        """(status, body) of a GET with exactly these headers."""
+        c = http.client.HTTPConnection("127.0.0.1", node.port, timeout=10)
+        try:
+            c.request("GET", path, headers=headers)
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
 
 class Cluster(ClusterBase):
 
@@ -192,32 +221,22 @@ class Cluster(ClusterBase):
         node = self.nodes[0]
         self.direct.put_object(Bucket="shared", Key="p/d.txt", Body=b"secret stuff")
         path = "/shared/p/d.txt"
-
-        def peer_headers(secret, nonce, date=None):
-            date = str(int(time.time())) if date is None else date
-            msg = "larder-peer-v1\nGET\n%s\n%s\nintruder\n%s\n1" % (path, date, nonce)
-            sig = hmac.new(secret.encode(), msg.encode(), hashlib.sha256).hexdigest()
-            return {"X-Larder-Peer": "intruder", "X-Larder-Peer-Date": date,
-                    "X-Larder-Peer-Nonce": nonce, "X-Larder-Peer-Hop": "1",
-                    "X-Larder-Peer-Auth": sig}
+        target = "127.0.0.1:%d" % node.port
 
         def get(headers):
-            c = http.client.HTTPConnection("127.0.0.1", node.port, timeout=10)
-            c.request("GET", path, headers=headers)
-            r = c.getresponse()
-            body = r.read()
-            c.close()
-            return r.status, body
+            return self.raw_get(node, path, headers)
 
-        st, body = get(peer_headers("not-the-secret-at-all-000", "a" * 32))
+        st, body = get(peer_headers(path, "intruder", target, "a" * 32,
+                                    secret="not-the-secret-at-all-000"))
         self.assertEqual(st, 403, body)
         self.assertEqual(harness.s3_error(body)[0], "AccessDenied")
-        good = peer_headers(SECRET, "b" * 32)
+        good = peer_headers(path, "intruder", target, "b" * 32)
         st, body = get(good)
         self.assertEqual((st, body), (200, b"secret stuff"), "a correct peer request is served")
         st, body = get(good)
         self.assertEqual(st, 403, "a replayed peer request was served")
-        st, body = get(peer_headers(SECRET, "c" * 32, date=str(int(time.time()) - 3600)))
+        st, body = get(peer_headers(path, "intruder", target, "c" * 32,
+                                    date=str(int(time.time()) - 3600)))
         self.assertEqual(st, 403, "an old peer request was served")
 
     def test_new_member_fetches_from_holders_not_s3(self):

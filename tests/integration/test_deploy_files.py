@@ -475,7 +475,12 @@ class ComposeFiles(unittest.TestCase):
             env = compose_env(svc)
             self.assertEqual(env["LARDER_UPSTREAM_URL"], "http://upstream:5000")
             self.assertEqual(env["LARDER_UPSTREAM_ADDRESSING"], "path")
-            self.assertEqual(env["LARDER_REDIS_URL"], "redis://redis:6379")
+            # Redis asks for a password, the same the nodes send.
+            url = env["LARDER_REDIS_URL"]
+            self.assertTrue(url.startswith("redis://:") and url.endswith("@redis:6379"), url)
+            password = url[len("redis://:"):-len("@redis:6379")]
+            self.assertEqual(services["redis"]["command"][-2:],
+                             ["--requirepass", "${REDIS_PASSWORD:-%s}" % password])
             for k in ("LARDER_CLIENT_KEY", "LARDER_CLIENT_SECRET", "LARDER_CLUSTER_SECRET",
                       "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
                 self.assertTrue(env.get(k), k)

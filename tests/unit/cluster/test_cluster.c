@@ -16,6 +16,8 @@
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +34,7 @@
 
 #define HB_MS 200
 #define TTL_MS 1000
+#define SECRET "unit-test-cluster-secret-0123"
 
 static char redis_bin[512];
 static int redis_port;
@@ -223,13 +226,37 @@ static struct cluster *node(const char *id, const char *adv, double cap, struct 
 {
 	struct cluster_config c = {
 		.redis_url = redis_url, .node_id = id, .advertise = adv, .capacity = cap,
-		.heartbeat_ms = HB_MS, .ttl_ms = TTL_MS,
+		.heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .secret = SECRET,
 	};
 	char err[256];
 	struct cluster *cl = cluster_start(&c, r ? on_inval : NULL, r, err, sizeof err);
 	if (!cl)
 		fail_msg("cluster_start(%s): %s", id, err);
 	return cl;
+}
+
+/* A membership entry for id as a node with secret writes it (store/cluster.c,
+ * "Trust"), expiring at expiry_ms (unix milliseconds). */
+static void member_entry(char *out, size_t outlen, const char *secret, const char *id,
+                         const char *addr_cap, double expiry_ms)
+{
+	char body[256], msg[512];
+	snprintf(body, sizeof body, "%s\t0\t%.0f", addr_cap, expiry_ms);
+	int n = snprintf(msg, sizeof msg, "larder-member-v1\n%s\n%s", id, body);
+	unsigned char md[32];
+	unsigned mdlen = sizeof md;
+	HMAC(EVP_sha256(), secret, (int)strlen(secret), (unsigned char *)msg, (size_t)n, md, &mdlen);
+	char hex[65];
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	snprintf(out, outlen, "%s\t%s", body, hex);
+}
+
+static double unix_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static size_t members(struct cluster *cl)
@@ -360,8 +387,9 @@ static void test_leave(void **state)
 	 * dropped once its key expires, and pruned from the set. */
 	redisContext *c = redis_connect();
 	assert_non_null(c);
-	redisReply *r = redisCommand(c, "SET larder:node:ghost %s PX %d", "10.0.0.9:8080\t1",
-	                             TTL_MS);
+	char ghost[512];
+	member_entry(ghost, sizeof ghost, SECRET, "ghost", "10.0.0.9:8080\t1", unix_ms() + TTL_MS);
+	redisReply *r = redisCommand(c, "SET larder:node:ghost %s PX %d", ghost, TTL_MS);
 	freeReplyObject(r);
 	r = redisCommand(c, "SADD larder:nodes ghost");
 	freeReplyObject(r);
@@ -383,6 +411,50 @@ static void test_leave(void **state)
 	r = redisCommand(c, "EXISTS larder:node:node-b");
 	assert_int_equal(r->integer, 0);
 	freeReplyObject(r);
+	redisFree(c);
+	cluster_stop(a);
+}
+
+/* Only entries signed with the cluster secret and not expired are members:
+ * whoever writes to Redis without the secret adds nobody. */
+static void test_forged_members_ignored(void **state)
+{
+	NEED_REDIS();
+	struct cluster *a = node("node-a", "10.0.0.1:8080", 1, NULL);
+	ASSERT_WITHIN(3, ready(a, 1));
+	redisContext *c = redis_connect();
+	assert_non_null(c);
+	char wrong[512], stale[512], renamed[512], good[512];
+	double now = unix_ms();
+	member_entry(wrong, sizeof wrong, "some-other-secret-000000", "wrong", "10.6.6.6:1\t1e30",
+	             now + 60000);
+	member_entry(stale, sizeof stale, SECRET, "stale", "10.6.6.6:1\t1e30", now - 120000);
+	member_entry(renamed, sizeof renamed, SECRET, "node-x", "10.6.6.6:1\t1e30", now + 60000);
+	member_entry(good, sizeof good, SECRET, "good", "10.0.0.7:1\t1", now + 60000);
+	const char *const forged[][2] = {
+		{ "plain", "10.6.6.6:1\t1e30" }, /* the format before entries were signed */
+		{ "wrong", wrong }, { "stale", stale }, { "renamed", renamed },
+	};
+	for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+		freeReplyObject(redisCommand(c, "SET larder:node:%s %s PX 60000", forged[i][0],
+		                             forged[i][1]));
+		freeReplyObject(redisCommand(c, "SADD larder:nodes %s", forged[i][0]));
+	}
+	sleep_ms(3 * HB_MS);
+	struct cluster_view v;
+	cluster_get_view(a, &v);
+	assert_int_equal(v.members, 1);
+	assert_true(v.members_rejected >= 4);
+	for (uint64_t k = 0; k < 100; k++)
+		assert_false(cluster_owner(a, k, NULL, 0));
+	/* A correctly signed one is a member. */
+	freeReplyObject(redisCommand(c, "SET larder:node:good %s PX 60000", good));
+	freeReplyObject(redisCommand(c, "SADD larder:nodes good"));
+	ASSERT_WITHIN(2, members(a) == 2);
+	char ids[2][CLUSTER_NAME_MAX];
+	assert_int_equal(cluster_members(a, ids, NULL, NULL, NULL, 2), 2);
+	assert_string_equal(ids[0], "good");
+	freeReplyObject(redisCommand(c, "DEL larder:node:good"));
 	redisFree(c);
 	cluster_stop(a);
 }
@@ -518,7 +590,7 @@ static struct cluster *dir_node(const char *id, const char *adv, struct director
 {
 	struct cluster_config c = {
 		.redis_url = redis_url, .node_id = id, .advertise = adv, .capacity = 1,
-		.heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .dir = d,
+		.heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .dir = d, .secret = SECRET,
 	};
 	char err[256];
 	struct cluster *cl = cluster_start(&c, NULL, NULL, err, sizeof err);
@@ -745,7 +817,7 @@ static void test_start_without_redis(void **state)
 	 * stops promptly. */
 	struct cluster_config c = {
 		.redis_url = "redis://127.0.0.1:1", .node_id = "lonely", .advertise = "h:1",
-		.capacity = 1, .heartbeat_ms = HB_MS, .ttl_ms = TTL_MS,
+		.capacity = 1, .heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .secret = SECRET,
 	};
 	char err[256];
 	struct cluster *cl = cluster_start(&c, NULL, NULL, err, sizeof err);
@@ -769,7 +841,8 @@ static void test_start_without_redis(void **state)
 static void test_config(void **state)
 {
 	char err[256];
-	struct cluster_config c = { .node_id = "n", .advertise = "h:1", .capacity = 1 };
+	struct cluster_config c = { .node_id = "n", .advertise = "h:1", .capacity = 1,
+	                            .secret = SECRET };
 
 	/* No Redis, no cluster: NULL without an error, and NULL is usable. */
 	assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
@@ -803,6 +876,12 @@ static void test_config(void **state)
 	c.ttl_ms = 1000;
 	assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
 	assert_non_null(strstr(err, "ttl_ms"));
+	c.ttl_ms = 0;
+	c.secret = NULL; /* membership entries could not be signed */
+	assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
+	assert_non_null(strstr(err, "secret"));
+	c.secret = "too-short";
+	assert_null(cluster_start(&c, NULL, NULL, err, sizeof err));
 }
 
 int main(void)
@@ -813,6 +892,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_members_and_ownership, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_invalidation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_forged_members_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_outage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_lists_what_hashing_cannot_tell, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_many_entries, setup, teardown),

@@ -1,0 +1,411 @@
+"""What an attacker on the network, in Redis or on the host cannot do to the cluster and the ports.
+
+- The admin port refuses a request by its headers (token, route, declared body size) before it
+  reads a byte of the body, so unauthenticated connections cannot make it buffer megabytes.
+- A member entry in Redis that is not signed with the cluster secret is ignored: no node counts
+  it, sends it requests or takes bytes from it.
+- A peer request is bound to the node it was sent to and to the headers that shape the answer.
+- The client port cannot be shared with another process, and the open-file limit is raised so
+  LARDER_MAX_CONNECTIONS can be reached (503 SlowDown beyond it, not failed accepts).
+"""
+import hashlib
+import hmac
+import json
+import os
+import resource
+import socket
+import subprocess
+import threading
+import time
+import unittest
+import urllib.request
+
+import harness
+from test_cluster import SECRET, TOKEN, ClusterBase, blob, peer_headers
+
+MiB = 1024 * 1024
+
+
+def admin_larder(binary=None):
+    env = {"LARDER_ADMIN_TOKEN": TOKEN}
+    n = harness.Larder(None, env=env, binary=binary)
+    n.admin_port = harness.free_port()
+    n.env["LARDER_ADMIN_LISTEN"] = "127.0.0.1:%d" % n.admin_port
+    n.env["AWS_ACCESS_KEY_ID"] = "AKIDEXAMPLE"
+    n.env["AWS_SECRET_ACCESS_KEY"] = "secret-for-tests"
+    n.env["LARDER_UPSTREAM_URL"] = "http://127.0.0.1:9"
+    return n
+
+
+def read_response(sock, timeout):
+    """The status line and headers of the first response on sock, or None."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            got = sock.recv(65536)
+            if not got:
+                break
+            data += got
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return data if b"\r\n\r\n" in data else None
+
+
+def vm_rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+class AdminBodies(unittest.TestCase):
+    """Item 3: the admin port decides on the headers, and bounds bodies per route."""
+
+    @classmethod
+    def setUpClass(cls):
+        binary = harness.plain_larder_binary()
+        if not os.access(binary, os.X_OK):
+            raise unittest.SkipTest("plain larder binary not built")
+        cls.larder = admin_larder(binary).start()
+        if not harness.wait_port(cls.larder.admin_port, 10, cls.larder.proc):
+            raise RuntimeError("admin port not listening: " + cls.larder.log())
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.larder.stop()
+        log = cls.larder.log()
+        cls.larder.cleanup()
+        if code != 0:
+            raise AssertionError("larder exited %r: %s" % (code, log[-2000:]))
+
+    def open_post(self, path, length, token=None):
+        s = socket.create_connection(("127.0.0.1", self.larder.admin_port), timeout=10)
+        head = "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+               "Content-Length: %d\r\n" % (path, length)
+        if token:
+            head += "Authorization: Bearer %s\r\n" % token
+        s.sendall((head + "\r\n").encode())
+        return s
+
+    def test_unauthenticated_body_refused_before_it_is_read(self):
+        for token in (None, "wrong-token-0000000000"):
+            s = self.open_post("/admin/prefetch", 8 * MiB - 1, token)
+            try:
+                s.sendall(b"{" * 65536)  # a start of the body, no more
+                head = read_response(s, 3)
+            finally:
+                s.close()
+            self.assertIsNotNone(head, "no answer until the whole body was sent (token %r)"
+                                 % token)
+            self.assertTrue(head.startswith(b"HTTP/1.1 401"), head)
+
+    def test_many_unauthenticated_bodies_keep_memory_flat(self):
+        pid = self.larder.pid
+        before = vm_rss(pid)
+        body = b" " * (8 * MiB - 1)
+        answers = []
+
+        def one():
+            s = self.open_post("/admin/prefetch", len(body))
+            try:
+                s.sendall(body)
+            except OSError:
+                pass  # refused: the server closed without reading the body
+            answers.append(read_response(s, 10))
+            s.close()
+
+        threads = [threading.Thread(target=one) for _ in range(24)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        grown = vm_rss(pid) - before
+        self.assertLess(grown, 32 * MiB, "RSS grew by %d MiB for 24 unauthenticated bodies"
+                        % (grown // MiB))
+        self.assertTrue(all(a is None or a.startswith(b"HTTP/1.1 401") for a in answers),
+                        answers)
+
+    def test_too_large_authenticated_body_is_413_unread(self):
+        s = self.open_post("/admin/purge", 4 * MiB, TOKEN)
+        try:
+            head = read_response(s, 3)
+        finally:
+            s.close()
+        self.assertIsNotNone(head, "a 4 MiB purge body was waited for")
+        self.assertTrue(head.startswith(b"HTTP/1.1 413"), head)
+        # A small purge is still fine; a GET route takes no body.
+        req = urllib.request.Request(
+            "http://127.0.0.1:%d/admin/purge" % self.larder.admin_port, method="POST",
+            data=json.dumps({"bucket": "shared", "prefix": "x/"}).encode(),
+            headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            self.assertEqual(r.status, 200)
+        s = socket.create_connection(("127.0.0.1", self.larder.admin_port), timeout=10)
+        s.sendall(("GET /admin/stats HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Length: 100000\r\n\r\n" % TOKEN).encode())
+        head = read_response(s, 3)
+        s.close()
+        self.assertIsNotNone(head)
+        self.assertTrue(head.startswith(b"HTTP/1.1 413"), head)
+
+
+def member_value(addr, cap, entries, expiry_ms, secret, node_id):
+    """A membership entry as a node with secret writes it (docs/cluster.md)."""
+    body = "%s\t%s\t%d\t%d" % (addr, cap, entries, expiry_ms)
+    mac = hmac.new(secret.encode(), ("larder-member-v1\n%s\n%s" % (node_id, body)).encode(),
+                   hashlib.sha256).hexdigest()
+    return "%s\t%s" % (body, mac)
+
+
+class Rogue:
+    """A listener that counts the connections made to it (and never answers)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.hits = 0
+        self.conns = []
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.hits += 1
+            self.conns.append(c)
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+class RedisTrust(ClusterBase):
+    """Item 5: membership entries must be signed with the cluster secret."""
+    NODES = 2
+
+    def redis_cmd(self, *args):
+        out = subprocess.run(["redis-cli", "-p", str(self.redis.port)] + list(args),
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip()
+
+    def test_forged_member_is_ignored(self):
+        rogue = Rogue()
+        self.addCleanup(rogue.close)
+        addr = "127.0.0.1:%d" % rogue.port
+        # Unsigned (the old format), signed with the wrong secret, and a
+        # replay of a valid-looking entry under another id.
+        far = int(time.time() * 1000) + 3600 * 1000
+        forged = {
+            "evil-plain": "%s\t1e30\t0" % addr,
+            "evil-wrongkey": member_value(addr, "1e30", 0, far, "not-the-cluster-secret-00",
+                                          "evil-wrongkey"),
+            "evil-renamed": member_value(addr, "1e30", 0, far, SECRET, "someone-else"),
+        }
+        for node_id, val in forged.items():
+            self.redis_cmd("SET", "larder:node:" + node_id, val, "PX", "600000")
+            self.redis_cmd("SADD", "larder:nodes", node_id)
+        self.addCleanup(lambda: [self.redis_cmd("DEL", "larder:node:" + k) for k in forged])
+        time.sleep(2.5)  # two heartbeats
+        for n in self.nodes:
+            v = self.view(n)
+            ids = sorted(m["id"] for m in v["members"])
+            self.assertEqual(ids, ["node-0", "node-1"], v)
+            self.assertGreaterEqual(v.get("members_rejected", 0), 3, v)
+        data = blob(51, 3 * MiB + 17)
+        self.direct.put_object(Bucket="shared", Key="trust/a.bin", Body=data)
+        for n in self.nodes:
+            self.assertEqual(self.read(n, "trust/a.bin"), data)
+        self.assertEqual(rogue.hits, 0, "a node sent a request to a forged member")
+        self.assertIn("membership entr", self.nodes[0].log())
+        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % self.nodes[0].admin_port,
+                                     headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            metrics = r.read().decode()
+        rejected = [line for line in metrics.splitlines()
+                    if line.startswith("larder_cluster_members_rejected_total ")]
+        self.assertEqual(len(rejected), 1, metrics)
+        self.assertGreaterEqual(float(rejected[0].split()[1]), 3)
+        # A member that really has the secret still joins (the test computes
+        # the MAC as a node does): the format is what docs/cluster.md says.
+        good = member_value("127.0.0.1:1", "1", 0, int(time.time() * 1000) + 3000, SECRET,
+                            "signed-node")
+        self.redis_cmd("SET", "larder:node:signed-node", good, "PX", "3000")
+        self.redis_cmd("SADD", "larder:nodes", "signed-node")
+        deadline = time.monotonic() + 3
+        seen = False
+        while time.monotonic() < deadline and not seen:
+            seen = "signed-node" in [m["id"] for m in self.view(self.nodes[0])["members"]]
+            time.sleep(0.2)
+        self.redis_cmd("DEL", "larder:node:signed-node")
+        self.assertTrue(seen, "a correctly signed entry was not accepted")
+
+
+class RedisPassword(ClusterBase):
+    """Item 5: a Redis with a password (as docker/ sets it up) and nodes that send it."""
+    NODES = 2
+    REDIS_PASSWORD = "0123456789abcdef0123456789abcdef"
+
+    def test_nodes_with_the_password_form_the_cluster(self):
+        data = blob(53, 2 * MiB + 1)
+        self.direct.put_object(Bucket="shared", Key="pw/a.bin", Body=data)
+        self.assertEqual(self.read(self.nodes[0], "pw/a.bin"), data)
+        mark = self.upstream.mark()
+        self.assertEqual(self.read(self.nodes[1], "pw/a.bin"), data)
+        self.assertEqual(self.gets(mark, "pw/a.bin"), [])
+        for n in self.nodes:  # directory lookups (their own connections) authenticate too
+            self.assertEqual(self.view(n)["directory"]["lookups"]["failed"], 0)
+
+    def test_node_without_the_password_works_alone(self):
+        n = self.make_node(9)
+        n.env["LARDER_REDIS_URL"] = "redis://127.0.0.1:%d" % self.redis.port
+        n.start()
+        self.addCleanup(n.cleanup)
+        time.sleep(1.5)
+        v = self.view(n)
+        self.assertFalse(v["redis_up"], v)
+        self.assertEqual(len(self.view(self.nodes[0])["members"]), 2)
+        self.assertIn("NOAUTH", n.log())
+        self.assertNotIn(self.REDIS_PASSWORD, n.log() + self.nodes[0].log())
+        self.assertEqual(n.stop(), 0)
+
+
+class PeerBinding(ClusterBase):
+    """Item 9: a peer request is valid only at its target, with its own Range."""
+    NODES = 2
+
+    def test_replay_to_another_node_or_range_refused(self):
+        a, b = self.nodes
+        self.direct.put_object(Bucket="shared", Key="bind/x.txt", Body=b"0123456789")
+        path = "/shared/bind/x.txt"
+        target_a = "127.0.0.1:%d" % a.port
+        h = peer_headers(path, "replayer", target_a, "1" * 32, rng="bytes=0-3")
+        # Replayed to B (with B's Host, or A's): refused.
+        st, body = self.raw_get(b, path, dict(h, Host="127.0.0.1:%d" % b.port))
+        self.assertEqual(st, 403, body)
+        st, body = self.raw_get(b, path, h)
+        self.assertEqual(st, 403, body)
+        # The same signature with another Range, at A: refused.
+        st, body = self.raw_get(a, path, dict(h, Range="bytes=4-9"))
+        self.assertEqual(st, 403, body)
+        self.assertEqual(harness.s3_error(body)[0], "AccessDenied")
+        # The request as signed, at A: served.
+        st, body = self.raw_get(a, path, h)
+        self.assertEqual((st, body), (206, b"0123"))
+        # And real peer traffic still works: a cold object read through B.
+        data = blob(52, 2 * MiB + 5)
+        self.direct.put_object(Bucket="shared", Key="bind/y.bin", Body=data)
+        self.assertEqual(self.read(b, "bind/y.bin"), data)
+        self.assertEqual(self.read(a, "bind/y.bin"), data)
+        self.assertNotIn("refused a peer request from node-", a.log() + b.log())
+
+
+class ClientPort(unittest.TestCase):
+    """Item 14: nobody else may share the client port."""
+
+    def run_larder(self, port):
+        n = harness.Larder(None, env={"LARDER_LISTEN": "127.0.0.1:%d" % port,
+                                      "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+                                      "AWS_SECRET_ACCESS_KEY": "secret-for-tests",
+                                      "LARDER_UPSTREAM_URL": "http://127.0.0.1:9"})
+        n.port = port
+        self.addCleanup(n.cleanup)
+        err = open(n.stderr_path, "wb")
+        n.proc = subprocess.Popen([harness.larder_binary(), "serve"], env=n.env, stdout=err,
+                                  stderr=err, stdin=subprocess.DEVNULL)
+        err.close()
+        return n
+
+    def assert_refused(self, n):
+        try:
+            code = n.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.assertIsNotNone(code, "larder started on a port another process holds")
+        self.assertNotEqual(code, 0)
+        self.assertIn("already in use", n.log())
+
+    def test_port_held_with_reuseport_refused(self):
+        if not os.access(harness.larder_binary(), os.X_OK):
+            self.skipTest("larder binary not built")
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        self.addCleanup(s.close)
+        self.assert_refused(self.run_larder(s.getsockname()[1]))
+
+    def test_second_larder_refused(self):
+        if not os.access(harness.larder_binary(), os.X_OK):
+            self.skipTest("larder binary not built")
+        first = self.run_larder(harness.free_port())
+        self.assertTrue(harness.wait_port(first.port, 30, first.proc), first.log())
+        self.assert_refused(self.run_larder(first.port))
+        self.assertTrue(first.alive())
+        self.assertEqual(first.stop(), 0, first.log())
+
+
+class OpenFileLimit(harness.LarderCase):
+    """Item 17: a low soft RLIMIT_NOFILE is raised so max_connections is reached."""
+    LARDER_ENV = {"LARDER_MAX_CONNECTIONS": "100"}
+    NOFILE = 64     # soft limit larder starts with
+    HARD = None     # hard limit (None: as is)
+    IDLE = 110      # connections held open before the request that must get 503
+
+    @classmethod
+    def setUpClass(cls):
+        real = subprocess.Popen
+
+        def low_nofile():
+            hard = cls.HARD or resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(cls.NOFILE, hard), hard))
+
+        def popen(*a, **kw):
+            kw.setdefault("preexec_fn", low_nofile)
+            return real(*a, **kw)
+
+        subprocess.Popen = popen
+        try:
+            super().setUpClass()
+        finally:
+            subprocess.Popen = real
+
+    def test_past_max_connections_slowdown_not_failed_accept(self):
+        self.direct.create_bucket(Bucket="fds")
+        self.direct.put_object(Bucket="fds", Key="k", Body=b"hello")
+        idle = []
+        self.addCleanup(lambda: [s.close() for s in idle])
+        for _ in range(self.IDLE):
+            idle.append(socket.create_connection(("127.0.0.1", self.larder.port), timeout=10))
+        time.sleep(0.5)
+        r = harness.signed_request(self.larder.url, "GET", "/fds/k", timeout=10)
+        self.assertEqual(r.status, 503, r)
+        self.assertEqual(harness.s3_error(r.body)[0], "SlowDown")
+        for s in idle[:60]:
+            s.close()
+        idle[:60] = []
+        time.sleep(0.5)
+        r = harness.signed_request(self.larder.url, "GET", "/fds/k", timeout=10)
+        self.assertEqual((r.status, r.body), (200, b"hello"))
+        self.assertIn("open-file limit", self.larder.log())
+
+
+class OpenFileHardLimit(OpenFileLimit):
+    """Item 17: past the hard limit, max_connections is lowered to what fits, and said."""
+    LARDER_ENV = {"LARDER_MAX_CONNECTIONS": "4096"}
+    NOFILE = 64
+    HARD = 1224     # 1,024 reserved, room for 100 connections
+    IDLE = 110
+
+    def test_lowered_and_said(self):
+        self.assertIn("LARDER_MAX_CONNECTIONS lowered from 4096", self.larder.log())
+
+
+if __name__ == "__main__":
+    unittest.main()
