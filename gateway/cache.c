@@ -828,12 +828,18 @@ void cache_invalidate(struct req *r)
 	if (!gw->meta || r->ustatus < 200 || r->ustatus >= 300 || r->s3.access != POL_WRITE)
 		return;
 	const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : "";
-	if (r->s3.target == S3T_OBJECT)
-		meta_drop(gw->meta, r->s3.bucket, key);
-	else if (r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0)
-		meta_drop_bucket(gw->meta, r->s3.bucket); /* DeleteObjects names its keys in the body */
-	else
+	bool bucket_wide = r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0;
+	if (r->s3.target != S3T_OBJECT && !bucket_wide)
 		return;
+	/* On NVMe first, so a restart cannot bring the old version back (an
+	 * fdatasync of one small record; the upstream write took far longer).
+	 * DeleteObjects names its keys in the body: the whole bucket goes. */
+	if (gw->store)
+		store_invalidate(gw->store, r->s3.bucket, key, bucket_wide);
+	if (bucket_wide)
+		meta_drop_bucket(gw->meta, r->s3.bucket);
+	else
+		meta_drop(gw->meta, r->s3.bucket, key);
 	if (gw->cluster) /* every node forgets it too */
 		cluster_publish_invalidate(gw->cluster, r->s3.bucket, key);
 }
@@ -860,6 +866,12 @@ int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exac
                 uint64_t *objects)
 {
 	struct purge_ctx p = { gw, bucket };
+	/* Durable first: a restart must not give back what was purged. */
+	int rc = store_invalidate(gw->store, bucket, prefix ? prefix : "", !exact);
+	if (rc < 0)
+		log_error("cache", "purge of %s under \"%s\": the NVMe tier could not record it (%s); "
+		          "a restart may bring the purged metadata back", bucket, prefix ? prefix : "",
+		          strerror(-rc));
 	*objects = meta_collect(gw->meta, bucket, prefix ? prefix : "", exact, purge_one, &p);
 	log_info("cache", "purged %" PRIu64 " objects of %s under \"%s\"", *objects, bucket,
 	         prefix ? prefix : "");

@@ -735,6 +735,8 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 		chunk_set_state(c, CHUNK_FAILED, reason);
 	if (ok && in_table && write_through && disk_usable(s)) {
 		struct job *j = write_job_new(c, o);
+		if (j) /* ordered before any invalidation that follows */
+			j->o.gen = disk_next_gen(s->disk);
 		if (!j || !job_queue(s, j)) {
 			count(&s->disk_writes_dropped);
 			if (j)
@@ -805,6 +807,13 @@ void store_drop(struct store *s, const struct chunk_id *id)
 	}
 	disk_drop(s->disk, id);
 	changed(s, id);
+}
+
+int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix)
+{
+	/* Even when the tier is disabled: its entries are still recovered at
+	 * the next start. */
+	return s->disk ? disk_invalidate(s->disk, bucket, key, prefix) : 0;
 }
 
 void store_get_stats(struct store *s, struct store_stats *out)

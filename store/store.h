@@ -58,6 +58,7 @@ struct chunk_origin {
 	uint64_t index;
 	const void *meta;            /* opaque object metadata (chunk 0 only), or NULL */
 	size_t meta_len;
+	uint64_t gen;                /* NVMe time order; 0: the store assigns it */
 };
 
 /* Called once per chunk-0 entry found on NVMe at store_open, so the
@@ -109,6 +110,12 @@ void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
  * store_acquire would answer HIT or read it from NVMe. A snapshot: it may
  * be evicted the next moment. Does not count as an access. */
 bool store_holds(struct store *s, const struct chunk_id *id);
+
+/* An object (or with prefix, every key of bucket under key) changed: its
+ * metadata on NVMe is made unrecoverable, durably, before this returns
+ * (one small synchronous write: call it where blocking for it is fine).
+ * Chunks stay (they name one version). Returns 0, or negative errno. */
+int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix);
 
 /* Forgets a chunk in every tier (readers holding it keep their bytes).
  * A chunk being produced leaves the in-flight table (its waiters still get
