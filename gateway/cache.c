@@ -384,6 +384,18 @@ static bool all_held(struct req *r, const struct obj_meta *m)
 
 static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max);
 static struct chunk *chunk_for(struct req *r, uint64_t i);
+
+/* Whether chunk i, found failed, may be fetched again: three times per
+ * chunk (not per response, so a read meeting many corrupt NVMe entries
+ * is not cut short). */
+static bool refetch_allowed(struct cread *c, uint64_t i)
+{
+	if (c->refetch_index != i + 1) {
+		c->refetch_index = i + 1;
+		c->refetches = 0;
+	}
+	return c->refetches++ < 3;
+}
 static void release_chunks(struct req *r);
 static struct MHD_Response *zero_copy_response(struct req *r);
 
@@ -511,7 +523,8 @@ enum MHD_Result cache_respond(struct req *r)
 				resolve(r);
 				return cache_respond(r);
 			}
-			if (reason != FETCH_ERR_UPSTREAM && c->refetches++ < 3)
+			if (reason != FETCH_ERR_UPSTREAM &&
+			    refetch_allowed(c, c->start / chunk_size(r)))
 				return cache_respond(r);
 			return respond_s3(r, S3E_SERVICE_UNAVAILABLE, NULL);
 		}
@@ -766,7 +779,7 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
 			 * upstream that keeps failing ends this response: the client
 			 * sees a short body, never other bytes. */
 			if (ch->fail_reason == FETCH_ERR_CHANGED || ch->fail_reason == FETCH_ERR_UPSTREAM ||
-			    ++c->refetches > 3)
+			    !refetch_allowed(c, i))
 				return MHD_CONTENT_READER_END_WITH_ERROR;
 			chunk_unref(c->cur);
 			c->cur = NULL;

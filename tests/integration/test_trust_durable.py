@@ -191,7 +191,7 @@ class DurableInvalidations(DurableCase):
 class ManyCorruptChunks(DurableCase):
 
     def test_more_than_three_corrupt_chunks_are_refetched(self):
-        data = blob(9, 6 * MiB + 123)
+        data = blob(9, 12 * MiB + 123)
         self.direct.put_object(Bucket=BUCKET, Key="rot/six", Body=data)
         self.cached("rot/six", data)
         self.assertEqual(self.larder.stop(), 0)
@@ -204,13 +204,13 @@ class ManyCorruptChunks(DurableCase):
                     f.seek(off + 7)
                     f.write(bytes([b[0] ^ 0xA5]))
                 hit += 1
-        self.assertGreaterEqual(hit, 7, "every chunk of the object corrupted on disk")
+        self.assertGreaterEqual(hit, 13, "every chunk of the object corrupted on disk")
         self.larder.start()
         m = self.upstream.mark()
         r = self.get("rot/six")
         self.assertEqual((r.status, r.complete), (200, True), r)
         self.assertTrue(r.body == data, "the whole object, byte-exact")
-        self.assertGreaterEqual(self.upstream.count(m), 5, "the corrupt chunks were refetched")
+        self.assertGreaterEqual(self.upstream.count(m), 13, "the corrupt chunks were refetched")
 
 
 if __name__ == "__main__":
