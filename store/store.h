@@ -69,7 +69,8 @@ struct store;
 
 /* Opens (and recovers) the store. Returns NULL with err set when the
  * cache directory cannot be used; a directory that later fails (full,
- * unwritable) only disables the NVMe tier, reported in store_stats. */
+ * unwritable) only disables the NVMe tier for a while (it is tried again,
+ * backing off), reported in store_stats. */
 struct store *store_open(const struct store_config *c, store_recover_cb cb, void *cb_arg,
                          char *err, size_t errlen);
 /* Stops the I/O threads (pending NVMe writes are abandoned, pending NVMe
@@ -133,7 +134,7 @@ struct store_stats {
 	uint64_t evictions_ram, evictions_disk;
 	uint64_t disk_write_errors, disk_read_errors, disk_corrupt;
 	uint64_t disk_writes, disk_writes_dropped; /* done; skipped as the queue was full */
-	bool disk_ok;                    /* false once the NVMe tier was disabled */
+	bool disk_ok;                    /* false while the NVMe tier is disabled (write errors) */
 };
 void store_get_stats(struct store *s, struct store_stats *out);
 
