@@ -835,6 +835,19 @@ void cache_end(struct req *r)
 	c->active = false;
 }
 
+/* Whether a successful write can have changed the object: not a
+ * multipart upload's start (POST ?uploads) or one of its parts (PUT
+ * ?uploadId): only its completion does. */
+static bool changes_object(const struct req *r)
+{
+	struct buf v;
+	buf_init(&v, 1024);
+	bool part = (strcmp(r->method, "PUT") == 0 && s3_query_get(r->query, "uploadId", &v) != 0) ||
+	            (strcmp(r->method, "POST") == 0 && s3_query_get(r->query, "uploads", &v) != 0);
+	buf_fini(&v);
+	return !part;
+}
+
 void cache_invalidate(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -847,7 +860,7 @@ void cache_invalidate(struct req *r)
 	/* On NVMe first, so a restart cannot bring the old version back (an
 	 * fdatasync of one small record; the upstream write took far longer).
 	 * DeleteObjects names its keys in the body: the whole bucket goes. */
-	if (gw->store)
+	if (gw->store && changes_object(r))
 		store_invalidate(gw->store, r->s3.bucket, key, bucket_wide);
 	if (bucket_wide)
 		meta_drop_bucket(gw->meta, r->s3.bucket);

@@ -188,6 +188,24 @@ class DurableInvalidations(DurableCase):
         self.assertEqual(self.upstream.count(m), 0)
 
 
+    def test_multipart_parts_write_no_tombstones(self):
+        # Only the completion changes the object: one tombstone, not one per part
+        # (each is an fdatasync on the worker).
+        tombs = os.path.join(self.cache_dir, "tombstones.log")
+        size0 = os.path.getsize(tombs)
+        s3 = self.larder.client()
+        key = "mp/obj"
+        up = s3.create_multipart_upload(Bucket=BUCKET, Key=key)["UploadId"]
+        parts = []
+        for n in (1, 2, 3):
+            body = blob(40 + n, 5 * MiB if n < 3 else 1000)
+            e = s3.upload_part(Bucket=BUCKET, Key=key, UploadId=up, PartNumber=n, Body=body)
+            parts.append({"PartNumber": n, "ETag": e["ETag"]})
+        s3.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=up,
+                                     MultipartUpload={"Parts": parts})
+        self.assertEqual(os.path.getsize(tombs) - size0, 24 + len(BUCKET) + len(key))
+
+
 class ManyCorruptChunks(DurableCase):
 
     def test_more_than_three_corrupt_chunks_are_refetched(self):
