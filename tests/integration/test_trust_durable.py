@@ -11,10 +11,14 @@ import hashlib
 import http.client
 import json
 import os
+import shutil
+import tempfile
 import time
 import unittest
+import urllib.request
 
 import harness
+import test_cluster
 from test_admin import admin_request
 from test_cache import BUCKET, CacheCase, MiB, blob, etag_of, request
 
@@ -229,6 +233,60 @@ class ManyCorruptChunks(DurableCase):
         self.assertEqual((r.status, r.complete), (200, True), r)
         self.assertTrue(r.body == data, "the whole object, byte-exact")
         self.assertGreaterEqual(self.upstream.count(m), 13, "the corrupt chunks were refetched")
+
+
+class DurableClusterInvalidation(test_cluster.ClusterBase):
+    """Two nodes with NVMe tiers: an invalidation a node receives from the
+    other one survives its restart."""
+    NODES = 2
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        if not hasattr(cls, "cache_dirs"):
+            cls.cache_dirs = {}
+        if i not in cls.cache_dirs:
+            cls.cache_dirs[i] = tempfile.mkdtemp(prefix="larder-durable-node-")
+        n.env.update({"LARDER_CACHE_DIR": cls.cache_dirs[i], "LARDER_DISK_CACHE_SIZE": "64MiB"})
+        return n
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            for d in getattr(cls, "cache_dirs", {}).values():
+                shutil.rmtree(d, ignore_errors=True)
+
+    def received(self, node):
+        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % node.admin_port,
+                                     headers={"Authorization": "Bearer " + test_cluster.TOKEN})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith('larder_cluster_invalidations_total{direction="received"}'):
+                    return float(line.split()[-1])
+        return 0.0
+
+    def test_received_invalidation_survives_restart(self):
+        old, new = blob(50, 4000), blob(51, 4100)
+        self.direct.put_object(Bucket="shared", Key="dur/x", Body=old)
+        reader = self.nodes[1]
+        self.assertEqual(self.read(reader, "dur/x"), old)
+        deadline = time.monotonic() + 20
+        while not find_in_segments(self.cache_dirs[1], old[1000:1064]):
+            self.assertLess(time.monotonic(), deadline, "never reached node 1's NVMe tier")
+            time.sleep(0.05)
+        before = self.received(reader)
+        self.nodes[0].client().put_object(Bucket="shared", Key="dur/x", Body=new)
+        deadline = time.monotonic() + 10
+        while self.received(reader) <= before:
+            self.assertLess(time.monotonic(), deadline, "node 1 never heard of the write")
+            time.sleep(0.05)
+        self.assertEqual(reader.stop(), 0)
+        reader.start()
+        self.wait_members(2)
+        self.assertEqual(self.read(reader, "dur/x"), new,
+                         "the old version came back on the node that was told of the write")
 
 
 if __name__ == "__main__":
