@@ -1041,7 +1041,8 @@ static int rec_names(struct disk *d, struct dent *e, struct hdr *h, unsigned cha
 	char *nb = malloc((size_t)h->bucket_len + h->key_len + h->etag_len + 3);
 	if (!nb)
 		return -1;
-	const unsigned char *p = *var;
+	/* Empty names leave *var unallocated: never copy from NULL. */
+	const unsigned char *p = *var ? *var : (const unsigned char *)"";
 	char *b = nb, *k = b + h->bucket_len + 1, *t = k + h->key_len + 1;
 	memcpy(b, p, h->bucket_len);
 	b[h->bucket_len] = '\0';

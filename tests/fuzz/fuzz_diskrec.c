@@ -4,8 +4,12 @@
  * arbitrary bytes: a crash or a failing device leaves whatever it leaves
  * in LARDER_CACHE_DIR, and larder reads it at the next start.
  *
- * Input: byte 0 times 16 is the length of the tombstone file's bytes,
- * which follow it; the rest is one segment file. Each run writes both into
+ * Input: byte 0's low 7 bits times 32 are the length of the tombstone
+ * file's bytes, which follow it; the rest is one segment file. With byte
+ * 0's high bit set, the checksums of every record that starts where one
+ * may (each 4 KiB of the segment, one tombstone after another) are made
+ * right first, so mutations of lengths, generations and metadata get past
+ * the CRC checks to the code behind them. Each run writes both into
  * a scratch directory (on /dev/shm when there is one: the scan is real
  * file I/O), opens the disk, checks its invariants, reads back every chunk
  * the recovery reported (the data CRC path) and decodes its metadata.
@@ -23,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth/checksum.h"
 #include "config/log.h"
 #include "store/disk.h"
 #include "store/meta.h"
@@ -46,6 +51,45 @@ static void on_recover(void *arg, const struct chunk_origin *o)
 		meta_unref(m);
 	if (f->n < 32)
 		chunk_id_make(o->bucket, o->key, o->etag, o->index, &f->id[f->n++]);
+}
+
+static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> 8 * i);
+}
+
+/* Seals the segment entry headers (72 bytes, CRC at 68 over the header and
+ * the names and metadata after it) at every 4 KiB, as disk.c lays them out. */
+static void fix_segment(uint8_t *p, size_t n)
+{
+	for (size_t off = 0; off + 72 <= n; off += 4096) {
+		uint8_t *h = p + off;
+		if (memcmp(h, "LRDR", 4) != 0)
+			continue;
+		size_t vl = (size_t)get16(h + 36) + get16(h + 38) + get16(h + 40) + get32(h + 44);
+		if (vl > n - off - 72)
+			continue;
+		put32(h + 68, cks_crc32c(cks_crc32c(0, h, 68), h + 72, vl));
+	}
+}
+
+/* The same for the tombstone records (24 bytes, CRC at 20), one after another. */
+static void fix_tombstones(uint8_t *p, size_t n)
+{
+	for (size_t off = 0; off + 24 <= n;) {
+		uint8_t *h = p + off;
+		size_t nl = (size_t)get16(h + 16) + get16(h + 18);
+		if (nl > n - off - 24)
+			return;
+		put32(h + 20, cks_crc32c(cks_crc32c(0, h, 20), h + 24, nl));
+		off += 24 + nl;
+	}
 }
 
 static int put_file(const char *name, const uint8_t *p, size_t n)
@@ -86,13 +130,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (size == 0)
 		return 0;
-	size_t nt = (size_t)data[0] * 16;
+	size_t nt = (size_t)(data[0] & 0x7f) * 32;
 	if (nt > size - 1)
 		nt = size - 1;
+	uint8_t *copy = malloc(size);
+	if (!copy)
+		return 0;
+	memcpy(copy, data, size);
+	if (data[0] & 0x80) {
+		fix_tombstones(copy + 1, nt);
+		fix_segment(copy + 1 + nt, size - 1 - nt);
+	}
 	empty_dir();
-	if (put_file("tombstones.log", data + 1, nt) < 0 ||
-	    put_file("seg-0000000000000001.log", data + 1 + nt, size - 1 - nt) < 0)
+	if (put_file("tombstones.log", copy + 1, nt) < 0 ||
+	    put_file("seg-0000000000000001.log", copy + 1 + nt, size - 1 - nt) < 0)
 		__builtin_trap();
+	free(copy);
 
 	struct found f = { .n = 0 };
 	char err[256];
