@@ -384,6 +384,8 @@ static bool all_held(struct req *r, const struct obj_meta *m)
 
 static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max);
 static struct chunk *chunk_for(struct req *r, uint64_t i);
+static void release_chunks(struct req *r);
+static struct MHD_Response *zero_copy_response(struct req *r);
 
 /* Whether chunk i, found failed, may be fetched again: three times per
  * chunk (not per response, so a read meeting many corrupt NVMe entries
@@ -396,8 +398,6 @@ static bool refetch_allowed(struct cread *c, uint64_t i)
 	}
 	return c->refetches++ < 3;
 }
-static void release_chunks(struct req *r);
-static struct MHD_Response *zero_copy_response(struct req *r);
 
 static void body_done(void *cls)
 {
