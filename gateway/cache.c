@@ -387,6 +387,18 @@ static struct chunk *chunk_for(struct req *r, uint64_t i);
 static void release_chunks(struct req *r);
 static struct MHD_Response *zero_copy_response(struct req *r);
 
+/* Whether chunk i, found failed, may be fetched again: three times per
+ * chunk (not per response, so a read meeting many corrupt NVMe entries
+ * is not cut short). */
+static bool refetch_allowed(struct cread *c, uint64_t i)
+{
+	if (c->refetch_index != i + 1) {
+		c->refetch_index = i + 1;
+		c->refetches = 0;
+	}
+	return c->refetches++ < 3;
+}
+
 static void body_done(void *cls)
 {
 	req_unref(cls);
@@ -511,7 +523,8 @@ enum MHD_Result cache_respond(struct req *r)
 				resolve(r);
 				return cache_respond(r);
 			}
-			if (reason != FETCH_ERR_UPSTREAM && c->refetches++ < 3)
+			if (reason != FETCH_ERR_UPSTREAM &&
+			    refetch_allowed(c, c->start / chunk_size(r)))
 				return cache_respond(r);
 			return respond_s3(r, S3E_SERVICE_UNAVAILABLE, NULL);
 		}
@@ -766,7 +779,7 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
 			 * upstream that keeps failing ends this response: the client
 			 * sees a short body, never other bytes. */
 			if (ch->fail_reason == FETCH_ERR_CHANGED || ch->fail_reason == FETCH_ERR_UPSTREAM ||
-			    ++c->refetches > 3)
+			    !refetch_allowed(c, i))
 				return MHD_CONTENT_READER_END_WITH_ERROR;
 			chunk_unref(c->cur);
 			c->cur = NULL;
@@ -822,18 +835,37 @@ void cache_end(struct req *r)
 	c->active = false;
 }
 
+/* Whether a successful write can have changed the object: not a
+ * multipart upload's start (POST ?uploads) or one of its parts (PUT
+ * ?uploadId): only its completion does. */
+static bool changes_object(const struct req *r)
+{
+	struct buf v;
+	buf_init(&v, 1024);
+	bool part = (strcmp(r->method, "PUT") == 0 && s3_query_get(r->query, "uploadId", &v) != 0) ||
+	            (strcmp(r->method, "POST") == 0 && s3_query_get(r->query, "uploads", &v) != 0);
+	buf_fini(&v);
+	return !part;
+}
+
 void cache_invalidate(struct req *r)
 {
 	struct gw *gw = r->w->gw;
 	if (!gw->meta || r->ustatus < 200 || r->ustatus >= 300 || r->s3.access != POL_WRITE)
 		return;
 	const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : "";
-	if (r->s3.target == S3T_OBJECT)
-		meta_drop(gw->meta, r->s3.bucket, key);
-	else if (r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0)
-		meta_drop_bucket(gw->meta, r->s3.bucket); /* DeleteObjects names its keys in the body */
-	else
+	bool bucket_wide = r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0;
+	if (r->s3.target != S3T_OBJECT && !bucket_wide)
 		return;
+	/* On NVMe first, so a restart cannot bring the old version back (an
+	 * fdatasync of one small record; the upstream write took far longer).
+	 * DeleteObjects names its keys in the body: the whole bucket goes. */
+	if (gw->store && changes_object(r))
+		store_invalidate(gw->store, r->s3.bucket, key, bucket_wide);
+	if (bucket_wide)
+		meta_drop_bucket(gw->meta, r->s3.bucket);
+	else
+		meta_drop(gw->meta, r->s3.bucket, key);
 	if (gw->cluster) /* every node forgets it too */
 		cluster_publish_invalidate(gw->cluster, r->s3.bucket, key);
 }
@@ -860,6 +892,12 @@ int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exac
                 uint64_t *objects)
 {
 	struct purge_ctx p = { gw, bucket };
+	/* Durable first: a restart must not give back what was purged. */
+	int rc = store_invalidate(gw->store, bucket, prefix ? prefix : "", !exact);
+	if (rc < 0)
+		log_error("cache", "purge of %s under \"%s\": the NVMe tier could not record it (%s); "
+		          "a restart may bring the purged metadata back", bucket, prefix ? prefix : "",
+		          strerror(-rc));
 	*objects = meta_collect(gw->meta, bucket, prefix ? prefix : "", exact, purge_one, &p);
 	log_info("cache", "purged %" PRIu64 " objects of %s under \"%s\"", *objects, bucket,
 	         prefix ? prefix : "");

@@ -59,7 +59,8 @@ struct cread {
 	uint64_t ahead_from;            /* 1 + the chunk read-ahead last started from */
 	struct chunk *ahead[READAHEAD_MAX];
 	uint64_t ahead_index[READAHEAD_MAX];
-	unsigned refetches;
+	unsigned refetches;             /* of the chunk refetch_index - 1 */
+	uint64_t refetch_index;
 	unsigned restarts;              /* learnt again after a version change */
 	bool miss;                      /* some byte came from upstream */
 

@@ -301,6 +301,9 @@ static int load_pem(const char *path, const char *setting, char **out)
 static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 {
 	struct gw *gw = arg;
+	/* Durable too, like a write through this node (this is the cluster's
+	 * subscriber thread: blocking for the write is fine here). */
+	store_invalidate(gw->store, bucket, key ? key : "", !(key && *key));
 	if (key && *key)
 		meta_drop(gw->meta, bucket, key);
 	else

@@ -11,17 +11,21 @@
  *
  * Entry. Starts at a multiple of ENTRY_ALIGN (4 KiB), so appending never
  * rewrites a page holding an earlier entry, and is padded with zeros to
- * the next multiple. The fixed header is HDR_LEN (64) bytes, little-endian:
+ * the next multiple. The fixed header is HDR_LEN (72) bytes, little-endian:
  *
  *     0  magic "LRDR"          28  index u64           48  data_len u32
- *     4  version u16 (1)       36  bucket_len u16      52  data_crc32c u32
- *     6  header_len u16 (64)   38  key_len u16         56  reserved u32 (0)
- *     8  flags u32 (0)         40  etag_len u16        60  header_crc32c u32
- *    12  chunk id [16]         42  reserved u16 (0)
+ *     4  version u16 (2)       36  bucket_len u16      52  data_crc32c u32
+ *     6  header_len u16 (72)   38  key_len u16         56  generation u64
+ *     8  flags u32 (0)         40  etag_len u16        64  reserved u32 (0)
+ *    12  chunk id [16]         42  reserved u16 (0)    68  header_crc32c u32
  *                              44  meta_len u32
  *
  * then bucket, key, etag (no NULs), the metadata blob, the data, padding.
- * header_crc32c covers bytes [0, 60) and then the names and metadata, so
+ * The generation orders entries in time across segments and restarts
+ * (reclaim copies an entry with its generation): recovery keeps only the
+ * newest chunk-0 entry per (bucket, key), and a tombstone hides entries
+ * older than itself. header_crc32c covers bytes [0, 68) and then the
+ * names and metadata, so
  * whatever recovery hands to the recover callback has been checked; the
  * data has its own CRC, checked on every read (not at open: a scan reads
  * headers only, so restart costs one small read per entry, not a read of
@@ -39,6 +43,23 @@
  * After a restart an entry dropped or evicted earlier comes back if its
  * segment has not been reclaimed yet (its bytes were still counted, so
  * space accounting is unaffected; a corrupt one fails its CRC again).
+ * That is harmless for chunks (an id names one version's bytes) but not
+ * for object metadata, which chunk-0 entries carry: invalidations (a
+ * write through larder, a purge, another node's write) are therefore
+ * written, as tombstones, to TOMB_NAME, and fdatasync'd before
+ * disk_invalidate returns. A tombstone (generation, bucket, key or key
+ * prefix) makes recovery drop every chunk-0 entry it names with an older
+ * generation. It is kept while any entry on disk is older than it: each
+ * open rewrites the file without the ones no entry needs any more.
+ *
+ * Tombstone record, little-endian: magic "LRDT", version u16 (1), flags
+ * u16 (bit 0: key is a prefix), generation u64, bucket_len u16, key_len
+ * u16, crc32c u32 of bytes [0, 20) and the names; then bucket, key. A
+ * record that does not check out ends the file (a torn tail: truncated).
+ *
+ * Older formats. A segment written by another version of the format (v1
+ * had no generations, so its metadata cannot be ordered) is discarded at
+ * open with a log line: the cache starts cold, nothing stale is served.
  *
  * Index. An open-addressing table (linear probing, backward-shift delete)
  * of entry pointers keyed by chunk_id_hash. Each entry is on its
@@ -92,9 +113,14 @@
 #include "config/log.h"
 
 #define TOPIC "disk"
-#define HDR_LEN 64u
-#define HDR_CRC_OFF 60u
-#define HDR_VERSION 1u
+#define HDR_LEN 72u
+#define HDR_CRC_OFF 68u
+#define HDR_VERSION 2u
+#define TOMB_NAME "tombstones.log"
+#define TOMB_TMP "tombstones.tmp"
+#define TOMB_HDR 24u
+#define TOMB_VERSION 1u
+#define TOMB_PREFIX 1u
 #define ENTRY_ALIGN 4096u
 #define MAX_META (1u << 20)
 #define COPY_BUF (1u << 20)
@@ -109,6 +135,7 @@ struct dent {
 	struct seg *seg;
 	uint64_t off, esz;          /* where in seg, bytes on disk */
 	uint32_t var_len, data_len, data_crc;
+	uint64_t gen;
 	bool chunk0;
 	struct dent *sprev, *snext; /* seg's live list */
 };
@@ -135,11 +162,17 @@ struct disk {
 	uint64_t evictions, reclaimed, write_errors, read_errors, corrupt;
 	store_change_cb evicted;    /* told of each eviction, under lock */
 	void *evicted_arg;
+	_Atomic uint64_t next_gen;  /* generations handed out so far + 1 */
+	uint64_t min_gen;           /* at open: the oldest entry in any segment */
+	pthread_mutex_t tlock;      /* guards the tombstone file's appends */
+	int tfd;                    /* TOMB_NAME, or -1 */
+	uint64_t tsize;
+	uint64_t tombstones;        /* written since open */
 };
 
 struct hdr {
 	struct chunk_id id;
-	uint64_t index;
+	uint64_t index, gen;
 	uint16_t bucket_len, key_len, etag_len;
 	uint32_t meta_len, data_len, data_crc;
 };
@@ -188,6 +221,7 @@ static void hdr_encode(const struct hdr *h, unsigned char *b, const unsigned cha
 	put32(b + 44, h->meta_len);
 	put32(b + 48, h->data_len);
 	put32(b + 52, h->data_crc);
+	put64(b + 56, h->gen);
 	uint32_t crc = cks_crc32c(0, b, HDR_CRC_OFF);
 	put32(b + HDR_CRC_OFF, cks_crc32c(crc, var, var_len_of(h)));
 }
@@ -196,7 +230,7 @@ static void hdr_encode(const struct hdr *h, unsigned char *b, const unsigned cha
 static bool hdr_decode(const unsigned char *b, struct hdr *h)
 {
 	if (memcmp(b, "LRDR", 4) != 0 || get16(b + 4) != HDR_VERSION || get16(b + 6) != HDR_LEN ||
-	    get32(b + 8) != 0)
+	    get32(b + 8) != 0 || get16(b + 42) != 0 || get32(b + 64) != 0)
 		return false;
 	memcpy(h->id.b, b + 12, CHUNK_ID_LEN);
 	h->index = get64(b + 28);
@@ -206,6 +240,7 @@ static bool hdr_decode(const unsigned char *b, struct hdr *h)
 	h->meta_len = get32(b + 44);
 	h->data_len = get32(b + 48);
 	h->data_crc = get32(b + 52);
+	h->gen = get64(b + 56);
 	return h->meta_len <= MAX_META;
 }
 
@@ -683,8 +718,14 @@ static int list_segments(struct disk *d, uint64_t **out, size_t *n)
 /* Adds a checked entry found by the scan, superseding an earlier one. */
 static int scan_add(struct disk *d, struct seg *s, uint64_t off, const struct hdr *h, double now)
 {
+	if (h->gen < d->min_gen)
+		d->min_gen = h->gen;
+	if (h->gen >= atomic_load(&d->next_gen))
+		atomic_store(&d->next_gen, h->gen + 1);
 	uint64_t hash = chunk_id_hash(&h->id);
 	struct dent *old = idx_find(d, &h->id, hash);
+	if (old && old->gen > h->gen)
+		return 0; /* an older copy: the newer one stays */
 	if (old)
 		entry_drop(d, old);
 	struct dent *e = calloc(1, sizeof *e);
@@ -699,6 +740,7 @@ static int scan_add(struct disk *d, struct seg *s, uint64_t off, const struct hd
 	e->esz = entry_size(e->var_len, h->data_len);
 	e->data_len = h->data_len;
 	e->data_crc = h->data_crc;
+	e->gen = h->gen;
 	e->chunk0 = h->index == 0;
 	idx_put(d->slots, d->nslots, e);
 	d->count++;
@@ -731,6 +773,14 @@ static int scan_segment(struct disk *d, uint64_t seq, double now, unsigned char 
 		return -ENOMEM;
 	}
 	uint64_t fsize = (uint64_t)st.st_size, off = 0;
+	unsigned char magic[6];
+	if (fsize >= sizeof magic && pread_all(fd, magic, sizeof magic, 0) == 0 &&
+	    memcmp(magic, "LRDR", 4) == 0 && get16(magic + 4) != HDR_VERSION) {
+		log_warn(TOPIC, "%s/%s: written in format version %u, this larder reads %u: "
+		         "discarded (its chunks are fetched again)", d->dir, name, get16(magic + 4),
+		         HDR_VERSION);
+		fsize = 0; /* the truncation below empties it, and it is removed */
+	}
 	int rc = 0;
 	while (off < fsize) {
 		struct hdr h;
@@ -750,9 +800,10 @@ static int scan_segment(struct disk *d, uint64_t seq, double now, unsigned char 
 		/* The device failed, not the format: keep the rest, unscanned. */
 		log_warn(TOPIC, "%s/%s: pread() at offset %" PRIu64 " failed: %s; the rest of the "
 		         "segment is ignored", d->dir, name, off, strerror(-rc));
-	} else if (off < fsize) {
-		log_warn(TOPIC, "%s/%s: bad or torn entry at offset %" PRIu64 " of %" PRIu64
-		         "; truncating", d->dir, name, off, fsize);
+	} else if (off < fsize || off < (uint64_t)st.st_size) {
+		if (fsize > 0)
+			log_warn(TOPIC, "%s/%s: bad or torn entry at offset %" PRIu64 " of %" PRIu64
+			         "; truncating", d->dir, name, off, fsize);
 		if (ftruncate(fd, (off_t)off) == 0)
 			fsize = off;
 		else
@@ -765,37 +816,342 @@ static int scan_segment(struct disk *d, uint64_t seq, double now, unsigned char 
 	return 0;
 }
 
-/* Reports every live chunk-0 entry to cb, re-reading its names and
- * metadata (the scan kept only the index). */
-static void recover_report(struct disk *d, store_recover_cb cb, void *arg, unsigned char **var,
-                           size_t *cap)
+/* ---- tombstones ------------------------------------------------------- */
+
+struct tomb {
+	uint64_t gen;
+	bool prefix;
+	struct chunk_id name;      /* of (bucket, key), for exact ones */
+	char *bucket, *key;        /* one allocation, bucket first */
+};
+
+/* The identity of (bucket, key) regardless of version. */
+static void name_id(const char *bucket, const char *key, struct chunk_id *out)
 {
+	chunk_id_make(bucket, key, "", UINT64_MAX, out);
+}
+
+static size_t tomb_encode(unsigned char *b, uint64_t gen, bool prefix, const char *bucket,
+                          size_t bl, const char *key, size_t kl)
+{
+	memcpy(b, "LRDT", 4);
+	put16(b + 4, TOMB_VERSION);
+	put16(b + 6, prefix ? TOMB_PREFIX : 0);
+	put64(b + 8, gen);
+	put16(b + 16, (uint16_t)bl);
+	put16(b + 18, (uint16_t)kl);
+	memcpy(b + TOMB_HDR, bucket, bl);
+	memcpy(b + TOMB_HDR + bl, key, kl);
+	uint32_t crc = cks_crc32c(0, b, 20);
+	put32(b + 20, cks_crc32c(crc, b + TOMB_HDR, bl + kl));
+	return TOMB_HDR + bl + kl;
+}
+
+/* Parses the record at b (n bytes left) into t (names allocated).
+ * Returns its length, 0 when it is bad or torn, or -ENOMEM. */
+static long tomb_parse(const unsigned char *b, size_t n, struct tomb *t)
+{
+	if (n < TOMB_HDR || memcmp(b, "LRDT", 4) != 0 || get16(b + 4) != TOMB_VERSION ||
+	    (get16(b + 6) & ~TOMB_PREFIX) != 0)
+		return 0;
+	size_t bl = get16(b + 16), kl = get16(b + 18);
+	if (n - TOMB_HDR < bl + kl || memchr(b + TOMB_HDR, '\0', bl + kl))
+		return 0;
+	uint32_t crc = cks_crc32c(0, b, 20);
+	if (cks_crc32c(crc, b + TOMB_HDR, bl + kl) != get32(b + 20))
+		return 0;
+	if (!(t->bucket = malloc(bl + kl + 2)))
+		return -ENOMEM;
+	memcpy(t->bucket, b + TOMB_HDR, bl);
+	t->bucket[bl] = '\0';
+	t->key = t->bucket + bl + 1;
+	memcpy(t->key, b + TOMB_HDR + bl, kl);
+	t->key[kl] = '\0';
+	t->gen = get64(b + 8);
+	t->prefix = get16(b + 6) & TOMB_PREFIX;
+	name_id(t->bucket, t->key, &t->name);
+	return (long)(TOMB_HDR + bl + kl);
+}
+
+static void tombs_free(struct tomb *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(t[i].bucket);
+	free(t);
+}
+
+/* Reads TOMB_NAME into *out (sorted: exact ones by name, then prefixes).
+ * *torn: the file held bytes past its last good record. */
+static int tombs_load(struct disk *d, struct tomb **out, size_t *nout, bool *torn)
+{
+	*out = NULL;
+	*nout = 0;
+	*torn = false;
+	int fd = openat(d->dirfd, TOMB_NAME, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	struct stat st;
+	unsigned char *buf = NULL;
+	int rc = fstat(fd, &st) < 0 ? -errno : 0;
+	size_t len = rc == 0 ? (size_t)st.st_size : 0;
+	if (rc == 0 && len > 0 && !(buf = malloc(len)))
+		rc = -ENOMEM;
+	if (rc == 0 && len > 0 && (rc = pread_all(fd, buf, len, 0)) == -ENODATA)
+		rc = 0, len = 0; /* shrank under us: nobody else writes it, so never */
+	close(fd);
+	struct tomb *t = NULL;
+	size_t n = 0, cap = 0, off = 0;
+	while (rc == 0 && off < len) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 64;
+			struct tomb *nt = realloc(t, cap * sizeof *t);
+			if (!nt) {
+				rc = -ENOMEM;
+				break;
+			}
+			t = nt;
+		}
+		long k = tomb_parse(buf + off, len - off, &t[n]);
+		if (k < 0)
+			rc = (int)k;
+		if (k <= 0)
+			break;
+		if (t[n].gen >= atomic_load(&d->next_gen))
+			atomic_store(&d->next_gen, t[n].gen + 1);
+		off += (size_t)k;
+		n++;
+	}
+	free(buf);
+	if (rc < 0) {
+		tombs_free(t, n);
+		return rc;
+	}
+	if (off < len) {
+		*torn = true;
+		log_warn(TOPIC, "%s/%s: bad or torn record at offset %zu of %zu; dropped", d->dir,
+		         TOMB_NAME, off, len);
+	}
+	*out = t;
+	*nout = n;
+	return 0;
+}
+
+/* Rewrites TOMB_NAME with t[0, n) (via a temporary file and rename, so a
+ * crash leaves the old or the new file whole), then opens it for appends. */
+static int tombs_rewrite(struct disk *d, const struct tomb *t, size_t n, bool rewrite)
+{
+	int rc = 0;
+	if (rewrite) {
+		int fd = openat(d->dirfd, TOMB_TMP, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0)
+			return -errno;
+		uint64_t off = 0;
+		for (size_t i = 0; i < n && rc == 0; i++) {
+			size_t bl = strlen(t[i].bucket), kl = strlen(t[i].key);
+			unsigned char *b = malloc(TOMB_HDR + bl + kl);
+			if (!b) {
+				rc = -ENOMEM;
+				break;
+			}
+			struct iovec iov = { b, tomb_encode(b, t[i].gen, t[i].prefix, t[i].bucket, bl,
+			                                    t[i].key, kl) };
+			rc = pwritev_all(fd, &iov, 1, off);
+			off += TOMB_HDR + bl + kl;
+			free(b);
+		}
+		if (rc == 0 && fdatasync(fd) < 0)
+			rc = -errno;
+		close(fd);
+		if (rc == 0 && renameat(d->dirfd, TOMB_TMP, d->dirfd, TOMB_NAME) < 0)
+			rc = -errno;
+		if (rc < 0) {
+			unlinkat(d->dirfd, TOMB_TMP, 0);
+			return rc;
+		}
+	}
+	d->tfd = openat(d->dirfd, TOMB_NAME, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	struct stat st;
+	if (d->tfd < 0 || fstat(d->tfd, &st) < 0)
+		return -errno;
+	d->tsize = (uint64_t)st.st_size;
+	/* The file's name (new, or renamed) must survive a crash too. */
+	return fsync(d->dirfd) < 0 ? -errno : 0;
+}
+
+static int cmp_id(const struct chunk_id *a, const struct chunk_id *b)
+{
+	return memcmp(a->b, b->b, CHUNK_ID_LEN);
+}
+
+/* Exact tombstones first, by name; prefixes after. */
+static int cmp_tomb(const void *a, const void *b)
+{
+	const struct tomb *x = a, *y = b;
+	if (x->prefix != y->prefix)
+		return x->prefix - y->prefix;
+	return x->prefix ? 0 : cmp_id(&x->name, &y->name);
+}
+
+/* Whether a tombstone newer than gen covers (bucket, key). */
+static bool tombstoned(const struct tomb *t, size_t n, size_t nexact, const char *bucket,
+                       const char *key, const struct chunk_id *name, uint64_t gen)
+{
+	size_t lo = 0, hi = nexact;
+	while (lo < hi) { /* the first exact one >= name */
+		size_t mid = lo + (hi - lo) / 2;
+		if (cmp_id(&t[mid].name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < nexact && cmp_id(&t[lo].name, name) == 0; lo++)
+		if (t[lo].gen > gen)
+			return true;
+	for (size_t i = nexact; i < n; i++)
+		if (t[i].gen > gen && strcmp(t[i].bucket, bucket) == 0 &&
+		    strncmp(t[i].key, key, strlen(t[i].key)) == 0)
+			return true;
+	return false;
+}
+
+/* ---- recovery of object metadata ---------------------------------------- */
+
+struct rec {
+	struct chunk_id name;
+	uint64_t gen;
+	struct dent *e;
+};
+
+/* By name, then newest first. */
+static int cmp_rec(const void *a, const void *b)
+{
+	const struct rec *x = a, *y = b;
+	int c = cmp_id(&x->name, &y->name);
+	if (c != 0)
+		return c;
+	return x->gen < y->gen ? 1 : x->gen > y->gen ? -1 : 0;
+}
+
+/* Reads e's header and names (NUL-terminated copies in *names). */
+static int rec_names(struct disk *d, struct dent *e, struct hdr *h, unsigned char **var,
+                     size_t *cap, char **names)
+{
+	if (entry_read(e->seg->fd, e->off, e->off + e->esz, h, var, cap) != 0)
+		return -1;
+	char *nb = malloc((size_t)h->bucket_len + h->key_len + h->etag_len + 3);
+	if (!nb)
+		return -1;
+	/* Empty names leave *var unallocated: never copy from NULL. */
+	const unsigned char *p = *var ? *var : (const unsigned char *)"";
+	char *b = nb, *k = b + h->bucket_len + 1, *t = k + h->key_len + 1;
+	memcpy(b, p, h->bucket_len);
+	b[h->bucket_len] = '\0';
+	memcpy(k, p + h->bucket_len, h->key_len);
+	k[h->key_len] = '\0';
+	memcpy(t, p + h->bucket_len + h->key_len, h->etag_len);
+	t[h->etag_len] = '\0';
+	*names = nb;
+	return 0;
+}
+
+/*
+ * Reports to cb the newest chunk-0 entry of every (bucket, key) that no
+ * newer tombstone covers, re-reading its names and metadata (the scan kept
+ * only the index). Older chunk-0 entries of the same object, and covered
+ * ones, are dropped: their metadata is stale.
+ */
+static int recover_report(struct disk *d, const struct tomb *t, size_t nt, store_recover_cb cb,
+                          void *arg, unsigned char **var, size_t *cap)
+{
+	size_t nexact = 0;
+	while (nexact < nt && !t[nexact].prefix)
+		nexact++;
+	struct rec *v = NULL;
+	size_t n = 0, vcap = 0;
 	for (size_t i = 0; i < d->nslots; i++) {
 		struct dent *e = d->slots[i];
 		struct hdr h;
-		if (!e || !e->chunk0)
-			continue;
-		if (entry_read(e->seg->fd, e->off, e->off + e->esz, &h, var, cap) != 0)
+		char *names;
+		if (!e || !e->chunk0 || rec_names(d, e, &h, var, cap, &names) != 0)
 			continue; /* changed under us since the scan: the read will fail it */
-		char *names = malloc((size_t)h.bucket_len + h.key_len + h.etag_len + 3);
-		if (!names)
-			continue;
-		const unsigned char *p = *var;
-		char *b = names, *k = b + h.bucket_len + 1, *t = k + h.key_len + 1;
-		memcpy(b, p, h.bucket_len);
-		b[h.bucket_len] = '\0';
-		memcpy(k, p + h.bucket_len, h.key_len);
-		k[h.key_len] = '\0';
-		memcpy(t, p + h.bucket_len + h.key_len, h.etag_len);
-		t[h.etag_len] = '\0';
-		struct chunk_origin o = {
-			.bucket = b, .key = k, .etag = t, .index = h.index,
-			.meta = h.meta_len ? p + h.bucket_len + h.key_len + h.etag_len : NULL,
-			.meta_len = h.meta_len,
-		};
-		cb(arg, &o);
+		if (n == vcap) {
+			vcap = vcap ? vcap * 2 : 256;
+			struct rec *nv = realloc(v, vcap * sizeof *v);
+			if (!nv) {
+				free(names);
+				free(v);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[n].gen = e->gen;
+		v[n].e = e;
+		name_id(names, names + h.bucket_len + 1, &v[n++].name);
 		free(names);
 	}
+	if (n > 0)
+		qsort(v, n, sizeof *v, cmp_rec);
+	for (size_t i = 0; i < n; i++) {
+		struct dent *e = v[i].e;
+		struct hdr h;
+		char *names = NULL;
+		bool stale = i > 0 && cmp_id(&v[i - 1].name, &v[i].name) == 0;
+		if (!stale && rec_names(d, e, &h, var, cap, &names) != 0)
+			continue;
+		const char *b = names, *k = stale ? NULL : names + h.bucket_len + 1;
+		if (stale || tombstoned(t, nt, nexact, b, k, &v[i].name, e->gen)) {
+			entry_drop(d, e);
+			free(names);
+			continue;
+		}
+		const unsigned char *p = *var;
+		struct chunk_origin o = {
+			.bucket = b, .key = k, .etag = k + h.key_len + 1, .index = h.index,
+			.meta = h.meta_len ? p + h.bucket_len + h.key_len + h.etag_len : NULL,
+			.meta_len = h.meta_len, .gen = e->gen,
+		};
+		if (cb)
+			cb(arg, &o);
+		free(names);
+	}
+	free(v);
+	return 0;
+}
+
+/* Recovers metadata under the tombstones, then keeps only the tombstones
+ * an entry on disk is still older than. */
+static int recover(struct disk *d, store_recover_cb cb, void *arg, unsigned char **var,
+                   size_t *cap, char *err, size_t errlen)
+{
+	struct tomb *t;
+	size_t nt;
+	bool torn;
+	int rc = tombs_load(d, &t, &nt, &torn);
+	if (rc < 0) {
+		snprintf(err, errlen, "cache directory %s: reading %s failed: %s", d->dir, TOMB_NAME,
+		         strerror(-rc));
+		return rc;
+	}
+	if (nt > 0)
+		qsort(t, nt, sizeof *t, cmp_tomb);
+	if ((rc = recover_report(d, t, nt, cb, arg, var, cap)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		tombs_free(t, nt);
+		return rc;
+	}
+	size_t keep = 0;
+	for (size_t i = 0; i < nt; i++) {
+		if (t[i].gen > d->min_gen)
+			t[keep++] = t[i];
+		else
+			free(t[i].bucket);
+	}
+	rc = tombs_rewrite(d, t, keep, torn || keep < nt);
+	if (rc < 0)
+		snprintf(err, errlen, "cache directory %s: writing %s failed: %s", d->dir, TOMB_NAME,
+		         strerror(-rc));
+	tombs_free(t, keep);
+	return rc;
 }
 
 struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_bytes,
@@ -820,6 +1176,10 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 	}
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->wlock, NULL);
+	pthread_mutex_init(&d->tlock, NULL);
+	d->tfd = -1;
+	atomic_init(&d->next_gen, 1);
+	d->min_gen = UINT64_MAX;
 	d->capacity = capacity;
 	d->seg_bytes = segment_bytes;
 	uint64_t reserve = segment_bytes < capacity / 4 ? segment_bytes : capacity / 4;
@@ -863,8 +1223,8 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 	if (rc == 0 && (rc = head_ensure(d, 0)) < 0)
 		snprintf(err, errlen, "cache directory %s: cannot create a segment: %s", dir,
 		         strerror(-rc));
-	if (rc == 0 && cb)
-		recover_report(d, cb, cb_arg, &var, &cap);
+	if (rc == 0)
+		rc = recover(d, cb, cb_arg, &var, &cap, err, errlen);
 	free(var);
 	if (rc < 0)
 		goto fail;
@@ -890,10 +1250,13 @@ void disk_close(struct disk *d)
 	}
 	if (d->pol)
 		policy_destroy(d->pol);
+	if (d->tfd >= 0)
+		close(d->tfd);
 	if (d->dirfd >= 0)
 		close(d->dirfd); /* releases the flock */
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->wlock);
+	pthread_mutex_destroy(&d->tlock);
 	free(d->dir);
 	free(d);
 }
@@ -918,6 +1281,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 		.bucket_len = (uint16_t)bl, .key_len = (uint16_t)kl, .etag_len = (uint16_t)el,
 		.meta_len = (uint32_t)ml, .data_len = (uint32_t)len,
 		.data_crc = cks_crc32c(0, data, len),
+		.gen = o && o->gen ? o->gen : disk_next_gen(d),
 	};
 	size_t vl = bl + kl + el + ml;
 	uint64_t esz = entry_size(vl, len);
@@ -941,6 +1305,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 	e->var_len = (uint32_t)vl;
 	e->data_len = (uint32_t)len;
 	e->data_crc = h.data_crc;
+	e->gen = h.gen;
 	e->chunk0 = h.index == 0;
 
 	pthread_mutex_lock(&d->wlock);
@@ -1055,6 +1420,43 @@ int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len)
 		log_warn(TOPIC, "%s: segment %016" PRIx64 ": pread() failed: %s", d->dir, seq,
 		         strerror(-rc));
 	return bad ? -EIO : rc;
+}
+
+uint64_t disk_next_gen(struct disk *d)
+{
+	return atomic_fetch_add(&d->next_gen, 1);
+}
+
+int disk_invalidate(struct disk *d, const char *bucket, const char *key, bool prefix)
+{
+	size_t bl = strlen(bucket), kl = strlen(key);
+	if (bl > UINT16_MAX || kl > UINT16_MAX)
+		return -EINVAL;
+	unsigned char *b = malloc(TOMB_HDR + bl + kl);
+	if (!b)
+		return -ENOMEM;
+	pthread_mutex_lock(&d->tlock);
+	/* Taken under tlock, so the file's records are in generation order. */
+	size_t n = tomb_encode(b, disk_next_gen(d), prefix, bucket, bl, key, kl);
+	struct iovec iov = { b, n };
+	int rc = d->tfd < 0 ? -EBADF : pwritev_all(d->tfd, &iov, 1, d->tsize);
+	if (rc == 0 && fdatasync(d->tfd) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		d->tsize += n;
+		d->tombstones++;
+	} else if (d->tfd >= 0 && ftruncate(d->tfd, (off_t)d->tsize) < 0) {
+		/* A torn record stays: recovery stops there, so later ones would
+		 * be lost. Nothing more is appended after it. */
+		close(d->tfd);
+		d->tfd = -1;
+	}
+	pthread_mutex_unlock(&d->tlock);
+	free(b);
+	if (rc < 0)
+		log_warn(TOPIC, "%s/%s: writing a tombstone for %s/%s%s failed: %s", d->dir, TOMB_NAME,
+		         bucket, key, prefix ? "*" : "", strerror(-rc));
+	return rc;
 }
 
 bool disk_lookup(struct disk *d, const struct chunk_id *id, size_t *len)

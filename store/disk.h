@@ -9,7 +9,10 @@
  *
  * open scans every segment: entries whose header checksum fails end that
  * segment's scan (a torn tail); the index (id -> segment, offset, length)
- * is rebuilt in memory. Data checksums are verified on every read, so a
+ * is rebuilt in memory. Every entry carries a generation (its time order);
+ * the recover callback hears only the newest chunk-0 entry per (bucket,
+ * key), and none that a later tombstone (disk_invalidate) covers. A
+ * directory written in an older format is discarded. Data checksums are verified on every read, so a
  * corrupt entry reads as -EIO and is dropped, never served.
  *
  * Space: used bytes count whole segment files. When writing would pass
@@ -53,6 +56,19 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
  * (checksum failure: the entry is dropped), or another negative errno
  * (the entry is dropped). */
 int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len);
+
+/* Remembers, durably (fdatasync'd before it returns), that the object
+ * (bucket, key) changed, or with prefix every key of bucket starting with
+ * key: after a restart, no chunk-0 entry written before this call gives
+ * its metadata back. Blocks for one small synchronous write. Returns 0 or
+ * negative errno. */
+int disk_invalidate(struct disk *d, const char *bucket, const char *key, bool prefix);
+
+/* A generation for an entry about to be written (chunk_origin.gen). Taken
+ * when the chunk is queued for writing, not when the write runs: a
+ * tombstone written while the write waits in the queue must still count
+ * as newer than the chunk. */
+uint64_t disk_next_gen(struct disk *d);
 
 /* Whether the chunk is held, and its length. */
 bool disk_lookup(struct disk *d, const struct chunk_id *id, size_t *len);

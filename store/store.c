@@ -56,6 +56,8 @@
 #define DEFAULT_SEGMENT_BYTES ((uint64_t)64 << 20)
 /* Consecutive failed NVMe writes after which the tier is switched off. */
 #define DISK_FAIL_LIMIT 5
+#define DISK_RETRY_MIN_MS 1000u   /* a disabled NVMe tier is tried again after this, */
+#define DISK_RETRY_MAX_MS 60000u  /* doubling up to this while it keeps failing */
 /* Read jobs each stand for a FILLING chunk already counted in RAM. */
 #define READ_QUEUE_MAX 1024
 /* Write jobs pin chunks the RAM tier may have let go, outside its bound:
@@ -188,6 +190,8 @@ struct store {
 	struct disk *disk;          /* NULL: RAM only */
 	atomic_bool disk_ok;
 	atomic_uint disk_fail_streak;
+	_Atomic uint64_t disk_retry_at_ms; /* disabled: when to try a write again */
+	atomic_uint disk_retry_ms;         /* the wait after the last failed try */
 
 	pthread_mutex_t q_lock;     /* guards the queues, active, stopping */
 	pthread_cond_t q_cv;
@@ -214,9 +218,19 @@ static struct shard *shard_of(struct store *s, const struct chunk_id *id)
 	return &s->inflight[id->b[8] % INFLIGHT_SHARDS];
 }
 
+static uint64_t now_ms(void)
+{
+	return (uint64_t)(clock_mono_s() * 1000.0);
+}
+
+/* On, or off after write errors but due for another try: the writes (and
+ * reads) made then are the probe that switches it back on. */
 static bool disk_usable(struct store *s)
 {
-	return s->disk && atomic_load_explicit(&s->disk_ok, memory_order_relaxed);
+	if (!s->disk)
+		return false;
+	return atomic_load_explicit(&s->disk_ok, memory_order_relaxed) ||
+	       now_ms() >= atomic_load_explicit(&s->disk_retry_at_ms, memory_order_relaxed);
 }
 
 /* ---- RAM tier (ram_lock held unless said otherwise) ------------------------ */
@@ -444,14 +458,28 @@ static void run_write(struct store *s, struct job *j)
 		atomic_store(&s->disk_fail_streak, 0);
 		count(&s->disk_writes);
 		changed(s, &j->c->id);
+		if (!atomic_exchange(&s->disk_ok, true))
+			log_info("store", "NVMe tier back: a write succeeded again");
 		return;
 	}
 	count(&s->disk_write_errors);
 	unsigned streak = atomic_fetch_add(&s->disk_fail_streak, 1) + 1;
 	log_warn("store", "disk_write() failed: %s", strerror(-r));
-	if (streak >= DISK_FAIL_LIMIT && atomic_exchange(&s->disk_ok, false))
-		log_error("store", "NVMe tier disabled after %u consecutive write failures (%s); "
-		          "serving from RAM only", streak, strerror(-r));
+	if (!atomic_load(&s->disk_ok)) { /* a try while disabled: wait longer */
+		if (now_ms() < atomic_load(&s->disk_retry_at_ms))
+			return; /* another write of the same try already did */
+		unsigned wait = atomic_load(&s->disk_retry_ms) * 2;
+		wait = wait > DISK_RETRY_MAX_MS ? DISK_RETRY_MAX_MS : wait;
+		atomic_store(&s->disk_retry_ms, wait);
+		atomic_store(&s->disk_retry_at_ms, now_ms() + wait);
+	} else if (streak >= DISK_FAIL_LIMIT) {
+		atomic_store(&s->disk_retry_ms, DISK_RETRY_MIN_MS);
+		atomic_store(&s->disk_retry_at_ms, now_ms() + DISK_RETRY_MIN_MS);
+		if (atomic_exchange(&s->disk_ok, false))
+			log_error("store", "NVMe tier disabled after %u consecutive write failures (%s); "
+			          "serving from RAM only, trying again in %u s", streak, strerror(-r),
+			          DISK_RETRY_MIN_MS / 1000);
+	}
 }
 
 static void *io_thread(void *arg)
@@ -735,6 +763,8 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 		chunk_set_state(c, CHUNK_FAILED, reason);
 	if (ok && in_table && write_through && disk_usable(s)) {
 		struct job *j = write_job_new(c, o);
+		if (j) /* ordered before any invalidation that follows */
+			j->o.gen = disk_next_gen(s->disk);
 		if (!j || !job_queue(s, j)) {
 			count(&s->disk_writes_dropped);
 			if (j)
@@ -807,6 +837,13 @@ void store_drop(struct store *s, const struct chunk_id *id)
 	changed(s, id);
 }
 
+int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix)
+{
+	/* Even when the tier is disabled: its entries are still recovered at
+	 * the next start. */
+	return s->disk ? disk_invalidate(s->disk, bucket, key, prefix) : 0;
+}
+
 void store_get_stats(struct store *s, struct store_stats *out)
 {
 	memset(out, 0, sizeof *out);
@@ -828,7 +865,7 @@ void store_get_stats(struct store *s, struct store_stats *out)
 	out->disk_writes_dropped = atomic_load(&s->disk_writes_dropped);
 	out->disk_write_errors = atomic_load(&s->disk_write_errors);
 	out->disk_read_errors = atomic_load(&s->disk_read_errors);
-	out->disk_ok = disk_usable(s);
+	out->disk_ok = s->disk && atomic_load(&s->disk_ok);
 	if (s->disk) {
 		struct disk_stats d;
 		disk_get_stats(s->disk, &d);

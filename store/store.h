@@ -58,6 +58,7 @@ struct chunk_origin {
 	uint64_t index;
 	const void *meta;            /* opaque object metadata (chunk 0 only), or NULL */
 	size_t meta_len;
+	uint64_t gen;                /* NVMe time order; 0: the store assigns it */
 };
 
 /* Called once per chunk-0 entry found on NVMe at store_open, so the
@@ -68,7 +69,8 @@ struct store;
 
 /* Opens (and recovers) the store. Returns NULL with err set when the
  * cache directory cannot be used; a directory that later fails (full,
- * unwritable) only disables the NVMe tier, reported in store_stats. */
+ * unwritable) only disables the NVMe tier for a while (it is tried again,
+ * backing off), reported in store_stats. */
 struct store *store_open(const struct store_config *c, store_recover_cb cb, void *cb_arg,
                          char *err, size_t errlen);
 /* Stops the I/O threads (pending NVMe writes are abandoned, pending NVMe
@@ -110,6 +112,12 @@ void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
  * be evicted the next moment. Does not count as an access. */
 bool store_holds(struct store *s, const struct chunk_id *id);
 
+/* An object (or with prefix, every key of bucket under key) changed: its
+ * metadata on NVMe is made unrecoverable, durably, before this returns
+ * (one small synchronous write: call it where blocking for it is fine).
+ * Chunks stay (they name one version). Returns 0, or negative errno. */
+int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix);
+
 /* Forgets a chunk in every tier (readers holding it keep their bytes).
  * A chunk being produced leaves the in-flight table (its waiters still get
  * its bytes) and is not stored when it completes; a pending NVMe write of
@@ -126,7 +134,7 @@ struct store_stats {
 	uint64_t evictions_ram, evictions_disk;
 	uint64_t disk_write_errors, disk_read_errors, disk_corrupt;
 	uint64_t disk_writes, disk_writes_dropped; /* done; skipped as the queue was full */
-	bool disk_ok;                    /* false once the NVMe tier was disabled */
+	bool disk_ok;                    /* false while the NVMe tier is disabled (write errors) */
 };
 void store_get_stats(struct store *s, struct store_stats *out);
 

@@ -388,10 +388,10 @@ static void test_corrupt_data(void **state)
 	put(d, 1, 1, 0, 10000);
 	put(d, 2, 1, 0, 10000);
 	assert_int_equal(segments(f->dir, names, 8), 1);
-	/* Entry 1 is at 0: a 64-byte header, "bkt", key, etag, then data. */
+	/* Entry 1 is at 0: a 72-byte header, "bkt", key, etag, then data. */
 	struct names nm;
 	struct chunk_origin o = origin_of(&nm, 1, 1, 0);
-	flip_byte(names[0], 64 + 3 + strlen(o.key) + strlen(o.etag) + 777);
+	flip_byte(names[0], 72 + 3 + strlen(o.key) + strlen(o.etag) + 777);
 
 	struct chunk_id id = id_of(1);
 	unsigned char *buf = malloc(10000);
@@ -418,7 +418,7 @@ static void test_corrupt_header(void **state)
 	put(d, 3, 0, 0, 5000);
 	assert_int_equal(segments(f->dir, names, 8), 1);
 	disk_close(d);
-	flip_byte(names[0], 8192 + 64 + 5); /* a byte of entry 2's key */
+	flip_byte(names[0], 8192 + 72 + 5); /* a byte of entry 2's key */
 
 	struct seen seen = { 0 };
 	d = open_ok(f->dir, 16 * MiB, 4 * MiB, on_recover, &seen);

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -666,6 +668,45 @@ static void test_disk_failing(void **state)
 	store_close(s);
 }
 
+/* Writes fail for a while (a file size limit stands in for a full or
+ * failing device): the tier is switched off, and comes back by itself
+ * once writes work again. */
+static void test_disk_comes_back(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/back", tmpdir);
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	produce(s, 300);
+	wait_writes(s, 1);
+	struct rlimit old, lim;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = 2 * CLEN; /* the first entry fits, no second one */
+	void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	for (uint64_t i = 0; i < 12 && stats(s).disk_ok; i++) {
+		produce(s, 301 + i);
+		for (int k = 0; k < 2000 && stats(s).disk_write_errors <= i && stats(s).disk_ok; k++)
+			msleep(1);
+	}
+	struct store_stats st = stats(s);
+	assert_false(st.disk_ok);
+	assert_true(st.disk_write_errors >= 5);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, prev);
+
+	/* The device is fine again: new chunks reach NVMe within seconds. */
+	for (uint64_t i = 0; i < 200 && !(stats(s).disk_ok && stats(s).disk_writes > 1); i++) {
+		produce(s, 400 + i);
+		msleep(50);
+	}
+	st = stats(s);
+	assert_true(st.disk_ok);
+	assert_true(st.disk_writes > 1);
+	store_close(s);
+}
+
 static void test_ram_only_with_dir(void **state)
 {
 	(void)state;
@@ -694,6 +735,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_roundtrip, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_corrupt_refetch, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_failing, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_disk_comes_back, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_ram_only_with_dir, setup_dir, teardown_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
