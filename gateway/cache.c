@@ -36,6 +36,7 @@
 #include "config/clock.h"
 #include "config/log.h"
 #include "gateway/fetch.h"
+#include "gateway/range.h"
 #include "gateway/req.h"
 #include "store/cluster.h"
 #include "store/store.h"
@@ -64,45 +65,6 @@ static bool cacheable_query(const char *q)
 	return true;
 }
 
-/* "bytes=a-b", "bytes=a-", "bytes=-n". Returns 1 valid, 0 absent or
- * ignored: RFC 9110 lets a server ignore an invalid Range, and S3 serves
- * no multi-range requests, answering them with the whole object. */
-static int parse_range(const char *v, struct cread *c)
-{
-	if (!v)
-		return 0;
-	while (*v == ' ')
-		v++;
-	if (strncasecmp(v, "bytes=", 6) != 0)
-		return 0;
-	v += 6;
-	if (strchr(v, ','))
-		return 0;
-	char *end;
-	errno = 0;
-	if (*v == '-') {
-		unsigned long long n = strtoull(v + 1, &end, 10);
-		if (errno || end == v + 1 || *end)
-			return 0;
-		c->suffix = true;
-		c->range_b = n;
-		return 1;
-	}
-	unsigned long long a = strtoull(v, &end, 10);
-	if (errno || end == v || *end != '-')
-		return 0;
-	v = end + 1;
-	unsigned long long b = UINT64_MAX;
-	if (*v) {
-		b = strtoull(v, &end, 10);
-		if (errno || end == v || *end || b < a)
-			return 0;
-	}
-	c->range_a = a;
-	c->range_b = b;
-	return 1;
-}
-
 bool cache_wants(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -116,7 +78,7 @@ bool cache_wants(struct req *r)
 	if (req_header(r, "x-amz-server-side-encryption-customer-algorithm") ||
 	    req_header(r, "x-amz-server-side-encryption-customer-key"))
 		return false;
-	r->cache.want_range = parse_range(req_header(r, "Range"), &r->cache) == 1;
+	r->cache.want_range = range_parse(req_header(r, "Range"), &r->cache.range) == 1;
 	r->cache.head = head;
 	return true;
 }
@@ -396,10 +358,21 @@ static enum MHD_Result respond_s3(struct req *r, enum s3err e, const struct obj_
 {
 	if (e != S3E_INVALID_RANGE || !m)
 		return (req_fail(r, e, NULL), req_respond_error(r));
-	/* 416 carries the size, as S3 says it. */
+	/* 416 names the range asked for and the size, as S3 does. */
 	struct buf body;
-	buf_init(&body, 8192);
-	s3err_xml(e, NULL, r->path, r->id, &body);
+	buf_init(&body, 16384);
+	int rc = buf_printf(&body, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s"
+	                    "</Code><Message>The requested range is not satisfiable</Message>"
+	                    "<RangeRequested>", s3err_code(e));
+	rc = rc ? rc : xml_escape(req_header(r, "Range"), &body);
+	rc = rc ? rc : buf_printf(&body, "</RangeRequested><ActualObjectSize>%" PRIu64
+	                          "</ActualObjectSize><RequestId>", m->size);
+	rc = rc ? rc : xml_escape(r->id, &body);
+	rc = rc ? rc : buf_puts(&body, "</RequestId></Error>");
+	if (rc) {
+		buf_fini(&body);
+		return MHD_NO;
+	}
 	struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p,
 	                                                            MHD_RESPMEM_MUST_COPY);
 	buf_fini(&body);
@@ -470,16 +443,8 @@ enum MHD_Result cache_respond(struct req *r)
 	c->start = 0;
 	c->end = m->size ? m->size - 1 : 0;
 	if (pre == 0 && c->want_range) {
-		if (c->suffix) {
-			if (c->range_b == 0 || m->size == 0)
-				return respond_s3(r, S3E_INVALID_RANGE, m);
-			c->start = c->range_b >= m->size ? 0 : m->size - c->range_b;
-		} else {
-			if (c->range_a >= m->size)
-				return respond_s3(r, S3E_INVALID_RANGE, m);
-			c->start = c->range_a;
-			c->end = c->range_b < m->size ? c->range_b : m->size - 1;
-		}
+		if (range_resolve(&c->range, m->size, &c->start, &c->end) == RANGE_UNSATISFIABLE)
+			return respond_s3(r, S3E_INVALID_RANGE, m);
 		status = 206;
 	}
 	uint64_t len = m->size ? c->end - c->start + 1 : 0;

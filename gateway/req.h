@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "auth/chunked.h"
+#include "gateway/range.h"
 #include "gateway/s3err.h"
 #include "gateway/s3req.h"
 #include "gateway/server.h"
@@ -50,8 +51,8 @@ struct cread {
 	struct req *wake_next;
 
 	/* Range: [start, end] of the object, want_range when a valid one came */
-	bool want_range, suffix;
-	uint64_t range_a, range_b;      /* as asked; range_b = UINT64_MAX: open */
+	bool want_range;
+	struct byte_range range;        /* as asked (gateway/range.h) */
 	uint64_t start, end;            /* resolved; end < size */
 	uint64_t pos;                   /* next byte to send */
 	struct chunk *cur;
