@@ -44,6 +44,7 @@ struct fetch {
 	char etag[130];              /* chunk fetches: If-Match */
 	char *revalidate;            /* meta fetches: If-None-Match */
 	uint64_t index, start;       /* chunk index and its first byte */
+	uint64_t size;               /* the object's size, as its metadata says */
 	struct chunk *c;             /* the chunk being filled (a reference) */
 	struct obj_meta *meta;       /* what the meta fetch learnt (chunk 0's origin) */
 	struct req *owner;           /* meta fetch: answered with upstream's error */
@@ -68,6 +69,7 @@ struct fetch {
 	bool to_holder;              /* this attempt asks that holder */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
+	bool changed;                /* an answer for another version: as good as a 412 */
 	struct buf errbody;
 	char curl_err[CURL_ERROR_SIZE];
 	unsigned attempts;
@@ -310,6 +312,7 @@ static void learn(struct fetch *f)
 	for (size_t i = 0; i < f->resp.n; i++)
 		if (replayed_header(f->resp.v[i].name))
 			buf_printf(&hb, "%s: %s\n", f->resp.v[i].name, f->resp.v[i].value);
+	f->size = size;
 	f->meta = meta_new(size, etag, parse_http_date(resp_header(f, "Last-Modified")),
 	                   buf_cstr(&hb), now);
 	buf_fini(&hb);
@@ -391,10 +394,17 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
 				f->failed_headers = true;
 		} else {
 			uint64_t a, b, total;
+			const char *etag = resp_header(f, "ETag");
 			if (!parse_content_range(resp_header(f, "Content-Range"), &a, &b, &total) ||
 			    a != f->start + atomic_load(&f->c->filled) || b + 1 != f->start + f->c->len) {
 				f->discard = true;
 				f->failed_headers = true;
+			} else if (!etag || strcmp(etag, f->etag) != 0 || total != f->size) {
+				/* An upstream (or a proxy, or a peer) that did not honour
+				 * If-Match answered for another version: the object
+				 * changed, whatever its status says. Never these bytes. */
+				f->discard = true;
+				f->changed = true;
 			}
 		}
 		return len;
@@ -415,7 +425,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 			return len;
 		if (f->meta_kind && !f->meta && f->status >= 300)
 			buf_append(&f->errbody, data, len); /* capped: the rest is dropped */
-		return f->meta || f->failed_headers || f->status == 304 ? 0 : len;
+		return f->meta || f->failed_headers || f->changed || f->status == 304 ? 0 : len;
 	}
 	if (!f->c)
 		return 0;
@@ -441,6 +451,7 @@ static int start_transfer(struct fetch *f)
 	f->hdrs_done = false;
 	f->discard = false;
 	f->failed_headers = false;
+	f->changed = false;
 	buf_reset(&f->errbody);
 	/* In a cluster, a chunk (or an object's metadata) comes from a node
 	 * the directory says holds it, else from its owner node, which fetches
@@ -542,6 +553,7 @@ int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, con
 	f->index = index;
 	f->start = index * chunk_bytes(f);
 	snprintf(f->etag, sizeof f->etag, "%s", m->etag);
+	f->size = m->size;
 	if (index == 0) {
 		meta_ref((struct obj_meta *)m);
 		f->meta = (struct obj_meta *)m;
@@ -592,7 +604,7 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	assert(f->magic == FETCH_MAGIC);
 	bool meta_only = f->meta_kind && !f->c;
 	metrics_upstream_curl(f->easy, f->status, result, f->attempts > 1);
-	if (f->to_peer && !f->cancelled &&
+	if (f->to_peer && !f->cancelled && !f->changed &&
 	    (result != CURLE_OK || f->status == 0 || f->status >= 500 || f->status == 401 ||
 	     f->status == 403) && !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
 		/* The node is gone, refused, or broke off: a holder's failure
@@ -653,9 +665,9 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	size_t filled = atomic_load(&f->c->filled);
 	if (filled == f->c->len) {
 		complete_ok(f);
-	} else if (f->status == 412) {
-		log_info("fetch", "%s/%s changed upstream (412 on If-Match %s)", f->bucket, f->key,
-		         f->etag);
+	} else if (f->status == 412 || f->changed) {
+		log_info("fetch", "%s/%s changed upstream (%s, asked If-Match %s)", f->bucket, f->key,
+		         f->changed ? "answer for another ETag or size" : "412", f->etag);
 		meta_drop(gw->meta, f->bucket, f->key);
 		if (gw->cluster)
 			cluster_publish_invalidate(gw->cluster, f->bucket, f->key);
