@@ -144,6 +144,16 @@ static void resolve(struct req *r)
 	struct gw *gw = r->w->gw;
 	struct cread *c = &r->cache;
 	for (int tries = 0; tries < 3 && !c->meta && !c->has_uerr && !r->has_err; tries++) {
+		/* The fetch it waited for gave up on an upstream failure: so does
+		 * this reader, at once, instead of starting its own into the same
+		 * storm (10 readers made 40 GETs, the last one waited 10 s).
+		 * Checked before the lookup, which would make it the next loader. */
+		long ust;
+		if (c->meta_wait_since &&
+		    fetch_meta_failed(r->s3.bucket, buf_cstr(&r->s3.key), c->meta_wait_since, &ust)) {
+			req_fail(r, ust == 503 ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
+			return;
+		}
 		struct obj_meta *m = NULL;
 		enum meta_role role = meta_lookup(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key),
 		                                  clock_mono_s(), ttl_of(gw->cfg),
@@ -153,6 +163,8 @@ static void resolve(struct req *r)
 			return;
 		}
 		if (role == META_WAIT) {
+			if (!c->meta_wait_since)
+				c->meta_wait_since = clock_mono_s();
 			c->meta_waiting = true;
 			c->meta_loaded = true;
 			return;

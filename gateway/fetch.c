@@ -14,6 +14,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,44 @@ struct fetch {
 	ev_timer retry_timer;
 };
 
+
+/* Recent meta-fetch failures, for the readers that waited on them: a
+ * small table by hash of (bucket, key), shared by every worker. A slot
+ * overwritten by another object only costs that object's waiters a fetch
+ * of their own, as before. */
+#define FAILED_SLOTS 256
+static struct {
+	pthread_mutex_t lock;
+	struct { uint64_t key; double at; long status; } slot[FAILED_SLOTS];
+} failed = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static uint64_t object_hash(const char *bucket, const char *key)
+{
+	struct chunk_id oid;
+	chunk_id_make(bucket, key, "", 0, &oid);
+	return chunk_id_hash(&oid);
+}
+
+static void note_meta_failure(const char *bucket, const char *key, long status)
+{
+	uint64_t h = object_hash(bucket, key);
+	pthread_mutex_lock(&failed.lock);
+	failed.slot[h % FAILED_SLOTS].key = h;
+	failed.slot[h % FAILED_SLOTS].at = clock_mono_s();
+	failed.slot[h % FAILED_SLOTS].status = status;
+	pthread_mutex_unlock(&failed.lock);
+}
+
+bool fetch_meta_failed(const char *bucket, const char *key, double since, long *status)
+{
+	uint64_t h = object_hash(bucket, key);
+	pthread_mutex_lock(&failed.lock);
+	bool hit = failed.slot[h % FAILED_SLOTS].key == h && failed.slot[h % FAILED_SLOTS].at >= since;
+	if (hit)
+		*status = failed.slot[h % FAILED_SLOTS].status;
+	pthread_mutex_unlock(&failed.lock);
+	return hit;
+}
 
 static void fetch_free(struct fetch *f)
 {
@@ -237,11 +276,9 @@ static void asked_cb(void *arg, const char *addr)
  * that both go to the same node whether or not the ETag is known. */
 static uint64_t dir_key_of(const struct fetch *f)
 {
-	struct chunk_id oid;
 	if (f->c && f->index > 0)
 		return chunk_id_hash(&f->c->id);
-	chunk_id_make(f->bucket, f->key, "", 0, &oid);
-	return chunk_id_hash(&oid);
+	return object_hash(f->bucket, f->key);
 }
 
 /* The first try. Where it would go to S3 (this node owns the chunk, and
@@ -650,6 +687,8 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 				meta_unref(neg);
 			}
 		} else if (f->status != 304) {
+			if ((retryable(f->status) || result != CURLE_OK) && !f->failed_headers)
+				note_meta_failure(f->bucket, f->key, f->status);
 			if (f->owner)
 				cache_owner_upstream_error(f->owner, f->status, &f->resp,
 				                           buf_cstr(&f->errbody), f->errbody.len);

@@ -46,6 +46,7 @@ struct cread {
 	struct fetch *meta_fetch;       /* the metadata fetch this request owns */
 	struct chunk_waiter waiter;     /* woken from any thread (wake_async) */
 	bool meta_waiting, chunk_waiting;
+	double meta_wait_since;         /* when it began waiting for another's meta fetch */
 	struct chunk *wait_chunk;       /* the chunk waited on */
 	bool wake_queued;               /* on the worker's wake list (under wake_lock) */
 	struct req *wake_next;

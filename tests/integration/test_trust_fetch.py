@@ -169,7 +169,6 @@ class VersionChecks(TrustCase):
 # ------------------------------------------------------------------ failures
 
 
-@unittest.skip("audit item 8: fix not committed yet")
 class SharedFailure(TrustCase):
 
     def test_readers_share_a_fetch_failure(self):
