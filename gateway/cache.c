@@ -76,7 +76,8 @@ bool cache_wants(struct req *r)
 	if (!cacheable_query(r->query))
 		return false;
 	if (req_header(r, "x-amz-server-side-encryption-customer-algorithm") ||
-	    req_header(r, "x-amz-server-side-encryption-customer-key"))
+	    req_header(r, "x-amz-server-side-encryption-customer-key") ||
+	    req_header(r, "x-amz-server-side-encryption-customer-key-MD5"))
 		return false;
 	r->cache.want_range = range_parse(req_header(r, "Range"), &r->cache.range) == 1;
 	r->cache.head = head;
@@ -143,7 +144,8 @@ static void resolve(struct req *r)
 {
 	struct gw *gw = r->w->gw;
 	struct cread *c = &r->cache;
-	for (int tries = 0; tries < 3 && !c->meta && !c->has_uerr && !r->has_err; tries++) {
+	for (int tries = 0; tries < 3 && !c->meta && !c->has_uerr && !c->pass_through && !r->has_err;
+	     tries++) {
 		/* The fetch it waited for gave up on an upstream failure: so does
 		 * this reader, at once, instead of starting its own into the same
 		 * storm (10 readers made 40 GETs, the last one waited 10 s).
@@ -151,7 +153,10 @@ static void resolve(struct req *r)
 		long ust;
 		if (c->meta_wait_since &&
 		    fetch_meta_failed(r->s3.bucket, buf_cstr(&r->s3.key), c->meta_wait_since, &ust)) {
-			req_fail(r, ust == 503 ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
+			if (ust == FETCH_NOT_CACHEABLE)
+				c->pass_through = true;
+			else
+				req_fail(r, ust == 503 ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
 			return;
 		}
 		struct obj_meta *m = NULL;
@@ -186,6 +191,11 @@ void cache_owner_detach(struct req *owner, struct fetch *f)
 {
 	if (owner->cache.meta_fetch == f)
 		owner->cache.meta_fetch = NULL;
+}
+
+void cache_owner_pass_through(struct req *owner)
+{
+	owner->cache.pass_through = true;
 }
 
 void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,

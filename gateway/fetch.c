@@ -71,6 +71,7 @@ struct fetch {
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
 	bool changed;                /* an answer for another version: as good as a 412 */
+	bool uncacheable;            /* meta fetch: an answer the cache cannot keep */
 	struct buf errbody;
 	char curl_err[CURL_ERROR_SIZE];
 	unsigned attempts;
@@ -339,9 +340,15 @@ static void learn(struct fetch *f)
 	else if (f->status == 200 && resp_header(f, "Content-Length"))
 		ok = (size = strtoull(resp_header(f, "Content-Length"), NULL, 10), true);
 	const char *etag = resp_header(f, "ETag");
-	if (!ok || !etag || !*etag || strlen(etag) >= sizeof f->etag) {
+	if (!ok || !etag || !*etag || strlen(etag) >= sizeof f->etag ||
+	    resp_header(f, "x-amz-server-side-encryption-customer-algorithm")) {
+		/* No ETag to name its chunks by (or one past the limit), no size,
+		 * or encrypted with a customer's key (which must reach S3 on every
+		 * read, whatever this upstream did with it): not cacheable. Its
+		 * readers get the pass-through. */
 		f->discard = true;
 		f->failed_headers = true;
+		f->uncacheable = true;
 		return;
 	}
 	struct buf hb;
@@ -673,6 +680,14 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 		f->attempts--;
 		if (start_transfer(f) == 0)
 			return;
+	}
+	if (meta_only && !f->meta && f->uncacheable) {
+		note_meta_failure(f->bucket, f->key, FETCH_NOT_CACHEABLE);
+		if (f->owner)
+			cache_owner_pass_through(f->owner);
+		meta_publish(gw->meta, f->bucket, f->key, NULL);
+		fetch_free(f);
+		return;
 	}
 	if (meta_only && !f->meta) {
 		/* Never learnt the object: a 5xx is retried; anything else is

@@ -64,6 +64,7 @@ struct cread {
 	unsigned refetches;
 	unsigned restarts;              /* learnt again after a version change */
 	bool miss;                      /* some byte came from upstream */
+	bool pass_through;              /* not cacheable after all: proxy.c serves it */
 
 	/* upstream's own answer when the object could not be learnt (404, 403,
 	 * ...): passed to the client unchanged */
@@ -162,6 +163,7 @@ void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->w
 void cache_owner_detach(struct req *owner, struct fetch *f);
 void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
                                 const char *body, size_t len);
+void cache_owner_pass_through(struct req *owner); /* upstream's answer is not cacheable */
 /* Forgets objects of bucket: the key (exact) or every key under prefix:
  * their chunks in every tier and their metadata, so the next read goes
  * upstream. Thread-safe. *objects gets how many were known. Returns 0. */

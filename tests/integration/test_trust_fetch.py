@@ -202,7 +202,6 @@ class SharedFailure(TrustCase):
 # ------------------------------------------------------------------ pass-through
 
 
-@unittest.skip("audit item 13/17: fix not committed yet")
 class PassThrough(TrustCase):
 
     def test_no_etag_is_served_uncached(self):
