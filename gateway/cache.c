@@ -31,7 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <time.h>
+#include <linux/sockios.h>
 
 #include "config/clock.h"
 #include "config/log.h"
@@ -103,6 +105,7 @@ static void waiter_wake(void *arg)
 }
 
 static void resolve(struct req *r);
+static bool over_budget(const struct req *r, uint64_t extra);
 
 void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
@@ -174,8 +177,15 @@ static void resolve(struct req *r)
 			c->meta_loaded = true;
 			return;
 		}
-		/* META_LOAD: this request learns it, then waits like the others. */
+		/* META_LOAD: this request learns it, then waits like the others.
+		 * Learning brings chunk 0: not past the memory bound. */
 		c->meta_loaded = true;
+		if (over_budget(r, gw->cfg->chunk_bytes)) {
+			meta_unref(m);
+			meta_publish(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), NULL);
+			req_fail(r, S3E_SLOW_DOWN, NULL);
+			return;
+		}
 		c->meta_fetch = fetch_meta_start(r->w, r, r->s3.bucket, buf_cstr(&r->s3.key),
 		                                 m ? m->etag : NULL);
 		meta_unref(m);
@@ -484,7 +494,7 @@ enum MHD_Result cache_respond(struct req *r)
 	if (!c->head && status != 304 && len > 0) {
 		struct chunk *ch = chunk_for(r, c->start / chunk_size(r));
 		if (!ch)
-			return respond_s3(r, S3E_INTERNAL, NULL);
+			return respond_s3(r, c->busy ? S3E_SLOW_DOWN : S3E_INTERNAL, NULL);
 		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
 		int state = atomic_load(&ch->state);
 		uint64_t off = c->start - c->cur_index * chunk_size(r);
@@ -634,7 +644,23 @@ static void release_chunks(struct req *r)
 	release_chunks_as(r, false);
 }
 
-/* A reference to chunk i of the object, fetching it if nobody has it. */
+/* Whether chunk memory (the RAM tier, fetches, read-ahead and what readers
+ * hold, process-wide) plus extra would pass its bound: the RAM tier's size
+ * plus LARDER_INFLIGHT_SIZE (0: the tier's size again; never less than two
+ * chunks, so one reader always gets through). */
+static bool over_budget(const struct req *r, uint64_t extra)
+{
+	const struct cfg *cfg = r->w->gw->cfg;
+	uint64_t budget = cfg->inflight_bytes ? cfg->inflight_bytes : cfg->ram_cache_bytes;
+	if (budget < 2 * (uint64_t)cfg->chunk_bytes)
+		budget = 2 * (uint64_t)cfg->chunk_bytes;
+	return chunk_live_bytes() + extra > cfg->ram_cache_bytes + budget;
+}
+
+/* A reference to chunk i of the object, fetching it if nobody has it.
+ * NULL also when a fetch would pass the memory bound before this reader
+ * answered (c->busy: it gets 503 SlowDown); a reader halfway through its
+ * response still gets its next chunk, one per connection. */
 static struct chunk *get_chunk(struct req *r, uint64_t i)
 {
 	struct gw *gw = r->w->gw;
@@ -648,6 +674,12 @@ static struct chunk *get_chunk(struct req *r, uint64_t i)
 	struct chunk *ch = store_acquire(gw->store, &id, len, &role);
 	if (!ch)
 		return NULL;
+	if (role == STORE_PRODUCE && !r->responded && over_budget(r, 0)) {
+		store_complete(gw->store, ch, false, FETCH_ERR_CANCELLED, NULL);
+		chunk_unref(ch);
+		r->cache.busy = true;
+		return NULL;
+	}
 	if (role == STORE_PRODUCE) {
 		r->cache.miss = true;
 		if (fetch_chunk_start(r->w, ch, r->s3.bucket, buf_cstr(&r->s3.key), m, i,
@@ -657,15 +689,54 @@ static struct chunk *get_chunk(struct req *r, uint64_t i)
 	return ch;
 }
 
+/* Bytes handed to the kernel for this client that it has not taken yet
+ * (the socket's send queue: several MiB that a client that stopped reading
+ * still seems to have taken). 0 when unknown. */
+static uint64_t unsent_bytes(const struct req *r)
+{
+#ifdef SIOCOUTQ
+	const union MHD_ConnectionInfo *ci =
+		r->conn ? MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+	int queued = 0;
+	if (ci && ioctl(ci->connect_fd, SIOCOUTQ, &queued) == 0 && queued > 0)
+		return (uint64_t)queued;
+#else
+	(void)r;
+#endif
+	return 0;
+}
+
+/* How many chunks to keep ahead of the client: as many as it has shown it
+ * reads. One at first, one more for every 1/LARDER_READAHEAD of a chunk its
+ * client took (bytes sent minus the socket's send queue), so a client that
+ * reads has the whole read-ahead once it took one chunk's worth (what
+ * readahead 8 bought for a cold shard is kept), and one that stops holds
+ * two chunks, not 1 + LARDER_READAHEAD. */
+static unsigned ahead_wanted(const struct req *r)
+{
+	const struct cread *c = &r->cache;
+	unsigned n = r->w->gw->cfg->readahead_chunks;
+	if (n > READAHEAD_MAX)
+		n = READAHEAD_MAX;
+	if (c->window >= n)
+		return n; /* it never shrinks: no need to ask the kernel */
+	uint64_t sent = c->pos - c->start, unsent = unsent_bytes(r);
+	uint64_t taken = sent > unsent ? sent - unsent : 0;
+	uint64_t step = chunk_size(r) / (n ? n : 1);
+	uint64_t want = 1 + taken / (step ? step : 1);
+	return want < n ? (unsigned)want : n;
+}
+
 /* Keeps the next chunks of the range in flight (bounded, in parallel), so
- * one client reading a large object gets several upstream connections. */
+ * one client reading a large object gets several upstream connections.
+ * None is started while chunk memory is at its bound: it is fetched when
+ * the reader gets there. */
 static void read_ahead(struct req *r, uint64_t i)
 {
 	struct cread *c = &r->cache;
 	uint64_t cs = chunk_size(r), last = c->end / cs;
-	unsigned n = r->w->gw->cfg->readahead_chunks;
-	if (n > READAHEAD_MAX)
-		n = READAHEAD_MAX;
+	unsigned n = ahead_wanted(r);
+	c->window = n;
 	for (unsigned k = 0; k < READAHEAD_MAX; k++)
 		if (c->ahead[k] && (c->ahead_index[k] <= i || c->ahead_index[k] > i + n)) {
 			chunk_unref(c->ahead[k]);
@@ -682,6 +753,8 @@ static void read_ahead(struct req *r, uint64_t i)
 		}
 		if (have || free_slot == READAHEAD_MAX)
 			continue;
+		if (over_budget(r, cs))
+			break;
 		c->ahead[free_slot] = get_chunk(r, j);
 		c->ahead_index[free_slot] = j;
 	}
@@ -693,8 +766,8 @@ static struct chunk *chunk_for(struct req *r, uint64_t i)
 	struct cread *c = &r->cache;
 	if (c->cur && c->cur_index == i) {
 		/* Handed over by the fetch that learnt the object: start the
-		 * read-ahead now, once. */
-		if (!c->head && c->ahead_from != i + 1) {
+		 * read-ahead now; widen it as the client reads. */
+		if (!c->head && (c->ahead_from != i + 1 || ahead_wanted(r) > c->window)) {
 			c->ahead_from = i + 1;
 			read_ahead(r, i);
 		}

@@ -59,6 +59,8 @@ struct cread {
 	struct chunk *cur;
 	uint64_t cur_index;
 	uint64_t ahead_from;            /* 1 + the chunk read-ahead last started from */
+	unsigned window;                /* chunks read ahead now: grows as the client reads */
+	bool busy;                      /* refused a fetch: chunk memory is at its bound */
 	struct chunk *ahead[READAHEAD_MAX];
 	uint64_t ahead_index[READAHEAD_MAX];
 	unsigned refetches;
