@@ -356,6 +356,9 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 	MHD_add_response_header(resp, "ETag", m->etag);
 }
 
+/* libmicrohttpd's buffer for a body copied out of the chunks. */
+#define BODY_BLOCK (256 * 1024)
+
 static uint64_t chunk_size(const struct req *r)
 {
 	return r->w->gw->cfg->chunk_bytes;
@@ -538,7 +541,7 @@ enum MHD_Result cache_respond(struct req *r)
 		resp = MHD_create_response_from_callback(status == 304 ? 0 : len, 4096, read_body, r,
 		                                         body_done);
 	} else {
-		resp = MHD_create_response_from_callback(len, 256 * 1024, read_body, r, body_done);
+		resp = MHD_create_response_from_callback(len, BODY_BLOCK, read_body, r, body_done);
 	}
 	if (!resp)
 		return MHD_NO;
@@ -707,11 +710,12 @@ static uint64_t unsent_bytes(const struct req *r)
 }
 
 /* How many chunks to keep ahead of the client: as many as it has shown it
- * reads. One at first, one more for every 1/LARDER_READAHEAD of a chunk its
- * client took (bytes sent minus the socket's send queue), so a client that
- * reads has the whole read-ahead once it took one chunk's worth (what
- * readahead 8 bought for a cold shard is kept), and one that stops holds
- * two chunks, not 1 + LARDER_READAHEAD. */
+ * reads. One at first, one more for every 1/(4 x LARDER_READAHEAD) of a
+ * chunk its client took (bytes sent minus the socket's send queue and
+ * libmicrohttpd's buffer), so a client that reads has the whole read-ahead
+ * once it took a quarter chunk (what readahead 8 bought for a cold shard
+ * is kept: a window that grew per whole chunk cost a 64 MiB read 20%), and
+ * one that stops holds two chunks, not 1 + LARDER_READAHEAD. */
 static unsigned ahead_wanted(const struct req *r)
 {
 	const struct cread *c = &r->cache;
@@ -720,9 +724,9 @@ static unsigned ahead_wanted(const struct req *r)
 		n = READAHEAD_MAX;
 	if (c->window >= n)
 		return n; /* it never shrinks: no need to ask the kernel */
-	uint64_t sent = c->pos - c->start, unsent = unsent_bytes(r);
+	uint64_t sent = c->pos - c->start, unsent = unsent_bytes(r) + BODY_BLOCK;
 	uint64_t taken = sent > unsent ? sent - unsent : 0;
-	uint64_t step = chunk_size(r) / (n ? n : 1);
+	uint64_t step = chunk_size(r) / (4 * (n ? n : 1));
 	uint64_t want = 1 + taken / (step ? step : 1);
 	return want < n ? (unsigned)want : n;
 }
