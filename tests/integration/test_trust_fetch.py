@@ -339,5 +339,23 @@ class ManyStalledReaders(StalledBase):
         self.reader_gets_through()
 
 
+
+class ReadAheadKeepsUp(TrustCase):
+    """The window that follows the client must still run ahead of one that reads:
+    with 300 ms to each upstream first byte, ten chunks read one after another
+    would take 3 s."""
+    EXTRA_ENV = {"LARDER_READAHEAD": "8"}
+
+    def test_reading_client_gets_parallel_fetches(self):
+        data = blob(50, 10 * MiB)
+        self.origin.put(BUCKET, "ahead", data)
+        self.origin.delay_next(300, n=100, key="ahead")
+        t0 = time.monotonic()
+        r = self.get("ahead")
+        took = time.monotonic() - t0
+        self.assertTrue(r.status == 200 and r.complete and r.body == data, r)
+        self.assertLess(took, 1.8, "a cold 10-chunk read took %.2f s" % took)
+
+
 if __name__ == "__main__":
     unittest.main()
