@@ -340,6 +340,19 @@ class ManyStalledReaders(StalledBase):
 
 
 
+class InflightSetting(StalledBase):
+    EXTRA_ENV = dict(StalledBase.EXTRA_ENV, LARDER_INFLIGHT_SIZE="16MiB")
+
+    def test_setting_lowers_the_bound(self):
+        """RAM tier 64 MiB + LARDER_INFLIGHT_SIZE 16 MiB: seven stalled readers (two
+        8 MiB chunks each, 112 MiB, under the default bound of 128) pass it."""
+        data = blob(43, 40 * MiB)
+        grew, heads = self.stall("setting", 7, data)
+        del data
+        self.assertIn(b"HTTP/1.1 503 Service Unavailable", heads, "grew %.0f MiB" % grew)
+        self.assertLess(grew, 64 + 16 + 48, "grew %.0f MiB" % grew)
+
+
 class ReadAheadKeepsUp(TrustCase):
     """The window that follows the client must still run ahead of one that reads:
     with 300 ms to each upstream first byte, ten chunks read one after another
