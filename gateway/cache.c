@@ -16,7 +16,10 @@
  *
  * What is not cached, and goes through the pass-through instead: requests
  * with versionId, partNumber or other sub-resources, SSE-C (the customer's
- * key must reach S3 every time), multi-range requests.
+ * key must reach S3 every time), and objects whose first answer cannot be
+ * kept (no usable ETag or size, or an SSE-C answer: fetch.c decides, and
+ * cache_owner_pass_through / the waiters hand the request back to proxy.c).
+ * A multi-range request is served the whole object, as S3 does.
  *
  * x-amz-checksum-mode (current SDKs send it on every GetObject) is served
  * from the cache without x-amz-checksum-* headers: S3 returns no whole-object
