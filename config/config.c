@@ -101,6 +101,8 @@ static const struct setting settings[] = {
 	SET("cache", "metadata_ttl", "LARDER_METADATA_TTL", K_TTL, metadata_ttl_s, 0, 100000000),
 	SET("cache", "negative_ttl", "LARDER_NEGATIVE_TTL", K_UINT, negative_ttl_s, 0, 86400),
 	SET("cache", "readahead", "LARDER_READAHEAD", K_UINT, readahead_chunks, 0, 64),
+	SET("cache", "inflight_size", "LARDER_INFLIGHT_SIZE", K_SIZE, inflight_bytes, 0,
+	    1ul << 50),
 	SET("admin", "listen", "LARDER_ADMIN_LISTEN", K_ADMIN, admin_host, 0, 0),
 	SET("admin", "token", "LARDER_ADMIN_TOKEN", K_TOKEN, admin_token, 16, 256),
 	SET("cluster", "redis_url", "LARDER_REDIS_URL", K_PATH, redis_url, 0, 0),

@@ -86,6 +86,8 @@ struct cfg {
 	long metadata_ttl_s;          /* LARDER_METADATA_TTL: seconds, -1 = "immutable"; 60 */
 	unsigned negative_ttl_s;      /* LARDER_NEGATIVE_TTL: seconds a 404 is cached; 0 = off */
 	unsigned readahead_chunks;    /* LARDER_READAHEAD: chunks fetched ahead of a reader, 8 */
+	size_t inflight_bytes;        /* LARDER_INFLIGHT_SIZE: chunk bytes beyond the RAM tier;
+	                                 0 = the RAM tier's size */
 
 	/* [admin] */
 	char *admin_host;             /* LARDER_ADMIN_LISTEN host, default 127.0.0.1;

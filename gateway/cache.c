@@ -16,7 +16,10 @@
  *
  * What is not cached, and goes through the pass-through instead: requests
  * with versionId, partNumber or other sub-resources, SSE-C (the customer's
- * key must reach S3 every time), multi-range requests.
+ * key must reach S3 every time), and objects whose first answer cannot be
+ * kept (no usable ETag or size, or an SSE-C answer: fetch.c decides, and
+ * cache_owner_pass_through / the waiters hand the request back to proxy.c).
+ * A multi-range request is served the whole object, as S3 does.
  *
  * x-amz-checksum-mode (current SDKs send it on every GetObject) is served
  * from the cache without x-amz-checksum-* headers: S3 returns no whole-object
@@ -31,11 +34,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <time.h>
+#include <linux/sockios.h>
 
 #include "config/clock.h"
 #include "config/log.h"
 #include "gateway/fetch.h"
+#include "gateway/range.h"
 #include "gateway/req.h"
 #include "store/cluster.h"
 #include "store/store.h"
@@ -64,45 +70,6 @@ static bool cacheable_query(const char *q)
 	return true;
 }
 
-/* "bytes=a-b", "bytes=a-", "bytes=-n". Returns 1 valid, 0 absent or
- * ignored: RFC 9110 lets a server ignore an invalid Range, and S3 serves
- * no multi-range requests, answering them with the whole object. */
-static int parse_range(const char *v, struct cread *c)
-{
-	if (!v)
-		return 0;
-	while (*v == ' ')
-		v++;
-	if (strncasecmp(v, "bytes=", 6) != 0)
-		return 0;
-	v += 6;
-	if (strchr(v, ','))
-		return 0;
-	char *end;
-	errno = 0;
-	if (*v == '-') {
-		unsigned long long n = strtoull(v + 1, &end, 10);
-		if (errno || end == v + 1 || *end)
-			return 0;
-		c->suffix = true;
-		c->range_b = n;
-		return 1;
-	}
-	unsigned long long a = strtoull(v, &end, 10);
-	if (errno || end == v || *end != '-')
-		return 0;
-	v = end + 1;
-	unsigned long long b = UINT64_MAX;
-	if (*v) {
-		b = strtoull(v, &end, 10);
-		if (errno || end == v || *end || b < a)
-			return 0;
-	}
-	c->range_a = a;
-	c->range_b = b;
-	return 1;
-}
-
 bool cache_wants(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -114,9 +81,10 @@ bool cache_wants(struct req *r)
 	if (!cacheable_query(r->query))
 		return false;
 	if (req_header(r, "x-amz-server-side-encryption-customer-algorithm") ||
-	    req_header(r, "x-amz-server-side-encryption-customer-key"))
+	    req_header(r, "x-amz-server-side-encryption-customer-key") ||
+	    req_header(r, "x-amz-server-side-encryption-customer-key-MD5"))
 		return false;
-	r->cache.want_range = parse_range(req_header(r, "Range"), &r->cache) == 1;
+	r->cache.want_range = range_parse(req_header(r, "Range"), &r->cache.range) == 1;
 	r->cache.head = head;
 	return true;
 }
@@ -140,6 +108,7 @@ static void waiter_wake(void *arg)
 }
 
 static void resolve(struct req *r);
+static bool over_budget(const struct req *r, uint64_t extra);
 
 void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
@@ -181,7 +150,21 @@ static void resolve(struct req *r)
 {
 	struct gw *gw = r->w->gw;
 	struct cread *c = &r->cache;
-	for (int tries = 0; tries < 3 && !c->meta && !c->has_uerr && !r->has_err; tries++) {
+	for (int tries = 0; tries < 3 && !c->meta && !c->has_uerr && !c->pass_through && !r->has_err;
+	     tries++) {
+		/* The fetch it waited for gave up on an upstream failure: so does
+		 * this reader, at once, instead of starting its own into the same
+		 * storm (10 readers made 40 GETs, the last one waited 10 s).
+		 * Checked before the lookup, which would make it the next loader. */
+		long ust;
+		if (c->meta_wait_since &&
+		    fetch_meta_failed(r->s3.bucket, buf_cstr(&r->s3.key), c->meta_wait_since, &ust)) {
+			if (ust == FETCH_NOT_CACHEABLE)
+				c->pass_through = true;
+			else
+				req_fail(r, ust == 503 ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
+			return;
+		}
 		struct obj_meta *m = NULL;
 		enum meta_role role = meta_lookup(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key),
 		                                  clock_mono_s(), ttl_of(gw->cfg),
@@ -191,12 +174,21 @@ static void resolve(struct req *r)
 			return;
 		}
 		if (role == META_WAIT) {
+			if (!c->meta_wait_since)
+				c->meta_wait_since = clock_mono_s();
 			c->meta_waiting = true;
 			c->meta_loaded = true;
 			return;
 		}
-		/* META_LOAD: this request learns it, then waits like the others. */
+		/* META_LOAD: this request learns it, then waits like the others.
+		 * Learning brings chunk 0: not past the memory bound. */
 		c->meta_loaded = true;
+		if (over_budget(r, gw->cfg->chunk_bytes)) {
+			meta_unref(m);
+			meta_publish(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), NULL);
+			req_fail(r, S3E_SLOW_DOWN, NULL);
+			return;
+		}
 		c->meta_fetch = fetch_meta_start(r->w, r, r->s3.bucket, buf_cstr(&r->s3.key),
 		                                 m ? m->etag : NULL);
 		meta_unref(m);
@@ -212,6 +204,11 @@ void cache_owner_detach(struct req *owner, struct fetch *f)
 {
 	if (owner->cache.meta_fetch == f)
 		owner->cache.meta_fetch = NULL;
+}
+
+void cache_owner_pass_through(struct req *owner)
+{
+	owner->cache.pass_through = true;
 }
 
 void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
@@ -362,6 +359,9 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 	MHD_add_response_header(resp, "ETag", m->etag);
 }
 
+/* libmicrohttpd's buffer for a body copied out of the chunks. */
+#define BODY_BLOCK (256 * 1024)
+
 static uint64_t chunk_size(const struct req *r)
 {
 	return r->w->gw->cfg->chunk_bytes;
@@ -408,10 +408,21 @@ static enum MHD_Result respond_s3(struct req *r, enum s3err e, const struct obj_
 {
 	if (e != S3E_INVALID_RANGE || !m)
 		return (req_fail(r, e, NULL), req_respond_error(r));
-	/* 416 carries the size, as S3 says it. */
+	/* 416 names the range asked for and the size, as S3 does. */
 	struct buf body;
-	buf_init(&body, 8192);
-	s3err_xml(e, NULL, r->path, r->id, &body);
+	buf_init(&body, 16384);
+	int rc = buf_printf(&body, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s"
+	                    "</Code><Message>The requested range is not satisfiable</Message>"
+	                    "<RangeRequested>", s3err_code(e));
+	rc = rc ? rc : xml_escape(req_header(r, "Range"), &body);
+	rc = rc ? rc : buf_printf(&body, "</RangeRequested><ActualObjectSize>%" PRIu64
+	                          "</ActualObjectSize><RequestId>", m->size);
+	rc = rc ? rc : xml_escape(r->id, &body);
+	rc = rc ? rc : buf_puts(&body, "</RequestId></Error>");
+	if (rc) {
+		buf_fini(&body);
+		return MHD_NO;
+	}
 	struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p,
 	                                                            MHD_RESPMEM_MUST_COPY);
 	buf_fini(&body);
@@ -482,16 +493,8 @@ enum MHD_Result cache_respond(struct req *r)
 	c->start = 0;
 	c->end = m->size ? m->size - 1 : 0;
 	if (pre == 0 && c->want_range) {
-		if (c->suffix) {
-			if (c->range_b == 0 || m->size == 0)
-				return respond_s3(r, S3E_INVALID_RANGE, m);
-			c->start = c->range_b >= m->size ? 0 : m->size - c->range_b;
-		} else {
-			if (c->range_a >= m->size)
-				return respond_s3(r, S3E_INVALID_RANGE, m);
-			c->start = c->range_a;
-			c->end = c->range_b < m->size ? c->range_b : m->size - 1;
-		}
+		if (range_resolve(&c->range, m->size, &c->start, &c->end) == RANGE_UNSATISFIABLE)
+			return respond_s3(r, S3E_INVALID_RANGE, m);
 		status = 206;
 	}
 	uint64_t len = m->size ? c->end - c->start + 1 : 0;
@@ -509,7 +512,7 @@ enum MHD_Result cache_respond(struct req *r)
 	if (!c->head && status != 304 && len > 0) {
 		struct chunk *ch = chunk_for(r, c->start / chunk_size(r));
 		if (!ch)
-			return respond_s3(r, S3E_INTERNAL, NULL);
+			return respond_s3(r, c->busy ? S3E_SLOW_DOWN : S3E_INTERNAL, NULL);
 		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
 		int state = atomic_load(&ch->state);
 		uint64_t off = c->start - c->cur_index * chunk_size(r);
@@ -554,7 +557,7 @@ enum MHD_Result cache_respond(struct req *r)
 		resp = MHD_create_response_from_callback(status == 304 ? 0 : len, 4096, read_body, r,
 		                                         body_done);
 	} else {
-		resp = MHD_create_response_from_callback(len, 256 * 1024, read_body, r, body_done);
+		resp = MHD_create_response_from_callback(len, BODY_BLOCK, read_body, r, body_done);
 	}
 	if (!resp)
 		return MHD_NO;
@@ -660,7 +663,23 @@ static void release_chunks(struct req *r)
 	release_chunks_as(r, false);
 }
 
-/* A reference to chunk i of the object, fetching it if nobody has it. */
+/* Whether chunk memory (the RAM tier, fetches, read-ahead and what readers
+ * hold, process-wide) plus extra would pass its bound: the RAM tier's size
+ * plus LARDER_INFLIGHT_SIZE (0: the tier's size again; never less than two
+ * chunks, so one reader always gets through). */
+static bool over_budget(const struct req *r, uint64_t extra)
+{
+	const struct cfg *cfg = r->w->gw->cfg;
+	uint64_t budget = cfg->inflight_bytes ? cfg->inflight_bytes : cfg->ram_cache_bytes;
+	if (budget < 2 * (uint64_t)cfg->chunk_bytes)
+		budget = 2 * (uint64_t)cfg->chunk_bytes;
+	return chunk_live_bytes() + extra > cfg->ram_cache_bytes + budget;
+}
+
+/* A reference to chunk i of the object, fetching it if nobody has it.
+ * NULL also when a fetch would pass the memory bound before this reader
+ * answered (c->busy: it gets 503 SlowDown); a reader halfway through its
+ * response still gets its next chunk, one per connection. */
 static struct chunk *get_chunk(struct req *r, uint64_t i)
 {
 	struct gw *gw = r->w->gw;
@@ -674,6 +693,12 @@ static struct chunk *get_chunk(struct req *r, uint64_t i)
 	struct chunk *ch = store_acquire(gw->store, &id, len, &role);
 	if (!ch)
 		return NULL;
+	if (role == STORE_PRODUCE && !r->responded && over_budget(r, 0)) {
+		store_complete(gw->store, ch, false, FETCH_ERR_CANCELLED, NULL);
+		chunk_unref(ch);
+		r->cache.busy = true;
+		return NULL;
+	}
 	if (role == STORE_PRODUCE) {
 		r->cache.miss = true;
 		if (fetch_chunk_start(r->w, ch, r->s3.bucket, buf_cstr(&r->s3.key), m, i,
@@ -683,15 +708,55 @@ static struct chunk *get_chunk(struct req *r, uint64_t i)
 	return ch;
 }
 
+/* Bytes handed to the kernel for this client that it has not taken yet
+ * (the socket's send queue: several MiB that a client that stopped reading
+ * still seems to have taken). 0 when unknown. */
+static uint64_t unsent_bytes(const struct req *r)
+{
+#ifdef SIOCOUTQ
+	const union MHD_ConnectionInfo *ci =
+		r->conn ? MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+	int queued = 0;
+	if (ci && ioctl(ci->connect_fd, SIOCOUTQ, &queued) == 0 && queued > 0)
+		return (uint64_t)queued;
+#else
+	(void)r;
+#endif
+	return 0;
+}
+
+/* How many chunks to keep ahead of the client: as many as it has shown it
+ * reads. One at first, one more for every 1/(4 x LARDER_READAHEAD) of a
+ * chunk its client took (bytes sent minus the socket's send queue and
+ * libmicrohttpd's buffer), so a client that reads has the whole read-ahead
+ * once it took a quarter chunk (what readahead 8 bought for a cold shard
+ * is kept: a window that grew per whole chunk cost a 64 MiB read 20%), and
+ * one that stops holds two chunks, not 1 + LARDER_READAHEAD. */
+static unsigned ahead_wanted(const struct req *r)
+{
+	const struct cread *c = &r->cache;
+	unsigned n = r->w->gw->cfg->readahead_chunks;
+	if (n > READAHEAD_MAX)
+		n = READAHEAD_MAX;
+	if (c->window >= n)
+		return n; /* it never shrinks: no need to ask the kernel */
+	uint64_t sent = c->pos - c->start, unsent = unsent_bytes(r) + BODY_BLOCK;
+	uint64_t taken = sent > unsent ? sent - unsent : 0;
+	uint64_t step = chunk_size(r) / (4 * (n ? n : 1));
+	uint64_t want = 1 + taken / (step ? step : 1);
+	return want < n ? (unsigned)want : n;
+}
+
 /* Keeps the next chunks of the range in flight (bounded, in parallel), so
- * one client reading a large object gets several upstream connections. */
+ * one client reading a large object gets several upstream connections.
+ * None is started while chunk memory is at its bound: it is fetched when
+ * the reader gets there. */
 static void read_ahead(struct req *r, uint64_t i)
 {
 	struct cread *c = &r->cache;
 	uint64_t cs = chunk_size(r), last = c->end / cs;
-	unsigned n = r->w->gw->cfg->readahead_chunks;
-	if (n > READAHEAD_MAX)
-		n = READAHEAD_MAX;
+	unsigned n = ahead_wanted(r);
+	c->window = n;
 	for (unsigned k = 0; k < READAHEAD_MAX; k++)
 		if (c->ahead[k] && (c->ahead_index[k] <= i || c->ahead_index[k] > i + n)) {
 			chunk_unref(c->ahead[k]);
@@ -708,6 +773,8 @@ static void read_ahead(struct req *r, uint64_t i)
 		}
 		if (have || free_slot == READAHEAD_MAX)
 			continue;
+		if (over_budget(r, cs))
+			break;
 		c->ahead[free_slot] = get_chunk(r, j);
 		c->ahead_index[free_slot] = j;
 	}
@@ -719,8 +786,8 @@ static struct chunk *chunk_for(struct req *r, uint64_t i)
 	struct cread *c = &r->cache;
 	if (c->cur && c->cur_index == i) {
 		/* Handed over by the fetch that learnt the object: start the
-		 * read-ahead now, once. */
-		if (!c->head && c->ahead_from != i + 1) {
+		 * read-ahead now; widen it as the client reads. */
+		if (!c->head && (c->ahead_from != i + 1 || ahead_wanted(r) > c->window)) {
 			c->ahead_from = i + 1;
 			read_ahead(r, i);
 		}

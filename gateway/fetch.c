@@ -14,6 +14,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ struct fetch {
 	char etag[130];              /* chunk fetches: If-Match */
 	char *revalidate;            /* meta fetches: If-None-Match */
 	uint64_t index, start;       /* chunk index and its first byte */
+	uint64_t size;               /* the object's size, as its metadata says */
 	struct chunk *c;             /* the chunk being filled (a reference) */
 	struct obj_meta *meta;       /* what the meta fetch learnt (chunk 0's origin) */
 	struct req *owner;           /* meta fetch: answered with upstream's error */
@@ -68,12 +70,52 @@ struct fetch {
 	bool to_holder;              /* this attempt asks that holder */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
+	bool changed;                /* an answer for another version: as good as a 412 */
+	bool uncacheable;            /* meta fetch: an answer the cache cannot keep */
 	struct buf errbody;
 	char curl_err[CURL_ERROR_SIZE];
 	unsigned attempts;
 	ev_timer retry_timer;
 };
 
+
+/* Recent meta-fetch failures, for the readers that waited on them: a
+ * small table by hash of (bucket, key), shared by every worker. A slot
+ * overwritten by another object only costs that object's waiters a fetch
+ * of their own, as before. */
+#define FAILED_SLOTS 256
+static struct {
+	pthread_mutex_t lock;
+	struct { uint64_t key; double at; long status; } slot[FAILED_SLOTS];
+} failed = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static uint64_t object_hash(const char *bucket, const char *key)
+{
+	struct chunk_id oid;
+	chunk_id_make(bucket, key, "", 0, &oid);
+	return chunk_id_hash(&oid);
+}
+
+static void note_meta_failure(const char *bucket, const char *key, long status)
+{
+	uint64_t h = object_hash(bucket, key);
+	pthread_mutex_lock(&failed.lock);
+	failed.slot[h % FAILED_SLOTS].key = h;
+	failed.slot[h % FAILED_SLOTS].at = clock_mono_s();
+	failed.slot[h % FAILED_SLOTS].status = status;
+	pthread_mutex_unlock(&failed.lock);
+}
+
+bool fetch_meta_failed(const char *bucket, const char *key, double since, long *status)
+{
+	uint64_t h = object_hash(bucket, key);
+	pthread_mutex_lock(&failed.lock);
+	bool hit = failed.slot[h % FAILED_SLOTS].key == h && failed.slot[h % FAILED_SLOTS].at >= since;
+	if (hit)
+		*status = failed.slot[h % FAILED_SLOTS].status;
+	pthread_mutex_unlock(&failed.lock);
+	return hit;
+}
 
 static void fetch_free(struct fetch *f)
 {
@@ -235,11 +277,9 @@ static void asked_cb(void *arg, const char *addr)
  * that both go to the same node whether or not the ETag is known. */
 static uint64_t dir_key_of(const struct fetch *f)
 {
-	struct chunk_id oid;
 	if (f->c && f->index > 0)
 		return chunk_id_hash(&f->c->id);
-	chunk_id_make(f->bucket, f->key, "", 0, &oid);
-	return chunk_id_hash(&oid);
+	return object_hash(f->bucket, f->key);
 }
 
 /* The first try. Where it would go to S3 (this node owns the chunk, and
@@ -300,9 +340,15 @@ static void learn(struct fetch *f)
 	else if (f->status == 200 && resp_header(f, "Content-Length"))
 		ok = (size = strtoull(resp_header(f, "Content-Length"), NULL, 10), true);
 	const char *etag = resp_header(f, "ETag");
-	if (!ok || !etag || !*etag || strlen(etag) >= sizeof f->etag) {
+	if (!ok || !etag || !*etag || strlen(etag) >= sizeof f->etag ||
+	    resp_header(f, "x-amz-server-side-encryption-customer-algorithm")) {
+		/* No ETag to name its chunks by (or one past the limit), no size,
+		 * or encrypted with a customer's key (which must reach S3 on every
+		 * read, whatever this upstream did with it): not cacheable. Its
+		 * readers get the pass-through. */
 		f->discard = true;
 		f->failed_headers = true;
+		f->uncacheable = true;
 		return;
 	}
 	struct buf hb;
@@ -310,6 +356,7 @@ static void learn(struct fetch *f)
 	for (size_t i = 0; i < f->resp.n; i++)
 		if (replayed_header(f->resp.v[i].name))
 			buf_printf(&hb, "%s: %s\n", f->resp.v[i].name, f->resp.v[i].value);
+	f->size = size;
 	f->meta = meta_new(size, etag, parse_http_date(resp_header(f, "Last-Modified")),
 	                   buf_cstr(&hb), now);
 	buf_fini(&hb);
@@ -391,10 +438,17 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
 				f->failed_headers = true;
 		} else {
 			uint64_t a, b, total;
+			const char *etag = resp_header(f, "ETag");
 			if (!parse_content_range(resp_header(f, "Content-Range"), &a, &b, &total) ||
 			    a != f->start + atomic_load(&f->c->filled) || b + 1 != f->start + f->c->len) {
 				f->discard = true;
 				f->failed_headers = true;
+			} else if (!etag || strcmp(etag, f->etag) != 0 || total != f->size) {
+				/* An upstream (or a proxy, or a peer) that did not honour
+				 * If-Match answered for another version: the object
+				 * changed, whatever its status says. Never these bytes. */
+				f->discard = true;
+				f->changed = true;
 			}
 		}
 		return len;
@@ -415,7 +469,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 			return len;
 		if (f->meta_kind && !f->meta && f->status >= 300)
 			buf_append(&f->errbody, data, len); /* capped: the rest is dropped */
-		return f->meta || f->failed_headers || f->status == 304 ? 0 : len;
+		return f->meta || f->failed_headers || f->changed || f->status == 304 ? 0 : len;
 	}
 	if (!f->c)
 		return 0;
@@ -441,6 +495,7 @@ static int start_transfer(struct fetch *f)
 	f->hdrs_done = false;
 	f->discard = false;
 	f->failed_headers = false;
+	f->changed = false;
 	buf_reset(&f->errbody);
 	/* In a cluster, a chunk (or an object's metadata) comes from a node
 	 * the directory says holds it, else from its owner node, which fetches
@@ -542,6 +597,7 @@ int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, con
 	f->index = index;
 	f->start = index * chunk_bytes(f);
 	snprintf(f->etag, sizeof f->etag, "%s", m->etag);
+	f->size = m->size;
 	if (index == 0) {
 		meta_ref((struct obj_meta *)m);
 		f->meta = (struct obj_meta *)m;
@@ -592,7 +648,7 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	assert(f->magic == FETCH_MAGIC);
 	bool meta_only = f->meta_kind && !f->c;
 	metrics_upstream_curl(f->easy, f->status, result, f->attempts > 1);
-	if (f->to_peer && !f->cancelled &&
+	if (f->to_peer && !f->cancelled && !f->changed &&
 	    (result != CURLE_OK || f->status == 0 || f->status >= 500 || f->status == 401 ||
 	     f->status == 403) && !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
 		/* The node is gone, refused, or broke off: a holder's failure
@@ -625,6 +681,14 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 		if (start_transfer(f) == 0)
 			return;
 	}
+	if (meta_only && !f->meta && f->uncacheable) {
+		note_meta_failure(f->bucket, f->key, FETCH_NOT_CACHEABLE);
+		if (f->owner)
+			cache_owner_pass_through(f->owner);
+		meta_publish(gw->meta, f->bucket, f->key, NULL);
+		fetch_free(f);
+		return;
+	}
 	if (meta_only && !f->meta) {
 		/* Never learnt the object: a 5xx is retried; anything else is
 		 * upstream's answer for the owner (a 404, a 403, ...). */
@@ -638,6 +702,8 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 				meta_unref(neg);
 			}
 		} else if (f->status != 304) {
+			if ((retryable(f->status) || result != CURLE_OK) && !f->failed_headers)
+				note_meta_failure(f->bucket, f->key, f->status);
 			if (f->owner)
 				cache_owner_upstream_error(f->owner, f->status, &f->resp,
 				                           buf_cstr(&f->errbody), f->errbody.len);
@@ -653,9 +719,9 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	size_t filled = atomic_load(&f->c->filled);
 	if (filled == f->c->len) {
 		complete_ok(f);
-	} else if (f->status == 412) {
-		log_info("fetch", "%s/%s changed upstream (412 on If-Match %s)", f->bucket, f->key,
-		         f->etag);
+	} else if (f->status == 412 || f->changed) {
+		log_info("fetch", "%s/%s changed upstream (%s, asked If-Match %s)", f->bucket, f->key,
+		         f->changed ? "answer for another ETag or size" : "412", f->etag);
 		meta_drop(gw->meta, f->bucket, f->key);
 		if (gw->cluster)
 			cluster_publish_invalidate(gw->cluster, f->bucket, f->key);

@@ -45,6 +45,17 @@ struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *
 int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
                       const struct obj_meta *m, uint64_t index, unsigned hop);
 
+/* Whether a meta fetch of (bucket, key) gave up on an upstream failure
+ * (5xx, SlowDown, unreachable, after its retries) at or after `since`
+ * (clock_mono_s): the readers that waited for it share its failure rather
+ * than each start a fetch of their own into the same storm. *status gets
+ * upstream's status (0: unreachable). */
+bool fetch_meta_failed(const char *bucket, const char *key, double since, long *status);
+/* The status fetch_meta_failed gives when the object is not cacheable
+ * (no usable ETag, an SSE-C answer): its readers go through the
+ * pass-through instead. */
+#define FETCH_NOT_CACHEABLE (-1L)
+
 /* The owner is gone: its fetch goes on for the other readers. */
 void fetch_disown(struct fetch *f);
 

@@ -1295,6 +1295,17 @@ enum MHD_Result proxy_access_cb(void *cls, struct MHD_Connection *conn, const ch
 		return MHD_YES;
 	if (!r->client_body_done)
 		finish_body(r);
+	if (r->cache.active && r->cache.pass_through) {
+		/* The object turned out not cacheable (no usable ETag, SSE-C):
+		 * the pass-through serves this request as it would any other. */
+		cache_end(r);
+		if (start_upstream(r) != 0) {
+			req_fail(r, S3E_INTERNAL, NULL);
+			return req_respond_error(r);
+		}
+		req_suspend(r);
+		return MHD_YES;
+	}
 	if (r->cache.active)
 		return cache_respond(r);
 	if (r->has_err)

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "auth/chunked.h"
+#include "gateway/range.h"
 #include "gateway/s3err.h"
 #include "gateway/s3req.h"
 #include "gateway/server.h"
@@ -45,24 +46,28 @@ struct cread {
 	struct fetch *meta_fetch;       /* the metadata fetch this request owns */
 	struct chunk_waiter waiter;     /* woken from any thread (wake_async) */
 	bool meta_waiting, chunk_waiting;
+	double meta_wait_since;         /* when it began waiting for another's meta fetch */
 	struct chunk *wait_chunk;       /* the chunk waited on */
 	bool wake_queued;               /* on the worker's wake list (under wake_lock) */
 	struct req *wake_next;
 
 	/* Range: [start, end] of the object, want_range when a valid one came */
-	bool want_range, suffix;
-	uint64_t range_a, range_b;      /* as asked; range_b = UINT64_MAX: open */
+	bool want_range;
+	struct byte_range range;        /* as asked (gateway/range.h) */
 	uint64_t start, end;            /* resolved; end < size */
 	uint64_t pos;                   /* next byte to send */
 	struct chunk *cur;
 	uint64_t cur_index;
 	uint64_t ahead_from;            /* 1 + the chunk read-ahead last started from */
+	unsigned window;                /* chunks read ahead now: grows as the client reads */
+	bool busy;                      /* refused a fetch: chunk memory is at its bound */
 	struct chunk *ahead[READAHEAD_MAX];
 	uint64_t ahead_index[READAHEAD_MAX];
 	unsigned refetches;             /* of the chunk refetch_index - 1 */
 	uint64_t refetch_index;
 	unsigned restarts;              /* learnt again after a version change */
 	bool miss;                      /* some byte came from upstream */
+	bool pass_through;              /* not cacheable after all: proxy.c serves it */
 
 	/* upstream's own answer when the object could not be learnt (404, 403,
 	 * ...): passed to the client unchanged */
@@ -164,6 +169,7 @@ void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->w
 void cache_owner_detach(struct req *owner, struct fetch *f);
 void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
                                 const char *body, size_t len);
+void cache_owner_pass_through(struct req *owner); /* upstream's answer is not cacheable */
 /* Forgets objects of bucket: the key (exact) or every key under prefix:
  * their chunks in every tier and their metadata, so the next read goes
  * upstream. Thread-safe. *objects gets how many were known. Returns 0. */

@@ -105,6 +105,13 @@ bool chunk_id_eq(const struct chunk_id *a, const struct chunk_id *b)
 
 /* ---- lifetime -------------------------------------------------------------- */
 
+static _Atomic uint64_t live_bytes;
+
+uint64_t chunk_live_bytes(void)
+{
+	return atomic_load_explicit(&live_bytes, memory_order_relaxed);
+}
+
 struct chunk *chunk_new(const struct chunk_id *id, size_t len)
 {
 	struct chunk *c = calloc(1, sizeof *c);
@@ -129,6 +136,7 @@ struct chunk *chunk_new(const struct chunk_id *id, size_t len)
 	}
 	c->id = *id;
 	c->len = len;
+	atomic_fetch_add_explicit(&live_bytes, len, memory_order_relaxed);
 	atomic_init(&c->filled, 0);
 	atomic_init(&c->state, CHUNK_FILLING);
 	atomic_init(&c->refs, 1);
@@ -157,6 +165,7 @@ void chunk_unref(struct chunk *c)
 	assert(c->waiters == NULL);
 	pthread_cond_destroy(&c->woke);
 	pthread_mutex_destroy(&c->lock);
+	atomic_fetch_sub_explicit(&live_bytes, c->len, memory_order_relaxed);
 	free(c->data);
 	free(c);
 }

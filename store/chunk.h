@@ -91,6 +91,10 @@ struct chunk {
  * Returns NULL on allocation failure. */
 struct chunk *chunk_new(const struct chunk_id *id, size_t len);
 void chunk_ref(struct chunk *c);
+/* Bytes of chunk data allocated now, process-wide (every chunk from
+ * chunk_new until its last reference goes): what readers, fetches and the
+ * RAM tier together hold. */
+uint64_t chunk_live_bytes(void);
 void chunk_unref(struct chunk *c);
 int chunk_refs(const struct chunk *c);
 

@@ -9,6 +9,9 @@
     origin.replace_after("bkt", "obj", new)  # new bytes (new ETag) from the next request on
     ...
     origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
+    origin.ignore_if_match = True            # a broken upstream/proxy: If-Match not evaluated
+    origin.answer_etag[("bkt", "obj")] = None   # GET/HEAD of obj answer this ETag (None: none)
+    origin.extra_headers[("bkt", "obj")] = {"x-amz-...": "v"}  # added to GET/HEAD answers
     origin.stop()
 
 What it serves, as S3 does (and as moto does not always do):
@@ -193,6 +196,9 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         self.objects = {}
         self.buckets = set()
         self.faults = []
+        self.ignore_if_match = False
+        self.answer_etag = {}
+        self.extra_headers = {}
         self.log = []
         self._ids = itertools.count(1)
         self.thread = None
@@ -504,8 +510,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                "<Key>%s</Key>" % escape(key))
         size = len(obj.data)
         base = {"ETag": obj.etag, "Last-Modified": http_date(obj.mtime)}
+        with srv.lock:
+            if (bucket, key) in srv.answer_etag:
+                base["ETag"] = srv.answer_etag[(bucket, key)]
+                if base["ETag"] is None:
+                    del base["ETag"]
+            base.update(srv.extra_headers.get((bucket, key), {}))
+            ignore_if_match = srv.ignore_if_match
         # Preconditions first, as S3 evaluates them before the range.
         im, ius = hdrs.get("if-match"), hdrs.get("if-unmodified-since")
+        if ignore_if_match:
+            im = None
         inm, ims = hdrs.get("if-none-match"), hdrs.get("if-modified-since")
         failed = None
         if im is not None:

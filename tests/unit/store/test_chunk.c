@@ -126,6 +126,27 @@ static void test_new_unref(void **state)
 
 /* ---- waiters ------------------------------------------------------------- */
 
+/* The process-wide count of chunk bytes that bounds read-ahead
+ * (gateway/cache.c) follows every chunk from creation to its last unref. */
+static void test_live_bytes(void **state)
+{
+	(void)state;
+	struct chunk_id id = { { 7 } };
+	uint64_t before = chunk_live_bytes();
+	struct chunk *a = chunk_new(&id, 1000);
+	struct chunk *b = chunk_new(&id, 24);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(chunk_live_bytes(), before + 1024);
+	chunk_ref(a);
+	chunk_unref(a);
+	assert_int_equal(chunk_live_bytes(), before + 1024);
+	chunk_unref(a);
+	assert_int_equal(chunk_live_bytes(), before + 24);
+	chunk_unref(b);
+	assert_int_equal(chunk_live_bytes(), before);
+}
+
 static void test_wake_on_append_and_state(void **state)
 {
 	(void)state;
@@ -422,6 +443,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_id),
 		cmocka_unit_test(test_new_unref),
+		cmocka_unit_test(test_live_bytes),
 		cmocka_unit_test(test_wake_on_append_and_state),
 		cmocka_unit_test(test_failed_reason),
 		cmocka_unit_test(test_no_lost_wakeup),

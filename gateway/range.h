@@ -1,0 +1,37 @@
+/*
+ * range.h - the Range header of a GET, read as S3 reads it.
+ *
+ *   "bytes=a-b", "bytes=a-", "bytes=-n"   one range (spaces around the
+ *                                          numbers are allowed)
+ *   anything else: ignored, the whole object is served with 200. That
+ *   covers other units, several ranges ("bytes=0-1,4-5": S3 serves no
+ *   multi-range requests), a reversed range ("bytes=9-3"), signs, and
+ *   numbers that do not fit in 64 bits (RFC 9110 lets a server ignore an
+ *   invalid Range; S3 does).
+ * Against the object's size a valid range is then satisfiable (206 with
+ * [start, end], end clamped to the last byte) or not (416 InvalidRange):
+ * a first byte at or past the end, a suffix of 0 bytes, any range of an
+ * empty object.
+ */
+#ifndef LARDER_RANGE_H
+#define LARDER_RANGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct byte_range {
+	bool suffix;    /* "-n": the last b bytes */
+	uint64_t a, b;  /* "a-b"; b = UINT64_MAX when open ("a-") */
+};
+
+/* 1: a single valid range in *out; 0: absent or ignored (v may be NULL). */
+int range_parse(const char *v, struct byte_range *out);
+
+enum range_fit { RANGE_PART, RANGE_UNSATISFIABLE };
+
+/* Resolves a parsed range against an object of size bytes: RANGE_PART
+ * sets start <= end < size. */
+enum range_fit range_resolve(const struct byte_range *r, uint64_t size, uint64_t *start,
+                             uint64_t *end);
+
+#endif

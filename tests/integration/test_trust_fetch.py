@@ -1,0 +1,374 @@
+"""What the cache may trust of an upstream answer, and what a reader may cost.
+
+Against fault_origin.FaultOrigin (a scripted S3 origin that checks larder's
+signatures), with 1 MiB chunks:
+* Range headers read as S3 reads them, on a miss and on a hit (416 bodies with
+  RangeRequested and ActualObjectSize, invalid ranges ignored);
+* a chunk answer whose ETag or size is not the version asked for (an upstream
+  or proxy that ignores If-Match) is a version change, never cached bytes;
+* an upstream failure is shared with the readers waiting for the same fetch;
+* objects without a usable ETag, and SSE-C answers, go through the pass-through;
+* stalled readers do not pin memory without bound (plain build, RSS).
+"""
+import os
+import random
+import socket
+import threading
+import time
+import unittest
+
+import harness
+from test_cache_faults import BUCKET, FaultCase
+
+MiB = 1024 * 1024
+
+
+def blob(seed, n):
+    return random.Random(seed).randbytes(n)
+
+
+class TrustCase(FaultCase):
+    """FaultCase's origin and larder (1 MiB chunks, no read-ahead, RAM and NVMe
+    tiers); the origin honours If-Match again after every test."""
+    EXTRA_ENV = {"LARDER_READAHEAD": "0"}
+
+    def setUp(self):
+        super().setUp()
+        self.origin.ignore_if_match = False
+
+    def tearDown(self):
+        self.origin.ignore_if_match = False
+        super().tearDown()
+
+
+# ------------------------------------------------------------------ Range
+
+
+SIZE = 3000
+RANGES = [
+    # (Range header, status, (first, last) of the body or None for the whole)
+    ("bytes=0-0", 206, (0, 0)),
+    ("bytes=10-19", 206, (10, 19)),
+    ("bytes=2990-", 206, (2990, 2999)),
+    ("bytes=2990-999999", 206, (2990, 2999)),
+    ("bytes=-10", 206, (2990, 2999)),
+    ("bytes=-5000", 206, (0, 2999)),
+    ("bytes= 5-9", 206, (5, 9)),
+    ("bytes=5 - 9", 206, (5, 9)),
+    ("bytes=3000-", 416, None),
+    ("bytes=3000-3005", 416, None),
+    ("bytes=-0", 416, None),
+    ("bytes=9-3", 200, None),           # reversed: ignored
+    ("bytes=0-1,5-6", 200, None),       # several ranges: ignored
+    ("bytes=0--5", 200, None),          # a sign is not a number
+    ("bytes=+5-10", 200, None),
+    ("bytes=-+5", 200, None),
+    ("bytes=5", 200, None),
+    ("bytes=-", 200, None),
+    ("bytes=a-b", 200, None),
+    ("items=0-5", 200, None),
+    ("bytes=99999999999999999999999-", 200, None),   # overflows: ignored
+    ("bytes=0-99999999999999999999999", 200, None),
+    ("bytes=-99999999999999999999999", 200, None),
+    ("bytes=18446744073709551615-", 416, None),      # fits in 64 bits: past the end
+]
+
+
+class RangeSemantics(TrustCase):
+
+    def check(self, r, rng, status, part, data, what):
+        self.assertEqual(r.status, status, "%s %r: %r %r" % (what, rng, r, r.body[:300]))
+        if status == 416:
+            self.assertEqual(r.headers.get("content-range"), "bytes */%d" % len(data), what)
+            self.assertEqual(harness.s3_error(r.body)[0], "InvalidRange", r.body)
+            self.assertIn(b"<RangeRequested>%s</RangeRequested>" % rng.encode(), r.body, what)
+            self.assertIn(b"<ActualObjectSize>%d</ActualObjectSize>" % len(data), r.body, what)
+            return
+        if part is None:
+            self.assertTrue(r.body == data, "%s %r: whole object" % (what, rng))
+            self.assertNotIn("content-range", r.headers, what)
+        else:
+            a, b = part
+            self.assertTrue(r.body == data[a:b + 1], "%s %r: bytes %d-%d" % (what, rng, a, b))
+            self.assertEqual(r.headers.get("content-range"), "bytes %d-%d/%d" % (a, b, len(data)))
+
+    def test_ranges_on_miss_and_hit(self):
+        data = blob(1, SIZE)
+        for i, (rng, status, part) in enumerate(RANGES):
+            key = "range-%d" % i
+            self.origin.put(BUCKET, key, data)
+            self.check(self.get(key, {"Range": rng}), rng, status, part, data, "miss")
+            self.check(self.get(key, {"Range": rng}), rng, status, part, data, "hit")
+
+    def test_empty_object(self):
+        self.origin.put(BUCKET, "range-empty", b"")
+        for _ in range(2):
+            r = self.get("range-empty", {"Range": "bytes=0-"})
+            self.assertEqual(r.status, 416, r)
+            self.assertEqual(r.headers.get("content-range"), "bytes */0")
+            self.assertIn(b"<ActualObjectSize>0</ActualObjectSize>", r.body)
+            r = self.get("range-empty", {"Range": "bytes=1-0"})
+            self.assertEqual((r.status, r.body), (200, b""), r)
+
+
+# ------------------------------------------------------------------ versions
+
+
+class VersionChecks(TrustCase):
+    """The origin stops evaluating If-Match: larder must notice a chunk of
+    another version by the ETag and size of the answer."""
+
+    def assertOneVersion(self, r, versions):
+        etag = r.headers.get("etag")
+        self.assertIn(etag, versions, r)
+        want = versions[etag]
+        if r.complete and r.status == 200:
+            self.assertTrue(r.body == want, "a complete body must be the version its ETag "
+                            "names (a mix of versions was served)")
+        else:
+            self.assertTrue(want.startswith(r.body), "a cut-short body must be a prefix of "
+                            "the version its ETag names")
+
+    def _changed_under(self, key, v1, v2):
+        etag1 = self.origin.put(BUCKET, key, v1)
+        r = self.get(key, {"Range": "bytes=0-99"})          # learns v1, caches chunk 0
+        self.assertEqual((r.status, r.headers.get("etag")), (206, etag1), r)
+        etag2 = self.origin.put(BUCKET, key, v2)
+        self.origin.ignore_if_match = True
+        versions = {etag1: v1, etag2: v2}
+        r = self.get(key)
+        self.assertOneVersion(r, versions)
+        # From then on, the new version only, complete.
+        for what in ("after", "again"):
+            r = self.get(key)
+            self.assertEqual((r.status, r.headers.get("etag")), (200, etag2), "%s: %r" % (what, r))
+            self.assertTrue(r.complete and r.body == v2, "%s: %r" % (what, r))
+
+    def test_same_size_new_etag(self):
+        self._changed_under("ver-same", blob(10, 3 * MiB + 5), blob(11, 3 * MiB + 5))
+
+    def test_other_size(self):
+        self._changed_under("ver-size", blob(12, 3 * MiB + 5), blob(13, 4 * MiB + 77))
+
+    def test_chunk_answer_with_other_etag_is_not_cached(self):
+        """A range answer naming another ETag (same bytes) is not stored under the
+        version asked for: the next read of that chunk asks upstream again."""
+        data = blob(14, 2 * MiB + 10)
+        etag = self.origin.put(BUCKET, "ver-label", data)
+        self.assertEqual(self.get("ver-label", {"Range": "bytes=0-9"}).status, 206)
+        self.origin.ignore_if_match = True
+        self.origin.answer_etag[(BUCKET, "ver-label")] = '"0123456789abcdef0123456789abcdef"'
+        try:
+            r = self.get("ver-label", {"Range": "bytes=%d-%d" % (MiB, MiB + 9)})
+            if r.status == 206 and r.headers.get("etag") == etag:
+                self.fail("chunk 1 served under %s from an answer naming another ETag" % etag)
+        finally:
+            del self.origin.answer_etag[(BUCKET, "ver-label")]
+
+
+# ------------------------------------------------------------------ failures
+
+
+class SharedFailure(TrustCase):
+
+    def test_readers_share_a_fetch_failure(self):
+        self.origin.put(BUCKET, "storm", blob(20, 5000))
+        m = self.origin.mark()
+        self.origin.fail_next(1000, key="storm")
+        results = [None] * 10
+        start = threading.Barrier(10)
+
+        def reader(i):
+            start.wait()
+            t0 = time.monotonic()
+            r = self.get("storm", timeout=60)
+            results[i] = (r, time.monotonic() - t0)
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        gets = self.origin.count(m, "GET", BUCKET, "storm")
+        for r, took in results:
+            self.assertEqual(r.status, 503, r)
+            self.assertEqual(harness.s3_error(r.body)[0], "SlowDown", r.body[:300])
+        slowest = max(took for _, took in results)
+        self.assertLessEqual(gets, 2 * (1 + 3), "10 readers of one cold object in a 503 storm "
+                             "made %d upstream GETs" % gets)
+        self.assertLess(slowest, 6.0, "the last reader waited %.1f s" % slowest)
+
+
+# ------------------------------------------------------------------ pass-through
+
+
+class PassThrough(TrustCase):
+
+    def test_no_etag_is_served_uncached(self):
+        data = blob(30, 2 * MiB + 3)
+        self.origin.put(BUCKET, "no-etag", data)
+        self.origin.answer_etag[(BUCKET, "no-etag")] = None
+        for _ in range(2):
+            r = self.get("no-etag")
+            self.assertEqual(r.status, 200, r)
+            self.assertTrue(r.complete and r.body == data, r)
+            self.assertEqual(r.cache, "bypass", r)
+        r = self.get("no-etag", {"Range": "bytes=100-199"})
+        self.assertEqual((r.status, r.body), (206, data[100:200]), r)
+
+    def test_overlong_etag_is_served_uncached(self):
+        data = blob(31, 1000)
+        self.origin.put(BUCKET, "long-etag", data)
+        self.origin.answer_etag[(BUCKET, "long-etag")] = '"%s"' % ("e" * 400)
+        r = self.get("long-etag")
+        self.assertEqual((r.status, r.body, r.cache), (200, data, "bypass"), r)
+
+    def test_ssec_request_is_never_cached(self):
+        data = blob(32, 1000)
+        self.origin.put(BUCKET, "ssec", data)
+        m = self.origin.mark()
+        for h in ({"x-amz-server-side-encryption-customer-algorithm": "AES256"},
+                  {"X-Amz-Server-Side-Encryption-Customer-Key-MD5": "AAAAAAAAAAAAAAAAAAAAAA=="}):
+            r = self.get("ssec", h)
+            self.assertEqual((r.status, r.cache), (200, "bypass"), (h, r))
+        # Nothing of it was cached: a plain read learns the object itself.
+        self.assertEqual(self.get("ssec").cache, "miss")
+        self.assertGreaterEqual(self.origin.count(m, "GET", BUCKET, "ssec"), 3)
+
+    def test_ssec_answer_is_never_cached(self):
+        """Whatever the upstream does: an answer that says it is SSE-C is not kept."""
+        data = blob(33, 1000)
+        self.origin.put(BUCKET, "ssec-answer", data)
+        self.origin.extra_headers[(BUCKET, "ssec-answer")] = {
+            "x-amz-server-side-encryption-customer-algorithm": "AES256",
+            "x-amz-server-side-encryption-customer-key-MD5": "AAAAAAAAAAAAAAAAAAAAAA==",
+        }
+        for _ in range(2):
+            r = self.get("ssec-answer")
+            self.assertEqual((r.status, r.body), (200, data), r)
+            self.assertEqual(r.cache, "bypass", r)
+
+
+# ------------------------------------------------------------------ memory
+
+
+class StalledBase(TrustCase):
+    """Clients that read the status line and stop, on the plain build (RSS means
+    something there); one larder per class, as VmHWM is a peak."""
+    EXTRA_ENV = {"LARDER_CHUNK_SIZE": "8MiB", "LARDER_READAHEAD": "8",
+                 "LARDER_RAM_CACHE_SIZE": "64MiB", "LARDER_DISK_CACHE_SIZE": "0"}
+
+    @classmethod
+    def setUpClass(cls):
+        saved = os.environ.get("LARDER_BIN")
+        os.environ["LARDER_BIN"] = harness.plain_larder_binary()
+        try:
+            super().setUpClass()
+        finally:
+            if saved is None:
+                del os.environ["LARDER_BIN"]
+            else:
+                os.environ["LARDER_BIN"] = saved
+
+    def stalled_get(self, key):
+        url = self.larder.url + harness.key_path(BUCKET, key)
+        h = harness.sign_headers("GET", url, harness.CLIENT_KEY, harness.CLIENT_SECRET)
+        req = "GET %s HTTP/1.1\r\n" % harness.key_path(BUCKET, key)
+        req += "".join("%s: %s\r\n" % kv for kv in h.items())
+        req += "Host: 127.0.0.1:%d\r\n\r\n" % self.larder.port
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.connect(("127.0.0.1", self.larder.port))
+        s.settimeout(30)
+        s.sendall(req.encode())
+        head = s.recv(256)
+        return s, head
+
+    def stall(self, prefix, n, data):
+        """n stalled GETs of n objects; returns (RSS growth in MiB, status lines)."""
+        base = self.larder.peak_rss()
+        socks, heads = [], []
+        try:
+            for i in range(n):
+                key = "%s-%d" % (prefix, i)
+                self.origin.put(BUCKET, key, data)
+                s, head = self.stalled_get(key)
+                socks.append(s)
+                heads.append(head.split(b"\r\n")[0])
+                time.sleep(0.3)
+            time.sleep(5)
+            peak = self.larder.peak_rss()
+        finally:
+            for s in socks:
+                s.close()
+        return (peak - base) / MiB, heads
+
+    def reader_gets_through(self):
+        small = blob(41, 40 * MiB)
+        self.origin.put(BUCKET, "after-stall", small)
+        r = self.get("after-stall")
+        self.assertTrue(r.status == 200 and r.body == small, r)
+
+
+class StalledReaders(StalledBase):
+
+    def test_stalled_readers_are_bounded(self):
+        """Six stalled readers must not make larder hold six read-aheads."""
+        data = blob(40, 200 * MiB)
+        grew, heads = self.stall("stall", 6, data)
+        del data
+        for h in heads:
+            self.assertEqual(h, b"HTTP/1.1 200 OK", heads)
+        # Each stalled reader holds two chunks (16 MiB), not nine (72 MiB).
+        self.assertLess(grew, 6 * 16 + 48, "six stalled readers grew RSS by %.0f MiB" % grew)
+        # A client that reads still gets the whole object.
+        self.reader_gets_through()
+
+
+class ManyStalledReaders(StalledBase):
+
+    def test_global_bound(self):
+        """Past RAM tier + LARDER_INFLIGHT_SIZE (default: the tier's size again),
+        new readers get 503 SlowDown rather than more memory."""
+        data = blob(42, 100 * MiB)
+        grew, heads = self.stall("many", 16, data)
+        del data
+        self.assertIn(b"HTTP/1.1 503 Service Unavailable", heads, "grew %.0f MiB" % grew)
+        self.assertIn(b"HTTP/1.1 200 OK", heads)
+        self.assertLess(grew, 64 + 64 + 48, "16 stalled readers grew RSS by %.0f MiB" % grew)
+        self.reader_gets_through()
+
+
+
+class InflightSetting(StalledBase):
+    EXTRA_ENV = dict(StalledBase.EXTRA_ENV, LARDER_INFLIGHT_SIZE="16MiB")
+
+    def test_setting_lowers_the_bound(self):
+        """RAM tier 64 MiB + LARDER_INFLIGHT_SIZE 16 MiB: seven stalled readers (two
+        8 MiB chunks each, 112 MiB, under the default bound of 128) pass it."""
+        data = blob(43, 40 * MiB)
+        grew, heads = self.stall("setting", 7, data)
+        del data
+        self.assertIn(b"HTTP/1.1 503 Service Unavailable", heads, "grew %.0f MiB" % grew)
+        self.assertLess(grew, 64 + 16 + 48, "grew %.0f MiB" % grew)
+
+
+class ReadAheadKeepsUp(TrustCase):
+    """The window that follows the client must still run ahead of one that reads:
+    with 300 ms to each upstream first byte, ten chunks read one after another
+    would take 3 s."""
+    EXTRA_ENV = {"LARDER_READAHEAD": "8"}
+
+    def test_reading_client_gets_parallel_fetches(self):
+        data = blob(50, 10 * MiB)
+        self.origin.put(BUCKET, "ahead", data)
+        self.origin.delay_next(300, n=100, key="ahead")
+        t0 = time.monotonic()
+        r = self.get("ahead")
+        took = time.monotonic() - t0
+        self.assertTrue(r.status == 200 and r.complete and r.body == data, r)
+        self.assertLess(took, 1.8, "a cold 10-chunk read took %.2f s" % took)
+
+
+if __name__ == "__main__":
+    unittest.main()
