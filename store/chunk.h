@@ -85,6 +85,7 @@ struct chunk {
 	struct chunk_waiter *waiters;
 	int fail_reason;             /* negative errno-style, or an HTTP status */
 	void *tier_priv;             /* the RAM tier's bookkeeping */
+	uint64_t gen;                /* NVMe time order, taken when it was created */
 };
 
 /* A new chunk in state FILLING with refs = 1 and len bytes allocated.

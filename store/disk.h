@@ -59,15 +59,14 @@ int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len);
 
 /* Remembers, durably (fdatasync'd before it returns), that the object
  * (bucket, key) changed, or with prefix every key of bucket starting with
- * key: after a restart, no chunk-0 entry written before this call gives
- * its metadata back. Blocks for one small synchronous write. Returns 0 or
+ * key: after a restart, no chunk-0 entry whose generation was taken before
+ * this call gives its metadata back. Blocks for one small synchronous write. Returns 0 or
  * negative errno. */
 int disk_invalidate(struct disk *d, const char *bucket, const char *key, bool prefix);
 
-/* A generation for an entry about to be written (chunk_origin.gen). Taken
- * when the chunk is queued for writing, not when the write runs: a
- * tombstone written while the write waits in the queue must still count
- * as newer than the chunk. */
+/* A generation (chunk_origin.gen): the store takes one when a chunk is
+ * created, before its fetch begins, so a tombstone written while the fetch
+ * runs or the write waits in the queue counts as newer than the chunk. */
 uint64_t disk_next_gen(struct disk *d);
 
 /* Whether the chunk is held, and its length. */

@@ -708,6 +708,10 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 	}
 	atomic_fetch_add(&s->inflight_n, 1);
 	chunk_ref(c); /* the caller's; the table keeps the first */
+	/* Its place in NVMe time order is when its fetch began: a fetch that
+	 * began before an invalidation may bring the bytes it removed, so its
+	 * entry must count as older than the tombstone, however late it ends. */
+	c->gen = s->disk ? disk_next_gen(s->disk) : 0;
 
 	/* Reserve before anyone can complete it (an I/O thread may, as soon
 	 * as the read job is queued). */
@@ -763,8 +767,8 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 		chunk_set_state(c, CHUNK_FAILED, reason);
 	if (ok && in_table && write_through && disk_usable(s)) {
 		struct job *j = write_job_new(c, o);
-		if (j) /* ordered before any invalidation that follows */
-			j->o.gen = disk_next_gen(s->disk);
+		if (j)
+			j->o.gen = c->gen ? c->gen : disk_next_gen(s->disk);
 		if (!j || !job_queue(s, j)) {
 			count(&s->disk_writes_dropped);
 			if (j)

@@ -722,6 +722,33 @@ static void test_ram_only_with_dir(void **state)
 	store_close(s);
 }
 
+/* A chunk-0 fetch that began before an invalidation of its object and ends
+ * after it holds the version the invalidation removed (or one S3 replaced
+ * while it ran): after a restart it must not give its metadata back. */
+static void test_fetch_begun_before_invalidation_not_recovered(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/race", tmpdir);
+	enum store_role role;
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	struct chunk_id id = cid(0);
+	struct chunk *c = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+	struct chunk_origin o = origin(0);
+	assert_int_equal(store_invalidate(s, o.bucket, o.key, false), 0);
+	fill(c, 0);
+	store_complete(s, c, true, 0, &o);
+	chunk_unref(c);
+	wait_writes(s, 1);
+	store_close(s);
+
+	int recovered = 0;
+	s = open_disk(dir, 0, recover_cb, &recovered);
+	assert_int_equal(recovered, 0);
+	store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -737,6 +764,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_failing, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_comes_back, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_ram_only_with_dir, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_fetch_begun_before_invalidation_not_recovered,
+		                                setup_dir, teardown_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
