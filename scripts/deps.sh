@@ -9,6 +9,9 @@ PACKAGES=(
   libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libexpat1-dev zlib1g-dev
   redis-server curl procps python3
   s3cmd rclone nodejs openssl docker-compose python3-yaml
+  # clients the training workload uses, for Debian's /usr/bin/python3: the AWS
+  # CRT S3 client (aws-c-s3), PyTorch, fsspec, boto3; s3fs is the FUSE client
+  python3-awscrt python3-torch python3-fsspec python3-boto3 python3-requests s3fs
 )
 
 missing=()
