@@ -446,7 +446,8 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
 			} else if (!etag || strcmp(etag, f->etag) != 0 || total != f->size) {
 				/* An upstream (or a proxy, or a peer) that did not honour
 				 * If-Match answered for another version: the object
-				 * changed, whatever its status says. Never these bytes. */
+				 * changed, whatever its status says (a peer's answer: that
+				 * node failed, see fetch_curl_done). Never these bytes. */
 				f->discard = true;
 				f->changed = true;
 			}
@@ -648,15 +649,19 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	assert(f->magic == FETCH_MAGIC);
 	bool meta_only = f->meta_kind && !f->c;
 	metrics_upstream_curl(f->easy, f->status, result, f->attempts > 1);
-	if (f->to_peer && !f->cancelled && !f->changed &&
-	    (result != CURLE_OK || f->status == 0 || f->status >= 500 || f->status == 401 ||
-	     f->status == 403) && !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
+	if (f->to_peer && !f->cancelled &&
+	    (f->changed || result != CURLE_OK || f->status == 0 || f->status >= 500 ||
+	     f->status == 401 || f->status == 403) &&
+	    !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
 		/* The node is gone, refused, or broke off: a holder's failure
 		 * sends us to the owner, the owner's to S3, from the bytes
-		 * already received. */
+		 * already received. So does a node that answered for another
+		 * ETag or size: a node honours If-Match (412), so that answer
+		 * is the node's fault, not news of a version change; S3 tells. */
 		log_info("fetch", "%s/%s: %s node failed (%ld, %s); fetching from %s", f->bucket,
 		         f->key, f->to_holder ? "holder" : "owner", f->status,
-		         curl_easy_strerror(result), f->to_holder ? "its owner" : "S3");
+		         f->changed ? "answered for another ETag or size" : curl_easy_strerror(result),
+		         f->to_holder ? "its owner" : "S3");
 		if (f->to_holder)
 			f->holder_failed = true;
 		else

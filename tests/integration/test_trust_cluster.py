@@ -5,13 +5,17 @@
 - A member entry in Redis that is not signed with the cluster secret is ignored: no node counts
   it, sends it requests or takes bytes from it.
 - A peer request is bound to the node it was sent to and to the headers that shape the answer.
+- A member with the secret that answers chunk requests for another version (ETag or size) gets
+  none of those bytes served or cached: the node reads S3 instead.
 - The client port cannot be shared with another process, and the open-file limit is raised so
   LARDER_MAX_CONNECTIONS can be reached (503 SlowDown beyond it, not failed accepts).
 """
 import hashlib
 import hmac
+import http.server
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -304,6 +308,140 @@ class PeerBinding(ClusterBase):
         self.assertEqual(self.read(b, "bind/y.bin"), data)
         self.assertEqual(self.read(a, "bind/y.bin"), data)
         self.assertNotIn("refused a peer request from node-", a.log() + b.log())
+
+
+class RoguePeer:
+    """A member that has the cluster secret and answers peer chunk requests (a
+    Range with If-Match, gateway/fetch.c) with the bytes of another version. A
+    request without If-Match (learning an object: chunk 0 and its metadata) it
+    refuses with 503, so the node learns the object from S3 itself."""
+
+    def __init__(self):
+        self.objects = {}  # path -> (bytes it serves, ETag it names, total size it names)
+        self.lies = {}     # path -> chunk answers of another version sent
+        rogue = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def handle(self):
+                try:
+                    super().handle()
+                except OSError:
+                    pass  # the node broke off the transfer: as it should
+
+            def do_GET(self):
+                rogue.answer(self)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, h):
+        obj = self.objects.get(h.path)
+        rng = re.fullmatch(r"bytes=(\d+)-(\d+)", h.headers.get("Range", ""))
+        if not obj or not rng or not h.headers.get("If-Match"):
+            body = b"<Error><Code>SlowDown</Code></Error>"
+            h.send_response(503)
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+            return
+        data, etag, total = obj
+        a, b = int(rng.group(1)), int(rng.group(2))
+        self.lies[h.path] = self.lies.get(h.path, 0) + 1
+        h.send_response(206)
+        h.send_header("ETag", etag)
+        h.send_header("Content-Range", "bytes %d-%d/%d" % (a, b, total))
+        h.send_header("Content-Length", str(b + 1 - a))
+        h.end_headers()
+        h.wfile.write(data[a:b + 1])
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class PeerAnswerChecks(ClusterBase):
+    """Items 4 and 5: a member with the secret (so a signed membership entry)
+    whose chunk answers name another ETag or another total size than the
+    object's metadata, learnt from S3. The node must serve S3's bytes and cache
+    none of the rogue's. (An answer naming the right ETag and size is trusted
+    by design: peers have the secret, and the node cannot tell such bytes from
+    S3's without fetching them from S3, which the cluster exists to avoid.)"""
+    NODES = 1
+    redis_cmd = RedisTrust.redis_cmd
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.rogue = RoguePeer()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rogue.close()
+        super().tearDownClass()
+
+    def rogue_joins(self):
+        # A capacity of 1e30: the rogue owns every chunk (all but surely).
+        val = member_value("127.0.0.1:%d" % self.rogue.port, "1e30", 0,
+                           int(time.time() * 1000) + 600000, SECRET, "rogue")
+        self.redis_cmd("SET", "larder:node:rogue", val, "PX", "600000")
+        self.redis_cmd("SADD", "larder:nodes", "rogue")
+        self.addCleanup(self.rogue_leaves)
+        self.wait_members(2)
+
+    def rogue_leaves(self):
+        self.redis_cmd("DEL", "larder:node:rogue")
+        self.redis_cmd("SREM", "larder:nodes", "rogue")
+        self.wait_members(1)
+
+    def get(self, path, rng=None):
+        return harness.signed_request(self.nodes[0].url, "GET", path,
+                                      {"Range": rng} if rng else None)
+
+    def assert_s3_bytes(self, key, seed, etag_of, total_of):
+        """etag_of(etag, its bytes) and total_of(size): what the rogue names."""
+        data = blob(seed, 3 * MiB + 17)  # 4 chunks
+        etag = self.direct.put_object(Bucket="shared", Key=key, Body=data)["ETag"]
+        path = "/shared/" + key
+        other = blob(seed + 1, 4 * MiB + 17)  # another version's bytes
+        self.rogue.objects[path] = (other, etag_of(etag, other[:len(data)]),
+                                    total_of(len(data)))
+        self.rogue_joins()
+        # A range across chunks 1 and 2 (the node decides on the first chunk
+        # before the headers), then the whole object (chunks met mid-body).
+        lo, hi = MiB + 5, 2 * MiB + 10
+        r = self.get(path, "bytes=%d-%d" % (lo, hi))
+        self.assertEqual((r.status, r.headers.get("etag")), (206, etag), r)
+        self.assertTrue(r.complete and r.body == data[lo:hi + 1],
+                        "a range read served other bytes than S3's: %r" % r)
+        self.assertGreater(self.rogue.lies.get(path, 0), 0,
+                           "the rogue was never asked for a chunk: this test shows nothing")
+        for what in ("first", "again"):
+            r = self.get(path)
+            self.assertEqual((r.status, r.headers.get("etag")), (200, etag), "%s: %r" % (what, r))
+            self.assertTrue(r.complete and r.body == data,
+                            "%s read: not S3's bytes: %r" % (what, r))
+        # The rogue gone, whatever the node kept must be S3's bytes.
+        self.rogue_leaves()
+        for rng, want in ((None, data), ("bytes=%d-%d" % (lo, hi), data[lo:hi + 1]),
+                          ("bytes=-100", data[-100:])):
+            r = self.get(path, rng)
+            self.assertTrue(r.complete and r.body == want and r.headers.get("etag") == etag,
+                            "after the rogue left (Range %s): %r" % (rng, r))
+
+    def test_peer_answer_with_other_etag_is_not_served(self):
+        self.assert_s3_bytes("rogue/etag.bin", 54, lambda etag, other: '"%s"' % hashlib.md5(
+            other).hexdigest(), lambda size: size)
+
+    def test_peer_answer_with_other_size_is_not_served(self):
+        self.assert_s3_bytes("rogue/size.bin", 56, lambda etag, other: etag,
+                             lambda size: size + MiB)
 
 
 class ClientPort(unittest.TestCase):
