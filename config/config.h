@@ -62,6 +62,8 @@ struct cfg {
 	unsigned max_skew_s;          /* LARDER_MAX_SKEW: allowed clock skew, default 900 */
 	char *log_level;              /* LARDER_LOG_LEVEL */
 	char *access_log;             /* LARDER_ACCESS_LOG: "-", "off" or a path */
+	size_t access_log_buffer;     /* LARDER_ACCESS_LOG_BUFFER: per thread, 0 = a write per line */
+	unsigned access_log_flush_ms; /* LARDER_ACCESS_LOG_FLUSH_MS: a line waits at most this */
 	char *tls_cert;               /* LARDER_TLS_CERT: PEM certificate (chain); with tls_key, */
 	char *tls_key;                /* LARDER_TLS_KEY: PEM key; clients then speak https */
 

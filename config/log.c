@@ -2,19 +2,20 @@
 #include "config/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 int log_current_level = LOG_INFO;
 
-static FILE *access_fp;
-static bool access_is_file;
-static pthread_mutex_t access_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
@@ -86,37 +87,207 @@ void log_mhd(void *cls, const char *fmt, va_list ap)
 	log_info((const char *)cls, "%s", msg);
 }
 
-int log_access_open(const char *where)
+/*
+ * The access log costs one write(2) per buffer, not one per request, and no
+ * lock shared between workers: each thread formats its lines into a buffer
+ * of its own (like nginx's buffer=), written whole, with O_APPEND, when the
+ * next line would not fit, and by a flusher thread once its oldest line is
+ * flush_ms old (nginx's flush=). Lines never interleave: a write carries
+ * whole lines. Buffers live as long as the process (threads that log are
+ * long-lived), so a thread's pointer to its own never dangles.
+ */
+struct alog_buf {
+	pthread_mutex_t lock;     /* its thread, the flusher, log_access_close */
+	char *p;
+	size_t used;
+	uint64_t oldest_ms;       /* monotonic time of the oldest unwritten line */
+	struct alog_buf *next;
+};
+
+static _Atomic int access_fd = -1;
+static bool access_is_file;
+static size_t access_buf_bytes;
+static unsigned access_flush_ms;
+static pthread_mutex_t bufs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct alog_buf *all_bufs;
+static __thread struct alog_buf *my_buf;
+
+static pthread_t flusher;
+static bool flusher_running;
+static pthread_mutex_t flusher_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t flusher_cv;
+static bool flusher_stop;
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Writes n bytes to the access log whole; a failure drops them (a full
+ * disk must not stop requests), retrying only on EINTR and short writes. */
+static void write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t k = write(fd, p, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return;
+		p += k;
+		n -= (size_t)k;
+	}
+}
+
+/* With b->lock held. */
+static void drain(struct alog_buf *b)
+{
+	int fd = atomic_load(&access_fd);
+	if (b->used && fd >= 0)
+		write_all(fd, b->p, b->used);
+	b->used = 0;
+}
+
+static void flush_all(bool only_due)
+{
+	uint64_t now = mono_ms();
+	pthread_mutex_lock(&bufs_lock);
+	for (struct alog_buf *b = all_bufs; b; b = b->next) {
+		pthread_mutex_lock(&b->lock);
+		if (b->used && (!only_due || now - b->oldest_ms >= access_flush_ms))
+			drain(b);
+		pthread_mutex_unlock(&b->lock);
+	}
+	pthread_mutex_unlock(&bufs_lock);
+}
+
+static void *flusher_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&flusher_lock);
+	while (!flusher_stop) {
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)(access_flush_ms / 2 + 1) * 1000000;
+		until.tv_sec += (time_t)(ns / 1000000000);
+		until.tv_nsec = (long)(ns % 1000000000);
+		pthread_cond_timedwait(&flusher_cv, &flusher_lock, &until);
+		if (flusher_stop)
+			break;
+		pthread_mutex_unlock(&flusher_lock);
+		flush_all(true);
+		pthread_mutex_lock(&flusher_lock);
+	}
+	pthread_mutex_unlock(&flusher_lock);
+	return NULL;
+}
+
+int log_access_open(const char *where, size_t buffer_bytes, unsigned flush_ms)
 {
 	log_access_close();
+	int fd = -1;
 	if (!where || strcmp(where, "-") == 0) {
-		access_fp = stdout;
+		fd = STDOUT_FILENO;
+	} else if (strcmp(where, "off") == 0) {
 		return 0;
+	} else {
+		fd = open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		if (fd < 0)
+			return -errno;
+		access_is_file = true;
 	}
-	if (strcmp(where, "off") == 0)
-		return 0;
-	FILE *f = fopen(where, "a");
-	if (!f)
-		return -errno;
-	setvbuf(f, NULL, _IOLBF, 0);
-	access_fp = f;
-	access_is_file = true;
+	access_buf_bytes = flush_ms ? buffer_bytes : 0;
+	access_flush_ms = flush_ms;
+	if (access_buf_bytes) {
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&flusher_cv, &ca);
+		pthread_condattr_destroy(&ca);
+		flusher_stop = false;
+		if (pthread_create(&flusher, NULL, flusher_main, NULL) != 0) {
+			pthread_cond_destroy(&flusher_cv);
+			access_flush_ms = 0; /* no time bound: write every line */
+			access_buf_bytes = 0;
+		} else {
+			flusher_running = true;
+		}
+	}
+	atomic_store(&access_fd, fd);
 	return 0;
 }
 
 void log_access_close(void)
 {
-	if (access_fp && access_is_file)
-		fclose(access_fp);
-	access_fp = NULL;
+	if (flusher_running) {
+		pthread_mutex_lock(&flusher_lock);
+		flusher_stop = true;
+		pthread_cond_signal(&flusher_cv);
+		pthread_mutex_unlock(&flusher_lock);
+		pthread_join(flusher, NULL);
+		pthread_cond_destroy(&flusher_cv);
+		flusher_running = false;
+	}
+	flush_all(false);
+	int fd = atomic_exchange(&access_fd, -1);
+	if (fd >= 0 && access_is_file)
+		close(fd);
 	access_is_file = false;
 }
 
+void log_access_flush(void)
+{
+	flush_all(false);
+}
+
+/* The calling thread's buffer, made on its first line; NULL when memory
+ * is short (the line is then written on its own). */
+static struct alog_buf *thread_buf(void)
+{
+	if (my_buf)
+		return my_buf;
+	struct alog_buf *b = calloc(1, sizeof *b);
+	char *p = b ? malloc(access_buf_bytes) : NULL;
+	if (!p) {
+		free(b);
+		return NULL;
+	}
+	pthread_mutex_init(&b->lock, NULL);
+	b->p = p;
+	pthread_mutex_lock(&bufs_lock);
+	b->next = all_bufs;
+	all_bufs = b;
+	pthread_mutex_unlock(&bufs_lock);
+	my_buf = b;
+	return b;
+}
+
+/* A line being formatted: bytes past cap are dropped, and the line is then
+ * cut and ended with a newline by line_end. */
+struct line {
+	char *p;
+	size_t len, cap;
+};
+
+static void put_bytes(struct line *l, const char *s, size_t n)
+{
+	if (n > l->cap - l->len)
+		n = l->cap - l->len;
+	memcpy(l->p + l->len, s, n);
+	l->len += n;
+}
+
+static void put_str(struct line *l, const char *s)
+{
+	put_bytes(l, s, strlen(s));
+}
+
 /* Writes v as a logfmt value: bare when safe, else quoted with escapes. */
-static void put_value(FILE *f, const char *v)
+static void put_value(struct line *l, const char *v)
 {
 	if (!v || !*v) {
-		fputc('-', f);
+		put_bytes(l, "-", 1);
 		return;
 	}
 	bool bare = true;
@@ -126,46 +297,102 @@ static void put_value(FILE *f, const char *v)
 			break;
 		}
 	if (bare) {
-		fputs(v, f);
+		put_str(l, v);
 		return;
 	}
-	fputc('"', f);
+	put_bytes(l, "\"", 1);
 	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if (*p < ' ' || *p == 0x7f)
-			fprintf(f, "\\x%02x", *p);
-		else
-			fputc(*p, f);
+		char esc[5];
+		if (*p == '"' || *p == '\\') {
+			esc[0] = '\\';
+			esc[1] = (char)*p;
+			put_bytes(l, esc, 2);
+		} else if (*p < ' ' || *p == 0x7f) {
+			snprintf(esc, sizeof esc, "\\x%02x", *p);
+			put_bytes(l, esc, 4);
+		} else {
+			put_bytes(l, (const char *)p, 1);
+		}
 	}
-	fputc('"', f);
+	put_bytes(l, "\"", 1);
+}
+
+static void put_fmt(struct line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put_fmt(struct line *l, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(l->p + l->len, l->cap - l->len + 1, fmt, ap);
+	va_end(ap);
+	if (k > 0)
+		l->len += (size_t)k < l->cap - l->len ? (size_t)k : l->cap - l->len;
+}
+
+/* The timestamp, formatted once a second per thread and the milliseconds
+ * patched in: gmtime and strftime per request cost more than the rest. */
+static void put_ts(struct line *l)
+{
+	static __thread time_t last_sec = -1;
+	static __thread char sec_text[24];
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if (ts.tv_sec != last_sec) {
+		struct tm tm;
+		gmtime_r(&ts.tv_sec, &tm);
+		strftime(sec_text, sizeof sec_text, "%Y-%m-%dT%H:%M:%S", &tm);
+		last_sec = ts.tv_sec;
+	}
+	put_str(l, sec_text);
+	put_fmt(l, ".%03ldZ", ts.tv_nsec / 1000000);
 }
 
 void log_access(const struct log_access_rec *r)
 {
-	if (!access_fp)
+	if (atomic_load_explicit(&access_fd, memory_order_relaxed) < 0)
 		return;
-	char ts[32];
-	timestamp(ts, sizeof ts);
-	pthread_mutex_lock(&access_lock);
-	FILE *f = access_fp;
-	fprintf(f, "ts=%s id=", ts);
-	put_value(f, r->request_id);
-	fputs(" key_id=", f);
-	put_value(f, r->key_id);
-	fputs(" method=", f);
-	put_value(f, r->method);
-	fputs(" bucket=", f);
-	put_value(f, r->bucket);
-	fputs(" key=", f);
-	put_value(f, r->key);
-	fprintf(f, " status=%d bytes_in=%llu bytes_out=%llu duration_ms=%.3f upstream_status=%d error=",
+	/* Keys are at most 1,024 bytes, 4,096 escaped: a line always fits. */
+	char text[8192];
+	struct line l = { text, 0, sizeof text - 1 };
+	put_str(&l, "ts=");
+	put_ts(&l);
+	put_str(&l, " id=");
+	put_value(&l, r->request_id);
+	put_str(&l, " key_id=");
+	put_value(&l, r->key_id);
+	put_str(&l, " method=");
+	put_value(&l, r->method);
+	put_str(&l, " bucket=");
+	put_value(&l, r->bucket);
+	put_str(&l, " key=");
+	put_value(&l, r->key);
+	put_fmt(&l, " status=%d bytes_in=%llu bytes_out=%llu duration_ms=%.3f upstream_status=%d",
 	        r->status, (unsigned long long)r->bytes_in, (unsigned long long)r->bytes_out,
 	        r->duration_ms, r->upstream_status);
-	put_value(f, r->error_code);
-	fputs(" cache=", f);
-	put_value(f, r->cache);
-	fputc('\n', f);
-	fflush(f);
-	pthread_mutex_unlock(&access_lock);
+	put_str(&l, " error=");
+	put_value(&l, r->error_code);
+	put_str(&l, " cache=");
+	put_value(&l, r->cache);
+	text[l.len++] = '\n';
+
+	struct alog_buf *b = access_buf_bytes ? thread_buf() : NULL;
+	if (!b) {
+		int fd = atomic_load(&access_fd);
+		if (fd >= 0)
+			write_all(fd, text, l.len);
+		return;
+	}
+	pthread_mutex_lock(&b->lock);
+	if (b->used + l.len > access_buf_bytes)
+		drain(b);
+	if (l.len > access_buf_bytes) {
+		int fd = atomic_load(&access_fd);
+		if (fd >= 0)
+			write_all(fd, text, l.len);
+	} else {
+		if (b->used == 0)
+			b->oldest_ms = mono_ms();
+		memcpy(b->p + b->used, text, l.len);
+		b->used += l.len;
+	}
+	pthread_mutex_unlock(&b->lock);
 }

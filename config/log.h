@@ -7,7 +7,9 @@
  * costs one comparison when debug logging is off.
  *
  * The access log is a separate stream (stdout by default, a file, or off):
- * one line per request, written by log_access().
+ * one line per request, written by log_access() into a buffer of the
+ * calling thread's and from there to the log in whole lines, when the
+ * buffer is full or its oldest line is flush_ms old.
  */
 #ifndef LARDER_LOG_H
 #define LARDER_LOG_H
@@ -25,8 +27,12 @@ int log_level_parse(const char *s);
 void log_set_level(enum log_level l);
 
 /* Opens the access log: "-" is stdout, "off" disables it, anything else is
- * a file opened for append. Returns 0, or -errno. */
-int log_access_open(const char *where);
+ * a file opened for append. Each thread's lines wait in a buffer of
+ * buffer_bytes (0: every line is written at once) for at most flush_ms
+ * (0: no time bound, so no buffer either). Returns 0, or -errno. */
+int log_access_open(const char *where, size_t buffer_bytes, unsigned flush_ms);
+/* Writes out every thread's buffered lines (log_access_close does too). */
+void log_access_flush(void);
 void log_access_close(void);
 
 void log_write(enum log_level l, const char *topic, const char *fmt, ...)

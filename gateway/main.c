@@ -95,7 +95,7 @@ static int serve(int argc, char **argv)
 		cfg_free(cfg);
 		return 0;
 	}
-	if (log_access_open(cfg->access_log) != 0) {
+	if (log_access_open(cfg->access_log, cfg->access_log_buffer, cfg->access_log_flush_ms) != 0) {
 		fprintf(stderr, "larder: LARDER_ACCESS_LOG: cannot open \"%s\"\n", cfg->access_log);
 		cfg_free(cfg);
 		return 2;

@@ -259,6 +259,9 @@ class Larder:
             "LARDER_UPSTREAM_REGION": REGION,
             "LARDER_UPSTREAM_ADDRESSING": "path",
             "LARDER_ACCESS_LOG": self.access_log_path,
+            # Tests read the access log right after a request: a line per
+            # write. test_operations.AccessLogBuffering checks the default.
+            "LARDER_ACCESS_LOG_FLUSH_MS": "0",
             "LARDER_LOG_LEVEL": "info",
             "LARDER_WORKERS": "2",
             # Tests that use the admin API give it a free port; the rest turn it
@@ -281,9 +284,9 @@ class Larder:
         e["UBSAN_OPTIONS"] = ("halt_on_error=1:print_stacktrace=1:log_path=%s/ubsan"
                               % self.san_dir)
         e["LSAN_OPTIONS"] = "log_path=%s/lsan" % self.san_dir
-        if env:
+        if env:  # a None value unsets the variable (a test of the shipped default)
             e.update(env)
-        self.env = e
+        self.env = {k: v for k, v in e.items() if v is not None}
 
     def write_config(self, text):
         tmp = self.config_path + ".tmp"

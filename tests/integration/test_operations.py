@@ -340,3 +340,38 @@ class BadConfiguration(unittest.TestCase):
         out = self.run_larder({"LARDER_CLIENT_KEY": "k", "LARDER_CLIENT_SECRET": "s"}, "--check")
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn(b"configuration ok", out.stdout)
+
+
+
+class AccessLogBuffering(OwnLarder):
+    """The access log as shipped: each worker gathers lines and writes them
+    in batches (LARDER_ACCESS_LOG_BUFFER, LARDER_ACCESS_LOG_FLUSH_MS), so a
+    request costs no write of its own; no line is lost or torn."""
+
+    def read_requests(self, larder, n):
+        s3 = larder.client()
+        for _ in range(n):
+            s3.get_object(Bucket="ops", Key="alog")["Body"].read()
+
+    def test_lines_wait_in_the_buffer_and_all_come_out_at_stop(self):
+        self.direct.put_object(Bucket="ops", Key="alog", Body=b"x" * 1000)
+        larder = self.start_larder(env={"LARDER_ACCESS_LOG_FLUSH_MS": "60000"})
+        self.read_requests(larder, 40)
+        time.sleep(1)  # time for every request's completion to run
+        # A write per line would show all 40 by now; the buffers hold them.
+        self.assertEqual(larder.access_records(), [])
+        self.finish(larder)
+        recs = larder.access_records()
+        self.assertEqual(len(recs), 40)
+        for r in recs:
+            self.assertEqual((r["method"], r["status"], r["key"]), ("GET", "200", "alog"))
+
+    def test_default_interval_writes_lines_without_more_traffic(self):
+        self.direct.put_object(Bucket="ops", Key="alog", Body=b"x" * 1000)
+        larder = self.start_larder(env={"LARDER_ACCESS_LOG_FLUSH_MS": None})
+        self.read_requests(larder, 5)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(larder.access_records()) < 5:
+            time.sleep(0.05)
+        self.assertEqual(len(larder.access_records()), 5)
+        self.finish(larder)
