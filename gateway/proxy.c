@@ -166,6 +166,14 @@ void req_fail(struct req *r, enum s3err e, const char *msg)
 	snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "");
 }
 
+/* libmicrohttpd refuses a header whose value is empty, and S3 sends such
+ * headers (x-amz-meta-x with an empty value is part of the object). A lone
+ * space goes instead: HTTP trims it, so the client reads the empty value. */
+void req_add_response_header(struct MHD_Response *resp, const char *name, const char *value)
+{
+	MHD_add_response_header(resp, name, value[0] ? value : " ");
+}
+
 void req_add_common_headers(struct req *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "x-larder-request-id", r->id);
@@ -1200,7 +1208,7 @@ static enum MHD_Result respond_upstream(struct req *r)
 		const char *n = r->uresp.v[i].name;
 		if (hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
 			continue;
-		MHD_add_response_header(resp, n, r->uresp.v[i].value);
+		req_add_response_header(resp, n, r->uresp.v[i].value);
 	}
 	if (r->w->gw->store && r->s3.target == S3T_OBJECT &&
 	    (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0))

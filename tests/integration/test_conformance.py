@@ -4,6 +4,8 @@ what the upstream (moto, enforcing signatures) answers to the same request.
 * A PUT whose body comes with `Transfer-Encoding: chunked` and no
   Content-Length (ceph s3-tests test_object_write_with_chunked_transfer_encoding:
   S3 stores it). The payload hash is still checked, signed or UNSIGNED-PAYLOAD.
+* A user metadata header with an empty value (`x-amz-meta-meta1:`) is part of
+  the object: HEAD and GET carry it, from the cache as from S3.
 """
 import hashlib
 import http.client
@@ -151,3 +153,53 @@ class ChunkedPut(LarderCase):
             time.sleep(0.1)
         self.assertIsNone(self.stored("chunked-cut"), "a body cut short was stored")
 
+
+class EmptyMetadata(LarderCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.direct.create_bucket(Bucket=BUCKET)
+        cls.direct.put_bucket_versioning(Bucket=BUCKET,
+                                         VersioningConfiguration={"Status": "Enabled"})
+
+    def put_with_empty_meta(self, base, key, access, secret):
+        path = "/%s/%s" % (BUCKET, key)
+        h = sign_headers("PUT", base + path, access, secret,
+                         {"x-amz-meta-meta1": "", "x-amz-meta-other": "v"}, body=b"hello")
+        c = _connect(base)
+        try:
+            c.request("PUT", path, body=b"hello", headers=h)
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def meta_of(self, base, method, key, access, secret):
+        st, hdrs, body = raw_head_lines(base, method, "/%s/%s" % (BUCKET, key), access, secret)
+        self.assertEqual(st, 200, body)
+        return {k.lower(): v for k, v in hdrs if k.lower().startswith("x-amz-meta-")}, hdrs
+
+    def test_empty_value_kept_on_miss_and_hit(self):
+        up = (self.upstream.url, self.upstream.access_key, self.upstream.secret_key)
+        me = (self.larder.url, CLIENT_KEY, CLIENT_SECRET)
+        for who, (base, access, secret) in (("direct", up), ("larder", me)):
+            key = "empty-meta-" + who
+            st, body = self.put_with_empty_meta(base, key, access, secret)
+            self.assertEqual(st, 200, body)
+            want, _ = self.meta_of(self.upstream.url, "HEAD", key, *up[1:])
+            self.assertEqual(want, {"x-amz-meta-meta1": "", "x-amz-meta-other": "v"},
+                             "what the upstream answers")
+            for n, method in enumerate(("HEAD", "GET", "HEAD", "GET")):
+                got, hdrs = self.meta_of(self.larder.url, method, key, CLIENT_KEY, CLIENT_SECRET)
+                self.assertEqual(got, want, (who, method, hdrs))
+                cache = {k.lower(): v for k, v in hdrs}.get("x-larder-cache")
+                self.assertEqual(cache, "hit" if n else "miss", (who, method, hdrs))
+            # The pass-through (a versionId request is not cached) keeps it too.
+            vid = self.direct.head_object(Bucket=BUCKET, Key=key)["VersionId"]
+            got, hdrs = self.meta_of(self.larder.url, "HEAD", key + "?versionId=" + vid,
+                                     CLIENT_KEY, CLIENT_SECRET)
+            self.assertEqual({k.lower(): v for k, v in hdrs}.get("x-larder-cache"), "bypass")
+            self.assertEqual(got, want, (who, "pass-through", hdrs))
+            # The one through larder was written by larder too: boto3 sees it.
+            head = self.s3.head_object(Bucket=BUCKET, Key=key)
+            self.assertEqual(head["Metadata"], {"meta1": "", "other": "v"})
