@@ -6,6 +6,8 @@ what the upstream (moto, enforcing signatures) answers to the same request.
   S3 stores it). The payload hash is still checked, signed or UNSIGNED-PAYLOAD.
 * A user metadata header with an empty value (`x-amz-meta-meta1:`) is part of
   the object: HEAD and GET carry it, from the cache as from S3.
+* Cached HEAD/GET headers match the upstream's, and conditional reads on hits
+  follow the precedence the GetObject reference gives.
 """
 import hashlib
 import http.client
@@ -154,7 +156,9 @@ class ChunkedPut(LarderCase):
         self.assertIsNone(self.stored("chunked-cut"), "a body cut short was stored")
 
 
-class EmptyMetadata(LarderCase):
+class CachedHeaders(LarderCase):
+    """What a cached HEAD/GET carries, against what the upstream answers."""
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -200,6 +204,72 @@ class EmptyMetadata(LarderCase):
                                      CLIENT_KEY, CLIENT_SECRET)
             self.assertEqual({k.lower(): v for k, v in hdrs}.get("x-larder-cache"), "bypass")
             self.assertEqual(got, want, (who, "pass-through", hdrs))
-            # The one through larder was written by larder too: boto3 sees it.
+            # boto3 reads it back as an empty value.
             head = self.s3.head_object(Bucket=BUCKET, Key=key)
             self.assertEqual(head["Metadata"], {"meta1": "", "other": "v"})
+
+    # Headers that describe one response or connection, and moto's own
+    # (x-amzn-requestid, a CORS header S3 sends only to a CORS request).
+    PER_RESPONSE = {"date", "x-amz-request-id", "x-amz-id-2", "server", "connection",
+                    "keep-alive", "x-amzn-requestid", "access-control-allow-origin"}
+
+    def headers(self, base, method, path, access, secret, extra=None):
+        h = sign_headers(method, base + path, access, secret, extra)
+        c = _connect(base)
+        try:
+            c.request(method, path, headers=h)
+            r = c.getresponse()
+            body = r.read()
+            return r.status, sorted((k.lower(), v) for k, v in r.getheaders()
+                                    if k.lower() not in self.PER_RESPONSE
+                                    and not k.lower().startswith("x-larder-")), body
+        finally:
+            c.close()
+
+    def test_head_and_get_headers_match_upstream(self):
+        import datetime
+        key = "parity"
+        self.direct.put_object(
+            Bucket=BUCKET, Key=key, Body=b"hello world", ContentType="text/x-odd; charset=utf-8",
+            ContentEncoding="gzip", ContentDisposition='attachment; filename="a b.txt"',
+            CacheControl="max-age=60", Expires=datetime.datetime(2030, 1, 1),
+            ContentLanguage="fr", Metadata={"MiXeD-Case": "Va Lue", "quoted": 'a "b"; c=d, e:f'},
+            Tagging="a=b&c=d", StorageClass="STANDARD_IA")
+        path = "/%s/%s" % (BUCKET, key)
+        up = (self.upstream.access_key, self.upstream.secret_key)
+        for method in ("HEAD", "GET", "HEAD", "GET"):  # the first is a miss, then hits
+            want = self.headers(self.upstream.url, method, path, *up)
+            got = self.headers(self.larder.url, method, path, CLIENT_KEY, CLIENT_SECRET)
+            self.assertEqual(got, want, method)
+        names = dict(want[1])
+        for h in ("x-amz-version-id", "x-amz-storage-class", "x-amz-tagging-count", "expires",
+                  "x-amz-meta-mixed-case", "content-disposition", "last-modified"):
+            self.assertIn(h, names)  # the comparison above covered them
+
+    def test_conditional_precedence_on_hits(self):
+        # The GetObject reference: If-Match true and If-Unmodified-Since false
+        # gives 200; If-None-Match false and If-Modified-Since true gives 304
+        # (RFC 9110: the entity-tag condition decides). moto judges each
+        # header alone, so this is checked against larder only.
+        key = "cond"
+        self.direct.put_object(Bucket=BUCKET, Key=key, Body=b"conditional")
+        path = "/%s/%s" % (BUCKET, key)
+        st, hdrs, _ = self.headers(self.larder.url, "HEAD", path, CLIENT_KEY, CLIENT_SECRET)
+        etag, lm = dict(hdrs)["etag"], dict(hdrs)["last-modified"]
+        old = "Mon, 01 Jan 2001 00:00:00 GMT"
+        for method in ("GET", "HEAD"):
+            for extra, want in (({"If-None-Match": etag}, 304),
+                                ({"If-Modified-Since": lm}, 304),
+                                ({"If-None-Match": '"other"'}, 200),
+                                ({"If-Match": '"other"'}, 412),
+                                ({"If-Unmodified-Since": old}, 412),
+                                ({"If-Match": etag, "If-Unmodified-Since": old}, 200),
+                                ({"If-None-Match": etag, "If-Modified-Since": old}, 304),
+                                ({"If-None-Match": '"other"', "If-Modified-Since": lm}, 200)):
+                st, hdrs, body = self.headers(self.larder.url, method, path, CLIENT_KEY,
+                                              CLIENT_SECRET, extra)
+                self.assertEqual(st, want, (method, extra, body))
+                if want != 412:
+                    self.assertEqual(dict(hdrs).get("etag"), etag, (method, extra))
+                elif method == "GET":
+                    self.assertEqual(s3_error(body)[0], "PreconditionFailed")
