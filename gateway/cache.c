@@ -344,7 +344,7 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 					val++;
 				char *value = strndup(val, len - (size_t)(val - p));
 				if (!skip && value)
-					MHD_add_response_header(resp, name, value);
+					req_add_response_header(resp, name, value);
 				free(value);
 			}
 			p += len + (nl ? 1 : 0);

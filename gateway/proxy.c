@@ -166,6 +166,14 @@ void req_fail(struct req *r, enum s3err e, const char *msg)
 	snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "");
 }
 
+/* libmicrohttpd refuses a header whose value is empty, and S3 sends such
+ * headers (x-amz-meta-x with an empty value is part of the object). A lone
+ * space goes instead: HTTP trims it, so the client reads the empty value. */
+void req_add_response_header(struct MHD_Response *resp, const char *name, const char *value)
+{
+	MHD_add_response_header(resp, name, value[0] ? value : " ");
+}
+
 void req_add_common_headers(struct req *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "x-larder-request-id", r->id);
@@ -614,7 +622,7 @@ static void authenticate(struct req *r)
 		}
 		len = v;
 	} else if (te) {
-		len = -1; /* chunked: length known only from x-amz-decoded-content-length */
+		len = -1; /* chunked: the length is known when the body ends */
 	}
 	if (!claimed[0]) {
 		req_fail(r, S3E_INVALID_REQUEST,
@@ -642,7 +650,9 @@ static void authenticate(struct req *r)
 		}
 		r->body = BODY_CHUNKED;
 		r->up_len = v;
-	} else if (len > 0) {
+	} else if (len != 0) {
+		/* A Transfer-Encoding: chunked body of unknown length (S3 takes it)
+		 * goes upstream chunked too: up_len < 0. */
 		r->body = BODY_RAW;
 		r->up_len = len;
 		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0) {
@@ -658,9 +668,6 @@ static void authenticate(struct req *r)
 				return;
 			}
 		}
-	} else if (len < 0) {
-		req_fail(r, S3E_MISSING_CONTENT_LENGTH, NULL);
-		return;
 	} else {
 		r->body = BODY_NONE;
 		r->up_len = 0;
@@ -670,12 +677,14 @@ static void authenticate(struct req *r)
 			return;
 		}
 	}
-	if (r->check_delete && (r->body != BODY_RAW || r->up_len > DELETE_BODY_MAX)) {
+	if (r->check_delete && (r->body != BODY_RAW || r->up_len < 0 || r->up_len > DELETE_BODY_MAX)) {
 		req_fail(r, S3E_ACCESS_DENIED, "DeleteObjects under a key prefix grant needs a plain "
 		         "body of at most 2 MiB");
 		return;
 	}
-	r->body_verified = r->body == BODY_NONE || (r->body == BODY_RAW && !r->sha && !r->check_delete);
+	/* A body of unknown length is whole (so verified) only when it ends. */
+	r->body_verified = r->body == BODY_NONE ||
+	                   (r->body == BODY_RAW && !r->sha && !r->check_delete && r->up_len >= 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -947,9 +956,16 @@ static size_t on_upstream_read(char *out, size_t size, size_t n, void *arg)
 		r->up_sent += got;
 		return got;
 	}
-	uint64_t left = (uint64_t)r->up_len - r->up_sent;
-	if (!r->body_verified && avail >= left)
-		avail = left ? (size_t)left - 1 : 0;
+	if (r->up_len < 0) { /* chunked upstream: the body ends when the client's does */
+		if (r->body_verified && avail == 0)
+			return 0;
+		if (!r->body_verified && avail)
+			avail--;
+	} else {
+		uint64_t left = (uint64_t)r->up_len - r->up_sent;
+		if (!r->body_verified && avail >= left)
+			avail = left ? (size_t)left - 1 : 0;
+	}
 	if (avail == 0) {
 		r->read_paused = true;
 		return CURL_READFUNC_PAUSE;
@@ -1092,7 +1108,7 @@ static size_t take_body(struct req *r, const char *data, size_t len)
 			r->body_verified = true;
 		}
 	} else {
-		if ((uint64_t)r->up_queued + n > (uint64_t)r->up_len) {
+		if (r->up_len >= 0 && r->up_queued + n > (uint64_t)r->up_len) {
 			req_fail(r, S3E_INCOMPLETE_BODY, NULL);
 			stop_upstream(r);
 			r->bytes_in += len;
@@ -1123,7 +1139,7 @@ static void finish_body(struct req *r)
 			req_fail(r, S3E_INCOMPLETE_BODY, NULL);
 		else
 			r->body_verified = true;
-	} else if (r->up_queued != (uint64_t)r->up_len) {
+	} else if (r->up_len >= 0 && r->up_queued != (uint64_t)r->up_len) {
 		req_fail(r, S3E_INCOMPLETE_BODY, NULL);
 	} else if (r->sha) {
 		unsigned char md[32];
@@ -1192,7 +1208,7 @@ static enum MHD_Result respond_upstream(struct req *r)
 		const char *n = r->uresp.v[i].name;
 		if (hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
 			continue;
-		MHD_add_response_header(resp, n, r->uresp.v[i].value);
+		req_add_response_header(resp, n, r->uresp.v[i].value);
 	}
 	if (r->w->gw->store && r->s3.target == S3T_OBJECT &&
 	    (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0))

@@ -159,6 +159,8 @@ void req_fail(struct req *r, enum s3err e, const char *msg);
 enum MHD_Result req_respond_error(struct req *r);
 const char *req_header(struct req *r, const char *name);
 void req_add_common_headers(struct req *r, struct MHD_Response *resp);
+/* MHD_add_response_header that keeps a header with an empty value. */
+void req_add_response_header(struct MHD_Response *resp, const char *name, const char *value);
 
 /* cache.c: GET and HEAD of objects from the chunk cache. */
 bool cache_wants(struct req *r);               /* after authentication */

@@ -460,9 +460,11 @@ def run_aws(endpoint, key, secret, *args, timeout=300, input=None):
                           capture_output=True, timeout=timeout, input=input)
 
 
-def sign_headers(method, url, key, secret, headers=None, body=b"", when=None):
+def sign_headers(method, url, key, secret, headers=None, body=b"", when=None, payload=None):
     """Headers for a request signed by botocore's S3SigV4Auth; `when` (a UTC
-    datetime) fixes the signing time, e.g. to sign with a skewed clock."""
+    datetime) fixes the signing time, e.g. to sign with a skewed clock;
+    `payload` is the payload hash to declare (e.g. UNSIGNED-PAYLOAD) instead
+    of the hash of `body`."""
     import datetime
     from unittest import mock
     from botocore.auth import S3SigV4Auth
@@ -473,6 +475,8 @@ def sign_headers(method, url, key, secret, headers=None, body=b"", when=None):
     if "X-Amz-Content-SHA256" not in req.headers:
         req.headers["X-Amz-Content-SHA256"] = hashlib.sha256(body).hexdigest()
     auth = S3SigV4Auth(Credentials(key, secret), "s3", REGION)
+    if payload is not None:
+        auth.payload = lambda request: payload
     if when is None:
         auth.add_auth(req)
     else:

@@ -87,6 +87,7 @@ class _HashingInput:
         self.raw = raw
         self.sha = hashlib.sha256()
         self.n = 0
+        self.broken = False  # a chunked body that stopped short raises on read
 
     def _take(self, data):
         self.sha.update(data)
@@ -94,7 +95,11 @@ class _HashingInput:
         return data
 
     def read(self, *a):
-        return self._take(self.raw.read(*a))
+        try:
+            return self._take(self.raw.read(*a))
+        except Exception:
+            self.broken = True
+            raise
 
     def readline(self, *a):
         return self._take(self.raw.readline(*a))
@@ -160,7 +165,7 @@ class Logged:
             # body it has not verified, then cancels) cannot be stored: only a
             # complete body is judged against its hash.
             declared = hmap.get("content-length")
-            complete = declared is None or declared == str(hin.n)
+            complete = not hin.broken and (declared is None or declared == str(hin.n))
             if len(claimed) == 64 and complete:
                 body_ok = hin.sha.hexdigest() == claimed.lower()
             self.write({"ev": "end", "seq": seq, "t": time.time(), "method": method,
