@@ -25,7 +25,8 @@ import unittest
 import xml.etree.ElementTree as ET
 
 import harness
-from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase, key_path, signed_request
+import test_cache_faults as tcf
+from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase, key_path
 
 MiB = 1024 * 1024
 DEBIAN_PYTHON = "/usr/bin/python3"
@@ -151,3 +152,108 @@ class CrtClient(LarderCase):
     def test_wrong_secret(self):
         res = self.crt("wrong_secret")
         self.assertEqual(res["code"], "SignatureDoesNotMatch", res["_out"])
+
+
+class CrtRequests(tcf.FaultCase):
+    """What current CRTs send that awscrt 0.16.8 does not, by hand, through
+    larder to an origin with S3's semantics (fault_origin: moto answers
+    ?partNumber with the whole object). Chunks are 1 MiB here."""
+
+    def setUp(self):
+        super().setUp()
+        # objects of the test's own, so each test starts cold
+        self.p = self._testMethodName + "/"
+        self.small = os.urandom(3000)
+        self.origin.put(tcf.BUCKET, self.p + "small.bin", self.small)
+        self.sizes = [2 * MiB + 1, 2 * MiB, 1000]
+        self.multi = os.urandom(sum(self.sizes))
+        self.multi_etag = self.origin.put(tcf.BUCKET, self.p + "multi.bin", self.multi,
+                                          parts=self.sizes)
+        self.origin.put(tcf.BUCKET, self.p + "empty.bin", b"")
+
+    def path(self, key):
+        return key_path(tcf.BUCKET, self.p + key)
+
+    def part(self, key, n, method="GET", headers=None):
+        return self.fetch(method, "%s?partNumber=%d" % (self.path(key), n), headers)
+
+    def fetch(self, method, path, headers=None):
+        return tcf.fetch(self.larder.url, method, path, headers)
+
+    def part_gets(self, key, since):
+        return [g for g in self.origin.gets(tcf.BUCKET, self.p + key, since)
+                if "partNumber" in g["query"]]
+
+    def assertPart(self, r, key, n, data, bounds, count=None, head=False):
+        first, last = bounds
+        self.assertEqual(r.status, 206, "%s part %d: %r" % (key, n, r))
+        self.assertEqual(r.headers.get("content-range"),
+                         "bytes %d-%d/%d" % (first, last, len(data)), r)
+        self.assertEqual(r.headers.get("content-length"), str(last - first + 1), r)
+        self.assertEqual(r.headers.get("x-amz-mp-parts-count"), count, r)
+        self.assertEqual(r.headers.get("etag"), self.origin.get(tcf.BUCKET, self.p + key).etag,
+                         r)
+        if not head:
+            self.assertTrue(r.body == data[first:last + 1], "%s part %d: wrong bytes" % (key, n))
+
+    def bounds(self, n):
+        first = sum(self.sizes[:n - 1])
+        return first, first + self.sizes[n - 1] - 1
+
+    def test_part_number_small_object(self):
+        """A current CRT's first request for an object: GET ?partNumber=1."""
+        for method in ("GET", "HEAD", "GET"):
+            r = self.part("small.bin", 1, method)
+            self.assertPart(r, "small.bin", 1, self.small, (0, 2999), head=method == "HEAD")
+
+    def test_part_number_multipart(self):
+        for n in (1, 2, 3):
+            self.assertPart(self.part("multi.bin", n), "multi.bin", n, self.multi, self.bounds(n),
+                            "3")
+        self.assertPart(self.part("multi.bin", 2, "HEAD"), "multi.bin", 2, self.multi,
+                        self.bounds(2), "3", head=True)
+        r = self.part("multi.bin", 4)
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (416, "InvalidPartNumber"), r)
+        r = self.part("multi.bin", 1, headers={"Range": "bytes=0-9"})
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (400, "InvalidRequest"), r)
+
+    def test_head_first_then_if_match_parts(self):
+        """HEAD first (checksum validation on), then ranged parts each with
+        If-Match on the ETag it saw; a changed object fails the part with 412."""
+        h = self.fetch("HEAD", self.path("multi.bin"))
+        self.assertEqual(h.status, 200, h)
+        self.assertEqual(h.headers.get("content-length"), str(len(self.multi)))
+        etag = h.headers["etag"]
+        self.assertEqual(etag, self.multi_etag)
+        got = b""
+        for first in range(0, len(self.multi), 2 * MiB):
+            last = min(first + 2 * MiB, len(self.multi)) - 1
+            r = self.fetch("GET", self.path("multi.bin"),
+                           {"Range": "bytes=%d-%d" % (first, last), "If-Match": etag})
+            self.assertEqual(r.status, 206, r)
+            got += r.body
+        self.assertTrue(got == self.multi, "the parts put together differ")
+        r = self.fetch("GET", self.path("multi.bin"),
+                       {"Range": "bytes=0-9", "If-Match": '"0123456789abcdef0123456789abcdef-3"'})
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (412, "PreconditionFailed"), r)
+
+    def test_multipart_etag_carries_part_count(self):
+        """A CRT reads the part count from the "-N" of a multipart ETag."""
+        for method in ("HEAD", "GET", "HEAD"):
+            r = self.fetch(method, self.path("multi.bin"))
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.headers.get("etag"), self.multi_etag, r)
+            self.assertRegex(self.multi_etag, r'^"[0-9a-f]{32}-3"$')
+
+    def test_empty_object_416(self):
+        """A CRT's first ranged GET of an empty object gets 416; it reads the
+        size from <ActualObjectSize> and finishes with an empty body."""
+        for _ in range(2):  # learnt, then from the cache
+            r = self.fetch("GET", self.path("empty.bin"),
+                           {"Range": "bytes=0-8388607"})
+            self.assertEqual(r.status, 416, r)
+            root = ET.fromstring(r.body)
+            self.assertEqual(root.findtext("Code"), "InvalidRange", r.body)
+            self.assertEqual(root.findtext("ActualObjectSize"), "0", r.body)
+            self.assertEqual(root.findtext("RangeRequested"), "bytes=0-8388607", r.body)
+            self.assertEqual(r.headers.get("content-range"), "bytes */0", r)
