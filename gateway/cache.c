@@ -14,8 +14,13 @@
  * The policy was checked before any of this (proxy.c), so a hit never
  * bypasses it.
  *
+ * GET/HEAD ?partNumber=N (current CRTs read part 1 first) goes upstream
+ * until an answer for that part told its bytes (Content-Range, and
+ * x-amz-mp-parts-count for an object uploaded in parts); from then on it is
+ * a 206 of those bytes from the cache, with the same headers.
+ *
  * What is not cached, and goes through the pass-through instead: requests
- * with versionId, partNumber or other sub-resources, SSE-C (the customer's
+ * with versionId or other sub-resources, SSE-C (the customer's
  * key must reach S3 every time), and objects whose first answer cannot be
  * kept (no usable ETag or size, or an SSE-C answer: fetch.c decides, and
  * cache_owner_pass_through / the waiters hand the request back to proxy.c).
@@ -49,7 +54,8 @@
 /* ---- which requests ----------------------------------------------------- */
 
 /* Query parameters a cached GET may carry: the response overrides (they
- * change headers, not bytes) and the SDKs' x-id marker. */
+ * change headers, not bytes), the SDKs' x-id marker, and partNumber (see
+ * part_number). */
 static bool cacheable_query(const char *q)
 {
 	while (q && *q) {
@@ -57,6 +63,7 @@ static bool cacheable_query(const char *q)
 		size_t klen = strcspn(q, "=&");
 		bool ok = klen == 0 || (klen > 9 && strncmp(q, "response-", 9) == 0) ||
 		          (klen == 4 && strncmp(q, "x-id", 4) == 0) ||
+		          (klen == 10 && strncmp(q, "partNumber", 10) == 0) ||
 		          (klen > 6 && strncasecmp(q, "X-Amz-", 6) == 0) ||
 		          (klen == 14 && strncmp(q, "AWSAccessKeyId", 14) == 0) ||
 		          (klen == 9 && strncmp(q, "Signature", 9) == 0) ||
@@ -70,6 +77,26 @@ static bool cacheable_query(const char *q)
 	return true;
 }
 
+/* ?partNumber=N: N in 1..10000, or 0 when absent; -1 when not valid,
+ * or with a Range (S3 answers those with an error: pass-through). */
+static long part_number(struct req *r)
+{
+	struct buf v;
+	buf_init(&v, 64);
+	long n = 0;
+	int rc = s3_query_get(r->query, "partNumber", &v);
+	if (rc == 1) {
+		char *end;
+		n = strtol(buf_cstr(&v), &end, 10);
+		if (*end || end == buf_cstr(&v) || n < 1 || n > 10000 || req_header(r, "Range"))
+			n = -1;
+	} else if (rc < 0) {
+		n = -1;
+	}
+	buf_fini(&v);
+	return n;
+}
+
 bool cache_wants(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -80,13 +107,53 @@ bool cache_wants(struct req *r)
 		return false;
 	if (!cacheable_query(r->query))
 		return false;
+	long part = part_number(r);
+	if (part < 0)
+		return false;
 	if (req_header(r, "x-amz-server-side-encryption-customer-algorithm") ||
 	    req_header(r, "x-amz-server-side-encryption-customer-key") ||
 	    req_header(r, "x-amz-server-side-encryption-customer-key-MD5"))
 		return false;
 	r->cache.want_range = range_parse(req_header(r, "Range"), &r->cache.range) == 1;
 	r->cache.head = head;
+	r->cache.part = (uint32_t)part;
 	return true;
+}
+
+static void release_chunks(struct req *r);
+
+/* A part read goes upstream until the part's bytes are known: S3 alone
+ * knows where the parts of a multipart object begin. Its answer teaches
+ * them (cache_learn_part); the next read of the part is the cache's. */
+bool cache_passes(struct req *r)
+{
+	struct cread *c = &r->cache;
+	uint64_t first, last;
+	if (c->part && c->meta && !c->meta->negative && !c->has_uerr && !r->has_err &&
+	    !meta_part(c->meta, c->part, &first, &last)) {
+		/* chunk 0, which came with the metadata, stays wanted */
+		release_chunks(r);
+		c->pass_through = true;
+	}
+	return c->pass_through;
+}
+
+void cache_learn_part(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	if (!r->cache.part || r->ustatus != 206 || !gw->meta)
+		return;
+	const char *cr = hdrs_get(&r->uresp, "Content-Range");
+	const char *etag = hdrs_get(&r->uresp, "ETag");
+	const char *count = hdrs_get(&r->uresp, "x-amz-mp-parts-count");
+	uint64_t first, last, size;
+	unsigned long n = count ? strtoul(count, NULL, 10) : 0;
+	if (!cr || !etag || n > 10000 ||
+	    sscanf(cr, "bytes %" SCNu64 "-%" SCNu64 "/%" SCNu64, &first, &last, &size) != 3 ||
+	    first > last || last >= size)
+		return;
+	meta_learn_part(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), etag, size, r->cache.part,
+	                first, last, (uint32_t)n);
 }
 
 /* ---- waking ----------------------------------------------------------- */
@@ -384,7 +451,6 @@ static bool all_held(struct req *r, const struct obj_meta *m)
 
 static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max);
 static struct chunk *chunk_for(struct req *r, uint64_t i);
-static void release_chunks(struct req *r);
 static struct MHD_Response *zero_copy_response(struct req *r);
 
 /* Whether chunk i, found failed, may be fetched again: three times per
@@ -497,6 +563,11 @@ enum MHD_Result cache_respond(struct req *r)
 			return respond_s3(r, S3E_INVALID_RANGE, m);
 		status = 206;
 	}
+	if (pre == 0 && c->part) { /* known: cache_passes sent it upstream otherwise */
+		if (!meta_part(m, c->part, &c->start, &c->end))
+			return respond_s3(r, S3E_INTERNAL, NULL);
+		status = 206;
+	}
 	uint64_t len = m->size ? c->end - c->start + 1 : 0;
 	if (pre == 304) {
 		status = 304;
@@ -571,6 +642,11 @@ enum MHD_Result cache_respond(struct req *r)
 		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, c->start, c->end,
 		         m->size);
 		MHD_add_response_header(resp, "Content-Range", cr);
+	}
+	if (c->part && m->parts_count) {
+		char n[16];
+		snprintf(n, sizeof n, "%" PRIu32, m->parts_count);
+		MHD_add_response_header(resp, "x-amz-mp-parts-count", n);
 	}
 	MHD_add_response_header(resp, "x-amz-request-id", r->id);
 	MHD_add_response_header(resp, "x-larder-cache", hit ? "hit" : "miss");

@@ -83,6 +83,7 @@ void meta_unref(struct obj_meta *m)
 {
 	if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
 		free(m->headers);
+		free(m->parts);
 		free(m);
 	}
 }
@@ -364,6 +365,50 @@ void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, do
 	if (e)
 		e->loading = false;
 	wake_all_and_unlock(sh, e);
+}
+
+void meta_learn_part(struct meta_cache *mc, const char *bucket, const char *key,
+                     const char *etag, uint64_t size, uint32_t n, uint64_t first, uint64_t last,
+                     uint32_t count)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	struct obj_meta *m = e && !e->dropped ? e->m : NULL;
+	uint64_t f, l;
+	if (m && !m->negative && m->size == size && strcmp(m->etag, etag) == 0 &&
+	    !meta_part(m, n, &f, &l) && m->nparts < META_PARTS_MAX) {
+		struct obj_meta *copy = meta_new(m->size, m->etag, m->last_modified, m->headers,
+		                                 m->learnt);
+		if (copy) {
+			copy->learnt_wall = m->learnt_wall;
+			copy->parts = malloc((m->nparts + 1) * sizeof m->parts[0]);
+			if (copy->parts) {
+				if (m->nparts)
+					memcpy(copy->parts, m->parts, m->nparts * sizeof m->parts[0]);
+				copy->parts[m->nparts] = (struct meta_part){ n, first, last };
+				copy->nparts = m->nparts + 1;
+				copy->parts_count = count;
+				meta_unref(e->m);
+				e->m = copy;
+			} else {
+				meta_unref(copy);
+			}
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+bool meta_part(const struct obj_meta *m, uint32_t n, uint64_t *first, uint64_t *last)
+{
+	for (uint32_t i = 0; i < m->nparts; i++)
+		if (m->parts[i].number == n) {
+			*first = m->parts[i].first;
+			*last = m->parts[i].last;
+			return true;
+		}
+	return false;
 }
 
 void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,

@@ -510,8 +510,9 @@ class CacheReads(CacheCase):
         key = "bypass/obj"
         self.put(key, data)
         self.read_all(key)
-        for what, hdrs, query in (("partNumber", None, {"partNumber": "1"}),
-                                  ("versionId", None, {"versionId": "null"})):
+        # (partNumber is answered from the cache once its bytes are known:
+        # test_crt.CrtRequests.test_part_number_from_cache)
+        for what, hdrs, query in (("versionId", None, {"versionId": "null"}),):
             for method in ("GET", "HEAD"):
                 with self.subTest(what=what, method=method):
                     m = self.upstream.mark()

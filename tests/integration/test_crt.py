@@ -217,6 +217,33 @@ class CrtRequests(tcf.FaultCase):
         r = self.part("multi.bin", 1, headers={"Range": "bytes=0-9"})
         self.assertEqual((r.status, harness.s3_error(r.body)[0]), (400, "InvalidRequest"), r)
 
+    def test_part_number_from_cache(self):
+        """Once a part's range is known (its first answer from upstream), the
+        next GET/HEAD ?partNumber of it is the cache's, with S3's headers: a
+        hit at once for a small object (its bytes came with the metadata), a
+        hit once the part's chunks are in for a part of a multipart object."""
+        for key, n, data, bounds, count in (("small.bin", 1, self.small, (0, 2999), None),
+                                            ("multi.bin", 2, self.multi, self.bounds(2), "3")):
+            first = self.part(key, n)
+            self.assertPart(first, key, n, data, bounds, count)
+            mark = self.origin.mark()
+            second = self.part(key, n)
+            self.assertPart(second, key, n, data, bounds, count)
+            if key == "small.bin":
+                self.assertEqual(second.cache, "hit", second)
+            quiet = self.origin.mark()
+            for method in ("GET", "HEAD"):
+                r = self.part(key, n, method)
+                self.assertPart(r, key, n, data, bounds, count, head=method == "HEAD")
+                self.assertEqual(r.cache, "hit", "%s %s part %d: %r" % (method, key, n, r))
+            self.assertEqual(self.part_gets(key, mark), [], "a known part went upstream")
+            self.assertEqual(self.origin.requests(quiet), [], "a hit went upstream")
+            # and a conditional on it as S3 evaluates one
+            r = self.part(key, n, headers={"If-None-Match": first.headers["etag"]})
+            self.assertEqual(r.status, 304, r)
+            r = self.part(key, n, headers={"If-Match": '"0123456789abcdef0123456789abcdef"'})
+            self.assertEqual((r.status, harness.s3_error(r.body)[0]), (412, "PreconditionFailed"))
+
     def test_head_first_then_if_match_parts(self):
         """HEAD first (checksum validation on), then ranged parts each with
         If-Match on the ETag it saw; a changed object fails the part with 412."""
