@@ -26,11 +26,15 @@
  * cache_owner_pass_through / the waiters hand the request back to proxy.c).
  * A multi-range request is served the whole object, as S3 does.
  *
- * x-amz-checksum-mode (current SDKs send it on every GetObject) is served
- * from the cache without x-amz-checksum-* headers: S3 returns no whole-object
- * checksum for the ranged GETs that fill the cache, and without the header
+ * x-amz-checksum-mode: ENABLED (current SDKs send it on every GetObject)
+ * is served from the cache. S3 returns no whole-object checksum for the
+ * ranged GETs that fill the cache, so the object's x-amz-checksum-* headers
+ * are learnt from the first HEAD with the mode (passed through once; a CRT
+ * validating checksums sends one first), or from a whole GET that went
+ * upstream; after that a HEAD or whole GET with the mode carries them, as
+ * at S3, and a range or part never does. Until then an answer has none and
  * an SDK skips its validation. Cached bytes are guarded by If-Match per
- * chunk and a CRC32C per NVMe entry instead.
+ * chunk and a CRC32C per NVMe entry as well.
  */
 #include <assert.h>
 #include <errno.h>
@@ -117,20 +121,32 @@ bool cache_wants(struct req *r)
 	r->cache.want_range = range_parse(req_header(r, "Range"), &r->cache.range) == 1;
 	r->cache.head = head;
 	r->cache.part = (uint32_t)part;
+	const char *mode = req_header(r, "x-amz-checksum-mode");
+	r->cache.want_checksums = mode && strcasecmp(mode, "ENABLED") == 0;
 	return true;
 }
 
 static void release_chunks(struct req *r);
 
 /* A part read goes upstream until the part's bytes are known: S3 alone
- * knows where the parts of a multipart object begin. Its answer teaches
- * them (cache_learn_part); the next read of the part is the cache's. */
+ * knows where the parts of a multipart object begin. So does a HEAD with
+ * x-amz-checksum-mode until the object's checksums are known: the ranged
+ * GETs that fill the cache never carry them. The answer teaches them
+ * (cache_learn); the next such read is the cache's. A whole GET with the
+ * mode is not sent upstream for them (its bytes would not be cached): it
+ * gets them once a HEAD (a CRT validating checksums sends one first)
+ * taught them. */
 bool cache_passes(struct req *r)
 {
 	struct cread *c = &r->cache;
+	const struct obj_meta *m = c->meta;
 	uint64_t first, last;
-	if (c->part && c->meta && !c->meta->negative && !c->has_uerr && !r->has_err &&
-	    !meta_part(c->meta, c->part, &first, &last)) {
+	if (!m || m->negative || c->has_uerr || r->has_err)
+		return c->pass_through;
+	bool part_unknown = c->part && !meta_part(m, c->part, &first, &last);
+	bool sums_unknown = c->want_checksums && c->head && !c->part && !c->want_range &&
+	                    !m->checksums;
+	if (part_unknown || sums_unknown) {
 		/* chunk 0, which came with the metadata, stays wanted */
 		release_chunks(r);
 		c->pass_through = true;
@@ -138,10 +154,37 @@ bool cache_passes(struct req *r)
 	return c->pass_through;
 }
 
-void cache_learn_part(struct req *r)
+/* x-amz-checksum-* lines of upstream's answer. */
+static void learn_checksums(struct req *r)
+{
+	const char *etag = hdrs_get(&r->uresp, "ETag");
+	const char *cl = hdrs_get(&r->uresp, "Content-Length");
+	char *end;
+	unsigned long long size = cl ? strtoull(cl, &end, 10) : 0;
+	if (!etag || !cl || *end || end == cl)
+		return;
+	struct buf lines;
+	buf_init(&lines, 4096);
+	int rc = 0;
+	for (size_t i = 0; i < r->uresp.n && !rc; i++)
+		if (strncasecmp(r->uresp.v[i].name, "x-amz-checksum-", 15) == 0)
+			rc = buf_printf(&lines, "%s: %s\n", r->uresp.v[i].name, r->uresp.v[i].value);
+	if (!rc)
+		meta_learn_checksums(r->w->gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), etag,
+		                     (uint64_t)size, buf_cstr(&lines));
+	buf_fini(&lines);
+}
+
+void cache_learn(struct req *r)
 {
 	struct gw *gw = r->w->gw;
-	if (!r->cache.part || r->ustatus != 206 || !gw->meta)
+	if (!gw->meta)
+		return;
+	/* a whole object's answer (never a range's or a part's) */
+	if (r->cache.want_checksums && r->ustatus == 200 && !r->cache.part &&
+	    !req_header(r, "Range"))
+		learn_checksums(r);
+	if (!r->cache.part || r->ustatus != 206)
 		return;
 	const char *cr = hdrs_get(&r->uresp, "Content-Range");
 	const char *etag = hdrs_get(&r->uresp, "ETag");
@@ -426,6 +469,21 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 	MHD_add_response_header(resp, "ETag", m->etag);
 }
 
+/* The checksum lines learnt (obj_meta.checksums), as headers. */
+static void add_checksums(struct MHD_Response *resp, const char *lines)
+{
+	char *copy = strdup(lines), *save = NULL;
+	for (char *line = copy ? strtok_r(copy, "\n", &save) : NULL; line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *sep = strstr(line, ": ");
+		if (sep) {
+			*sep = '\0';
+			MHD_add_response_header(resp, line, sep + 2);
+		}
+	}
+	free(copy);
+}
+
 /* libmicrohttpd's buffer for a body copied out of the chunks. */
 #define BODY_BLOCK (256 * 1024)
 
@@ -643,6 +701,8 @@ enum MHD_Result cache_respond(struct req *r)
 		         m->size);
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
+	if (status == 200 && c->want_checksums && !c->part && m->checksums)
+		add_checksums(resp, m->checksums);
 	if (c->part && m->parts_count) {
 		char n[16];
 		snprintf(n, sizeof n, "%" PRIu32, m->parts_count);

@@ -902,7 +902,7 @@ static size_t on_upstream_header(char *data, size_t size, size_t n, void *arg)
 				r->resp_len = v;
 		}
 		r->uhdrs_done = true;
-		cache_learn_part(r);
+		cache_learn(r);
 		req_wake(r);
 		return len;
 	}

@@ -50,6 +50,9 @@ struct obj_meta {
 	                         no part learnt yet */
 	uint32_t nparts;      /* parts learnt (not persisted: learnt again) */
 	struct meta_part *parts; /* NULL until one is learnt (most objects: never) */
+	char *checksums;      /* "Name: value\n" x-amz-checksum-* lines of a whole-object
+	                         answer to x-amz-checksum-mode: ENABLED ("" when it had
+	                         none); NULL: not learnt (not persisted either) */
 };
 
 /* A new entry with refs = 1. headers is copied (NULL means none). */
@@ -103,6 +106,10 @@ void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,
 void meta_learn_part(struct meta_cache *mc, const char *bucket, const char *key,
                      const char *etag, uint64_t size, uint32_t n, uint64_t first, uint64_t last,
                      uint32_t count);
+/* The x-amz-checksum-* lines S3 answered a HEAD or whole GET with checksum
+ * mode on with (see obj_meta.checksums), kept like a part. */
+void meta_learn_checksums(struct meta_cache *mc, const char *bucket, const char *key,
+                          const char *etag, uint64_t size, const char *lines);
 /* Part n's bytes in m, when learnt. */
 bool meta_part(const struct obj_meta *m, uint32_t n, uint64_t *first, uint64_t *last);
 

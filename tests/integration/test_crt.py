@@ -26,7 +26,7 @@ import xml.etree.ElementTree as ET
 
 import harness
 import test_cache_faults as tcf
-from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase, key_path
+from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase, key_path, signed_request
 
 MiB = 1024 * 1024
 DEBIAN_PYTHON = "/usr/bin/python3"
@@ -284,3 +284,68 @@ class CrtRequests(tcf.FaultCase):
             self.assertEqual(root.findtext("ActualObjectSize"), "0", r.body)
             self.assertEqual(root.findtext("RangeRequested"), "bytes=0-8388607", r.body)
             self.assertEqual(r.headers.get("content-range"), "bytes */0", r)
+
+
+class CrtChecksums(LarderCase):
+    """x-amz-checksum-mode: ENABLED (a current CRT validating checksums sends
+    HEAD first, then GETs): the object's full-object checksum headers, as S3
+    gives them, on a HEAD or a whole GET; never on a range."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.bucket = "crt-checksums"
+        cls.direct.create_bucket(Bucket=cls.bucket)
+
+    def req(self, method, key, headers=None, query=""):
+        return signed_request(self.larder.url, method, key_path(self.bucket, key) + query,
+                              headers)
+
+    def sums(self, r):
+        return {k: v for k, v in r.headers.items() if k.startswith("x-amz-checksum-")}
+
+    def test_checksums_learnt_from_head(self):
+        data = os.urandom(300000)
+        self.direct.put_object(Bucket=self.bucket, Key="obj", Body=data, ChecksumAlgorithm="CRC32")
+        theirs = self.direct.head_object(Bucket=self.bucket, Key="obj", ChecksumMode="ENABLED")
+        crc = theirs["ChecksumCRC32"]
+        mode = {"x-amz-checksum-mode": "ENABLED"}
+        # Cold: learnt by a ranged GET, which carries no checksum: none is invented.
+        r = self.req("GET", "obj", mode)
+        self.assertEqual((r.status, r.body == data), (200, True), r)
+        self.assertEqual(self.sums(r), {}, r)
+        # HEAD first, as a CRT validating checksums sends it: S3's headers.
+        r = self.req("HEAD", "obj", mode)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.sums(r).get("x-amz-checksum-crc32"), crc, r)
+        mark = self.upstream.mark()
+        for method in ("HEAD", "GET"):
+            r = self.req(method, "obj", mode)
+            self.assertEqual((r.status, r.cache), (200, "hit"), r)
+            self.assertEqual(self.sums(r).get("x-amz-checksum-crc32"), crc, "%s %r" % (method, r))
+        self.assertTrue(r.body == data)
+        # never for a range, nor without the mode (S3 sends them only when asked)
+        r = self.req("GET", "obj", dict(mode, Range="bytes=0-99"))
+        self.assertEqual((r.status, r.cache, self.sums(r)), (206, "hit", {}), r)
+        r = self.req("GET", "obj")
+        self.assertEqual((r.status, r.cache, self.sums(r)), (200, "hit", {}), r)
+        self.assertEqual(self.upstream.from_larder(mark), [], "a hit went upstream")
+        # boto3 validating the checksum it is given
+        got = self.s3.get_object(Bucket=self.bucket, Key="obj", ChecksumMode="ENABLED")
+        self.assertEqual(got.get("ChecksumCRC32"), crc)
+        self.assertTrue(got["Body"].read() == data)
+
+    def test_object_without_checksum(self):
+        plain = harness.make_s3_client(self.upstream.url, self.upstream.access_key,
+                                       self.upstream.secret_key,
+                                       request_checksum_calculation="when_required",
+                                       user_agent_extra=harness.DIRECT_UA)
+        plain.put_object(Bucket=self.bucket, Key="plain", Body=b"no checksum here")
+        mode = {"x-amz-checksum-mode": "ENABLED"}
+        theirs = self.direct.head_object(Bucket=self.bucket, Key="plain", ChecksumMode="ENABLED")
+        self.assertNotIn("ChecksumCRC32", theirs)
+        r = self.req("HEAD", "plain", mode)
+        self.assertEqual((r.status, self.sums(r)), (200, {}), r)
+        # learnt that there is none: the next HEAD is a hit
+        r = self.req("HEAD", "plain", mode)
+        self.assertEqual((r.status, r.cache, self.sums(r)), (200, "hit", {}), r)
