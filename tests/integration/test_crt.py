@@ -132,10 +132,14 @@ class CrtClient(LarderCase):
         self.assertEqual(res["sha256"], sha(self.data))
         gets = [r for r in self.access_since(n) if r.get("method") == "GET"]
         self.assertGreaterEqual(len(gets), 4, "the CRT did not download in parts: %s" % gets)
-        # and again, now from the cache
+        # and again, now from the cache: every part a hit, nothing upstream
         n = len(self.larder.access_records())
+        mark = self.upstream.mark()
         res = self.crt("download")
         self.assertEqual(res["sha256"], sha(self.data), res["_out"])
+        gets = [r for r in self.access_since(n) if r.get("method") == "GET"]
+        self.assertEqual({r.get("cache") for r in gets}, {"hit"}, gets)
+        self.assertEqual(self.upstream.from_larder(mark), [])
 
     def test_ranged_get(self):
         res = self.crt("range", CRT_RANGE="bytes=1000-8389607")
