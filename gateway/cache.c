@@ -14,18 +14,27 @@
  * The policy was checked before any of this (proxy.c), so a hit never
  * bypasses it.
  *
+ * GET/HEAD ?partNumber=N (current CRTs read part 1 first) goes upstream
+ * until an answer for that part told its bytes (Content-Range, and
+ * x-amz-mp-parts-count for an object uploaded in parts); from then on it is
+ * a 206 of those bytes from the cache, with the same headers.
+ *
  * What is not cached, and goes through the pass-through instead: requests
- * with versionId, partNumber or other sub-resources, SSE-C (the customer's
+ * with versionId or other sub-resources, SSE-C (the customer's
  * key must reach S3 every time), and objects whose first answer cannot be
  * kept (no usable ETag or size, or an SSE-C answer: fetch.c decides, and
  * cache_owner_pass_through / the waiters hand the request back to proxy.c).
  * A multi-range request is served the whole object, as S3 does.
  *
- * x-amz-checksum-mode (current SDKs send it on every GetObject) is served
- * from the cache without x-amz-checksum-* headers: S3 returns no whole-object
- * checksum for the ranged GETs that fill the cache, and without the header
+ * x-amz-checksum-mode: ENABLED (current SDKs send it on every GetObject)
+ * is served from the cache. S3 returns no whole-object checksum for the
+ * ranged GETs that fill the cache, so the object's x-amz-checksum-* headers
+ * are learnt from the first HEAD with the mode (passed through once; a CRT
+ * validating checksums sends one first), or from a whole GET that went
+ * upstream; after that a HEAD or whole GET with the mode carries them, as
+ * at S3, and a range or part never does. Until then an answer has none and
  * an SDK skips its validation. Cached bytes are guarded by If-Match per
- * chunk and a CRC32C per NVMe entry instead.
+ * chunk and a CRC32C per NVMe entry as well.
  */
 #include <assert.h>
 #include <errno.h>
@@ -49,7 +58,8 @@
 /* ---- which requests ----------------------------------------------------- */
 
 /* Query parameters a cached GET may carry: the response overrides (they
- * change headers, not bytes) and the SDKs' x-id marker. */
+ * change headers, not bytes), the SDKs' x-id marker, and partNumber (see
+ * part_number). */
 static bool cacheable_query(const char *q)
 {
 	while (q && *q) {
@@ -57,6 +67,7 @@ static bool cacheable_query(const char *q)
 		size_t klen = strcspn(q, "=&");
 		bool ok = klen == 0 || (klen > 9 && strncmp(q, "response-", 9) == 0) ||
 		          (klen == 4 && strncmp(q, "x-id", 4) == 0) ||
+		          (klen == 10 && strncmp(q, "partNumber", 10) == 0) ||
 		          (klen > 6 && strncasecmp(q, "X-Amz-", 6) == 0) ||
 		          (klen == 14 && strncmp(q, "AWSAccessKeyId", 14) == 0) ||
 		          (klen == 9 && strncmp(q, "Signature", 9) == 0) ||
@@ -70,6 +81,26 @@ static bool cacheable_query(const char *q)
 	return true;
 }
 
+/* ?partNumber=N: N in 1..10000, or 0 when absent; -1 when not valid,
+ * or with a Range (S3 answers those with an error: pass-through). */
+static long part_number(struct req *r)
+{
+	struct buf v;
+	buf_init(&v, 64);
+	long n = 0;
+	int rc = s3_query_get(r->query, "partNumber", &v);
+	if (rc == 1) {
+		char *end;
+		n = strtol(buf_cstr(&v), &end, 10);
+		if (*end || end == buf_cstr(&v) || n < 1 || n > 10000 || req_header(r, "Range"))
+			n = -1;
+	} else if (rc < 0) {
+		n = -1;
+	}
+	buf_fini(&v);
+	return n;
+}
+
 bool cache_wants(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -80,13 +111,92 @@ bool cache_wants(struct req *r)
 		return false;
 	if (!cacheable_query(r->query))
 		return false;
+	long part = part_number(r);
+	if (part < 0)
+		return false;
 	if (req_header(r, "x-amz-server-side-encryption-customer-algorithm") ||
 	    req_header(r, "x-amz-server-side-encryption-customer-key") ||
 	    req_header(r, "x-amz-server-side-encryption-customer-key-MD5"))
 		return false;
 	r->cache.want_range = range_parse(req_header(r, "Range"), &r->cache.range) == 1;
 	r->cache.head = head;
+	r->cache.part = (uint32_t)part;
+	const char *mode = req_header(r, "x-amz-checksum-mode");
+	r->cache.want_checksums = mode && strcasecmp(mode, "ENABLED") == 0;
 	return true;
+}
+
+static void release_chunks(struct req *r);
+
+/* A part read goes upstream until the part's bytes are known: S3 alone
+ * knows where the parts of a multipart object begin. So does a HEAD with
+ * x-amz-checksum-mode until the object's checksums are known: the ranged
+ * GETs that fill the cache never carry them. The answer teaches them
+ * (cache_learn); the next such read is the cache's. A whole GET with the
+ * mode is not sent upstream for them (its bytes would not be cached): it
+ * gets them once a HEAD (a CRT validating checksums sends one first)
+ * taught them. */
+bool cache_passes(struct req *r)
+{
+	struct cread *c = &r->cache;
+	const struct obj_meta *m = c->meta;
+	uint64_t first, last;
+	if (!m || m->negative || c->has_uerr || r->has_err)
+		return c->pass_through;
+	bool part_unknown = c->part && !meta_part(m, c->part, &first, &last);
+	bool sums_unknown = c->want_checksums && c->head && !c->part && !c->want_range &&
+	                    !m->checksums;
+	if (part_unknown || sums_unknown) {
+		/* chunk 0, which came with the metadata, stays wanted */
+		release_chunks(r);
+		c->pass_through = true;
+	}
+	return c->pass_through;
+}
+
+/* x-amz-checksum-* lines of upstream's answer. */
+static void learn_checksums(struct req *r)
+{
+	const char *etag = hdrs_get(&r->uresp, "ETag");
+	const char *cl = hdrs_get(&r->uresp, "Content-Length");
+	char *end;
+	unsigned long long size = cl ? strtoull(cl, &end, 10) : 0;
+	if (!etag || !cl || *end || end == cl)
+		return;
+	struct buf lines;
+	buf_init(&lines, 4096);
+	int rc = 0;
+	for (size_t i = 0; i < r->uresp.n && !rc; i++)
+		if (strncasecmp(r->uresp.v[i].name, "x-amz-checksum-", 15) == 0)
+			rc = buf_printf(&lines, "%s: %s\n", r->uresp.v[i].name, r->uresp.v[i].value);
+	if (!rc)
+		meta_learn_checksums(r->w->gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), etag,
+		                     (uint64_t)size, buf_cstr(&lines));
+	buf_fini(&lines);
+}
+
+void cache_learn(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	if (!gw->meta)
+		return;
+	/* a whole object's answer (never a range's or a part's) */
+	if (r->cache.want_checksums && r->ustatus == 200 && !r->cache.part &&
+	    !req_header(r, "Range"))
+		learn_checksums(r);
+	if (!r->cache.part || r->ustatus != 206)
+		return;
+	const char *cr = hdrs_get(&r->uresp, "Content-Range");
+	const char *etag = hdrs_get(&r->uresp, "ETag");
+	const char *count = hdrs_get(&r->uresp, "x-amz-mp-parts-count");
+	uint64_t first, last, size;
+	unsigned long n = count ? strtoul(count, NULL, 10) : 0;
+	if (!cr || !etag || n > 10000 ||
+	    sscanf(cr, "bytes %" SCNu64 "-%" SCNu64 "/%" SCNu64, &first, &last, &size) != 3 ||
+	    first > last || last >= size)
+		return;
+	meta_learn_part(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), etag, size, r->cache.part,
+	                first, last, (uint32_t)n);
 }
 
 /* ---- waking ----------------------------------------------------------- */
@@ -359,6 +469,21 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 	MHD_add_response_header(resp, "ETag", m->etag);
 }
 
+/* The checksum lines learnt (obj_meta.checksums), as headers. */
+static void add_checksums(struct MHD_Response *resp, const char *lines)
+{
+	char *copy = strdup(lines), *save = NULL;
+	for (char *line = copy ? strtok_r(copy, "\n", &save) : NULL; line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *sep = strstr(line, ": ");
+		if (sep) {
+			*sep = '\0';
+			MHD_add_response_header(resp, line, sep + 2);
+		}
+	}
+	free(copy);
+}
+
 /* libmicrohttpd's buffer for a body copied out of the chunks. */
 #define BODY_BLOCK (256 * 1024)
 
@@ -384,7 +509,6 @@ static bool all_held(struct req *r, const struct obj_meta *m)
 
 static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max);
 static struct chunk *chunk_for(struct req *r, uint64_t i);
-static void release_chunks(struct req *r);
 static struct MHD_Response *zero_copy_response(struct req *r);
 
 /* Whether chunk i, found failed, may be fetched again: three times per
@@ -497,6 +621,11 @@ enum MHD_Result cache_respond(struct req *r)
 			return respond_s3(r, S3E_INVALID_RANGE, m);
 		status = 206;
 	}
+	if (pre == 0 && c->part) { /* known: cache_passes sent it upstream otherwise */
+		if (!meta_part(m, c->part, &c->start, &c->end))
+			return respond_s3(r, S3E_INTERNAL, NULL);
+		status = 206;
+	}
 	uint64_t len = m->size ? c->end - c->start + 1 : 0;
 	if (pre == 304) {
 		status = 304;
@@ -571,6 +700,13 @@ enum MHD_Result cache_respond(struct req *r)
 		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, c->start, c->end,
 		         m->size);
 		MHD_add_response_header(resp, "Content-Range", cr);
+	}
+	if (status == 200 && c->want_checksums && !c->part && m->checksums)
+		add_checksums(resp, m->checksums);
+	if (c->part && m->parts_count) {
+		char n[16];
+		snprintf(n, sizeof n, "%" PRIu32, m->parts_count);
+		MHD_add_response_header(resp, "x-amz-mp-parts-count", n);
 	}
 	MHD_add_response_header(resp, "x-amz-request-id", r->id);
 	MHD_add_response_header(resp, "x-larder-cache", hit ? "hit" : "miss");

@@ -911,6 +911,7 @@ static size_t on_upstream_header(char *data, size_t size, size_t n, void *arg)
 				r->resp_len = v;
 		}
 		r->uhdrs_done = true;
+		cache_learn(r);
 		req_wake(r);
 		return len;
 	}
@@ -1311,9 +1312,10 @@ enum MHD_Result proxy_access_cb(void *cls, struct MHD_Connection *conn, const ch
 		return MHD_YES;
 	if (!r->client_body_done)
 		finish_body(r);
-	if (r->cache.active && r->cache.pass_through) {
-		/* The object turned out not cacheable (no usable ETag, SSE-C):
-		 * the pass-through serves this request as it would any other. */
+	if (r->cache.active && cache_passes(r)) {
+		/* The object turned out not cacheable (no usable ETag, SSE-C),
+		 * or it asks for a part whose bytes are not known yet: the
+		 * pass-through serves this request as it would any other. */
 		cache_end(r);
 		if (start_upstream(r) != 0) {
 			req_fail(r, S3E_INTERNAL, NULL);

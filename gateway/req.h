@@ -68,6 +68,8 @@ struct cread {
 	unsigned restarts;              /* learnt again after a version change */
 	bool miss;                      /* some byte came from upstream */
 	bool pass_through;              /* not cacheable after all: proxy.c serves it */
+	uint32_t part;                  /* ?partNumber=N (0: none): answered once learnt */
+	bool want_checksums;            /* x-amz-checksum-mode: ENABLED */
 
 	/* upstream's own answer when the object could not be learnt (404, 403,
 	 * ...): passed to the client unchanged */
@@ -172,6 +174,8 @@ void cache_owner_detach(struct req *owner, struct fetch *f);
 void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
                                 const char *body, size_t len);
 void cache_owner_pass_through(struct req *owner); /* upstream's answer is not cacheable */
+bool cache_passes(struct req *r);              /* proxy.c serves it after all */
+void cache_learn(struct req *r);               /* upstream's headers: a part, checksums */
 /* Forgets objects of bucket: the key (exact) or every key under prefix:
  * their chunks in every tier and their metadata, so the next read goes
  * upstream. Thread-safe. *objects gets how many were known. Returns 0. */

@@ -83,6 +83,8 @@ void meta_unref(struct obj_meta *m)
 {
 	if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
 		free(m->headers);
+		free(m->parts);
+		free(m->checksums);
 		free(m);
 	}
 }
@@ -364,6 +366,92 @@ void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, do
 	if (e)
 		e->loading = false;
 	wake_all_and_unlock(sh, e);
+}
+
+/* A copy of m with everything learnt so far, refs = 1. */
+static struct obj_meta *meta_copy(const struct obj_meta *m)
+{
+	struct obj_meta *c = meta_new(m->size, m->etag, m->last_modified, m->headers, m->learnt);
+	if (!c)
+		return NULL;
+	c->learnt_wall = m->learnt_wall;
+	c->parts_count = m->parts_count;
+	c->nparts = m->nparts;
+	c->parts = m->nparts ? malloc(m->nparts * sizeof m->parts[0]) : NULL;
+	c->checksums = m->checksums ? strdup(m->checksums) : NULL;
+	if ((m->nparts && !c->parts) || (m->checksums && !c->checksums)) {
+		meta_unref(c);
+		return NULL;
+	}
+	if (m->nparts)
+		memcpy(c->parts, m->parts, m->nparts * sizeof m->parts[0]);
+	return c;
+}
+
+/* The entry of (bucket, key) while it holds etag and size, under its
+ * shard's lock (held on return, also when NULL). */
+static struct mentry *learning(struct meta_cache *mc, const char *bucket, const char *key,
+                               const char *etag, uint64_t size, struct shard **sh)
+{
+	uint64_t h = name_hash(bucket, key);
+	*sh = shard_of(mc, h);
+	pthread_mutex_lock(&(*sh)->lock);
+	struct mentry *e = find(*sh, h, bucket, key);
+	if (!e || e->dropped || !e->m || e->m->negative || e->m->size != size ||
+	    strcmp(e->m->etag, etag) != 0)
+		return NULL;
+	return e;
+}
+
+void meta_learn_part(struct meta_cache *mc, const char *bucket, const char *key,
+                     const char *etag, uint64_t size, uint32_t n, uint64_t first, uint64_t last,
+                     uint32_t count)
+{
+	struct shard *sh;
+	struct mentry *e = learning(mc, bucket, key, etag, size, &sh);
+	uint64_t f, l;
+	if (e && !meta_part(e->m, n, &f, &l) && e->m->nparts < META_PARTS_MAX) {
+		struct obj_meta *c = meta_copy(e->m);
+		struct meta_part *more = c ? realloc(c->parts, (c->nparts + 1) * sizeof *more) : NULL;
+		if (more) {
+			c->parts = more;
+			c->parts[c->nparts++] = (struct meta_part){ n, first, last };
+			c->parts_count = count;
+			meta_unref(e->m);
+			e->m = c;
+		} else {
+			meta_unref(c);
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+void meta_learn_checksums(struct meta_cache *mc, const char *bucket, const char *key,
+                          const char *etag, uint64_t size, const char *lines)
+{
+	struct shard *sh;
+	struct mentry *e = learning(mc, bucket, key, etag, size, &sh);
+	if (e && !e->m->checksums) {
+		struct obj_meta *c = meta_copy(e->m);
+		if (c && (c->checksums = strdup(lines)) != NULL) {
+			meta_unref(e->m);
+			e->m = c;
+		} else {
+			meta_unref(c);
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+bool meta_part(const struct obj_meta *m, uint32_t n, uint64_t *first, uint64_t *last)
+{
+	for (uint32_t i = 0; i < m->nparts; i++)
+		if (m->parts[i].number == n) {
+			*first = m->parts[i].first;
+			*last = m->parts[i].last;
+			return true;
+		}
+	return false;
 }
 
 void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,

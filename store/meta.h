@@ -25,6 +25,16 @@
 #include "config/buf.h"
 #include "store/chunk.h"
 
+/* A part's bytes, as an upstream answer to ?partNumber=N gave them. */
+struct meta_part {
+	uint32_t number;
+	uint64_t first, last;
+};
+
+/* Parts remembered per object: what readers that read by part use (a CRT
+ * reads part 1 first); beyond this, parts go to upstream each time. */
+#define META_PARTS_MAX 64
+
 struct obj_meta {
 	_Atomic int refs;
 	bool negative;        /* a remembered 404 */
@@ -36,6 +46,13 @@ struct obj_meta {
 	double learnt;        /* monotonic seconds when learnt or last revalidated */
 	time_t learnt_wall;   /* the same in wall-clock time: persisted, so a restart
 	                         trusts an entry only for what is left of its TTL */
+	uint32_t parts_count; /* x-amz-mp-parts-count; 0: not uploaded in parts, or
+	                         no part learnt yet */
+	uint32_t nparts;      /* parts learnt (not persisted: learnt again) */
+	struct meta_part *parts; /* NULL until one is learnt (most objects: never) */
+	char *checksums;      /* "Name: value\n" x-amz-checksum-* lines of a whole-object
+	                         answer to x-amz-checksum-mode: ENABLED ("" when it had
+	                         none); NULL: not learnt (not persisted either) */
 };
 
 /* A new entry with refs = 1. headers is copied (NULL means none). */
@@ -81,6 +98,20 @@ void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, do
 /* Cancels a META_WAIT registration; after it returns w is not woken. */
 void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,
                  struct chunk_waiter *w);
+
+/* Part n of the object is bytes [first, last] of its size bytes, and it has
+ * count parts (0: S3 named no count, the object was not uploaded in parts).
+ * Kept in the entry only while it still holds that ETag and size: a copy
+ * with the part replaces it (entries stay immutable for their readers). */
+void meta_learn_part(struct meta_cache *mc, const char *bucket, const char *key,
+                     const char *etag, uint64_t size, uint32_t n, uint64_t first, uint64_t last,
+                     uint32_t count);
+/* The x-amz-checksum-* lines S3 answered a HEAD or whole GET with checksum
+ * mode on with (see obj_meta.checksums), kept like a part. */
+void meta_learn_checksums(struct meta_cache *mc, const char *bucket, const char *key,
+                          const char *etag, uint64_t size, const char *lines);
+/* Part n's bytes in m, when learnt. */
+bool meta_part(const struct obj_meta *m, uint32_t n, uint64_t *first, uint64_t *last);
 
 /* Invalidation: a write through larder, or a version change seen upstream.
  * A load in progress is not disturbed, but what it publishes is kept only

@@ -22,6 +22,9 @@ What it serves, as S3 does (and as moto does not always do):
   starting past the end, `-0`, or any range of an empty object: 416 InvalidRange
   (with `Content-Range: bytes */size`); a syntactically invalid, reversed or
   multi-part range is ignored (200, the whole object), as S3 does.
+* GET/HEAD ?partNumber=N: 206 with the part's Content-Range, and for an object put
+  with parts=[sizes] its multipart ETag and x-amz-mp-parts-count (moto answers the
+  whole object); past the last part 416 InvalidPartNumber; with a Range 400.
 * Conditionals in S3's order: If-Match (else If-Unmodified-Since) failing -> 412
   PreconditionFailed (an XML body on GET); then If-None-Match (else
   If-Modified-Since) -> 304 with ETag and Last-Modified. A failed precondition
@@ -159,9 +162,19 @@ def decode_aws_chunked(body):
 
 
 class StoredObject:
-    def __init__(self, data, content_type="binary/octet-stream", metadata=None, mtime=None):
+    def __init__(self, data, content_type="binary/octet-stream", metadata=None, mtime=None,
+                 parts=None):
         self.data = bytes(data)
         self.etag = etag_of(self.data)
+        # parts (sizes adding up to the data's): uploaded in parts, with S3's
+        # multipart ETag, the MD5 of the parts' MD5s and "-<count>"
+        self.parts = list(parts or [])
+        if self.parts:
+            digests, at = b"", 0
+            for n in self.parts:
+                digests += hashlib.md5(self.data[at:at + n]).digest()
+                at += n
+            self.etag = '"%s-%d"' % (hashlib.md5(digests).hexdigest(), len(self.parts))
         self.content_type = content_type
         self.metadata = dict(metadata or {})
         self.mtime = int(time.time() if mtime is None else mtime)
@@ -229,9 +242,10 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
             self.buckets.add(bucket)
 
     def put(self, bucket, key, data, content_type="binary/octet-stream", metadata=None,
-            mtime=None):
-        """Stores an object (creating the bucket); returns its quoted ETag."""
-        obj = StoredObject(data, content_type, metadata, mtime)
+            mtime=None, parts=None):
+        """Stores an object (creating the bucket); returns its quoted ETag.
+        parts: the sizes of its parts, as if uploaded in parts."""
+        obj = StoredObject(data, content_type, metadata, mtime, parts)
         with self.lock:
             self.buckets.add(bucket)
             self.objects[(bucket, key)] = obj
@@ -552,7 +566,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if q in query:
                     headers[h] = query[q]
         status, first, last = 200, 0, size - 1
-        if hdrs.get("range") is not None:
+        if "partNumber" in query:
+            # S3: one part, 206 with its Content-Range (and the part count of
+            # an object uploaded in parts); a single-part object has part 1
+            n, sizes = int(query["partNumber"]), obj.parts or [size]
+            if hdrs.get("range") is not None:
+                return self._error(400, "InvalidRequest",
+                                   "Cannot specify both Range header and partNumber query "
+                                   "parameter")
+            if n > len(sizes):
+                return self._error(416, "InvalidPartNumber",
+                                   "The requested partnumber is not satisfiable",
+                                   "<PartNumberRequested>%d</PartNumberRequested>"
+                                   "<ActualPartCount>%d</ActualPartCount>" % (n, len(sizes)))
+            first = sum(sizes[:n - 1])
+            status, last = 206, first + sizes[n - 1] - 1
+            headers["Content-Range"] = "bytes %d-%d/%d" % (first, last, size)
+            if obj.parts:
+                headers["x-amz-mp-parts-count"] = str(len(obj.parts))
+        elif hdrs.get("range") is not None:
             r = parse_range(hdrs["range"], size)
             if r == "unsatisfiable":
                 return self._error(416, "InvalidRange", "The requested range is not satisfiable",

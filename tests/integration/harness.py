@@ -67,13 +67,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_port(port, timeout, proc=None):
+def wait_port(port, timeout, proc=None, host="127.0.0.1"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             return False
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with socket.create_connection((host, port), timeout=0.5):
                 return True
         except OSError:
             time.sleep(0.05)
@@ -241,10 +241,11 @@ class Upstream:
 class Larder:
     """The larder binary (ASan build by default) as a child process."""
 
-    def __init__(self, upstream=None, env=None, config_text=None, client_key=True, binary=None):
+    def __init__(self, upstream=None, env=None, config_text=None, client_key=True, binary=None,
+                 host="127.0.0.1", port=None):
         self.binary = binary
-        self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.host, self.port = host, port or free_port()
+        self.url = "http://%s:%d" % (host, self.port)
         self.dir = tempfile.mkdtemp(prefix="larder-run-")
         self.san_dir = os.path.join(self.dir, "sanitizers")
         os.mkdir(self.san_dir)
@@ -255,7 +256,7 @@ class Larder:
         e = {k: v for k, v in os.environ.items()
              if not k.startswith(("AWS_", "LARDER_", "ASAN_", "UBSAN_", "LSAN_"))}
         e.update({
-            "LARDER_LISTEN": "127.0.0.1:%d" % self.port,
+            "LARDER_LISTEN": "%s:%d" % (host, self.port),
             "LARDER_UPSTREAM_REGION": REGION,
             "LARDER_UPSTREAM_ADDRESSING": "path",
             "LARDER_ACCESS_LOG": self.access_log_path,
@@ -302,7 +303,7 @@ class Larder:
         self.proc = subprocess.Popen([binary, "serve"], env=self.env, stdout=err, stderr=err,
                                      stdin=subprocess.DEVNULL)
         err.close()
-        if not wait_port(self.port, timeout, self.proc):
+        if not wait_port(self.port, timeout, self.proc, self.host):
             code = self.proc.poll()
             if code is None:
                 self.proc.kill()

@@ -189,6 +189,56 @@ static void test_encode_decode(void **state)
 	buf_fini(&b);
 }
 
+/* Parts and checksums learnt later: kept only for the same version, in a
+ * copy (a reader's reference to the old entry never changes under it). */
+static void test_learn_parts_and_checksums(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out, *old;
+	struct chunk_waiter w = { .wake = wake, .arg = &woken };
+	uint64_t first, last;
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_LOAD);
+	struct obj_meta *m = meta_new(100, "\"e-2\"", 0, "Content-Type: a/b\n", 0);
+	meta_publish(mc, "b", "k", m);
+	meta_unref(m);
+	assert_int_equal(meta_lookup(mc, "b", "k", 1, 60, 0, &w, &old), META_FRESH);
+	/* another version, another size, or an unknown key: ignored */
+	meta_learn_part(mc, "b", "k", "\"other-2\"", 100, 1, 0, 59, 2);
+	meta_learn_part(mc, "b", "k", "\"e-2\"", 99, 1, 0, 59, 2);
+	meta_learn_part(mc, "b", "nope", "\"e-2\"", 100, 1, 0, 59, 2);
+	meta_learn_checksums(mc, "b", "k", "\"other-2\"", 100, "x-amz-checksum-crc32: AAAAAA==\n");
+	assert_int_equal(meta_lookup(mc, "b", "k", 1, 60, 0, &w, &out), META_FRESH);
+	assert_ptr_equal(out, old);
+	meta_unref(out);
+	meta_learn_part(mc, "b", "k", "\"e-2\"", 100, 2, 60, 99, 2);
+	meta_learn_part(mc, "b", "k", "\"e-2\"", 100, 1, 0, 59, 2);
+	meta_learn_checksums(mc, "b", "k", "\"e-2\"", 100, "x-amz-checksum-crc32: AAAAAA==\n");
+	meta_learn_checksums(mc, "b", "k", "\"e-2\"", 100, "x-amz-checksum-crc32: BBBBBB==\n");
+	assert_int_equal(meta_lookup(mc, "b", "k", 1, 60, 0, &w, &out), META_FRESH);
+	assert_ptr_not_equal(out, old);
+	assert_int_equal(old->nparts, 0);
+	assert_null(old->checksums);
+	assert_false(meta_part(old, 1, &first, &last));
+	assert_true(meta_part(out, 2, &first, &last));
+	assert_true(first == 60 && last == 99);
+	assert_true(meta_part(out, 1, &first, &last));
+	assert_true(first == 0 && last == 59);
+	assert_false(meta_part(out, 3, &first, &last));
+	assert_int_equal(out->parts_count, 2);
+	assert_string_equal(out->checksums, "x-amz-checksum-crc32: AAAAAA==\n"); /* the first */
+	assert_string_equal(out->headers, "Content-Type: a/b\n");
+	assert_int_equal(out->size, 100);
+	meta_unref(out);
+	meta_unref(old);
+	/* at most META_PARTS_MAX parts */
+	for (uint32_t n = 3; n < META_PARTS_MAX + 10; n++)
+		meta_learn_part(mc, "b", "k", "\"e-2\"", 100, n, 0, 0, 2);
+	assert_int_equal(meta_lookup(mc, "b", "k", 1, 60, 0, &w, &out), META_FRESH);
+	assert_int_equal(out->nparts, META_PARTS_MAX);
+	meta_unref(out);
+	meta_cache_destroy(mc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -199,6 +249,7 @@ int main(void)
 		cmocka_unit_test(test_unwait_and_bound),
 		cmocka_unit_test(test_collect),
 		cmocka_unit_test(test_encode_decode),
+		cmocka_unit_test(test_learn_parts_and_checksums),
 	};
 	return cmocka_run_group_tests_name("meta", tests, NULL, NULL);
 }
