@@ -129,3 +129,26 @@ buckets = lc-on/allowed/
             r = self.s3.list_objects(Bucket="lc-on", Prefix="v1/")
             self.assertEqual([o["Key"] for o in r["Contents"]], ["v1/a"])
         self.assertEqual(len(self.upstream_lists(mark, "lc-on")), 1)
+
+
+class ListCacheBound(LarderCase):
+    """list_cache_size bounds the answers kept: the oldest go first."""
+    CONFIG_TEXT = """
+[cache]
+list_cache_size = 8KiB
+
+[bucket lc-bound]
+list_cache_ttl = 60
+"""
+
+    def test_oldest_answers_go_first(self):
+        self.s3.create_bucket(Bucket="lc-bound")
+        mark = self.upstream.mark()
+        for i in range(20):  # about 1 KiB each with key and overhead: 20 do not fit
+            self.s3.list_objects_v2(Bucket="lc-bound", Prefix="p%02d/" % i, MaxKeys=1)
+        self.s3.list_objects_v2(Bucket="lc-bound", Prefix="p19/", MaxKeys=1)  # still held
+        self.s3.list_objects_v2(Bucket="lc-bound", Prefix="p00/", MaxKeys=1)  # evicted
+        targets = [r["target"] for r in self.upstream.from_larder(mark)
+                   if r["method"] == "GET" and r["target"].startswith("/lc-bound?")]
+        self.assertEqual(sum("p19" in t for t in targets), 1, targets)
+        self.assertEqual(sum("p00" in t for t in targets), 2, targets)
