@@ -9,6 +9,7 @@ the key's policy is checked before the cache is consulted.
 import time
 
 from harness import LarderCase, make_s3_client
+from test_cluster import ClusterBase
 
 READER = "AKLISTREADER0000001"
 READER_SECRET = "list-reader-secret-000000000000000000001"
@@ -152,3 +153,33 @@ list_cache_ttl = 60
                    if r["method"] == "GET" and r["target"].startswith("/lc-bound?")]
         self.assertEqual(sum("p19" in t for t in targets), 1, targets)
         self.assertEqual(sum("p00" in t for t in targets), 2, targets)
+
+
+class ListCacheCluster(ClusterBase):
+    """A write through one node drops the other nodes' cached listings."""
+    NODES = 2
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        n.write_config("[bucket shared]\nlist_cache_ttl = 60\n")
+        n.env["LARDER_CONFIG"] = n.config_path
+        return n
+
+    def keys(self, node):
+        r = node.client().list_objects_v2(Bucket="shared", Prefix="c/", Delimiter="/", MaxKeys=5)
+        return [o["Key"] for o in r.get("Contents", [])]
+
+    def test_write_on_one_node_drops_the_others_lists(self):
+        self.direct.put_object(Bucket="shared", Key="c/old", Body=b"o")
+        reader, writer = self.nodes
+        mark = self.upstream.mark()
+        self.assertEqual(self.keys(reader), ["c/old"])
+        self.assertEqual(self.keys(reader), ["c/old"])
+        self.assertEqual(len([r for r in self.upstream.from_larder(mark)
+                              if r["target"].startswith("/shared?")]), 1)
+        writer.client().put_object(Bucket="shared", Key="c/new", Body=b"n")
+        deadline = time.monotonic() + 5
+        while self.keys(reader) != ["c/new", "c/old"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(self.keys(reader), ["c/new", "c/old"])
