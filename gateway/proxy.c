@@ -1376,7 +1376,8 @@ void proxy_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
 		metrics_request(s3_operation(r->method, (int)r->s3.target, r->query,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),
-		                rec.status, r->authorized ? rec.bucket : NULL, rec.key_id, rec.cache,
+		                rec.status, r->authorized ? rec.bucket : NULL, rec.key_id,
+		                listcache_hit(r) ? NULL : rec.cache, /* object reads only */
 		                rec.bytes_out, rec.bytes_in);
 	}
 	cache_end(r);

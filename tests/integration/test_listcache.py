@@ -6,16 +6,22 @@ when the bucket has list_cache_ttl; a write or delete through larder drops
 the cached answers it could change; without the setting nothing is cached;
 the key's policy is checked before the cache is consulted.
 """
+import re
 import time
+import urllib.request
 
-from harness import LarderCase, make_s3_client
+from harness import LarderCase, free_port, make_s3_client
 from test_cluster import ClusterBase
 
 READER = "AKLISTREADER0000001"
 READER_SECRET = "list-reader-secret-000000000000000000001"
+ADMIN_TOKEN = "list-cache-admin-token-0123456789"
+ADMIN_PORT = free_port()
 
 
 class ListCache(LarderCase):
+    LARDER_ENV = {"LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
+                  "LARDER_ADMIN_TOKEN": ADMIN_TOKEN}
     CONFIG_TEXT = """
 [bucket lc-on]
 list_cache_ttl = 60
@@ -65,6 +71,28 @@ buckets = lc-on/allowed/
                 if r.get("method") == "GET" and r.get("bucket") == "lc-on"
                 and r.get("cache") == "hit"]
         self.assertGreaterEqual(len(hits), 9)
+
+    def metric(self, name, labels):
+        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % ADMIN_PORT,
+                                     headers={"Authorization": "Bearer " + ADMIN_TOKEN})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read().decode()
+        m = re.search(r"^%s\{%s\} (\d+)$" % (re.escape(name), re.escape(labels)), text, re.M)
+        return int(m.group(1)) if m else 0
+
+    def test_list_hits_are_not_object_cache_hits(self):
+        """larder_cache_requests_total is the object cache's hit ratio: LIST
+        answers from the LIST cache stay out of it."""
+        lists = ("larder_requests_total", 'op="ListObjectsV2",status="200"')
+        hits = ("larder_cache_requests_total", 'result="hit"')
+        before_lists, before_hits = self.metric(*lists), self.metric(*hits)
+        for _ in range(5):
+            self.s3.list_objects_v2(Bucket="lc-on", Prefix="m/", MaxKeys=1)
+        deadline = time.monotonic() + 5  # counted once libmicrohttpd calls it complete
+        while self.metric(*lists) < before_lists + 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.metric(*lists), before_lists + 5)
+        self.assertEqual(self.metric(*hits), before_hits)
 
     def test_put_through_larder_drops_cached_list(self):
         self.assertEqual(self.lookup("lc-on", "w"), ([], []))
