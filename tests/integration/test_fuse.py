@@ -196,5 +196,22 @@ class S3fsMount(LarderCase):
         self.assertNotIn("img-007.jpg", names)
 
 
+class S3fsMountListCache(S3fsMount):
+    """The same, on a bucket with list_cache_ttl: repeated listings of a
+    directory cost one upstream LIST, and the mount's own write and delete
+    show in its next listing at once."""
+    CONFIG_TEXT = "[bucket %s]\nlist_cache_ttl = 60\n" % BUCKET
+
+    def test_repeated_listing_costs_one_upstream_list(self):
+        self.on_mount("ls", "-1", "images")
+        mark = self.upstream.mark()
+        for _ in range(3):
+            names = self.on_mount("ls", "-1", "images").stdout.decode().split()
+            self.assertEqual(sorted(names), sorted(self.images))
+        lists = [r["target"] for r in self.upstream.from_larder(mark)
+                 if r["method"] == "GET" and r["target"].startswith("/%s?" % BUCKET)]
+        self.assertEqual(lists, [])
+
+
 if __name__ == "__main__":
     unittest.main()
