@@ -107,6 +107,8 @@ static const struct setting settings[] = {
 	SET("cache", "readahead", "LARDER_READAHEAD", K_UINT, readahead_chunks, 0, 64),
 	SET("cache", "inflight_size", "LARDER_INFLIGHT_SIZE", K_SIZE, inflight_bytes, 0,
 	    1ul << 50),
+	SET("cache", "list_cache_size", "LARDER_LIST_CACHE_SIZE", K_SIZE, list_cache_bytes, 0,
+	    1ul << 40),
 	SET("admin", "listen", "LARDER_ADMIN_LISTEN", K_ADMIN, admin_host, 0, 0),
 	SET("admin", "token", "LARDER_ADMIN_TOKEN", K_TOKEN, admin_token, 16, 256),
 	SET("cluster", "redis_url", "LARDER_REDIS_URL", K_PATH, redis_url, 0, 0),
@@ -126,7 +128,7 @@ enum section { S_NONE, S_SERVER, S_UPSTREAM, S_KEY, S_ANON, S_BUCKET, S_CACHE, S
 	S_CLUSTER };
 
 /* Settings of [key], [anonymous] and [bucket] sections, as slots in seen[]. */
-enum { F_SECRET, F_ACCESS, F_BUCKETS, F_REGION };
+enum { F_SECRET, F_ACCESS, F_BUCKETS, F_REGION, F_LIST_TTL, F_LIST_PREFIXES };
 
 struct load {
 	struct cfg *c;
@@ -614,6 +616,70 @@ static int add_bucket(struct load *L, const char *name, const char *at)
 	return 0;
 }
 
+/* The list cache entry of the [bucket] section being read, added on its
+ * first list_cache_* setting. */
+static struct cfg_list_cache *section_list_cache(struct load *L)
+{
+	struct cfg *c = L->c;
+	const char *bucket = c->bucket_regions[L->idx].bucket;
+	if (c->n_list_caches && strcmp(c->list_caches[c->n_list_caches - 1].bucket, bucket) == 0)
+		return &c->list_caches[c->n_list_caches - 1];
+	if (grow(L, (void **)&c->list_caches, c->n_list_caches, sizeof *c->list_caches) != 0)
+		return NULL;
+	char *copy = strdup(bucket);
+	if (!copy) {
+		fail(L, "out of memory");
+		return NULL;
+	}
+	c->list_caches[c->n_list_caches] = (struct cfg_list_cache){ .bucket = copy };
+	return &c->list_caches[c->n_list_caches++];
+}
+
+/* list_cache_ttl = seconds (1-86400; 0 = off), or list_cache_prefixes = a
+ * comma-separated list of key prefixes (as a listing's prefix starts). */
+static int set_list_cache(struct load *L, int slot, const char *v, const char *where)
+{
+	if (slot == F_LIST_TTL) {
+		unsigned long n = 0;
+		int r = parse_ulong(v, &n);
+		if (r || n > 86400)
+			return fail(L, "%s: expected a number of seconds (0-86400), got \"%s\"", where, v);
+		if (n == 0)
+			return 0;
+		struct cfg_list_cache *lc = section_list_cache(L);
+		if (!lc)
+			return -1;
+		lc->ttl_s = (unsigned)n;
+		return 0;
+	}
+	struct cfg_list_cache *lc = section_list_cache(L);
+	if (!lc)
+		return -1;
+	for (const char *p = v; *p;) {
+		size_t n = strcspn(p, ",");
+		char *item = dup_trimmed(p, n);
+		if (!item)
+			return fail(L, "out of memory");
+		p += n + (p[n] == ',');
+		if (!*item) {
+			free(item);
+			continue;
+		}
+		if (strlen(item) > 1024) {
+			free(item);
+			return fail(L, "%s: a prefix is at most 1,024 bytes", where);
+		}
+		if (grow(L, (void **)&lc->prefixes, lc->n_prefixes, sizeof *lc->prefixes) != 0) {
+			free(item);
+			return -1;
+		}
+		lc->prefixes[lc->n_prefixes++] = item;
+	}
+	if (!lc->n_prefixes)
+		return fail(L, "%s: expected comma-separated key prefixes, got nothing", where);
+	return 0;
+}
+
 /* ---- sections ------------------------------------------------------------- */
 
 /* Checks the section just finished for settings it must have. */
@@ -634,10 +700,23 @@ static int finish_section(struct load *L)
 		if (!L->c->anonymous.n_grants)
 			return fail(L, "%s: %s: buckets is missing", at, L->label);
 		return 0;
-	case S_BUCKET:
-		if (!L->c->bucket_regions[L->idx].region)
-			return fail(L, "%s: %s: region is missing", at, L->label);
+	case S_BUCKET: {
+		struct cfg *c = L->c;
+		struct cfg_list_cache *lc = c->n_list_caches ? &c->list_caches[c->n_list_caches - 1]
+		                          : NULL;
+		bool listed = lc && strcmp(lc->bucket, c->bucket_regions[L->idx].bucket) == 0;
+		if (listed && !lc->ttl_s)
+			return fail(L, "%s: %s: list_cache_prefixes needs list_cache_ttl", at, L->label);
+		if (c->bucket_regions[L->idx].region)
+			return 0;
+		if (!listed)
+			return fail(L, "%s: %s: region is missing (a [bucket] section sets region, "
+			            "list_cache_ttl or both)", at, L->label);
+		/* Only a list cache: the bucket keeps the upstream's region. The
+		 * section was the last one added. */
+		free(c->bucket_regions[--c->n_bucket_regions].bucket);
 		return 0;
+	}
 	default:
 		return 0;
 	}
@@ -813,6 +892,10 @@ static int slot_of(const struct load *L, const char *name, const struct setting 
 			return F_BUCKETS;
 		return -1;
 	case S_BUCKET:
+		if (strcasecmp(name, "list_cache_ttl") == 0)
+			return F_LIST_TTL;
+		if (strcasecmp(name, "list_cache_prefixes") == 0)
+			return F_LIST_PREFIXES;
 		return strcasecmp(name, "region") == 0 ? F_REGION : -1;
 	case S_NONE:
 		break;
@@ -848,8 +931,10 @@ static int on_value(void *user, const char *section, const char *name, const cha
 	bool cont = L->indented && strcasecmp(name, L->last_name) == 0;
 	snprintf(L->last_name, sizeof L->last_name, "%s", name);
 	if (cont && !(L->sect != S_SERVER && L->sect != S_UPSTREAM && L->sect != S_CACHE &&
-	              L->sect != S_ADMIN && L->sect != S_CLUSTER && slot == F_BUCKETS)) {
-		fail(L, "%s: value continues on an indented line; only buckets may span lines", where);
+	              L->sect != S_ADMIN && L->sect != S_CLUSTER &&
+	              (slot == F_BUCKETS || (L->sect == S_BUCKET && slot == F_LIST_PREFIXES)))) {
+		fail(L, "%s: value continues on an indented line; only buckets and "
+		     "list_cache_prefixes may span lines", where);
 		return 0;
 	}
 	if (!cont && L->seen[slot]) {
@@ -864,6 +949,8 @@ static int on_value(void *user, const char *section, const char *name, const cha
 		if (s->kind == K_REGION)
 			L->region_in_file = true;
 		set_setting(L, s, value, where);
+	} else if (L->sect == S_BUCKET && slot != F_REGION) {
+		set_list_cache(L, slot, value, where);
 	} else if (L->sect == S_BUCKET) {
 		if (!valid_region(value))
 			fail(L, "%s: expected a region name such as eu-west-1, got \"%s\"", where, value);
@@ -981,6 +1068,7 @@ static int set_defaults(struct load *L)
 	c->cache_stale_after_s = 86400;
 	c->metadata_ttl_s = 60;
 	c->negative_ttl_s = 0;
+	c->list_cache_bytes = (size_t)16 << 20;
 	c->readahead_chunks = 8; /* docs/benchmarks.md: one cold 256 MiB shard 3.9x -> 6.4x */
 	c->access_log_buffer = 64 * 1024; /* docs/benchmarks.md: one write per ~300 lines */
 	c->access_log_flush_ms = 1000;
@@ -1156,6 +1244,13 @@ void cfg_free(struct cfg *c)
 		free(c->bucket_regions[i].region);
 	}
 	free(c->bucket_regions);
+	for (size_t i = 0; i < c->n_list_caches; i++) {
+		free(c->list_caches[i].bucket);
+		for (size_t j = 0; j < c->list_caches[i].n_prefixes; j++)
+			free(c->list_caches[i].prefixes[j]);
+		free(c->list_caches[i].prefixes);
+	}
+	free(c->list_caches);
 	free(c->source);
 	free(c);
 }
@@ -1178,6 +1273,24 @@ const char *cfg_bucket_region(const struct cfg *c, const char *bucket)
 		if (strcmp(c->bucket_regions[i].bucket, bucket) == 0)
 			return c->bucket_regions[i].region;
 	return NULL;
+}
+
+unsigned cfg_list_ttl(const struct cfg *c, const char *bucket, const char *prefix)
+{
+	if (!c || !bucket || !c->list_cache_bytes)
+		return 0;
+	for (size_t i = 0; i < c->n_list_caches; i++) {
+		const struct cfg_list_cache *lc = &c->list_caches[i];
+		if (strcmp(lc->bucket, bucket) != 0)
+			continue;
+		if (!lc->n_prefixes)
+			return lc->ttl_s;
+		for (size_t j = 0; prefix && j < lc->n_prefixes; j++)
+			if (strncmp(prefix, lc->prefixes[j], strlen(lc->prefixes[j])) == 0)
+				return lc->ttl_s;
+		return 0;
+	}
+	return 0;
 }
 
 /* ---- sizes ---------------------------------------------------------------- */

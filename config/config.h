@@ -49,6 +49,14 @@ struct cfg_bucket_region {
 	char *region;
 };
 
+/* [bucket NAME] list_cache_ttl (and list_cache_prefixes) */
+struct cfg_list_cache {
+	char *bucket;
+	unsigned ttl_s;               /* seconds a LIST answer is reused, >= 1 */
+	char **prefixes;              /* only listings whose prefix starts with one; none: all */
+	size_t n_prefixes;
+};
+
 struct cfg {
 	/* [server] */
 	char *listen_host;            /* LARDER_LISTEN host part, default 127.0.0.1 */
@@ -90,6 +98,8 @@ struct cfg {
 	unsigned readahead_chunks;    /* LARDER_READAHEAD: chunks fetched ahead of a reader, 8 */
 	size_t inflight_bytes;        /* LARDER_INFLIGHT_SIZE: chunk bytes beyond the RAM tier;
 	                                 0 = the RAM tier's size */
+	size_t list_cache_bytes;      /* LARDER_LIST_CACHE_SIZE: bound on cached LIST answers
+	                               * (buckets with list_cache_ttl), default 16 MiB */
 
 	/* [admin] */
 	char *admin_host;             /* LARDER_ADMIN_LISTEN host, default 127.0.0.1;
@@ -117,9 +127,11 @@ struct cfg {
 	 * are NULL */
 	struct cfg_key anonymous;
 
-	/* [bucket NAME] region = ... */
+	/* [bucket NAME] region = ..., list_cache_ttl = ..., list_cache_prefixes = ... */
 	struct cfg_bucket_region *bucket_regions;
 	size_t n_bucket_regions;
+	struct cfg_list_cache *list_caches;
+	size_t n_list_caches;
 
 	char *source;                 /* file it came from, or NULL */
 };
@@ -145,6 +157,11 @@ const struct cfg_key *cfg_find_key(const struct cfg *c, const char *id);
 
 /* The configured region for a bucket, or NULL. */
 const char *cfg_bucket_region(const struct cfg *c, const char *bucket);
+
+/* Seconds a LIST answer of bucket with this (decoded) prefix parameter may
+ * be reused: the bucket's list_cache_ttl when the prefix is under one of its
+ * list_cache_prefixes (or it has none), else 0. */
+unsigned cfg_list_ttl(const struct cfg *c, const char *bucket, const char *prefix);
 
 /* Parses sizes like "512MiB", "20GiB", "4096", "1.5GB", "64k": Ki/Mi/Gi/Ti
  * (optionally with B) are powers of 1024; K/M/G/T and kB/MB/GB/TB powers of

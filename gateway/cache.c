@@ -50,6 +50,7 @@
 #include "config/clock.h"
 #include "config/log.h"
 #include "gateway/fetch.h"
+#include "gateway/listcache.h"
 #include "gateway/range.h"
 #include "gateway/req.h"
 #include "store/cluster.h"
@@ -1054,7 +1055,14 @@ static bool changes_object(const struct req *r)
 void cache_invalidate(struct req *r)
 {
 	struct gw *gw = r->w->gw;
-	if (!gw->meta || r->ustatus < 200 || r->ustatus >= 300 || r->s3.access != POL_WRITE)
+	if (r->ustatus < 200 || r->ustatus >= 300 || r->s3.access != POL_WRITE)
+		return;
+	/* Any write to a bucket may change its listings: a key under their
+	 * prefix, or (bucket-level requests, DeleteObjects) any of them. */
+	if (r->s3.bucket[0])
+		listcache_invalidate(gw->lists, r->s3.bucket,
+		                     r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL);
+	if (!gw->meta)
 		return;
 	const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : "";
 	bool bucket_wide = r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0;

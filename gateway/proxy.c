@@ -32,6 +32,7 @@
 #include "config/log.h"
 #include "gateway/s3err.h"
 #include "gateway/fetch.h"
+#include "gateway/listcache.h"
 #include "gateway/peer.h"
 #include "gateway/metrics.h"
 #include "gateway/prefetch.h"
@@ -87,6 +88,7 @@ void req_unref(struct req *r)
 		EVP_MD_CTX_free(r->sha);
 	ack_destroy(r->ack);
 	buf_fini(&r->delete_body);
+	listcache_end(r);
 	s3req_fini(&r->s3);
 	up_target_fini(&r->target);
 	hdrs_fini(&r->uresp);
@@ -936,6 +938,7 @@ static size_t on_upstream_body(char *data, size_t size, size_t n, void *arg)
 	}
 	if (pbuf_put(&r->downbuf, data, len) != 0)
 		return 0;
+	listcache_capture(r, data, len);
 	req_wake(r);
 	return len;
 }
@@ -1072,8 +1075,10 @@ void proxy_curl_done(CURL *easy, CURLcode result, void *arg)
 	r->udone = true;
 	metrics_upstream_curl(easy, r->ustatus, result, false);
 	r->uresult = result;
-	if (result == CURLE_OK)
+	if (result == CURLE_OK) {
 		cache_invalidate(r);
+		listcache_store(r);
+	}
 	if (result != CURLE_OK)
 		log_warn("upstream", "id=%s %s %s: %s", r->id, r->method, buf_cstr(&r->target.url),
 		         r->curl_err[0] ? r->curl_err : curl_easy_strerror(result));
@@ -1293,6 +1298,8 @@ enum MHD_Result proxy_access_cb(void *cls, struct MHD_Connection *conn, const ch
 			cache_begin(r);
 			return MHD_YES;
 		}
+		if (listcache_begin(r))
+			return MHD_YES; /* answered from the LIST cache below */
 		if (r->check_delete)
 			return MHD_YES; /* upstream once the body is in and checked */
 		if (start_upstream(r) != 0) {
@@ -1326,6 +1333,8 @@ enum MHD_Result proxy_access_cb(void *cls, struct MHD_Connection *conn, const ch
 	}
 	if (r->cache.active)
 		return cache_respond(r);
+	if (listcache_hit(r) && !r->has_err)
+		return listcache_respond(r);
 	if (r->has_err)
 		return req_respond_error(r);
 	if (r->uhdrs_done)
@@ -1379,13 +1388,14 @@ void proxy_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
 			.upstream_status = (int)r->ustatus,
 			.error_code = err,
 			.cache = r->cache.active ? (r->cache.miss || r->cache.meta_loaded ? "miss" : "hit")
-			       : r->bypass_logged ? "bypass" : NULL,
+			       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
 		};
 		log_access(&rec);
 		metrics_request(s3_operation(r->method, (int)r->s3.target, r->query,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),
-		                rec.status, r->authorized ? rec.bucket : NULL, rec.key_id, rec.cache,
+		                rec.status, r->authorized ? rec.bucket : NULL, rec.key_id,
+		                listcache_hit(r) ? NULL : rec.cache, /* object reads only */
 		                rec.bytes_out, rec.bytes_in);
 	}
 	cache_end(r);

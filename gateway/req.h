@@ -143,6 +143,7 @@ struct req {
 	uint64_t resp_len;              /* MHD_SIZE_UNKNOWN when not known */
 
 	struct cread cache;
+	struct list_req *list;          /* a listing the LIST cache may answer or keep (listcache.c) */
 	bool bypass_logged;             /* a GET/HEAD of an object not answered from the cache */
 
 	/* client response */

@@ -31,6 +31,7 @@
 #include "config/log.h"
 #include "gateway/admin.h"
 #include "gateway/fetch.h"
+#include "gateway/listcache.h"
 #include "gateway/placement.h"
 #include "gateway/prefetch.h"
 #include "gateway/proxy.h"
@@ -304,6 +305,7 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 	/* Durable too, like a write through this node (this is the cluster's
 	 * subscriber thread: blocking for the write is fine here). */
 	store_invalidate(gw->store, bucket, key ? key : "", !(key && *key));
+	listcache_invalidate(gw->lists, bucket, key);
 	if (key && *key)
 		meta_drop(gw->meta, bucket, key);
 	else
@@ -356,7 +358,9 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 		.stale_after_s = (double)cfg->cache_stale_after_s,
 	};
 	gw->meta = meta_cache_create(1u << 20);
-	if (!gw->meta) {
+	if (cfg->n_list_caches && cfg->list_cache_bytes)
+		gw->lists = listcache_create(cfg->list_cache_bytes);
+	if (!gw->meta || (cfg->n_list_caches && cfg->list_cache_bytes && !gw->lists)) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
@@ -550,6 +554,7 @@ out:
 	free(gw.tls_cert);
 	free(gw.tls_key);
 	meta_cache_destroy(gw.meta);
+	listcache_destroy(gw.lists);
 	upstream_destroy(gw.up);
 	if (gw.creds)
 		creds_provider_destroy(gw.creds);

@@ -22,6 +22,7 @@ struct req;
 struct fetch;
 struct store;
 struct meta_cache;
+struct listcache;
 struct prefetch;
 struct cluster;
 struct directory;
@@ -33,6 +34,7 @@ struct gw {
 	struct creds_provider *creds;
 	struct store *store;            /* the chunk cache, shared by all workers */
 	struct meta_cache *meta;        /* object metadata, shared by all workers */
+	struct listcache *lists;        /* LIST answers of buckets with list_cache_ttl, or NULL */
 	char *tls_cert, *tls_key;       /* PEM text when the client port speaks TLS */
 	struct prefetch *prefetch;      /* warming jobs, run on the first worker */
 	struct cluster *cluster;        /* the other nodes, or NULL: this node alone */

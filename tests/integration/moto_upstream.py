@@ -44,6 +44,12 @@ def fix_moto_canonical_uri():
     them percent-encoded, so moto answers SignatureDoesNotMatch to correctly
     signed requests for such keys. This hands moto the raw request-target
     instead; its check is otherwise unchanged and still rejects wrong secrets.
+
+    The query goes the other way: botocore's signer (which moto uses) takes the
+    query's bytes as its canonical form, where S3 decodes each name and value
+    and encodes it again. s3fs sends "prefix=a/" signed as "prefix=a%2F" (and
+    larder forwards the query as sent): S3 accepts that, moto did not. The
+    query handed to moto is therefore re-encoded as S3 canonicalises it.
     """
     from moto.iam import access_control
 
@@ -54,11 +60,27 @@ def fix_moto_canonical_uri():
     def init(self, *args, **kwargs):
         raw = getattr(_current, "target", None)
         if raw and "path" in kwargs:
-            kwargs["path"] = raw
+            kwargs["path"] = _s3_canonical_query(raw)
         original(self, *args, **kwargs)
 
     init._larder_fixed = True
     access_control.IAMRequestBase.__init__ = init
+
+
+def _s3_canonical_query(target):
+    """path?query with each query name and value encoded as SigV4 wants."""
+    from urllib.parse import quote, unquote
+    path, sep, query = target.partition("?")
+    if not sep or not query:
+        return target
+    pairs = []
+    for item in query.split("&"):
+        name, eq, value = item.partition("=")
+        pair = quote(unquote(name), safe="-_.~")
+        if eq:
+            pair += "=" + quote(unquote(value), safe="-_.~")
+        pairs.append(pair)
+    return path + "?" + "&".join(pairs)
 
 
 def _secret_for(access_key):

@@ -747,6 +747,48 @@ static void test_cluster_settings(void **state)
 	expect_error(NULL, nosecret, (const char *[]){ "LARDER_CLUSTER_SECRET", NULL });
 }
 
+/* [bucket NAME] list_cache_ttl, list_cache_prefixes; [cache] list_cache_size */
+static void test_list_cache_settings(void **state)
+{
+	(void)state;
+	struct cfg *c = load_ok("[bucket all-lists]\nlist_cache_ttl = 5\n"
+	                        "[bucket some-lists]\nregion = eu-west-1\nlist_cache_ttl = 30\n"
+	                        "list_cache_prefixes = train/, val/,\n    test/\n"
+	                        "[bucket no-lists]\nregion = eu-west-2\nlist_cache_ttl = 0\n", NULL);
+	assert_int_equal(c->list_cache_bytes, 16u << 20);
+	assert_int_equal(c->n_list_caches, 2);
+	assert_null(cfg_bucket_region(c, "all-lists")); /* no region of its own */
+	assert_string_equal(cfg_bucket_region(c, "some-lists"), "eu-west-1");
+	assert_int_equal(cfg_list_ttl(c, "all-lists", ""), 5);
+	assert_int_equal(cfg_list_ttl(c, "all-lists", "x/"), 5);
+	assert_int_equal(cfg_list_ttl(c, "some-lists", "val/a/"), 30);
+	assert_int_equal(cfg_list_ttl(c, "some-lists", "test/"), 30);
+	assert_int_equal(cfg_list_ttl(c, "some-lists", "va"), 0);
+	assert_int_equal(cfg_list_ttl(c, "some-lists", ""), 0);
+	assert_int_equal(cfg_list_ttl(c, "no-lists", ""), 0);
+	assert_int_equal(cfg_list_ttl(c, "other", ""), 0);
+	cfg_free(c);
+
+	c = load_ok("[bucket all-lists]\nlist_cache_ttl = 5\n",
+	            (const char *[]){ "LARDER_LIST_CACHE_SIZE=0", NULL });
+	assert_int_equal(cfg_list_ttl(c, "all-lists", ""), 0); /* size 0: no LIST cache */
+	cfg_free(c);
+
+	expect_error("[bucket abc]\nlist_cache_ttl = 5s\n", NULL,
+	             (const char *[]){ "line 2:", "list_cache_ttl", "number of seconds", NULL });
+	expect_error("[bucket abc]\nlist_cache_ttl = 86401\n", NULL,
+	             (const char *[]){ "line 2:", "0-86400", NULL });
+	expect_error("[bucket abc]\nlist_cache_prefixes = a/\n", NULL,
+	             (const char *[]){ "[bucket abc]: list_cache_prefixes needs list_cache_ttl",
+	                               NULL });
+	expect_error("[bucket abc]\nlist_cache_ttl = 5\nlist_cache_prefixes = ,\n", NULL,
+	             (const char *[]){ "line 3:", "got nothing", NULL });
+	expect_error("[bucket abc]\nlist_cache_ttl = 0\n", NULL,
+	             (const char *[]){ "region is missing", NULL });
+	expect_error("[bucket abc]\nlist_cache_ttl = 5\nlist_cache_ttl = 6\n", NULL,
+	             (const char *[]){ "line 3:", "set twice", NULL });
+}
+
 int main(int argc, char **argv)
 {
 	example_path = argc > 1 ? argv[1] : NULL;
@@ -767,6 +809,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cache_settings),
 		cmocka_unit_test(test_cluster_settings),
 		cmocka_unit_test(test_admin_settings),
+		cmocka_unit_test(test_list_cache_settings),
 		cmocka_unit_test(test_no_leaks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

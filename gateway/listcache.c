@@ -1,0 +1,344 @@
+/*
+ * listcache.c - see listcache.h.
+ */
+#include "gateway/listcache.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config/clock.h"
+#include "gateway/req.h"
+
+#define LC_SLOTS 4096
+#define LC_MAX_ANSWER (1024 * 1024) /* 1,000 keys of 1,024 bytes, in XML */
+
+struct lc_entry {
+	struct lc_entry *hnext;          /* slot chain */
+	struct lc_entry *prev, *next;    /* age order: oldest first */
+	char *key;                       /* bucket '\n' sorted query */
+	char *bucket, *prefix;
+	char *body;
+	size_t len, cost;
+	char ctype[128];
+	char region[64];
+	double expires;
+};
+
+struct listcache {
+	pthread_mutex_t lock;
+	size_t max_bytes, bytes;
+	struct lc_entry *slots[LC_SLOTS];
+	struct lc_entry *oldest, *newest;
+	atomic_uint_fast64_t generation; /* bumped by every invalidation */
+};
+
+/* A request's part: what it needs to answer from, or fill, the cache. */
+struct list_req {
+	bool hit;
+	char *key;
+	unsigned ttl_s;
+	uint64_t generation;
+	struct buf body;                 /* upstream's answer as it streams */
+	bool too_big;
+	char *hit_body;
+	size_t hit_len;
+	char ctype[128];
+	char region[64];
+};
+
+struct listcache *listcache_create(size_t max_bytes)
+{
+	struct listcache *lc = calloc(1, sizeof *lc);
+	if (!lc)
+		return NULL;
+	pthread_mutex_init(&lc->lock, NULL);
+	lc->max_bytes = max_bytes;
+	return lc;
+}
+
+static void entry_free(struct lc_entry *e)
+{
+	free(e->key);
+	free(e->bucket);
+	free(e->prefix);
+	free(e->body);
+	free(e);
+}
+
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+/* Unlinks e from its slot and the age list; lock held. */
+static void unlink_entry(struct listcache *lc, struct lc_entry *e)
+{
+	struct lc_entry **pp = &lc->slots[hash_str(e->key) % LC_SLOTS];
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		lc->oldest = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		lc->newest = e->prev;
+	lc->bytes -= e->cost;
+	entry_free(e);
+}
+
+void listcache_destroy(struct listcache *lc)
+{
+	if (!lc)
+		return;
+	while (lc->oldest)
+		unlink_entry(lc, lc->oldest);
+	pthread_mutex_destroy(&lc->lock);
+	free(lc);
+}
+
+static struct lc_entry *find(struct listcache *lc, const char *key)
+{
+	for (struct lc_entry *e = lc->slots[hash_str(key) % LC_SLOTS]; e; e = e->hnext)
+		if (strcmp(e->key, key) == 0)
+			return e;
+	return NULL;
+}
+
+void listcache_invalidate(struct listcache *lc, const char *bucket, const char *key)
+{
+	if (!lc)
+		return;
+	pthread_mutex_lock(&lc->lock);
+	atomic_fetch_add(&lc->generation, 1);
+	for (struct lc_entry *e = lc->oldest, *next; e; e = next) {
+		next = e->next;
+		if (strcmp(e->bucket, bucket) == 0 &&
+		    (!key || !*key || strncmp(key, e->prefix, strlen(e->prefix)) == 0))
+			unlink_entry(lc, e);
+	}
+	pthread_mutex_unlock(&lc->lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* which requests */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The parameters a ListObjects (V1 or V2) call may carry; any other one
+ * (versions, uploads, acl, ...) is some other request. */
+static bool list_param(const char *p, size_t n)
+{
+	static const char *const names[] = { "list-type", "prefix", "delimiter", "max-keys",
+		"continuation-token", "start-after", "fetch-owner", "encoding-type", "marker", NULL };
+	for (int i = 0; names[i]; i++)
+		if (strlen(names[i]) == n && memcmp(p, names[i], n) == 0)
+			return true;
+	return false;
+}
+
+/* "bucket\n" + the query's parameters sorted, or NULL: not a plain
+ * listing (another parameter, one given twice, list-type other than 2). */
+static char *cache_key(const char *bucket, const char *query)
+{
+	char *q = strdup(query), *save = NULL;
+	size_t n = 0;
+	const char *items[16];
+	bool ok = q != NULL;
+	for (char *t = q ? strtok_r(q, "&", &save) : NULL; ok && t; t = strtok_r(NULL, "&", &save)) {
+		size_t name_len = strcspn(t, "=");
+		if (n == 16 || !list_param(t, name_len))
+			ok = false;
+		else if (name_len == 9 && strncmp(t, "list-type", 9) == 0 && strcmp(t, "list-type=2"))
+			ok = false;
+		for (size_t i = 0; ok && i < n; i++)
+			if (strncmp(items[i], t, name_len) == 0 && strchr("=", items[i][name_len]))
+				ok = false; /* given twice: upstream might take either */
+		if (ok)
+			items[n++] = t;
+	}
+	struct buf k;
+	buf_init(&k, strlen(bucket) + strlen(query) + 2);
+	if (ok) {
+		qsort(items, n, sizeof *items, cmp_str);
+		buf_printf(&k, "%s\n", bucket);
+		for (size_t i = 0; i < n; i++)
+			buf_printf(&k, "%s%s", i ? "&" : "", items[i]);
+	}
+	free(q);
+	char *out = ok ? buf_steal(&k) : NULL;
+	buf_fini(&k);
+	return out;
+}
+
+/* x-amz-* request headers that never change a listing's answer; any other
+ * (x-amz-request-payer, x-amz-expected-bucket-owner, ...) goes upstream. */
+static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *name,
+                                    const char *value)
+{
+	bool *ok = cls;
+	(void)kind;
+	(void)value;
+	if (strncasecmp(name, "x-amz-", 6) == 0 && strcasecmp(name, "x-amz-date") != 0 &&
+	    strcasecmp(name, "x-amz-content-sha256") != 0 &&
+	    strcasecmp(name, "x-amz-user-agent") != 0) {
+		*ok = false;
+		return MHD_NO;
+	}
+	return MHD_YES;
+}
+
+bool listcache_begin(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	if (!gw->lists || !r->authorized || r->presigned || r->peer_hop ||
+	    r->body != BODY_NONE || r->s3.target != S3T_BUCKET || !r->s3.listing ||
+	    strcmp(r->method, "GET") != 0)
+		return false;
+	unsigned ttl = cfg_list_ttl(gw->cfg, r->s3.bucket, buf_cstr(&r->s3.list_prefix));
+	bool ok = ttl > 0;
+	if (ok)
+		MHD_get_connection_values(r->conn, MHD_HEADER_KIND, check_header, &ok);
+	char *key = ok ? cache_key(r->s3.bucket, r->query) : NULL;
+	if (!key)
+		return false;
+	struct list_req *l = calloc(1, sizeof *l);
+	if (!l) {
+		free(key);
+		return false;
+	}
+	l->key = key;
+	l->ttl_s = ttl;
+	buf_init(&l->body, LC_MAX_ANSWER);
+	r->list = l;
+
+	struct listcache *lc = gw->lists;
+	pthread_mutex_lock(&lc->lock);
+	l->generation = atomic_load(&lc->generation);
+	struct lc_entry *e = find(lc, key);
+	if (e && e->expires <= clock_mono_s()) {
+		unlink_entry(lc, e);
+		e = NULL;
+	}
+	if (e && (l->hit_body = malloc(e->len ? e->len : 1))) {
+		memcpy(l->hit_body, e->body, e->len);
+		l->hit_len = e->len;
+		memcpy(l->ctype, e->ctype, sizeof l->ctype);
+		memcpy(l->region, e->region, sizeof l->region);
+		l->hit = true;
+	}
+	pthread_mutex_unlock(&lc->lock);
+	return l->hit;
+}
+
+bool listcache_hit(const struct req *r)
+{
+	return r->list && r->list->hit;
+}
+
+enum MHD_Result listcache_respond(struct req *r)
+{
+	struct list_req *l = r->list;
+	struct MHD_Response *resp = MHD_create_response_from_buffer(l->hit_len, l->hit_body,
+	                                                            MHD_RESPMEM_MUST_FREE);
+	if (!resp)
+		return MHD_NO;
+	l->hit_body = NULL;
+	if (l->ctype[0])
+		MHD_add_response_header(resp, "Content-Type", l->ctype);
+	if (l->region[0])
+		MHD_add_response_header(resp, "x-amz-bucket-region", l->region);
+	MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	MHD_add_response_header(resp, "x-larder-cache", "hit");
+	req_add_common_headers(r, resp);
+	r->status_sent = 200;
+	r->bytes_out = l->hit_len;
+	enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
+
+void listcache_capture(struct req *r, const char *data, size_t len)
+{
+	struct list_req *l = r->list;
+	if (l && !l->hit && !l->too_big && buf_append(&l->body, data, len) != 0)
+		l->too_big = true;
+}
+
+void listcache_store(struct req *r)
+{
+	struct list_req *l = r->list;
+	struct listcache *lc = r->w->gw->lists;
+	if (!l || l->hit || l->too_big || r->ustatus != 200 ||
+	    (r->resp_len != MHD_SIZE_UNKNOWN && r->resp_len != l->body.len))
+		return;
+	const char *ct = hdrs_get(&r->uresp, "Content-Type");
+	const char *region = hdrs_get(&r->uresp, "x-amz-bucket-region");
+	struct lc_entry *e = calloc(1, sizeof *e);
+	if (!e)
+		return;
+	e->key = strdup(l->key);
+	e->bucket = strdup(r->s3.bucket);
+	e->prefix = strdup(buf_cstr(&r->s3.list_prefix));
+	e->len = l->body.len;
+	e->body = malloc(e->len ? e->len : 1);
+	if (!e->key || !e->bucket || !e->prefix || !e->body) {
+		entry_free(e);
+		return;
+	}
+	memcpy(e->body, l->body.p, e->len);
+	snprintf(e->ctype, sizeof e->ctype, "%s", ct ? ct : "");
+	snprintf(e->region, sizeof e->region, "%s", region ? region : "");
+	e->cost = sizeof *e + strlen(e->key) * 2 + e->len + 64;
+	e->expires = clock_mono_s() + l->ttl_s;
+
+	pthread_mutex_lock(&lc->lock);
+	/* A write that completed while this listing was in flight may not be
+	 * in it: such an answer is served once, never kept. */
+	if (e->cost > lc->max_bytes || atomic_load(&lc->generation) != l->generation) {
+		pthread_mutex_unlock(&lc->lock);
+		entry_free(e);
+		return;
+	}
+	struct lc_entry *old = find(lc, e->key);
+	if (old)
+		unlink_entry(lc, old);
+	while (lc->oldest && lc->bytes + e->cost > lc->max_bytes)
+		unlink_entry(lc, lc->oldest);
+	struct lc_entry **slot = &lc->slots[hash_str(e->key) % LC_SLOTS];
+	e->hnext = *slot;
+	*slot = e;
+	e->prev = lc->newest;
+	if (lc->newest)
+		lc->newest->next = e;
+	else
+		lc->oldest = e;
+	lc->newest = e;
+	lc->bytes += e->cost;
+	pthread_mutex_unlock(&lc->lock);
+}
+
+void listcache_end(struct req *r)
+{
+	struct list_req *l = r->list;
+	if (!l)
+		return;
+	free(l->key);
+	free(l->hit_body);
+	buf_fini(&l->body);
+	free(l);
+	r->list = NULL;
+}
