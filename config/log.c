@@ -110,7 +110,11 @@ static size_t access_buf_bytes;
 static unsigned access_flush_ms;
 static pthread_mutex_t bufs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct alog_buf *all_bufs;
-static __thread struct alog_buf *my_buf;
+/* Initial-exec: this code is linked into the executable, never dlopen'ed,
+ * so its thread-locals need no __tls_get_addr call (nor ld.so as a NEEDED
+ * library, which the Dockerfile check would have to know about). */
+#define THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+static THREAD_LOCAL struct alog_buf *my_buf;
 
 static pthread_t flusher;
 static bool flusher_running;
@@ -332,8 +336,8 @@ static void put_fmt(struct line *l, const char *fmt, ...)
  * patched in: gmtime and strftime per request cost more than the rest. */
 static void put_ts(struct line *l)
 {
-	static __thread time_t last_sec = -1;
-	static __thread char sec_text[24];
+	static THREAD_LOCAL time_t last_sec = -1;
+	static THREAD_LOCAL char sec_text[24];
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	if (ts.tv_sec != last_sec) {
