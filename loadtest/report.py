@@ -91,7 +91,7 @@ def t_table(d, markdown):
     runs = load(d, "t")
     direct = {e["epoch"]: e for e in runs.get("direct", {}).get("epochs", [])}
     hdr = ["run", "workers", "epoch", "samples", "seconds", "samples/s", "vs direct", "errors",
-           "hits", "upstream GETs"]
+           "hits", "upstream GETs", "client CPU s"]
     rows = []
     for label, r in runs.items():
         for e in r.get("epochs", []):
@@ -99,7 +99,8 @@ def t_table(d, markdown):
             rel = f"{e['samples_per_s'] / dr['samples_per_s']:.2f}x" if dr else "-"
             rows.append([label, r["workers"], e["epoch"], e["samples"], fmt(e["seconds"], 2),
                          fmt(e["samples_per_s"]), rel, e["errors"], e["hits"],
-                         r.get(f"upstream_gets_epoch{e['epoch']}", "-")])
+                         r.get(f"upstream_gets_epoch{e['epoch']}", "-"),
+                         fmt(e.get("client_cpu_s"), 2)])
     if not rows:
         return ""
     return md_table(hdr, rows) if markdown else text_table(hdr, rows)

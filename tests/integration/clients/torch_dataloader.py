@@ -15,7 +15,8 @@ releases ignore it, so the client is given endpoint_url explicitly, and the
 result says whether this botocore would have honoured the variable alone.
 
 Per epoch the result has: samples, seconds, samples/s, how many responses said
-x-larder-cache: hit, errors, the workers that served samples, and with
+x-larder-cache: hit, errors, the workers that served samples, the CPU seconds
+of this process and its workers (they exit at the end of an epoch), and with
 --digests the SHA-256 of every key. --pause prints a line after each epoch but
 the last and waits for a line on stdin (a test counts upstream requests there).
 """
@@ -72,6 +73,11 @@ def env_endpoint_honoured():
     return c.meta.endpoint_url.rstrip("/") == os.environ["AWS_ENDPOINT_URL"].rstrip("/")
 
 
+def cpu_seconds():
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bucket", required=True)
@@ -95,7 +101,7 @@ def main():
            "botocore": botocore.__version__, "workers": a.workers,
            "env_endpoint_honoured": env_endpoint_honoured(), "epochs": []}
     for e in range(a.epochs):
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), cpu_seconds()
         n = hits = 0
         seen, digests = set(), {}
         for batch in dl:
@@ -105,9 +111,11 @@ def main():
                 seen.add(wid)
                 if a.digests:
                     digests[keys[i]] = hashlib.sha256(t.numpy().tobytes()).hexdigest()
-        secs = time.monotonic() - t0
+        # the workers exited (joined) when the epoch ended: their CPU time counts now
+        secs, cpu = time.monotonic() - t0, cpu_seconds() - c0
         ep = {"epoch": e + 1, "samples": n, "seconds": secs, "samples_per_s": n / secs,
-              "hits": hits, "errors": len(keys) - n, "workers_seen": sorted(seen)}
+              "hits": hits, "errors": len(keys) - n, "workers_seen": sorted(seen),
+              "client_cpu_s": cpu}
         if a.digests:
             ep["digests"] = digests
         out["epochs"].append(ep)
