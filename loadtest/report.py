@@ -86,7 +86,29 @@ def scenario_rows(d, scen):
     return [row(r) for k, r in runs.items() if "warmup" not in k]
 
 
+def t_table(d, markdown):
+    """t: the DataLoader's samples/s per epoch, larder against direct."""
+    runs = load(d, "t")
+    direct = {e["epoch"]: e for e in runs.get("direct", {}).get("epochs", [])}
+    hdr = ["run", "workers", "epoch", "samples", "seconds", "samples/s", "vs direct", "errors",
+           "hits", "upstream GETs", "client CPU s"]
+    rows = []
+    for label, r in runs.items():
+        for e in r.get("epochs", []):
+            dr = direct.get(e["epoch"])
+            rel = f"{e['samples_per_s'] / dr['samples_per_s']:.2f}x" if dr else "-"
+            rows.append([label, r["workers"], e["epoch"], e["samples"], fmt(e["seconds"], 2),
+                         fmt(e["samples_per_s"]), rel, e["errors"], e["hits"],
+                         r.get(f"upstream_gets_epoch{e['epoch']}", "-"),
+                         fmt(e.get("client_cpu_s"), 2)])
+    if not rows:
+        return ""
+    return md_table(hdr, rows) if markdown else text_table(hdr, rows)
+
+
 def table(d, scen, markdown=False):
+    if scen == "t":
+        return t_table(d, markdown)
     rows = scenario_rows(d, scen)
     extra = ""
     if scen == "f":
@@ -214,12 +236,13 @@ TITLES = {
     "b": "b: three epochs in new random orders (concurrency 32)",
     "f": "f: dataset twice the RAM cache, three epochs",
     "m": "m: memory at 1,000 open connections",
+    "t": "t: PyTorch DataLoader (boto3 per worker), epochs 1 and 2",
 }
 
 
 def summary(d):
     out = []
-    for s in "adecbfm":
+    for s in "adecbfmt":
         t = table(d, s, markdown=True)
         if t:
             out.append(f"### {TITLES[s]}\n\n{t}\n")

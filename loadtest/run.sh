@@ -2,7 +2,7 @@
 # larder's benchmarks: loadtest/run.sh [smoke|quick|full] [scenario...]
 # (smoke: every scenario at a tiny size, to prove they run; the figures mean nothing)
 #
-# Scenarios (default: all, in this order): a d e c b f m g
+# Scenarios (default: all, in this order): a d e c b f m g t
 #   a  random reads of small objects, one epoch, concurrency 8/16/32/64:
 #      direct vs larder cold vs larder warm vs nginx proxy_cache (cold, warm)
 #   d  coalescing storm: 64 clients read one cold object at once
@@ -12,6 +12,7 @@
 #   f  dataset twice the RAM cache, three epochs: subset vs lru vs policy_sim
 #   m  larder's RSS with 1,000 open connections
 #   g  three larder nodes with Redis: upstream GETs per chunk, the dataset read through all
+#   t  a PyTorch DataLoader (8 workers, boto3) reads the small objects twice: direct vs larder
 #
 # What runs where (2 cores): the system under test (larder, the nginx peer or
 # nginx serving files) is pinned to CPU $LOADTEST_SUT_CPU (0) with one worker;
@@ -32,7 +33,7 @@ root="$(cd "$here/.." && pwd)"
 mode=quick
 if [[ "${1:-}" == quick || "${1:-}" == full || "${1:-}" == smoke ]]; then mode="$1"; shift; fi
 scenarios=("$@")
-((${#scenarios[@]})) || scenarios=(a d e c b f m g)
+((${#scenarios[@]})) || scenarios=(a d e c b f m g t)
 
 build="${LOADTEST_BUILD:-$root/build}"
 larder_bin="${LARDER_BIN:-$build/gateway/larder}"
@@ -408,9 +409,42 @@ PY
   g_pids=()
 }
 
+# t: the training input loop of tests/integration/clients/torch_dataloader.py
+# (map-style dataset, shuffled, a boto3 client per worker) under Debian's
+# python3, two epochs in one process; origin GETs counted per epoch.
+scen_t() {
+  local workers=8
+  [[ "$mode" != smoke ]] || workers=2
+  echo; echo "== t: PyTorch DataLoader, $workers workers, ${n_small} x 115 KiB, epochs 1 and 2"
+  /usr/bin/python3 -c "import torch, boto3" \
+    || { echo "run.sh: t needs python3-torch and python3-boto3 (scripts/deps.sh)" >&2; exit 1; }
+  t_run direct "http://$origin" "$workers"
+  larder_start 1GiB 0
+  t_run larder "http://127.0.0.1:$larder_port" "$workers"
+  larder_stop
+  python3 "$here/report.py" table "$res" t
+}
+t_run() { # LABEL ENDPOINT WORKERS
+  local out="$res/t-$1.json" pin=() b m a
+  [[ -z "$cli_cpu" ]] || pin=(taskset -c "$cli_cpu")
+  b="$(origin_lines)"
+  coproc TORCH { env AWS_ENDPOINT_URL="$2" AWS_ACCESS_KEY_ID="$key" AWS_SECRET_ACCESS_KEY="$secret" \
+    AWS_DEFAULT_REGION=us-east-1 "${pin[@]}" /usr/bin/python3 \
+    "$root/tests/integration/clients/torch_dataloader.py" --bucket bench --keys "$work/keys-small" \
+    --workers "$3" --epochs 2 --pause --json "$out"; }
+  local tpid=$TORCH_PID line=""
+  read -r line <&"${TORCH[0]}" || true
+  sleep 0.2; m="$(origin_lines)"
+  echo >&"${TORCH[1]}"
+  wait "$tpid" || { echo "run.sh: the DataLoader ($1) failed" >&2; exit 1; }
+  sleep 0.2; a="$(origin_lines)"
+  python3 "$here/report.py" annotate "$out" target="$1" upstream_gets_epoch1=$((m - b)) \
+    upstream_gets_epoch2=$((a - m))
+}
+
 for s in "${scenarios[@]}"; do
   case "$s" in
-    a|b|c|d|e|f|m|g) "scen_$s";;
+    a|b|c|d|e|f|m|g|t) "scen_$s";;
     *) echo "run.sh: unknown scenario $s" >&2; exit 2;;
   esac
 done

@@ -12,6 +12,8 @@ PACKAGES=(
   # clients the training workload uses, for Debian's /usr/bin/python3: the AWS
   # CRT S3 client (aws-c-s3), PyTorch, fsspec, boto3; s3fs is the FUSE client
   python3-awscrt python3-torch python3-fsspec python3-boto3 python3-requests s3fs
+  # fsspec's HTTP filesystem needs aiohttp (an optional dependency of python3-fsspec)
+  python3-aiohttp
 )
 
 missing=()

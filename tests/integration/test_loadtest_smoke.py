@@ -32,7 +32,7 @@ class LoadtestSmoke(unittest.TestCase):
         self.assertEqual(out.returncode, 0, text[-4000:])
         res = os.path.realpath(os.path.join(LOADTEST, "results", "latest"))
         self.assertIn("smoke-", os.path.basename(res))
-        for scen in "adecbfmg":
+        for scen in "adecbfmgt":
             files = glob.glob(os.path.join(res, scen + "-*.json"))
             self.assertTrue(files, "scenario %s wrote no result\n%s" % (scen, text[-3000:]))
             for f in files:
@@ -42,6 +42,9 @@ class LoadtestSmoke(unittest.TestCase):
                     self.assertEqual(int(r["loadgen_rc"]), 0, f)
                 total = r.get("total") or {}
                 self.assertEqual(total.get("errors", 0), 0, f)
+                if scen == "t":  # the DataLoader's epochs: every sample, no errors
+                    for e in r["epochs"]:
+                        self.assertEqual((e["errors"], e["samples"] > 0), (0, True), f)
         g = json.load(open(os.path.join(res, "g-cluster.json")))
         # Nodes alone would fetch every chunk three times (3.0).
         self.assertLess(g["upstream_gets_per_chunk"], 1.5, g)
