@@ -30,13 +30,10 @@
  * is served from the cache. S3 returns no whole-object checksum for the
  * ranged GETs that fill the cache, so the object's x-amz-checksum-* headers
  * are learnt from the first HEAD with the mode (passed through once; a CRT
- * validating checksums sends one first), from a whole GET that went
- * upstream, or, for a whole GET with the mode that comes first (boto3 sends
- * no HEAD), from a HEAD with the mode larder sends before answering it
- * (wait_for_checksums; its bytes are still the cache's). So a HEAD or
- * whole GET with the mode carries them, as at S3, and a range or part
- * never does. Only when that HEAD fails is a GET answered without them (an
- * SDK then skips its validation). Cached bytes are guarded by If-Match per
+ * validating checksums sends one first), or from a whole GET that went
+ * upstream; after that a HEAD or whole GET with the mode carries them, as
+ * at S3, and a range or part never does. Until then an answer has none and
+ * an SDK skips its validation. Cached bytes are guarded by If-Match per
  * chunk and a CRC32C per NVMe entry as well.
  */
 #include <assert.h>
@@ -137,8 +134,9 @@ static void release_chunks(struct req *r);
  * x-amz-checksum-mode until the object's checksums are known: the ranged
  * GETs that fill the cache never carry them. The answer teaches them
  * (cache_learn); the next such read is the cache's. A whole GET with the
- * mode is not sent upstream for them (its bytes would not be cached): a
- * HEAD learns them first (wait_for_checksums). */
+ * mode is not sent upstream for them (its bytes would not be cached): it
+ * gets them once a HEAD (a CRT validating checksums sends one first)
+ * taught them. */
 bool cache_passes(struct req *r)
 {
 	struct cread *c = &r->cache;
@@ -157,70 +155,25 @@ bool cache_passes(struct req *r)
 	return c->pass_through;
 }
 
-/* The x-amz-checksum-* lines of a whole-object answer h, into lines
- * (empty: it had none); 0, or -1 without an ETag and a size to tie them
- * to a version. */
-static int checksum_lines(const struct hdrs *h, struct buf *lines, const char **etag,
-                          uint64_t *size)
+/* x-amz-checksum-* lines of upstream's answer. */
+static void learn_checksums(struct req *r)
 {
-	const char *cl = hdrs_get(h, "Content-Length");
+	const char *etag = hdrs_get(&r->uresp, "ETag");
+	const char *cl = hdrs_get(&r->uresp, "Content-Length");
 	char *end;
-	*etag = hdrs_get(h, "ETag");
-	*size = cl ? strtoull(cl, &end, 10) : 0;
-	if (!*etag || !cl || *end || end == cl)
-		return -1;
+	unsigned long long size = cl ? strtoull(cl, &end, 10) : 0;
+	if (!etag || !cl || *end || end == cl)
+		return;
+	struct buf lines;
+	buf_init(&lines, 4096);
 	int rc = 0;
-	for (size_t i = 0; i < h->n && !rc; i++)
-		if (strncasecmp(h->v[i].name, "x-amz-checksum-", 15) == 0)
-			rc = buf_printf(lines, "%s: %s\n", h->v[i].name, h->v[i].value);
-	return rc ? -1 : 0;
-}
-
-void cache_checksums_learnt(struct gw *gw, const char *bucket, const char *key,
-                            const struct hdrs *h)
-{
-	struct buf lines;
-	buf_init(&lines, 4096);
-	const char *etag;
-	uint64_t size;
-	if (gw->meta && checksum_lines(h, &lines, &etag, &size) == 0)
-		meta_learn_checksums(gw->meta, bucket, key, etag, size, buf_cstr(&lines));
+	for (size_t i = 0; i < r->uresp.n && !rc; i++)
+		if (strncasecmp(r->uresp.v[i].name, "x-amz-checksum-", 15) == 0)
+			rc = buf_printf(&lines, "%s: %s\n", r->uresp.v[i].name, r->uresp.v[i].value);
+	if (!rc)
+		meta_learn_checksums(r->w->gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), etag,
+		                     (uint64_t)size, buf_cstr(&lines));
 	buf_fini(&lines);
-}
-
-/* The checksum HEAD of a whole GET answered: its checksums are this
- * answer's if they are of the version being served. */
-void cache_owner_checksums(struct req *owner, const struct hdrs *h)
-{
-	struct cread *c = &owner->cache;
-	c->sums_fetch = NULL;
-	struct buf lines;
-	buf_init(&lines, 4096);
-	const char *etag;
-	uint64_t size;
-	if (h && c->meta && !c->sums && checksum_lines(h, &lines, &etag, &size) == 0 &&
-	    size == c->meta->size && strcmp(etag, c->meta->etag) == 0)
-		c->sums = strdup(buf_cstr(&lines));
-	buf_fini(&lines);
-	req_wake(owner);
-}
-
-/* A whole GET with the mode whose object's checksums are unknown: they are
- * learnt by a HEAD with the mode (S3 sends them on a HEAD and a whole GET,
- * never on the ranges that fill the cache) before it answers. True while
- * it waits for it. Each such GET sends its own (they are rare: the first
- * reads of an object); any failure is an answer without them. */
-static bool wait_for_checksums(struct req *r)
-{
-	struct cread *c = &r->cache;
-	if (c->sums_fetch)
-		return true;
-	if (!c->want_checksums || c->head || c->part || c->want_range || c->meta->checksums ||
-	    c->sums_asked)
-		return false;
-	c->sums_asked = true;
-	c->sums_fetch = fetch_sums_start(r->w, r, r->s3.bucket, buf_cstr(&r->s3.key));
-	return c->sums_fetch != NULL;
 }
 
 void cache_learn(struct req *r)
@@ -231,7 +184,7 @@ void cache_learn(struct req *r)
 	/* a whole object's answer (never a range's or a part's) */
 	if (r->cache.want_checksums && r->ustatus == 200 && !r->cache.part &&
 	    !req_header(r, "Range"))
-		cache_checksums_learnt(gw, r->s3.bucket, buf_cstr(&r->s3.key), &r->uresp);
+		learn_checksums(r);
 	if (!r->cache.part || r->ustatus != 206)
 		return;
 	const char *cr = hdrs_get(&r->uresp, "Content-Range");
@@ -362,8 +315,6 @@ void cache_owner_detach(struct req *owner, struct fetch *f)
 {
 	if (owner->cache.meta_fetch == f)
 		owner->cache.meta_fetch = NULL;
-	if (owner->cache.sums_fetch == f)
-		owner->cache.sums_fetch = NULL;
 }
 
 void cache_owner_pass_through(struct req *owner)
@@ -658,10 +609,6 @@ enum MHD_Result cache_respond(struct req *r)
 	const struct obj_meta *m = c->meta;
 	if (m->negative)
 		return respond_s3(r, S3E_NO_SUCH_KEY, NULL);
-	if (wait_for_checksums(r)) {
-		req_suspend(r); /* woken by cache_owner_checksums */
-		return MHD_YES;
-	}
 
 	int pre = preconditions(r, m);
 	if (pre == 412)
@@ -705,8 +652,6 @@ enum MHD_Result cache_respond(struct req *r)
 			if (reason == FETCH_ERR_CHANGED && c->restarts++ < 2) {
 				meta_unref(c->meta);
 				c->meta = NULL;
-				free(c->sums); /* the old version's */
-				c->sums = NULL;
 				c->meta_loaded = true;
 				resolve(r);
 				return cache_respond(r);
@@ -757,8 +702,8 @@ enum MHD_Result cache_respond(struct req *r)
 		         m->size);
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
-	if (status == 200 && c->want_checksums && !c->part && (m->checksums || c->sums))
-		add_checksums(resp, m->checksums ? m->checksums : c->sums);
+	if (status == 200 && c->want_checksums && !c->part && m->checksums)
+		add_checksums(resp, m->checksums);
 	if (c->part && m->parts_count) {
 		char n[16];
 		snprintf(n, sizeof n, "%" PRIu32, m->parts_count);
@@ -1079,12 +1024,6 @@ void cache_end(struct req *r)
 	if (c->meta_fetch)
 		fetch_disown(c->meta_fetch);
 	c->meta_fetch = NULL;
-	if (c->sums_fetch)
-		fetch_disown(c->sums_fetch);
-	c->sums_fetch = NULL;
-	free(c->sums);
-	c->sums = NULL;
-	c->sums_asked = false;
 	/* Whether this reader leaves its chunks wanted or given up on: a
 	 * response sent in full leaves them to be cached for the next reader. */
 	bool gave_up = !c->head && c->meta && c->meta->size > 0 && c->pos <= c->end &&

@@ -41,7 +41,6 @@ struct fetch {
 	struct worker *w;
 	struct fetch *prev, *next;   /* the worker's fetches */
 	bool meta_kind;              /* learning the object; else one chunk */
-	bool sums_kind;              /* a HEAD learning the object's checksums */
 	char *bucket, *key;
 	char etag[130];              /* chunk fetches: If-Match */
 	char *revalidate;            /* meta fetches: If-None-Match */
@@ -426,8 +425,6 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
 			f->discard = true;
 			return len;
 		}
-		if (f->sums_kind)
-			return len;
 		if (f->meta_kind && !f->meta && !f->c) {
 			if (f->status == 206 || f->status == 200 || f->status == 304)
 				learn(f);
@@ -520,9 +517,7 @@ static int start_transfer(struct fetch *f)
 	hdrs_init(&h);
 	char range[80];
 	range[0] = '\0';
-	if (f->sums_kind)
-		; /* a HEAD: the whole object's checksums */
-	else if (f->meta_kind && !f->c && !f->no_range)
+	if (f->meta_kind && !f->c && !f->no_range)
 		snprintf(range, sizeof range, "bytes=0-%" PRIu64, chunk_bytes(f) - 1);
 	else if (f->meta_kind && !f->c)
 		; /* the whole (empty) object */
@@ -536,8 +531,6 @@ static int start_transfer(struct fetch *f)
 		rc = rc ? rc : hdrs_add(&h, "If-Match", f->etag);
 	else if (f->revalidate)
 		rc = rc ? rc : hdrs_add(&h, "If-None-Match", f->revalidate);
-	if (f->sums_kind)
-		rc = rc ? rc : hdrs_add(&h, "x-amz-checksum-mode", "ENABLED");
 	if (f->to_peer)
 		/* A holder is asked at the last hop: if it lost the chunk
 		 * meanwhile it fetches it from S3 itself rather than asking
@@ -548,7 +541,7 @@ static int start_transfer(struct fetch *f)
 	else
 		rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", SV4_EMPTY_SHA256);
 	if (!f->to_peer)
-		rc = rc ? rc : upstream_sign(gw->up, f->sums_kind ? "HEAD" : "GET", &f->target, "", &h);
+		rc = rc ? rc : upstream_sign(gw->up, "GET", &f->target, "", &h);
 	if (!rc) {
 		curl_slist_free_all(f->slist);
 		f->slist = hdrs_to_curl(&h);
@@ -561,8 +554,6 @@ static int start_transfer(struct fetch *f)
 	if (upstream_easy_prepare(&f->easy, gw->up, &f->target, f->slist, on_header, on_body, f,
 	                          f->curl_err) != 0)
 		return -ENOMEM;
-	if (f->sums_kind)
-		curl_easy_setopt(f->easy, CURLOPT_NOBODY, 1L);
 	if (f->to_peer && tls) { /* peers are verified, whatever upstream's settings */
 		const char *ca = gw->cfg->cluster_ca_file ? gw->cfg->cluster_ca_file
 		                                          : gw->cfg->tls_cert;
@@ -588,23 +579,6 @@ struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *
 		return NULL;
 	}
 	if (begin(f) != 0) {
-		f->owner = NULL;
-		fetch_free(f);
-		return NULL;
-	}
-	return f;
-}
-
-struct fetch *fetch_sums_start(struct worker *w, struct req *owner, const char *bucket,
-                               const char *key)
-{
-	struct fetch *f = fetch_new(w, bucket, key);
-	if (!f)
-		return NULL;
-	f->sums_kind = true;
-	f->owner = owner;
-	f->hop = PEER_MAX_HOP; /* S3's answer: a peer never sends checksums */
-	if (start_transfer(f) != 0) {
 		f->owner = NULL;
 		fetch_free(f);
 		return NULL;
@@ -702,15 +676,6 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 		f->attempts--;
 		if (start_transfer(f) == 0)
 			return;
-	}
-	if (f->sums_kind) { /* a failure only means an answer without them */
-		bool ok = result == CURLE_OK && f->status == 200;
-		if (ok)
-			cache_checksums_learnt(gw, f->bucket, f->key, &f->resp);
-		if (f->owner)
-			cache_owner_checksums(f->owner, ok ? &f->resp : NULL);
-		fetch_free(f);
-		return;
 	}
 
 	if (meta_only && !f->meta && f->status == 416 && !f->no_range) {

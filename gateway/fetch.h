@@ -39,13 +39,6 @@ struct fetch;
 struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *bucket,
                                const char *key, const char *revalidate);
 
-/* Starts a HEAD with x-amz-checksum-mode: ENABLED to learn the object's
- * checksums (cache_checksums_learnt), then tells owner
- * (cache_owner_checksums), unless it went away first (fetch_disown).
- * Returns NULL when the transfer could not start. */
-struct fetch *fetch_sums_start(struct worker *w, struct req *owner, const char *bucket,
-                               const char *key);
-
 /* Starts producing chunk c (a reference is taken) of the object version m.
  * hop: 0 for this node's own readers, else the hop of the peer request
  * that wants it (see gateway/peer.h). */

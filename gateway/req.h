@@ -70,9 +70,6 @@ struct cread {
 	bool pass_through;              /* not cacheable after all: proxy.c serves it */
 	uint32_t part;                  /* ?partNumber=N (0: none): answered once learnt */
 	bool want_checksums;            /* x-amz-checksum-mode: ENABLED */
-	struct fetch *sums_fetch;       /* the checksum HEAD this whole GET waits for */
-	bool sums_asked;                /* it was sent (or could not be) */
-	char *sums;                     /* what it taught, for this answer ("": none) */
 
 	/* upstream's own answer when the object could not be learnt (404, 403,
 	 * ...): passed to the client unchanged */
@@ -180,10 +177,6 @@ void cache_owner_upstream_error(struct req *owner, long status, const struct hdr
 void cache_owner_pass_through(struct req *owner); /* upstream's answer is not cacheable */
 bool cache_passes(struct req *r);              /* proxy.c serves it after all */
 void cache_learn(struct req *r);               /* upstream's headers: a part, checksums */
-/* An upstream answer's x-amz-checksum-* headers, learnt for (bucket, key). */
-void cache_checksums_learnt(struct gw *gw, const char *bucket, const char *key,
-                            const struct hdrs *h);
-void cache_owner_checksums(struct req *owner, const struct hdrs *h); /* NULL: HEAD failed */
 /* Forgets objects of bucket: the key (exact) or every key under prefix:
  * their chunks in every tier and their metadata, so the next read goes
  * upstream. Thread-safe. *objects gets how many were known. Returns 0. */
