@@ -387,6 +387,7 @@ static struct job *write_job_new(struct chunk *c, const struct chunk_origin *o)
 		return NULL;
 	memset(j, 0, sizeof *j);
 	j->kind = JOB_WRITE;
+	j->o.gen = c->gen; /* taken at store_acquire, whenever there is a disk */
 	char *p = j->names;
 	memcpy(p, bucket, lb);
 	j->o.bucket = p;
@@ -767,8 +768,6 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 		chunk_set_state(c, CHUNK_FAILED, reason);
 	if (ok && in_table && write_through && disk_usable(s)) {
 		struct job *j = write_job_new(c, o);
-		if (j)
-			j->o.gen = c->gen ? c->gen : disk_next_gen(s->disk);
 		if (!j || !job_queue(s, j)) {
 			count(&s->disk_writes_dropped);
 			if (j)
