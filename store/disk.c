@@ -983,13 +983,42 @@ static int cmp_id(const struct chunk_id *a, const struct chunk_id *b)
 	return memcmp(a->b, b->b, CHUNK_ID_LEN);
 }
 
-/* Exact tombstones first, by name; prefixes after. */
+static bool tomb_same(const struct tomb *x, const struct tomb *y)
+{
+	return x->prefix == y->prefix &&
+	       (x->prefix ? strcmp(x->bucket, y->bucket) == 0 && strcmp(x->key, y->key) == 0
+	                  : cmp_id(&x->name, &y->name) == 0);
+}
+
+/* Exact tombstones first, by name; prefixes after, by bucket and key; the
+ * newest first among those naming the same thing. */
 static int cmp_tomb(const void *a, const void *b)
 {
 	const struct tomb *x = a, *y = b;
 	if (x->prefix != y->prefix)
 		return x->prefix - y->prefix;
-	return x->prefix ? 0 : cmp_id(&x->name, &y->name);
+	int c = x->prefix ? strcmp(x->bucket, y->bucket) : cmp_id(&x->name, &y->name);
+	if (c == 0 && x->prefix)
+		c = strcmp(x->key, y->key);
+	if (c != 0)
+		return c;
+	return x->gen < y->gen ? 1 : x->gen > y->gen ? -1 : 0;
+}
+
+/* Keeps, of sorted tombstones naming the same thing, only the newest: it
+ * covers all an older one does. So repeated writes to one key, or repeated
+ * DeleteObjects on one bucket (each a whole-bucket prefix), cost recovery
+ * one lookup, not one per write. Returns the count left. */
+static size_t tombs_dedupe(struct tomb *t, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (k > 0 && tomb_same(&t[k - 1], &t[i]))
+			free(t[i].bucket);
+		else
+			t[k++] = t[i];
+	}
+	return k;
 }
 
 /* Whether a tombstone newer than gen covers (bucket, key). */
@@ -1132,8 +1161,11 @@ static int recover(struct disk *d, store_recover_cb cb, void *arg, unsigned char
 		         strerror(-rc));
 		return rc;
 	}
-	if (nt > 0)
+	size_t loaded = nt;
+	if (nt > 0) {
 		qsort(t, nt, sizeof *t, cmp_tomb);
+		nt = tombs_dedupe(t, nt);
+	}
 	if ((rc = recover_report(d, t, nt, cb, arg, var, cap)) < 0) {
 		snprintf(err, errlen, "out of memory");
 		tombs_free(t, nt);
@@ -1146,7 +1178,7 @@ static int recover(struct disk *d, store_recover_cb cb, void *arg, unsigned char
 		else
 			free(t[i].bucket);
 	}
-	rc = tombs_rewrite(d, t, keep, torn || keep < nt);
+	rc = tombs_rewrite(d, t, keep, torn || keep < loaded);
 	if (rc < 0)
 		snprintf(err, errlen, "cache directory %s: writing %s failed: %s", d->dir, TOMB_NAME,
 		         strerror(-rc));

@@ -207,6 +207,30 @@ static void test_tombstone_file_upkeep(void **state)
 	assert_int_equal(file_size(tmpdir, "tombstones.log"), good);
 }
 
+/* Repeated tombstones naming the same key, or the same prefix, are kept
+ * once, the newest: it still hides an entry written between them. */
+static void test_tombstones_deduplicated(void **state)
+{
+	(void)state;
+	struct heard h;
+	struct disk *d = open_at(tmpdir, NULL);
+	put0(d, "b", "k", "\"1\"", 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(disk_invalidate(d, "b", "k", false), 0);
+	assert_int_equal(disk_invalidate(d, "b", "", true), 0);
+	put0(d, "b", "between", "\"1\"", 0);
+	assert_int_equal(disk_invalidate(d, "b", "", true), 0);
+	disk_close(d);
+	assert_int_equal(file_size(tmpdir, "tombstones.log"), 5 * 24 + 3 * 2 + 2 * 1);
+
+	d = open_at(tmpdir, &h);
+	assert_int_equal(h.n, 0);
+	assert_false(holds0(d, "b", "between", "\"1\""));
+	disk_close(d);
+	/* One record each for (b, k) and (b, ""*): 24 + 2 and 24 + 1 bytes. */
+	assert_int_equal(file_size(tmpdir, "tombstones.log"), 24 + 2 + 24 + 1);
+}
+
 /* A segment of format version 1 (no generations) is discarded, not read:
  * its metadata could not be ordered against tombstones. */
 static void test_old_format_discarded(void **state)
@@ -258,6 +282,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_newest_version_wins, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_tombstones, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_tombstone_file_upkeep, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_tombstones_deduplicated, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_old_format_discarded, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_nameless_entry, setup_dir, teardown_dir),
 	};
