@@ -29,7 +29,8 @@
  * whatever recovery hands to the recover callback has been checked; the
  * data has its own CRC, checked on every read (not at open: a scan reads
  * headers only, so restart costs one small read per entry, not a read of
- * the whole cache).
+ * the whole cache; a chunk-0 entry is read once or twice more, by the
+ * recovery of metadata below).
  *
  * No fsync. Cache contents can always be fetched again, so entries are
  * written with pwritev and never synced: after a crash the tail of a
