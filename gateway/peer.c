@@ -2,7 +2,6 @@
 #include "gateway/peer.h"
 
 #include <errno.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -12,6 +11,7 @@
 #include <strings.h>
 
 #include "config/buf.h"
+#include "store/cluster.h"
 
 /* Recently seen nonces, in a hash table of fixed size: a nonce is looked
  * for in the few slots its hash names. A nonce older than the skew window
@@ -40,12 +40,8 @@ static void mac(const char *secret, const char *method, const char *path, const 
 	           target, nonce, hop);
 	for (size_t i = 0; i < N_BOUND; i++)
 		buf_printf(&msg, "\n%s", values[i] ? values[i] : "");
-	unsigned char md[32];
-	unsigned len = 32;
-	HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)buf_cstr(&msg),
-	     msg.len, md, &len);
+	cluster_mac(secret, buf_cstr(&msg), msg.len, out);
 	buf_fini(&msg);
-	hex_encode(md, 32, out);
 }
 
 int peer_sign(const char *secret, const char *node_id, const char *target, const char *method,
