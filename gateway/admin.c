@@ -690,16 +690,9 @@ int admin_start(struct gw *gw)
 		log_info("admin", "admin listener off (LARDER_ADMIN_LISTEN=off)");
 		return 0;
 	}
-	char port[8];
-	snprintf(port, sizeof port, "%u", cfg->admin_port);
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
-	struct addrinfo *ai = NULL;
-	int gai = getaddrinfo(cfg->admin_host, port, &hints, &ai);
-	if (gai != 0) {
-		log_error("config", "LARDER_ADMIN_LISTEN: cannot resolve \"%s\": %s", cfg->admin_host,
-		          gai_strerror(gai));
+	struct addrinfo *ai = gw_resolve("LARDER_ADMIN_LISTEN", cfg->admin_host, cfg->admin_port);
+	if (!ai)
 		return -1;
-	}
 	struct admin *a = calloc(1, sizeof *a);
 	if (!a) {
 		freeaddrinfo(ai);

@@ -2,7 +2,6 @@
 #include "gateway/peer.h"
 
 #include <errno.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -12,6 +11,7 @@
 #include <strings.h>
 
 #include "config/buf.h"
+#include "store/cluster.h"
 
 /* Recently seen nonces, in a hash table of fixed size: a nonce is looked
  * for in the few slots its hash names. A nonce older than the skew window
@@ -32,20 +32,23 @@ static const char *const bound[] = { "Range", "If-Match", "If-None-Match", "If-M
 
 static void mac(const char *secret, const char *method, const char *path, const char *date,
                 const char *node, const char *target, const char *nonce, const char *hop,
-                const char *const values[N_BOUND], char out[65])
+                peer_header_fn header, void *arg, char out[65])
 {
 	struct buf msg;
 	buf_init(&msg, 64 * 1024);
 	buf_printf(&msg, "larder-peer-v2\n%s\n%s\n%s\n%s\n%s\n%s\n%s", method, path, date, node,
 	           target, nonce, hop);
-	for (size_t i = 0; i < N_BOUND; i++)
-		buf_printf(&msg, "\n%s", values[i] ? values[i] : "");
-	unsigned char md[32];
-	unsigned len = 32;
-	HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)buf_cstr(&msg),
-	     msg.len, md, &len);
+	for (size_t i = 0; i < N_BOUND; i++) {
+		const char *v = header(arg, bound[i]);
+		buf_printf(&msg, "\n%s", v ? v : "");
+	}
+	cluster_mac(secret, buf_cstr(&msg), msg.len, out);
 	buf_fini(&msg);
-	hex_encode(md, 32, out);
+}
+
+static const char *hdrs_header(void *h, const char *name)
+{
+	return hdrs_get(h, name);
 }
 
 int peer_sign(const char *secret, const char *node_id, const char *target, const char *method,
@@ -58,10 +61,7 @@ int peer_sign(const char *secret, const char *node_id, const char *target, const
 	hex_encode(raw, sizeof raw, nonce);
 	snprintf(date, sizeof date, "%lld", (long long)now);
 	snprintf(hops, sizeof hops, "%u", hop);
-	const char *values[N_BOUND];
-	for (size_t i = 0; i < N_BOUND; i++)
-		values[i] = hdrs_get(h, bound[i]);
-	mac(secret, method, path, date, node_id, target, nonce, hops, values, sig);
+	mac(secret, method, path, date, node_id, target, nonce, hops, hdrs_header, h, sig);
 	int rc = hdrs_add(h, "X-Larder-Peer", node_id);
 	rc = rc ? rc : hdrs_add(h, "X-Larder-Peer-Date", date);
 	rc = rc ? rc : hdrs_add(h, "X-Larder-Peer-Nonce", nonce);
@@ -131,11 +131,8 @@ int peer_verify(const char *secret, const char *self, const char *method, const 
 		snprintf(why, whylen, "peer request for %.64s, not this node", host ? host : "?");
 		return -1;
 	}
-	const char *values[N_BOUND];
-	for (size_t i = 0; i < N_BOUND; i++)
-		values[i] = header(arg, bound[i]);
 	char want[65];
-	mac(secret, method, path, date, node, self, nonce, hop, values, want);
+	mac(secret, method, path, date, node, self, nonce, hop, header, arg, want);
 	if (!ct_equal(want, 64, sig, 64)) {
 		snprintf(why, whylen, "peer signature does not match (wrong cluster secret, another "
 		         "node's request, or changed headers)");

@@ -218,6 +218,20 @@ static void worker_fini(struct worker *w)
 		ev_loop_destroy(w->loop);
 }
 
+struct addrinfo *gw_resolve(const char *setting, const char *host, unsigned port)
+{
+	char serv[8];
+	snprintf(serv, sizeof serv, "%u", port);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+	struct addrinfo *ai = NULL;
+	int gai = getaddrinfo(host, serv, &hints, &ai);
+	if (gai != 0) {
+		log_error("config", "%s: cannot resolve \"%s\": %s", setting, host, gai_strerror(gai));
+		return NULL;
+	}
+	return ai;
+}
+
 /* 0 when nobody holds the address: it binds without SO_REUSEPORT (with
  * SO_REUSEADDR, so connections of a previous run in TIME_WAIT do not
  * count). Else -errno (EADDRINUSE: another socket, ours or not, has it). */
@@ -435,16 +449,9 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		rc = 2;
 		goto out;
 	}
-	char port[8];
-	snprintf(port, sizeof port, "%u", cfg->listen_port);
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
-	struct addrinfo *ai = NULL;
-	int gai = getaddrinfo(cfg->listen_host, port, &hints, &ai);
-	if (gai != 0) {
-		log_error("config", "LARDER_LISTEN: cannot resolve \"%s\": %s", cfg->listen_host,
-		          gai_strerror(gai));
+	struct addrinfo *ai = gw_resolve("LARDER_LISTEN", cfg->listen_host, cfg->listen_port);
+	if (!ai)
 		goto out;
-	}
 	gw.n_workers = cfg->workers ? cfg->workers : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 	if (gw.n_workers == 0)
 		gw.n_workers = 1;

@@ -27,6 +27,7 @@ struct prefetch;
 struct cluster;
 struct directory;
 struct placement;
+struct addrinfo;
 
 struct gw {
 	const struct cfg *cfg;          /* settings fixed for the process's life */
@@ -80,6 +81,10 @@ struct worker {
 	ev_async wake_async;
 	unsigned long next_id;
 };
+
+/* The passive TCP address of a listener (setting names it in the error
+ * logged when host does not resolve: then NULL). freeaddrinfo() it. */
+struct addrinfo *gw_resolve(const char *setting, const char *host, unsigned port);
 
 /* Runs larder until SIGTERM/SIGINT (drain, exit 0); SIGHUP reloads keys
  * from config_path (or the environment). Returns the process exit code. */

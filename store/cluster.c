@@ -358,6 +358,14 @@ static double wall_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+void cluster_mac(const char *secret, const void *msg, size_t len, char out[65])
+{
+	unsigned char md[32];
+	unsigned mdlen = sizeof md;
+	HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, len, md, &mdlen);
+	hex_encode(md, sizeof md, out);
+}
+
 /* hex HMAC-SHA256(secret, "larder-member-v1\n" id "\n" body): the mac of
  * a membership entry (see Trust above). */
 static void member_mac(const char *secret, const char *id, const char *body, size_t len,
@@ -365,11 +373,8 @@ static void member_mac(const char *secret, const char *id, const char *body, siz
 {
 	char msg[CLUSTER_NAME_MAX + MEMBER_VAL_MAX + 32];
 	int n = snprintf(msg, sizeof msg, "larder-member-v1\n%s\n%.*s", id, (int)len, body);
-	unsigned char md[32];
-	unsigned mdlen = sizeof md;
-	HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)msg,
-	     n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1, md, &mdlen);
-	hex_encode(md, sizeof md, out);
+	cluster_mac(secret, msg, n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1,
+	            out);
 	explicit_bzero(msg, sizeof msg);
 }
 

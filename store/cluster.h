@@ -138,6 +138,10 @@ struct cluster_view {
 
 void cluster_get_view(struct cluster *cl, struct cluster_view *out);
 
+/* Lower-case hex HMAC-SHA256(secret, msg) into out: what signs membership
+ * entries here and requests between nodes (gateway/peer.c). */
+void cluster_mac(const char *secret, const void *msg, size_t len, char out[65]);
+
 /* Copies up to max members (id, advertise address, capacity, directory
  * entries), sorted by id, this node included; any output may be NULL.
  * Returns how many were copied. */

@@ -49,11 +49,7 @@ class CrtClient(LarderCase):
 
     @classmethod
     def setUpClass(cls):
-        missing = have_awscrt()
-        if missing:
-            if os.environ.get("CI") == "true":
-                raise AssertionError(missing + ": scripts/deps.sh installs it")
-            raise unittest.SkipTest(missing + " (scripts/deps.sh installs it)")
+        harness.need_client(have_awscrt(), " (scripts/deps.sh installs it)")
         if os.geteuid() != 0:
             raise unittest.SkipTest("awscrt 0.16.8 connects to port 80 whatever the Host "
                                     "header says: larder must listen there, which needs root")

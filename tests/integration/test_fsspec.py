@@ -60,7 +60,7 @@ class FsspecHttp(LarderCase):
         return json.loads(r.stdout)
 
     def test_http_filesystem_over_presigned_urls(self):
-        need_debian_modules(self, "fsspec", "aiohttp", "boto3")
+        need_debian_modules("fsspec", "aiohttp", "boto3")
         first = sorted(self.objects)
         d = self.objects[first[0]]
         want = {

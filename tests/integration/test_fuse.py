@@ -20,6 +20,7 @@ import tempfile
 import time
 import unittest
 
+import harness
 from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase
 
 MiB = 1024 * 1024
@@ -46,11 +47,7 @@ def fuse_missing():
 class S3fsMount(LarderCase):
     @classmethod
     def setUpClass(cls):
-        why = fuse_missing()
-        if why:
-            if os.environ.get("CI") == "true":
-                raise RuntimeError("FUSE client test cannot run under CI: " + why)
-            raise unittest.SkipTest(why)
+        harness.need_client(fuse_missing())
         super().setUpClass()
         cls.tmp = tempfile.mkdtemp(prefix="larder-fuse-")
         cls.s3.create_bucket(Bucket=BUCKET)

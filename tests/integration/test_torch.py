@@ -32,7 +32,7 @@ def sha(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def need_debian_modules(testcase, *modules):
+def need_debian_modules(*modules):
     """Skips (fails under CI=true) unless /usr/bin/python3 imports every module."""
     why = None
     if not os.access(DEBIAN_PYTHON, os.X_OK):
@@ -43,10 +43,7 @@ def need_debian_modules(testcase, *modules):
         if r.returncode:
             why = "%s cannot import %s: %s" % (DEBIAN_PYTHON, ", ".join(modules),
                                                r.stderr.decode(errors="replace")[-300:])
-    if why:
-        if os.environ.get("CI") == "true":
-            testcase.fail(why + " (scripts/deps.sh installs it)")
-        testcase.skipTest(why + "; run scripts/deps.sh")
+    harness.need_client(why, " (scripts/deps.sh installs it)")
 
 
 def client_env(endpoint):
@@ -94,7 +91,7 @@ class TorchDataLoader(LarderCase):
                      "\n".join(self.larder.log().splitlines()[-15:])))
 
     def test_dataloader_two_epochs_second_all_hits(self):
-        need_debian_modules(self, "torch", "boto3")
+        need_debian_modules("torch", "boto3")
         p = subprocess.Popen(
             [DEBIAN_PYTHON, os.path.join(CLIENTS, "torch_dataloader.py"), "--bucket", BUCKET,
              "--keys", self.keys_file, "--workers", "4", "--epochs", "2", "--pause", "--digests"],
@@ -167,7 +164,7 @@ class TorchTarShards(LarderCase):
         return json.loads(r.stdout)
 
     def test_tar_shards_streamed_twice(self):
-        need_debian_modules(self, "torch", "boto3")
+        need_debian_modules("torch", "boto3")
         first = self.read_shards()
         self.assertEqual(first["members"], self.expected)
         self.assertEqual(first["workers_seen"], [0, 1])
