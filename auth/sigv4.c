@@ -652,13 +652,17 @@ void sv4_signing_key(const char *access_key, const char *secret, const char *dat
 
 /* ---- parsing the client's authentication ------------------------------ */
 
+/* Whether signed_headers lists name, lower-cased (name may be in any case). */
 static bool lists_header(const char *signed_headers, const char *name)
 {
 	size_t n = strlen(name);
 	for (const char *p = signed_headers; p && *p;) {
 		const char *semi = strchr(p, ';');
 		size_t l = semi ? (size_t)(semi - p) : strlen(p);
-		if (l == n && memcmp(p, name, n) == 0)
+		size_t i = 0;
+		while (l == n && i < n && p[i] == (char)tolower((unsigned char)name[i]))
+			i++;
+		if (l == n && i == n)
 			return true;
 		p = semi ? semi + 1 : NULL;
 	}
@@ -1017,34 +1021,22 @@ static int header_names(const struct sv4_request *req,
 	return rc ? rc : (int)distinct;
 }
 
+/* Whether name (any case) is an x-amz-* header auth's signature does not
+ * cover. Compares in place, so the per-request check allocates nothing. */
 static bool amz_unsigned(const char *name, const void *arg)
 {
 	const struct sv4_auth *auth = arg;
-	if (strncmp(name, "x-amz-", 6) != 0 || lists_header(auth->signed_headers, name))
+	if (strncasecmp(name, "x-amz-", 6) != 0 || lists_header(auth->signed_headers, name))
 		return false;
-	return !(auth->presigned && strcmp(name, "x-amz-content-sha256") == 0);
+	return !(auth->presigned && strcasecmp(name, "x-amz-content-sha256") == 0);
 }
 
-/* How many x-amz-* headers of req are outside the signature, or negative
- * (as sv4_unsigned_amz_headers). Every request pays this check, so the usual
- * case allocates nothing: names are lower-cased into a stack buffer, and
- * only a request with a longer x-amz-* name takes the general path. */
-static int count_unsigned_amz(const struct sv4_request *req, const struct sv4_auth *auth)
+static bool any_unsigned_amz(const struct sv4_request *req, const struct sv4_auth *auth)
 {
-	char lc[128];
-	for (size_t i = 0; i < req->n_headers; i++) {
-		const char *nm = req->headers[i].name;
-		if (!nm || strncasecmp(nm, "x-amz-", 6) != 0)
-			continue;
-		size_t l = strlen(nm);
-		if (l >= sizeof lc)
-			return header_names(req, amz_unsigned, auth, "", NULL);
-		for (size_t j = 0; j <= l; j++)
-			lc[j] = (char)tolower((unsigned char)nm[j]);
-		if (amz_unsigned(lc, auth))
-			return 1;
-	}
-	return 0;
+	for (size_t i = 0; i < req->n_headers; i++)
+		if (req->headers[i].name && amz_unsigned(req->headers[i].name, auth))
+			return true;
+	return false;
 }
 
 int sv4_unsigned_amz_headers(const struct sv4_request *req, const struct sv4_auth *auth,
@@ -1076,10 +1068,7 @@ enum sv4_status sv4_verify(const struct sv4_request *req, const struct sv4_auth 
 			return SV4_MISSING_HEADER;
 	}
 
-	int unsigned_amz = count_unsigned_amz(req, auth);
-	if (unsigned_amz < 0)
-		return SV4_MALFORMED;
-	if (unsigned_amz > 0)
+	if (any_unsigned_amz(req, auth))
 		return SV4_UNSIGNED_HEADER;
 
 	if (auth->presigned) {
