@@ -56,6 +56,14 @@ static bool is_tchar(unsigned char c)
 	       (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
+bool sv4_is_token(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!is_tchar((unsigned char)s[i]))
+			return false;
+	return n > 0;
+}
+
 static bool is_ws(char c)
 {
 	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
@@ -998,10 +1006,7 @@ static int header_names(const struct sv4_request *req,
 			continue;
 		}
 		v[n++] = lc;
-		for (size_t j = 0; j < l && !rc; j++)
-			if (!is_tchar((unsigned char)lc[j]))
-				rc = -EINVAL;
-		if (l == 0)
+		if (!sv4_is_token(lc, l))
 			rc = -EINVAL;
 	}
 	if (!rc && n > 1)

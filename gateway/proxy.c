@@ -789,12 +789,8 @@ static bool is_v4_auth_param(const char *name)
  * bytes (a CR or LF would add a header of the client's own upstream). */
 static bool header_field_ok(const struct buf *name, const struct buf *value)
 {
-	for (size_t i = 0; i < name->len; i++) {
-		unsigned char c = (unsigned char)name->p[i];
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-		      (c && strchr("!#$%&'*+-.^_`|~", c))))
-			return false;
-	}
+	if (!sv4_is_token(name->p, name->len))
+		return false;
 	for (size_t i = 0; i < value->len; i++) {
 		unsigned char c = (unsigned char)value->p[i];
 		if ((c < ' ' && c != '\t') || c == 0x7f)
