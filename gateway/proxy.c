@@ -821,15 +821,13 @@ static int forward_query_headers(struct req *r, struct hdrs *h)
 		size_t klen = eq ? (size_t)(eq - q) : len;
 		buf_reset(&name);
 		buf_reset(&value);
-		if (klen > 6 && strncasecmp(q, "x-amz-", 6) == 0 &&
-		    (sv4_uri_decode(q, klen, &name) != 0 ||
-		     (eq && sv4_uri_decode(eq + 1, len - klen - 1, &value) != 0) ||
-		     !header_field_ok(&name, &value)))
+		bool amz = klen > 6 && strncasecmp(q, "x-amz-", 6) == 0;
+		if (amz && (sv4_uri_decode(q, klen, &name) != 0 ||
+		            (eq && sv4_uri_decode(eq + 1, len - klen - 1, &value) != 0) ||
+		            !header_field_ok(&name, &value)))
 			rc = -EINVAL;
-		else if (h && klen > 6 && strncasecmp(q, "x-amz-", 6) == 0 &&
-		         !dropped_request_header(buf_cstr(&name), false) &&
-		         !is_v4_auth_param(buf_cstr(&name)) &&
-		         !req_header(r, buf_cstr(&name)))
+		else if (amz && h && !dropped_request_header(buf_cstr(&name), false) &&
+		         !is_v4_auth_param(buf_cstr(&name)) && !req_header(r, buf_cstr(&name)))
 			rc = hdrs_add(h, buf_cstr(&name), buf_cstr(&value));
 		q += len;
 		if (*q == '&')
