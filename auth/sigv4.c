@@ -791,6 +791,21 @@ struct qfield {
 
 enum { Q_ALG, Q_CRED, Q_DATE, Q_EXPIRES, Q_SH, Q_SIG, Q_TOKEN, Q_SHA, Q_N };
 
+static const char *const q_names[Q_N] = {
+	[Q_ALG] = "X-Amz-Algorithm",         [Q_CRED] = "X-Amz-Credential",
+	[Q_DATE] = "X-Amz-Date",             [Q_EXPIRES] = "X-Amz-Expires",
+	[Q_SH] = "X-Amz-SignedHeaders",      [Q_SIG] = "X-Amz-Signature",
+	[Q_TOKEN] = "X-Amz-Security-Token",  [Q_SHA] = "X-Amz-Content-Sha256",
+};
+
+bool sv4_is_query_auth_param(const char *name)
+{
+	for (int i = 0; i < Q_N; i++)
+		if (strcasecmp(name, q_names[i]) == 0)
+			return true;
+	return false;
+}
+
 /* Collects the X-Amz-* parameters. Returns SV4_OK, SV4_NO_AUTH when the
  * query holds no SigV4 parameter, or SV4_MALFORMED / SV4_UNSUPPORTED. */
 static enum sv4_status scan_query(const char *query, struct qfield *f)
@@ -890,14 +905,8 @@ enum sv4_status sv4_parse(const struct sv4_request *req, struct sv4_auth *out)
 	struct qfield *f = calloc(Q_N, sizeof *f);
 	if (!f)
 		return SV4_MALFORMED;
-	f[Q_ALG].name = "X-Amz-Algorithm";
-	f[Q_CRED].name = "X-Amz-Credential";
-	f[Q_DATE].name = "X-Amz-Date";
-	f[Q_EXPIRES].name = "X-Amz-Expires";
-	f[Q_SH].name = "X-Amz-SignedHeaders";
-	f[Q_SIG].name = "X-Amz-Signature";
-	f[Q_TOKEN].name = "X-Amz-Security-Token";
-	f[Q_SHA].name = "X-Amz-Content-Sha256";
+	for (int i = 0; i < Q_N; i++)
+		f[i].name = q_names[i];
 	enum sv4_status qs = scan_query(req->query ? req->query : "", f);
 
 	size_t nauth = 0;

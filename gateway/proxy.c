@@ -770,21 +770,6 @@ static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const 
 	return MHD_YES;
 }
 
-/* The parameters of SigV4 query auth itself (the rest of X-Amz-* are
- * headers carried in the query). */
-static bool is_v4_auth_param(const char *name)
-{
-	static const char *const names[] = {
-		"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
-		"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token",
-		"X-Amz-Content-Sha256", NULL,
-	};
-	for (int i = 0; names[i]; i++)
-		if (strcasecmp(name, names[i]) == 0)
-			return true;
-	return false;
-}
-
 /* A decoded name that is an RFC 9110 token and a value without control
  * bytes (a CR or LF would add a header of the client's own upstream). */
 static bool header_field_ok(const struct buf *name, const struct buf *value)
@@ -827,7 +812,7 @@ static int forward_query_headers(struct req *r, struct hdrs *h)
 		            !header_field_ok(&name, &value)))
 			rc = -EINVAL;
 		else if (amz && h && !dropped_request_header(buf_cstr(&name), false) &&
-		         !is_v4_auth_param(buf_cstr(&name)) && !req_header(r, buf_cstr(&name)))
+		         !sv4_is_query_auth_param(buf_cstr(&name)) && !req_header(r, buf_cstr(&name)))
 			rc = hdrs_add(h, buf_cstr(&name), buf_cstr(&value));
 		q += len;
 		if (*q == '&')
