@@ -868,13 +868,12 @@ static enum sv4_status parse_presigned(const struct sv4_request *req, struct qfi
 	const char *e = f[Q_EXPIRES].value;
 	bool neg = *e == '-';
 	size_t elen = strlen(e + neg);
-	int ev = 0;
-	if (elen == 0 || !digits(e + neg, elen > 9 ? 9 : elen, &ev) ||
-	    (elen > 9 && strspn(e + neg, "0123456789") != elen))
+	if (elen == 0 || strspn(e + neg, "0123456789") != elen)
 		return SV4_MALFORMED;
-	out->expires = elen > 9 ? (long)SV4_MAX_PRESIGN_EXPIRES + 1 : ev;
-	if (neg)
-		out->expires = -out->expires;
+	int ev = SV4_MAX_PRESIGN_EXPIRES + 1;
+	if (elen <= 9)
+		digits(e + neg, elen, &ev);
+	out->expires = neg ? -(long)ev : ev;
 	if (!parse_credential(f[Q_CRED].value, strlen(f[Q_CRED].value), out) ||
 	    !parse_signed_headers(f[Q_SH].value, strlen(f[Q_SH].value), out) ||
 	    !parse_signature(f[Q_SIG].value, strlen(f[Q_SIG].value), out) ||
