@@ -56,6 +56,14 @@ static bool is_tchar(unsigned char c)
 	       (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
+bool sv4_is_token(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!is_tchar((unsigned char)s[i]))
+			return false;
+	return n > 0;
+}
+
 static bool is_ws(char c)
 {
 	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
@@ -652,13 +660,17 @@ void sv4_signing_key(const char *access_key, const char *secret, const char *dat
 
 /* ---- parsing the client's authentication ------------------------------ */
 
+/* Whether signed_headers lists name, lower-cased (name may be in any case). */
 static bool lists_header(const char *signed_headers, const char *name)
 {
 	size_t n = strlen(name);
 	for (const char *p = signed_headers; p && *p;) {
 		const char *semi = strchr(p, ';');
 		size_t l = semi ? (size_t)(semi - p) : strlen(p);
-		if (l == n && memcmp(p, name, n) == 0)
+		size_t i = 0;
+		while (l == n && i < n && p[i] == (char)tolower((unsigned char)name[i]))
+			i++;
+		if (l == n && i == n)
 			return true;
 		p = semi ? semi + 1 : NULL;
 	}
@@ -779,6 +791,21 @@ struct qfield {
 
 enum { Q_ALG, Q_CRED, Q_DATE, Q_EXPIRES, Q_SH, Q_SIG, Q_TOKEN, Q_SHA, Q_N };
 
+static const char *const q_names[Q_N] = {
+	[Q_ALG] = "X-Amz-Algorithm",         [Q_CRED] = "X-Amz-Credential",
+	[Q_DATE] = "X-Amz-Date",             [Q_EXPIRES] = "X-Amz-Expires",
+	[Q_SH] = "X-Amz-SignedHeaders",      [Q_SIG] = "X-Amz-Signature",
+	[Q_TOKEN] = "X-Amz-Security-Token",  [Q_SHA] = "X-Amz-Content-Sha256",
+};
+
+bool sv4_is_query_auth_param(const char *name)
+{
+	for (int i = 0; i < Q_N; i++)
+		if (strcasecmp(name, q_names[i]) == 0)
+			return true;
+	return false;
+}
+
 /* Collects the X-Amz-* parameters. Returns SV4_OK, SV4_NO_AUTH when the
  * query holds no SigV4 parameter, or SV4_MALFORMED / SV4_UNSUPPORTED. */
 static enum sv4_status scan_query(const char *query, struct qfield *f)
@@ -841,13 +868,12 @@ static enum sv4_status parse_presigned(const struct sv4_request *req, struct qfi
 	const char *e = f[Q_EXPIRES].value;
 	bool neg = *e == '-';
 	size_t elen = strlen(e + neg);
-	int ev = 0;
-	if (elen == 0 || !digits(e + neg, elen > 9 ? 9 : elen, &ev) ||
-	    (elen > 9 && strspn(e + neg, "0123456789") != elen))
+	if (elen == 0 || strspn(e + neg, "0123456789") != elen)
 		return SV4_MALFORMED;
-	out->expires = elen > 9 ? (long)SV4_MAX_PRESIGN_EXPIRES + 1 : ev;
-	if (neg)
-		out->expires = -out->expires;
+	int ev = SV4_MAX_PRESIGN_EXPIRES + 1;
+	if (elen <= 9)
+		digits(e + neg, elen, &ev);
+	out->expires = neg ? -(long)ev : ev;
 	if (!parse_credential(f[Q_CRED].value, strlen(f[Q_CRED].value), out) ||
 	    !parse_signed_headers(f[Q_SH].value, strlen(f[Q_SH].value), out) ||
 	    !parse_signature(f[Q_SIG].value, strlen(f[Q_SIG].value), out) ||
@@ -878,14 +904,8 @@ enum sv4_status sv4_parse(const struct sv4_request *req, struct sv4_auth *out)
 	struct qfield *f = calloc(Q_N, sizeof *f);
 	if (!f)
 		return SV4_MALFORMED;
-	f[Q_ALG].name = "X-Amz-Algorithm";
-	f[Q_CRED].name = "X-Amz-Credential";
-	f[Q_DATE].name = "X-Amz-Date";
-	f[Q_EXPIRES].name = "X-Amz-Expires";
-	f[Q_SH].name = "X-Amz-SignedHeaders";
-	f[Q_SIG].name = "X-Amz-Signature";
-	f[Q_TOKEN].name = "X-Amz-Security-Token";
-	f[Q_SHA].name = "X-Amz-Content-Sha256";
+	for (int i = 0; i < Q_N; i++)
+		f[i].name = q_names[i];
 	enum sv4_status qs = scan_query(req->query ? req->query : "", f);
 
 	size_t nauth = 0;
@@ -994,10 +1014,7 @@ static int header_names(const struct sv4_request *req,
 			continue;
 		}
 		v[n++] = lc;
-		for (size_t j = 0; j < l && !rc; j++)
-			if (!is_tchar((unsigned char)lc[j]))
-				rc = -EINVAL;
-		if (l == 0)
+		if (!sv4_is_token(lc, l))
 			rc = -EINVAL;
 	}
 	if (!rc && n > 1)
@@ -1017,34 +1034,22 @@ static int header_names(const struct sv4_request *req,
 	return rc ? rc : (int)distinct;
 }
 
+/* Whether name (any case) is an x-amz-* header auth's signature does not
+ * cover. Compares in place, so the per-request check allocates nothing. */
 static bool amz_unsigned(const char *name, const void *arg)
 {
 	const struct sv4_auth *auth = arg;
-	if (strncmp(name, "x-amz-", 6) != 0 || lists_header(auth->signed_headers, name))
+	if (strncasecmp(name, "x-amz-", 6) != 0 || lists_header(auth->signed_headers, name))
 		return false;
-	return !(auth->presigned && strcmp(name, "x-amz-content-sha256") == 0);
+	return !(auth->presigned && strcasecmp(name, "x-amz-content-sha256") == 0);
 }
 
-/* How many x-amz-* headers of req are outside the signature, or negative
- * (as sv4_unsigned_amz_headers). Every request pays this check, so the usual
- * case allocates nothing: names are lower-cased into a stack buffer, and
- * only a request with a longer x-amz-* name takes the general path. */
-static int count_unsigned_amz(const struct sv4_request *req, const struct sv4_auth *auth)
+static bool any_unsigned_amz(const struct sv4_request *req, const struct sv4_auth *auth)
 {
-	char lc[128];
-	for (size_t i = 0; i < req->n_headers; i++) {
-		const char *nm = req->headers[i].name;
-		if (!nm || strncasecmp(nm, "x-amz-", 6) != 0)
-			continue;
-		size_t l = strlen(nm);
-		if (l >= sizeof lc)
-			return header_names(req, amz_unsigned, auth, "", NULL);
-		for (size_t j = 0; j <= l; j++)
-			lc[j] = (char)tolower((unsigned char)nm[j]);
-		if (amz_unsigned(lc, auth))
-			return 1;
-	}
-	return 0;
+	for (size_t i = 0; i < req->n_headers; i++)
+		if (req->headers[i].name && amz_unsigned(req->headers[i].name, auth))
+			return true;
+	return false;
 }
 
 int sv4_unsigned_amz_headers(const struct sv4_request *req, const struct sv4_auth *auth,
@@ -1076,10 +1081,7 @@ enum sv4_status sv4_verify(const struct sv4_request *req, const struct sv4_auth 
 			return SV4_MISSING_HEADER;
 	}
 
-	int unsigned_amz = count_unsigned_amz(req, auth);
-	if (unsigned_amz < 0)
-		return SV4_MALFORMED;
-	if (unsigned_amz > 0)
+	if (any_unsigned_amz(req, auth))
 		return SV4_UNSIGNED_HEADER;
 
 	if (auth->presigned) {

@@ -73,6 +73,14 @@ enum sv4_status {
 	SV4_BAD_EXPIRES,        /* presigned X-Amz-Expires not in 1..604800: AccessDenied */
 };
 
+/* Whether s[0..n) is a non-empty RFC 9110 token, as a header name must be. */
+bool sv4_is_token(const char *s, size_t n);
+
+/* Whether name (any case) is a parameter of SigV4 query auth itself
+ * (X-Amz-Algorithm, -Credential, -Date, -Expires, -SignedHeaders, -Signature,
+ * -Security-Token, -Content-Sha256), not a header carried in the query. */
+bool sv4_is_query_auth_param(const char *name);
+
 /* The value of the first header called name (any case), NULL if there is
  * none; *count (when count is not NULL) gets how many there are. */
 const char *sv4_header(const struct sv4_request *req, struct slice name, size_t *count);

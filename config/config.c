@@ -1070,7 +1070,7 @@ static int set_defaults(struct load *L)
 	c->negative_ttl_s = 0;
 	c->list_cache_bytes = (size_t)16 << 20;
 	c->readahead_chunks = 8; /* docs/benchmarks.md: one cold 256 MiB shard 3.9x -> 6.4x */
-	c->access_log_buffer = 64 * 1024; /* docs/benchmarks.md: one write per ~300 lines */
+	c->access_log_buffer = 64 * 1024; /* docs/benchmarks.md, "The access log" */
 	c->access_log_flush_ms = 1000;
 	c->directory_ttl_s = 3600;
 	c->admin_port = 9090;

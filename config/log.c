@@ -44,6 +44,34 @@ static void timestamp(char *out, size_t n)
 	snprintf(out + k, n - k, ".%03ldZ", (long)(tv.tv_usec / 1000));
 }
 
+/* A line being formatted: bytes past cap are dropped, and the line is then
+ * ended with a newline by its writer (there is always room for one). */
+struct line {
+	char *p;
+	size_t len, cap;
+};
+
+static void put_bytes(struct line *l, const char *s, size_t n)
+{
+	if (n > l->cap - l->len)
+		n = l->cap - l->len;
+	memcpy(l->p + l->len, s, n);
+	l->len += n;
+}
+
+/* Writes c, or \xNN for a control byte: the one escape the diagnostic
+ * lines and the access log's quoted values share. */
+static void put_char(struct line *l, unsigned char c)
+{
+	if (c < ' ' || c == 0x7f) {
+		char esc[5];
+		snprintf(esc, sizeof esc, "\\x%02x", c);
+		put_bytes(l, esc, 4);
+	} else {
+		put_bytes(l, (const char *)&c, 1);
+	}
+}
+
 void log_write(enum log_level l, const char *topic, const char *fmt, ...)
 {
 	char line[2048], ts[32];
@@ -57,24 +85,13 @@ void log_write(enum log_level l, const char *topic, const char *fmt, ...)
 	/* Messages quote client-controlled strings (keys, paths): a control
 	 * byte among them must not start a forged line or rewrite this one. */
 	char safe[sizeof line];
-	size_t used = 0;
-	for (const unsigned char *p = (const unsigned char *)line; *p && used + 5 < sizeof safe; p++) {
-		if (*p < ' ' || *p == 0x7f)
-			used += (size_t)snprintf(safe + used, sizeof safe - used, "\\x%02x", *p);
-		else
-			safe[used++] = (char)*p;
-	}
-	safe[used] = '\0';
-	memcpy(line, safe, used + 1);
+	struct line s = { safe, 0, sizeof safe - 2 };
+	for (const unsigned char *p = (const unsigned char *)line; *p && s.len < s.cap; p++)
+		put_char(&s, *p);
 	/* One fputs per line: stdio locks the stream, so lines never interleave. */
-	size_t len = strlen(line);
-	if (len < sizeof line - 1) {
-		line[len] = '\n';
-		line[len + 1] = '\0';
-	} else {
-		line[sizeof line - 2] = '\n';
-	}
-	fputs(line, stderr);
+	safe[s.len++] = '\n';
+	safe[s.len] = '\0';
+	fputs(safe, stderr);
 }
 
 void log_mhd(void *cls, const char *fmt, va_list ap)
@@ -267,21 +284,6 @@ static struct alog_buf *thread_buf(void)
 	return b;
 }
 
-/* A line being formatted: bytes past cap are dropped, and the line is then
- * cut and ended with a newline by line_end. */
-struct line {
-	char *p;
-	size_t len, cap;
-};
-
-static void put_bytes(struct line *l, const char *s, size_t n)
-{
-	if (n > l->cap - l->len)
-		n = l->cap - l->len;
-	memcpy(l->p + l->len, s, n);
-	l->len += n;
-}
-
 static void put_str(struct line *l, const char *s)
 {
 	put_bytes(l, s, strlen(s));
@@ -306,17 +308,9 @@ static void put_value(struct line *l, const char *v)
 	}
 	put_bytes(l, "\"", 1);
 	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-		char esc[5];
-		if (*p == '"' || *p == '\\') {
-			esc[0] = '\\';
-			esc[1] = (char)*p;
-			put_bytes(l, esc, 2);
-		} else if (*p < ' ' || *p == 0x7f) {
-			snprintf(esc, sizeof esc, "\\x%02x", *p);
-			put_bytes(l, esc, 4);
-		} else {
-			put_bytes(l, (const char *)p, 1);
-		}
+		if (*p == '"' || *p == '\\')
+			put_bytes(l, "\\", 1);
+		put_char(l, *p);
 	}
 	put_bytes(l, "\"", 1);
 }

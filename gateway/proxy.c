@@ -770,31 +770,12 @@ static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const 
 	return MHD_YES;
 }
 
-/* The parameters of SigV4 query auth itself (the rest of X-Amz-* are
- * headers carried in the query). */
-static bool is_v4_auth_param(const char *name)
-{
-	static const char *const names[] = {
-		"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
-		"X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token",
-		"X-Amz-Content-Sha256", NULL,
-	};
-	for (int i = 0; names[i]; i++)
-		if (strcasecmp(name, names[i]) == 0)
-			return true;
-	return false;
-}
-
 /* A decoded name that is an RFC 9110 token and a value without control
  * bytes (a CR or LF would add a header of the client's own upstream). */
 static bool header_field_ok(const struct buf *name, const struct buf *value)
 {
-	for (size_t i = 0; i < name->len; i++) {
-		unsigned char c = (unsigned char)name->p[i];
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-		      (c && strchr("!#$%&'*+-.^_`|~", c))))
-			return false;
-	}
+	if (!sv4_is_token(name->p, name->len))
+		return false;
 	for (size_t i = 0; i < value->len; i++) {
 		unsigned char c = (unsigned char)value->p[i];
 		if ((c < ' ' && c != '\t') || c == 0x7f)
@@ -825,15 +806,13 @@ static int forward_query_headers(struct req *r, struct hdrs *h)
 		size_t klen = eq ? (size_t)(eq - q) : len;
 		buf_reset(&name);
 		buf_reset(&value);
-		if (klen > 6 && strncasecmp(q, "x-amz-", 6) == 0 &&
-		    (sv4_uri_decode(q, klen, &name) != 0 ||
-		     (eq && sv4_uri_decode(eq + 1, len - klen - 1, &value) != 0) ||
-		     !header_field_ok(&name, &value)))
+		bool amz = klen > 6 && strncasecmp(q, "x-amz-", 6) == 0;
+		if (amz && (sv4_uri_decode(q, klen, &name) != 0 ||
+		            (eq && sv4_uri_decode(eq + 1, len - klen - 1, &value) != 0) ||
+		            !header_field_ok(&name, &value)))
 			rc = -EINVAL;
-		else if (h && klen > 6 && strncasecmp(q, "x-amz-", 6) == 0 &&
-		         !dropped_request_header(buf_cstr(&name), false) &&
-		         !is_v4_auth_param(buf_cstr(&name)) &&
-		         !req_header(r, buf_cstr(&name)))
+		else if (amz && h && !dropped_request_header(buf_cstr(&name), false) &&
+		         !sv4_is_query_auth_param(buf_cstr(&name)) && !req_header(r, buf_cstr(&name)))
 			rc = hdrs_add(h, buf_cstr(&name), buf_cstr(&value));
 		q += len;
 		if (*q == '&')

@@ -255,9 +255,12 @@ static void run_vector(const struct vector *v)
 	assert_int_equal(sv4_parse_amz_date(a.amz_date, &t), 0);
 	unsigned char vkey[32];
 	st = sv4_verify(&v->vr->req, &a, v->secret, t + 5, 900, vkey);
-	/* A vector with an x-amz-* header it did not sign (a session token
-	 * added after signing) is valid SigV4 elsewhere; S3 refuses it. */
-	if (sv4_unsigned_amz_headers(&v->vr->req, &a, NULL) > 0) {
+	/* The one vector with an x-amz-* header it did not sign (a session
+	 * token added after signing) is valid SigV4 elsewhere; S3 refuses it.
+	 * Named, not found by sv4_unsigned_amz_headers: the rule under test
+	 * must not choose which vectors skip the checks below. */
+	if (strcmp(v->name, "post-sts-header-after (header)") == 0) {
+		CHECK(sv4_unsigned_amz_headers(&v->vr->req, &a, NULL) == 1, "one unsigned header");
 		CHECK(st == SV4_UNSIGNED_HEADER, "unsigned x-amz-* header: %s", sv4_status_str(st));
 		goto out;
 	}
