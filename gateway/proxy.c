@@ -502,6 +502,11 @@ static void authenticate(struct req *r)
 		req_fail(r, S3E_HEADER_TOO_LARGE, NULL);
 		return;
 	}
+	if (!s3_query_names_plain(r->query)) {
+		free(hc.v);
+		req_fail(r, S3E_INVALID_ARGUMENT, "Query parameter names must not be percent-encoded.");
+		return;
+	}
 	enum s3err e;
 	if (s3req_parse(&r->s3, r->method, req_header(r, "Host"), r->path, r->query,
 	                gw->cfg->base_domain, &e) != 0) {

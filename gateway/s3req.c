@@ -67,6 +67,19 @@ int s3_query_get(const char *q, const char *name, struct buf *out)
 	return 0;
 }
 
+bool s3_query_names_plain(const char *q)
+{
+	while (q && *q) {
+		size_t len = strcspn(q, "&"), klen = strcspn(q, "=&");
+		if (memchr(q, '%', klen))
+			return false;
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	return true;
+}
+
 /* How many times the parameter name appears in a raw query. */
 static size_t query_count(const char *q, const char *name)
 {

@@ -49,6 +49,11 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
  * absent, -1 on bad percent-encoding or a value too long for out's cap.
  */
 int s3_query_get(const char *raw_query, const char *name, struct buf *out);
+/* Whether no parameter name of a raw query is percent-encoded. larder
+ * matches names as sent (above, and every query check of the gateway) and
+ * forwards the query as sent; S3 decodes names, so "pre%66ix" would be a
+ * prefix there that larder's checks never saw. Such a request is refused. */
+bool s3_query_names_plain(const char *raw_query);
 
 /*
  * The keys of a DeleteObjects body (<Delete><Object><Key>...</Key>...),

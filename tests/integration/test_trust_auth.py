@@ -193,6 +193,14 @@ class TrustAuth(LarderCase):
         self.expect_error(resp, 400, "InvalidRequest", "Request specific response headers "
                           "cannot be used for anonymous GET requests.")
 
+    def test_percent_encoded_parameter_name_is_refused(self):
+        # S3 decodes parameter names, so "response%2Dcontent-type" is an
+        # override there; larder, matching names as sent, would miss it.
+        resp = send(self.larder.url + "/trust/pub/open.txt?response%2Dcontent-type=text%2Fhtml",
+                    "GET")
+        self.expect_error(resp, 400, "InvalidArgument",
+                          "Query parameter names must not be percent-encoded.")
+
     # -- item 15: a SigV2 presigned URL's x-amz-* parameters are forwarded
     def test_sigv2_presigned_query_amz_headers_are_forwarded(self):
         url = self.v2.generate_presigned_url(
