@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "config/clock.h"
+#include "config/fnv.h"
 #include "gateway/req.h"
 
 #define LC_SLOTS 4096
@@ -69,18 +70,10 @@ static void entry_free(struct lc_entry *e)
 	free(e);
 }
 
-static uint64_t hash_str(const char *s)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
-
 /* Unlinks e from its slot and the age list; lock held. */
 static void unlink_entry(struct listcache *lc, struct lc_entry *e)
 {
-	struct lc_entry **pp = &lc->slots[hash_str(e->key) % LC_SLOTS];
+	struct lc_entry **pp = &lc->slots[fnv1a64(e->key) % LC_SLOTS];
 	while (*pp != e)
 		pp = &(*pp)->hnext;
 	*pp = e->hnext;
@@ -108,7 +101,7 @@ void listcache_destroy(struct listcache *lc)
 
 static struct lc_entry *find(struct listcache *lc, const char *key)
 {
-	for (struct lc_entry *e = lc->slots[hash_str(key) % LC_SLOTS]; e; e = e->hnext)
+	for (struct lc_entry *e = lc->slots[fnv1a64(key) % LC_SLOTS]; e; e = e->hnext)
 		if (strcmp(e->key, key) == 0)
 			return e;
 	return NULL;
@@ -318,7 +311,7 @@ void listcache_store(struct req *r)
 		unlink_entry(lc, old);
 	while (lc->oldest && lc->bytes + e->cost > lc->max_bytes)
 		unlink_entry(lc, lc->oldest);
-	struct lc_entry **slot = &lc->slots[hash_str(e->key) % LC_SLOTS];
+	struct lc_entry **slot = &lc->slots[fnv1a64(e->key) % LC_SLOTS];
 	e->hnext = *slot;
 	*slot = e;
 	e->prev = lc->newest;
