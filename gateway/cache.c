@@ -885,14 +885,14 @@ static unsigned ahead_wanted(const struct req *r)
 }
 
 /* Keeps the next chunks of the range in flight (bounded, in parallel), so
- * one client reading a large object gets several upstream connections.
- * None is started while chunk memory is at its bound: it is fetched when
- * the reader gets there. */
-static void read_ahead(struct req *r, uint64_t i)
+ * one client reading a large object gets several upstream connections:
+ * n of them (ahead_wanted, which the caller asked once). None is started
+ * while chunk memory is at its bound: it is fetched when the reader gets
+ * there. */
+static void read_ahead(struct req *r, uint64_t i, unsigned n)
 {
 	struct cread *c = &r->cache;
 	uint64_t cs = chunk_size(r), last = c->end / cs;
-	unsigned n = ahead_wanted(r);
 	c->window = n;
 	for (unsigned k = 0; k < READAHEAD_MAX; k++)
 		if (c->ahead[k] && (c->ahead_index[k] <= i || c->ahead_index[k] > i + n)) {
@@ -924,9 +924,12 @@ static struct chunk *chunk_for(struct req *r, uint64_t i)
 	if (c->cur && c->cur_index == i) {
 		/* Handed over by the fetch that learnt the object: start the
 		 * read-ahead now; widen it as the client reads. */
-		if (!c->head && (c->ahead_from != i + 1 || ahead_wanted(r) > c->window)) {
-			c->ahead_from = i + 1;
-			read_ahead(r, i);
+		if (!c->head) {
+			unsigned n = ahead_wanted(r); /* one SIOCOUTQ per body block at most */
+			if (c->ahead_from != i + 1 || n > c->window) {
+				c->ahead_from = i + 1;
+				read_ahead(r, i, n);
+			}
 		}
 		return c->cur;
 	}
@@ -945,7 +948,7 @@ static struct chunk *chunk_for(struct req *r, uint64_t i)
 	c->cur_index = i;
 	if (c->cur && !c->head) {
 		c->ahead_from = i + 1;
-		read_ahead(r, i);
+		read_ahead(r, i, ahead_wanted(r));
 	}
 	return c->cur;
 }
