@@ -155,14 +155,13 @@ bool cache_passes(struct req *r)
 	return c->pass_through;
 }
 
-/* x-amz-checksum-* lines of upstream's answer. */
+/* x-amz-checksum-* lines of upstream's answer (its Content-Length is
+ * r->resp_len, which proxy.c parsed just before). */
 static void learn_checksums(struct req *r)
 {
 	const char *etag = hdrs_get(&r->uresp, "ETag");
-	const char *cl = hdrs_get(&r->uresp, "Content-Length");
-	char *end;
-	unsigned long long size = cl ? strtoull(cl, &end, 10) : 0;
-	if (!etag || !cl || *end || end == cl)
+	uint64_t size = r->resp_len;
+	if (!etag || size == MHD_SIZE_UNKNOWN)
 		return;
 	struct buf lines;
 	buf_init(&lines, 4096);
@@ -172,7 +171,7 @@ static void learn_checksums(struct req *r)
 			rc = buf_printf(&lines, "%s: %s\n", r->uresp.v[i].name, r->uresp.v[i].value);
 	if (!rc)
 		meta_learn_checksums(r->w->gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), etag,
-		                     (uint64_t)size, buf_cstr(&lines));
+		                     size, buf_cstr(&lines));
 	buf_fini(&lines);
 }
 
