@@ -411,6 +411,37 @@ static int preconditions(struct req *r, const struct obj_meta *m)
 	return 0;
 }
 
+/* Stored header lines ("name: value\n": obj_meta.headers, .checksums) as
+ * headers of resp, but for the names in skip (NULL entries ignored). */
+static void add_header_lines(struct MHD_Response *resp, const char *lines,
+                             const char *const *skip, size_t nskip)
+{
+	for (const char *p = lines; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		const char *colon = memchr(p, ':', len);
+		if (colon) {
+			char name[256];
+			size_t n = (size_t)(colon - p);
+			bool skipped = n >= sizeof name;
+			if (!skipped) {
+				memcpy(name, p, n);
+				name[n] = '\0';
+				for (size_t i = 0; i < nskip; i++)
+					skipped |= skip[i] && strcasecmp(name, skip[i]) == 0;
+			}
+			const char *val = colon + 1;
+			while (*val == ' ')
+				val++;
+			char *value = strndup(val, len - (size_t)(val - p));
+			if (!skipped && value)
+				req_add_response_header(resp, name, value);
+			free(value);
+		}
+		p += len + (nl ? 1 : 0);
+	}
+}
+
 /* The object's headers, replayed; response-* overrides win. */
 static void add_object_headers(struct req *r, struct MHD_Response *resp, const struct obj_meta *m,
                                bool full)
@@ -435,30 +466,10 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 	}
 	buf_fini(&v);
 	if (full) {
-		for (const char *p = m->headers; *p;) {
-			const char *nl = strchr(p, '\n');
-			size_t len = nl ? (size_t)(nl - p) : strlen(p);
-			const char *colon = memchr(p, ':', len);
-			if (colon) {
-				char name[256];
-				size_t n = (size_t)(colon - p);
-				bool skip = n >= sizeof name;
-				if (!skip) {
-					memcpy(name, p, n);
-					name[n] = '\0';
-					for (size_t i = 0; i < 6; i++)
-						skip |= overridden[i] && strcasecmp(name, overrides[i].header) == 0;
-				}
-				const char *val = colon + 1;
-				while (*val == ' ')
-					val++;
-				char *value = strndup(val, len - (size_t)(val - p));
-				if (!skip && value)
-					req_add_response_header(resp, name, value);
-				free(value);
-			}
-			p += len + (nl ? 1 : 0);
-		}
+		const char *skip[6] = { NULL };
+		for (size_t i = 0; i < 6; i++)
+			skip[i] = overridden[i] ? overrides[i].header : NULL;
+		add_header_lines(resp, m->headers, skip, 6);
 	} else if (m->last_modified) {
 		char date[64];
 		struct tm tm;
@@ -467,21 +478,6 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 		MHD_add_response_header(resp, "Last-Modified", date);
 	}
 	MHD_add_response_header(resp, "ETag", m->etag);
-}
-
-/* The checksum lines learnt (obj_meta.checksums), as headers. */
-static void add_checksums(struct MHD_Response *resp, const char *lines)
-{
-	char *copy = strdup(lines), *save = NULL;
-	for (char *line = copy ? strtok_r(copy, "\n", &save) : NULL; line;
-	     line = strtok_r(NULL, "\n", &save)) {
-		char *sep = strstr(line, ": ");
-		if (sep) {
-			*sep = '\0';
-			MHD_add_response_header(resp, line, sep + 2);
-		}
-	}
-	free(copy);
 }
 
 /* libmicrohttpd's buffer for a body copied out of the chunks. */
@@ -702,7 +698,7 @@ enum MHD_Result cache_respond(struct req *r)
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
 	if (status == 200 && c->want_checksums && !c->part && m->checksums)
-		add_checksums(resp, m->checksums);
+		add_header_lines(resp, m->checksums, NULL, 0); /* the checksums learnt */
 	if (c->part && m->parts_count) {
 		char n[16];
 		snprintf(n, sizeof n, "%" PRIu32, m->parts_count);
