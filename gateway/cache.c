@@ -155,14 +155,13 @@ bool cache_passes(struct req *r)
 	return c->pass_through;
 }
 
-/* x-amz-checksum-* lines of upstream's answer. */
+/* x-amz-checksum-* lines of upstream's answer (its Content-Length is
+ * r->resp_len, which proxy.c parsed just before). */
 static void learn_checksums(struct req *r)
 {
 	const char *etag = hdrs_get(&r->uresp, "ETag");
-	const char *cl = hdrs_get(&r->uresp, "Content-Length");
-	char *end;
-	unsigned long long size = cl ? strtoull(cl, &end, 10) : 0;
-	if (!etag || !cl || *end || end == cl)
+	uint64_t size = r->resp_len;
+	if (!etag || size == MHD_SIZE_UNKNOWN)
 		return;
 	struct buf lines;
 	buf_init(&lines, 4096);
@@ -172,7 +171,7 @@ static void learn_checksums(struct req *r)
 			rc = buf_printf(&lines, "%s: %s\n", r->uresp.v[i].name, r->uresp.v[i].value);
 	if (!rc)
 		meta_learn_checksums(r->w->gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), etag,
-		                     (uint64_t)size, buf_cstr(&lines));
+		                     size, buf_cstr(&lines));
 	buf_fini(&lines);
 }
 
@@ -412,6 +411,37 @@ static int preconditions(struct req *r, const struct obj_meta *m)
 	return 0;
 }
 
+/* Stored header lines ("name: value\n": obj_meta.headers, .checksums) as
+ * headers of resp, but for the names in skip (NULL entries ignored). */
+static void add_header_lines(struct MHD_Response *resp, const char *lines,
+                             const char *const *skip, size_t nskip)
+{
+	for (const char *p = lines; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		const char *colon = memchr(p, ':', len);
+		if (colon) {
+			char name[256];
+			size_t n = (size_t)(colon - p);
+			bool skipped = n >= sizeof name;
+			if (!skipped) {
+				memcpy(name, p, n);
+				name[n] = '\0';
+				for (size_t i = 0; i < nskip; i++)
+					skipped |= skip[i] && strcasecmp(name, skip[i]) == 0;
+			}
+			const char *val = colon + 1;
+			while (*val == ' ')
+				val++;
+			char *value = strndup(val, len - (size_t)(val - p));
+			if (!skipped && value)
+				req_add_response_header(resp, name, value);
+			free(value);
+		}
+		p += len + (nl ? 1 : 0);
+	}
+}
+
 /* The object's headers, replayed; response-* overrides win. */
 static void add_object_headers(struct req *r, struct MHD_Response *resp, const struct obj_meta *m,
                                bool full)
@@ -436,30 +466,10 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 	}
 	buf_fini(&v);
 	if (full) {
-		for (const char *p = m->headers; *p;) {
-			const char *nl = strchr(p, '\n');
-			size_t len = nl ? (size_t)(nl - p) : strlen(p);
-			const char *colon = memchr(p, ':', len);
-			if (colon) {
-				char name[256];
-				size_t n = (size_t)(colon - p);
-				bool skip = n >= sizeof name;
-				if (!skip) {
-					memcpy(name, p, n);
-					name[n] = '\0';
-					for (size_t i = 0; i < 6; i++)
-						skip |= overridden[i] && strcasecmp(name, overrides[i].header) == 0;
-				}
-				const char *val = colon + 1;
-				while (*val == ' ')
-					val++;
-				char *value = strndup(val, len - (size_t)(val - p));
-				if (!skip && value)
-					req_add_response_header(resp, name, value);
-				free(value);
-			}
-			p += len + (nl ? 1 : 0);
-		}
+		const char *skip[6] = { NULL };
+		for (size_t i = 0; i < 6; i++)
+			skip[i] = overridden[i] ? overrides[i].header : NULL;
+		add_header_lines(resp, m->headers, skip, 6);
 	} else if (m->last_modified) {
 		char date[64];
 		struct tm tm;
@@ -468,21 +478,6 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 		MHD_add_response_header(resp, "Last-Modified", date);
 	}
 	MHD_add_response_header(resp, "ETag", m->etag);
-}
-
-/* The checksum lines learnt (obj_meta.checksums), as headers. */
-static void add_checksums(struct MHD_Response *resp, const char *lines)
-{
-	char *copy = strdup(lines), *save = NULL;
-	for (char *line = copy ? strtok_r(copy, "\n", &save) : NULL; line;
-	     line = strtok_r(NULL, "\n", &save)) {
-		char *sep = strstr(line, ": ");
-		if (sep) {
-			*sep = '\0';
-			MHD_add_response_header(resp, line, sep + 2);
-		}
-	}
-	free(copy);
 }
 
 /* libmicrohttpd's buffer for a body copied out of the chunks. */
@@ -703,7 +698,7 @@ enum MHD_Result cache_respond(struct req *r)
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
 	if (status == 200 && c->want_checksums && !c->part && m->checksums)
-		add_checksums(resp, m->checksums);
+		add_header_lines(resp, m->checksums, NULL, 0); /* the checksums learnt */
 	if (c->part && m->parts_count) {
 		char n[16];
 		snprintf(n, sizeof n, "%" PRIu32, m->parts_count);
@@ -885,14 +880,14 @@ static unsigned ahead_wanted(const struct req *r)
 }
 
 /* Keeps the next chunks of the range in flight (bounded, in parallel), so
- * one client reading a large object gets several upstream connections.
- * None is started while chunk memory is at its bound: it is fetched when
- * the reader gets there. */
-static void read_ahead(struct req *r, uint64_t i)
+ * one client reading a large object gets several upstream connections:
+ * n of them (ahead_wanted, which the caller asked once). None is started
+ * while chunk memory is at its bound: it is fetched when the reader gets
+ * there. */
+static void read_ahead(struct req *r, uint64_t i, unsigned n)
 {
 	struct cread *c = &r->cache;
 	uint64_t cs = chunk_size(r), last = c->end / cs;
-	unsigned n = ahead_wanted(r);
 	c->window = n;
 	for (unsigned k = 0; k < READAHEAD_MAX; k++)
 		if (c->ahead[k] && (c->ahead_index[k] <= i || c->ahead_index[k] > i + n)) {
@@ -924,9 +919,12 @@ static struct chunk *chunk_for(struct req *r, uint64_t i)
 	if (c->cur && c->cur_index == i) {
 		/* Handed over by the fetch that learnt the object: start the
 		 * read-ahead now; widen it as the client reads. */
-		if (!c->head && (c->ahead_from != i + 1 || ahead_wanted(r) > c->window)) {
-			c->ahead_from = i + 1;
-			read_ahead(r, i);
+		if (!c->head) {
+			unsigned n = ahead_wanted(r); /* one SIOCOUTQ per body block at most */
+			if (c->ahead_from != i + 1 || n > c->window) {
+				c->ahead_from = i + 1;
+				read_ahead(r, i, n);
+			}
 		}
 		return c->cur;
 	}
@@ -945,7 +943,7 @@ static struct chunk *chunk_for(struct req *r, uint64_t i)
 	c->cur_index = i;
 	if (c->cur && !c->head) {
 		c->ahead_from = i + 1;
-		read_ahead(r, i);
+		read_ahead(r, i, ahead_wanted(r));
 	}
 	return c->cur;
 }

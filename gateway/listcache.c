@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "config/clock.h"
+#include "config/fnv.h"
 #include "gateway/req.h"
 
 #define LC_SLOTS 4096
@@ -18,6 +19,7 @@
 
 struct lc_entry {
 	struct lc_entry *hnext;          /* slot chain */
+	uint64_t h;                      /* fnv1a64(key): its slot */
 	struct lc_entry *prev, *next;    /* age order: oldest first */
 	char *key;                       /* bucket '\n' sorted query */
 	char *bucket, *prefix;
@@ -69,18 +71,10 @@ static void entry_free(struct lc_entry *e)
 	free(e);
 }
 
-static uint64_t hash_str(const char *s)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
-
 /* Unlinks e from its slot and the age list; lock held. */
 static void unlink_entry(struct listcache *lc, struct lc_entry *e)
 {
-	struct lc_entry **pp = &lc->slots[hash_str(e->key) % LC_SLOTS];
+	struct lc_entry **pp = &lc->slots[e->h % LC_SLOTS];
 	while (*pp != e)
 		pp = &(*pp)->hnext;
 	*pp = e->hnext;
@@ -106,10 +100,10 @@ void listcache_destroy(struct listcache *lc)
 	free(lc);
 }
 
-static struct lc_entry *find(struct listcache *lc, const char *key)
+static struct lc_entry *find(struct listcache *lc, const char *key, uint64_t h)
 {
-	for (struct lc_entry *e = lc->slots[hash_str(key) % LC_SLOTS]; e; e = e->hnext)
-		if (strcmp(e->key, key) == 0)
+	for (struct lc_entry *e = lc->slots[h % LC_SLOTS]; e; e = e->hnext)
+		if (e->h == h && strcmp(e->key, key) == 0)
 			return e;
 	return NULL;
 }
@@ -227,7 +221,7 @@ bool listcache_begin(struct req *r)
 	struct listcache *lc = gw->lists;
 	pthread_mutex_lock(&lc->lock);
 	l->generation = atomic_load(&lc->generation);
-	struct lc_entry *e = find(lc, key);
+	struct lc_entry *e = find(lc, key, fnv1a64(key));
 	if (e && e->expires <= clock_mono_s()) {
 		unlink_entry(lc, e);
 		e = NULL;
@@ -291,6 +285,7 @@ void listcache_store(struct req *r)
 	if (!e)
 		return;
 	e->key = strdup(l->key);
+	e->h = fnv1a64(l->key);
 	e->bucket = strdup(r->s3.bucket);
 	e->prefix = strdup(buf_cstr(&r->s3.list_prefix));
 	e->len = l->body.len;
@@ -313,12 +308,12 @@ void listcache_store(struct req *r)
 		entry_free(e);
 		return;
 	}
-	struct lc_entry *old = find(lc, e->key);
+	struct lc_entry *old = find(lc, e->key, e->h);
 	if (old)
 		unlink_entry(lc, old);
 	while (lc->oldest && lc->bytes + e->cost > lc->max_bytes)
 		unlink_entry(lc, lc->oldest);
-	struct lc_entry **slot = &lc->slots[hash_str(e->key) % LC_SLOTS];
+	struct lc_entry **slot = &lc->slots[e->h % LC_SLOTS];
 	e->hnext = *slot;
 	*slot = e;
 	e->prev = lc->newest;
