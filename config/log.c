@@ -326,8 +326,9 @@ static void put_fmt(struct line *l, const char *fmt, ...)
 		l->len += (size_t)k < l->cap - l->len ? (size_t)k : l->cap - l->len;
 }
 
-/* The timestamp, formatted once a second per thread and the milliseconds
- * patched in: gmtime and strftime per request cost more than the rest. */
+/* The timestamp: the seconds formatted once a second per thread (gmtime_r
+ * and strftime, which need not run for every line), the milliseconds
+ * added. */
 static void put_ts(struct line *l)
 {
 	static THREAD_LOCAL time_t last_sec = -1;

@@ -74,7 +74,7 @@ void meta_cache_destroy(struct meta_cache *mc);
 
 enum meta_role {
 	META_FRESH, /* *out: a current entry (maybe negative) */
-	META_LOAD,  /* the caller loads it, then meta_publish or meta_fail;
+	META_LOAD,  /* the caller loads it, then meta_publish (NULL: failed);
 	               *out: the expired entry to revalidate, or NULL */
 	META_WAIT,  /* another reader loads it: w will be woken; look up again */
 };
