@@ -526,42 +526,17 @@ static void body_done(void *cls)
 
 static enum MHD_Result respond_s3(struct req *r, enum s3err e, const struct obj_meta *m)
 {
-	if (e != S3E_INVALID_RANGE || !m)
-		return (req_fail(r, e, NULL), req_respond_error(r));
-	/* 416 names the range asked for and the size, as S3 does. */
-	struct buf body;
-	buf_init(&body, 16384);
-	int rc = buf_printf(&body, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s"
-	                    "</Code><Message>The requested range is not satisfiable</Message>"
-	                    "<RangeRequested>", s3err_code(e));
-	rc = rc ? rc : xml_escape(req_header(r, "Range"), &body);
-	rc = rc ? rc : buf_printf(&body, "</RangeRequested><ActualObjectSize>%" PRIu64
-	                          "</ActualObjectSize><RequestId>", m->size);
-	rc = rc ? rc : xml_escape(r->id, &body);
-	rc = rc ? rc : buf_puts(&body, "</RequestId></Error>");
-	if (rc) {
-		buf_fini(&body);
-		return MHD_NO;
+	req_fail(r, e, NULL);
+	if (e == S3E_INVALID_RANGE && m) { /* S3 names the range asked for and the size */
+		char size[24];
+		snprintf(size, sizeof size, "%" PRIu64, m->size);
+		const char *range = req_header(r, "Range");
+		req_err_element(r, "RangeRequested", range ? range : "");
+		req_err_element(r, "ActualObjectSize", size);
+		r->err_sized = true;
+		r->err_object_size = m->size;
 	}
-	struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p,
-	                                                            MHD_RESPMEM_MUST_COPY);
-	buf_fini(&body);
-	if (!resp)
-		return MHD_NO;
-	char cr[64];
-	snprintf(cr, sizeof cr, "bytes */%" PRIu64, m->size);
-	MHD_add_response_header(resp, "Content-Range", cr);
-	MHD_add_response_header(resp, "Content-Type", "application/xml");
-	MHD_add_response_header(resp, "x-amz-request-id", r->id);
-	MHD_add_response_header(resp, "x-larder-cache", r->cache.meta_loaded ? "miss" : "hit");
-	req_add_common_headers(r, resp);
-	r->status_sent = 416;
-	r->has_err = true;
-	r->err = e;
-	enum MHD_Result ret = MHD_queue_response(r->conn, 416, resp);
-	MHD_destroy_response(resp);
-	r->responded = true;
-	return ret;
+	return req_respond_error(r);
 }
 
 static enum MHD_Result respond_upstream_error(struct req *r)

@@ -88,6 +88,7 @@ void req_unref(struct req *r)
 		EVP_MD_CTX_free(r->sha);
 	ack_destroy(r->ack);
 	buf_fini(&r->delete_body);
+	buf_fini(&r->err_extra);
 	listcache_end(r);
 	s3req_fini(&r->s3);
 	up_target_fini(&r->target);
@@ -168,6 +169,18 @@ void req_fail(struct req *r, enum s3err e, const char *msg)
 	snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "");
 }
 
+void req_err_element(struct req *r, const char *name, const char *text)
+{
+	/* All or nothing: a cut element would leave the XML broken. */
+	size_t mark = r->err_extra.len;
+	if (buf_printf(&r->err_extra, "<%s>", name) != 0 || xml_escape(text, &r->err_extra) != 0 ||
+	    buf_printf(&r->err_extra, "</%s>", name) != 0) {
+		r->err_extra.len = mark;
+		if (r->err_extra.p)
+			r->err_extra.p[mark] = '\0';
+	}
+}
+
 /* libmicrohttpd refuses a header whose value is empty, and S3 sends such
  * headers (x-amz-meta-x with an empty value is part of the object). A lone
  * space goes instead: HTTP trims it, so the client reads the empty value. */
@@ -195,12 +208,11 @@ enum MHD_Result req_respond_error(struct req *r)
 {
 	struct buf body;
 	buf_init(&body, 8192);
-	s3err_xml(r->err, r->err_msg[0] ? r->err_msg : NULL, r->path, r->id, &body);
-	/* Elements some errors carry (<Region>, <HeadersNotSigned>) go last. */
-	const char *end = body.len ? strstr(body.p, "</Error>") : NULL;
-	if (r->err_extra[0] && end) {
-		body.len = (size_t)(end - body.p);
-		buf_printf(&body, "%s</Error>", r->err_extra);
+	/* S3's 416 names the range and the size, not the resource. */
+	if (s3err_xml(r->err, r->err_msg[0] ? r->err_msg : NULL, r->err_sized ? NULL : r->path,
+	              r->id, r->err_extra.len ? buf_cstr(&r->err_extra) : NULL, &body) != 0) {
+		buf_fini(&body);
+		return MHD_NO;
 	}
 	struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p,
 	                                                            MHD_RESPMEM_MUST_COPY);
@@ -216,6 +228,11 @@ enum MHD_Result req_respond_error(struct req *r)
 	MHD_add_response_header(resp, "Date", date);
 	MHD_add_response_header(resp, "Server", "larder");
 	MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	if (r->err_sized) {
+		char cr[64];
+		snprintf(cr, sizeof cr, "bytes */%" PRIu64, r->err_object_size);
+		MHD_add_response_header(resp, "Content-Range", cr);
+	}
 	if (r->cache.active)
 		MHD_add_response_header(resp, "x-larder-cache", r->cache.meta_loaded ? "miss" : "hit");
 	req_add_common_headers(r, resp);
@@ -397,15 +414,6 @@ static void check_delete_body(struct req *r)
 		req_fail(r, S3E_INTERNAL, NULL);
 }
 
-/* One XML element for err_extra, its text escaped. */
-static void set_err_element(struct req *r, const char *name, const char *text)
-{
-	struct buf t;
-	buf_init(&t, sizeof r->err_extra);
-	if (xml_escape(text, &t) == 0)
-		snprintf(r->err_extra, sizeof r->err_extra, "<%s>%s</%s>", name, buf_cstr(&t), name);
-	buf_fini(&t);
-}
 
 /* Why a verification failed, in S3's words where S3 has them. */
 static void fail_verify(struct req *r, enum sv4_status st, const struct sv4_request *sreq,
@@ -417,9 +425,10 @@ static void fail_verify(struct req *r, enum sv4_status st, const struct sv4_requ
 		m = "Request has expired";
 	} else if (st == SV4_UNSIGNED_HEADER) {
 		struct buf names;
-		buf_init(&names, 400);
+		/* Twice the default header limit; a longer list is left out, never cut. */
+		buf_init(&names, 32 * 1024);
 		if (sv4_unsigned_amz_headers(sreq, auth, &names) > 0)
-			set_err_element(r, "HeadersNotSigned", buf_cstr(&names));
+			req_err_element(r, "HeadersNotSigned", buf_cstr(&names));
 		buf_fini(&names);
 		m = sv4_status_str(st);
 	} else if (st == SV4_BAD_EXPIRES && v2) {
@@ -464,7 +473,7 @@ static bool scope_ok(struct req *r, const struct sv4_auth *auth)
 	snprintf(msg, sizeof msg, "%s the region '%s' is wrong; expecting '%s'", lead, auth->region,
 	         want);
 	req_fail(r, sv4_to_s3err(SV4_MALFORMED, auth->presigned), msg);
-	set_err_element(r, "Region", want);
+	req_err_element(r, "Region", want);
 	return false;
 }
 
@@ -1229,6 +1238,7 @@ void *proxy_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->magic = REQ_MAGIC;
 	r->refs = 1;
 	r->w = w;
+	buf_init(&r->err_extra, 64 * 1024); /* a Range header or a list of header names, escaped */
 	r->conn = conn;
 	r->t_start = clock_mono_s();
 	r->uri = strdup(uri ? uri : "/");

@@ -104,7 +104,9 @@ struct req {
 	bool has_err;
 	enum s3err err;
 	char err_msg[256];
-	char err_extra[512];            /* XML elements S3 adds to this error (<Region>...) */
+	struct buf err_extra;           /* XML elements S3 adds to this error (<Region>...) */
+	bool err_sized;                 /* a 416 that names the object's size: */
+	uint64_t err_object_size;       /* sent as Content-Range and <ActualObjectSize> */
 
 	/* request body */
 	enum body_mode body;
@@ -159,6 +161,10 @@ void req_unref(struct req *r);
 void req_wake(struct req *r);     /* resume the client connection if suspended */
 void req_suspend(struct req *r);
 void req_fail(struct req *r, enum s3err e, const char *msg);
+/* Adds <name>text</name> (text escaped) to the error's XML, after the
+ * elements every error has (S3's <Region>, <HeadersNotSigned>,
+ * <RangeRequested>...). */
+void req_err_element(struct req *r, const char *name, const char *text);
 enum MHD_Result req_respond_error(struct req *r);
 const char *req_header(struct req *r, const char *name);
 void req_add_common_headers(struct req *r, struct MHD_Response *resp);

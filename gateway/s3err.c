@@ -88,7 +88,7 @@ int xml_escape(const char *s, struct buf *out)
 }
 
 int s3err_xml(enum s3err e, const char *message, const char *resource,
-              const char *request_id, struct buf *out)
+              const char *request_id, const char *extra, struct buf *out)
 {
 	int rc = buf_puts(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>");
 	rc = rc ? rc : buf_puts(out, table[e].code);
@@ -102,6 +102,8 @@ int s3err_xml(enum s3err e, const char *message, const char *resource,
 	}
 	rc = rc ? rc : buf_puts(out, "<RequestId>");
 	rc = rc ? rc : xml_escape(request_id ? request_id : "", out);
-	rc = rc ? rc : buf_puts(out, "</RequestId></Error>");
+	rc = rc ? rc : buf_puts(out, "</RequestId>");
+	rc = rc || !extra ? rc : buf_puts(out, extra);
+	rc = rc ? rc : buf_puts(out, "</Error>");
 	return rc;
 }

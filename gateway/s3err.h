@@ -44,9 +44,11 @@ const char *s3err_code(enum s3err e);
 unsigned s3err_status(enum s3err e);
 
 /* Writes the XML body. message NULL means the code's standard message;
- * resource is the request path (may be NULL). Text is XML-escaped. */
+ * resource is the request path (may be NULL). Text is XML-escaped. extra
+ * (may be NULL) is XML some errors carry (<Region>, <RangeRequested>...),
+ * already escaped, put after the request id. */
 int s3err_xml(enum s3err e, const char *message, const char *resource,
-              const char *request_id, struct buf *out);
+              const char *request_id, const char *extra, struct buf *out);
 
 /* Escapes &, <, >, ", ' and control bytes for XML text. */
 int xml_escape(const char *s, struct buf *out);

@@ -124,6 +124,15 @@ class TrustAuth(LarderCase):
         st, _, body = send(url, "PUT", h, body=b"data")
         self.assertEqual(st, 200, body)
 
+    def test_many_unsigned_headers_are_all_named(self):
+        # The list outgrew a fixed 512-byte field once: the XML was cut.
+        url = self.larder.url + "/trust/uploads/h2.bin"
+        h = harness.sign_headers("PUT", url, CLIENT_KEY, CLIENT_SECRET, body=b"data")
+        extra = [("x-amz-meta-unsigned-header-%02d" % i, "v") for i in range(40)]
+        err = self.expect_error(send(url, "PUT", h, body=b"data", extra=extra), 403,
+                                "AccessDenied")
+        self.assertEqual(err.get("HeadersNotSigned"), ", ".join(sorted(n for n, _ in extra)))
+
     def test_presigned_put_with_unsigned_content_type_is_accepted(self):
         # S3 accepts standard headers a presigned URL did not sign; larder
         # forwards them as S3 would apply them.

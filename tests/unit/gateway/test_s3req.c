@@ -136,7 +136,7 @@ static void test_error_xml(void **state)
 {
 	struct buf b;
 	buf_init(&b, 4096);
-	assert_int_equal(s3err_xml(S3E_SIGNATURE_MISMATCH, NULL, "/b/<k>&", "ID1", &b), 0);
+	assert_int_equal(s3err_xml(S3E_SIGNATURE_MISMATCH, NULL, "/b/<k>&", "ID1", NULL, &b), 0);
 	assert_non_null(strstr(buf_cstr(&b), "<Code>SignatureDoesNotMatch</Code>"));
 	assert_non_null(strstr(buf_cstr(&b), "<Resource>/b/&lt;k&gt;&amp;</Resource>"));
 	assert_non_null(strstr(buf_cstr(&b), "<RequestId>ID1</RequestId>"));
