@@ -20,7 +20,7 @@
 
 #include "auth/checksum.h"
 #include "auth/sigv4.h"
-#include "config/buf.h"
+#include "base/buf.h"
 
 #define LINE_MAX_LEN 4096           /* a chunk header or trailer line */
 #define MAX_CHUNK_SIZE (1ull << 40) /* larger sizes are garbage, not data */

@@ -37,9 +37,9 @@
 #include <expat.h>
 #include <jansson.h>
 
-#include "config/buf.h"
-#include "config/clock.h"
-#include "config/log.h"
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #define TOPIC "creds"
 

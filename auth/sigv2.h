@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "auth/sigv4.h"
-#include "config/buf.h"
+#include "base/buf.h"
 
 /* What the Authorization header or the presigned query says. */
 struct sv2_auth {

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "config/buf.h"
+#include "base/buf.h"
 
 #define SV4_ALGORITHM "AWS4-HMAC-SHA256"
 #define SV4_UNSIGNED_PAYLOAD "UNSIGNED-PAYLOAD"

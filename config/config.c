@@ -25,7 +25,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "config/log.h"
+#include "base/log.h"
 
 #define MAX_FILE_BYTES (1u << 20)
 #define MAX_KEY_ID 128

@@ -29,16 +29,16 @@
 #include <time.h>
 
 #include "auth/creds.h"
-#include "config/buf.h"
-#include "config/log.h"
+#include "base/buf.h"
+#include "base/log.h"
 #include "gateway/metrics.h"
-#include "gateway/placement.h"
+#include "cluster/placement.h"
 #include "gateway/prefetch.h"
 #include "gateway/req.h"
 #include "gateway/s3req.h"
 #include "gateway/server.h"
-#include "store/cluster.h"
-#include "store/directory.h"
+#include "cluster/cluster.h"
+#include "cluster/directory.h"
 #include "store/meta.h"
 #include "store/store.h"
 

@@ -47,13 +47,13 @@
 #include <time.h>
 #include <linux/sockios.h>
 
-#include "config/clock.h"
-#include "config/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "gateway/fetch.h"
 #include "gateway/listcache.h"
 #include "gateway/range.h"
 #include "gateway/req.h"
-#include "store/cluster.h"
+#include "cluster/cluster.h"
 #include "store/store.h"
 
 /* ---- which requests ----------------------------------------------------- */

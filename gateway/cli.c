@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config/buf.h"
+#include "base/buf.h"
 #include "gateway/s3req.h"
 
 #define DEFAULT_ADMIN_URL "http://127.0.0.1:9090"

@@ -9,7 +9,7 @@
 #include <assert.h>
 #include <stdlib.h>
 
-#include "config/log.h"
+#include "base/log.h"
 
 #define CURLEV_MAGIC 0x63757276u
 

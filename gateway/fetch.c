@@ -22,15 +22,15 @@
 #include <time.h>
 
 #include "auth/sigv4.h"
-#include "config/clock.h"
-#include "config/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "gateway/metrics.h"
 #include "gateway/req.h"
-#include "gateway/peer.h"
-#include "gateway/placement.h"
+#include "cluster/peer.h"
+#include "cluster/placement.h"
 #include "gateway/upstream.h"
-#include "store/cluster.h"
-#include "store/directory.h"
+#include "cluster/cluster.h"
+#include "cluster/directory.h"
 #include "store/store.h"
 
 #define ERRBODY_MAX (64 * 1024)
@@ -632,7 +632,7 @@ static void complete_ok(struct fetch *f)
 	store_complete(gw->store, f->c, true, 0, &o);
 	buf_fini(&blob);
 	/* If its owner changes or dies, the placement directory will have to
-	 * say where it is (store/directory.h): fetched as its owner (from S3,
+	 * say where it is (cluster/directory.h): fetched as its owner (from S3,
 	 * or from a holder), or as a reader's copy from its owner. Chunk 0
 	 * goes by its object's metadata key. */
 	if (gw->dir) {

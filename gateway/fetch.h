@@ -41,7 +41,7 @@ struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *
 
 /* Starts producing chunk c (a reference is taken) of the object version m.
  * hop: 0 for this node's own readers, else the hop of the peer request
- * that wants it (see gateway/peer.h). */
+ * that wants it (see cluster/peer.h). */
 int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
                       const struct obj_meta *m, uint64_t index, unsigned hop);
 

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config/clock.h"
-#include "config/fnv.h"
+#include "base/clock.h"
+#include "base/fnv.h"
 #include "gateway/req.h"
 
 #define LC_SLOTS 4096

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "config/log.h"
+#include "base/log.h"
 #include "gateway/cli.h"
 #include "gateway/server.h"
 

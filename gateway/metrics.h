@@ -19,9 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config/buf.h"
-#include "gateway/placement.h"
-#include "store/directory.h"
+#include "base/buf.h"
+#include "cluster/placement.h"
+#include "cluster/directory.h"
 
 struct store_stats;
 struct json_t;

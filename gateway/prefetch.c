@@ -21,8 +21,8 @@
 #include <time.h>
 
 #include "auth/sigv4.h"
-#include "config/clock.h"
-#include "config/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "gateway/fetch.h"
 #include "gateway/server.h"
 #include "gateway/upstream.h"

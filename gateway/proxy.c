@@ -28,12 +28,12 @@
 #include "auth/policy.h"
 #include "auth/sigv2.h"
 #include "auth/sigv4.h"
-#include "config/clock.h"
-#include "config/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "gateway/s3err.h"
 #include "gateway/fetch.h"
 #include "gateway/listcache.h"
-#include "gateway/peer.h"
+#include "cluster/peer.h"
 #include "gateway/metrics.h"
 #include "gateway/prefetch.h"
 #include "gateway/req.h"
@@ -338,7 +338,7 @@ static const char *peer_header(void *r, const char *name)
 	return req_header(r, name);
 }
 
-/* A request from another node of the cluster (gateway/peer.h): it may
+/* A request from another node of the cluster (cluster/peer.h): it may
  * only read objects, and is answered from this node's cache or from S3. */
 static void authenticate_peer(struct req *r)
 {

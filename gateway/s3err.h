@@ -7,7 +7,7 @@
 #ifndef LARDER_S3ERR_H
 #define LARDER_S3ERR_H
 
-#include "config/buf.h"
+#include "base/buf.h"
 
 enum s3err {
 	S3E_ACCESS_DENIED,            /* 403 */

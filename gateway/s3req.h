@@ -13,7 +13,7 @@
 #include <stdbool.h>
 
 #include "auth/policy.h"
-#include "config/buf.h"
+#include "base/buf.h"
 #include "gateway/s3err.h"
 
 #define S3_MAX_KEY_BYTES 1024

@@ -27,17 +27,17 @@
 #include <unistd.h>
 
 #include "auth/creds.h"
-#include "config/clock.h"
-#include "config/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "gateway/admin.h"
 #include "gateway/fetch.h"
 #include "gateway/listcache.h"
-#include "gateway/placement.h"
+#include "cluster/placement.h"
 #include "gateway/prefetch.h"
 #include "gateway/proxy.h"
 #include "gateway/req.h"
-#include "store/cluster.h"
-#include "store/directory.h"
+#include "cluster/cluster.h"
+#include "cluster/directory.h"
 #include "store/meta.h"
 #include "store/store.h"
 

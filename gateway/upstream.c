@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "auth/sigv4.h"
-#include "config/log.h"
+#include "base/log.h"
 #include "gateway/s3req.h"
 
 #define REGION_SLOTS 512
@@ -45,71 +45,6 @@ struct upstream {
 	size_t n_configured;
 	struct cfg_bucket_region *configured_copy;
 };
-
-void hdrs_init(struct hdrs *h)
-{
-	memset(h, 0, sizeof *h);
-}
-
-void hdrs_fini(struct hdrs *h)
-{
-	for (size_t i = 0; i < h->n; i++) {
-		free(h->v[i].name);
-		free(h->v[i].value);
-	}
-	free(h->v);
-	memset(h, 0, sizeof *h);
-}
-
-int hdrs_add(struct hdrs *h, const char *name, const char *value)
-{
-	if (h->n == h->cap) {
-		size_t cap = h->cap ? h->cap * 2 : 16;
-		struct hdr *v = realloc(h->v, cap * sizeof *v);
-		if (!v)
-			return -ENOMEM;
-		h->v = v;
-		h->cap = cap;
-	}
-	char *n = strdup(name), *val = strdup(value);
-	if (!n || !val) {
-		free(n);
-		free(val);
-		return -ENOMEM;
-	}
-	h->v[h->n].name = n;
-	h->v[h->n].value = val;
-	h->n++;
-	return 0;
-}
-
-int hdrs_add_line(struct hdrs *h, const char *line, size_t len)
-{
-	const char *colon = memchr(line, ':', len);
-	char name[256];
-	size_t nl = colon ? (size_t)(colon - line) : 0;
-	if (nl == 0 || nl >= sizeof name)
-		return 0;
-	memcpy(name, line, nl);
-	name[nl] = '\0';
-	const char *v = colon + 1, *end = line + len;
-	while (v < end && (*v == ' ' || *v == '\t'))
-		v++;
-	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
-		end--;
-	char *value = strndup(v, (size_t)(end - v));
-	int rc = value ? hdrs_add(h, name, value) : -ENOMEM;
-	free(value);
-	return rc;
-}
-
-const char *hdrs_get(const struct hdrs *h, const char *name)
-{
-	for (size_t i = 0; i < h->n; i++)
-		if (strcasecmp(h->v[i].name, name) == 0)
-			return h->v[i].value;
-	return NULL;
-}
 
 void up_target_init(struct up_target *t)
 {

@@ -12,24 +12,9 @@
 #include <curl/curl.h>
 
 #include "auth/creds.h"
-#include "config/buf.h"
+#include "base/buf.h"
+#include "base/hdrs.h"
 #include "config/config.h"
-
-/* Request headers for upstream, owned. */
-struct hdrs {
-	struct hdr { char *name; char *value; } *v;
-	size_t n, cap;
-};
-void hdrs_init(struct hdrs *h);
-void hdrs_fini(struct hdrs *h);
-/* Appends a copy of name and value. Returns 0 or -ENOMEM. */
-int hdrs_add(struct hdrs *h, const char *name, const char *value);
-/* Adds one raw response header line ("Name: value\r\n", as curl's header
- * callback passes it); lines without a name are ignored. Returns 0 or
- * -ENOMEM. */
-int hdrs_add_line(struct hdrs *h, const char *line, size_t len);
-/* The value of the first header with this name (any case), or NULL. */
-const char *hdrs_get(const struct hdrs *h, const char *name);
 
 struct upstream;
 

@@ -44,8 +44,8 @@
 #include <unistd.h>
 
 #include "auth/sigv4.h"
-#include "config/buf.h"
-#include "config/splitmix.h"
+#include "base/buf.h"
+#include "base/splitmix.h"
 
 #define MAX_PIDS 16
 #define MAX_EPOCHS 64

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config/splitmix.h"
+#include "base/splitmix.h"
 #include "store/chunk.h"
 #include "store/policy.h"
 

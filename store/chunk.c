@@ -34,7 +34,7 @@
 
 #include <openssl/evp.h>
 
-#include "config/log.h"
+#include "base/log.h"
 
 /* Waiters called per lock release; more are handled in further batches. */
 #define WAKE_BATCH 16

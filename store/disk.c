@@ -110,8 +110,8 @@
 #include <unistd.h>
 
 #include "auth/checksum.h"
-#include "config/clock.h"
-#include "config/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #define TOPIC "disk"
 #define HDR_LEN 72u

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "config/buf.h"
+#include "base/buf.h"
 #include "store/chunk.h"
 
 /* A part's bytes, as an upstream answer to ?partNumber=N gave them. */

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config/log.h"
+#include "base/log.h"
 
 struct policy {
 	enum policy_kind kind;

@@ -47,8 +47,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "config/clock.h"
-#include "config/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "store/disk.h"
 
 #define INFLIGHT_SHARDS 64

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "auth/checksum.h"
-#include "config/log.h"
+#include "base/log.h"
 #include "store/disk.h"
 #include "store/meta.h"
 

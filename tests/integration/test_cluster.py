@@ -32,7 +32,7 @@ def blob(seed, n):
 
 def peer_headers(path, node, target, nonce, rng="", if_match="", if_none_match="",
                  secret=SECRET, date=None, hop="1"):
-    """The headers of a GET from node to the node at target, as gateway/peer.h defines them."""
+    """The headers of a GET from node to the node at target, as cluster/peer.h defines them."""
     date = str(int(time.time())) if date is None else date
     msg = "\n".join(["larder-peer-v2", "GET", path, date, node, target, nonce, hop, rng,
                      if_match, if_none_match, "", ""])

@@ -4,7 +4,7 @@
  * redis-server is not installed; LARDER_REDIS_SERVER names another binary).
  * Two or three cluster instances share the process, as nodes would share
  * a Redis. Heartbeat 200 ms, TTL 1 s, so the whole file runs in ~25 s.
- * The placement directory (store/directory.h) is tested here too, through
+ * The placement directory (cluster/directory.h) is tested here too, through
  * the heartbeat thread that flushes it, against the same Redis.
  */
 #include <setjmp.h>
@@ -29,8 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/cluster.h"
-#include "store/directory.h"
+#include "cluster/cluster.h"
+#include "cluster/directory.h"
 
 #define HB_MS 200
 #define TTL_MS 1000
@@ -235,7 +235,7 @@ static struct cluster *node(const char *id, const char *adv, double cap, struct 
 	return cl;
 }
 
-/* A membership entry for id as a node with secret writes it (store/cluster.c,
+/* A membership entry for id as a node with secret writes it (cluster/cluster.c,
  * "Trust"), expiring at expiry_ms (unix milliseconds). */
 static void member_entry(char *out, size_t outlen, const char *secret, const char *id,
                          const char *addr_cap, double expiry_ms)

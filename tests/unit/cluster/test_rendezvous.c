@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "store/rendezvous.h"
+#include "cluster/rendezvous.h"
 
 #define KEYS 100000
 #define MAXN 16

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "config/log.h"
+#include "base/log.h"
 
 static char *capture_line(const char *key)
 {

@@ -27,7 +27,7 @@
 
 #include <cmocka.h>
 
-#include "config/log.h"
+#include "base/log.h"
 #include "store/disk.h"
 
 #define KiB 1024u

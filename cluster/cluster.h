@@ -9,7 +9,7 @@
  * cannot add a member); a node that stops heartbeating leaves once its key
  * expires (ttl_ms).
  * Every chunk has an owner: the member picked by weighted rendezvous hashing
- * (store/rendezvous.h) over the members, weighted by capacity.
+ * (cluster/rendezvous.h) over the members, weighted by capacity.
  * Invalidations go to every other node by PUBLISH on larder:invalidate.
  *
  * Redis holds hints, never the only copy of anything. While Redis cannot be
@@ -47,7 +47,7 @@ struct cluster_config {
 	double capacity;        /* weight (e.g. cache bytes); > 0 */
 	unsigned heartbeat_ms;  /* 0: 1000 */
 	unsigned ttl_ms;        /* heartbeat key expiry; 0: 5000; must exceed heartbeat_ms */
-	struct directory *dir;  /* this node's placement entries (store/directory.h), flushed
+	struct directory *dir;  /* this node's placement entries (cluster/directory.h), flushed
 	                         * by the heartbeat thread; NULL: none. Must outlive cl. */
 };
 
@@ -97,7 +97,7 @@ bool cluster_pick_holder(struct cluster *cl, uint64_t key, const char *const *id
                          const size_t *lens, size_t n, char *addr, size_t addrlen);
 
 /* Redis connection settings, for other connections to the same Redis
- * (gateway/placement.c). host empty: no cluster. */
+ * (cluster/placement.c). host empty: no cluster. */
 struct cluster_redis {
 	char host[256];
 	int port;
@@ -139,7 +139,7 @@ struct cluster_view {
 void cluster_get_view(struct cluster *cl, struct cluster_view *out);
 
 /* Lower-case hex HMAC-SHA256(secret, msg) into out: what signs membership
- * entries here and requests between nodes (gateway/peer.c). */
+ * entries here and requests between nodes (cluster/peer.c). */
 void cluster_mac(const char *secret, const void *msg, size_t len, char out[65]);
 
 /* Copies up to max members (id, advertise address, capacity, directory

@@ -1,5 +1,5 @@
 /* peer.c - signing and checking requests between cluster nodes (peer.h). */
-#include "gateway/peer.h"
+#include "cluster/peer.h"
 
 #include <errno.h>
 #include <openssl/rand.h>
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config/buf.h"
-#include "store/cluster.h"
+#include "base/buf.h"
+#include "cluster/cluster.h"
 
 /* Recently seen nonces, in a hash table of fixed size: a nonce is looked
  * for in the few slots its hash names. A nonce older than the skew window

@@ -13,11 +13,11 @@
  * of an exponential variate with rate 1/w, whose maximum over nodes lands
  * on node i with probability w_i / sum(w).
  */
-#include "store/rendezvous.h"
+#include "cluster/rendezvous.h"
 
 #include <math.h>
 
-#include "config/splitmix.h"
+#include "base/splitmix.h"
 
 uint64_t rdv_node_hash(const char *node_id)
 {

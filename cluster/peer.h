@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <time.h>
 
-#include "gateway/upstream.h"
+#include "base/hdrs.h"
 
 #define PEER_SKEW_S 30
 #define PEER_MAX_HOP 2

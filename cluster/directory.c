@@ -13,7 +13,7 @@
  * the tiers and Redis agree again after the next flush whatever the
  * interleaving.
  */
-#include "store/directory.h"
+#include "cluster/directory.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -22,8 +22,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "config/clock.h"
-#include "store/redis_util.h"
+#include "base/clock.h"
+#include "cluster/redis_util.h"
 
 #define QUEUE_MAX 65536
 #define SWEEP_MAX 8192 /* chunks reconciled per flush at most */

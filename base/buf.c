@@ -1,5 +1,5 @@
 /* buf.c - capped growable strings, slices, hex, constant-time compare. */
-#include "config/buf.h"
+#include "base/buf.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -6,7 +6,7 @@
  * hiredis always runs (with a NULL reply when the connection goes), so a
  * cancelled or timed-out ask only has its cb cleared and waits for it.
  */
-#include "gateway/placement.h"
+#include "cluster/placement.h"
 
 #include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
@@ -15,9 +15,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "config/log.h"
-#include "store/cluster.h"
-#include "store/directory.h"
+#include "base/log.h"
+#include "cluster/cluster.h"
+#include "cluster/directory.h"
 
 #define TOPIC "placement"
 #define ASK_TIMEOUT_MS 100

@@ -1,5 +1,5 @@
 /*
- * placement.h - the placement directory (store/directory.h) read from a
+ * placement.h - the placement directory (cluster/directory.h) read from a
  * worker's own loop: which other node holds a chunk.
  *
  * Each worker has its own Redis connection, driven by hiredis's async API

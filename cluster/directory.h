@@ -2,7 +2,7 @@
  * directory.h - this node's part of the placement directory: the copies it
  * holds that hashing would not find, published in Redis.
  *
- * Hashing already says where a chunk lives: its owner (store/cluster.h)
+ * Hashing already says where a chunk lives: its owner (cluster/cluster.h)
  * fetched it and keeps it. What hashing cannot tell is where a chunk is
  * once its owner changed. So a node lists a chunk it holds and does not
  * own when either

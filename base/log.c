@@ -1,5 +1,5 @@
 /* log.c - diagnostics to stderr and the access log, both line-atomic. */
-#include "config/log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

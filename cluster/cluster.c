@@ -33,7 +33,7 @@
  *
  * Heartbeat thread. One pipelined round trip (SET, SADD, SMEMBERS), one
  * MGET of the members' keys, now and then an SREM, then this node's
- * placement directory changes (store/directory.h); between heartbeats it
+ * placement directory changes (cluster/directory.h); between heartbeats it
  * sleeps on cl->cond, which cluster_publish_invalidate signals so queued
  * invalidations go out at once. When Redis does not answer it retries with
  * a growing delay (heartbeat_ms doubling up to 4x).
@@ -48,7 +48,7 @@
  * bucket names hold no newline (checked); the key is the rest, whatever it
  * holds. Receivers skip their own messages.
  */
-#include "store/cluster.h"
+#include "cluster/cluster.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,12 +67,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config/buf.h"
-#include "config/clock.h"
-#include "config/log.h"
-#include "store/directory.h"
-#include "store/redis_util.h"
-#include "store/rendezvous.h"
+#include "base/buf.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "cluster/directory.h"
+#include "cluster/redis_util.h"
+#include "cluster/rendezvous.h"
 
 #define TOPIC "cluster"
 #define CLUSTER_MAGIC 0x434c5354u /* "CLST" */

@@ -1,0 +1,25 @@
+/*
+ * hdrs.h - an owned list of HTTP header fields (name, value), in order:
+ * what larder sends upstream, and what an upstream answer carried.
+ */
+#ifndef LARDER_HDRS_H
+#define LARDER_HDRS_H
+
+#include <stddef.h>
+
+struct hdrs {
+	struct hdr { char *name; char *value; } *v;
+	size_t n, cap;
+};
+void hdrs_init(struct hdrs *h);
+void hdrs_fini(struct hdrs *h);
+/* Appends a copy of name and value. Returns 0 or -ENOMEM. */
+int hdrs_add(struct hdrs *h, const char *name, const char *value);
+/* Adds one raw response header line ("Name: value\r\n", as curl's header
+ * callback passes it); lines without a name are ignored. Returns 0 or
+ * -ENOMEM. */
+int hdrs_add_line(struct hdrs *h, const char *line, size_t len);
+/* The value of the first header with this name (any case), or NULL. */
+const char *hdrs_get(const struct hdrs *h, const char *name);
+
+#endif
