@@ -5,6 +5,8 @@
   report.py table DIR SCENARIO            print the scenario's table
   report.py summary DIR                   markdown: every table and the targets
   report.py plots DIR                     gnuplot PNGs (a, b, c, f) into DIR
+  report.py compare A_DIRS -- B_DIRS      markdown: each run's median [min-max]
+                                          over the A runs and the B runs, and B/A
 """
 import glob
 import json
@@ -346,6 +348,59 @@ plot '{d}/f.dat' using 2:xtic(1) title 'larder subset', '' using 3 title 'larder
         print(f"plot: {os.path.join(d, p)}")
 
 
+def spread(vals, nd):
+    """median [min-max] of a list of numbers (None when empty)."""
+    vals = sorted(v for v in vals if v is not None)
+    if not vals:
+        return None, "-"
+    n = len(vals)
+    med = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+    return med, f"{med:.{nd}f} [{vals[0]:.{nd}f}-{vals[-1]:.{nd}f}]"
+
+
+def compare(a_dirs, b_dirs):
+    """The same runs measured several times with two builds (A, B), interleaved
+    by the caller: per run, the median and spread of objects/s and of the
+    server's CPU seconds per GB, and B's median over A's."""
+    figures = [("obj/s", lambda r: r["total"]["objects_per_s"], 1),
+               ("CPU s/GB", lambda r: r.get("target_cpu_s_per_gb"), 2)]
+    out = []
+    for scen in "adecbfmgt":
+        names = []
+        for d in a_dirs + b_dirs:
+            for n in load(d, scen):
+                if n not in names:
+                    names.append(n)
+        if not names:
+            continue
+        header = ["run"]
+        for f, _, _ in figures:
+            header += [f"A {f}", f"B {f}", "B/A"]
+        rows = []
+        for n in names:
+            row_ = [f"{scen}-{n}"]
+            for _, get_, nd in figures:
+                meds = []
+                for dirs in (a_dirs, b_dirs):
+                    vals = []
+                    for d in dirs:
+                        r = load(d, scen).get(n)
+                        if r is not None:
+                            try:
+                                vals.append(get_(r))
+                            except (KeyError, TypeError):
+                                pass
+                    med, text = spread(vals, nd)
+                    meds.append(med)
+                    row_.append(text)
+                row_.append(f"{meds[1] / meds[0]:.2f}" if meds[0] and meds[1] is not None else "-")
+            rows.append(row_)
+        out.append(f"### {scen} (A: {len(a_dirs)} runs, B: {len(b_dirs)} runs)\n")
+        out.append(md_table(header, rows))
+        out.append("")
+    return "\n".join(out)
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "annotate":
@@ -358,6 +413,12 @@ def main():
         print(summary(sys.argv[2]))
     elif cmd == "plots":
         plots(sys.argv[2])
+    elif cmd == "compare":
+        args = sys.argv[2:]
+        if "--" not in args:
+            sys.exit(__doc__)
+        i = args.index("--")
+        print(compare(args[:i], args[i + 1:]))
     else:
         sys.exit(__doc__)
 

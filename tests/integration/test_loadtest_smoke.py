@@ -48,6 +48,13 @@ class LoadtestSmoke(unittest.TestCase):
         g = json.load(open(os.path.join(res, "g-cluster.json")))
         # Nodes alone would fetch every chunk three times (3.0).
         self.assertLess(g["upstream_gets_per_chunk"], 1.5, g)
+        # ab.sh's table: a run compared with itself is 1.00 of itself.
+        cmp = subprocess.run([os.path.join(LOADTEST, "report.py"), "compare", res, "--", res],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(cmp.returncode, 0, cmp.stderr)
+        cold = [l for l in cmp.stdout.splitlines() if l.startswith("| a-larder-cold-")]
+        self.assertTrue(cold, cmp.stdout)
+        self.assertEqual(cold[0].split("|")[4].strip(), "1.00", cold[0])
 
 
 if __name__ == "__main__":
