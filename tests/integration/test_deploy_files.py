@@ -20,6 +20,7 @@ No Docker engine, no Kubernetes API server and no moto are needed:
   larder ($LARDER_BUILD_DIR, default build/) on PATH: root refusal, larder's own
   message and status for a bad setting, the cache directory, exec and SIGTERM.
 """
+import json
 import os
 import re
 import shutil
@@ -464,7 +465,8 @@ class ComposeFiles(unittest.TestCase):
 
     def test_demo_layout(self):
         services = self.load("docker-compose.yml")["services"]
-        self.assertEqual(set(services), {"redis", "upstream", "larder-1", "larder-2", "larder-3"})
+        self.assertEqual(set(services), {"redis", "upstream", "larder-1", "larder-2", "larder-3",
+                                         "prometheus", "grafana"})
         self.assertTrue(services["redis"]["image"].startswith("redis:7-alpine"))
         self.assertTrue(services["upstream"]["image"].startswith("motoserver/moto"))
         self.assertIn("5000", " ".join(map(str, services["upstream"].get("command", []))))
@@ -516,6 +518,175 @@ class ComposeFiles(unittest.TestCase):
                     r = larder_check(binary, settings)
                     self.assertEqual(r.returncode, 0, r.stderr)
                     self.assertIn("configuration ok", r.stdout)
+
+
+# ------------------------------------------------------------------ monitoring
+
+GRAFANA = os.path.join(DOCKER, "grafana")
+DASHBOARD = os.path.join(GRAFANA, "dashboards", "larder.json")
+
+
+def dashboard_exprs():
+    with open(DASHBOARD, encoding="utf-8") as f:
+        dash = json.load(f)
+    exprs = []
+    for p in dash["panels"]:
+        for t in p.get("targets", []):
+            exprs.append((p["title"], t["expr"]))
+    return dash, exprs
+
+
+def scrape_metrics(binary):
+    """larder's /metrics text from a node with every family on: a cluster
+    member (its Redis unreachable, so it serves alone) with an NVMe tier, after
+    one client request."""
+    with tempfile.TemporaryDirectory(prefix="larder-metrics-") as tmp:
+        port, admin = free_port(), free_port()
+        token = "metrics-token-0123456789"
+        env = base_env({
+            "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "example",
+            "HOME": tmp, "LARDER_LISTEN": "127.0.0.1:%d" % port,
+            "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % admin, "LARDER_ADMIN_TOKEN": token,
+            "LARDER_UPSTREAM_URL": "http://127.0.0.1:%d" % free_port(),
+            "LARDER_CLIENT_KEY": "AKMETRICS0000000001", "LARDER_CLIENT_SECRET": "metrics-secret-0123456789",
+            "LARDER_CACHE_DIR": os.path.join(tmp, "cache"), "LARDER_DISK_CACHE_SIZE": "64MiB",
+            "LARDER_REDIS_URL": "redis://127.0.0.1:%d" % free_port(),
+            "LARDER_CLUSTER_SECRET": "metrics-cluster-secret-0123", "LARDER_NODE_ID": "n1",
+            "LARDER_ADVERTISE": "127.0.0.1:%d" % port})
+        proc = subprocess.Popen([binary, "serve"], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        try:
+            deadline = time.time() + 20
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", admin), timeout=1):
+                        break
+                except OSError:
+                    if proc.poll() is not None or time.time() > deadline:
+                        raise AssertionError("larder did not start: " +
+                                             proc.stderr.read().decode(errors="replace"))
+                    time.sleep(0.05)
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                c.sendall(b"GET /b/k HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                while c.recv(65536):
+                    pass
+            with socket.create_connection(("127.0.0.1", admin), timeout=5) as c:
+                c.sendall(("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                           "Authorization: Bearer %s\r\n\r\n" % token).encode())
+                data = b""
+                while True:
+                    piece = c.recv(65536)
+                    if not piece:
+                        break
+                    data += piece
+            head, _, body = data.partition(b"\r\n\r\n")
+            if b" 200 " not in head.split(b"\r\n")[0]:
+                raise AssertionError("/metrics: " + head.decode(errors="replace"))
+            return body.decode()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stderr.close()
+
+
+class Monitoring(unittest.TestCase):
+    """docker/prometheus and docker/grafana: what the Compose demo runs to watch
+    the three nodes, checked without Docker."""
+
+    def test_dashboard_asks_only_for_metrics_larder_exports(self):
+        binary = need_larder(self)
+        text = scrape_metrics(binary)
+        families = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+        labels = {}
+        for m in re.finditer(r"^(larder_\w+)\{([^}]*)\}", text, re.M):
+            labels.setdefault(m.group(1), set()).update(
+                re.findall(r'(\w+)="', m.group(2)))
+        self.assertIn("larder_cluster_members", families, "a cluster member's families")
+        dash, exprs = dashboard_exprs()
+        self.assertGreaterEqual(len(exprs), 20)
+        for title, expr in exprs:
+            for name in re.findall(r"\blarder_\w+", expr):
+                family = re.sub(r"_(bucket|count|sum)$", "", name) \
+                    if name.startswith("larder_upstream_request_duration") else name
+                with self.subTest(panel=title, metric=name):
+                    self.assertIn(family, families)
+                    # Labels the query selects or groups by are ones the samples carry.
+                    used = set(re.findall(r"by \(([^)]*)\)", expr))
+                    used = {l.strip() for u in used for l in u.split(",")} - {"le", "instance"}
+                    for sel in re.findall(name + r"\{([^}]*)\}", expr):
+                        used |= set(re.findall(r"(\w+)=~?\"", sel)) - {"instance"}
+                    if name in labels:
+                        self.assertLessEqual(used, labels[name], expr)
+
+    def test_dashboard_is_well_formed(self):
+        dash, exprs = dashboard_exprs()
+        self.assertEqual(dash["uid"], "larder-overview")
+        names = [v["name"] for v in dash["templating"]["list"]]
+        self.assertEqual(names, ["datasource", "instance"])
+        ids = [p["id"] for p in dash["panels"]]
+        self.assertEqual(len(ids), len(set(ids)), "panel ids are unique")
+        for p in dash["panels"]:
+            g = p["gridPos"]
+            self.assertLessEqual(g["x"] + g["w"], 24, p["title"])
+            if p["type"] != "row":
+                self.assertEqual(p["datasource"]["uid"], "${datasource}", p["title"])
+                self.assertTrue(p["targets"], p["title"])
+        for title, expr in exprs:
+            self.assertEqual(expr.count("("), expr.count(")"), title)
+            self.assertEqual(expr.count("{"), expr.count("}"), title)
+            if "larder_" in expr:
+                self.assertIn('instance=~"$instance"', expr, title)
+
+    def test_compose_wires_prometheus_and_grafana(self):
+        need_yaml(self)
+        with open(os.path.join(DOCKER, "docker-compose.yml"), encoding="utf-8") as f:
+            services = yaml.safe_load(f)["services"]
+        with open(os.path.join(DOCKER, "prometheus", "prometheus.yml"), encoding="utf-8") as f:
+            prom = yaml.safe_load(f)
+        job = prom["scrape_configs"][0]
+        targets = set(job["static_configs"][0]["targets"])
+        nodes = {n for n in services if n.startswith("larder-")}
+        # Each node's admin listener inside the network (the image's 9090).
+        self.assertEqual(targets, {n + ":9090" for n in nodes})
+        self.assertEqual(job["authorization"]["type"], "Bearer")
+        p = services["prometheus"]
+        cmd = " ".join(p["command"])
+        self.assertIn("> " + job["authorization"]["credentials_file"], cmd,
+                      "the token file Prometheus reads is the one the service writes")
+        self.assertIn("$$LARDER_ADMIN_TOKEN", cmd)
+        self.assertEqual(str(p["environment"]["LARDER_ADMIN_TOKEN"]),
+                         str(services["larder-1"]["environment"]["LARDER_ADMIN_TOKEN"]),
+                         "Prometheus sends the nodes' admin token")
+        mounts = dict(v.rsplit(":", 2)[:2] if v.endswith(":ro") else v.split(":", 1)
+                      for v in p["volumes"])
+        conf = re.search(r"--config.file=(\S+)", cmd).group(1)
+        self.assertEqual(mounts.get("./prometheus/prometheus.yml"), conf)
+        g = services["grafana"]
+        gm = dict(v.rsplit(":", 2)[:2] for v in g["volumes"])
+        with open(os.path.join(GRAFANA, "provisioning", "dashboards", "larder.yml")) as f:
+            provider = yaml.safe_load(f)["providers"][0]
+        self.assertEqual(gm["./grafana/dashboards"], provider["options"]["path"])
+        self.assertEqual(gm["./grafana/provisioning"], "/etc/grafana/provisioning")
+        home = g["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+        self.assertEqual(home, provider["options"]["path"] + "/larder.json")
+        with open(os.path.join(GRAFANA, "provisioning", "datasources", "prometheus.yml")) as f:
+            ds = yaml.safe_load(f)["datasources"][0]
+        self.assertEqual(ds["url"], "http://prometheus:9090")
+        for path in ("./prometheus/prometheus.yml", "./grafana/dashboards", "./grafana/provisioning"):
+            self.assertTrue(os.path.exists(os.path.join(DOCKER, path)), path)
+
+    def test_promtool_accepts_the_config(self):
+        promtool = shutil.which("promtool")
+        if not promtool:
+            self.skipTest("promtool missing (Debian package prometheus)")
+        r = subprocess.run([promtool, "check", "config", "--syntax-only",
+                            os.path.join(DOCKER, "prometheus", "prometheus.yml")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
 # ------------------------------------------------------------------ Kubernetes
