@@ -37,6 +37,7 @@
 #include "gateway/req.h"
 #include "gateway/s3req.h"
 #include "gateway/server.h"
+#include "gateway/ui.h"
 #include "cluster/cluster.h"
 #include "cluster/directory.h"
 #include "store/meta.h"
@@ -508,6 +509,14 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                                   (json_int_t)v.invalidations_received), NULL);
 }
 
+/* GET /ui and /ui/{file}: the dashboard. No token: the page holds no data;
+ * its script asks the API with the token the user gives it. */
+static enum MHD_Result ui(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	(void)a;
+	return ui_respond(c, q->rest);
+}
+
 /* ---- routing -------------------------------------------------------------------- */
 
 static const struct route {
@@ -528,6 +537,8 @@ static const struct route {
 	/* A path ending in '/' takes the rest of the URL as its argument. */
 	{ "/admin/jobs/", "GET", true, 0, job_get },
 	{ "/admin/jobs/", "DELETE", true, 0, job_cancel },
+	{ "/ui", "GET", false, 0, ui },
+	{ "/ui/", "GET", false, 0, ui },
 };
 
 #define N_ROUTES (sizeof routes / sizeof routes[0])
@@ -617,7 +628,7 @@ static const struct route *route_headers(struct admin *a, struct MHD_Connection 
 		*ret = send_error(c, 404, "not_found", NULL,
 		                  "no route %.32s %.200s (routes: GET /healthz, GET /readyz, GET /metrics, "
 		                  "GET /admin/stats, POST /admin/purge, POST /admin/prefetch, "
-		                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET /admin/cluster)",
+		                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET /admin/cluster, GET /ui)",
 		                  method, url);
 	return NULL;
 }

@@ -14,6 +14,8 @@ PACKAGES=(
   python3-awscrt python3-torch python3-fsspec python3-boto3 python3-requests s3fs
   # fsspec's HTTP filesystem needs aiohttp (an optional dependency of python3-fsspec)
   python3-aiohttp
+  # the dashboard (GET /ui) is tested in a real browser, headless
+  chromium fonts-liberation
 )
 
 missing=()
