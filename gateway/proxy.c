@@ -80,10 +80,8 @@ void req_unref(struct req *r)
 	assert(r->magic == REQ_MAGIC && r->refs > 0);
 	if (--r->refs > 0)
 		return;
-	assert(!r->easy_running && !r->in_pending);
-	if (r->easy)
-		curl_easy_cleanup(r->easy);
-	curl_slist_free_all(r->slist);
+	assert(!r->up.running);
+	transfer_fini(&r->up);
 	if (r->sha)
 		EVP_MD_CTX_free(r->sha);
 	ack_destroy(r->ack);
@@ -92,7 +90,6 @@ void req_unref(struct req *r)
 	listcache_end(r);
 	s3req_fini(&r->s3);
 	up_target_fini(&r->target);
-	hdrs_fini(&r->uresp);
 	free(r->upbuf.p);
 	free(r->downbuf.p);
 	free(r->uri);
@@ -121,36 +118,11 @@ void req_suspend(struct req *r)
 	}
 }
 
-static void want_unpause(struct req *r)
-{
-	if (r->in_pending || !r->easy_running)
-		return;
-	r->in_pending = true;
-	r->refs++;
-	r->next_pending = r->w->pending;
-	r->w->pending = r;
-}
-
-void proxy_run_pending(struct worker *w)
-{
-	while (w->pending) {
-		struct req *r = w->pending;
-		w->pending = r->next_pending;
-		r->in_pending = false;
-		if (r->easy_running && (r->read_paused || r->write_paused)) {
-			r->read_paused = r->write_paused = false;
-			curl_easy_pause(r->easy, CURLPAUSE_CONT);
-		}
-		req_unref(r);
-	}
-}
-
 static void stop_upstream(struct req *r)
 {
-	if (!r->easy_running)
+	if (!r->up.running)
 		return;
-	curlev_remove(r->w->curl, r->easy);
-	r->easy_running = false;
+	transfer_stop(&r->up);
 	r->udone = true;
 	if (r->uresult == CURLE_OK)
 		r->uresult = CURLE_ABORTED_BY_CALLBACK;
@@ -875,60 +847,37 @@ static char *upstream_query(const char *q, bool presigned_v2)
 	return out;
 }
 
-static size_t on_upstream_header(char *data, size_t size, size_t n, void *arg)
+static enum transfer_verdict on_upstream_headers(struct transfer *t, void *arg)
 {
 	struct req *r = arg;
-	size_t len = size * n;
 	assert(r->magic == REQ_MAGIC);
-	if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
-		/* A new status line (after a 1xx, or a retry): start over. */
-		hdrs_fini(&r->uresp);
-		r->uresp_bytes = 0;
-		const char *sp = memchr(data, ' ', len);
-		r->ustatus = sp ? strtol(sp + 1, NULL, 10) : 0;
-		return len;
+	enum transfer_verdict v = upstream_region_check(r->w->gw->up, r->s3.bucket, t);
+	if (v == TRANSFER_RESEND && r->body == BODY_NONE)
+		return v; /* signed for the wrong region: send again (a body cannot be) */
+	r->ustatus = t->status;
+	const char *cl = hdrs_get(&t->resp, "Content-Length");
+	r->resp_len = MHD_SIZE_UNKNOWN;
+	if (cl) {
+		char *end;
+		unsigned long long n = strtoull(cl, &end, 10);
+		if (*end == '\0' && end != cl)
+			r->resp_len = n;
 	}
-	if (len <= 2 && (len == 0 || data[0] == '\r' || data[0] == '\n')) {
-		if (r->ustatus < 200)
-			return len; /* end of an interim response */
-		const char *br = hdrs_get(&r->uresp, "x-amz-bucket-region");
-		if (br && r->s3.bucket[0] && upstream_learn_region(r->w->gw->up, r->s3.bucket, br) &&
-		    (r->ustatus == 301 || r->ustatus == 400) && r->body == BODY_NONE && r->retries == 0) {
-			r->retry = true; /* signed for the wrong region: send again */
-			return len;
-		}
-		const char *cl = hdrs_get(&r->uresp, "Content-Length");
-		r->resp_len = MHD_SIZE_UNKNOWN;
-		if (cl) {
-			char *end;
-			unsigned long long v = strtoull(cl, &end, 10);
-			if (*end == '\0' && end != cl)
-				r->resp_len = v;
-		}
-		r->uhdrs_done = true;
-		cache_learn(r);
-		req_wake(r);
-		return len;
-	}
-	r->uresp_bytes += len;
-	if (r->uresp_bytes > MAX_UPSTREAM_HEADER_BYTES)
-		return 0; /* fails the transfer: larder answers 503 */
-	return hdrs_add_line(&r->uresp, data, len) == 0 ? len : 0;
+	r->uhdrs_done = true;
+	cache_learn(r);
+	req_wake(r);
+	return TRANSFER_GO;
 }
 
-static size_t on_upstream_body(char *data, size_t size, size_t n, void *arg)
+static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, size_t len)
 {
 	struct req *r = arg;
-	size_t len = size * n;
 	assert(r->magic == REQ_MAGIC);
-	if (r->retry)
-		return len; /* the wrong-region error body: dropped */
+	(void)t;
 	if (!r->conn)
 		return 0;   /* client gone */
-	if (len > pbuf_room(&r->downbuf)) {
-		r->write_paused = true;
+	if (len > pbuf_room(&r->downbuf))
 		return CURL_WRITEFUNC_PAUSE;
-	}
 	if (pbuf_put(&r->downbuf, data, len) != 0)
 		return 0;
 	listcache_capture(r, data, len);
@@ -936,11 +885,11 @@ static size_t on_upstream_body(char *data, size_t size, size_t n, void *arg)
 	return len;
 }
 
-static size_t on_upstream_read(char *out, size_t size, size_t n, void *arg)
+static size_t on_upstream_read(struct transfer *t, void *arg, char *out, size_t max)
 {
 	struct req *r = arg;
-	size_t max = size * n;
 	assert(r->magic == REQ_MAGIC);
+	(void)t;
 	if (r->has_err)
 		return CURL_READFUNC_ABORT;
 	size_t avail = pbuf_used(&r->upbuf);
@@ -963,10 +912,8 @@ static size_t on_upstream_read(char *out, size_t size, size_t n, void *arg)
 		if (!r->body_verified && avail >= left)
 			avail = left ? (size_t)left - 1 : 0;
 	}
-	if (avail == 0) {
-		r->read_paused = true;
+	if (avail == 0)
 		return CURL_READFUNC_PAUSE;
-	}
 	size_t got = pbuf_take(&r->upbuf, out, avail < max ? avail : max);
 	r->up_sent += got;
 	req_wake(r); /* the upload may have been waiting for room */
@@ -981,10 +928,6 @@ static int start_upstream(struct req *r)
 	int rc = 0;
 	if (!r->up_query && !(r->up_query = upstream_query(r->query, r->presigned_v2)))
 		rc = -ENOMEM;
-	if (!rc)
-		rc = upstream_target(gw->up, r->s3.bucket,
-		                     r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL,
-		                     r->up_query, &r->target);
 	struct fwd_ctx f = { &h, r->body == BODY_CHUNKED, 0 };
 	if (!rc) {
 		MHD_get_connection_values(r->conn, MHD_HEADER_KIND, forward_header, &f);
@@ -994,79 +937,52 @@ static int start_upstream(struct req *r)
 		rc = forward_query_headers(r, &h);
 	/* The payload hash upstream checks: the client's own when it signed
 	 * the body (so S3 verifies it again), else UNSIGNED-PAYLOAD. */
-	const char *payload = r->sha ? r->want_sha
-	                    : r->body == BODY_NONE ? SV4_EMPTY_SHA256 : SV4_UNSIGNED_PAYLOAD;
-	rc = rc ? rc : hdrs_add(&h, "Host", buf_cstr(&r->target.host));
-	rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", payload);
-	rc = rc ? rc : upstream_sign(gw->up, r->method, &r->target, r->up_query, &h);
-	if (rc) {
-		hdrs_fini(&h);
-		return rc;
-	}
-
-	curl_slist_free_all(r->slist);
-	r->slist = hdrs_to_curl(&h);
+	struct up_request rq = {
+		.method = r->method,
+		.bucket = r->s3.bucket,
+		.key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL,
+		.query = r->up_query,
+		.payload_hash = r->sha ? r->want_sha
+		              : r->body == BODY_NONE ? SV4_EMPTY_SHA256 : SV4_UNSIGNED_PAYLOAD,
+		.headers = &h,
+		.upload = r->body != BODY_NONE || strcmp(r->method, "PUT") == 0 ||
+		          strcmp(r->method, "POST") == 0,
+		.upload_len = r->up_len,
+	};
+	rc = rc ? rc : upstream_prepare(gw->up, &r->up, &rq, &r->target);
 	hdrs_fini(&h);
-	if (!r->slist)
-		return -ENOMEM;
-
-	if (upstream_easy_prepare(&r->easy, gw->up, &r->target, r->slist, on_upstream_header,
-	                          on_upstream_body, r, r->curl_err) != 0)
-		return -ENOMEM;
-	CURL *e = r->easy;
-	if (strcmp(r->method, "HEAD") == 0) {
-		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-	} else if (r->body != BODY_NONE || strcmp(r->method, "PUT") == 0 ||
-	           strcmp(r->method, "POST") == 0) {
-		/* Any method with a body: curl's upload machinery, method named. */
-		curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-		curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->up_len);
-		curl_easy_setopt(e, CURLOPT_READFUNCTION, on_upstream_read);
-		curl_easy_setopt(e, CURLOPT_READDATA, r);
-		if (strcmp(r->method, "PUT") != 0)
-			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
-	} else if (strcmp(r->method, "GET") != 0) {
-		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
-	}
+	if (rc)
+		return rc;
 	r->uhdrs_done = false;
 	r->udone = false;
 	r->uresult = CURLE_OK;
 	r->ustatus = 0;
-	r->retry = false;
-	r->read_paused = r->write_paused = false;
-	hdrs_fini(&r->uresp);
-	if (curlev_add(r->w->curl, e) != 0)
+	if (transfer_submit(&r->up) != 0)
 		return -EIO;
-	r->easy_running = true;
 	r->refs++;
 	return 0;
 }
 
-void proxy_curl_done(CURL *easy, CURLcode result, void *arg)
+/* Sent again, signed for the region S3 named: only while somebody waits. */
+static int resend_upstream(struct transfer *t, void *arg)
 {
-	struct req *r = NULL;
-	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&r);
-	if (r && *(unsigned *)r == FETCH_MAGIC) { /* a cache fill, not a client's request */
-		fetch_curl_done((struct fetch *)r, result);
-		return;
-	}
-	if (r && *(unsigned *)r == PREFETCH_MAGIC) { /* a prefetch job's listing */
-		prefetch_curl_done(r, (int)result);
-		return;
-	}
-	assert(r && r->magic == REQ_MAGIC && r->easy == easy);
-	(void)arg;
-	r->easy_running = false;
-	if (r->retry && r->conn && !r->has_err) {
-		r->retries++;
-		log_info("upstream", "id=%s retrying in region %s", r->id, r->target.region);
-		if (start_upstream(r) == 0) {
-			req_unref(r); /* start_upstream took a new reference */
-			return;
-		}
-	}
+	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC);
+	(void)t;
+	if (!r->conn || r->has_err)
+		return -ECANCELED;
+	log_info("upstream", "id=%s retrying in region %s", r->id, r->target.region);
+	int rc = start_upstream(r);
+	if (rc == 0)
+		req_unref(r); /* start_upstream took a new reference */
+	return rc;
+}
+
+static void upstream_done(struct transfer *t, void *arg, CURLcode result)
+{
+	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC && t == &r->up);
 	r->udone = true;
-	metrics_upstream_curl(easy, r->ustatus, result, false);
 	r->uresult = result;
 	if (result == CURLE_OK) {
 		cache_invalidate(r);
@@ -1074,10 +990,18 @@ void proxy_curl_done(CURL *easy, CURLcode result, void *arg)
 	}
 	if (result != CURLE_OK)
 		log_warn("upstream", "id=%s %s %s: %s", r->id, r->method, buf_cstr(&r->target.url),
-		         r->curl_err[0] ? r->curl_err : curl_easy_strerror(result));
+		         transfer_strerror(t, result));
 	req_wake(r);
 	req_unref(r);
 }
+
+static const struct transfer_ops upstream_ops = {
+	.headers = on_upstream_headers,
+	.body = on_upstream_body,
+	.read = on_upstream_read,
+	.restart = resend_upstream,
+	.done = upstream_done,
+};
 
 /* ------------------------------------------------------------------ */
 /* request body */
@@ -1122,8 +1046,8 @@ static size_t take_body(struct req *r, const char *data, size_t len)
 		r->up_queued += n;
 	}
 	r->bytes_in += n;
-	if (r->read_paused)
-		want_unpause(r);
+	if (r->up.read_paused)
+		transfer_unpause(&r->up);
 	return n;
 }
 
@@ -1157,8 +1081,8 @@ static void finish_body(struct req *r)
 		check_delete_body(r);
 	if (r->has_err)
 		stop_upstream(r);
-	else if (r->read_paused)
-		want_unpause(r);
+	else if (r->up.read_paused)
+		transfer_unpause(&r->up);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1172,8 +1096,8 @@ static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 	if (pbuf_used(&r->downbuf)) {
 		size_t n = pbuf_take(&r->downbuf, out, max);
 		r->bytes_out += n;
-		if (r->write_paused)
-			want_unpause(r);
+		if (r->up.write_paused)
+			transfer_unpause(&r->up);
 		return (ssize_t)n;
 	}
 	if (r->udone) {
@@ -1181,8 +1105,8 @@ static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 		                (r->resp_len == MHD_SIZE_UNKNOWN || r->bytes_out == r->resp_len);
 		return complete ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
 	}
-	if (r->write_paused)
-		want_unpause(r);
+	if (r->up.write_paused)
+		transfer_unpause(&r->up);
 	req_suspend(r);
 	return 0;
 }
@@ -1203,11 +1127,11 @@ static enum MHD_Result respond_upstream(struct req *r)
 	if (!resp)
 		return MHD_NO;
 	r->refs++;
-	for (size_t i = 0; i < r->uresp.n; i++) {
-		const char *n = r->uresp.v[i].name;
+	for (size_t i = 0; i < r->up.resp.n; i++) {
+		const char *n = r->up.resp.v[i].name;
 		if (hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
 			continue;
-		req_add_response_header(resp, n, r->uresp.v[i].value);
+		req_add_response_header(resp, n, r->up.resp.v[i].value);
 	}
 	if (r->w->gw->store && r->s3.target == S3T_OBJECT &&
 	    (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0))
@@ -1216,7 +1140,7 @@ static enum MHD_Result respond_upstream(struct req *r)
 		r->bypass_logged = true;
 	}
 	/* S3 always names its request; an S3-compatible upstream may not. */
-	if (!hdrs_get(&r->uresp, "x-amz-request-id"))
+	if (!hdrs_get(&r->up.resp, "x-amz-request-id"))
 		MHD_add_response_header(resp, "x-amz-request-id", r->id);
 	req_add_common_headers(r, resp);
 	r->status_sent = (int)r->ustatus;
@@ -1257,7 +1181,7 @@ void *proxy_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	         (unsigned long)((unsigned)time(NULL) ^ (unsigned)random()) & 0xffffffffUL);
 	s3req_init(&r->s3);
 	up_target_init(&r->target);
-	hdrs_init(&r->uresp);
+	transfer_init(&r->up, &upstream_ops, r, w->curl, NULL);
 	r->resp_len = MHD_SIZE_UNKNOWN;
 	r->next = w->live;
 	if (w->live)

@@ -31,13 +31,6 @@ enum MHD_Result proxy_access_cb(void *cls, struct MHD_Connection *conn, const ch
 void proxy_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
                         enum MHD_RequestTerminationCode toe);
 
-/* curlev_done_cb for the worker's multi handle (arg: the worker). */
-void proxy_curl_done(CURL *easy, CURLcode result, void *arg);
-
-/* Unpauses the curl transfers that asked for it; run by the worker before
- * its loop sleeps. */
-void proxy_run_pending(struct worker *w);
-
 /* Shutdown: cancels every request still live on the worker (their clients
  * get a closed connection) so the daemon can stop. */
 void proxy_abort_all(struct worker *w);
