@@ -1,5 +1,5 @@
 /*
- * req.h - one client request, as the pass-through (proxy.c) and the
+ * req.h - one client request, as request.c, authn.c, passthrough.c and the
  * cached read path (cache.c) share it. Private to gateway/.
  *
  * Every field belongs to the worker thread that accepted the request,
@@ -146,7 +146,7 @@ struct req {
 	uint64_t bytes_out;
 };
 
-/* Helpers proxy.c lends to cache.c. */
+/* Helpers request.c lends to the rest of gateway/. */
 void req_ref(struct req *r);
 void req_unref(struct req *r);
 void req_wake(struct req *r);     /* resume the client connection if suspended */
@@ -168,7 +168,7 @@ void cache_begin(struct req *r);               /* first call */
 enum MHD_Result cache_respond(struct req *r);  /* the body is in: answer (or wait) */
 void cache_end(struct req *r);                 /* the request is over */
 void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->wake_async */
-bool cache_passes(struct req *r);              /* proxy.c serves it after all */
+bool cache_passes(struct req *r);              /* the pass-through serves it after all */
 void cache_learn(struct req *r);               /* upstream's headers: a part, checksums */
 /* Forgets objects of bucket: the key (exact) or every key under prefix:
  * their chunks in every tier and their metadata, so the next read goes

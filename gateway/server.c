@@ -35,7 +35,7 @@
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
 #include "gateway/prefetch.h"
-#include "gateway/proxy.h"
+#include "gateway/request.h"
 #include "gateway/req.h"
 #include "net/transfer.h"
 #include "cluster/cluster.h"
@@ -104,7 +104,7 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (w->n_live > 0) {
 		log_warn("server", "worker %u: %u requests still running after the grace period; "
 		         "closing them", w->index, w->n_live);
-		proxy_abort_all(w);
+		request_abort_all(w);
 		mhd_run(w);
 	}
 	fetch_abort_all(w);
@@ -146,7 +146,7 @@ static void connection_cb(void *cls, struct MHD_Connection *conn, void **socket_
 }
 
 /* MHD would percent-decode the path and arguments in place; larder reads
- * the raw URI instead (proxy_uri_cb), so leave them as they came. */
+ * the raw URI instead (request_uri_cb), so leave them as they came. */
 static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
 {
 	(void)cls;
@@ -176,12 +176,12 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	/* The pool holds the request line and headers, so its size is the
 	 * header limit (MHD answers 431 past it), plus room for buffers. */
 	size_t pool = cfg->max_header_bytes + 16 * 1024;
-	w->mhd = MHD_start_daemon(flags, 0, NULL, NULL, proxy_access_cb, w,
+	w->mhd = MHD_start_daemon(flags, 0, NULL, NULL, request_access_cb, w,
 	                          MHD_OPTION_EXTERNAL_LOGGER, log_mhd, (void *)"http",
 	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 	                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-	                          MHD_OPTION_URI_LOG_CALLBACK, proxy_uri_cb, w,
-	                          MHD_OPTION_NOTIFY_COMPLETED, proxy_completed_cb, w,
+	                          MHD_OPTION_URI_LOG_CALLBACK, request_uri_cb, w,
+	                          MHD_OPTION_NOTIFY_COMPLETED, request_completed_cb, w,
 	                          MHD_OPTION_NOTIFY_CONNECTION, connection_cb, gw,
 	                          MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
 	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
