@@ -23,6 +23,15 @@ void transfer_init(struct transfer *t, const struct transfer_ops *ops, void *own
 	hdrs_init(&t->resp);
 }
 
+/* Request headers may hold a token (a session token, a metadata
+ * service's): wiped before they are freed. */
+static void free_headers(struct curl_slist *list)
+{
+	for (struct curl_slist *s = list; s; s = s->next)
+		explicit_bzero(s->data, strlen(s->data));
+	curl_slist_free_all(list);
+}
+
 void transfer_fini(struct transfer *t)
 {
 	if (t->magic != TRANSFER_MAGIC)
@@ -30,7 +39,7 @@ void transfer_fini(struct transfer *t)
 	transfer_stop(t);
 	if (t->easy)
 		curl_easy_cleanup(t->easy);
-	curl_slist_free_all(t->headers);
+	free_headers(t->headers);
 	hdrs_fini(&t->resp);
 	t->magic = 0;
 }
@@ -92,10 +101,10 @@ int transfer_prepare(struct transfer *t, const char *url, struct curl_slist *hea
 	if (t->easy) {
 		curl_easy_reset(t->easy);
 	} else if (!(t->easy = curl_easy_init())) {
-		curl_slist_free_all(headers);
+		free_headers(headers);
 		return -ENOMEM;
 	}
-	curl_slist_free_all(t->headers); /* the reset handle no longer points at them */
+	free_headers(t->headers); /* the reset handle no longer points at them */
 	t->headers = headers;
 	CURL *e = t->easy;
 	curl_easy_setopt(e, CURLOPT_URL, url);
