@@ -133,6 +133,7 @@ static enum transfer_verdict on_list_headers(struct transfer *t, void *arg)
 static size_t on_list_body(struct transfer *t, void *arg, const char *data, size_t len)
 {
 	struct pf_job *j = arg;
+	assert(j->magic == PREFETCH_MAGIC);
 	(void)t;
 	return buf_append(&j->body, data, len) == 0 ? len : 0;
 }
@@ -603,6 +604,7 @@ static int check_prepare(struct transfer *t, void *arg)
 static enum transfer_verdict check_headers(struct transfer *t, void *arg)
 {
 	struct bucket_check *bc = arg;
+	assert(bc->magic == CHECK_MAGIC);
 	return upstream_region_check(bc->up, bc->bucket, t);
 }
 
