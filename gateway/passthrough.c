@@ -367,10 +367,11 @@ static int resend_upstream(struct transfer *t, void *arg)
 	(void)t;
 	if (!r->conn || r->has_err)
 		return -ECANCELED;
-	log_info("upstream", "id=%s retrying in region %s", r->id, r->target.region);
 	int rc = pass_start(r);
-	if (rc == 0)
+	if (rc == 0) {
+		log_info("upstream", "id=%s retrying in region %s", r->id, r->target.region);
 		req_unref(r); /* pass_start took a new reference */
+	}
 	return rc;
 }
 
