@@ -13,7 +13,6 @@
 #ifndef LARDER_FETCH_H
 #define LARDER_FETCH_H
 
-#include <curl/curl.h>
 #include <stdbool.h>
 #include <stdint.h>
 
