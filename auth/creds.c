@@ -40,6 +40,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "net/transfer.h"
 
 #define TOPIC "creds"
 
@@ -339,14 +340,16 @@ struct http_call {
 	atomic_bool *stop;           /* aborts the transfer when set */
 };
 
-static size_t http_write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+static size_t http_body(struct transfer *t, void *ud, const char *data, size_t n)
 {
 	struct buf *b = ud;
-	size_t n = size * nmemb;
-	if (buf_append(b, ptr, n) != 0)
+	(void)t;
+	if (buf_append(b, data, n) != 0)
 		return 0; /* over the cap: curl fails with CURLE_WRITE_ERROR */
 	return n;
 }
+
+static const struct transfer_ops http_ops = { .body = http_body };
 
 static int http_progress_cb(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult, curl_off_t uln)
 {
@@ -363,11 +366,8 @@ static int http_do(const struct http_call *c, struct buf *resp, long *status, ch
 {
 	buf_init(resp, MAX_HTTP_BODY);
 	*status = 0;
-	CURL *h = curl_easy_init();
-	if (!h) {
-		seterr(why, whylen, "curl_easy_init() failed");
-		return -ENOMEM;
-	}
+	struct transfer x;
+	transfer_init(&x, &http_ops, resp, NULL, NULL);
 	struct curl_slist *hdrs = NULL;
 	int rc = 0;
 	for (size_t i = 0; c->headers && c->headers[i]; i++) {
@@ -385,17 +385,19 @@ static int http_do(const struct http_call *c, struct buf *resp, long *status, ch
 		goto out;
 	}
 	hdrs = t;
+	rc = transfer_prepare(&x, c->url, hdrs); /* x owns (and wipes) the list from here */
+	hdrs = NULL;
+	if (rc) {
+		seterr(why, whylen, "curl_easy_init() failed");
+		goto out;
+	}
 
-	char errbuf[CURL_ERROR_SIZE] = "";
-	curl_easy_setopt(h, CURLOPT_URL, c->url);
+	CURL *h = x.easy;
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->connect_ms);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->total_ms);
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, http_write_cb);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "larder-creds");
 	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, http_progress_cb);
 	curl_easy_setopt(h, CURLOPT_XFERINFODATA, c->stop);
@@ -409,20 +411,18 @@ static int http_do(const struct http_call *c, struct buf *resp, long *status, ch
 		if (strcmp(c->method, "POST") != 0)
 			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, c->method);
 	}
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 
-	CURLcode cc = curl_easy_perform(h);
+	CURLcode cc = transfer_perform(&x);
 	if (cc != CURLE_OK) {
 		if (cc == CURLE_WRITE_ERROR)
 			seterr(why, whylen, "%s %s: response larger than %d bytes", c->method, c->url,
 			       MAX_HTTP_BODY);
 		else
-			seterr(why, whylen, "%s %s: %s", c->method, c->url,
-			       errbuf[0] ? errbuf : curl_easy_strerror(cc));
+			seterr(why, whylen, "%s %s: %s", c->method, c->url, transfer_strerror(&x, cc));
 		rc = -EIO;
 		goto out;
 	}
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+	*status = x.status;
 	if (!resp->p)
 		rc = buf_puts(resp, "");
 out:
@@ -430,7 +430,7 @@ out:
 	for (struct curl_slist *s = hdrs; s; s = s->next)
 		explicit_bzero(s->data, strlen(s->data));
 	curl_slist_free_all(hdrs);
-	curl_easy_cleanup(h);
+	transfer_fini(&x);
 	if (rc)
 		buf_wipe(resp);
 	return rc;

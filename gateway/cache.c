@@ -159,16 +159,16 @@ bool cache_passes(struct req *r)
  * r->resp_len, which proxy.c parsed just before). */
 static void learn_checksums(struct req *r)
 {
-	const char *etag = hdrs_get(&r->uresp, "ETag");
+	const char *etag = hdrs_get(&r->up.resp, "ETag");
 	uint64_t size = r->resp_len;
 	if (!etag || size == MHD_SIZE_UNKNOWN)
 		return;
 	struct buf lines;
 	buf_init(&lines, 4096);
 	int rc = 0;
-	for (size_t i = 0; i < r->uresp.n && !rc; i++)
-		if (strncasecmp(r->uresp.v[i].name, "x-amz-checksum-", 15) == 0)
-			rc = buf_printf(&lines, "%s: %s\n", r->uresp.v[i].name, r->uresp.v[i].value);
+	for (size_t i = 0; i < r->up.resp.n && !rc; i++)
+		if (strncasecmp(r->up.resp.v[i].name, "x-amz-checksum-", 15) == 0)
+			rc = buf_printf(&lines, "%s: %s\n", r->up.resp.v[i].name, r->up.resp.v[i].value);
 	if (!rc)
 		meta_learn_checksums(r->w->gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), etag,
 		                     size, buf_cstr(&lines));
@@ -186,9 +186,9 @@ void cache_learn(struct req *r)
 		learn_checksums(r);
 	if (!r->cache.part || r->ustatus != 206)
 		return;
-	const char *cr = hdrs_get(&r->uresp, "Content-Range");
-	const char *etag = hdrs_get(&r->uresp, "ETag");
-	const char *count = hdrs_get(&r->uresp, "x-amz-mp-parts-count");
+	const char *cr = hdrs_get(&r->up.resp, "Content-Range");
+	const char *etag = hdrs_get(&r->up.resp, "ETag");
+	const char *count = hdrs_get(&r->up.resp, "x-amz-mp-parts-count");
 	uint64_t first, last, size;
 	unsigned long n = count ? strtoul(count, NULL, 10) : 0;
 	if (!cr || !etag || n > 10000 ||
@@ -219,6 +219,7 @@ static void waiter_wake(void *arg)
 
 static void resolve(struct req *r);
 static bool over_budget(const struct req *r, uint64_t extra);
+static const struct fetch_owner_ops owner_ops;
 
 void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
@@ -299,8 +300,8 @@ static void resolve(struct req *r)
 			req_fail(r, S3E_SLOW_DOWN, NULL);
 			return;
 		}
-		c->meta_fetch = fetch_meta_start(r->w, r, r->s3.bucket, buf_cstr(&r->s3.key),
-		                                 m ? m->etag : NULL);
+		c->meta_fetch = fetch_meta_start(r->w, &owner_ops, r, r->peer_hop, r->s3.bucket,
+		                                 buf_cstr(&r->s3.key), m ? m->etag : NULL);
 		meta_unref(m);
 		if (!c->meta_fetch) {
 			meta_publish(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), NULL);
@@ -310,20 +311,23 @@ static void resolve(struct req *r)
 	}
 }
 
-void cache_owner_detach(struct req *owner, struct fetch *f)
+static void cache_owner_detach(void *arg, struct fetch *f)
 {
+	struct req *owner = arg;
 	if (owner->cache.meta_fetch == f)
 		owner->cache.meta_fetch = NULL;
 }
 
-void cache_owner_pass_through(struct req *owner)
+static void cache_owner_pass_through(void *arg)
 {
+	struct req *owner = arg;
 	owner->cache.pass_through = true;
 }
 
-void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
-                                const char *body, size_t len)
+static void cache_owner_upstream_error(void *arg, long status, const struct hdrs *h,
+                                       const char *body, size_t len)
 {
+	struct req *owner = arg;
 	struct cread *c = &owner->cache;
 	if (c->has_uerr || !owner->conn)
 		return;
@@ -341,6 +345,24 @@ void cache_owner_upstream_error(struct req *owner, long status, const struct hdr
 		memcpy(c->uerr_body, body, len);
 	c->uerr_len = c->uerr_body ? len : 0;
 }
+
+static void cache_owner_learnt(void *arg, long status, struct chunk *c0)
+{
+	struct req *owner = arg;
+	owner->ustatus = status; /* for its access-log line */
+	if (c0 && !owner->cache.cur) {
+		chunk_ref(c0);
+		owner->cache.cur = c0;
+		owner->cache.cur_index = 0;
+	}
+}
+
+static const struct fetch_owner_ops owner_ops = {
+	.learnt = cache_owner_learnt,
+	.upstream_error = cache_owner_upstream_error,
+	.pass_through = cache_owner_pass_through,
+	.detach = cache_owner_detach,
+};
 
 void cache_begin(struct req *r)
 {

@@ -24,8 +24,6 @@
 #include "auth/sigv4.h"
 #include "base/clock.h"
 #include "base/log.h"
-#include "gateway/metrics.h"
-#include "gateway/req.h"
 #include "cluster/peer.h"
 #include "cluster/placement.h"
 #include "gateway/upstream.h"
@@ -48,20 +46,14 @@ struct fetch {
 	uint64_t size;               /* the object's size, as its metadata says */
 	struct chunk *c;             /* the chunk being filled (a reference) */
 	struct obj_meta *meta;       /* what the meta fetch learnt (chunk 0's origin) */
-	struct req *owner;           /* meta fetch: answered with upstream's error */
+	const struct fetch_owner_ops *owner_ops;
+	void *owner;                 /* meta fetch: told what came of it; NULL once gone */
 
-	CURL *easy;
-	struct curl_slist *slist;
+	struct transfer x;           /* the exchange with S3 or another node */
 	struct up_target target;
-	long status;
-	struct hdrs resp;
-	size_t resp_bytes;
-	bool hdrs_done;
 	bool discard;                /* the body is not wanted */
 	bool cancelled;              /* stopped because nobody wanted the chunk */
 	bool no_range;               /* meta fetch of an empty object: a plain GET */
-	bool region_retry;           /* send again, signed for the region upstream named */
-	bool region_retried;
 	unsigned hop;                /* 0: for this node's clients; 1+: for a peer's request */
 	bool to_peer;                /* this attempt asks another node, not S3 */
 	bool peer_failed;            /* the owner did not answer: S3 from now on */
@@ -73,9 +65,6 @@ struct fetch {
 	bool changed;                /* an answer for another version: as good as a 412 */
 	bool uncacheable;            /* meta fetch: an answer the cache cannot keep */
 	struct buf errbody;
-	char curl_err[CURL_ERROR_SIZE];
-	unsigned attempts;
-	ev_timer retry_timer;
 };
 
 
@@ -127,14 +116,11 @@ static void fetch_free(struct fetch *f)
 	if (f->next)
 		f->next->prev = f->prev;
 	if (f->owner)
-		cache_owner_detach(f->owner, f);
+		f->owner_ops->detach(f->owner, f);
 	if (f->ask)
 		placement_cancel(f->ask);
-	if (f->easy)
-		curl_easy_cleanup(f->easy);
-	curl_slist_free_all(f->slist);
+	transfer_fini(&f->x);
 	up_target_fini(&f->target);
-	hdrs_fini(&f->resp);
 	buf_fini(&f->errbody);
 	if (f->c)
 		chunk_unref(f->c);
@@ -146,6 +132,8 @@ static void fetch_free(struct fetch *f)
 	free(f);
 }
 
+static const struct transfer_ops fetch_ops;
+
 static struct fetch *fetch_new(struct worker *w, const char *bucket, const char *key)
 {
 	struct fetch *f = calloc(1, sizeof *f);
@@ -155,8 +143,9 @@ static struct fetch *fetch_new(struct worker *w, const char *bucket, const char 
 	f->w = w;
 	f->bucket = strdup(bucket);
 	f->key = strdup(key);
+	struct transfer_retry policy = upstream_retry_policy(w->gw->up);
+	transfer_init(&f->x, &fetch_ops, f, w->curl, &policy);
 	up_target_init(&f->target);
-	hdrs_init(&f->resp);
 	buf_init(&f->errbody, ERRBODY_MAX);
 	f->next = w->fetches;
 	if (w->fetches)
@@ -179,7 +168,7 @@ static uint64_t chunk_bytes(const struct fetch *f)
 /* A header value of the response, or NULL. */
 static const char *resp_header(const struct fetch *f, const char *name)
 {
-	return hdrs_get(&f->resp, name);
+	return transfer_header(&f->x, name);
 }
 
 /* "bytes a-b/size" -> a, b, size; */
@@ -254,13 +243,6 @@ static void start_or_fail(struct fetch *f)
 	}
 }
 
-static void retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
-	(void)loop;
-	(void)revents;
-	start_or_fail(t->data);
-}
-
 /* The directory answered: a holder to ask first, or nobody. */
 static void asked_cb(void *arg, const char *addr)
 {
@@ -300,27 +282,16 @@ static int begin(struct fetch *f)
 	return start_transfer(f);
 }
 
-/* Capped exponential backoff with jitter: 100 ms doubling to 2 s, each
- * delay drawn from its upper half so retries of many chunks spread out. */
+/* Under upstream's retry policy (capped exponential backoff with jitter):
+ * resumes from the bytes the chunk has. */
 static bool schedule_retry(struct fetch *f)
 {
-	if (f->attempts > f->w->gw->cfg->upstream_retries)
+	double delay = transfer_retry_later(&f->x);
+	if (delay < 0)
 		return false;
-	double base = 0.1 * (double)(1u << (f->attempts < 5 ? f->attempts : 5));
-	if (base > 2.0)
-		base = 2.0;
-	double delay = base * (0.5 + 0.5 * ((double)rand() / RAND_MAX));
 	log_info("fetch", "%s/%s chunk %" PRIu64 ": upstream %ld, retry %u in %.0f ms", f->bucket,
-	         f->key, f->index, f->status, f->attempts, delay * 1000);
-	ev_timer_init(&f->retry_timer, retry_cb, delay, 0.);
-	f->retry_timer.data = f;
-	ev_timer_start(f->w->loop, &f->retry_timer);
+	         f->key, f->index, f->x.status, f->x.retries, delay * 1000);
 	return true;
-}
-
-static bool retryable(long status)
-{
-	return status == 0 || status == 500 || status == 502 || status == 503 || status == 504;
 }
 
 /* Meta fetch, headers in: what is this object? */
@@ -328,16 +299,17 @@ static void learn(struct fetch *f)
 {
 	struct gw *gw = f->w->gw;
 	double now = clock_mono_s();
-	if (f->status == 304 && f->revalidate) {
+	long status = f->x.status;
+	if (status == 304 && f->revalidate) {
 		meta_refresh(gw->meta, f->bucket, f->key, now);
 		f->discard = true;
 		return;
 	}
 	uint64_t a = 0, b = 0, size = 0;
 	bool ok = false;
-	if (f->status == 206)
+	if (status == 206)
 		ok = parse_content_range(resp_header(f, "Content-Range"), &a, &b, &size) && a == 0;
-	else if (f->status == 200 && resp_header(f, "Content-Length"))
+	else if (status == 200 && resp_header(f, "Content-Length"))
 		ok = (size = strtoull(resp_header(f, "Content-Length"), NULL, 10), true);
 	const char *etag = resp_header(f, "ETag");
 	if (!ok || !etag || !*etag || strlen(etag) >= sizeof f->etag ||
@@ -353,9 +325,10 @@ static void learn(struct fetch *f)
 	}
 	struct buf hb;
 	buf_init(&hb, RESP_HEADERS_MAX);
-	for (size_t i = 0; i < f->resp.n; i++)
-		if (replayed_header(f->resp.v[i].name))
-			buf_printf(&hb, "%s: %s\n", f->resp.v[i].name, f->resp.v[i].value);
+	const struct hdrs *resp = &f->x.resp;
+	for (size_t i = 0; i < resp->n; i++)
+		if (replayed_header(resp->v[i].name))
+			buf_printf(&hb, "%s: %s\n", resp->v[i].name, resp->v[i].value);
 	f->size = size;
 	f->meta = meta_new(size, etag, parse_http_date(resp_header(f, "Last-Modified")),
 	                   buf_cstr(&hb), now);
@@ -365,8 +338,6 @@ static void learn(struct fetch *f)
 		f->failed_headers = true;
 		return;
 	}
-	if (f->owner)
-		f->owner->ustatus = f->status; /* for its access-log line */
 	snprintf(f->etag, sizeof f->etag, "%s", etag);
 	/* Chunk 0 under its real id, claimed before the metadata is published:
 	 * a reader woken by the metadata then joins this fetch instead of
@@ -377,18 +348,10 @@ static void learn(struct fetch *f)
 		chunk_id_make(f->bucket, f->key, etag, 0, &id);
 		enum store_role role;
 		struct chunk *c = store_acquire(gw->store, &id, len0, &role);
-		if (c && role == STORE_PRODUCE && f->status == 206 && b + 1 == len0) {
+		if (c && role == STORE_PRODUCE && status == 206 && b + 1 == len0) {
 			f->c = c;
 			f->index = 0;
 			f->start = 0;
-			/* The reader that asked holds chunk 0 from here: a small object's
-			 * chunk may complete before that reader gets to it, and admission
-			 * may decline to keep it; it must not be fetched twice. */
-			if (f->owner && !f->owner->cache.cur) {
-				chunk_ref(c);
-				f->owner->cache.cur = c;
-				f->owner->cache.cur_index = 0;
-			}
 		} else if (c) {
 			if (role == STORE_PRODUCE)
 				store_complete(gw->store, c, false, FETCH_ERR_CANCELLED, NULL);
@@ -397,80 +360,57 @@ static void learn(struct fetch *f)
 	}
 	if (!f->c)
 		f->discard = true;
+	/* The reader that asked holds chunk 0 from here (fetch.h). */
+	if (f->owner)
+		f->owner_ops->learnt(f->owner, status, f->c);
 	meta_publish(gw->meta, f->bucket, f->key, f->meta);
 }
 
-static size_t on_header(char *data, size_t size, size_t n, void *arg)
+static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 {
 	struct fetch *f = arg;
-	size_t len = size * n;
 	assert(f->magic == FETCH_MAGIC);
-	if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
-		hdrs_fini(&f->resp);
-		f->resp_bytes = 0;
-		const char *sp = memchr(data, ' ', len);
-		f->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-		return len;
-	}
-	if (len <= 2) {
-		if (f->status < 200)
-			return len;
-		f->hdrs_done = true;
-		/* Signed for the wrong region (S3 names the right one): learn it
-		 * and send the request again, once. */
-		const char *br = resp_header(f, "x-amz-bucket-region");
-		if (br && (f->status == 301 || f->status == 400) && !f->region_retried &&
-		    upstream_learn_region(f->w->gw->up, f->bucket, br)) {
-			f->region_retry = true;
+	if (upstream_region_check(f->w->gw->up, f->bucket, t) == TRANSFER_RESEND)
+		return TRANSFER_RESEND;
+	long status = t->status;
+	if (f->meta_kind && !f->meta && !f->c) {
+		if (status == 206 || status == 200 || status == 304)
+			learn(f);
+		else
+			f->discard = true; /* an error: kept for the owner, below */
+	} else if (status == 412) {
+		f->discard = true;
+	} else if (status != 206) {
+		f->discard = true;
+		if (!upstream_retryable(status))
+			f->failed_headers = true;
+	} else {
+		uint64_t a, b, total;
+		const char *etag = resp_header(f, "ETag");
+		if (!parse_content_range(resp_header(f, "Content-Range"), &a, &b, &total) ||
+		    a != f->start + atomic_load(&f->c->filled) || b + 1 != f->start + f->c->len) {
 			f->discard = true;
-			return len;
+			f->failed_headers = true;
+		} else if (!etag || strcmp(etag, f->etag) != 0 || total != f->size) {
+			/* An upstream (or a proxy, or a peer) that did not honour
+			 * If-Match answered for another version: the object
+			 * changed, whatever its status says (a peer's answer: that
+			 * node failed, see fetch_done). Never these bytes. */
+			f->discard = true;
+			f->changed = true;
 		}
-		if (f->meta_kind && !f->meta && !f->c) {
-			if (f->status == 206 || f->status == 200 || f->status == 304)
-				learn(f);
-			else
-				f->discard = true; /* an error: kept for the owner, below */
-		} else if (f->status == 412) {
-			f->discard = true;
-		} else if (f->status != 206) {
-			f->discard = true;
-			if (!retryable(f->status))
-				f->failed_headers = true;
-		} else {
-			uint64_t a, b, total;
-			const char *etag = resp_header(f, "ETag");
-			if (!parse_content_range(resp_header(f, "Content-Range"), &a, &b, &total) ||
-			    a != f->start + atomic_load(&f->c->filled) || b + 1 != f->start + f->c->len) {
-				f->discard = true;
-				f->failed_headers = true;
-			} else if (!etag || strcmp(etag, f->etag) != 0 || total != f->size) {
-				/* An upstream (or a proxy, or a peer) that did not honour
-				 * If-Match answered for another version: the object
-				 * changed, whatever its status says (a peer's answer: that
-				 * node failed, see fetch_curl_done). Never these bytes. */
-				f->discard = true;
-				f->changed = true;
-			}
-		}
-		return len;
 	}
-	f->resp_bytes += len;
-	if (f->resp_bytes > RESP_HEADERS_MAX)
-		return 0;
-	return hdrs_add_line(&f->resp, data, len) == 0 ? len : 0;
+	return TRANSFER_GO;
 }
 
-static size_t on_body(char *data, size_t size, size_t n, void *arg)
+static size_t on_body(struct transfer *t, void *arg, const char *data, size_t len)
 {
 	struct fetch *f = arg;
-	size_t len = size * n;
 	assert(f->magic == FETCH_MAGIC);
 	if (f->discard) {
-		if (f->region_retry)
-			return len;
-		if (f->meta_kind && !f->meta && f->status >= 300)
+		if (f->meta_kind && !f->meta && t->status >= 300)
 			buf_append(&f->errbody, data, len); /* capped: the rest is dropped */
-		return f->meta || f->failed_headers || f->changed || f->status == 304 ? 0 : len;
+		return f->meta || f->failed_headers || f->changed || t->status == 304 ? 0 : len;
 	}
 	if (!f->c)
 		return 0;
@@ -488,12 +428,40 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 	return len;
 }
 
+/* A GET of another node (path style, signed for peers, cluster/peer.h). */
+static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
+{
+	struct gw *gw = f->w->gw;
+	bool tls = gw->tls_cert != NULL;
+	if (peer_target(peer, tls, f->bucket, f->key, &f->target) != 0)
+		return -E2BIG;
+	int rc = hdrs_add(h, "Host", buf_cstr(&f->target.host));
+	/* A holder is asked at the last hop: if it lost the chunk meanwhile
+	 * it fetches it from S3 itself rather than asking its owner, which
+	 * is us, waiting for it. */
+	rc = rc ? rc : peer_sign(gw->cfg->cluster_secret, gw->cfg->node_id, peer, "GET",
+	                         buf_cstr(&f->target.path),
+	                         f->to_holder ? PEER_MAX_HOP : f->hop + 1, time(NULL), h);
+	struct curl_slist *list = NULL;
+	if (!rc && !(list = hdrs_to_curl(h)))
+		rc = -ENOMEM;
+	rc = rc ? rc : transfer_prepare(&f->x, buf_cstr(&f->target.url), list);
+	if (rc)
+		return rc;
+	upstream_curl_defaults(gw->up, f->x.easy);
+	if (tls) { /* peers are verified, whatever upstream's settings */
+		const char *ca = gw->cfg->cluster_ca_file ? gw->cfg->cluster_ca_file
+		                                          : gw->cfg->tls_cert;
+		curl_easy_setopt(f->x.easy, CURLOPT_SSL_VERIFYPEER, 1L);
+		curl_easy_setopt(f->x.easy, CURLOPT_SSL_VERIFYHOST, 2L);
+		curl_easy_setopt(f->x.easy, CURLOPT_CAINFO, ca);
+	}
+	return 0;
+}
+
 static int start_transfer(struct fetch *f)
 {
 	struct gw *gw = f->w->gw;
-	f->attempts++;
-	f->status = 0;
-	f->hdrs_done = false;
 	f->discard = false;
 	f->failed_headers = false;
 	f->changed = false;
@@ -509,10 +477,6 @@ static int start_transfer(struct fetch *f)
 	             (gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
 	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer) &&
 	              !(f->holder_failed && strcmp(peer, f->holder) == 0));
-	bool tls = gw->tls_cert != NULL;
-	if (f->to_peer ? peer_target(peer, tls, f->bucket, f->key, &f->target) != 0
-	               : upstream_target(gw->up, f->bucket, f->key, "", &f->target) != 0)
-		return -E2BIG;
 	struct hdrs h;
 	hdrs_init(&h);
 	char range[80];
@@ -524,55 +488,33 @@ static int start_transfer(struct fetch *f)
 	else
 		snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64,
 		         f->start + atomic_load(&f->c->filled), f->start + f->c->len - 1);
-	int rc = hdrs_add(&h, "Host", buf_cstr(&f->target.host));
-	if (range[0])
-		rc = rc ? rc : hdrs_add(&h, "Range", range);
+	int rc = range[0] ? hdrs_add(&h, "Range", range) : 0;
 	if (f->etag[0])
 		rc = rc ? rc : hdrs_add(&h, "If-Match", f->etag);
 	else if (f->revalidate)
 		rc = rc ? rc : hdrs_add(&h, "If-None-Match", f->revalidate);
-	if (f->to_peer)
-		/* A holder is asked at the last hop: if it lost the chunk
-		 * meanwhile it fetches it from S3 itself rather than asking
-		 * its owner, which is us, waiting for it. */
-		rc = rc ? rc : peer_sign(gw->cfg->cluster_secret, gw->cfg->node_id, peer, "GET",
-		                         buf_cstr(&f->target.path),
-		                         f->to_holder ? PEER_MAX_HOP : f->hop + 1, time(NULL), &h);
-	else
-		rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", SV4_EMPTY_SHA256);
-	if (!f->to_peer)
-		rc = rc ? rc : upstream_sign(gw->up, "GET", &f->target, "", &h);
-	if (!rc) {
-		curl_slist_free_all(f->slist);
-		f->slist = hdrs_to_curl(&h);
-		if (!f->slist)
-			rc = -ENOMEM;
-	}
+	struct up_request rq = {
+		.method = "GET", .bucket = f->bucket, .key = f->key, .query = "",
+		.payload_hash = SV4_EMPTY_SHA256, .headers = &h,
+	};
+	if (!rc)
+		rc = f->to_peer ? prepare_peer(f, peer, &h)
+		                : upstream_prepare(gw->up, &f->x, &rq, &f->target);
 	hdrs_fini(&h);
-	if (rc)
-		return rc;
-	if (upstream_easy_prepare(&f->easy, gw->up, &f->target, f->slist, on_header, on_body, f,
-	                          f->curl_err) != 0)
-		return -ENOMEM;
-	if (f->to_peer && tls) { /* peers are verified, whatever upstream's settings */
-		const char *ca = gw->cfg->cluster_ca_file ? gw->cfg->cluster_ca_file
-		                                          : gw->cfg->tls_cert;
-		curl_easy_setopt(f->easy, CURLOPT_SSL_VERIFYPEER, 1L);
-		curl_easy_setopt(f->easy, CURLOPT_SSL_VERIFYHOST, 2L);
-		curl_easy_setopt(f->easy, CURLOPT_CAINFO, ca);
-	}
-	return curlev_add(f->w->curl, f->easy) == 0 ? 0 : -EIO;
+	return rc ? rc : transfer_submit(&f->x);
 }
 
-struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *bucket,
-                               const char *key, const char *revalidate)
+struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
+                               unsigned hop, const char *bucket, const char *key,
+                               const char *revalidate)
 {
 	struct fetch *f = fetch_new(w, bucket, key);
 	if (!f)
 		return NULL;
 	f->meta_kind = true;
+	f->owner_ops = ops;
 	f->owner = owner;
-	f->hop = owner ? owner->peer_hop : 0;
+	f->hop = hop;
 	if (revalidate && !(f->revalidate = strdup(revalidate))) {
 		f->owner = NULL;
 		fetch_free(f);
@@ -643,15 +585,16 @@ static void complete_ok(struct fetch *f)
 	}
 }
 
-void fetch_curl_done(struct fetch *f, CURLcode result)
+static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 {
+	struct fetch *f = arg;
 	struct gw *gw = f->w->gw;
-	assert(f->magic == FETCH_MAGIC);
+	assert(f->magic == FETCH_MAGIC && t == &f->x);
 	bool meta_only = f->meta_kind && !f->c;
-	metrics_upstream_curl(f->easy, f->status, result, f->attempts > 1);
+	long status = t->status;
 	if (f->to_peer && !f->cancelled &&
-	    (f->changed || result != CURLE_OK || f->status == 0 || f->status >= 500 ||
-	     f->status == 401 || f->status == 403) &&
+	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
+	     status == 401 || status == 403) &&
 	    !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
 		/* The node is gone, refused, or broke off: a holder's failure
 		 * sends us to the owner, the owner's to S3, from the bytes
@@ -659,37 +602,28 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 		 * ETag or size: a node honours If-Match (412), so that answer
 		 * is the node's fault, not news of a version change; S3 tells. */
 		log_info("fetch", "%s/%s: %s node failed (%ld, %s); fetching from %s", f->bucket,
-		         f->key, f->to_holder ? "holder" : "owner", f->status,
+		         f->key, f->to_holder ? "holder" : "owner", status,
 		         f->changed ? "answered for another ETag or size" : curl_easy_strerror(result),
 		         f->to_holder ? "its owner" : "S3");
 		if (f->to_holder)
 			f->holder_failed = true;
 		else
 			f->peer_failed = true;
-		f->attempts--;
-		if (start_transfer(f) == 0)
-			return;
-	}
-	if (f->region_retry) {
-		f->region_retry = false;
-		f->region_retried = true;
-		f->attempts--;
 		if (start_transfer(f) == 0)
 			return;
 	}
 
-	if (meta_only && !f->meta && f->status == 416 && !f->no_range) {
+	if (meta_only && !f->meta && status == 416 && !f->no_range) {
 		/* No byte 0: an empty object (or one that just became empty).
 		 * Ask for it whole to learn its ETag and headers. */
 		f->no_range = true;
-		f->attempts--;
 		if (start_transfer(f) == 0)
 			return;
 	}
 	if (meta_only && !f->meta && f->uncacheable) {
 		note_meta_failure(f->bucket, f->key, FETCH_NOT_CACHEABLE);
 		if (f->owner)
-			cache_owner_pass_through(f->owner);
+			f->owner_ops->pass_through(f->owner);
 		meta_publish(gw->meta, f->bucket, f->key, NULL);
 		fetch_free(f);
 		return;
@@ -697,21 +631,21 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	if (meta_only && !f->meta) {
 		/* Never learnt the object: a 5xx is retried; anything else is
 		 * upstream's answer for the owner (a 404, a 403, ...). */
-		if ((retryable(f->status) || result != CURLE_OK) && f->status != 304 &&
+		if ((upstream_retryable(status) || result != CURLE_OK) && status != 304 &&
 		    !f->failed_headers && schedule_retry(f))
 			return;
-		if (f->status == 404 && gw->cfg->negative_ttl_s > 0) {
+		if (status == 404 && gw->cfg->negative_ttl_s > 0) {
 			struct obj_meta *neg = meta_new_negative(clock_mono_s());
 			if (neg) {
 				meta_publish(gw->meta, f->bucket, f->key, neg);
 				meta_unref(neg);
 			}
-		} else if (f->status != 304) {
-			if ((retryable(f->status) || result != CURLE_OK) && !f->failed_headers)
-				note_meta_failure(f->bucket, f->key, f->status);
+		} else if (status != 304) {
+			if ((upstream_retryable(status) || result != CURLE_OK) && !f->failed_headers)
+				note_meta_failure(f->bucket, f->key, status);
 			if (f->owner)
-				cache_owner_upstream_error(f->owner, f->status, &f->resp,
-				                           buf_cstr(&f->errbody), f->errbody.len);
+				f->owner_ops->upstream_error(f->owner, status, &t->resp,
+				                             buf_cstr(&f->errbody), f->errbody.len);
 			meta_publish(gw->meta, f->bucket, f->key, NULL);
 		}
 		fetch_free(f);
@@ -724,7 +658,7 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 	size_t filled = atomic_load(&f->c->filled);
 	if (filled == f->c->len) {
 		complete_ok(f);
-	} else if (f->status == 412 || f->changed) {
+	} else if (status == 412 || f->changed) {
 		log_info("fetch", "%s/%s changed upstream (%s, asked If-Match %s)", f->bucket, f->key,
 		         f->changed ? "answer for another ETag or size" : "412", f->etag);
 		meta_drop(gw->meta, f->bucket, f->key);
@@ -737,20 +671,31 @@ void fetch_curl_done(struct fetch *f, CURLcode result)
 		return; /* resumes from `filled` */
 	} else {
 		log_warn("fetch", "%s/%s chunk %" PRIu64 " failed: status %ld, %s", f->bucket, f->key,
-		         f->index, f->status, f->curl_err[0] ? f->curl_err : curl_easy_strerror(result));
+		         f->index, status, transfer_strerror(t, result));
 		store_complete(gw->store, f->c, false, FETCH_ERR_UPSTREAM, NULL);
 	}
 	fetch_free(f);
 }
 
+static int fetch_restart(struct transfer *t, void *arg)
+{
+	struct fetch *f = arg;
+	assert(f->magic == FETCH_MAGIC && t == &f->x);
+	return start_transfer(f);
+}
+
+static const struct transfer_ops fetch_ops = {
+	.headers = on_headers,
+	.body = on_body,
+	.restart = fetch_restart,
+	.done = fetch_done,
+};
+
 void fetch_abort_all(struct worker *w)
 {
 	while (w->fetches) {
 		struct fetch *f = w->fetches;
-		if (ev_is_active(&f->retry_timer))
-			ev_timer_stop(w->loop, &f->retry_timer);
-		if (f->easy)
-			curlev_remove(w->curl, f->easy);
+		transfer_stop(&f->x);
 		if (f->c && atomic_load(&f->c->state) == CHUNK_FILLING)
 			store_complete(w->gw->store, f->c, false, FETCH_ERR_CANCELLED, NULL);
 		if (f->meta_kind && !f->meta && !f->c)

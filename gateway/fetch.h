@@ -13,10 +13,10 @@
 #ifndef LARDER_FETCH_H
 #define LARDER_FETCH_H
 
-#include <curl/curl.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/hdrs.h"
 #include "gateway/server.h"
 #include "store/chunk.h"
 #include "store/meta.h"
@@ -28,16 +28,35 @@
 #define FETCH_ERR_CHANGED   (-1002) /* 412 on If-Match: the object changed */
 #define FETCH_ERR_CANCELLED (-1003) /* nobody wanted it any more */
 
-struct req;
 struct fetch;
 
+/* What a meta fetch tells the reader that started it (its owner, the void *
+ * each hook gets), on the worker's thread. */
+struct fetch_owner_ops {
+	/* The object is learnt (status: upstream's, for the access log). c0:
+	 * chunk 0, which this fetch fills, or NULL; an owner that will read it
+	 * takes a reference now: a small object's chunk may complete before
+	 * the owner gets to it, and admission may decline to keep it; it must
+	 * not be fetched twice. */
+	void (*learnt)(void *owner, long status, struct chunk *c0);
+	/* Upstream's own answer when the object could not be learnt (404, 403,
+	 * ...; status 0: never reached), for the owner's client as it is. */
+	void (*upstream_error)(void *owner, long status, const struct hdrs *h, const char *body,
+	                       size_t len);
+	/* The object is not cacheable (no usable ETag, SSE-C): pass it through. */
+	void (*pass_through)(void *owner);
+	/* The fetch is over: the owner forgets it. */
+	void (*detach)(void *owner, struct fetch *f);
+};
+
 /* Starts learning (bucket, key): GET chunk 0 as a range. revalidate: the
- * expired entry's ETag to send as If-None-Match, or NULL. owner: the reader
- * whose client gets upstream's own answer when it is not cacheable (404,
- * 403, ...); it may go away first (fetch_disown). Returns NULL when the
+ * expired entry's ETag to send as If-None-Match, or NULL. owner (with its
+ * ops; NULL for none): the reader that asked; it may go away first
+ * (fetch_disown). hop as for fetch_chunk_start. Returns NULL when the
  * transfer could not start. */
-struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *bucket,
-                               const char *key, const char *revalidate);
+struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
+                               unsigned hop, const char *bucket, const char *key,
+                               const char *revalidate);
 
 /* Starts producing chunk c (a reference is taken) of the object version m.
  * hop: 0 for this node's own readers, else the hop of the peer request
@@ -58,9 +77,6 @@ bool fetch_meta_failed(const char *bucket, const char *key, double since, long *
 
 /* The owner is gone: its fetch goes on for the other readers. */
 void fetch_disown(struct fetch *f);
-
-/* curlev done callback for a fetch's transfer. */
-void fetch_curl_done(struct fetch *f, CURLcode result);
 
 /* Shutdown: stops every fetch of the worker. */
 void fetch_abort_all(struct worker *w);

@@ -279,8 +279,8 @@ void listcache_store(struct req *r)
 	if (!l || l->hit || l->too_big || r->ustatus != 200 ||
 	    (r->resp_len != MHD_SIZE_UNKNOWN && r->resp_len != l->body.len))
 		return;
-	const char *ct = hdrs_get(&r->uresp, "Content-Type");
-	const char *region = hdrs_get(&r->uresp, "x-amz-bucket-region");
+	const char *ct = hdrs_get(&r->up.resp, "Content-Type");
+	const char *region = hdrs_get(&r->up.resp, "x-amz-bucket-region");
 	struct lc_entry *e = calloc(1, sizeof *e);
 	if (!e)
 		return;

@@ -11,6 +11,7 @@
  */
 #include "gateway/prefetch.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <expat.h>
 #include <inttypes.h>
@@ -33,6 +34,7 @@
 #define PF_KEEP_FINISHED 64  /* finished jobs kept for their status */
 #define PF_TICK 0.02
 #define LIST_BODY_MAX (64u << 20)
+#define PREFETCH_MAGIC 0x70726566u
 
 enum pf_state { PF_LISTING, PF_WARMING, PF_DONE, PF_FAILED, PF_CANCELLED };
 static const char *const state_names[] = { "listing", "warming", "done", "failed", "cancelled" };
@@ -64,14 +66,10 @@ struct pf_job {
 	_Atomic bool cancel;
 	bool listing_done;
 
-	CURL *easy;
-	bool easy_running;
-	struct curl_slist *slist;
+	struct transfer x;           /* a listing page or the manifest */
 	struct up_target target;
 	struct buf body;
 	char *token;                 /* ListObjectsV2 continuation */
-	long status;
-	char curl_err[CURL_ERROR_SIZE];
 
 	struct pf_obj *active;
 	unsigned concurrency;
@@ -125,20 +123,19 @@ static int add_key(struct pf_job *j, const char *key, uint64_t size)
 
 /* ---- listing and manifest transfers ------------------------------------- */
 
-static size_t on_list_header(char *data, size_t size, size_t n, void *arg)
+static enum transfer_verdict on_list_headers(struct transfer *t, void *arg)
 {
 	struct pf_job *j = arg;
-	if (size * n >= 5 && strncmp(data, "HTTP/", 5) == 0) {
-		const char *sp = memchr(data, ' ', size * n);
-		j->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-	}
-	return size * n;
+	assert(j->magic == PREFETCH_MAGIC);
+	return upstream_region_check(j->p->gw->up, j->bucket, t);
 }
 
-static size_t on_list_body(char *data, size_t size, size_t n, void *arg)
+static size_t on_list_body(struct transfer *t, void *arg, const char *data, size_t len)
 {
 	struct pf_job *j = arg;
-	return buf_append(&j->body, data, size * n) == 0 ? size * n : 0;
+	assert(j->magic == PREFETCH_MAGIC);
+	(void)t;
+	return buf_append(&j->body, data, len) == 0 ? len : 0;
 }
 
 static int start_transfer(struct pf_job *j)
@@ -160,24 +157,23 @@ static int start_transfer(struct pf_job *j)
 	}
 	struct hdrs h;
 	hdrs_init(&h);
-	rc = rc ? rc : upstream_target(gw->up, j->bucket, key, buf_cstr(&q), &j->target);
-	rc = rc ? rc : hdrs_add(&h, "Host", buf_cstr(&j->target.host));
-	rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", SV4_EMPTY_SHA256);
-	rc = rc ? rc : upstream_sign(gw->up, "GET", &j->target, buf_cstr(&q), &h);
-	if (!rc) {
-		curl_slist_free_all(j->slist);
-		if (!(j->slist = hdrs_to_curl(&h)))
-			rc = -ENOMEM;
-	}
+	struct up_request rq = {
+		.method = "GET", .bucket = j->bucket, .key = key, .query = buf_cstr(&q),
+		.payload_hash = SV4_EMPTY_SHA256, .headers = &h,
+	};
+	rc = rc ? rc : upstream_prepare(gw->up, &j->x, &rq, &j->target);
 	hdrs_fini(&h);
 	buf_fini(&q);
 	buf_reset(&j->body);
-	j->status = 0;
-	rc = rc ? rc : upstream_easy_prepare(&j->easy, gw->up, &j->target, j->slist, on_list_header,
-	                                     on_list_body, j, j->curl_err);
-	rc = rc ? rc : curlev_add(j->p->w->curl, j->easy);
-	j->easy_running = rc == 0;
-	return rc;
+	return rc ? rc : transfer_submit(&j->x);
+}
+
+static int list_restart(struct transfer *t, void *arg)
+{
+	struct pf_job *j = arg;
+	assert(j->magic == PREFETCH_MAGIC);
+	(void)t;
+	return start_transfer(j);
 }
 
 /* ListObjectsV2 XML: the Key and Size of each Contents, IsTruncated,
@@ -291,29 +287,39 @@ static void parse_manifest(struct pf_job *j)
 	j->listing_done = true;
 }
 
-void prefetch_curl_done(void *job, int curl_result)
+static void list_done(struct transfer *t, void *arg, CURLcode result)
 {
-	struct pf_job *j = job;
-	j->easy_running = false;
+	struct pf_job *j = arg;
+	assert(j->magic == PREFETCH_MAGIC && t == &j->x);
 	if (atomic_load(&j->cancel)) {
 		j->listing_done = true;
 		return;
 	}
-	if (curl_result != CURLE_OK || j->status != 200) {
+	if ((result != CURLE_OK || upstream_retryable(t->status)) && transfer_retry_later(t) >= 0)
+		return; /* a transient failure: the page is asked for again */
+	if (result != CURLE_OK || t->status != 200) {
 		char what[160];
 		snprintf(what, sizeof what, "%s: upstream answered %ld%s%s",
-		         j->manifest ? "reading the manifest" : "listing the bucket", j->status,
-		         curl_result != CURLE_OK ? ", " : "",
-		         curl_result != CURLE_OK ? curl_easy_strerror((CURLcode)curl_result) : "");
+		         j->manifest ? "reading the manifest" : "listing the bucket", t->status,
+		         result != CURLE_OK ? ", " : "",
+		         result != CURLE_OK ? curl_easy_strerror(result) : "");
 		job_fail(j, what);
 		j->listing_done = true;
 		return;
 	}
+	t->retries = 0; /* each page has the policy's retries */
 	if (j->manifest)
 		parse_manifest(j);
 	else
 		parse_listing(j);
 }
+
+static const struct transfer_ops list_ops = {
+	.headers = on_list_headers,
+	.body = on_list_body,
+	.restart = list_restart,
+	.done = list_done,
+};
 
 /* ---- warming objects -------------------------------------------------------- */
 
@@ -373,7 +379,8 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 			o->waiting = true;
 			return false;
 		}
-		if (!fetch_meta_start(j->p->w, NULL, j->bucket, o->key, m ? m->etag : NULL))
+		if (!fetch_meta_start(j->p->w, NULL, NULL, 0, j->bucket, o->key,
+		                      m ? m->etag : NULL))
 			meta_publish(gw->meta, j->bucket, o->key, NULL);
 		meta_unref(m);
 	}
@@ -435,9 +442,7 @@ static bool job_step(struct pf_job *j)
 		for (unsigned k = 0; k < j->concurrency; k++)
 			if (j->active[k].key)
 				obj_release(j, &j->active[k], true);
-		if (j->easy_running)
-			curlev_remove(j->p->w->curl, j->easy);
-		j->easy_running = false;
+		transfer_stop(&j->x);
 		log_info("prefetch", "job %s %s: %" PRIu64 " objects, %" PRIu64 " bytes, %" PRIu64
 		         " errors", j->id, state_names[state], atomic_load(&j->objects_done),
 		         atomic_load(&j->bytes_done), atomic_load(&j->errors));
@@ -543,9 +548,7 @@ static void job_free(struct pf_job *j)
 		free(j->keys[i]);
 	free(j->keys);
 	free(j->sizes);
-	if (j->easy)
-		curl_easy_cleanup(j->easy);
-	curl_slist_free_all(j->slist);
+	transfer_fini(&j->x);
 	up_target_fini(&j->target);
 	buf_fini(&j->body);
 	free(j->token);
@@ -573,36 +576,56 @@ void prefetch_destroy(struct prefetch *p)
 	free(p);
 }
 
+/* The HEAD of prefetch_check_bucket, built again when S3 names the
+ * bucket's region. */
+struct bucket_check {
+	unsigned magic;
+	struct upstream *up;
+	const char *bucket;
+	struct up_target target;
+};
+#define CHECK_MAGIC 0x70636b62u
+
+static int check_prepare(struct transfer *t, void *arg)
+{
+	struct bucket_check *bc = arg;
+	assert(bc->magic == CHECK_MAGIC);
+	struct hdrs h;
+	hdrs_init(&h);
+	struct up_request rq = {
+		.method = "HEAD", .bucket = bc->bucket, .query = "",
+		.payload_hash = SV4_EMPTY_SHA256, .headers = &h,
+	};
+	int rc = upstream_prepare(bc->up, t, &rq, &bc->target);
+	hdrs_fini(&h);
+	return rc;
+}
+
+static enum transfer_verdict check_headers(struct transfer *t, void *arg)
+{
+	struct bucket_check *bc = arg;
+	assert(bc->magic == CHECK_MAGIC);
+	return upstream_region_check(bc->up, bc->bucket, t);
+}
+
+static const struct transfer_ops check_ops = {
+	.headers = check_headers,
+	.restart = check_prepare,
+};
+
 int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t errlen)
 {
-	struct up_target t;
-	struct hdrs h;
-	up_target_init(&t);
-	hdrs_init(&h);
-	CURL *e = NULL;
-	struct curl_slist *sl = NULL;
+	struct bucket_check bc = { .magic = CHECK_MAGIC, .up = gw->up, .bucket = bucket };
+	struct transfer t;
+	transfer_init(&t, &check_ops, &bc, NULL, NULL);
+	up_target_init(&bc.target);
 	long status = 0;
-	char cerr[CURL_ERROR_SIZE] = "";
-	int rc = upstream_target(gw->up, bucket, NULL, "", &t);
-	rc = rc ? rc : hdrs_add(&h, "Host", buf_cstr(&t.host));
-	rc = rc ? rc : hdrs_add(&h, "X-Amz-Content-SHA256", SV4_EMPTY_SHA256);
-	rc = rc ? rc : upstream_sign(gw->up, "HEAD", &t, "", &h);
-	if (!rc && !(sl = hdrs_to_curl(&h)))
-		rc = -ENOMEM;
-	if (!rc && !(e = curl_easy_init()))
-		rc = -ENOMEM;
-	if (!rc) {
-		curl_easy_setopt(e, CURLOPT_URL, buf_cstr(&t.url));
-		curl_easy_setopt(e, CURLOPT_HTTPHEADER, sl);
-		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-		curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
-		upstream_curl_defaults(gw->up, e);
-		if (curl_easy_perform(e) != CURLE_OK)
-			rc = -EIO;
-		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-	}
+	int rc = check_prepare(&t, &bc);
+	if (!rc && transfer_perform(&t) != CURLE_OK)
+		rc = -EIO;
+	status = t.status;
 	if (rc == -EIO)
-		snprintf(err, errlen, "upstream unreachable: %s", cerr);
+		snprintf(err, errlen, "upstream unreachable: %s", t.err);
 	else if (rc)
 		snprintf(err, errlen, "cannot ask upstream about bucket %s", bucket);
 	else if (status == 403)
@@ -611,11 +634,8 @@ int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t e
 		snprintf(err, errlen, "bucket %s does not exist upstream", bucket);
 	else if (status != 200)
 		snprintf(err, errlen, "upstream answered %ld for bucket %s", status, bucket);
-	if (e)
-		curl_easy_cleanup(e);
-	curl_slist_free_all(sl);
-	hdrs_fini(&h);
-	up_target_fini(&t);
+	transfer_fini(&t);
+	up_target_fini(&bc.target);
 	return rc == 0 && status == 200 ? 0 : -1;
 }
 
@@ -637,6 +657,8 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	j->bucket = strdup(rq->bucket);
 	j->prefix = strdup(rq->prefix ? rq->prefix : "");
 	j->manifest = rq->manifest ? strdup(rq->manifest) : NULL;
+	struct transfer_retry policy = upstream_retry_policy(p->gw->up);
+	transfer_init(&j->x, &list_ops, j, p->w->curl, &policy);
 	up_target_init(&j->target);
 	buf_init(&j->body, LIST_BODY_MAX);
 	bool ok = j->active && j->bucket && j->prefix && (!rq->manifest || j->manifest);

@@ -23,8 +23,6 @@ struct gw;
 struct worker;
 struct prefetch;
 
-#define PREFETCH_MAGIC 0x70726566u
-
 struct prefetch_req {
 	const char *bucket;
 	const char *prefix;             /* NULL unless listing */
@@ -61,8 +59,5 @@ int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out);
 int prefetch_cancel(struct prefetch *p, const char *id);
 /* Up to max jobs, newest first; returns how many. */
 size_t prefetch_list(struct prefetch *p, struct prefetch_info *out, size_t max);
-
-/* curlev done callback for a job's listing or manifest transfer. */
-void prefetch_curl_done(void *job, int curl_result);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * req.h - one client request, as the pass-through (proxy.c) and the
+ * req.h - one client request, as request.c, authn.c, passthrough.c and the
  * cached read path (cache.c) share it. Private to gateway/.
  *
  * Every field belongs to the worker thread that accepted the request,
@@ -20,6 +20,7 @@
 #include "gateway/s3req.h"
 #include "gateway/server.h"
 #include "gateway/upstream.h"
+#include "net/transfer.h"
 #include "store/chunk.h"
 #include "store/meta.h"
 
@@ -86,8 +87,6 @@ struct req {
 	struct worker *w;
 	struct MHD_Connection *conn;    /* NULL once MHD is done with it */
 	struct req *prev, *next;        /* worker's live list */
-	struct req *next_pending;
-	bool in_pending;
 	char id[24];
 	double t_start;
 	char *uri;                      /* raw: path?query */
@@ -125,22 +124,14 @@ struct req {
 	struct buf delete_body;
 	struct pbuf upbuf;
 
-	/* upstream */
-	CURL *easy;
-	bool easy_running;
-	bool read_paused, write_paused;
-	struct curl_slist *slist;
+	/* upstream: the pass-through's exchange (its response headers in up.resp) */
+	struct transfer up;
 	struct up_target target;
 	char *up_query;                 /* query sent upstream */
-	int retries;
-	bool retry;                     /* region learnt: send again */
-	long ustatus;
-	struct hdrs uresp;              /* upstream response headers */
-	size_t uresp_bytes;
-	bool uhdrs_done;
+	long ustatus;                   /* upstream's status, for the access log */
+	bool uhdrs_done;                /* its headers are in: the client may be answered */
 	bool udone;
 	CURLcode uresult;
-	char curl_err[CURL_ERROR_SIZE];
 	struct pbuf downbuf;
 	uint64_t resp_len;              /* MHD_SIZE_UNKNOWN when not known */
 
@@ -155,7 +146,7 @@ struct req {
 	uint64_t bytes_out;
 };
 
-/* Helpers proxy.c lends to cache.c. */
+/* Helpers request.c lends to the rest of gateway/. */
 void req_ref(struct req *r);
 void req_unref(struct req *r);
 void req_wake(struct req *r);     /* resume the client connection if suspended */
@@ -177,11 +168,7 @@ void cache_begin(struct req *r);               /* first call */
 enum MHD_Result cache_respond(struct req *r);  /* the body is in: answer (or wait) */
 void cache_end(struct req *r);                 /* the request is over */
 void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->wake_async */
-void cache_owner_detach(struct req *owner, struct fetch *f);
-void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
-                                const char *body, size_t len);
-void cache_owner_pass_through(struct req *owner); /* upstream's answer is not cacheable */
-bool cache_passes(struct req *r);              /* proxy.c serves it after all */
+bool cache_passes(struct req *r);              /* the pass-through serves it after all */
 void cache_learn(struct req *r);               /* upstream's headers: a part, checksums */
 /* Forgets objects of bucket: the key (exact) or every key under prefix:
  * their chunks in every tier and their metadata, so the next read goes

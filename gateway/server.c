@@ -8,7 +8,7 @@
  * of the traffic, so the port is first bound without it: a port anyone
  * holds stops the start. The loop watches
  * MHD's epoll fd and its timeout; before each sleep it unpauses the curl
- * transfers that asked (proxy_run_pending) and re-arms MHD's timer.
+ * transfers that asked (curlev_run_pending) and re-arms MHD's timer.
  * The main thread only waits for signals.
  */
 #include "gateway/server.h"
@@ -32,10 +32,12 @@
 #include "gateway/admin.h"
 #include "gateway/fetch.h"
 #include "gateway/listcache.h"
+#include "gateway/metrics.h"
 #include "cluster/placement.h"
 #include "gateway/prefetch.h"
-#include "gateway/proxy.h"
+#include "gateway/request.h"
 #include "gateway/req.h"
+#include "net/transfer.h"
 #include "cluster/cluster.h"
 #include "cluster/directory.h"
 #include "store/meta.h"
@@ -64,12 +66,20 @@ static void mhd_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	mhd_run(w);
 }
 
+/* Every upstream and peer exchange a worker runs ends here first: counted
+ * once, whoever owns it (a retry is one that followed a failed try). */
+static void count_transfer(const struct transfer *t, CURLcode result, void *arg)
+{
+	(void)arg;
+	metrics_upstream_curl(t->easy, t->status, result, t->retries > 0);
+}
+
 /* Before the loop sleeps: unpause transfers, then re-arm MHD's timeout. */
 static void prepare_cb(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct worker *w = p->data;
 	(void)revents;
-	proxy_run_pending(w);
+	curlev_run_pending(w->curl);
 	MHD_UNSIGNED_LONG_LONG ms;
 	ev_timer_stop(loop, &w->mhd_timer);
 	if (w->mhd_kick) {
@@ -94,7 +104,7 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (w->n_live > 0) {
 		log_warn("server", "worker %u: %u requests still running after the grace period; "
 		         "closing them", w->index, w->n_live);
-		proxy_abort_all(w);
+		request_abort_all(w);
 		mhd_run(w);
 	}
 	fetch_abort_all(w);
@@ -136,7 +146,7 @@ static void connection_cb(void *cls, struct MHD_Connection *conn, void **socket_
 }
 
 /* MHD would percent-decode the path and arguments in place; larder reads
- * the raw URI instead (proxy_uri_cb), so leave them as they came. */
+ * the raw URI instead (request_uri_cb), so leave them as they came. */
 static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
 {
 	(void)cls;
@@ -154,7 +164,7 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	w->loop = ev_loop_new(EVFLAG_AUTO);
 	if (!w->loop)
 		return -1;
-	w->curl = curlev_create(w->loop, proxy_curl_done, w);
+	w->curl = curlev_create(w->loop, count_transfer, w);
 	if (!w->curl)
 		return -1;
 	if (gw->cluster && !(w->placement = placement_create(w->loop, gw->cluster)))
@@ -166,12 +176,12 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	/* The pool holds the request line and headers, so its size is the
 	 * header limit (MHD answers 431 past it), plus room for buffers. */
 	size_t pool = cfg->max_header_bytes + 16 * 1024;
-	w->mhd = MHD_start_daemon(flags, 0, NULL, NULL, proxy_access_cb, w,
+	w->mhd = MHD_start_daemon(flags, 0, NULL, NULL, request_access_cb, w,
 	                          MHD_OPTION_EXTERNAL_LOGGER, log_mhd, (void *)"http",
 	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 	                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-	                          MHD_OPTION_URI_LOG_CALLBACK, proxy_uri_cb, w,
-	                          MHD_OPTION_NOTIFY_COMPLETED, proxy_completed_cb, w,
+	                          MHD_OPTION_URI_LOG_CALLBACK, request_uri_cb, w,
+	                          MHD_OPTION_NOTIFY_COMPLETED, request_completed_cb, w,
 	                          MHD_OPTION_NOTIFY_CONNECTION, connection_cb, gw,
 	                          MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
 	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
@@ -212,7 +222,6 @@ static void worker_fini(struct worker *w)
 		fetch_abort_all(w);
 	placement_destroy(w->placement); /* after the fetches: no ask is left */
 	w->placement = NULL;
-	proxy_run_pending(w);
 	curlev_destroy(w->curl);
 	if (w->loop)
 		ev_loop_destroy(w->loop);

@@ -15,7 +15,7 @@
 #include <stdbool.h>
 
 #include "config/config.h"
-#include "gateway/curlev.h"
+#include "net/curlev.h"
 #include "gateway/upstream.h"
 
 struct req;
@@ -70,7 +70,6 @@ struct worker {
 	struct curlev *curl;
 	struct req *live;          /* requests in progress on this worker */
 	unsigned n_live;
-	struct req *pending;       /* requests whose curl transfer wants unpausing */
 	bool mhd_kick;             /* a connection was resumed: run MHD before sleeping */
 	struct fetch *fetches;     /* cache fills running on this worker */
 	struct placement *placement; /* directory lookups (cluster only), or NULL */

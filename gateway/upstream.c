@@ -36,6 +36,7 @@ struct upstream {
 	bool tls_verify;
 	char *ca_file;
 	unsigned timeout_s;
+	unsigned retries;
 	struct creds_provider *creds;
 
 	pthread_mutex_t lock;   /* guards regions */
@@ -81,6 +82,7 @@ struct upstream *upstream_create(const struct cfg *cfg, struct creds_provider *c
 	u->tls_verify = cfg->upstream_tls_verify;
 	u->ca_file = cfg->upstream_ca_file ? strdup(cfg->upstream_ca_file) : NULL;
 	u->timeout_s = cfg->upstream_timeout_s ? cfg->upstream_timeout_s : 30;
+	u->retries = cfg->upstream_retries;
 	snprintf(u->default_region, sizeof u->default_region, "%s",
 	         cfg->upstream_region ? cfg->upstream_region : "us-east-1");
 	if (cfg->n_bucket_regions) {
@@ -341,23 +343,52 @@ void upstream_curl_defaults(const struct upstream *u, CURL *e)
 		curl_easy_setopt(e, CURLOPT_CAINFO, upstream_ca_file(u));
 }
 
-int upstream_easy_prepare(CURL **easy, const struct upstream *u, const struct up_target *t,
-                          struct curl_slist *headers, curl_write_callback on_header,
-                          curl_write_callback on_body, void *arg, char *errbuf)
+int upstream_prepare(struct upstream *u, struct transfer *t, const struct up_request *rq,
+                     struct up_target *target)
 {
-	if (*easy)
-		curl_easy_reset(*easy);
-	else if (!(*easy = curl_easy_init()))
-		return -ENOMEM;
-	CURL *e = *easy;
-	curl_easy_setopt(e, CURLOPT_URL, buf_cstr(&t->url));
-	curl_easy_setopt(e, CURLOPT_PRIVATE, arg);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(e, CURLOPT_HEADERDATA, arg);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, arg);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+	struct hdrs *h = rq->headers;
+	const char *query = rq->query ? rq->query : "";
+	int rc = upstream_target(u, rq->bucket, rq->key, query, target);
+	rc = rc ? rc : hdrs_add(h, "Host", buf_cstr(&target->host));
+	rc = rc ? rc : hdrs_add(h, "X-Amz-Content-SHA256", rq->payload_hash);
+	rc = rc ? rc : upstream_sign(u, rq->method, target, query, h);
+	struct curl_slist *list = NULL;
+	if (!rc && !(list = hdrs_to_curl(h)))
+		rc = -ENOMEM;
+	rc = rc ? rc : transfer_prepare(t, buf_cstr(&target->url), list);
+	if (rc)
+		return rc;
+	CURL *e = t->easy;
 	upstream_curl_defaults(u, e);
+	if (strcmp(rq->method, "HEAD") == 0) {
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+	} else if (rq->upload) {
+		/* Any method with a body: curl's upload machinery, method named. */
+		curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)rq->upload_len);
+		if (strcmp(rq->method, "PUT") != 0)
+			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, rq->method);
+	} else if (strcmp(rq->method, "GET") != 0) {
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, rq->method);
+	}
 	return 0;
+}
+
+enum transfer_verdict upstream_region_check(struct upstream *u, const char *bucket,
+                                            const struct transfer *t)
+{
+	const char *br = transfer_header(t, "x-amz-bucket-region");
+	bool moved = br && bucket && upstream_learn_region(u, bucket, br);
+	return moved && (t->status == 301 || t->status == 400) && t->resends == 0 ? TRANSFER_RESEND
+	                                                                           : TRANSFER_GO;
+}
+
+bool upstream_retryable(long status)
+{
+	return status == 0 || status == 500 || status == 502 || status == 503 || status == 504;
+}
+
+struct transfer_retry upstream_retry_policy(const struct upstream *u)
+{
+	return (struct transfer_retry){ .max = u->retries, .base_s = 0.2, .cap_s = 2.0 };
 }

@@ -2,6 +2,12 @@
  * upstream.h - the real S3 behind larder: where a request goes (endpoint,
  * addressing style, the bucket's region) and how it is signed (SigV4 with
  * the upstream credentials). Shared by all workers; thread-safe.
+ *
+ * It is also the S3 layer over the transfer engine (net/transfer.h), the
+ * one place that knows how an S3 request is built (upstream_prepare),
+ * which answers are worth a retry and when a request is sent again for a
+ * bucket's real region (upstream_region_check). The pass-through, the
+ * cache fills and the prefetch listings all go through it.
  */
 #ifndef LARDER_UPSTREAM_H
 #define LARDER_UPSTREAM_H
@@ -15,6 +21,7 @@
 #include "base/buf.h"
 #include "base/hdrs.h"
 #include "config/config.h"
+#include "net/transfer.h"
 
 struct upstream;
 
@@ -65,13 +72,37 @@ struct curl_slist *hdrs_to_curl(const struct hdrs *h);
  * they are, HTTP/1.1 keep-alive, buffer sizes, timeouts, TLS checks. */
 void upstream_curl_defaults(const struct upstream *u, CURL *e);
 
-/* Prepares *easy (created, or reset for a retry) for a transfer to t:
- * URL, headers, the two callbacks with arg as their data and as
- * CURLOPT_PRIVATE, the error buffer, and upstream_curl_defaults. The
- * caller adds the method and body. Returns 0 or -ENOMEM. */
-int upstream_easy_prepare(CURL **easy, const struct upstream *u, const struct up_target *t,
-                          struct curl_slist *headers, curl_write_callback on_header,
-                          curl_write_callback on_body, void *arg, char *errbuf);
+/* One S3 request, as upstream_prepare builds it. */
+struct up_request {
+	const char *method;            /* "GET", "HEAD", "PUT", ... */
+	const char *bucket, *key;      /* as upstream_target */
+	const char *query;             /* raw, sent and signed as is; "" or NULL: none */
+	const char *payload_hash;      /* X-Amz-Content-SHA256 */
+	struct hdrs *headers;          /* the others to send; Host, the payload hash and
+	                                * the signature are appended to it */
+	bool upload;                   /* a body goes up, from the transfer's read hook */
+	long long upload_len;          /* its length; -1: unknown (sent chunked) */
+};
+
+/* Readies t for rq: fills target (which must outlive the transfer),
+ * signs, and sets the URL, headers, method, body and the connection
+ * options of upstream_curl_defaults. The caller submits it. Returns 0 or
+ * negative errno. */
+int upstream_prepare(struct upstream *u, struct transfer *t, const struct up_request *rq,
+                     struct up_target *target);
+
+/* For a transfer's headers hook: learns the bucket's region when S3 names
+ * it, and asks for the request to go again (signed for that region, once)
+ * when S3 refused it for being signed for another. */
+enum transfer_verdict upstream_region_check(struct upstream *u, const char *bucket,
+                                            const struct transfer *t);
+
+/* An answer worth retrying: none at all (0), 500, 502, 503 (SlowDown), 504. */
+bool upstream_retryable(long status);
+
+/* The retry policy of upstream transfers: LARDER_UPSTREAM_RETRIES retries,
+ * 200 ms doubling to 2 s. */
+struct transfer_retry upstream_retry_policy(const struct upstream *u);
 
 /* TLS settings for an easy handle. */
 bool upstream_tls_verify(const struct upstream *u);

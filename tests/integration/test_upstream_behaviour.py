@@ -8,11 +8,13 @@ bucket lives in, records what arrived, and answers as S3 would.
 """
 import hashlib
 import http.server
+import json
 import socket
 import threading
 import time
 import unittest
 import urllib.parse
+import urllib.request
 
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -21,7 +23,8 @@ from botocore.credentials import Credentials
 import harness
 
 UP_KEY, UP_SECRET = "AKIDSTANDIN", "standin/secret"
-REGIONS = {"eu-bucket": "eu-west-1", "us-bucket": "us-east-1", "slow-bucket": "us-east-1"}
+REGIONS = {"eu-bucket": "eu-west-1", "us-bucket": "us-east-1", "slow-bucket": "us-east-1",
+           "eu-listed": "eu-west-1"}
 OBJECT = bytes(range(256)) * 4096  # 1 MiB
 
 
@@ -47,6 +50,7 @@ class StandIn(http.server.ThreadingHTTPServer):
         self.log = []           # (method, path, region signed for, client port, headers)
         self.lock = threading.Lock()
         self.aborted = threading.Event()
+        self.list_failures = 0  # listings of eu-listed answered SlowDown before the real one
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()
         self.url = "http://127.0.0.1:%d" % self.server_address[1]
@@ -90,6 +94,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.server.log.append((self.command, path, scope_region, self.client_address[1],
                                     headers))
         want_region = REGIONS.get(bucket, "us-east-1")
+        if bucket == "eu-listed" and self.command == "HEAD" and path == "/eu-listed":
+            # HeadBucket through an endpoint that answers it for any region
+            # and does not name the bucket's: only the listing can learn it.
+            return self.reply(200)
         if scope_region != want_region:
             # What S3 says to a request signed for the wrong region.
             return self.error(400, "AuthorizationHeaderMalformed",
@@ -104,6 +112,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.slow()
         if path.startswith("/us-bucket/slowdown"):
             return self.error(503, "SlowDown")
+        if bucket == "eu-listed" and "list-type=2" in path:
+            with self.server.lock:
+                fail = self.server.list_failures > 0
+                self.server.list_failures -= fail
+            if fail:
+                return self.error(503, "SlowDown")
+            keys = "".join("<Contents><Key>p/%d</Key><Size>%d</Size></Contents>" % (i, len(OBJECT))
+                           for i in range(2))
+            return self.reply(200, ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult>'
+                                    "<IsTruncated>false</IsTruncated>%s</ListBucketResult>"
+                                    % keys).encode(), {"Content-Type": "application/xml"})
         etag = '"%s"' % hashlib.md5(OBJECT).hexdigest()
         h = {"ETag": etag, "Content-Type": "application/octet-stream",
              "x-amz-bucket-region": want_region, "x-amz-meta-origin": "stand-in"}
@@ -135,7 +154,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_HEAD = do_PUT = do_DELETE = do_POST = handle_one
 
 
-class UpstreamBehaviour(harness.S3Asserts, unittest.TestCase):
+class StandInLarder:
+    """A larder in front of the stand-in (cls.larder, cls.origin), both
+    stopped after the class; the larder must exit cleanly."""
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.larder.stop()
+        san = cls.larder.sanitizer_text()
+        cls.larder.cleanup()
+        cls.origin.shutdown()
+        assert code == 0 and not san, "larder exit %r; sanitizers: %s" % (code, san)
+
+
+class UpstreamBehaviour(StandInLarder, harness.S3Asserts, unittest.TestCase):
     CONFIG = "[bucket us-bucket]\nregion = us-east-1\n"
 
     @classmethod
@@ -149,14 +181,6 @@ class UpstreamBehaviour(harness.S3Asserts, unittest.TestCase):
             "LARDER_UPSTREAM_TIMEOUT": "3",
         }, config_text=cls.CONFIG).start()
         cls.s3 = cls.larder.client()
-
-    @classmethod
-    def tearDownClass(cls):
-        code = cls.larder.stop()
-        san = cls.larder.sanitizer_text()
-        cls.larder.cleanup()
-        cls.origin.shutdown()
-        assert code == 0 and not san, "larder exit %r; sanitizers: %s" % (code, san)
 
     def since(self, mark):
         return self.origin.requests()[mark:]
@@ -228,6 +252,53 @@ class UpstreamBehaviour(harness.S3Asserts, unittest.TestCase):
         self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:300])
         # The origin needs about 0.8 s to send it all; it must see the hang-up first.
         self.assertTrue(self.origin.aborted.wait(5), "upstream transfer was not cancelled")
+
+
+class PrefetchListing(StandInLarder, unittest.TestCase):
+    """A warming job's listing is an upstream request like the others: it
+    learns its bucket's region from S3's answer and retries a SlowDown."""
+    TOKEN = "listing-test-token"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = StandIn()
+        cls.admin_port = harness.free_port()
+        cls.larder = harness.Larder(env={
+            "LARDER_UPSTREAM_URL": cls.origin.url,
+            "AWS_ACCESS_KEY_ID": UP_KEY,
+            "AWS_SECRET_ACCESS_KEY": UP_SECRET,
+            "LARDER_UPSTREAM_REGION": "us-east-1",
+            "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % cls.admin_port,
+            "LARDER_ADMIN_TOKEN": cls.TOKEN,
+        }).start()
+
+    def admin(self, method, path, body=None):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.admin_port, path),
+                                     data=json.dumps(body).encode() if body else None,
+                                     method=method)
+        req.add_header("Authorization", "Bearer " + self.TOKEN)
+        if body:
+            req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+
+    def test_listing_learns_region_and_retries(self):
+        self.origin.list_failures = 1
+        mark = len(self.origin.requests())
+        st, r = self.admin("POST", "/admin/prefetch", {"bucket": "eu-listed", "prefix": "p/"})
+        self.assertEqual(st, 202, r)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            st, info = self.admin("GET", "/admin/jobs/" + r["job"])
+            if info["state"] in ("done", "failed", "cancelled"):
+                break
+            time.sleep(0.1)
+        self.assertEqual((info["state"], info["objects_done"], info["errors"]), ("done", 2, 0),
+                         info)
+        lists = [q[2] for q in self.origin.requests()[mark:] if "list-type=2" in q[1]]
+        self.assertEqual(lists, ["us-east-1", "eu-west-1", "eu-west-1"],
+                         "signed for the default region, sent again for the bucket's, "
+                         "then retried after the SlowDown")
 
 
 class UnreachableUpstream(harness.S3Asserts, unittest.TestCase):

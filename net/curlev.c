@@ -4,12 +4,13 @@
  * those into ev_io and ev_timer watchers and report readiness back with
  * curl_multi_socket_action. Same shape as curl's evhiperfifo example.
  */
-#include "gateway/curlev.h"
+#include "net/curlev.h"
 
 #include <assert.h>
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "net/transfer.h"
 
 #define CURLEV_MAGIC 0x63757276u
 
@@ -19,8 +20,9 @@ struct curlev {
 	CURLM *multi;
 	ev_timer timer;
 	unsigned running;
-	curlev_done_cb done;
-	void *done_arg;
+	curlev_observe_cb observe;
+	void *observe_arg;
+	struct transfer *pending;  /* transfers to unpause (transfer.pending_next) */
 };
 
 struct sockwatch {
@@ -40,7 +42,12 @@ static void check_done(struct curlev *c)
 		CURLcode rc = m->data.result;
 		curl_multi_remove_handle(c->multi, easy);
 		c->running--;
-		c->done(easy, rc, c->done_arg);
+		struct transfer *t = NULL;
+		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&t);
+		assert(t && t->magic == TRANSFER_MAGIC && t->easy == easy);
+		if (c->observe)
+			c->observe(t, rc, c->observe_arg);
+		transfer_finished(t, rc);
 	}
 }
 
@@ -112,15 +119,15 @@ static int multi_sock_cb(CURL *easy, curl_socket_t fd, int what, void *arg, void
 	return 0;
 }
 
-struct curlev *curlev_create(struct ev_loop *loop, curlev_done_cb done, void *arg)
+struct curlev *curlev_create(struct ev_loop *loop, curlev_observe_cb observe, void *arg)
 {
 	struct curlev *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
 	c->magic = CURLEV_MAGIC;
 	c->loop = loop;
-	c->done = done;
-	c->done_arg = arg;
+	c->observe = observe;
+	c->observe_arg = arg;
 	c->multi = curl_multi_init();
 	if (!c->multi) {
 		free(c);
@@ -168,4 +175,40 @@ void curlev_remove(struct curlev *c, CURL *easy)
 unsigned curlev_running(const struct curlev *c)
 {
 	return c->running;
+}
+
+struct ev_loop *curlev_loop(const struct curlev *c)
+{
+	return c->loop;
+}
+
+void curlev_queue_unpause(struct curlev *c, struct transfer *t)
+{
+	if (t->pending)
+		return;
+	t->pending = true;
+	t->pending_next = c->pending;
+	c->pending = t;
+}
+
+void curlev_unqueue(struct curlev *c, struct transfer *t)
+{
+	if (!t->pending)
+		return;
+	for (struct transfer **p = &c->pending; *p; p = &(*p)->pending_next)
+		if (*p == t) {
+			*p = t->pending_next;
+			break;
+		}
+	t->pending = false;
+}
+
+void curlev_run_pending(struct curlev *c)
+{
+	while (c->pending) {
+		struct transfer *t = c->pending;
+		c->pending = t->pending_next;
+		t->pending = false;
+		transfer_resume(t);
+	}
 }

@@ -1,0 +1,455 @@
+/*
+ * authn.c - who sent a request and what it may do: the request line and
+ * headers in (SigV4, SigV2, a peer's signature, or anonymous; the scope,
+ * the key's grants), the principal (key_id, authorized) and the body plan
+ * out (how the body is framed, how long, how it is verified). Everything
+ * here runs once, on the first access callback, before any byte of the
+ * body; DeleteObjects under a prefix grant is decided again when its body
+ * is in (authn_check_delete).
+ */
+#include "gateway/authn.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "auth/chunked.h"
+#include "auth/policy.h"
+#include "auth/sigv2.h"
+#include "auth/sigv4.h"
+#include "base/log.h"
+#include "cluster/peer.h"
+#include "gateway/passthrough.h"
+#include "gateway/s3err.h"
+#include "gateway/s3req.h"
+
+struct hdr_collect {
+	struct sv4_header *v;
+	size_t n, cap;
+};
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+	struct hdr_collect *c = cls;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 32;
+		struct sv4_header *v = realloc(c->v, cap * sizeof *v);
+		if (!v)
+			return MHD_NO;
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n].name = key;
+	c->v[c->n].value = value ? value : "";
+	c->n++;
+	(void)kind;
+	return MHD_YES;
+}
+
+static enum s3err sv4_to_s3err(enum sv4_status s, bool presigned)
+{
+	switch (s) {
+	case SV4_MALFORMED: return presigned ? S3E_AUTH_QUERY_ERROR : S3E_AUTH_HEADER_MALFORMED;
+	case SV4_UNSUPPORTED: return S3E_INVALID_REQUEST;
+	case SV4_SKEWED: return S3E_REQUEST_TIME_SKEWED;
+	case SV4_EXPIRED: return S3E_ACCESS_DENIED;
+	case SV4_NOT_YET_VALID: return S3E_ACCESS_DENIED;
+	case SV4_MISSING_HEADER: return presigned ? S3E_AUTH_QUERY_ERROR : S3E_AUTH_HEADER_MALFORMED;
+	case SV4_BAD_SIGNATURE: return S3E_SIGNATURE_MISMATCH;
+	case SV4_UNSIGNED_HEADER: return S3E_ACCESS_DENIED;
+	case SV4_BAD_EXPIRES: return S3E_ACCESS_DENIED;
+	default: return S3E_ACCESS_DENIED;
+	}
+}
+
+/* The x-amz-copy-source of CopyObject / UploadPartCopy: "bucket/key" or
+ * "/bucket/key", URL-encoded, optionally "?versionId=...". The key needs
+ * read access there too. */
+static bool copy_source_allowed(const struct cfg_key *k, const char *src)
+{
+	struct buf dec;
+	buf_init(&dec, 8192);
+	size_t len = strcspn(src, "?");
+	bool ok = false;
+	if (sv4_uri_decode(src, len, &dec) == 0) {
+		const char *s = buf_cstr(&dec);
+		if (*s == '/')
+			s++;
+		const char *slash = strchr(s, '/');
+		if (slash && slash > s && slash[1]) {
+			char bucket[256];
+			size_t bl = (size_t)(slash - s);
+			if (bl < sizeof bucket) {
+				memcpy(bucket, s, bl);
+				bucket[bl] = '\0';
+				ok = pol_allows(k, POL_READ, bucket, slash + 1, NULL);
+			}
+		}
+	}
+	buf_fini(&dec);
+	return ok;
+}
+
+static const char *peer_header(void *r, const char *name)
+{
+	return req_header(r, name);
+}
+
+/* A request from another node of the cluster (cluster/peer.h): it may
+ * only read objects, and is answered from this node's cache or from S3. */
+static void authenticate_peer(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	char why[160];
+	unsigned hop = 0;
+	const char *node = req_header(r, "X-Larder-Peer");
+	if (peer_verify(gw->cfg->cluster_secret, gw->cfg->advertise, r->method, r->uri, peer_header,
+	                r, time(NULL), &hop, why, sizeof why) != 0) {
+		log_warn("peer", "id=%s refused a peer request from %s: %s", r->id,
+		         node ? node : "?", why);
+		req_fail(r, S3E_ACCESS_DENIED, why);
+		return;
+	}
+	snprintf(r->key_id, sizeof r->key_id, "peer:%.120s", node);
+	if (r->s3.target != S3T_OBJECT || r->s3.access != POL_READ) {
+		req_fail(r, S3E_ACCESS_DENIED, "peers may only read objects");
+		return;
+	}
+	r->peer_hop = hop;
+	r->authorized = true;
+	r->body = BODY_NONE;
+	r->body_verified = true;
+}
+
+/* DeleteObjects: POST ?delete on a bucket. Its keys are in the body. */
+static bool is_delete_objects(const struct req *r)
+{
+	struct buf v;
+	buf_init(&v, 64);
+	bool yes = r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0 &&
+	           s3_query_get(r->query, "delete", &v) == 1;
+	buf_fini(&v);
+	return yes;
+}
+
+struct delete_check {
+	const struct cfg_key *k;
+	const char *bucket;
+};
+
+static int delete_key_allowed(void *arg, const char *key)
+{
+	const struct delete_check *dc = arg;
+	return pol_allows(dc->k, POL_WRITE, dc->bucket, key, NULL) ? 0 : 1;
+}
+
+int authn_check_delete(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	pthread_rwlock_rdlock(&gw->keys_lock);
+	const struct cfg *keys = gw->keys;
+	struct delete_check dc = {
+		.k = r->key_id[0] ? cfg_find_key(keys, r->key_id) : &keys->anonymous,
+		.bucket = r->s3.bucket,
+	};
+	int rc = dc.k ? s3_delete_keys(r->delete_body.p, r->delete_body.len, delete_key_allowed, &dc)
+	              : 1; /* the key went away in a reload */
+	pthread_rwlock_unlock(&gw->keys_lock);
+	if (rc < 0)
+		req_fail(r, S3E_MALFORMED_XML, NULL);
+	else if (rc > 0)
+		req_fail(r, S3E_ACCESS_DENIED, NULL);
+	return rc == 0 ? 0 : -EACCES;
+}
+
+
+/* Why a verification failed, in S3's words where S3 has them. */
+static void fail_verify(struct req *r, enum sv4_status st, const struct sv4_request *sreq,
+                        const struct sv4_auth *auth, bool v2)
+{
+	char msg[160];
+	const char *m = NULL;
+	if (st == SV4_EXPIRED) {
+		m = "Request has expired";
+	} else if (st == SV4_UNSIGNED_HEADER) {
+		struct buf names;
+		/* Twice the default header limit; a longer list is left out, never cut. */
+		buf_init(&names, 32 * 1024);
+		if (sv4_unsigned_amz_headers(sreq, auth, &names) > 0)
+			req_err_element(r, "HeadersNotSigned", buf_cstr(&names));
+		buf_fini(&names);
+		m = sv4_status_str(st);
+	} else if (st == SV4_BAD_EXPIRES && v2) {
+		m = "Expires must be less than a week (in seconds) from now; that is, at most "
+		    "604800 seconds in the future";
+	} else if (st == SV4_BAD_EXPIRES) {
+		snprintf(msg, sizeof msg, auth->expires < 1 ? "X-Amz-Expires must be non-negative"
+		         : "X-Amz-Expires must be less than a week (in seconds); that is, the given "
+		           "X-Amz-Expires must be less than %d seconds", SV4_MAX_PRESIGN_EXPIRES);
+		m = msg;
+	}
+	req_fail(r, sv4_to_s3err(st, auth->presigned), m);
+}
+
+/*
+ * The credential scope must name s3 and a region larder answers for: the
+ * upstream region, the one configured for the request's bucket, or
+ * us-east-1, which docs/clients.md has always told clients to use. S3
+ * refuses other regions; so does larder, so that a signature made for
+ * another endpoint (another service, or a gateway elsewhere that shares
+ * the key) is not honoured here.
+ */
+static bool scope_ok(struct req *r, const struct sv4_auth *auth)
+{
+	const struct cfg *cfg = r->w->gw->cfg;
+	const char *lead = auth->presigned ? "Error parsing the X-Amz-Credential parameter;"
+	                                   : "The authorization header is malformed;";
+	char msg[256];
+	if (strcmp(auth->service, "s3") != 0) {
+		snprintf(msg, sizeof msg, "%s incorrect service \"%s\". This endpoint belongs to \"s3\".",
+		         lead, auth->service);
+		req_fail(r, sv4_to_s3err(SV4_MALFORMED, auth->presigned), msg);
+		return false;
+	}
+	const char *want = cfg->upstream_region ? cfg->upstream_region : "us-east-1";
+	const char *bucket_region = r->s3.bucket[0] ? cfg_bucket_region(cfg, r->s3.bucket) : NULL;
+	if (strcmp(auth->region, want) == 0 || strcmp(auth->region, "us-east-1") == 0 ||
+	    (bucket_region && strcmp(auth->region, bucket_region) == 0))
+		return true;
+	if (bucket_region)
+		want = bucket_region;
+	snprintf(msg, sizeof msg, "%s the region '%s' is wrong; expecting '%s'", lead, auth->region,
+	         want);
+	req_fail(r, sv4_to_s3err(SV4_MALFORMED, auth->presigned), msg);
+	req_err_element(r, "Region", want);
+	return false;
+}
+
+/* S3 ignores nothing of a response-* override: on a request nobody
+ * signed it refuses them. */
+static bool has_response_override(const char *query)
+{
+	static const char *const names[] = {
+		"response-cache-control", "response-content-disposition", "response-content-encoding",
+		"response-content-language", "response-content-type", "response-expires", NULL,
+	};
+	struct buf v;
+	buf_init(&v, S3_MAX_QUERY_BYTES);
+	bool yes = false;
+	for (int i = 0; names[i] && !yes; i++)
+		yes = s3_query_get(query, names[i], &v) != 0;
+	buf_fini(&v);
+	return yes;
+}
+
+void authn_request(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	struct hdr_collect hc = { 0 };
+	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &hc);
+	/* LARDER_MAX_HEADER_SIZE bounds the request line plus headers as sent
+	 * ("Name: value\r\n"); MHD's memory pool is only the hard backstop. */
+	size_t header_bytes = strlen(r->method) + strlen(r->uri) + 12;
+	for (size_t i = 0; i < hc.n; i++)
+		header_bytes += strlen(hc.v[i].name) + strlen(hc.v[i].value) + 4;
+	if (header_bytes > gw->cfg->max_header_bytes) {
+		free(hc.v);
+		req_fail(r, S3E_HEADER_TOO_LARGE, NULL);
+		return;
+	}
+	if (!s3_query_names_plain(r->query)) {
+		free(hc.v);
+		req_fail(r, S3E_INVALID_ARGUMENT, "Query parameter names must not be percent-encoded.");
+		return;
+	}
+	enum s3err e;
+	if (s3req_parse(&r->s3, r->method, req_header(r, "Host"), r->path, r->query,
+	                gw->cfg->base_domain, &e) != 0) {
+		free(hc.v);
+		req_fail(r, e, NULL);
+		return;
+	}
+	if (req_header(r, "X-Larder-Peer-Auth")) {
+		free(hc.v);
+		authenticate_peer(r);
+		return;
+	}
+	struct sv4_request sreq = {
+		.method = r->method, .path = r->path, .query = r->query,
+		.headers = hc.v, .n_headers = hc.n,
+	};
+	struct sv4_auth auth;
+	enum sv4_status st = sv4_parse(&sreq, &auth);
+	/* boto3 and the AWS CLI still presign with SigV2 for a custom
+	 * endpoint, and old clients sign headers with it. */
+	struct sv2_auth v2;
+	bool sigv2 = (st == SV4_NO_AUTH || st == SV4_UNSUPPORTED) && sv2_parse(&sreq, &v2) == SV4_OK;
+
+	pthread_rwlock_rdlock(&gw->keys_lock);
+	const struct cfg *keys = gw->keys;
+	const struct cfg_key *k = NULL;
+	unsigned char signing_key[32];
+	if (sigv2) {
+		if (!(k = cfg_find_key(keys, v2.access_key))) {
+			req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
+		} else {
+			snprintf(r->key_id, sizeof r->key_id, "%s", v2.access_key);
+			struct buf resource;
+			buf_init(&resource, strlen(r->path) + sizeof r->s3.bucket + 2);
+			buf_printf(&resource, "%s%s%s", r->s3.virtual_host ? "/" : "",
+			           r->s3.virtual_host ? r->s3.bucket : "", r->path);
+			enum sv4_status v = sv2_verify(&sreq, &v2, buf_cstr(&resource), k->secret,
+			                               time(NULL), gw->cfg->max_skew_s);
+			buf_fini(&resource);
+			if (v != SV4_OK) {
+				auth.presigned = v2.presigned;
+				fail_verify(r, v, &sreq, &auth, true);
+				k = NULL;
+			}
+		}
+		st = SV4_OK;
+		auth.presigned = true; /* SigV2 signs no payload hash: the body is unsigned */
+		r->presigned_v2 = r->presigned = v2.presigned;
+	} else if (st == SV4_NO_AUTH) {
+		if (keys->anonymous.n_grants)
+			k = &keys->anonymous;
+		else
+			req_fail(r, S3E_ACCESS_DENIED, NULL);
+	} else if (st != SV4_OK) {
+		req_fail(r, sv4_to_s3err(st, auth.presigned), sv4_status_str(st));
+	} else if (!scope_ok(r, &auth)) {
+		k = NULL;
+	} else if (!(k = cfg_find_key(keys, auth.access_key))) {
+		req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
+	} else {
+		snprintf(r->key_id, sizeof r->key_id, "%s", auth.access_key);
+		r->presigned = auth.presigned;
+		st = sv4_verify(&sreq, &auth, k->secret, time(NULL), gw->cfg->max_skew_s, signing_key);
+		if (st != SV4_OK) {
+			fail_verify(r, st, &sreq, &auth, false);
+			k = NULL;
+		}
+	}
+	size_t n_copy = 0;
+	sv4_header(&sreq, SLICE_LIT("x-amz-copy-source"), &n_copy);
+	if (k && !r->has_err && n_copy > 1) {
+		/* The policy would check one source and upstream see another. */
+		req_fail(r, S3E_INVALID_ARGUMENT, "Only one x-amz-copy-source header is allowed");
+		k = NULL;
+	}
+	if (k && !r->has_err && r->presigned && pass_query_headers(r, NULL) != 0) {
+		req_fail(r, S3E_INVALID_ARGUMENT, "A header carried in the query is not a valid "
+		         "header");
+		k = NULL;
+	}
+	if (k == &keys->anonymous && !r->has_err && has_response_override(r->query)) {
+		req_fail(r, S3E_INVALID_REQUEST, "Request specific response headers cannot be used "
+		         "for anonymous GET requests.");
+		k = NULL;
+	}
+	if (k && !r->has_err) {
+		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
+		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
+		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
+		const char *copy = req_header(r, "x-amz-copy-source");
+		bool allowed = pol_allows(k, r->s3.access, bucket, key, list_prefix);
+		/* A key with a prefix grant may delete many objects at once when
+		 * each is under its grant: decided once the body is in. */
+		if (!allowed && is_delete_objects(r)) {
+			r->check_delete = allowed = true;
+			buf_init(&r->delete_body, DELETE_BODY_MAX);
+		}
+		if (!allowed || (copy && !copy_source_allowed(k, copy)))
+			req_fail(r, S3E_ACCESS_DENIED, NULL);
+		else
+			r->authorized = true;
+	}
+	pthread_rwlock_unlock(&gw->keys_lock);
+	free(hc.v);
+	if (r->has_err)
+		return;
+
+	/* What the body is and how it is checked. */
+	const char *cl = req_header(r, "Content-Length");
+	const char *te = req_header(r, "Transfer-Encoding");
+	const char *claimed = st == SV4_OK && !auth.presigned ? auth.payload_hash : SV4_UNSIGNED_PAYLOAD;
+	int64_t len = 0;
+	if (cl) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(cl, &end, 10);
+		if (errno || *end || v < 0 || end == cl) {
+			req_fail(r, S3E_INVALID_ARGUMENT, "Content-Length is not a number");
+			return;
+		}
+		len = v;
+	} else if (te) {
+		len = -1; /* chunked: the length is known when the body ends */
+	}
+	if (!claimed[0]) {
+		req_fail(r, S3E_INVALID_REQUEST,
+		     "Missing required header for this request: x-amz-content-sha256");
+		return;
+	}
+	int mode = ack_mode_from_payload_hash(claimed);
+	if (mode >= 0) {
+		const char *dl = req_header(r, "x-amz-decoded-content-length");
+		char *end = NULL;
+		long long v = dl ? strtoll(dl, &end, 10) : -1;
+		if (!dl || *end || v < 0) {
+			req_fail(r, S3E_MISSING_CONTENT_LENGTH,
+			     "aws-chunked uploads need x-amz-decoded-content-length");
+			return;
+		}
+		char scope[160];
+		snprintf(scope, sizeof scope, "%s/%s/%s/aws4_request", auth.date, auth.region,
+		         auth.service);
+		r->ack = ack_create((enum ack_mode)mode, signing_key, auth.signature, auth.amz_date,
+		                    scope, v, req_header(r, "x-amz-trailer"), pass_chunk_sink, r);
+		if (!r->ack) {
+			req_fail(r, S3E_INTERNAL, NULL);
+			return;
+		}
+		r->body = BODY_CHUNKED;
+		r->up_len = v;
+	} else if (len != 0) {
+		/* A Transfer-Encoding: chunked body of unknown length (S3 takes it)
+		 * goes upstream chunked too: up_len < 0. */
+		r->body = BODY_RAW;
+		r->up_len = len;
+		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0) {
+			if (strlen(claimed) != 64 || strspn(claimed, "0123456789abcdefABCDEF") != 64) {
+				req_fail(r, S3E_INVALID_ARGUMENT, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+				     "STREAMING-AWS4-HMAC-SHA256-PAYLOAD or a valid sha256 value.");
+				return;
+			}
+			memcpy(r->want_sha, claimed, 65);
+			r->sha = EVP_MD_CTX_new();
+			if (!r->sha || !EVP_DigestInit_ex(r->sha, EVP_sha256(), NULL)) {
+				req_fail(r, S3E_INTERNAL, NULL);
+				return;
+			}
+		}
+	} else {
+		r->body = BODY_NONE;
+		r->up_len = 0;
+		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0 &&
+		    strcasecmp(claimed, SV4_EMPTY_SHA256) != 0) {
+			req_fail(r, S3E_BAD_DIGEST, NULL);
+			return;
+		}
+	}
+	if (r->check_delete && (r->body != BODY_RAW || r->up_len < 0 || r->up_len > DELETE_BODY_MAX)) {
+		req_fail(r, S3E_ACCESS_DENIED, "DeleteObjects under a key prefix grant needs a plain "
+		         "body of at most 2 MiB");
+		return;
+	}
+	/* A body of unknown length is whole (so verified) only when it ends. */
+	r->body_verified = r->body == BODY_NONE ||
+	                   (r->body == BODY_RAW && !r->sha && !r->check_delete && r->up_len >= 0);
+}

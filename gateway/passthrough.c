@@ -1,0 +1,570 @@
+/*
+ * passthrough.c - the pass-through: a request larder does not answer
+ * itself goes to upstream re-signed, its body streamed up as it is
+ * verified, upstream's answer streamed back (see passthrough.h for the
+ * flow-control rule). Its exchange with S3 is a transfer (net/transfer.h)
+ * built by the S3 layer (gateway/upstream.h).
+ */
+#include "gateway/passthrough.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "auth/chunked.h"
+#include "auth/sigv4.h"
+#include "base/log.h"
+#include "gateway/authn.h"
+#include "gateway/listcache.h"
+#include "gateway/s3err.h"
+
+static size_t pbuf_used(const struct pbuf *b) { return b->len - b->off; }
+static size_t pbuf_room(const struct pbuf *b) { return PIPE_CAP - pbuf_used(b); }
+
+static int pbuf_put(struct pbuf *b, const void *data, size_t n)
+{
+	if (!b->p && !(b->p = malloc(PIPE_CAP)))
+		return -ENOMEM;
+	if (n > PIPE_CAP - b->len) {
+		memmove(b->p, b->p + b->off, b->len - b->off);
+		b->len -= b->off;
+		b->off = 0;
+	}
+	assert(n <= PIPE_CAP - b->len);
+	memcpy(b->p + b->len, data, n);
+	b->len += n;
+	return 0;
+}
+
+static size_t pbuf_take(struct pbuf *b, void *out, size_t max)
+{
+	size_t n = pbuf_used(b) < max ? pbuf_used(b) : max;
+	memcpy(out, b->p + b->off, n);
+	b->off += n;
+	if (b->off == b->len)
+		b->off = b->len = 0;
+	return n;
+}
+
+/* Decoded aws-chunked payload bytes, on their way upstream. */
+int pass_chunk_sink(void *arg, const char *data, size_t len)
+{
+	struct req *r = arg;
+	if (r->up_queued + len > (uint64_t)r->up_len)
+		return -1;
+	r->up_queued += len;
+	return pbuf_put(&r->upbuf, data, len);
+}
+
+void pass_stop(struct req *r)
+{
+	if (!r->up.running)
+		return;
+	transfer_stop(&r->up);
+	r->udone = true;
+	if (r->uresult == CURLE_OK)
+		r->uresult = CURLE_ABORTED_BY_CALLBACK;
+	req_unref(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* the request upstream */
+
+static bool hop_by_hop(const char *name)
+{
+	static const char *const names[] = {
+		"connection", "keep-alive", "proxy-authorization", "proxy-authenticate",
+		"proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade", NULL,
+	};
+	for (int i = 0; names[i]; i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Client headers that larder replaces or that only meant something on
+ * the client's hop. */
+static bool dropped_request_header(const char *name, bool chunked)
+{
+	static const char *const names[] = {
+		"host", "authorization", "expect", "content-length", "x-amz-date", "date",
+		"x-amz-content-sha256", "x-amz-security-token", NULL,
+	};
+	if (hop_by_hop(name))
+		return true;
+	for (int i = 0; names[i]; i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return true;
+	return chunked && (strcasecmp(name, "x-amz-decoded-content-length") == 0 ||
+	                   strcasecmp(name, "x-amz-trailer") == 0 ||
+	                   strcasecmp(name, "x-amz-sdk-checksum-algorithm") == 0);
+}
+
+/* Content-Encoding without the aws-chunked token (larder decodes it). */
+static void strip_aws_chunked(const char *v, char *out, size_t n)
+{
+	out[0] = '\0';
+	size_t used = 0;
+	while (*v) {
+		size_t len = strcspn(v, ",");
+		const char *s = v;
+		size_t l = len;
+		while (l && (*s == ' ' || *s == '\t')) { s++; l--; }
+		while (l && (s[l - 1] == ' ' || s[l - 1] == '\t')) l--;
+		if (l && !(l == 11 && strncasecmp(s, "aws-chunked", 11) == 0) && used + l + 2 < n) {
+			if (used)
+				out[used++] = ',';
+			memcpy(out + used, s, l);
+			used += l;
+			out[used] = '\0';
+		}
+		v += len;
+		if (*v == ',')
+			v++;
+	}
+}
+
+struct fwd_ctx {
+	struct hdrs *h;
+	bool chunked;
+	int rc;
+};
+
+static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+	struct fwd_ctx *f = cls;
+	(void)kind;
+	if (f->rc || dropped_request_header(key, f->chunked))
+		return MHD_YES;
+	if (f->chunked && strcasecmp(key, "content-encoding") == 0) {
+		char ce[256];
+		strip_aws_chunked(value ? value : "", ce, sizeof ce);
+		if (ce[0])
+			f->rc = hdrs_add(f->h, key, ce);
+		return MHD_YES;
+	}
+	f->rc = hdrs_add(f->h, key, value ? value : "");
+	return MHD_YES;
+}
+
+/* A decoded name that is an RFC 9110 token and a value without control
+ * bytes (a CR or LF would add a header of the client's own upstream). */
+static bool header_field_ok(const struct buf *name, const struct buf *value)
+{
+	if (!sv4_is_token(name->p, name->len))
+		return false;
+	for (size_t i = 0; i < value->len; i++) {
+		unsigned char c = (unsigned char)value->p[i];
+		if ((c < ' ' && c != '\t') || c == 0x7f)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * A presigned URL may carry x-amz-* headers as query parameters: botocore's
+ * SigV2 HmacV1QueryAuth moves them there, the JavaScript SDK's presigner
+ * hoists them under SigV4, and S3 applies them as headers. They are covered
+ * by the signature (SigV2: as amz headers when the request does not send
+ * that header itself; SigV4: in the canonical query), so they go upstream
+ * as headers, which larder signs. Those larder replaces are left out.
+ * h NULL only checks them: -EINVAL for one that cannot be a header.
+ */
+int pass_query_headers(struct req *r, struct hdrs *h)
+{
+	const char *q = r->query;
+	struct buf name, value;
+	buf_init(&name, 256);
+	buf_init(&value, S3_MAX_QUERY_BYTES);
+	int rc = 0;
+	while (*q && !rc) {
+		size_t len = strcspn(q, "&");
+		const char *eq = memchr(q, '=', len);
+		size_t klen = eq ? (size_t)(eq - q) : len;
+		buf_reset(&name);
+		buf_reset(&value);
+		bool amz = klen > 6 && strncasecmp(q, "x-amz-", 6) == 0;
+		if (amz && (sv4_uri_decode(q, klen, &name) != 0 ||
+		            (eq && sv4_uri_decode(eq + 1, len - klen - 1, &value) != 0) ||
+		            !header_field_ok(&name, &value)))
+			rc = -EINVAL;
+		else if (amz && h && !dropped_request_header(buf_cstr(&name), false) &&
+		         !sv4_is_query_auth_param(buf_cstr(&name)) && !req_header(r, buf_cstr(&name)))
+			rc = hdrs_add(h, buf_cstr(&name), buf_cstr(&value));
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	buf_fini(&name);
+	buf_fini(&value);
+	return rc;
+}
+
+static bool is_v2_presign_param(const char *q, size_t len)
+{
+	static const char *const names[] = { "AWSAccessKeyId", "Signature", "Expires", NULL };
+	for (int i = 0; names[i]; i++) {
+		size_t n = strlen(names[i]);
+		if (len >= n && strncmp(q, names[i], n) == 0 && (len == n || q[n] == '='))
+			return true;
+	}
+	return false;
+}
+
+/* The query sent upstream: the client's, byte for byte, minus the
+ * parameters of a presigned URL (larder signs with a header). */
+static char *upstream_query(const char *q, bool presigned_v2)
+{
+	size_t n = strlen(q);
+	char *out = malloc(n + 1);
+	if (!out)
+		return NULL;
+	size_t used = 0;
+	while (*q) {
+		size_t len = strcspn(q, "&");
+		bool presign = (len >= 6 && strncasecmp(q, "X-Amz-", 6) == 0) ||
+		               (presigned_v2 && is_v2_presign_param(q, len));
+		if (!presign && len) {
+			if (used)
+				out[used++] = '&';
+			memcpy(out + used, q, len);
+			used += len;
+		}
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	out[used] = '\0';
+	return out;
+}
+
+static enum transfer_verdict on_upstream_headers(struct transfer *t, void *arg)
+{
+	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC);
+	enum transfer_verdict v = upstream_region_check(r->w->gw->up, r->s3.bucket, t);
+	if (v == TRANSFER_RESEND && r->body == BODY_NONE)
+		return v; /* signed for the wrong region: send again (a body cannot be) */
+	r->ustatus = t->status;
+	const char *cl = hdrs_get(&t->resp, "Content-Length");
+	r->resp_len = MHD_SIZE_UNKNOWN;
+	if (cl) {
+		char *end;
+		unsigned long long n = strtoull(cl, &end, 10);
+		if (*end == '\0' && end != cl)
+			r->resp_len = n;
+	}
+	r->uhdrs_done = true;
+	cache_learn(r);
+	req_wake(r);
+	return TRANSFER_GO;
+}
+
+static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, size_t len)
+{
+	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC);
+	(void)t;
+	if (!r->conn)
+		return 0;   /* client gone */
+	if (len > pbuf_room(&r->downbuf))
+		return CURL_WRITEFUNC_PAUSE;
+	if (pbuf_put(&r->downbuf, data, len) != 0)
+		return 0;
+	listcache_capture(r, data, len);
+	req_wake(r);
+	return len;
+}
+
+static size_t on_upstream_read(struct transfer *t, void *arg, char *out, size_t max)
+{
+	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC);
+	(void)t;
+	if (r->has_err)
+		return CURL_READFUNC_ABORT;
+	size_t avail = pbuf_used(&r->upbuf);
+	/* Hold back the last byte until the body is verified: upstream stores
+	 * nothing from a request whose body stops short. */
+	if (r->check_delete) { /* the whole body, checked, waits in delete_body */
+		size_t left = r->delete_body.len - (size_t)r->up_sent;
+		size_t got = left < max ? left : max;
+		memcpy(out, r->delete_body.p + r->up_sent, got);
+		r->up_sent += got;
+		return got;
+	}
+	if (r->up_len < 0) { /* chunked upstream: the body ends when the client's does */
+		if (r->body_verified && avail == 0)
+			return 0;
+		if (!r->body_verified && avail)
+			avail--;
+	} else {
+		uint64_t left = (uint64_t)r->up_len - r->up_sent;
+		if (!r->body_verified && avail >= left)
+			avail = left ? (size_t)left - 1 : 0;
+	}
+	if (avail == 0)
+		return CURL_READFUNC_PAUSE;
+	size_t got = pbuf_take(&r->upbuf, out, avail < max ? avail : max);
+	r->up_sent += got;
+	req_wake(r); /* the upload may have been waiting for room */
+	return got;
+}
+
+int pass_start(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	struct hdrs h;
+	hdrs_init(&h);
+	int rc = 0;
+	if (!r->up_query && !(r->up_query = upstream_query(r->query, r->presigned_v2)))
+		rc = -ENOMEM;
+	struct fwd_ctx f = { &h, r->body == BODY_CHUNKED, 0 };
+	if (!rc) {
+		MHD_get_connection_values(r->conn, MHD_HEADER_KIND, forward_header, &f);
+		rc = f.rc;
+	}
+	if (!rc && r->presigned)
+		rc = pass_query_headers(r, &h);
+	/* The payload hash upstream checks: the client's own when it signed
+	 * the body (so S3 verifies it again), else UNSIGNED-PAYLOAD. */
+	struct up_request rq = {
+		.method = r->method,
+		.bucket = r->s3.bucket,
+		.key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL,
+		.query = r->up_query,
+		.payload_hash = r->sha ? r->want_sha
+		              : r->body == BODY_NONE ? SV4_EMPTY_SHA256 : SV4_UNSIGNED_PAYLOAD,
+		.headers = &h,
+		.upload = r->body != BODY_NONE || strcmp(r->method, "PUT") == 0 ||
+		          strcmp(r->method, "POST") == 0,
+		.upload_len = r->up_len,
+	};
+	rc = rc ? rc : upstream_prepare(gw->up, &r->up, &rq, &r->target);
+	hdrs_fini(&h);
+	if (rc)
+		return rc;
+	r->uhdrs_done = false;
+	r->udone = false;
+	r->uresult = CURLE_OK;
+	r->ustatus = 0;
+	if (transfer_submit(&r->up) != 0)
+		return -EIO;
+	r->refs++;
+	return 0;
+}
+
+/* Sent again, signed for the region S3 named: only while somebody waits. */
+static int resend_upstream(struct transfer *t, void *arg)
+{
+	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC);
+	(void)t;
+	if (!r->conn || r->has_err)
+		return -ECANCELED;
+	int rc = pass_start(r);
+	if (rc == 0) {
+		log_info("upstream", "id=%s retrying in region %s", r->id, r->target.region);
+		req_unref(r); /* pass_start took a new reference */
+	}
+	return rc;
+}
+
+static void upstream_done(struct transfer *t, void *arg, CURLcode result)
+{
+	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC && t == &r->up);
+	r->udone = true;
+	r->uresult = result;
+	if (result == CURLE_OK) {
+		cache_invalidate(r);
+		listcache_store(r);
+	}
+	if (result != CURLE_OK)
+		log_warn("upstream", "id=%s %s %s: %s", r->id, r->method, buf_cstr(&r->target.url),
+		         transfer_strerror(t, result));
+	req_wake(r);
+	req_unref(r);
+}
+
+static const struct transfer_ops upstream_ops = {
+	.headers = on_upstream_headers,
+	.body = on_upstream_body,
+	.read = on_upstream_read,
+	.restart = resend_upstream,
+	.done = upstream_done,
+};
+
+/* ------------------------------------------------------------------ */
+/* request body */
+
+
+/* Takes as much of the client's body as there is room for; returns the
+ * number of bytes consumed. */
+size_t pass_take_body(struct req *r, const char *data, size_t len)
+{
+	if (r->has_err || r->udone) {
+		r->bytes_in += len; /* nobody will use it: read and drop */
+		return len;
+	}
+	size_t room = pbuf_room(&r->upbuf);
+	size_t n = len < room ? len : room;
+	if (n == 0)
+		return 0;
+	if (r->body == BODY_CHUNKED) {
+		/* Decoded bytes never outnumber encoded ones, so n fits. */
+		enum ack_status st = ack_feed(r->ack, data, n);
+		if (st < 0) {
+			req_fail(r, st == ACK_ERR_SIGNATURE ? S3E_SIGNATURE_MISMATCH
+			      : st == ACK_ERR_CHECKSUM ? S3E_BAD_CHECKSUM
+			      : st == ACK_ERR_LENGTH ? S3E_INCOMPLETE_BODY : S3E_INVALID_CHUNK, NULL);
+			pass_stop(r);
+		} else if (st == ACK_DONE) {
+			r->body_verified = true;
+		}
+	} else {
+		if (r->up_len >= 0 && r->up_queued + n > (uint64_t)r->up_len) {
+			req_fail(r, S3E_INCOMPLETE_BODY, NULL);
+			pass_stop(r);
+			r->bytes_in += len;
+			return len;
+		}
+		if (r->sha)
+			EVP_DigestUpdate(r->sha, data, n);
+		if (r->check_delete) {
+			buf_append(&r->delete_body, data, n); /* fits: up_len <= its max */
+		} else if (pbuf_put(&r->upbuf, data, n) != 0) {
+			/* Out of memory: upstream must not get a body with a hole. */
+			req_fail(r, S3E_INTERNAL, NULL);
+			pass_stop(r);
+			r->bytes_in += len;
+			return len;
+		}
+		r->up_queued += n;
+	}
+	r->bytes_in += n;
+	if (r->up.read_paused)
+		transfer_unpause(&r->up);
+	return n;
+}
+
+/* The client's body has ended: is it what was signed? */
+void pass_finish_body(struct req *r)
+{
+	r->client_body_done = true;
+	if (r->has_err || r->body == BODY_NONE)
+		return;
+	if (r->body == BODY_CHUNKED) {
+		if (!r->body_verified && ack_finish(r->ack) != ACK_DONE)
+			req_fail(r, S3E_INCOMPLETE_BODY, NULL);
+		else
+			r->body_verified = true;
+	} else if (r->up_len >= 0 && r->up_queued != (uint64_t)r->up_len) {
+		req_fail(r, S3E_INCOMPLETE_BODY, NULL);
+	} else if (r->sha) {
+		unsigned char md[32];
+		char hex[65];
+		unsigned mdlen = 0;
+		EVP_DigestFinal_ex(r->sha, md, &mdlen);
+		hex_encode(md, 32, hex);
+		if (strcasecmp(hex, r->want_sha) != 0)
+			req_fail(r, S3E_BAD_DIGEST, NULL);
+		else
+			r->body_verified = true;
+	} else {
+		r->body_verified = true;
+	}
+	if (r->check_delete && !r->has_err && authn_check_delete(r) == 0 && pass_start(r) != 0)
+		req_fail(r, S3E_INTERNAL, NULL);
+	if (r->has_err)
+		pass_stop(r);
+	else if (r->up.read_paused)
+		transfer_unpause(&r->up);
+}
+
+/* ------------------------------------------------------------------ */
+/* response */
+
+static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
+{
+	struct req *r = cls;
+	assert(r->magic == REQ_MAGIC);
+	(void)pos;
+	if (pbuf_used(&r->downbuf)) {
+		size_t n = pbuf_take(&r->downbuf, out, max);
+		r->bytes_out += n;
+		if (r->up.write_paused)
+			transfer_unpause(&r->up);
+		return (ssize_t)n;
+	}
+	if (r->udone) {
+		bool complete = r->uresult == CURLE_OK &&
+		                (r->resp_len == MHD_SIZE_UNKNOWN || r->bytes_out == r->resp_len);
+		return complete ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	if (r->up.write_paused)
+		transfer_unpause(&r->up);
+	req_suspend(r);
+	return 0;
+}
+
+static void response_done(void *cls)
+{
+	req_unref(cls);
+}
+
+enum MHD_Result pass_respond(struct req *r)
+{
+	bool bodyless = strcmp(r->method, "HEAD") == 0 || r->ustatus == 204 || r->ustatus == 304;
+	uint64_t size = r->resp_len;
+	if (bodyless && size == MHD_SIZE_UNKNOWN)
+		size = 0;
+	struct MHD_Response *resp = MHD_create_response_from_callback(size, 64 * 1024, read_response,
+	                                                              r, response_done);
+	if (!resp)
+		return MHD_NO;
+	r->refs++;
+	for (size_t i = 0; i < r->up.resp.n; i++) {
+		const char *n = r->up.resp.v[i].name;
+		if (hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
+			continue;
+		req_add_response_header(resp, n, r->up.resp.v[i].value);
+	}
+	if (r->w->gw->store && r->s3.target == S3T_OBJECT &&
+	    (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0))
+	{
+		MHD_add_response_header(resp, "x-larder-cache", "bypass");
+		r->bypass_logged = true;
+	}
+	/* S3 always names its request; an S3-compatible upstream may not. */
+	if (!hdrs_get(&r->up.resp, "x-amz-request-id"))
+		MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	req_add_common_headers(r, resp);
+	r->status_sent = (int)r->ustatus;
+	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->ustatus, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
+
+void pass_init(struct req *r)
+{
+	up_target_init(&r->target);
+	transfer_init(&r->up, &upstream_ops, r, r->w->curl, NULL);
+	r->resp_len = MHD_SIZE_UNKNOWN;
+}
+
+void pass_fini(struct req *r)
+{
+	assert(!r->up.running);
+	transfer_fini(&r->up);
+	up_target_fini(&r->target);
+	free(r->upbuf.p);
+	free(r->downbuf.p);
+	free(r->up_query);
+}

@@ -1,0 +1,359 @@
+/*
+ * request.c - one client request, from its first byte to its access-log
+ * line, and its one S3 error responder (see request.h).
+ *
+ * A request's life:
+ *   request_uri_cb      raw URI kept; struct req created (ref: connection)
+ *   access cb, 1st call headers: authn.c (parse, SigV4, policy, body plan);
+ *                       then the cache (cache.c), the LIST cache, or the
+ *                       pass-through (passthrough.c: ref while upstream runs)
+ *   access cb, uploads  body bytes -> verify (hash / aws-chunked) -> upstream
+ *   access cb, last     body verified; once upstream's headers are in,
+ *                       queue the response (ref: response)
+ *   completed cb        access-log line; upstream cancelled if still running
+ * The struct is freed when the last of its three references goes.
+ */
+#include "gateway/request.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "auth/chunked.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "gateway/authn.h"
+#include "gateway/listcache.h"
+#include "gateway/metrics.h"
+#include "gateway/passthrough.h"
+#include "gateway/req.h"
+#include "gateway/s3err.h"
+#include "gateway/s3req.h"
+
+/* ------------------------------------------------------------------ */
+/* lifetime */
+
+void req_ref(struct req *r)
+{
+	r->refs++;
+}
+
+void req_unref(struct req *r)
+{
+	assert(r->magic == REQ_MAGIC && r->refs > 0);
+	if (--r->refs > 0)
+		return;
+	pass_fini(r);
+	if (r->sha)
+		EVP_MD_CTX_free(r->sha);
+	ack_destroy(r->ack);
+	buf_fini(&r->delete_body);
+	buf_fini(&r->err_extra);
+	listcache_end(r);
+	s3req_fini(&r->s3);
+	free(r->uri);
+	free(r->path);
+	r->magic = 0;
+	free(r);
+}
+
+/* Resumes the client connection if it waits: whatever it waited for may
+ * now be possible; if not, the callback suspends it again. */
+void req_wake(struct req *r)
+{
+	if (r->suspended && r->conn) {
+		r->suspended = false;
+		MHD_resume_connection(r->conn);
+		r->w->mhd_kick = true;
+	}
+}
+
+void req_suspend(struct req *r)
+{
+	if (!r->suspended && r->conn) {
+		r->suspended = true;
+		MHD_suspend_connection(r->conn);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* errors larder raises */
+
+void req_fail(struct req *r, enum s3err e, const char *msg)
+{
+	if (r->has_err)
+		return;
+	r->has_err = true;
+	r->err = e;
+	snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "");
+}
+
+void req_err_element(struct req *r, const char *name, const char *text)
+{
+	/* All or nothing: a cut element would leave the XML broken. */
+	size_t mark = r->err_extra.len;
+	if (buf_printf(&r->err_extra, "<%s>", name) != 0 || xml_escape(text, &r->err_extra) != 0 ||
+	    buf_printf(&r->err_extra, "</%s>", name) != 0) {
+		r->err_extra.len = mark;
+		if (r->err_extra.p)
+			r->err_extra.p[mark] = '\0';
+	}
+}
+
+/* libmicrohttpd refuses a header whose value is empty, and S3 sends such
+ * headers (x-amz-meta-x with an empty value is part of the object). A lone
+ * space goes instead: HTTP trims it, so the client reads the empty value. */
+void req_add_response_header(struct MHD_Response *resp, const char *name, const char *value)
+{
+	MHD_add_response_header(resp, name, value[0] ? value : " ");
+}
+
+void req_add_common_headers(struct req *r, struct MHD_Response *resp)
+{
+	MHD_add_response_header(resp, "x-larder-request-id", r->id);
+}
+
+/* True while the client may still be sending a body larder will not read. */
+static bool unread_body(struct req *r)
+{
+	if (r->client_body_done)
+		return false;
+	const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+	return (cl && strcmp(cl, "0") != 0) ||
+	       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding");
+}
+
+enum MHD_Result req_respond_error(struct req *r)
+{
+	struct buf body;
+	buf_init(&body, 8192);
+	/* S3's 416 names the range and the size, not the resource. */
+	if (s3err_xml(r->err, r->err_msg[0] ? r->err_msg : NULL, r->err_sized ? NULL : r->path,
+	              r->id, r->err_extra.len ? buf_cstr(&r->err_extra) : NULL, &body) != 0) {
+		buf_fini(&body);
+		return MHD_NO;
+	}
+	struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p,
+	                                                            MHD_RESPMEM_MUST_COPY);
+	buf_fini(&body);
+	if (!resp)
+		return MHD_NO;
+	char date[64];
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+	MHD_add_response_header(resp, "Content-Type", "application/xml");
+	MHD_add_response_header(resp, "Date", date);
+	MHD_add_response_header(resp, "Server", "larder");
+	MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	if (r->err_sized) {
+		char cr[64];
+		snprintf(cr, sizeof cr, "bytes */%" PRIu64, r->err_object_size);
+		MHD_add_response_header(resp, "Content-Range", cr);
+	}
+	if (r->cache.active)
+		MHD_add_response_header(resp, "x-larder-cache", r->cache.meta_loaded ? "miss" : "hit");
+	req_add_common_headers(r, resp);
+	/* A body we did not read, or a refused connection over the limit:
+	 * close rather than try to find the next request in the stream. */
+	if (unread_body(r) || r->err == S3E_SLOW_DOWN)
+		MHD_add_response_header(resp, "Connection", "close");
+	r->status_sent = (int)s3err_status(r->err);
+	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status_sent, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
+
+const char *req_header(struct req *r, const char *name)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+/* ------------------------------------------------------------------ */
+/* MHD callbacks */
+
+void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	struct worker *w = cls;
+	struct req *r = calloc(1, sizeof *r);
+	if (!r)
+		return NULL;
+	r->magic = REQ_MAGIC;
+	r->refs = 1;
+	r->w = w;
+	buf_init(&r->err_extra, 64 * 1024); /* a Range header or a list of header names, escaped */
+	r->conn = conn;
+	r->t_start = clock_mono_s();
+	r->uri = strdup(uri ? uri : "/");
+	r->path = r->uri ? strdup(r->uri) : NULL;
+	if (!r->uri || !r->path) {
+		free(r->uri);
+		free(r->path);
+		free(r);
+		return NULL;
+	}
+	char *q = strchr(r->path, '?');
+	if (q)
+		*q++ = '\0';
+	r->query = q ? q : r->path + strlen(r->path);
+	snprintf(r->id, sizeof r->id, "%02X%06lX%08lX", w->index & 0xff, (w->next_id++) & 0xffffff,
+	         (unsigned long)((unsigned)time(NULL) ^ (unsigned)random()) & 0xffffffffUL);
+	s3req_init(&r->s3);
+	pass_init(r);
+	r->next = w->live;
+	if (w->live)
+		w->live->prev = r;
+	w->live = r;
+	w->n_live++;
+	return r;
+}
+
+enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls)
+{
+	struct worker *w = cls;
+	struct req *r = *req_cls;
+	(void)conn;
+	(void)url;
+	(void)version;
+	if (!r || r->magic != REQ_MAGIC)
+		return MHD_NO;
+	if (!r->started) {
+		r->started = true;
+		snprintf(r->method, sizeof r->method, "%s", method);
+		if (atomic_load(&w->gw->open_connections) > w->gw->cfg->max_connections)
+			req_fail(r, S3E_SLOW_DOWN, NULL);
+		else
+			authn_request(r);
+		if (r->has_err)
+			return req_respond_error(r);
+		if (cache_wants(r)) {
+			cache_begin(r);
+			return MHD_YES;
+		}
+		if (listcache_begin(r))
+			return MHD_YES; /* answered from the LIST cache below */
+		if (r->check_delete)
+			return MHD_YES; /* upstream once the body is in and checked */
+		if (pass_start(r) != 0) {
+			req_fail(r, S3E_INTERNAL, NULL);
+			return req_respond_error(r);
+		}
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		size_t used = pass_take_body(r, upload_data, *upload_data_size);
+		*upload_data_size -= used;
+		if (*upload_data_size)
+			req_suspend(r); /* no room: wait for curl to drain */
+		return MHD_YES;
+	}
+	if (r->responded)
+		return MHD_YES;
+	if (!r->client_body_done)
+		pass_finish_body(r);
+	if (r->cache.active && cache_passes(r)) {
+		/* The object turned out not cacheable (no usable ETag, SSE-C),
+		 * or it asks for a part whose bytes are not known yet: the
+		 * pass-through serves this request as it would any other. */
+		cache_end(r);
+		if (pass_start(r) != 0) {
+			req_fail(r, S3E_INTERNAL, NULL);
+			return req_respond_error(r);
+		}
+		req_suspend(r);
+		return MHD_YES;
+	}
+	if (r->cache.active)
+		return cache_respond(r);
+	if (listcache_hit(r) && !r->has_err)
+		return listcache_respond(r);
+	if (r->has_err)
+		return req_respond_error(r);
+	if (r->uhdrs_done)
+		return pass_respond(r);
+	if (r->udone) {
+		req_fail(r, S3E_SERVICE_UNAVAILABLE, NULL);
+		return req_respond_error(r);
+	}
+	req_suspend(r);
+	return MHD_YES;
+}
+
+static const char *toe_str(enum MHD_RequestTerminationCode toe)
+{
+	switch (toe) {
+	case MHD_REQUEST_TERMINATED_COMPLETED_OK: return NULL;
+	case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return "client-timeout";
+	case MHD_REQUEST_TERMINATED_CLIENT_ABORT: return "client-abort";
+	case MHD_REQUEST_TERMINATED_READ_ERROR: return "client-read-error";
+	case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN: return "shutdown";
+	default: return "error";
+	}
+}
+
+void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
+                          enum MHD_RequestTerminationCode toe)
+{
+	struct worker *w = cls;
+	struct req *r = *req_cls;
+	(void)conn;
+	if (!r || r->magic != REQ_MAGIC)
+		return;
+	*req_cls = NULL;
+	r->conn = NULL;
+	r->suspended = false;
+	pass_stop(r); /* the client is gone or done: nothing more to fetch */
+	if (r->started) {
+		const char *err = r->has_err ? s3err_code(r->err) : toe_str(toe);
+		if (!err && r->udone && r->uresult != CURLE_OK && r->uresult != CURLE_ABORTED_BY_CALLBACK)
+			err = "upstream-error";
+		struct log_access_rec rec = {
+			.request_id = r->id,
+			.key_id = r->key_id[0] ? r->key_id : NULL,
+			.method = r->method,
+			.bucket = r->s3.bucket[0] ? r->s3.bucket : NULL,
+			.key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL,
+			.status = r->status_sent,
+			.bytes_in = r->bytes_in,
+			.bytes_out = r->bytes_out,
+			.duration_ms = (clock_mono_s() - r->t_start) * 1000.0,
+			.upstream_status = (int)r->ustatus,
+			.error_code = err,
+			.cache = r->cache.active ? (r->cache.miss || r->cache.meta_loaded ? "miss" : "hit")
+			       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
+		};
+		log_access(&rec);
+		metrics_request(s3_operation(r->method, (int)r->s3.target, r->query,
+		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		                                                         "x-amz-copy-source") != NULL),
+		                rec.status, r->authorized ? rec.bucket : NULL, rec.key_id,
+		                listcache_hit(r) ? NULL : rec.cache, /* object reads only */
+		                rec.bytes_out, rec.bytes_in);
+	}
+	cache_end(r);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		w->live = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	w->n_live--;
+	req_unref(r);
+}
+
+void request_abort_all(struct worker *w)
+{
+	for (struct req *r = w->live; r; r = r->next) {
+		pass_stop(r);
+		req_wake(r);
+	}
+}

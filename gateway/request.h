@@ -1,0 +1,34 @@
+/*
+ * request.h - one client request, from its first byte to its access-log
+ * line: authenticated (authn.h), then answered from the cache (cache.c),
+ * the LIST cache (listcache.h) or the pass-through (passthrough.h), or
+ * refused through its one S3 error responder (req_respond_error, req.h).
+ * The libmicrohttpd callbacks of a worker land here; everything runs on
+ * that worker's thread.
+ */
+#ifndef LARDER_REQUEST_H
+#define LARDER_REQUEST_H
+
+#include <microhttpd.h>
+
+#include "gateway/server.h"
+
+/* MHD_OPTION_URI_LOG_CALLBACK: sees the raw request URI before MHD
+ * touches it and creates the request (returned as its req_cls). */
+void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn);
+
+/* MHD_AccessHandlerCallback */
+enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls);
+
+/* MHD_OPTION_NOTIFY_COMPLETED */
+void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
+                          enum MHD_RequestTerminationCode toe);
+
+/* Shutdown: cancels every request still live on the worker (their clients
+ * get a closed connection) so the daemon can stop. */
+void request_abort_all(struct worker *w);
+
+#endif

@@ -1,0 +1,247 @@
+/*
+ * transfer.c - one HTTP exchange run by curl (see transfer.h).
+ */
+#include "net/transfer.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/curlev.h"
+
+void transfer_init(struct transfer *t, const struct transfer_ops *ops, void *owner,
+                   struct curlev *ev, const struct transfer_retry *retry)
+{
+	memset(t, 0, sizeof *t);
+	t->magic = TRANSFER_MAGIC;
+	t->ops = ops;
+	t->owner = owner;
+	t->ev = ev;
+	if (retry)
+		t->retry = *retry;
+	hdrs_init(&t->resp);
+}
+
+/* Request headers may hold a token (a session token, a metadata
+ * service's): wiped before they are freed. */
+static void free_headers(struct curl_slist *list)
+{
+	for (struct curl_slist *s = list; s; s = s->next)
+		explicit_bzero(s->data, strlen(s->data));
+	curl_slist_free_all(list);
+}
+
+void transfer_fini(struct transfer *t)
+{
+	if (t->magic != TRANSFER_MAGIC)
+		return; /* never initialised (a zeroed owner) */
+	transfer_stop(t);
+	if (t->easy)
+		curl_easy_cleanup(t->easy);
+	free_headers(t->headers);
+	hdrs_fini(&t->resp);
+	t->magic = 0;
+}
+
+static size_t on_header(char *data, size_t size, size_t n, void *arg)
+{
+	struct transfer *t = arg;
+	size_t len = size * n;
+	assert(t->magic == TRANSFER_MAGIC);
+	if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+		/* A new status line (after a 1xx, or a redirect curl follows):
+		 * start over. */
+		hdrs_fini(&t->resp);
+		t->resp_bytes = 0;
+		t->hdrs_done = false;
+		const char *sp = memchr(data, ' ', len);
+		t->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+		return len;
+	}
+	if (len <= 2 && (len == 0 || data[0] == '\r' || data[0] == '\n')) {
+		if (t->status < 200)
+			return len; /* the end of an interim response */
+		t->hdrs_done = true;
+		if (t->ops->headers && t->ops->headers(t, t->owner) == TRANSFER_RESEND)
+			t->resend = true;
+		return len;
+	}
+	t->resp_bytes += len;
+	if (t->resp_bytes > TRANSFER_HEADERS_MAX)
+		return 0;
+	return hdrs_add_line(&t->resp, data, len) == 0 ? len : 0;
+}
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+	struct transfer *t = arg;
+	size_t len = size * n;
+	assert(t->magic == TRANSFER_MAGIC);
+	if (t->resend || !t->ops->body)
+		return len; /* an answer nobody reads (the wrong region's error) */
+	size_t rc = t->ops->body(t, t->owner, data, len);
+	if (rc == CURL_WRITEFUNC_PAUSE)
+		t->write_paused = true;
+	return rc;
+}
+
+static size_t on_read(char *out, size_t size, size_t n, void *arg)
+{
+	struct transfer *t = arg;
+	assert(t->magic == TRANSFER_MAGIC);
+	size_t rc = t->ops->read(t, t->owner, out, size * n);
+	if (rc == CURL_READFUNC_PAUSE)
+		t->read_paused = true;
+	return rc;
+}
+
+int transfer_prepare(struct transfer *t, const char *url, struct curl_slist *headers)
+{
+	if (t->easy) {
+		curl_easy_reset(t->easy);
+	} else if (!(t->easy = curl_easy_init())) {
+		free_headers(headers);
+		return -ENOMEM;
+	}
+	free_headers(t->headers); /* the reset handle no longer points at them */
+	t->headers = headers;
+	CURL *e = t->easy;
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, t);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+	if (t->ops->read) {
+		curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(e, CURLOPT_READDATA, t);
+	}
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->err);
+	return 0;
+}
+
+/* A new exchange: nothing of the previous answer is left. */
+static void reset_response(struct transfer *t)
+{
+	t->status = 0;
+	hdrs_fini(&t->resp);
+	t->resp_bytes = 0;
+	t->hdrs_done = false;
+	t->resend = false;
+	t->read_paused = t->write_paused = false;
+	t->err[0] = '\0';
+}
+
+int transfer_submit(struct transfer *t)
+{
+	assert(t->ev && t->easy && !t->running);
+	reset_response(t);
+	if (curlev_add(t->ev, t->easy) != 0)
+		return -EIO;
+	t->running = true;
+	return 0;
+}
+
+void transfer_stop(struct transfer *t)
+{
+	if (t->ev && ev_is_active(&t->retry_timer))
+		ev_timer_stop(curlev_loop(t->ev), &t->retry_timer);
+	if (t->ev)
+		curlev_unqueue(t->ev, t);
+	if (t->running)
+		curlev_remove(t->ev, t->easy);
+	t->running = false;
+}
+
+/* Gives up: the owner hears of it as a transfer that could not start. */
+static void failed_to_start(struct transfer *t)
+{
+	t->last_result = CURLE_FAILED_INIT;
+	t->ops->done(t, t->owner, CURLE_FAILED_INIT);
+}
+
+static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct transfer *t = w->data;
+	(void)loop;
+	(void)revents;
+	assert(t->magic == TRANSFER_MAGIC);
+	if (t->ops->restart(t, t->owner) != 0)
+		failed_to_start(t);
+}
+
+double transfer_retry_later(struct transfer *t)
+{
+	if (!t->ev || t->retries >= t->retry.max || t->last_result == CURLE_FAILED_INIT)
+		return -1.0;
+	double base = t->retry.base_s;
+	for (unsigned i = 0; i < t->retries && base < t->retry.cap_s; i++)
+		base *= 2;
+	if (base > t->retry.cap_s)
+		base = t->retry.cap_s;
+	double delay = base * (0.5 + 0.5 * ((double)rand() / RAND_MAX));
+	t->retries++;
+	ev_timer_init(&t->retry_timer, retry_cb, delay, 0.);
+	t->retry_timer.data = t;
+	ev_timer_start(curlev_loop(t->ev), &t->retry_timer);
+	return delay;
+}
+
+void transfer_unpause(struct transfer *t)
+{
+	if (t->running && t->ev)
+		curlev_queue_unpause(t->ev, t);
+}
+
+void transfer_resume(struct transfer *t)
+{
+	if (t->running && (t->read_paused || t->write_paused)) {
+		t->read_paused = t->write_paused = false;
+		curl_easy_pause(t->easy, CURLPAUSE_CONT);
+	}
+}
+
+void transfer_finished(struct transfer *t, CURLcode result)
+{
+	assert(t->magic == TRANSFER_MAGIC);
+	t->running = false;
+	curlev_unqueue(t->ev, t);
+	t->last_result = result;
+	if (t->resend) {
+		t->resend = false;
+		t->resends++;
+		if (t->ops->restart(t, t->owner) == 0)
+			return;
+		/* Not sent again: the owner sees the answer that asked for it. */
+	}
+	t->ops->done(t, t->owner, result); /* t may be gone after this */
+}
+
+CURLcode transfer_perform(struct transfer *t)
+{
+	for (;;) {
+		reset_response(t);
+		CURLcode rc = curl_easy_perform(t->easy);
+		t->last_result = rc;
+		if (!t->resend)
+			return rc;
+		t->resend = false;
+		t->resends++;
+		/* restart builds the request again; on a blocking transfer it
+		 * only prepares (there is no loop to submit to). */
+		if (t->ops->restart(t, t->owner) != 0)
+			return CURLE_FAILED_INIT;
+	}
+}
+
+const char *transfer_header(const struct transfer *t, const char *name)
+{
+	return hdrs_get(&t->resp, name);
+}
+
+const char *transfer_strerror(const struct transfer *t, CURLcode result)
+{
+	return t->err[0] ? t->err : curl_easy_strerror(result);
+}
