@@ -22,6 +22,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "base/fnv.h"
+
 /* Caps on the scratch buffers used while building a canonical request.
  * The gateway caps the request line and headers well below these. */
 #define CREQ_MAX (256 * 1024)
@@ -573,16 +575,6 @@ struct key_entry {
 static struct key_entry key_cache[KEY_SLOTS];
 static pthread_mutex_t key_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
 static void derive_key(const char *secret, const char *date, const char *region,
                        const char *service, unsigned char key[32])
 {
@@ -631,12 +623,12 @@ void sv4_signing_key(const char *access_key, const char *secret, const char *dat
 	strcpy(probe.date, date);
 	strcpy(probe.region, region);
 	strcpy(probe.service, service);
-	uint64_t h = 0xcbf29ce484222325ull;
-	h = fnv1a(h, probe.access_key, strlen(access_key) + 1);
-	h = fnv1a(h, probe.date, strlen(date) + 1);
-	h = fnv1a(h, probe.region, strlen(region) + 1);
-	h = fnv1a(h, probe.service, strlen(service) + 1);
-	h = fnv1a(h, probe.secret_hash, sizeof probe.secret_hash);
+	uint64_t h = FNV1A64_OFFSET;
+	h = fnv1a64_add(h, probe.access_key, strlen(access_key) + 1);
+	h = fnv1a64_add(h, probe.date, strlen(date) + 1);
+	h = fnv1a64_add(h, probe.region, strlen(region) + 1);
+	h = fnv1a64_add(h, probe.service, strlen(service) + 1);
+	h = fnv1a64_add(h, probe.secret_hash, sizeof probe.secret_hash);
 	struct key_entry *e = &key_cache[h % KEY_SLOTS];
 
 	pthread_mutex_lock(&key_lock);
