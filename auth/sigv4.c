@@ -23,6 +23,7 @@
 #include <openssl/hmac.h>
 
 #include "base/fnv.h"
+#include "base/hdrs.h"
 
 /* Caps on the scratch buffers used while building a canonical request.
  * The gateway caps the request line and headers well below these. */
@@ -1122,9 +1123,10 @@ done:
 static bool excluded_header(const char *name)
 {
 	static const char *const skip[] = {
-		"user-agent", "expect", "content-length", "authorization", "connection",
-		"keep-alive", "te", "trailer", "transfer-encoding", "upgrade",
+		"user-agent", "expect", "content-length", "authorization",
 	};
+	if (hdr_hop_by_hop(name))
+		return true;
 	for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
 		if (strcasecmp(name, skip[i]) == 0)
 			return true;

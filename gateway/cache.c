@@ -48,6 +48,7 @@
 #include <linux/sockios.h>
 
 #include "base/clock.h"
+#include "base/hdrs.h"
 #include "base/log.h"
 #include "gateway/fetch.h"
 #include "gateway/listcache.h"
@@ -548,8 +549,7 @@ static enum MHD_Result respond_upstream_error(struct req *r)
 		return MHD_NO;
 	for (size_t i = 0; i < c->uerr_headers.n; i++) {
 		const char *n = c->uerr_headers.v[i].name;
-		if (strcasecmp(n, "content-length") && strcasecmp(n, "transfer-encoding") &&
-		    strcasecmp(n, "connection") && strcasecmp(n, "keep-alive") &&
+		if (strcasecmp(n, "content-length") && !hdr_hop_by_hop(n) &&
 		    strcasecmp(n, "content-range"))
 			MHD_add_response_header(resp, n, c->uerr_headers.v[i].value);
 	}

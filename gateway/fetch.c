@@ -23,6 +23,7 @@
 
 #include "auth/sigv4.h"
 #include "base/clock.h"
+#include "base/hdrs.h"
 #include "base/log.h"
 #include "gateway/metrics.h"
 #include "gateway/req.h"
@@ -209,11 +210,12 @@ static time_t parse_http_date(const char *v)
 static bool replayed_header(const char *name)
 {
 	static const char *const dropped[] = {
-		"content-length", "content-range", "date", "connection", "keep-alive",
-		"transfer-encoding", "x-amz-request-id", "x-amz-id-2", "x-amzn-requestid",
-		"server", "accept-ranges", "etag", "proxy-connection", "te", "trailer",
-		"upgrade", "x-amz-bucket-region", "access-control-allow-origin", NULL,
+		"content-length", "content-range", "date", "x-amz-request-id", "x-amz-id-2",
+		"x-amzn-requestid", "server", "accept-ranges", "etag", "x-amz-bucket-region",
+		"access-control-allow-origin", NULL,
 	};
+	if (hdr_hop_by_hop(name))
+		return false;
 	for (int i = 0; dropped[i]; i++)
 		if (strcasecmp(name, dropped[i]) == 0)
 			return false;

@@ -29,6 +29,7 @@
 #include "auth/sigv2.h"
 #include "auth/sigv4.h"
 #include "base/clock.h"
+#include "base/hdrs.h"
 #include "base/log.h"
 #include "gateway/s3err.h"
 #include "gateway/fetch.h"
@@ -706,18 +707,6 @@ static void authenticate(struct req *r)
 /* ------------------------------------------------------------------ */
 /* upstream transfer */
 
-static bool hop_by_hop(const char *name)
-{
-	static const char *const names[] = {
-		"connection", "keep-alive", "proxy-authorization", "proxy-authenticate",
-		"proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade", NULL,
-	};
-	for (int i = 0; names[i]; i++)
-		if (strcasecmp(name, names[i]) == 0)
-			return true;
-	return false;
-}
-
 /* Client headers that larder replaces or that only meant something on
  * the client's hop. */
 static bool dropped_request_header(const char *name, bool chunked)
@@ -726,7 +715,7 @@ static bool dropped_request_header(const char *name, bool chunked)
 		"host", "authorization", "expect", "content-length", "x-amz-date", "date",
 		"x-amz-content-sha256", "x-amz-security-token", NULL,
 	};
-	if (hop_by_hop(name))
+	if (hdr_hop_by_hop(name))
 		return true;
 	for (int i = 0; names[i]; i++)
 		if (strcasecmp(name, names[i]) == 0)
@@ -1205,7 +1194,7 @@ static enum MHD_Result respond_upstream(struct req *r)
 	r->refs++;
 	for (size_t i = 0; i < r->uresp.n; i++) {
 		const char *n = r->uresp.v[i].name;
-		if (hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
+		if (hdr_hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
 			continue;
 		req_add_response_header(resp, n, r->uresp.v[i].value);
 	}
