@@ -24,6 +24,7 @@
 #include "auth/sigv4.h"
 #include "base/clock.h"
 #include "base/hdrs.h"
+#include "base/httpdate.h"
 #include "base/log.h"
 #include "gateway/metrics.h"
 #include "gateway/req.h"
@@ -196,15 +197,6 @@ static bool parse_content_range(const char *v, uint64_t *a, uint64_t *b, uint64_
 	return true;
 }
 
-static time_t parse_http_date(const char *v)
-{
-	struct tm tm;
-	memset(&tm, 0, sizeof tm);
-	if (!v || !strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm))
-		return 0;
-	return timegm(&tm);
-}
-
 /* The response headers a hit replays: everything that describes the object,
  * nothing that describes this one response or connection. */
 static bool replayed_header(const char *name)
@@ -359,7 +351,9 @@ static void learn(struct fetch *f)
 		if (replayed_header(f->resp.v[i].name))
 			buf_printf(&hb, "%s: %s\n", f->resp.v[i].name, f->resp.v[i].value);
 	f->size = size;
-	f->meta = meta_new(size, etag, parse_http_date(resp_header(f, "Last-Modified")),
+	time_t lm = 0; /* 0: unknown */
+	httpdate_parse(resp_header(f, "Last-Modified"), &lm);
+	f->meta = meta_new(size, etag, lm,
 	                   buf_cstr(&hb), now);
 	buf_fini(&hb);
 	if (!f->meta) {
