@@ -28,7 +28,7 @@ static bool has_dot_segment(const char *key)
 	}
 }
 
-static bool covers(const struct cfg_grant *g, const char *bucket, const char *key,
+static bool covers(const struct grant *g, const char *bucket, const char *key,
                    const char *list_prefix)
 {
 	bool any_bucket = strcmp(g->bucket, "*") == 0;
@@ -45,7 +45,7 @@ static bool covers(const struct cfg_grant *g, const char *bucket, const char *ke
 	return whole;                   /* any other bucket request */
 }
 
-bool pol_allows(const struct cfg_key *k, enum pol_access a, const char *bucket,
+bool pol_allows(const struct client_key *k, enum pol_access a, const char *bucket,
                 const char *key, const char *list_prefix)
 {
 	if (!k || (a == POL_WRITE && !k->write))

@@ -490,7 +490,7 @@ static bool has_dot_segment(const char *p)
 
 /* One grant: "*", "bucket", "bucket/" (both: the whole bucket) or
  * "bucket/prefix" (prefix gets a trailing '/' if it lacks one). */
-static int add_grant(struct load *L, struct cfg_key *k, const char *item, const char *where)
+static int add_grant(struct load *L, struct client_key *k, const char *item, const char *where)
 {
 	const char *slash = strchr(item, '/');
 	size_t blen = slash ? (size_t)(slash - item) : strlen(item);
@@ -524,13 +524,13 @@ static int add_grant(struct load *L, struct cfg_key *k, const char *item, const 
 	memcpy(pfx, prefix, plen + 1);
 	if (plen && prefix[plen - 1] != '/')
 		memcpy(pfx + plen, "/", 2);
-	k->grants[k->n_grants++] = (struct cfg_grant){ .bucket = bucket, .prefix = pfx };
+	k->grants[k->n_grants++] = (struct grant){ .bucket = bucket, .prefix = pfx };
 	return 0;
 }
 
 /* A comma-separated list of grants; empty entries (a trailing comma before
  * a continuation line) are skipped. */
-static int add_grants(struct load *L, struct cfg_key *k, const char *list, const char *where)
+static int add_grants(struct load *L, struct client_key *k, const char *list, const char *where)
 {
 	for (const char *p = list;;) {
 		size_t n = strcspn(p, ",");
@@ -547,7 +547,7 @@ static int add_grants(struct load *L, struct cfg_key *k, const char *list, const
 	}
 }
 
-static void free_grants(struct cfg_key *k)
+static void free_grants(struct client_key *k)
 {
 	for (size_t i = 0; i < k->n_grants; i++) {
 		free(k->grants[i].bucket);
@@ -558,7 +558,7 @@ static void free_grants(struct cfg_key *k)
 	k->n_grants = 0;
 }
 
-static int parse_access(struct load *L, struct cfg_key *k, const char *v, const char *where)
+static int parse_access(struct load *L, struct client_key *k, const char *v, const char *where)
 {
 	if (strcasecmp(v, "read-only") == 0)
 		k->write = false;
@@ -593,7 +593,7 @@ static int add_key(struct load *L, const char *id, const char *where)
 	char *copy = strdup(id);
 	if (!copy)
 		return fail(L, "out of memory");
-	c->keys[c->n_keys++] = (struct cfg_key){ .id = copy };
+	c->keys[c->n_keys++] = (struct client_key){ .id = copy };
 	return 0;
 }
 
@@ -689,7 +689,7 @@ static int finish_section(struct load *L)
 	loc(L, L->sect_line, at, sizeof at);
 	switch (L->sect) {
 	case S_KEY: {
-		const struct cfg_key *k = &L->c->keys[L->idx];
+		const struct client_key *k = &L->c->keys[L->idx];
 		if (!k->secret)
 			return fail(L, "%s: %s: secret is missing", at, L->label);
 		if (!k->n_grants)
@@ -944,7 +944,7 @@ static int on_value(void *user, const char *section, const char *name, const cha
 	L->seen[slot] = L->line;
 
 	struct cfg *c = L->c;
-	struct cfg_key *k = L->sect == S_KEY ? &c->keys[L->idx] : &c->anonymous;
+	struct client_key *k = L->sect == S_KEY ? &c->keys[L->idx] : &c->anonymous;
 	if (s) {
 		if (s->kind == K_REGION)
 			L->region_in_file = true;
@@ -1025,7 +1025,7 @@ static int apply_env(struct load *L, const char *const *envp)
 	else if (!id && secret)
 		fail(L, "LARDER_CLIENT_SECRET is set but LARDER_CLIENT_KEY is not");
 	else if (id && add_key(L, id, "LARDER_CLIENT_KEY") == 0) {
-		struct cfg_key *k = &c->keys[c->n_keys - 1];
+		struct client_key *k = &c->keys[c->n_keys - 1];
 		k->secret = secret;
 		secret = NULL;
 		k->write = true;
@@ -1255,7 +1255,7 @@ void cfg_free(struct cfg *c)
 	free(c);
 }
 
-const struct cfg_key *cfg_find_key(const struct cfg *c, const char *id)
+const struct client_key *cfg_find_key(const struct cfg *c, const char *id)
 {
 	if (!c || !id)
 		return NULL;
