@@ -3,8 +3,9 @@
  * matches requests against, filled in by config/ from [key ID] and
  * [anonymous] sections (and LARDER_CLIENT_KEY/SECRET).
  *
- * Layering rule: this header holds types only and includes nothing of ours,
- * so config/ includes it without linking or otherwise depending on auth/;
+ * Layering rule: this header holds types and inline helpers only and
+ * includes nothing of ours, so config/ includes it without linking or
+ * otherwise depending on auth/;
  * nothing in auth/ includes config/. The folders stay a tree:
  * config -> auth/grant.h (types), config -> base, auth -> base.
  */
@@ -13,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 /* One grant: a bucket ("*" = every bucket) and an optional key prefix.
  * A prefix grant "data/" covers "data/x" but never "database/x": the match
@@ -30,5 +32,21 @@ struct client_key {
 	struct grant *grants;
 	size_t n_grants;
 };
+
+/* True when path has a "." or ".." segment ("data/../x"). HTTP clients
+ * (curl among them) remove dot segments from a URL path, which could carry
+ * such a key out of a prefix on the way upstream: a prefix grant never
+ * covers one (auth/policy.h), and config/ refuses a prefix holding one. */
+static inline bool grant_dot_segment(const char *path)
+{
+	for (const char *p = path;;) {
+		size_t n = strcspn(p, "/");
+		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return true;
+		if (!p[n])
+			return false;
+		p += n + 1;
+	}
+}
 
 #endif

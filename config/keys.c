@@ -25,20 +25,6 @@ static bool valid_bucket(const char *s)
 	return !strstr(s, "..") && inet_pton(AF_INET, s, &a) != 1;
 }
 
-/* A "." or ".." path segment: an HTTP layer on the way upstream may collapse
- * it, so a prefix holding one could not be enforced (see auth/policy.h). */
-static bool has_dot_segment(const char *p)
-{
-	for (;;) {
-		size_t n = strcspn(p, "/");
-		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-			return true;
-		if (!p[n])
-			return false;
-		p += n + 1;
-	}
-}
-
 /* One grant: "*", "bucket", "bucket/" (both: the whole bucket) or
  * "bucket/prefix" (prefix gets a trailing '/' if it lacks one). */
 int load_grant(struct load *L, struct client_key *k, const char *item, const char *where)
@@ -62,7 +48,7 @@ int load_grant(struct load *L, struct client_key *k, const char *item, const cha
 		return load_fail(L, "%s: invalid bucket name in \"%s\" (3-63 characters of a-z, 0-9, "
 		            "'.' and '-', or \"*\")", where, item);
 	}
-	if (has_dot_segment(prefix)) {
+	if (grant_dot_segment(prefix)) {
 		free(bucket);
 		return load_fail(L, "%s: prefix in \"%s\" has a \".\" or \"..\" segment", where, item);
 	}
