@@ -6,6 +6,7 @@
  *
  * Usage: cks_init, any number of cks_update, then cks_final_base64 (or
  * cks_final), then cks_fini. A struct cks is not shared between threads.
+ * The bare CRCs (the disk tier's record checks) are in base/crc.h.
  */
 #ifndef LARDER_CHECKSUM_H
 #define LARDER_CHECKSUM_H
@@ -53,10 +54,5 @@ size_t cks_final(struct cks *c, unsigned char out[CKS_MAX_DIGEST]);
 void cks_final_base64(struct cks *c, char out[CKS_MAX_B64]);
 /* Releases the hash context; safe on a zeroed or finished struct. */
 void cks_fini(struct cks *c);
-
-/* One-shot and incremental CRCs with zlib's convention: start with 0 and
- * pass the previous result back in; the value returned is final. */
-uint32_t cks_crc32c(uint32_t crc, const void *p, size_t n);
-uint64_t cks_crc64nvme(uint64_t crc, const void *p, size_t n);
 
 #endif

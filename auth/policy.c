@@ -13,22 +13,7 @@ static bool starts_with(const char *s, const char *prefix)
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-/* A "." or ".." segment in an object key. HTTP clients (curl among them)
- * remove dot segments from a URL path, which could carry "data/../x" out of
- * the prefix "data/" on the way upstream. */
-static bool has_dot_segment(const char *key)
-{
-	for (const char *p = key;;) {
-		size_t n = strcspn(p, "/");
-		if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-			return true;
-		if (!p[n])
-			return false;
-		p += n + 1;
-	}
-}
-
-static bool covers(const struct cfg_grant *g, const char *bucket, const char *key,
+static bool covers(const struct grant *g, const char *bucket, const char *key,
                    const char *list_prefix)
 {
 	bool any_bucket = strcmp(g->bucket, "*") == 0;
@@ -39,13 +24,13 @@ static bool covers(const struct cfg_grant *g, const char *bucket, const char *ke
 	if (!any_bucket && strcmp(g->bucket, bucket) != 0)
 		return false;
 	if (key)                        /* object request */
-		return whole || (starts_with(key, g->prefix) && !has_dot_segment(key));
+		return whole || (starts_with(key, g->prefix) && !grant_dot_segment(key));
 	if (list_prefix)                /* bucket listing */
 		return starts_with(list_prefix, g->prefix);
 	return whole;                   /* any other bucket request */
 }
 
-bool pol_allows(const struct cfg_key *k, enum pol_access a, const char *bucket,
+bool pol_allows(const struct client_key *k, enum pol_access a, const char *bucket,
                 const char *key, const char *list_prefix)
 {
 	if (!k || (a == POL_WRITE && !k->write))

@@ -19,7 +19,7 @@
 
 #include <stdbool.h>
 
-#include "config/config.h"
+#include "auth/grant.h"
 
 enum pol_access { POL_READ, POL_WRITE };
 
@@ -28,7 +28,7 @@ enum pol_access { POL_READ, POL_WRITE };
  * list_prefix: for a bucket listing, the prefix query parameter ("" when
  * none); NULL when the request is not a listing.
  */
-bool pol_allows(const struct cfg_key *k, enum pol_access a, const char *bucket,
+bool pol_allows(const struct client_key *k, enum pol_access a, const char *bucket,
                 const char *key, const char *list_prefix);
 
 #endif

@@ -28,6 +28,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "base/httpdate.h"
+
 /* Cap on the string to sign; the gateway caps headers and the request line
  * well below this. */
 #define STS_MAX (256 * 1024)
@@ -446,17 +448,6 @@ int sv2_string_to_sign(const struct sv4_request *req, const struct sv2_auth *a,
 
 /* ---- verification ----------------------------------------------------- */
 
-static bool num(const char *p, size_t n, int *v)
-{
-	*v = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (p[i] < '0' || p[i] > '9')
-			return false;
-		*v = *v * 10 + (p[i] - '0');
-	}
-	return true;
-}
-
 /*
  * RFC 9110 section 5.6.7 IMF-fixdate ("Tue, 14 Nov 2023 22:13:20 GMT"),
  * also with a one-digit day or a numeric zone ("+0000", as in the S3
@@ -465,8 +456,6 @@ static bool num(const char *p, size_t n, int *v)
  */
 static int parse_date(const char *s, time_t *out)
 {
-	static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-	static const int mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
 	struct slice v = slice_trim(slice_cstr(s));
 	char t[48];
 	if (v.len >= sizeof t)
@@ -474,38 +463,7 @@ static int parse_date(const char *s, time_t *out)
 	copy_slice(t, v);
 	if (sv4_parse_amz_date(t, out) == 0)
 		return 0;
-	/* "Www, D[D] Mon YYYY HH:MM:SS ZONE" */
-	int d, y, h, mi, sec, mon = 0, zh = 0, zm = 0, sign = 1;
-	if (v.len < 26 || t[3] != ',' || t[4] != ' ')
-		return -EINVAL;
-	const char *p = t + 5;
-	size_t dl = p[1] == ' ' ? 1 : 2;
-	if (!num(p, dl, &d) || p[dl] != ' ')
-		return -EINVAL;
-	p += dl + 1;
-	if (strlen(p) < 21 || p[3] != ' ' || !num(p + 4, 4, &y) || p[8] != ' ' ||
-	    !num(p + 9, 2, &h) || p[11] != ':' || !num(p + 12, 2, &mi) || p[14] != ':' ||
-	    !num(p + 15, 2, &sec) || p[17] != ' ')
-		return -EINVAL;
-	for (int i = 0; i < 12; i++)
-		if (strncmp(p, months + 3 * i, 3) == 0)
-			mon = i + 1;
-	const char *z = p + 18;
-	if (strcmp(z, "GMT") != 0 && strcmp(z, "UTC") != 0 && strcmp(z, "Z") != 0) {
-		if (strlen(z) != 5 || (z[0] != '+' && z[0] != '-') || !num(z + 1, 2, &zh) ||
-		    !num(z + 3, 2, &zm) || zh > 23 || zm > 59)
-			return -EINVAL;
-		sign = z[0] == '-' ? -1 : 1;
-	}
-	if (!mon || d < 1 || d > mdays[mon - 1] || y < 1970 || h > 23 || mi > 59 || sec > 60)
-		return -EINVAL;
-	struct tm tm = { .tm_year = y - 1900, .tm_mon = mon - 1, .tm_mday = d,
-	                 .tm_hour = h, .tm_min = mi, .tm_sec = sec };
-	time_t r = timegm(&tm);
-	if (r == (time_t)-1 || tm.tm_mday != d)
-		return -EINVAL; /* 29 Feb of a common year */
-	*out = r - sign * (zh * 3600 + zm * 60);
-	return 0;
+	return httpdate_parse_zoned(t, out);
 }
 
 /* base64(HMAC-SHA1(secret, sts)) into sig (29 bytes with NUL). */

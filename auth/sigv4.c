@@ -22,6 +22,10 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "base/fnv.h"
+#include "base/hdrs.h"
+#include "base/httpdate.h"
+
 /* Caps on the scratch buffers used while building a canonical request.
  * The gateway caps the request line and headers well below these. */
 #define CREQ_MAX (256 * 1024)
@@ -204,39 +208,6 @@ int sv4_parse_amz_date(const char *s, time_t *out)
 		return -EINVAL;
 	if (!digits(s, 4, &y) || !digits(s + 4, 2, &mon) || !digits(s + 6, 2, &d) ||
 	    !digits(s + 9, 2, &h) || !digits(s + 11, 2, &mi) || !digits(s + 13, 2, &sec))
-		return -EINVAL;
-	return make_time(y, mon, d, h, mi, sec, out);
-}
-
-/* RFC 9110 section 5.6.7 IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT".
- * A one-digit day is tolerated, as some clients send it. */
-static int parse_http_date(const char *s, time_t *out)
-{
-	static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-	struct slice v = slice_trim(slice_cstr(s));
-	char tmp[40];
-	if (!copy_field(tmp, sizeof tmp, v.p, v.len))
-		return -EINVAL;
-	const char *p = strchr(tmp, ',');
-	if (!p || p - tmp != 3 || p[1] != ' ')
-		return -EINVAL;
-	p += 2;
-	size_t dl = 0;
-	while (p[dl] >= '0' && p[dl] <= '9')
-		dl++;
-	int d, y, h, mi, sec, mon = 0;
-	if (dl < 1 || dl > 2 || !digits(p, dl, &d) || p[dl] != ' ')
-		return -EINVAL;
-	p += dl + 1;
-	for (int i = 0; i < 12; i++)
-		if (strncmp(p, months + 3 * i, 3) == 0)
-			mon = i + 1;
-	if (!mon || p[3] != ' ')
-		return -EINVAL;
-	p += 4;
-	if (strlen(p) != 17 || !digits(p, 4, &y) || p[4] != ' ' || !digits(p + 5, 2, &h) ||
-	    p[7] != ':' || !digits(p + 8, 2, &mi) || p[10] != ':' || !digits(p + 11, 2, &sec) ||
-	    strcmp(p + 13, " GMT") != 0)
 		return -EINVAL;
 	return make_time(y, mon, d, h, mi, sec, out);
 }
@@ -573,16 +544,6 @@ struct key_entry {
 static struct key_entry key_cache[KEY_SLOTS];
 static pthread_mutex_t key_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
 static void derive_key(const char *secret, const char *date, const char *region,
                        const char *service, unsigned char key[32])
 {
@@ -631,12 +592,12 @@ void sv4_signing_key(const char *access_key, const char *secret, const char *dat
 	strcpy(probe.date, date);
 	strcpy(probe.region, region);
 	strcpy(probe.service, service);
-	uint64_t h = 0xcbf29ce484222325ull;
-	h = fnv1a(h, probe.access_key, strlen(access_key) + 1);
-	h = fnv1a(h, probe.date, strlen(date) + 1);
-	h = fnv1a(h, probe.region, strlen(region) + 1);
-	h = fnv1a(h, probe.service, strlen(service) + 1);
-	h = fnv1a(h, probe.secret_hash, sizeof probe.secret_hash);
+	uint64_t h = FNV1A64_OFFSET;
+	h = fnv1a64_add(h, probe.access_key, strlen(access_key) + 1);
+	h = fnv1a64_add(h, probe.date, strlen(date) + 1);
+	h = fnv1a64_add(h, probe.region, strlen(region) + 1);
+	h = fnv1a64_add(h, probe.service, strlen(service) + 1);
+	h = fnv1a64_add(h, probe.secret_hash, sizeof probe.secret_hash);
 	struct key_entry *e = &key_cache[h % KEY_SLOTS];
 
 	pthread_mutex_lock(&key_lock);
@@ -940,7 +901,7 @@ enum sv4_status sv4_parse(const struct sv4_request *req, struct sv4_auth *out)
 		}
 		memcpy(out->amz_date, tmp, sizeof tmp);
 	} else if ((xd = find_header(req, "date", &n)) != NULL) {
-		if (n > 1 || parse_http_date(xd, &t)) {
+		if (n > 1 || httpdate_parse(xd, &t)) {
 			st = SV4_MALFORMED;
 			goto out;
 		}
@@ -1130,9 +1091,10 @@ done:
 static bool excluded_header(const char *name)
 {
 	static const char *const skip[] = {
-		"user-agent", "expect", "content-length", "authorization", "connection",
-		"keep-alive", "te", "trailer", "transfer-encoding", "upgrade",
+		"user-agent", "expect", "content-length", "authorization",
 	};
+	if (hdr_hop_by_hop(name))
+		return true;
 	for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
 		if (strcasecmp(name, skip[i]) == 0)
 			return true;

@@ -72,3 +72,15 @@ const char *hdrs_get(const struct hdrs *h, const char *name)
 			return h->v[i].value;
 	return NULL;
 }
+
+bool hdr_hop_by_hop(const char *name)
+{
+	static const char *const names[] = {
+		"connection", "keep-alive", "proxy-authorization", "proxy-authenticate",
+		"proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+	};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (strcasecmp(name, names[i]) == 0)
+			return true;
+	return false;
+}

@@ -5,6 +5,7 @@
 #ifndef LARDER_HDRS_H
 #define LARDER_HDRS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct hdrs {
@@ -21,5 +22,12 @@ int hdrs_add(struct hdrs *h, const char *name, const char *value);
 int hdrs_add_line(struct hdrs *h, const char *line, size_t len);
 /* The value of the first header with this name (any case), or NULL. */
 const char *hdrs_get(const struct hdrs *h, const char *name);
+
+/* True for a hop-by-hop field (any case): one that describes a single
+ * connection, never forwarded, replayed or signed by a proxy. RFC 9110
+ * section 7.6.1 (Connection, Proxy-Connection, Keep-Alive, TE, Transfer-
+ * Encoding, Upgrade) plus RFC 2616's Trailer(s) and Proxy-Authenticate/
+ * -Authorization. Callers add their own extra names. */
+bool hdr_hop_by_hop(const char *name);
 
 #endif

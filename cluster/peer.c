@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "base/buf.h"
+#include "base/fnv.h"
 #include "cluster/cluster.h"
 
 /* Recently seen nonces, in a hash table of fixed size: a nonce is looked
@@ -73,9 +74,7 @@ int peer_sign(const char *secret, const char *node_id, const char *target, const
 /* True when the nonce was already used; records it otherwise. */
 static bool replayed(const char *nonce, time_t now)
 {
-	uint64_t h = 1469598103934665603ull;
-	for (const char *p = nonce; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	uint64_t h = fnv1a64(nonce);
 	bool dup = false;
 	size_t victim = h % NONCES;
 	pthread_mutex_lock(&seen.lock);

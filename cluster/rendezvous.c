@@ -17,16 +17,12 @@
 
 #include <math.h>
 
+#include "base/fnv.h"
 #include "base/splitmix.h"
 
 uint64_t rdv_node_hash(const char *node_id)
 {
-	uint64_t h = UINT64_C(0xcbf29ce484222325);
-	for (const unsigned char *p = (const unsigned char *)node_id; *p; p++) {
-		h ^= *p;
-		h *= UINT64_C(0x100000001b3);
-	}
-	return splitmix_mix(h);
+	return splitmix_mix(fnv1a64(node_id));
 }
 
 size_t rdv_pick(const uint64_t *node_hashes, const double *weights, size_t n, uint64_t key)

@@ -21,22 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One grant: a bucket ("*" = every bucket) and an optional key prefix.
- * A prefix grant "data/" covers "data/x" but never "database/x": the match
- * is on the whole prefix string, and a prefix given without a trailing '/'
- * gets one (a grant of "data" means the folder data/). */
-struct cfg_grant {
-	char *bucket;
-	char *prefix;      /* "" = the whole bucket */
-};
-
-struct cfg_key {
-	char *id;          /* access key id the client signs with */
-	char *secret;
-	bool write;        /* read-write when true, read-only otherwise */
-	struct cfg_grant *grants;
-	size_t n_grants;
-};
+#include "auth/grant.h" /* client keys and grants: types only */
 
 enum cfg_addressing {
 	CFG_ADDR_AUTO = 0, /* virtual-hosted for AWS endpoints, path style otherwise */
@@ -119,13 +104,13 @@ struct cfg {
 	                               * when the client port serves TLS; NULL: LARDER_TLS_CERT */
 
 	/* [key ID] sections, plus LARDER_CLIENT_KEY/SECRET */
-	struct cfg_key *keys;
+	struct client_key *keys;
 	size_t n_keys;
 
 	/* [anonymous]: unsigned requests allowed on these grants (read-only
 	 * unless write = true); disabled when n_grants == 0; id and secret
 	 * are NULL */
-	struct cfg_key anonymous;
+	struct client_key anonymous;
 
 	/* [bucket NAME] region = ..., list_cache_ttl = ..., list_cache_prefixes = ... */
 	struct cfg_bucket_region *bucket_regions;
@@ -153,7 +138,7 @@ struct cfg *cfg_load_text(const char *text, const char *const *envp, char *err, 
 void cfg_free(struct cfg *c);
 
 /* The key with this id, or NULL. */
-const struct cfg_key *cfg_find_key(const struct cfg *c, const char *id);
+const struct client_key *cfg_find_key(const struct cfg *c, const char *id);
 
 /* The configured region for a bucket, or NULL. */
 const char *cfg_bucket_region(const struct cfg *c, const char *bucket);

@@ -70,7 +70,7 @@ static enum s3err sv4_to_s3err(enum sv4_status s, bool presigned)
 /* The x-amz-copy-source of CopyObject / UploadPartCopy: "bucket/key" or
  * "/bucket/key", URL-encoded, optionally "?versionId=...". The key needs
  * read access there too. */
-static bool copy_source_allowed(const struct cfg_key *k, const char *src)
+static bool copy_source_allowed(const struct client_key *k, const char *src)
 {
 	struct buf dec;
 	buf_init(&dec, 8192);
@@ -138,7 +138,7 @@ static bool is_delete_objects(const struct req *r)
 }
 
 struct delete_check {
-	const struct cfg_key *k;
+	const struct client_key *k;
 	const char *bucket;
 };
 
@@ -292,7 +292,7 @@ void authn_request(struct req *r)
 
 	pthread_rwlock_rdlock(&gw->keys_lock);
 	const struct cfg *keys = gw->keys;
-	const struct cfg_key *k = NULL;
+	const struct client_key *k = NULL;
 	unsigned char signing_key[32];
 	if (sigv2) {
 		if (!(k = cfg_find_key(keys, v2.access_key))) {

@@ -48,6 +48,8 @@
 #include <linux/sockios.h>
 
 #include "base/clock.h"
+#include "base/hdrs.h"
+#include "base/httpdate.h"
 #include "base/log.h"
 #include "gateway/fetch.h"
 #include "gateway/listcache.h"
@@ -375,15 +377,6 @@ void cache_begin(struct req *r)
 
 /* ---- step 2: the answer from metadata ----------------------------------- */
 
-static time_t http_date(const char *v)
-{
-	struct tm tm;
-	memset(&tm, 0, sizeof tm);
-	if (!v || !strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm))
-		return (time_t)-1;
-	return timegm(&tm);
-}
-
 /* If-Match / If-None-Match lists: "*", or quoted ETags separated by commas. */
 static bool etag_listed(const char *list, const char *etag)
 {
@@ -416,8 +409,9 @@ static int preconditions(struct req *r, const struct obj_meta *m)
 {
 	const char *im = req_header(r, "If-Match");
 	const char *inm = req_header(r, "If-None-Match");
-	time_t ius = http_date(req_header(r, "If-Unmodified-Since"));
-	time_t ims = http_date(req_header(r, "If-Modified-Since"));
+	time_t ius = (time_t)-1, ims = (time_t)-1; /* -1: absent or not a date */
+	httpdate_parse(req_header(r, "If-Unmodified-Since"), &ius);
+	httpdate_parse(req_header(r, "If-Modified-Since"), &ims);
 	if (im) {
 		if (!etag_listed(im, m->etag))
 			return 412;
@@ -493,10 +487,8 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 			skip[i] = overridden[i] ? overrides[i].header : NULL;
 		add_header_lines(resp, m->headers, skip, 6);
 	} else if (m->last_modified) {
-		char date[64];
-		struct tm tm;
-		gmtime_r(&m->last_modified, &tm);
-		strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+		char date[HTTPDATE_SIZE];
+		httpdate_format(m->last_modified, date);
 		MHD_add_response_header(resp, "Last-Modified", date);
 	}
 	MHD_add_response_header(resp, "ETag", m->etag);
@@ -570,8 +562,7 @@ static enum MHD_Result respond_upstream_error(struct req *r)
 		return MHD_NO;
 	for (size_t i = 0; i < c->uerr_headers.n; i++) {
 		const char *n = c->uerr_headers.v[i].name;
-		if (strcasecmp(n, "content-length") && strcasecmp(n, "transfer-encoding") &&
-		    strcasecmp(n, "connection") && strcasecmp(n, "keep-alive") &&
+		if (strcasecmp(n, "content-length") && !hdr_hop_by_hop(n) &&
 		    strcasecmp(n, "content-range"))
 			MHD_add_response_header(resp, n, c->uerr_headers.v[i].value);
 	}

@@ -23,6 +23,8 @@
 
 #include "auth/sigv4.h"
 #include "base/clock.h"
+#include "base/hdrs.h"
+#include "base/httpdate.h"
 #include "base/log.h"
 #include "cluster/peer.h"
 #include "cluster/placement.h"
@@ -184,25 +186,17 @@ static bool parse_content_range(const char *v, uint64_t *a, uint64_t *b, uint64_
 	return true;
 }
 
-static time_t parse_http_date(const char *v)
-{
-	struct tm tm;
-	memset(&tm, 0, sizeof tm);
-	if (!v || !strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm))
-		return 0;
-	return timegm(&tm);
-}
-
 /* The response headers a hit replays: everything that describes the object,
  * nothing that describes this one response or connection. */
 static bool replayed_header(const char *name)
 {
 	static const char *const dropped[] = {
-		"content-length", "content-range", "date", "connection", "keep-alive",
-		"transfer-encoding", "x-amz-request-id", "x-amz-id-2", "x-amzn-requestid",
-		"server", "accept-ranges", "etag", "proxy-connection", "te", "trailer",
-		"upgrade", "x-amz-bucket-region", "access-control-allow-origin", NULL,
+		"content-length", "content-range", "date", "x-amz-request-id", "x-amz-id-2",
+		"x-amzn-requestid", "server", "accept-ranges", "etag", "x-amz-bucket-region",
+		"access-control-allow-origin", NULL,
 	};
+	if (hdr_hop_by_hop(name))
+		return false;
 	for (int i = 0; dropped[i]; i++)
 		if (strcasecmp(name, dropped[i]) == 0)
 			return false;
@@ -330,7 +324,9 @@ static void learn(struct fetch *f)
 		if (replayed_header(resp->v[i].name))
 			buf_printf(&hb, "%s: %s\n", resp->v[i].name, resp->v[i].value);
 	f->size = size;
-	f->meta = meta_new(size, etag, parse_http_date(resp_header(f, "Last-Modified")),
+	time_t lm = 0; /* 0: unknown */
+	httpdate_parse(resp_header(f, "Last-Modified"), &lm);
+	f->meta = meta_new(size, etag, lm,
 	                   buf_cstr(&hb), now);
 	buf_fini(&hb);
 	if (!f->meta) {

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/fnv.h"
 #include "gateway/s3req.h"
 #include "store/store.h"
 
@@ -205,21 +206,11 @@ static const char *const hist_le[12] = {
 	"0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf",
 };
 
-static uint64_t name_hash(const char *s, size_t n)
-{
-	uint64_t h = 0xcbf29ce484222325ull;  /* FNV-1a */
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
 /* The row for name (created when new), or the table's "(other)" row. */
 static struct row *row_for(struct table *t, const char *name)
 {
 	size_t n = strnlen(name, NAME_MAX_BYTES);
-	uint64_t h = name_hash(name, n);
+	uint64_t h = fnv1a64_add(FNV1A64_OFFSET, name, n);
 	for (size_t probe = 0; probe < TABLE_SLOTS; probe++) {
 		struct row *r = &t->slots[(h + probe) & (TABLE_SLOTS - 1)];
 		int st = atomic_load_explicit(&r->state, memory_order_acquire);

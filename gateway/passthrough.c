@@ -17,6 +17,7 @@
 
 #include "auth/chunked.h"
 #include "auth/sigv4.h"
+#include "base/hdrs.h"
 #include "base/log.h"
 #include "gateway/authn.h"
 #include "gateway/listcache.h"
@@ -74,18 +75,6 @@ void pass_stop(struct req *r)
 /* ------------------------------------------------------------------ */
 /* the request upstream */
 
-static bool hop_by_hop(const char *name)
-{
-	static const char *const names[] = {
-		"connection", "keep-alive", "proxy-authorization", "proxy-authenticate",
-		"proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade", NULL,
-	};
-	for (int i = 0; names[i]; i++)
-		if (strcasecmp(name, names[i]) == 0)
-			return true;
-	return false;
-}
-
 /* Client headers that larder replaces or that only meant something on
  * the client's hop. */
 static bool dropped_request_header(const char *name, bool chunked)
@@ -94,7 +83,7 @@ static bool dropped_request_header(const char *name, bool chunked)
 		"host", "authorization", "expect", "content-length", "x-amz-date", "date",
 		"x-amz-content-sha256", "x-amz-security-token", NULL,
 	};
-	if (hop_by_hop(name))
+	if (hdr_hop_by_hop(name))
 		return true;
 	for (int i = 0; names[i]; i++)
 		if (strcasecmp(name, names[i]) == 0)
@@ -531,7 +520,7 @@ enum MHD_Result pass_respond(struct req *r)
 	r->refs++;
 	for (size_t i = 0; i < r->up.resp.n; i++) {
 		const char *n = r->up.resp.v[i].name;
-		if (hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
+		if (hdr_hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
 			continue;
 		req_add_response_header(resp, n, r->up.resp.v[i].value);
 	}

@@ -25,6 +25,7 @@
 
 #include "auth/chunked.h"
 #include "base/clock.h"
+#include "base/httpdate.h"
 #include "base/log.h"
 #include "gateway/authn.h"
 #include "gateway/listcache.h"
@@ -142,11 +143,8 @@ enum MHD_Result req_respond_error(struct req *r)
 	buf_fini(&body);
 	if (!resp)
 		return MHD_NO;
-	char date[64];
-	time_t t = time(NULL);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+	char date[HTTPDATE_SIZE];
+	httpdate_format(time(NULL), date);
 	MHD_add_response_header(resp, "Content-Type", "application/xml");
 	MHD_add_response_header(resp, "Date", date);
 	MHD_add_response_header(resp, "Server", "larder");

@@ -109,8 +109,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth/checksum.h"
 #include "base/clock.h"
+#include "base/crc.h"
 #include "base/log.h"
 
 #define TOPIC "disk"
@@ -223,8 +223,8 @@ static void hdr_encode(const struct hdr *h, unsigned char *b, const unsigned cha
 	put32(b + 48, h->data_len);
 	put32(b + 52, h->data_crc);
 	put64(b + 56, h->gen);
-	uint32_t crc = cks_crc32c(0, b, HDR_CRC_OFF);
-	put32(b + HDR_CRC_OFF, cks_crc32c(crc, var, var_len_of(h)));
+	uint32_t crc = crc32c(0, b, HDR_CRC_OFF);
+	put32(b + HDR_CRC_OFF, crc32c(crc, var, var_len_of(h)));
 }
 
 /* Decodes the fixed part; false when it is not a version-1 header. */
@@ -318,8 +318,8 @@ static int entry_read(int fd, uint64_t off, uint64_t limit, struct hdr *h, unsig
 	}
 	if (vl > 0 && (rc = pread_all(fd, *var, vl, off + HDR_LEN)) < 0)
 		return rc == -ENODATA ? 1 : rc;
-	uint32_t crc = cks_crc32c(0, b, HDR_CRC_OFF);
-	return cks_crc32c(crc, *var, vl) == get32(b + HDR_CRC_OFF) ? 0 : 1;
+	uint32_t crc = crc32c(0, b, HDR_CRC_OFF);
+	return crc32c(crc, *var, vl) == get32(b + HDR_CRC_OFF) ? 0 : 1;
 }
 
 static void seg_name(char out[SEG_NAME_LEN + 1], uint64_t seq)
@@ -843,8 +843,8 @@ static size_t tomb_encode(unsigned char *b, uint64_t gen, bool prefix, const cha
 	put16(b + 18, (uint16_t)kl);
 	memcpy(b + TOMB_HDR, bucket, bl);
 	memcpy(b + TOMB_HDR + bl, key, kl);
-	uint32_t crc = cks_crc32c(0, b, 20);
-	put32(b + 20, cks_crc32c(crc, b + TOMB_HDR, bl + kl));
+	uint32_t crc = crc32c(0, b, 20);
+	put32(b + 20, crc32c(crc, b + TOMB_HDR, bl + kl));
 	return TOMB_HDR + bl + kl;
 }
 
@@ -858,8 +858,8 @@ static long tomb_parse(const unsigned char *b, size_t n, struct tomb *t)
 	size_t bl = get16(b + 16), kl = get16(b + 18);
 	if (n - TOMB_HDR < bl + kl || memchr(b + TOMB_HDR, '\0', bl + kl))
 		return 0;
-	uint32_t crc = cks_crc32c(0, b, 20);
-	if (cks_crc32c(crc, b + TOMB_HDR, bl + kl) != get32(b + 20))
+	uint32_t crc = crc32c(0, b, 20);
+	if (crc32c(crc, b + TOMB_HDR, bl + kl) != get32(b + 20))
 		return 0;
 	if (!(t->bucket = malloc(bl + kl + 2)))
 		return -ENOMEM;
@@ -1313,7 +1313,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 		.id = *id, .index = o ? o->index : 0,
 		.bucket_len = (uint16_t)bl, .key_len = (uint16_t)kl, .etag_len = (uint16_t)el,
 		.meta_len = (uint32_t)ml, .data_len = (uint32_t)len,
-		.data_crc = cks_crc32c(0, data, len),
+		.data_crc = crc32c(0, data, len),
 		.gen = o && o->gen ? o->gen : disk_next_gen(d),
 	};
 	size_t vl = bl + kl + el + ml;
@@ -1427,7 +1427,7 @@ int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len)
 	if (rc == 0 && !bad)
 		rc = pread_all(s->fd, out, len, off + HDR_LEN + vl);
 	if (rc == 0 && !bad)
-		bad = cks_crc32c(0, out, len) != crc;
+		bad = crc32c(0, out, len) != crc;
 	if (rc == -ENODATA) /* short: the file was cut */
 		bad = true;
 	if (!bad && rc == 0) {

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fnv.h"
+
 #define SHARDS 64
 #define BUCKETS_PER_SHARD 4096
 
@@ -144,13 +146,11 @@ out:
 
 static uint64_t name_hash(const char *bucket, const char *key)
 {
-	/* FNV-1a over bucket, a separator byte no name holds, key. */
-	uint64_t h = 1469598103934665603ull;
-	for (const unsigned char *p = (const unsigned char *)bucket; *p; p++)
-		h = (h ^ *p) * 1099511628211ull;
-	h = (h ^ 0xff) * 1099511628211ull;
-	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-		h = (h ^ *p) * 1099511628211ull;
+	/* FNV-1a over bucket, a separator byte no name holds, key. Only picks
+	 * a shard and a bucket in memory: nothing persists it. */
+	uint64_t h = fnv1a64_add(FNV1A64_OFFSET, bucket, strlen(bucket));
+	h = fnv1a64_add(h, "\xff", 1);
+	h = fnv1a64_add(h, key, strlen(key));
 	return h ^ (h >> 29);
 }
 

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "auth/checksum.h"
+#include "base/crc.h"
 #include "base/log.h"
 #include "store/disk.h"
 #include "store/meta.h"
@@ -75,7 +75,7 @@ static void fix_segment(uint8_t *p, size_t n)
 		size_t vl = (size_t)get16(h + 36) + get16(h + 38) + get16(h + 40) + get32(h + 44);
 		if (vl > n - off - 72)
 			continue;
-		put32(h + 68, cks_crc32c(cks_crc32c(0, h, 68), h + 72, vl));
+		put32(h + 68, crc32c(crc32c(0, h, 68), h + 72, vl));
 	}
 }
 
@@ -87,7 +87,7 @@ static void fix_tombstones(uint8_t *p, size_t n)
 		size_t nl = (size_t)get16(h + 16) + get16(h + 18);
 		if (nl > n - off - 24)
 			return;
-		put32(h + 20, cks_crc32c(cks_crc32c(0, h, 20), h + 24, nl));
+		put32(h + 20, crc32c(crc32c(0, h, 20), h + 24, nl));
 		off += 24 + nl;
 	}
 }

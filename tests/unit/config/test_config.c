@@ -149,7 +149,7 @@ static void test_file(void **state)
 	assert_int_equal(c->creds_refresh_margin_s, 60);
 
 	assert_int_equal(c->n_keys, 2);
-	const struct cfg_key *k = cfg_find_key(c, "AKREAD");
+	const struct client_key *k = cfg_find_key(c, "AKREAD");
 	assert_non_null(k);
 	assert_string_equal(k->secret, "s3cr3t/with+chars=");
 	assert_false(k->write);
@@ -251,7 +251,7 @@ static void test_env_overrides_file(void **state)
 	assert_int_equal(c->creds_refresh_margin_s, 120);
 
 	assert_int_equal(c->n_keys, 3);
-	const struct cfg_key *k = cfg_find_key(c, "AKENV");
+	const struct client_key *k = cfg_find_key(c, "AKENV");
 	assert_non_null(k);
 	assert_string_equal(k->secret, "envsecret");
 	assert_true(k->write);
@@ -547,8 +547,8 @@ static void test_example_conf(void **state)
 	assert_int_equal(c->listen_port, 8080);
 	assert_int_equal(c->max_header_bytes, 16384);
 	assert_int_equal(c->n_keys >= 2, 1);
-	const struct cfg_key *r = cfg_find_key(c, "AKTRAININGREADER01");
-	const struct cfg_key *w = cfg_find_key(c, "AKPIPELINEWRITER01");
+	const struct client_key *r = cfg_find_key(c, "AKTRAININGREADER01");
+	const struct client_key *w = cfg_find_key(c, "AKPIPELINEWRITER01");
 	assert_non_null(r);
 	assert_non_null(w);
 	assert_false(r->write);

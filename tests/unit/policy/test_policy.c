@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "auth/policy.h"
+#include "config/config.h"
 
 static const char conf[] =
 	"[key RO]\n"
@@ -54,16 +55,16 @@ static int teardown(void **state)
 	return 0;
 }
 
-static const struct cfg_key *key(void **state, const char *id)
+static const struct client_key *key(void **state, const char *id)
 {
-	const struct cfg_key *k = cfg_find_key(*state, id);
+	const struct client_key *k = cfg_find_key(*state, id);
 	assert_non_null(k);
 	return k;
 }
 
 static void test_prefix_is_a_folder(void **state)
 {
-	const struct cfg_key *ro = key(state, "RO");
+	const struct client_key *ro = key(state, "RO");
 	/* "data" in the config means data/: never database/x. */
 	assert_true(pol_allows(ro, POL_READ, "train", "data/x", NULL));
 	assert_true(pol_allows(ro, POL_READ, "train", "data/a/b/c.tar", NULL));
@@ -77,14 +78,14 @@ static void test_prefix_is_a_folder(void **state)
 	assert_false(pol_allows(ro, POL_READ, "train2", "data/x", NULL));
 	assert_false(pol_allows(ro, POL_READ, "trai", "data/x", NULL));
 
-	const struct cfg_key *rw = key(state, "RW");
+	const struct client_key *rw = key(state, "RW");
 	assert_true(pol_allows(rw, POL_WRITE, "train", "data/x", NULL));
 	assert_false(pol_allows(rw, POL_WRITE, "train", "database/x", NULL));
 }
 
 static void test_dot_segments(void **state)
 {
-	const struct cfg_key *ro = key(state, "RO");
+	const struct client_key *ro = key(state, "RO");
 	/* A dot segment could be collapsed out of the prefix on the way upstream. */
 	assert_false(pol_allows(ro, POL_READ, "train", "data/../secret", NULL));
 	assert_false(pol_allows(ro, POL_READ, "train", "data/./x", NULL));
@@ -97,7 +98,7 @@ static void test_dot_segments(void **state)
 
 static void test_whole_bucket(void **state)
 {
-	const struct cfg_key *ro = key(state, "RO");
+	const struct client_key *ro = key(state, "RO");
 	assert_true(pol_allows(ro, POL_READ, "models", "anything/at/all", NULL));
 	assert_true(pol_allows(ro, POL_READ, "models", "", NULL));
 	assert_true(pol_allows(ro, POL_READ, "models", NULL, NULL));   /* e.g. GetBucketLocation */
@@ -107,16 +108,16 @@ static void test_whole_bucket(void **state)
 
 static void test_read_only_refuses_writes(void **state)
 {
-	const struct cfg_key *ro = key(state, "RO");
+	const struct client_key *ro = key(state, "RO");
 	assert_false(pol_allows(ro, POL_WRITE, "train", "data/x", NULL));
 	assert_false(pol_allows(ro, POL_WRITE, "models", "m.bin", NULL));
 	assert_false(pol_allows(ro, POL_WRITE, "models", NULL, NULL));
-	const struct cfg_key *all = key(state, "ALL");
+	const struct client_key *all = key(state, "ALL");
 	assert_false(pol_allows(all, POL_WRITE, "any", "x", NULL));
 	assert_false(pol_allows(all, POL_WRITE, "any", NULL, NULL));
 	assert_false(pol_allows(all, POL_WRITE, NULL, NULL, NULL));
 	/* The read-write key writes within its grants only. */
-	const struct cfg_key *rw = key(state, "RW");
+	const struct client_key *rw = key(state, "RW");
 	assert_true(pol_allows(rw, POL_WRITE, "scratch", "tmp/1", NULL));
 	assert_true(pol_allows(rw, POL_READ, "scratch", "tmp/1", NULL));
 	assert_false(pol_allows(rw, POL_WRITE, "models", "m.bin", NULL));
@@ -125,8 +126,8 @@ static void test_read_only_refuses_writes(void **state)
 static void test_bucket_requests(void **state)
 {
 	/* A bucket request that does not list needs a whole-bucket grant. */
-	const struct cfg_key *ro = key(state, "RO");
-	const struct cfg_key *rw = key(state, "RW");
+	const struct client_key *ro = key(state, "RO");
+	const struct client_key *rw = key(state, "RW");
 	assert_false(pol_allows(ro, POL_READ, "train", NULL, NULL));
 	assert_false(pol_allows(rw, POL_WRITE, "train", NULL, NULL));  /* e.g. DeleteBucket */
 	assert_true(pol_allows(rw, POL_WRITE, "scratch", NULL, NULL));
@@ -137,7 +138,7 @@ static void test_bucket_requests(void **state)
 
 static void test_listing_prefixes(void **state)
 {
-	const struct cfg_key *ro = key(state, "RO");
+	const struct client_key *ro = key(state, "RO");
 	assert_true(pol_allows(ro, POL_READ, "train", NULL, "data/"));
 	assert_true(pol_allows(ro, POL_READ, "train", NULL, "data/2024/"));
 	assert_true(pol_allows(ro, POL_READ, "train", NULL, "data/part-0"));
@@ -159,7 +160,7 @@ static void test_service_requests(void **state)
 	const struct cfg *c = *state;
 	assert_false(pol_allows(&c->anonymous, POL_READ, NULL, NULL, NULL));
 	/* "*" covers every bucket, object and listing. */
-	const struct cfg_key *all = key(state, "ALL");
+	const struct client_key *all = key(state, "ALL");
 	assert_true(pol_allows(all, POL_READ, "any-bucket", "k", NULL));
 	assert_true(pol_allows(all, POL_READ, "any-bucket", NULL, ""));
 	assert_true(pol_allows(all, POL_READ, "any-bucket", NULL, NULL));
@@ -168,7 +169,7 @@ static void test_service_requests(void **state)
 static void test_anonymous(void **state)
 {
 	const struct cfg *c = *state;
-	const struct cfg_key *anon = &c->anonymous;
+	const struct client_key *anon = &c->anonymous;
 	assert_true(pol_allows(anon, POL_READ, "public", "pub/file", NULL));
 	assert_true(pol_allows(anon, POL_READ, "public", NULL, "pub/"));
 	assert_false(pol_allows(anon, POL_WRITE, "public", "pub/file", NULL));
@@ -192,9 +193,9 @@ static void test_hand_built_grants(void **state)
 	(void)state;
 	/* A key built without the config loader: a "*" grant with a prefix is
 	 * not ListBuckets, and write access on a read-write key. */
-	struct cfg_grant g[] = { { .bucket = "*", .prefix = "shared/" },
+	struct grant g[] = { { .bucket = "*", .prefix = "shared/" },
 	                         { .bucket = "logs", .prefix = "" } };
-	struct cfg_key k = { .id = "H", .secret = "s", .write = true, .grants = g, .n_grants = 2 };
+	struct client_key k = { .id = "H", .secret = "s", .write = true, .grants = g, .n_grants = 2 };
 	assert_true(pol_allows(&k, POL_WRITE, "any", "shared/x", NULL));
 	assert_false(pol_allows(&k, POL_WRITE, "any", "private/x", NULL));
 	assert_false(pol_allows(&k, POL_READ, NULL, NULL, NULL));

@@ -1,0 +1,128 @@
+/*
+ * httpdate.c - IMF-fixdate parsing and formatting (rules in base/httpdate.h).
+ *
+ * Hand-written rather than strptime/strftime: those follow the locale, are
+ * lenient in ways a signature check must not be (trailing junk, 31 February
+ * quietly becoming 3 March), and differ between C libraries.
+ */
+#include "base/httpdate.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "base/buf.h"
+
+static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+static const char days[] = "SunMonTueWedThuFriSat";
+
+static char *put_num(char *p, int v, int width)
+{
+	for (int i = width - 1; i >= 0; i--, v /= 10)
+		p[i] = (char)('0' + v % 10);
+	return p + width;
+}
+
+void httpdate_format(time_t t, char out[HTTPDATE_SIZE])
+{
+	/* Four-digit years only: what no HTTP date can say is clamped. */
+	if (t < 0)
+		t = 0;
+	if (t > (time_t)253402300799) /* 9999-12-31 23:59:59 */
+		t = (time_t)253402300799;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	char *p = out;
+	memcpy(p, days + 3 * tm.tm_wday, 3);
+	memcpy(p + 3, ", ", 2);
+	p = put_num(p + 5, tm.tm_mday, 2);
+	*p++ = ' ';
+	memcpy(p, months + 3 * tm.tm_mon, 3);
+	p[3] = ' ';
+	p = put_num(p + 4, tm.tm_year + 1900, 4);
+	*p++ = ' ';
+	p = put_num(p, tm.tm_hour, 2);
+	*p++ = ':';
+	p = put_num(p, tm.tm_min, 2);
+	*p++ = ':';
+	p = put_num(p, tm.tm_sec, 2);
+	memcpy(p, " GMT", 5);
+}
+
+/* n decimal digits at p. */
+static bool digits(const char *p, size_t n, int *v)
+{
+	*v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return false;
+		*v = *v * 10 + (p[i] - '0');
+	}
+	return true;
+}
+
+/* Seconds east of UTC for the zone z, or false. */
+static bool zone_offset(const char *z, size_t n, bool zoned, long *off)
+{
+	*off = 0;
+	if (n == 3 && memcmp(z, "GMT", 3) == 0)
+		return true;
+	if (!zoned)
+		return false;
+	if ((n == 3 && memcmp(z, "UTC", 3) == 0) || (n == 1 && z[0] == 'Z'))
+		return true;
+	int zh, zm;
+	if (n != 5 || (z[0] != '+' && z[0] != '-') || !digits(z + 1, 2, &zh) ||
+	    !digits(z + 3, 2, &zm) || zh > 23 || zm > 59)
+		return false;
+	*off = (z[0] == '-' ? -1 : 1) * (zh * 3600L + zm * 60L);
+	return true;
+}
+
+static int parse(const char *s, bool zoned, time_t *out)
+{
+	static const int mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	if (!s)
+		return -EINVAL;
+	struct slice v = slice_trim(slice_cstr(s));
+	const char *p = v.p, *end = v.p + v.len;
+	/* "Www, " */
+	if (v.len < 5 || memchr(p, ',', 3) || p[3] != ',' || p[4] != ' ')
+		return -EINVAL;
+	p += 5;
+	/* "D[D] Mon YYYY HH:MM:SS " and a zone of at least one character. */
+	int d, mon = 0, y, h, mi, sec;
+	size_t dl = end - p > 1 && p[1] == ' ' ? 1 : 2;
+	if (end - p < (long)dl + 20 || !digits(p, dl, &d) || p[dl] != ' ')
+		return -EINVAL;
+	p += dl + 1;
+	for (int i = 0; i < 12; i++)
+		if (memcmp(p, months + 3 * i, 3) == 0)
+			mon = i + 1;
+	if (!mon || p[3] != ' ' || !digits(p + 4, 4, &y) || p[8] != ' ' || !digits(p + 9, 2, &h) ||
+	    p[11] != ':' || !digits(p + 12, 2, &mi) || p[14] != ':' || !digits(p + 15, 2, &sec) ||
+	    p[17] != ' ')
+		return -EINVAL;
+	long off;
+	if (!zone_offset(p + 18, (size_t)(end - (p + 18)), zoned, &off))
+		return -EINVAL;
+	if (d < 1 || d > mdays[mon - 1] || y < 1970 || h > 23 || mi > 59 || sec > 60)
+		return -EINVAL;
+	struct tm tm = { .tm_year = y - 1900, .tm_mon = mon - 1, .tm_mday = d,
+	                 .tm_hour = h, .tm_min = mi, .tm_sec = sec };
+	time_t t = timegm(&tm);
+	if (t == (time_t)-1 || tm.tm_mday != d)
+		return -EINVAL; /* 29 February of a common year */
+	*out = t - off;
+	return 0;
+}
+
+int httpdate_parse(const char *s, time_t *out)
+{
+	return parse(s, false, out);
+}
+
+int httpdate_parse_zoned(const char *s, time_t *out)
+{
+	return parse(s, true, out);
+}

@@ -1,0 +1,40 @@
+/*
+ * httpdate.h - HTTP dates, RFC 9110 section 5.6.7: the IMF-fixdate form
+ * "Sun, 06 Nov 1994 08:49:37 GMT" (Date, Last-Modified, If-Modified-Since,
+ * Expires ...).
+ *
+ * What the parser accepts (the grammar the signature checks have always
+ * enforced, now shared by every caller):
+ *  - surrounding whitespace;
+ *  - a day name of any three characters before ", " (not checked against
+ *    the date);
+ *  - a one- or two-digit day, a month name as in the example (case
+ *    matters), a four-digit year from 1970, two-digit hour, minute and
+ *    second (60 allowed: a leap second counts as the next minute's first);
+ *  - only dates that exist (no 31 February, no 29 February of a common year).
+ * The obsolete RFC 850 and asctime forms are refused: no caller ever took
+ * them. Failure is always -EINVAL with *out untouched, so a caller that has
+ * a value for "absent or unreadable" presets it.
+ */
+#ifndef LARDER_HTTPDATE_H
+#define LARDER_HTTPDATE_H
+
+#include <time.h>
+
+/* "Sun, 06 Nov 1994 08:49:37 GMT" and its NUL. */
+#define HTTPDATE_SIZE 30
+
+/* Writes t (UTC) as an IMF-fixdate, always in English; t before 1970 or
+ * after 9999 is clamped to the nearest date the form can write. */
+void httpdate_format(time_t t, char out[HTTPDATE_SIZE]);
+
+/* Parses an IMF-fixdate whose zone is "GMT". s may be NULL (-EINVAL).
+ * Returns 0 with *out set, or -EINVAL. */
+int httpdate_parse(const char *s, time_t *out);
+
+/* httpdate_parse, also taking the zones RFC 5322 section 3.3 allows and
+ * S3's SigV2 examples use: "UTC", "Z", or a numeric "+hhmm" / "-hhmm"
+ * (the result is UTC). */
+int httpdate_parse_zoned(const char *s, time_t *out);
+
+#endif

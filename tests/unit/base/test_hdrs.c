@@ -1,0 +1,51 @@
+/*
+ * test_hdrs.c - base/hdrs.h: the header list and the hop-by-hop table.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/hdrs.h"
+
+static void test_hop_by_hop(void **state)
+{
+	(void)state;
+	const char *hop[] = { "Connection", "keep-alive", "Proxy-Authorization", "proxy-authenticate",
+	                      "PROXY-CONNECTION", "TE", "Trailer", "Trailers", "Transfer-Encoding",
+	                      "Upgrade" };
+	for (size_t i = 0; i < sizeof hop / sizeof hop[0]; i++)
+		assert_true(hdr_hop_by_hop(hop[i]));
+	const char *end_to_end[] = { "Content-Length", "Host", "ETag", "x-amz-date", "Tee",
+	                             "Connections", "proxy-", "", "Authorization" };
+	for (size_t i = 0; i < sizeof end_to_end / sizeof end_to_end[0]; i++)
+		assert_false(hdr_hop_by_hop(end_to_end[i]));
+}
+
+static void test_list(void **state)
+{
+	(void)state;
+	struct hdrs h;
+	hdrs_init(&h);
+	assert_int_equal(hdrs_add(&h, "ETag", "\"x\""), 0);
+	const char line[] = "Content-Type:  text/plain \r\n";
+	assert_int_equal(hdrs_add_line(&h, line, sizeof line - 1), 0);
+	assert_int_equal(hdrs_add_line(&h, "HTTP/1.1 200 OK\r\n", 17), 0);
+	assert_string_equal(hdrs_get(&h, "etag"), "\"x\"");
+	assert_string_equal(hdrs_get(&h, "CONTENT-TYPE"), "text/plain");
+	assert_null(hdrs_get(&h, "Date"));
+	hdrs_fini(&h);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hop_by_hop),
+		cmocka_unit_test(test_list),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
