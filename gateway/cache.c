@@ -236,8 +236,8 @@ void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 		list = r->cache.wake_next;
 		if (!r->conn)
 			continue;
-		if (r->cache.meta_waiting) {
-			r->cache.meta_waiting = false;
+		if (r->cache.ask.waiting) {
+			r->cache.ask.waiting = false;
 			resolve(r);
 		}
 		if (r->cache.chunk_waiting) {
@@ -250,9 +250,17 @@ void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 
 /* ---- step 1: metadata --------------------------------------------------- */
 
-static double ttl_of(const struct cfg *cfg)
+/* obj_load_fn: this request learns the object with a meta fetch. */
+static int start_meta_fetch(void *arg, const char *revalidate)
 {
-	return cfg->metadata_ttl_s < 0 ? -1.0 : (double)cfg->metadata_ttl_s;
+	struct req *r = arg;
+	struct cread *c = &r->cache;
+	c->meta_loaded = true;
+	/* Learning brings chunk 0: not past the memory bound. */
+	if (over_budget(r, r->w->gw->objects.chunk_bytes))
+		return -EBUSY;
+	c->meta_fetch = fetch_meta_start(r->w, r, r->s3.bucket, buf_cstr(&r->s3.key), revalidate);
+	return c->meta_fetch ? 0 : -EIO;
 }
 
 /* Finds the object's metadata, or starts learning it, or waits. */
@@ -262,49 +270,24 @@ static void resolve(struct req *r)
 	struct cread *c = &r->cache;
 	for (int tries = 0; tries < 3 && !c->meta && !c->has_uerr && !c->pass_through && !r->has_err;
 	     tries++) {
-		/* The fetch it waited for gave up on an upstream failure: so does
-		 * this reader, at once, instead of starting its own into the same
-		 * storm (10 readers made 40 GETs, the last one waited 10 s).
-		 * Checked before the lookup, which would make it the next loader. */
-		long ust;
-		if (c->meta_wait_since &&
-		    fetch_meta_failed(r->s3.bucket, buf_cstr(&r->s3.key), c->meta_wait_since, &ust)) {
-			if (ust == FETCH_NOT_CACHEABLE)
-				c->pass_through = true;
-			else
-				req_fail(r, ust == 503 ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
+		long st = 0;
+		switch (obj_meta_step(&gw->objects, r->s3.bucket, buf_cstr(&r->s3.key), &c->ask,
+		                      start_meta_fetch, r, clock_mono_s(), &c->meta, &st)) {
+		case OBJ_META_READY:
 			return;
-		}
-		struct obj_meta *m = NULL;
-		enum meta_role role = meta_lookup(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key),
-		                                  clock_mono_s(), ttl_of(gw->cfg),
-		                                  (double)gw->cfg->negative_ttl_s, &c->waiter, &m);
-		if (role == META_FRESH) {
-			c->meta = m;
-			return;
-		}
-		if (role == META_WAIT) {
-			if (!c->meta_wait_since)
-				c->meta_wait_since = clock_mono_s();
-			c->meta_waiting = true;
+		case OBJ_META_WAIT:
 			c->meta_loaded = true;
 			return;
-		}
-		/* META_LOAD: this request learns it, then waits like the others.
-		 * Learning brings chunk 0: not past the memory bound. */
-		c->meta_loaded = true;
-		if (over_budget(r, gw->cfg->chunk_bytes)) {
-			meta_unref(m);
-			meta_publish(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), NULL);
-			req_fail(r, S3E_SLOW_DOWN, NULL);
+		case OBJ_META_LOADING: /* this request learns it, then waits like the others */
+			continue;
+		case OBJ_META_NO_LOAD:
+			req_fail(r, st == -EBUSY ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
 			return;
-		}
-		c->meta_fetch = fetch_meta_start(r->w, r, r->s3.bucket, buf_cstr(&r->s3.key),
-		                                 m ? m->etag : NULL);
-		meta_unref(m);
-		if (!c->meta_fetch) {
-			meta_publish(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), NULL);
-			req_fail(r, S3E_SERVICE_UNAVAILABLE, NULL);
+		case OBJ_META_FAILED: /* the fetch it waited for gave up: so does this reader */
+			if (st == META_NOT_CACHEABLE)
+				c->pass_through = true;
+			else
+				req_fail(r, st == 503 ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
 			return;
 		}
 	}
@@ -314,6 +297,15 @@ void cache_owner_detach(struct req *owner, struct fetch *f)
 {
 	if (owner->cache.meta_fetch == f)
 		owner->cache.meta_fetch = NULL;
+}
+
+bool cache_owner_chunk(struct req *owner, struct chunk *c)
+{
+	if (owner->cache.cur)
+		return false;
+	owner->cache.cur = c;
+	owner->cache.cur_index = 0;
+	return true;
 }
 
 void cache_owner_pass_through(struct req *owner)
@@ -348,6 +340,8 @@ void cache_begin(struct req *r)
 	c->active = true;
 	c->waiter.wake = waiter_wake;
 	c->waiter.arg = r;
+	c->ask.waiter = &c->waiter;
+	c->ask.share_failures = true;
 	resolve(r);
 }
 
@@ -485,7 +479,13 @@ static void add_object_headers(struct req *r, struct MHD_Response *resp, const s
 
 static uint64_t chunk_size(const struct req *r)
 {
-	return r->w->gw->cfg->chunk_bytes;
+	return r->w->gw->objects.chunk_bytes;
+}
+
+/* The version this request reads. */
+static struct obj_ref obj_of(const struct req *r)
+{
+	return (struct obj_ref){ r->s3.bucket, buf_cstr(&r->s3.key), r->cache.meta };
 }
 
 /* Whether every chunk of [start, end] is held (RAM or NVMe): a hit. */
@@ -493,10 +493,13 @@ static bool all_held(struct req *r, const struct obj_meta *m)
 {
 	if (r->cache.head || m->size == 0)
 		return true;
-	uint64_t cs = chunk_size(r);
-	for (uint64_t i = r->cache.start / cs; i <= r->cache.end / cs; i++) {
+	struct obj_ref ref = obj_of(r);
+	uint64_t first, last;
+	if (!obj_chunk_span(m->size, chunk_size(r), r->cache.start, r->cache.end, &first, &last))
+		return true;
+	for (uint64_t i = first; i <= last; i++) {
 		struct chunk_id id;
-		chunk_id_make(r->s3.bucket, buf_cstr(&r->s3.key), m->etag, i, &id);
+		obj_chunk_id(&ref, i, &id);
 		if (!store_holds(r->w->gw->store, &id))
 			return false;
 	}
@@ -610,12 +613,13 @@ enum MHD_Result cache_respond(struct req *r)
 	 * answering with the new version, rather than cutting a response
 	 * already announced with the old ETag. */
 	if (!c->head && status != 304 && len > 0) {
-		struct chunk *ch = chunk_for(r, c->start / chunk_size(r));
+		uint64_t first = obj_chunk_index(c->start, chunk_size(r));
+		struct chunk *ch = chunk_for(r, first);
 		if (!ch)
 			return respond_s3(r, c->busy ? S3E_SLOW_DOWN : S3E_INTERNAL, NULL);
 		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
 		int state = atomic_load(&ch->state);
-		uint64_t off = c->start - c->cur_index * chunk_size(r);
+		uint64_t off = c->start - obj_chunk_offset(c->cur_index, chunk_size(r));
 		if (state == CHUNK_FAILED) {
 			int reason = ch->fail_reason;
 			release_chunks(r);
@@ -627,7 +631,7 @@ enum MHD_Result cache_respond(struct req *r)
 				return cache_respond(r);
 			}
 			if (reason != FETCH_ERR_UPSTREAM &&
-			    refetch_allowed(c, c->start / chunk_size(r)))
+			    refetch_allowed(c, first))
 				return cache_respond(r);
 			return respond_s3(r, S3E_SERVICE_UNAVAILABLE, NULL);
 		}
@@ -703,7 +707,7 @@ static void iov_done(void *cls)
 {
 	struct iov_hold *h = cls;
 	for (unsigned k = 0; k < h->n; k++)
-		chunk_unref(h->c[k]);
+		obj_unwant(h->c[k], false);
 	free(h);
 }
 
@@ -713,10 +717,11 @@ static void iov_done(void *cls)
 static struct MHD_Response *zero_copy_response(struct req *r)
 {
 	struct cread *c = &r->cache;
-	uint64_t cs = chunk_size(r), first = c->start / cs, last = c->end / cs;
-	unsigned n = (unsigned)(last - first + 1);
-	if (last - first >= 4096)
+	uint64_t cs = chunk_size(r), first, last;
+	if (!obj_chunk_span(c->meta->size, cs, c->start, c->end, &first, &last) ||
+	    last - first >= 4096)
 		return NULL;
+	unsigned n = (unsigned)(last - first + 1);
 	struct iov_hold *h = malloc(sizeof *h + n * sizeof h->c[0]);
 	struct MHD_IoVec *iov = calloc(n, sizeof *iov);
 	if (!h || !iov) {
@@ -732,8 +737,8 @@ static struct MHD_Response *zero_copy_response(struct req *r)
 			break;
 		h->c[h->n++] = ch;
 		ok = atomic_load(&ch->state) == CHUNK_READY;
-		uint64_t from = i == first ? c->start - i * cs : 0;
-		uint64_t to = i == last ? c->end - i * cs + 1 : ch->len;
+		uint64_t from = i == first ? c->start - obj_chunk_offset(i, cs) : 0;
+		uint64_t to = i == last ? c->end - obj_chunk_offset(i, cs) + 1 : ch->len;
 		iov[i - first].iov_base = ch->data + from;
 		iov[i - first].iov_len = (size_t)(to - from);
 	}
@@ -752,15 +757,12 @@ static struct MHD_Response *zero_copy_response(struct req *r)
 static void release_chunks_as(struct req *r, bool gave_up)
 {
 	struct cread *c = &r->cache;
-	if (c->cur) {
-		atomic_store(&c->cur->abandoned, gave_up);
-		chunk_unref(c->cur);
-	}
+	if (c->cur)
+		obj_unwant(c->cur, gave_up);
 	c->cur = NULL;
 	for (unsigned k = 0; k < READAHEAD_MAX; k++)
 		if (c->ahead[k]) {
-			atomic_store(&c->ahead[k]->abandoned, gave_up);
-			chunk_unref(c->ahead[k]);
+			obj_unwant(c->ahead[k], gave_up);
 			c->ahead[k] = NULL;
 		}
 }
@@ -783,34 +785,40 @@ static bool over_budget(const struct req *r, uint64_t extra)
 	return chunk_live_bytes() + extra > cfg->ram_cache_bytes + budget;
 }
 
-/* A reference to chunk i of the object, fetching it if nobody has it.
+/* obj_produce_fn of a reader: a chunk fetch, unless chunk memory is at its
+ * bound before the reader answered. */
+struct producing {
+	struct req *r;
+	bool declined;
+};
+
+static int produce(void *arg, struct chunk *ch, uint64_t i)
+{
+	struct producing *p = arg;
+	struct req *r = p->r;
+	if (!r->responded && over_budget(r, 0)) {
+		p->declined = true;
+		return FETCH_ERR_CANCELLED;
+	}
+	r->cache.miss = true;
+	struct fetch_producer fp = { r->w, r->s3.bucket, buf_cstr(&r->s3.key), r->cache.meta,
+	                             r->peer_hop };
+	return fetch_produce(&fp, ch, i);
+}
+
+/* A want of chunk i of the object, fetching it if nobody has it.
  * NULL also when a fetch would pass the memory bound before this reader
  * answered (c->busy: it gets 503 SlowDown); a reader halfway through its
  * response still gets its next chunk, one per connection. */
 static struct chunk *get_chunk(struct req *r, uint64_t i)
 {
-	struct gw *gw = r->w->gw;
-	const struct obj_meta *m = r->cache.meta;
-	uint64_t cs = chunk_size(r);
-	uint64_t off = i * cs;
-	size_t len = (size_t)(m->size - off < cs ? m->size - off : cs);
-	struct chunk_id id;
-	chunk_id_make(r->s3.bucket, buf_cstr(&r->s3.key), m->etag, i, &id);
-	enum store_role role;
-	struct chunk *ch = store_acquire(gw->store, &id, len, &role);
-	if (!ch)
-		return NULL;
-	if (role == STORE_PRODUCE && !r->responded && over_budget(r, 0)) {
-		store_complete(gw->store, ch, false, FETCH_ERR_CANCELLED, NULL);
-		chunk_unref(ch);
+	struct obj_ref ref = obj_of(r);
+	struct producing p = { r, false };
+	struct chunk *ch = obj_acquire(&r->w->gw->objects, &ref, i, produce, &p, NULL);
+	if (ch && p.declined) {
+		obj_unwant(ch, false);
 		r->cache.busy = true;
 		return NULL;
-	}
-	if (role == STORE_PRODUCE) {
-		r->cache.miss = true;
-		if (fetch_chunk_start(r->w, ch, r->s3.bucket, buf_cstr(&r->s3.key), m, i,
-		                      r->peer_hop) != 0)
-			store_complete(gw->store, ch, false, FETCH_ERR_UPSTREAM, NULL);
 	}
 	return ch;
 }
@@ -862,11 +870,11 @@ static unsigned ahead_wanted(const struct req *r)
 static void read_ahead(struct req *r, uint64_t i, unsigned n)
 {
 	struct cread *c = &r->cache;
-	uint64_t cs = chunk_size(r), last = c->end / cs;
+	uint64_t cs = chunk_size(r), last = obj_chunk_index(c->end, cs);
 	c->window = n;
 	for (unsigned k = 0; k < READAHEAD_MAX; k++)
 		if (c->ahead[k] && (c->ahead_index[k] <= i || c->ahead_index[k] > i + n)) {
-			chunk_unref(c->ahead[k]);
+			obj_unwant(c->ahead[k], false);
 			c->ahead[k] = NULL;
 		}
 	for (uint64_t j = i + 1; j <= last && j <= i + n; j++) {
@@ -903,10 +911,8 @@ static struct chunk *chunk_for(struct req *r, uint64_t i)
 		}
 		return c->cur;
 	}
-	if (c->cur) {
-		atomic_store(&c->cur->abandoned, false); /* read through: done with it */
-		chunk_unref(c->cur);
-	}
+	if (c->cur)
+		obj_unwant(c->cur, false); /* read through: done with it */
 	c->cur = NULL;
 	for (unsigned k = 0; k < READAHEAD_MAX; k++)
 		if (c->ahead[k] && c->ahead_index[k] == i) {
@@ -932,11 +938,11 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	uint64_t cs = chunk_size(r);
 	for (;;) {
-		uint64_t i = c->pos / cs;
+		uint64_t i = obj_chunk_index(c->pos, cs);
 		struct chunk *ch = chunk_for(r, i);
 		if (!ch)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
-		uint64_t off = c->pos - i * cs;
+		uint64_t off = c->pos - obj_chunk_offset(i, cs);
 		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
 		if (off < filled) {
 			uint64_t n = filled - off;
@@ -958,7 +964,7 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
 			if (ch->fail_reason == FETCH_ERR_CHANGED || ch->fail_reason == FETCH_ERR_UPSTREAM ||
 			    !refetch_allowed(c, i))
 				return MHD_CONTENT_READER_END_WITH_ERROR;
-			chunk_unref(c->cur);
+			obj_unwant(c->cur, false);
 			c->cur = NULL;
 			continue;
 		}
@@ -980,11 +986,10 @@ void cache_end(struct req *r)
 	if (!c->active)
 		return;
 	struct gw *gw = r->w->gw;
-	if (c->meta_waiting)
-		meta_unwait(gw->meta, r->s3.bucket, buf_cstr(&r->s3.key), &c->waiter);
+	obj_meta_cancel(&gw->objects, r->s3.bucket, buf_cstr(&r->s3.key), &c->ask);
 	if (c->chunk_waiting)
 		chunk_unwait(c->wait_chunk, &c->waiter);
-	c->meta_waiting = c->chunk_waiting = false;
+	c->chunk_waiting = false;
 	pthread_mutex_lock(&r->w->wake_lock);
 	if (c->wake_queued) {
 		struct req **pp = &r->w->wake_head;
@@ -1062,13 +1067,8 @@ struct purge_ctx {
 static void purge_one(void *arg, const char *key, struct obj_meta *m)
 {
 	struct purge_ctx *p = arg;
-	uint64_t cs = p->gw->cfg->chunk_bytes;
-	for (uint64_t i = 0; i * cs < m->size || i == 0; i++) {
-		struct chunk_id id;
-		chunk_id_make(p->bucket, key, m->etag, i, &id);
-		store_drop(p->gw->store, &id);
-	}
-	meta_drop(p->gw->meta, p->bucket, key);
+	struct obj_ref ref = { p->bucket, key, m };
+	obj_forget(&p->gw->objects, &ref);
 	meta_unref(m);
 }
 

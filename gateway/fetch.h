@@ -39,22 +39,22 @@ struct fetch;
 struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *bucket,
                                const char *key, const char *revalidate);
 
+/* The object version a reader's chunk fetches are for. */
+struct fetch_producer {
+	struct worker *w;
+	const char *bucket, *key;
+	const struct obj_meta *meta;
+	unsigned hop;                /* as fetch_chunk_start's */
+};
+/* An obj_produce_fn (store/object.h): fetch_chunk_start with arg a struct
+ * fetch_producer; FETCH_ERR_UPSTREAM when it could not start. */
+int fetch_produce(void *arg, struct chunk *c, uint64_t index);
+
 /* Starts producing chunk c (a reference is taken) of the object version m.
  * hop: 0 for this node's own readers, else the hop of the peer request
  * that wants it (see cluster/peer.h). */
 int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
                       const struct obj_meta *m, uint64_t index, unsigned hop);
-
-/* Whether a meta fetch of (bucket, key) gave up on an upstream failure
- * (5xx, SlowDown, unreachable, after its retries) at or after `since`
- * (clock_mono_s): the readers that waited for it share its failure rather
- * than each start a fetch of their own into the same storm. *status gets
- * upstream's status (0: unreachable). */
-bool fetch_meta_failed(const char *bucket, const char *key, double since, long *status);
-/* The status fetch_meta_failed gives when the object is not cacheable
- * (no usable ETag, an SSE-C answer): its readers go through the
- * pass-through instead. */
-#define FETCH_NOT_CACHEABLE (-1L)
 
 /* The owner is gone: its fetch goes on for the other readers. */
 void fetch_disown(struct fetch *f);

@@ -22,6 +22,7 @@
 #include "gateway/upstream.h"
 #include "store/chunk.h"
 #include "store/meta.h"
+#include "store/object.h"
 
 #define REQ_MAGIC 0x6c617272u
 #define PIPE_CAP (256 * 1024)
@@ -45,8 +46,8 @@ struct cread {
 	bool meta_loaded;               /* learnt or revalidated for this request: a miss */
 	struct fetch *meta_fetch;       /* the metadata fetch this request owns */
 	struct chunk_waiter waiter;     /* woken from any thread (wake_async) */
-	bool meta_waiting, chunk_waiting;
-	double meta_wait_since;         /* when it began waiting for another's meta fetch */
+	struct obj_meta_ask ask;        /* finding the metadata (store/object.h) */
+	bool chunk_waiting;
 	struct chunk *wait_chunk;       /* the chunk waited on */
 	bool wake_queued;               /* on the worker's wake list (under wake_lock) */
 	struct req *wake_next;
@@ -181,6 +182,9 @@ void cache_owner_detach(struct req *owner, struct fetch *f);
 void cache_owner_upstream_error(struct req *owner, long status, const struct hdrs *h,
                                 const char *body, size_t len);
 void cache_owner_pass_through(struct req *owner); /* upstream's answer is not cacheable */
+/* The meta fetch claimed chunk 0 (c, with a want: obj_acquire): its owner
+ * takes it over and returns true, unless it holds a chunk already. */
+bool cache_owner_chunk(struct req *owner, struct chunk *c);
 bool cache_passes(struct req *r);              /* proxy.c serves it after all */
 void cache_learn(struct req *r);               /* upstream's headers: a part, checksums */
 /* Forgets objects of bucket: the key (exact) or every key under prefix:
