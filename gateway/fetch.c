@@ -25,6 +25,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "gateway/metrics.h"
+#include "gateway/cache.h"
 #include "gateway/req.h"
 #include "cluster/peer.h"
 #include "cluster/placement.h"
@@ -358,7 +359,8 @@ static void learn(struct fetch *f)
 	 * starting its own. */
 	if (size > 0) {
 		struct obj_ref ref = { f->bucket, f->key, f->meta };
-		f->fills_chunk0 = f->status == 206 && b + 1 == obj_chunk_len(size, 0, chunk_bytes(f));
+		size_t len0 = obj_chunk_len(size, 0, chunk_bytes(f));
+		f->fills_chunk0 = f->status == 206 && b + 1 == len0;
 		struct chunk *c = obj_acquire(&gw->objects, &ref, 0, claim_chunk0, f, NULL);
 		/* The reader that asked holds chunk 0 from here: a small object's
 		 * chunk may complete before that reader gets to it, and admission

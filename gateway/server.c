@@ -35,6 +35,7 @@
 #include "cluster/placement.h"
 #include "gateway/prefetch.h"
 #include "gateway/proxy.h"
+#include "gateway/cache.h"
 #include "gateway/req.h"
 #include "cluster/cluster.h"
 #include "cluster/directory.h"
