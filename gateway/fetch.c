@@ -352,7 +352,7 @@ static void learn(struct fetch *f)
 		return;
 	}
 	if (f->owner)
-		f->owner->ustatus = f->status; /* for its access-log line */
+		req_set_upstream_status(f->owner, f->status); /* for its access-log line */
 	snprintf(f->etag, sizeof f->etag, "%s", etag);
 	/* Chunk 0 under its real id, claimed before the metadata is published:
 	 * a reader woken by the metadata then joins this fetch instead of
@@ -544,7 +544,7 @@ struct fetch *fetch_meta_start(struct worker *w, struct req *owner, const char *
 		return NULL;
 	f->meta_kind = true;
 	f->owner = owner;
-	f->hop = owner ? owner->peer_hop : 0;
+	f->hop = owner ? req_peer_hop(owner) : 0;
 	if (revalidate && !(f->revalidate = strdup(revalidate))) {
 		f->owner = NULL;
 		fetch_free(f);
