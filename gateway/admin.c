@@ -34,6 +34,7 @@
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
 #include "gateway/prefetch.h"
+#include "gateway/cache.h"
 #include "gateway/req.h"
 #include "gateway/s3req.h"
 #include "gateway/server.h"

@@ -31,6 +31,7 @@
 #include "gateway/upstream.h"
 #include "cluster/cluster.h"
 #include "cluster/directory.h"
+#include "store/object.h"
 #include "store/store.h"
 
 #define ERRBODY_MAX (64 * 1024)
@@ -66,46 +67,16 @@ struct fetch {
 	bool failed_headers;         /* a response that is not what we asked for */
 	bool changed;                /* an answer for another version: as good as a 412 */
 	bool uncacheable;            /* meta fetch: an answer the cache cannot keep */
+	bool fills_chunk0;           /* meta fetch: its answer is chunk 0 whole */
 	struct buf errbody;
 };
 
-
-/* Recent meta-fetch failures, for the readers that waited on them: a
- * small table by hash of (bucket, key), shared by every worker. A slot
- * overwritten by another object only costs that object's waiters a fetch
- * of their own, as before. */
-#define FAILED_SLOTS 256
-static struct {
-	pthread_mutex_t lock;
-	struct { uint64_t key; double at; long status; } slot[FAILED_SLOTS];
-} failed = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t object_hash(const char *bucket, const char *key)
 {
 	struct chunk_id oid;
 	chunk_id_make(bucket, key, "", 0, &oid);
 	return chunk_id_hash(&oid);
-}
-
-static void note_meta_failure(const char *bucket, const char *key, long status)
-{
-	uint64_t h = object_hash(bucket, key);
-	pthread_mutex_lock(&failed.lock);
-	failed.slot[h % FAILED_SLOTS].key = h;
-	failed.slot[h % FAILED_SLOTS].at = clock_mono_s();
-	failed.slot[h % FAILED_SLOTS].status = status;
-	pthread_mutex_unlock(&failed.lock);
-}
-
-bool fetch_meta_failed(const char *bucket, const char *key, double since, long *status)
-{
-	uint64_t h = object_hash(bucket, key);
-	pthread_mutex_lock(&failed.lock);
-	bool hit = failed.slot[h % FAILED_SLOTS].key == h && failed.slot[h % FAILED_SLOTS].at >= since;
-	if (hit)
-		*status = failed.slot[h % FAILED_SLOTS].status;
-	pthread_mutex_unlock(&failed.lock);
-	return hit;
 }
 
 static void fetch_free(struct fetch *f)
@@ -288,6 +259,20 @@ static bool schedule_retry(struct fetch *f)
 	return true;
 }
 
+/* obj_produce_fn of a meta fetch: the rest of its response fills chunk 0
+ * when it is chunk 0's whole range. */
+static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
+{
+	struct fetch *f = arg;
+	if (!f->fills_chunk0)
+		return FETCH_ERR_CANCELLED;
+	chunk_ref(c);
+	f->c = c;
+	f->index = index;
+	f->start = 0;
+	return 0;
+}
+
 /* Meta fetch, headers in: what is this object? */
 static void learn(struct fetch *f)
 {
@@ -338,27 +323,22 @@ static void learn(struct fetch *f)
 	/* Chunk 0 under its real id, claimed before the metadata is published:
 	 * a reader woken by the metadata then joins this fetch instead of
 	 * starting its own. */
+	struct chunk *c0 = NULL;
 	if (size > 0) {
-		uint64_t len0 = size < chunk_bytes(f) ? size : chunk_bytes(f);
-		struct chunk_id id;
-		chunk_id_make(f->bucket, f->key, etag, 0, &id);
-		enum store_role role;
-		struct chunk *c = store_acquire(gw->store, &id, len0, &role);
-		if (c && role == STORE_PRODUCE && status == 206 && b + 1 == len0) {
-			f->c = c;
-			f->index = 0;
-			f->start = 0;
-		} else if (c) {
-			if (role == STORE_PRODUCE)
-				store_complete(gw->store, c, false, FETCH_ERR_CANCELLED, NULL);
-			chunk_unref(c);
-		}
+		struct obj_ref ref = { f->bucket, f->key, f->meta };
+		size_t len0 = obj_chunk_len(size, 0, chunk_bytes(f));
+		f->fills_chunk0 = status == 206 && b + 1 == len0;
+		c0 = obj_acquire(&gw->objects, &ref, 0, claim_chunk0, f, NULL);
 	}
 	if (!f->c)
 		f->discard = true;
-	/* The reader that asked holds chunk 0 from here (fetch.h). */
+	/* The reader that asked takes chunk 0's want from here (fetch.h);
+	 * else it is let go. */
+	bool taken = false;
 	if (f->owner)
-		f->owner_ops->learnt(f->owner, status, f->c);
+		taken = f->owner_ops->learnt(f->owner, status, c0 && f->c == c0 ? c0 : NULL);
+	if (c0 && !taken)
+		obj_unwant(c0, false);
 	meta_publish(gw->meta, f->bucket, f->key, f->meta);
 }
 
@@ -410,10 +390,9 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
 	}
 	if (!f->c)
 		return 0;
-	/* Nobody reads this chunk any more, and the last reader gave up on it
-	 * (its client went away): stop fetching it. The in-flight table and
-	 * this fetch hold two references; readers hold the rest. */
-	if (chunk_refs(f->c) <= 2 && atomic_load(&f->c->abandoned)) {
+	/* Nobody wants this chunk any more, and the last reader gave up on it
+	 * (its client went away): stop fetching it. */
+	if (!obj_wanted(f->c)) {
 		f->cancelled = true;
 		return 0;
 	}
@@ -534,7 +513,7 @@ int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, con
 	chunk_ref(c);
 	f->c = c;
 	f->index = index;
-	f->start = index * chunk_bytes(f);
+	f->start = obj_chunk_offset(index, chunk_bytes(f));
 	snprintf(f->etag, sizeof f->etag, "%s", m->etag);
 	f->size = m->size;
 	if (index == 0) {
@@ -546,6 +525,14 @@ int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, con
 		return -EIO;
 	}
 	return 0;
+}
+
+int fetch_produce(void *arg, struct chunk *c, uint64_t index)
+{
+	const struct fetch_producer *p = arg;
+	return fetch_chunk_start(p->w, c, p->bucket, p->key, p->meta, index, p->hop) == 0
+	               ? 0
+	               : FETCH_ERR_UPSTREAM;
 }
 
 void fetch_disown(struct fetch *f)
@@ -617,10 +604,9 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 			return;
 	}
 	if (meta_only && !f->meta && f->uncacheable) {
-		note_meta_failure(f->bucket, f->key, FETCH_NOT_CACHEABLE);
 		if (f->owner)
 			f->owner_ops->pass_through(f->owner);
-		meta_publish(gw->meta, f->bucket, f->key, NULL);
+		meta_publish_failure(gw->meta, f->bucket, f->key, META_NOT_CACHEABLE, clock_mono_s());
 		fetch_free(f);
 		return;
 	}
@@ -637,12 +623,15 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 				meta_unref(neg);
 			}
 		} else if (status != 304) {
-			if ((upstream_retryable(status) || result != CURLE_OK) && !f->failed_headers)
-				note_meta_failure(f->bucket, f->key, status);
+			bool shared = (upstream_retryable(status) || result != CURLE_OK) &&
+			              !f->failed_headers;
 			if (f->owner)
 				f->owner_ops->upstream_error(f->owner, status, &t->resp,
 				                             buf_cstr(&f->errbody), f->errbody.len);
-			meta_publish(gw->meta, f->bucket, f->key, NULL);
+			if (shared) /* its waiters fail too, rather than each try again */
+				meta_publish_failure(gw->meta, f->bucket, f->key, status, clock_mono_s());
+			else
+				meta_publish(gw->meta, f->bucket, f->key, NULL);
 		}
 		fetch_free(f);
 		return;

@@ -34,11 +34,12 @@ struct fetch;
  * each hook gets), on the worker's thread. */
 struct fetch_owner_ops {
 	/* The object is learnt (status: upstream's, for the access log). c0:
-	 * chunk 0, which this fetch fills, or NULL; an owner that will read it
-	 * takes a reference now: a small object's chunk may complete before
-	 * the owner gets to it, and admission may decline to keep it; it must
-	 * not be fetched twice. */
-	void (*learnt)(void *owner, long status, struct chunk *c0);
+	 * chunk 0, which this fetch fills, or NULL. c0 comes with one want
+	 * (store/object.h) the owner may keep: true when it did (it will read
+	 * the chunk and obj_unwant it), false to let the fetch drop it. A small
+	 * object's chunk may complete before the owner gets to it, and
+	 * admission may decline to keep it; it must not be fetched twice. */
+	bool (*learnt)(void *owner, long status, struct chunk *c0);
 	/* Upstream's own answer when the object could not be learnt (404, 403,
 	 * ...; status 0: never reached), for the owner's client as it is. */
 	void (*upstream_error)(void *owner, long status, const struct hdrs *h, const char *body,
@@ -58,22 +59,22 @@ struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *o
                                unsigned hop, const char *bucket, const char *key,
                                const char *revalidate);
 
+/* The object version a reader's chunk fetches are for. */
+struct fetch_producer {
+	struct worker *w;
+	const char *bucket, *key;
+	const struct obj_meta *meta;
+	unsigned hop;                /* as fetch_chunk_start's */
+};
+/* An obj_produce_fn (store/object.h): fetch_chunk_start with arg a struct
+ * fetch_producer; FETCH_ERR_UPSTREAM when it could not start. */
+int fetch_produce(void *arg, struct chunk *c, uint64_t index);
+
 /* Starts producing chunk c (a reference is taken) of the object version m.
  * hop: 0 for this node's own readers, else the hop of the peer request
  * that wants it (see cluster/peer.h). */
 int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
                       const struct obj_meta *m, uint64_t index, unsigned hop);
-
-/* Whether a meta fetch of (bucket, key) gave up on an upstream failure
- * (5xx, SlowDown, unreachable, after its retries) at or after `since`
- * (clock_mono_s): the readers that waited for it share its failure rather
- * than each start a fetch of their own into the same storm. *status gets
- * upstream's status (0: unreachable). */
-bool fetch_meta_failed(const char *bucket, const char *key, double since, long *status);
-/* The status fetch_meta_failed gives when the object is not cacheable
- * (no usable ETag, an SSE-C answer): its readers go through the
- * pass-through instead. */
-#define FETCH_NOT_CACHEABLE (-1L)
 
 /* The owner is gone: its fetch goes on for the other readers. */
 void fetch_disown(struct fetch *f);

@@ -20,6 +20,7 @@
 #include "base/hdrs.h"
 #include "base/log.h"
 #include "gateway/authn.h"
+#include "gateway/cache.h"
 #include "gateway/listcache.h"
 #include "gateway/s3err.h"
 

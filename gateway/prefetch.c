@@ -28,6 +28,7 @@
 #include "gateway/server.h"
 #include "gateway/upstream.h"
 #include "store/meta.h"
+#include "store/object.h"
 #include "store/store.h"
 
 #define PF_HELD 2            /* chunks of one object in flight at once */
@@ -43,13 +44,19 @@ struct pf_obj {
 	char *key;
 	struct obj_meta *meta;
 	struct chunk_waiter waiter;
+	struct obj_meta_ask ask;
 	_Atomic bool woken;
-	bool waiting;
 	unsigned meta_tries;
 	bool sized;                  /* its size is already in bytes_total */
 	uint64_t next_chunk, n_chunks;
 	struct chunk *held[PF_HELD];
 	unsigned n_held;
+};
+
+/* What a job's meta fetch is for. */
+struct pf_load {
+	struct pf_job *j;
+	const char *key;
 };
 
 struct pf_job {
@@ -331,12 +338,9 @@ static void obj_wake(void *arg)
 
 static void obj_release(struct pf_job *j, struct pf_obj *o, bool gave_up)
 {
-	if (o->waiting)
-		meta_unwait(j->p->gw->meta, j->bucket, o->key, &o->waiter);
-	for (unsigned k = 0; k < o->n_held; k++) {
-		atomic_store(&o->held[k]->abandoned, gave_up);
-		chunk_unref(o->held[k]);
-	}
+	obj_meta_cancel(&j->p->gw->objects, j->bucket, o->key, &o->ask);
+	for (unsigned k = 0; k < o->n_held; k++)
+		obj_unwant(o->held[k], gave_up);
 	meta_unref(o->meta);
 	free(o->key);
 	memset(o, 0, sizeof *o);
@@ -351,15 +355,21 @@ static bool under_cap(const struct pf_job *j)
 	return (double)atomic_load(&j->bytes_done) <= (double)j->bytes_per_s * elapsed;
 }
 
+/* obj_load_fn of a job: a meta fetch with no owner. */
+static int start_meta_fetch(void *arg, const char *revalidate)
+{
+	struct pf_load *l = arg;
+	return fetch_meta_start(l->j->p->w, NULL, NULL, 0, l->j->bucket, l->key, revalidate) ? 0 : -EIO;
+}
+
 /* One step for one object; true when it is finished. */
 static bool obj_step(struct pf_job *j, struct pf_obj *o)
 {
-	struct gw *gw = j->p->gw;
-	uint64_t cs = gw->cfg->chunk_bytes;
+	const struct objects *ob = &j->p->gw->objects;
 	while (!o->meta) {
-		if (o->waiting && !atomic_load(&o->woken))
+		if (o->ask.waiting && !atomic_load(&o->woken))
 			return false;
-		o->waiting = false;
+		o->ask.waiting = false;
 		atomic_store(&o->woken, false);
 		if (o->meta_tries++ > 2) {
 			atomic_fetch_add(&j->errors, 1);
@@ -367,22 +377,14 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		}
 		o->waiter.wake = obj_wake;
 		o->waiter.arg = o;
-		struct obj_meta *m = NULL;
-		double ttl = gw->cfg->metadata_ttl_s < 0 ? -1.0 : (double)gw->cfg->metadata_ttl_s;
-		enum meta_role role = meta_lookup(gw->meta, j->bucket, o->key, clock_mono_s(), ttl,
-		                                  (double)gw->cfg->negative_ttl_s, &o->waiter, &m);
-		if (role == META_FRESH) {
-			o->meta = m;
-			break;
-		}
-		if (role == META_WAIT) {
-			o->waiting = true;
+		o->ask.waiter = &o->waiter;
+		struct pf_load l = { j, o->key };
+		long st;
+		enum obj_meta_step step = obj_meta_step(ob, j->bucket, o->key, &o->ask,
+		                                        start_meta_fetch, &l, clock_mono_s(),
+		                                        &o->meta, &st);
+		if (step == OBJ_META_WAIT)
 			return false;
-		}
-		if (!fetch_meta_start(j->p->w, NULL, NULL, 0, j->bucket, o->key,
-		                      m ? m->etag : NULL))
-			meta_publish(gw->meta, j->bucket, o->key, NULL);
-		meta_unref(m);
 	}
 	if (o->meta->negative) {
 		atomic_fetch_add(&j->errors, 1);
@@ -391,7 +393,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 	if (!o->sized) {
 		o->sized = true;
 		atomic_fetch_add(&j->bytes_total, o->meta->size);
-		o->n_chunks = (o->meta->size + cs - 1) / cs;
+		o->n_chunks = obj_chunk_count(o->meta->size, ob->chunk_bytes);
 	}
 	/* Settle what arrived. */
 	for (unsigned k = 0; k < o->n_held;) {
@@ -405,28 +407,24 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 			atomic_fetch_add(&j->bytes_done, c->len);
 		else
 			atomic_fetch_add(&j->errors, 1);
-		chunk_unref(c);
+		obj_unwant(c, false);
 		o->held[k] = o->held[--o->n_held];
 	}
 	/* Start more. */
+	struct obj_ref ref = { j->bucket, o->key, o->meta };
+	struct fetch_producer fp = { j->p->w, j->bucket, o->key, o->meta, 0 };
 	while (o->n_held < PF_HELD && o->next_chunk < o->n_chunks && under_cap(j)) {
 		uint64_t i = o->next_chunk;
-		size_t len = (size_t)(o->meta->size - i * cs < cs ? o->meta->size - i * cs : cs);
-		struct chunk_id id;
-		chunk_id_make(j->bucket, o->key, o->meta->etag, i, &id);
 		enum store_role role;
-		struct chunk *c = store_acquire(gw->store, &id, len, &role);
+		struct chunk *c = obj_acquire(ob, &ref, i, fetch_produce, &fp, &role);
 		if (!c)
 			break;
 		o->next_chunk++;
 		if (role == STORE_HIT) {
-			atomic_fetch_add(&j->bytes_done, len);
-			chunk_unref(c);
+			atomic_fetch_add(&j->bytes_done, c->len);
+			obj_unwant(c, false);
 			continue;
 		}
-		if (role == STORE_PRODUCE &&
-		    fetch_chunk_start(j->p->w, c, j->bucket, o->key, o->meta, i, 0) != 0)
-			store_complete(gw->store, c, false, FETCH_ERR_UPSTREAM, NULL);
 		o->held[o->n_held++] = c;
 	}
 	return o->next_chunk == o->n_chunks && o->n_held == 0;
@@ -457,8 +455,8 @@ static bool job_step(struct pf_job *j)
 			o->key = strdup(j->keys[j->next_key]);
 			o->sized = j->sizes[j->next_key] != 0;
 			if (o->sized)
-				o->n_chunks = (j->sizes[j->next_key] + j->p->gw->cfg->chunk_bytes - 1) /
-				              j->p->gw->cfg->chunk_bytes;
+				o->n_chunks = obj_chunk_count(j->sizes[j->next_key],
+				                              j->p->gw->objects.chunk_bytes);
 			j->next_key++;
 			if (!o->key)
 				continue;

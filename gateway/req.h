@@ -1,6 +1,6 @@
 /*
  * req.h - one client request, as request.c, authn.c, passthrough.c and the
- * cached read path (cache.c) share it. Private to gateway/.
+ * cached read path (cache.c, gateway/cache.h) share it. Private to gateway/.
  *
  * Every field belongs to the worker thread that accepted the request,
  * except where a comment says otherwise.
@@ -29,6 +29,8 @@
 #define DELETE_BODY_MAX (2 * 1024 * 1024) /* 1,000 keys of 1,024 bytes, in XML */
 #define MAX_UPSTREAM_HEADER_BYTES (64 * 1024)
 
+struct cread; /* the cached read of a request: private to cache.c (gateway/cread.h) */
+
 /* A bounded byte queue: data lives in [off, len). */
 struct pbuf {
 	char *p;
@@ -36,50 +38,6 @@ struct pbuf {
 };
 
 enum body_mode { BODY_NONE, BODY_RAW, BODY_CHUNKED };
-
-/* The cached read path's part of a request (cache.c). */
-#define READAHEAD_MAX 16
-struct cread {
-	bool active;                    /* this GET/HEAD is answered from the cache */
-	bool head;
-	struct obj_meta *meta;          /* the object, once known */
-	bool meta_loaded;               /* learnt or revalidated for this request: a miss */
-	struct fetch *meta_fetch;       /* the metadata fetch this request owns */
-	struct chunk_waiter waiter;     /* woken from any thread (wake_async) */
-	bool meta_waiting, chunk_waiting;
-	double meta_wait_since;         /* when it began waiting for another's meta fetch */
-	struct chunk *wait_chunk;       /* the chunk waited on */
-	bool wake_queued;               /* on the worker's wake list (under wake_lock) */
-	struct req *wake_next;
-
-	/* Range: [start, end] of the object, want_range when a valid one came */
-	bool want_range;
-	struct byte_range range;        /* as asked (gateway/range.h) */
-	uint64_t start, end;            /* resolved; end < size */
-	uint64_t pos;                   /* next byte to send */
-	struct chunk *cur;
-	uint64_t cur_index;
-	uint64_t ahead_from;            /* 1 + the chunk read-ahead last started from */
-	unsigned window;                /* chunks read ahead now: grows as the client reads */
-	bool busy;                      /* refused a fetch: chunk memory is at its bound */
-	struct chunk *ahead[READAHEAD_MAX];
-	uint64_t ahead_index[READAHEAD_MAX];
-	unsigned refetches;             /* of the chunk refetch_index - 1 */
-	uint64_t refetch_index;
-	unsigned restarts;              /* learnt again after a version change */
-	bool miss;                      /* some byte came from upstream */
-	bool pass_through;              /* not cacheable after all: proxy.c serves it */
-	uint32_t part;                  /* ?partNumber=N (0: none): answered once learnt */
-	bool want_checksums;            /* x-amz-checksum-mode: ENABLED */
-
-	/* upstream's own answer when the object could not be learnt (404, 403,
-	 * ...): passed to the client unchanged */
-	bool has_uerr;
-	long uerr_status;
-	struct hdrs uerr_headers;
-	char *uerr_body;
-	size_t uerr_len;
-};
 
 struct req {
 	unsigned magic;
@@ -135,7 +93,7 @@ struct req {
 	struct pbuf downbuf;
 	uint64_t resp_len;              /* MHD_SIZE_UNKNOWN when not known */
 
-	struct cread cache;
+	struct cread *cache;            /* the cached read (cache.c), once cache_wants said yes */
 	struct list_req *list;          /* a listing the LIST cache may answer or keep (listcache.c) */
 	bool bypass_logged;             /* a GET/HEAD of an object not answered from the cache */
 
@@ -145,6 +103,49 @@ struct req {
 	int status_sent;
 	uint64_t bytes_out;
 };
+
+/* What the cached read path (cache.c, cache_body.c) reads and sets of a
+ * request: through these rather than the fields, so that struct req can
+ * become the request module's own. */
+static inline struct worker *req_worker(const struct req *r) { return r->w; }
+static inline struct gw *req_gw(const struct req *r) { return r->w->gw; }
+static inline const struct s3req *req_s3(const struct req *r) { return &r->s3; }
+static inline const char *req_bucket(const struct req *r) { return r->s3.bucket; }
+static inline const char *req_key(const struct req *r) { return buf_cstr(&r->s3.key); }
+static inline const char *req_query(const struct req *r) { return r->query; }
+static inline const char *req_method(const struct req *r) { return r->method; }
+static inline const char *req_id(const struct req *r) { return r->id; }
+static inline unsigned req_peer_hop(const struct req *r) { return r->peer_hop; }
+static inline bool req_has_body(const struct req *r) { return r->body != BODY_NONE; }
+/* false once libmicrohttpd is done with the connection */
+static inline bool req_alive(const struct req *r) { return r->conn != NULL; }
+static inline struct MHD_Connection *req_connection(const struct req *r) { return r->conn; }
+static inline bool req_failed(const struct req *r) { return r->has_err; }
+static inline bool req_responded(const struct req *r) { return r->responded; }
+static inline int req_status_sent(const struct req *r) { return r->status_sent; }
+static inline void req_count_out(struct req *r, uint64_t n) { r->bytes_out += n; }
+/* upstream's answer, as far as it came (status 0: none yet) */
+static inline long req_upstream_status(const struct req *r) { return r->ustatus; }
+static inline void req_set_upstream_status(struct req *r, long s) { r->ustatus = s; }
+static inline const struct hdrs *req_upstream_headers(const struct req *r) { return &r->up.resp; }
+/* its Content-Length; MHD_SIZE_UNKNOWN when not known */
+static inline uint64_t req_upstream_length(const struct req *r) { return r->resp_len; }
+/* A 416 that names the object's size (Content-Range, <ActualObjectSize>). */
+static inline void req_err_object_size(struct req *r, uint64_t size)
+{
+	r->err_sized = true;
+	r->err_object_size = size;
+}
+/* Queues resp (and lets go of it) as the answer, with status. */
+static inline enum MHD_Result req_queue_response(struct req *r, unsigned status,
+                                                 struct MHD_Response *resp)
+{
+	r->status_sent = (int)status;
+	enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
 
 /* Helpers request.c lends to the rest of gateway/. */
 void req_ref(struct req *r);
@@ -161,23 +162,5 @@ const char *req_header(struct req *r, const char *name);
 void req_add_common_headers(struct req *r, struct MHD_Response *resp);
 /* MHD_add_response_header that keeps a header with an empty value. */
 void req_add_response_header(struct MHD_Response *resp, const char *name, const char *value);
-
-/* cache.c: GET and HEAD of objects from the chunk cache. */
-bool cache_wants(struct req *r);               /* after authentication */
-void cache_begin(struct req *r);               /* first call */
-enum MHD_Result cache_respond(struct req *r);  /* the body is in: answer (or wait) */
-void cache_end(struct req *r);                 /* the request is over */
-void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->wake_async */
-bool cache_passes(struct req *r);              /* the pass-through serves it after all */
-void cache_learn(struct req *r);               /* upstream's headers: a part, checksums */
-/* Forgets objects of bucket: the key (exact) or every key under prefix:
- * their chunks in every tier and their metadata, so the next read goes
- * upstream. Thread-safe. *objects gets how many were known. Returns 0. */
-int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exact,
-                uint64_t *objects);
-
-/* Writes (PUT, POST, DELETE, copy) that succeeded drop what the cache
- * knows of the key; a DeleteObjects drops the bucket's metadata. */
-void cache_invalidate(struct req *r);
 
 #endif

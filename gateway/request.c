@@ -31,6 +31,7 @@
 #include "gateway/listcache.h"
 #include "gateway/metrics.h"
 #include "gateway/passthrough.h"
+#include "gateway/cache.h"
 #include "gateway/req.h"
 #include "gateway/s3err.h"
 #include "gateway/s3req.h"
@@ -55,6 +56,7 @@ void req_unref(struct req *r)
 	buf_fini(&r->delete_body);
 	buf_fini(&r->err_extra);
 	listcache_end(r);
+	cache_free(r);
 	s3req_fini(&r->s3);
 	free(r->uri);
 	free(r->path);
@@ -154,8 +156,8 @@ enum MHD_Result req_respond_error(struct req *r)
 		snprintf(cr, sizeof cr, "bytes */%" PRIu64, r->err_object_size);
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
-	if (r->cache.active)
-		MHD_add_response_header(resp, "x-larder-cache", r->cache.meta_loaded ? "miss" : "hit");
+	if (cache_active(r))
+		MHD_add_response_header(resp, "x-larder-cache", cache_outcome(r, false));
 	req_add_common_headers(r, resp);
 	/* A body we did not read, or a refused connection over the limit:
 	 * close rather than try to find the next request in the stream. */
@@ -258,7 +260,7 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	if (!r->client_body_done)
 		pass_finish_body(r);
-	if (r->cache.active && cache_passes(r)) {
+	if (cache_active(r) && cache_passes(r)) {
 		/* The object turned out not cacheable (no usable ETag, SSE-C),
 		 * or it asks for a part whose bytes are not known yet: the
 		 * pass-through serves this request as it would any other. */
@@ -270,7 +272,7 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		req_suspend(r);
 		return MHD_YES;
 	}
-	if (r->cache.active)
+	if (cache_active(r))
 		return cache_respond(r);
 	if (listcache_hit(r) && !r->has_err)
 		return listcache_respond(r);
@@ -326,7 +328,7 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 			.duration_ms = (clock_mono_s() - r->t_start) * 1000.0,
 			.upstream_status = (int)r->ustatus,
 			.error_code = err,
-			.cache = r->cache.active ? (r->cache.miss || r->cache.meta_loaded ? "miss" : "hit")
+			.cache = cache_active(r) ? cache_outcome(r, true)
 			       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
 		};
 		log_access(&rec);

@@ -36,6 +36,7 @@
 #include "cluster/placement.h"
 #include "gateway/prefetch.h"
 #include "gateway/request.h"
+#include "gateway/cache.h"
 #include "gateway/req.h"
 #include "net/transfer.h"
 #include "cluster/cluster.h"
@@ -393,6 +394,8 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 		snprintf(err, errlen, "LARDER_CACHE_DIR: %s", serr);
 		return -1;
 	}
+	objects_init(&gw->objects, gw->store, gw->meta, cfg->chunk_bytes, cfg->metadata_ttl_s,
+	             cfg->negative_ttl_s);
 	struct store_stats st;
 	store_get_stats(gw->store, &st);
 	log_info("store", "RAM tier %zu MiB; %s; chunk %zu KiB; policy %s; %" PRIu64

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "net/curlev.h"
 #include "gateway/upstream.h"
+#include "store/object.h"
 
 struct req;
 struct fetch;
@@ -35,6 +36,7 @@ struct gw {
 	struct creds_provider *creds;
 	struct store *store;            /* the chunk cache, shared by all workers */
 	struct meta_cache *meta;        /* object metadata, shared by all workers */
+	struct objects objects;         /* reads of objects through both (store/object.h) */
 	struct listcache *lists;        /* LIST answers of buckets with list_cache_ttl, or NULL */
 	char *tls_cert, *tls_key;       /* PEM text when the client port speaks TLS */
 	struct prefetch *prefetch;      /* warming jobs, run on the first worker */

@@ -77,6 +77,9 @@ struct chunk {
 	 * holds any more stops only then: a reader that took its few bytes and
 	 * left still wants the chunk cached for the next one. */
 	_Atomic bool abandoned;
+	/* How many still want it (readers, read-ahead, warming jobs: see
+	 * store/object.h), as opposed to merely holding a reference. */
+	_Atomic int wants;
 
 	/* private to store/ */
 	_Atomic int refs;

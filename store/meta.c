@@ -30,6 +30,9 @@ struct mentry {
 	struct obj_meta *m;    /* NULL while the first load runs */
 	bool loading;
 	bool dropped;          /* dropped while loading: do not keep what is published */
+	bool failed;           /* a load failed (meta_publish_failure): */
+	double failed_at;      /* when, */
+	long failed_status;    /* and why */
 	struct chunk_waiter *waiters;
 };
 
@@ -327,8 +330,9 @@ static void wake_all_and_unlock(struct shard *sh, struct mentry *e)
 	pthread_mutex_unlock(&sh->wake_lock);
 }
 
-void meta_publish(struct meta_cache *mc, const char *bucket, const char *key,
-                  struct obj_meta *m)
+/* meta_publish, and with failure the load's failure remembered. */
+static void publish(struct meta_cache *mc, const char *bucket, const char *key,
+                    struct obj_meta *m, const struct mentry *failure)
 {
 	uint64_t h = name_hash(bucket, key);
 	struct shard *sh = shard_of(mc, h);
@@ -344,6 +348,11 @@ void meta_publish(struct meta_cache *mc, const char *bucket, const char *key,
 			e->m = m;
 		}
 		e->dropped = false;
+		if (failure) {
+			e->failed = true;
+			e->failed_at = failure->failed_at;
+			e->failed_status = failure->failed_status;
+		}
 		if (!e->m && !e->waiters) {
 			unlink_entry(sh, e);
 			entry_free(e);
@@ -351,6 +360,33 @@ void meta_publish(struct meta_cache *mc, const char *bucket, const char *key,
 		}
 	}
 	wake_all_and_unlock(sh, e);
+}
+
+void meta_publish(struct meta_cache *mc, const char *bucket, const char *key,
+                  struct obj_meta *m)
+{
+	publish(mc, bucket, key, m, NULL);
+}
+
+void meta_publish_failure(struct meta_cache *mc, const char *bucket, const char *key,
+                          long status, double now)
+{
+	struct mentry failure = { .failed_at = now, .failed_status = status };
+	publish(mc, bucket, key, NULL, &failure);
+}
+
+bool meta_load_failed(struct meta_cache *mc, const char *bucket, const char *key, double since,
+                      long *status)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	bool hit = e && e->failed && e->failed_at >= since;
+	if (hit)
+		*status = e->failed_status;
+	pthread_mutex_unlock(&sh->lock);
+	return hit;
 }
 
 void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, double now)

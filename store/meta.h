@@ -92,6 +92,23 @@ enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char
  * with m == NULL the load failed; either way the waiters are woken. */
 void meta_publish(struct meta_cache *mc, const char *bucket, const char *key,
                   struct obj_meta *m);
+/* The load failed on upstream (status: upstream's HTTP status, 0 when
+ * unreachable, or META_NOT_CACHEABLE): as meta_publish(NULL), and the entry
+ * remembers when and why, so that the readers that waited for this load
+ * share its failure (meta_load_failed) rather than each start one of their
+ * own into the same storm. now: the clock meta_load_failed is asked with. */
+void meta_publish_failure(struct meta_cache *mc, const char *bucket, const char *key,
+                          long status, double now);
+/* The status meta_publish_failure gets when the object is not cacheable
+ * (no usable ETag, an SSE-C answer): its readers go through the
+ * pass-through instead. */
+#define META_NOT_CACHEABLE (-1L)
+/* Whether a load of (bucket, key) failed at or after since; *status gets
+ * its status. The record lives as long as the entry (an entry evicted or
+ * dropped since only costs its readers a load of their own). */
+bool meta_load_failed(struct meta_cache *mc, const char *bucket, const char *key, double since,
+                      long *status);
+
 /* Revalidated unchanged (a 304): the entry's clock restarts. */
 void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, double now);
 

@@ -43,6 +43,34 @@ static void test_load_wait_publish(void **state)
 	meta_cache_destroy(mc);
 }
 
+/* A failed load is remembered in its entry for those who waited on it:
+ * at or after the time each began waiting, with upstream's status. */
+static void test_failure_shared(void **state)
+{
+	(void)state;
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out;
+	struct chunk_waiter w1 = { .wake = wake, .arg = &woken }, w2 = w1;
+	long status = 0;
+	woken = 0;
+	assert_false(meta_load_failed(mc, "b", "k", 0, &status));
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w1, &out), META_LOAD);
+	assert_int_equal(meta_lookup(mc, "b", "k", 1, 60, 0, &w2, &out), META_WAIT);
+	meta_publish_failure(mc, "b", "k", 503, 5.0);
+	assert_int_equal(woken, 1);
+	assert_true(meta_load_failed(mc, "b", "k", 1.0, &status));
+	assert_int_equal(status, 503);
+	assert_false(meta_load_failed(mc, "b", "k", 6.0, &status)); /* waited on a later load */
+	assert_false(meta_load_failed(mc, "b", "other", 0, &status));
+	/* the next reader loads again; a failure nobody waited for leaves no
+	 * entry, so nothing to share */
+	assert_int_equal(meta_lookup(mc, "b", "k", 7, 60, 0, &w1, &out), META_LOAD);
+	meta_publish_failure(mc, "b", "k", META_NOT_CACHEABLE, 8.0);
+	assert_false(meta_load_failed(mc, "b", "k", 7.5, &status));
+	assert_int_equal(meta_cache_count(mc), 0);
+	meta_cache_destroy(mc);
+}
+
 static void test_ttl_and_revalidation(void **state)
 {
 	struct meta_cache *mc = meta_cache_create(1000);
@@ -243,6 +271,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_load_wait_publish),
+		cmocka_unit_test(test_failure_shared),
 		cmocka_unit_test(test_ttl_and_revalidation),
 		cmocka_unit_test(test_negative),
 		cmocka_unit_test(test_drops),

@@ -1,0 +1,58 @@
+/*
+ * cache.h - GET and HEAD of objects answered from the chunk cache: what
+ * the request's life (proxy.c) asks of the cached read path, what a meta
+ * fetch reports to the reader that owns it, and the writes and purges that
+ * make the cache forget.
+ *
+ * A request's cached-read state (struct cread) is private to cache.c; the
+ * request holds it from cache_wants to cache_free.
+ */
+#ifndef LARDER_CACHE_H
+#define LARDER_CACHE_H
+
+#include <ev.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/hdrs.h"
+
+struct req;
+struct gw;
+struct fetch;
+struct chunk;
+
+/* ---- the request's life (proxy.c) ---------------------------------------- */
+
+/* After authentication: whether this GET/HEAD is answered from the cache
+ * (then the request holds its cached-read state). */
+bool cache_wants(struct req *r);
+void cache_begin(struct req *r);               /* first call */
+/* Whether the request is answered from the cache: cache_wants said yes,
+ * and it was not handed back to the pass-through (cache_passes). */
+bool cache_active(const struct req *r);
+bool cache_passes(struct req *r);              /* proxy.c serves it after all */
+enum MHD_Result cache_respond(struct req *r);  /* the body is in: answer (or wait) */
+/* "hit" or "miss", for x-larder-cache and the access log: a miss when the
+ * metadata was learnt or revalidated for this request, or (with_body) when
+ * some byte of the body came from upstream. */
+const char *cache_outcome(const struct req *r, bool with_body);
+void cache_learn(struct req *r);               /* upstream's headers: a part, checksums */
+void cache_end(struct req *r);                 /* the request is over */
+void cache_free(struct req *r);                /* the request is freed */
+void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->wake_async */
+
+/* ---- forgetting ------------------------------------------------------------ */
+
+/* Forgets objects of bucket: the key (exact) or every key under prefix:
+ * their chunks in every tier and their metadata, so the next read goes
+ * upstream. Thread-safe. *objects gets how many were known. Returns 0. */
+int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exact,
+                uint64_t *objects);
+
+/* Writes (PUT, POST, DELETE, copy) that succeeded drop what the cache
+ * knows of the key; a DeleteObjects drops the bucket's metadata. */
+void cache_invalidate(struct req *r);
+
+#endif

@@ -1,0 +1,346 @@
+/*
+ * cache_body.c - the body of a cached read: chunk after chunk, each from
+ * RAM, from NVMe through the store's I/O threads, or from upstream (a chunk
+ * fetch, joined by every other reader of it: coalescing), with the next
+ * chunks fetched ahead as the client shows it reads. Bytes go to the
+ * client as they arrive. See cache.c for the request's other steps.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
+
+#include "gateway/cread.h"
+#include "gateway/fetch.h"
+#include "gateway/req.h"
+#include "store/object.h"
+#include "store/store.h"
+
+uint64_t cread_chunk_bytes(const struct req *r)
+{
+	return req_gw(r)->objects.chunk_bytes;
+}
+
+/* The version this request reads. */
+static struct obj_ref obj_of(const struct req *r)
+{
+	return (struct obj_ref){ req_bucket(r), req_key(r), r->cache->meta };
+}
+
+/* Whether every chunk of [start, end] is held (RAM or NVMe): a hit. */
+bool cread_all_held(struct req *r, const struct obj_meta *m)
+{
+	if (r->cache->head || m->size == 0)
+		return true;
+	struct obj_ref ref = obj_of(r);
+	uint64_t first, last;
+	uint64_t cs = cread_chunk_bytes(r);
+	if (!obj_chunk_span(m->size, cs, r->cache->start, r->cache->end, &first, &last))
+		return true;
+	for (uint64_t i = first; i <= last; i++) {
+		struct chunk_id id;
+		obj_chunk_id(&ref, i, &id);
+		if (!store_holds(req_gw(r)->store, &id))
+			return false;
+	}
+	return true;
+}
+
+/* Whether chunk i, found failed, may be fetched again: three times per
+ * chunk (not per response, so a read meeting many corrupt NVMe entries
+ * is not cut short). */
+bool cread_refetch_allowed(struct cread *c, uint64_t i)
+{
+	if (c->refetch_index != i + 1) {
+		c->refetch_index = i + 1;
+		c->refetches = 0;
+	}
+	return c->refetches++ < 3;
+}
+
+static struct chunk *get_chunk(struct req *r, uint64_t i);
+
+/* The chunks an iovec response points into, released when MHD is done. */
+struct iov_hold {
+	unsigned n;
+	struct chunk *c[];
+};
+
+static void iov_done(void *cls)
+{
+	struct iov_hold *h = cls;
+	for (unsigned k = 0; k < h->n; k++)
+		obj_unwant(h->c[k], false);
+	free(h);
+}
+
+/* A hit whose chunks are all READY in RAM goes out as an iovec over the
+ * chunk buffers themselves: MHD writes them with writev, no copy. NULL
+ * when some chunk is not in RAM (the reader callback serves it). */
+struct MHD_Response *cread_zero_copy(struct req *r)
+{
+	struct cread *c = r->cache;
+	uint64_t cs = cread_chunk_bytes(r), first, last;
+	if (!obj_chunk_span(c->meta->size, cs, c->start, c->end, &first, &last) ||
+	    last - first >= 4096)
+		return NULL;
+	unsigned n = (unsigned)(last - first + 1);
+	struct iov_hold *h = malloc(sizeof *h + n * sizeof h->c[0]);
+	struct MHD_IoVec *iov = calloc(n, sizeof *iov);
+	if (!h || !iov) {
+		free(h);
+		free(iov);
+		return NULL;
+	}
+	h->n = 0;
+	bool ok = true;
+	for (uint64_t i = first; i <= last && ok; i++) {
+		struct chunk *ch = get_chunk(r, i);
+		if (!ch)
+			break;
+		h->c[h->n++] = ch;
+		ok = atomic_load(&ch->state) == CHUNK_READY;
+		uint64_t from = i == first ? c->start - obj_chunk_offset(i, cs) : 0;
+		uint64_t to = i == last ? c->end - obj_chunk_offset(i, cs) + 1 : ch->len;
+		iov[i - first].iov_base = ch->data + from;
+		iov[i - first].iov_len = (size_t)(to - from);
+	}
+	struct MHD_Response *resp = NULL;
+	if (ok && h->n == n)
+		resp = MHD_create_response_from_iovec(iov, n, iov_done, h);
+	free(iov);
+	if (!resp)
+		iov_done(h);
+	else
+		req_count_out(r, c->end - c->start + 1);
+	return resp;
+}
+
+/* Lets go of the chunks held, saying whether this reader gave up on them. */
+void cread_release_as(struct req *r, bool gave_up)
+{
+	struct cread *c = r->cache;
+	if (c->cur)
+		obj_unwant(c->cur, gave_up);
+	c->cur = NULL;
+	for (unsigned k = 0; k < READAHEAD_MAX; k++)
+		if (c->ahead[k]) {
+			obj_unwant(c->ahead[k], gave_up);
+			c->ahead[k] = NULL;
+		}
+}
+
+void cread_release(struct req *r)
+{
+	cread_release_as(r, false);
+}
+
+/* Whether chunk memory (the RAM tier, fetches, read-ahead and what readers
+ * hold, process-wide) plus extra would pass its bound: the RAM tier's size
+ * plus LARDER_INFLIGHT_SIZE (0: the tier's size again; never less than two
+ * chunks, so one reader always gets through). */
+bool cread_over_budget(const struct req *r, uint64_t extra)
+{
+	const struct cfg *cfg = req_gw(r)->cfg;
+	uint64_t budget = cfg->inflight_bytes ? cfg->inflight_bytes : cfg->ram_cache_bytes;
+	if (budget < 2 * (uint64_t)cfg->chunk_bytes)
+		budget = 2 * (uint64_t)cfg->chunk_bytes;
+	return chunk_live_bytes() + extra > cfg->ram_cache_bytes + budget;
+}
+
+/* obj_produce_fn of a reader: a chunk fetch, unless chunk memory is at its
+ * bound before the reader answered. */
+struct producing {
+	struct req *r;
+	bool declined;
+};
+
+static int produce(void *arg, struct chunk *ch, uint64_t i)
+{
+	struct producing *p = arg;
+	struct req *r = p->r;
+	if (!req_responded(r) && cread_over_budget(r, 0)) {
+		p->declined = true;
+		return FETCH_ERR_CANCELLED;
+	}
+	r->cache->miss = true;
+	struct fetch_producer fp = { req_worker(r), req_bucket(r), req_key(r), r->cache->meta,
+	                             req_peer_hop(r) };
+	return fetch_produce(&fp, ch, i);
+}
+
+/* A want of chunk i of the object, fetching it if nobody has it.
+ * NULL also when a fetch would pass the memory bound before this reader
+ * answered (c->busy: it gets 503 SlowDown); a reader halfway through its
+ * response still gets its next chunk, one per connection. */
+static struct chunk *get_chunk(struct req *r, uint64_t i)
+{
+	struct obj_ref ref = obj_of(r);
+	struct producing p = { r, false };
+	struct chunk *ch = obj_acquire(&req_gw(r)->objects, &ref, i, produce, &p, NULL);
+	if (ch && p.declined) {
+		obj_unwant(ch, false);
+		r->cache->busy = true;
+		return NULL;
+	}
+	return ch;
+}
+
+/* Bytes handed to the kernel for this client that it has not taken yet
+ * (the socket's send queue: several MiB that a client that stopped reading
+ * still seems to have taken). 0 when unknown. */
+static uint64_t unsent_bytes(const struct req *r)
+{
+#ifdef SIOCOUTQ
+	struct MHD_Connection *conn = req_connection(r);
+	const union MHD_ConnectionInfo *ci =
+		conn ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+	int queued = 0;
+	if (ci && ioctl(ci->connect_fd, SIOCOUTQ, &queued) == 0 && queued > 0)
+		return (uint64_t)queued;
+#else
+	(void)r;
+#endif
+	return 0;
+}
+
+/* How many chunks to keep ahead of the client: as many as it has shown it
+ * reads. One at first, one more for every 1/(4 x LARDER_READAHEAD) of a
+ * chunk its client took (bytes sent minus the socket's send queue and
+ * libmicrohttpd's buffer), so a client that reads has the whole read-ahead
+ * once it took a quarter chunk (what readahead 8 bought for a cold shard
+ * is kept: a window that grew per whole chunk cost a 64 MiB read 20%), and
+ * one that stops holds two chunks, not 1 + LARDER_READAHEAD. */
+static unsigned ahead_wanted(const struct req *r)
+{
+	const struct cread *c = r->cache;
+	unsigned n = req_gw(r)->cfg->readahead_chunks;
+	if (n > READAHEAD_MAX)
+		n = READAHEAD_MAX;
+	if (c->window >= n)
+		return n; /* it never shrinks: no need to ask the kernel */
+	uint64_t sent = c->pos - c->start, unsent = unsent_bytes(r) + BODY_BLOCK;
+	uint64_t taken = sent > unsent ? sent - unsent : 0;
+	uint64_t step = cread_chunk_bytes(r) / (4 * (n ? n : 1));
+	uint64_t want = 1 + taken / (step ? step : 1);
+	return want < n ? (unsigned)want : n;
+}
+
+/* Keeps the next chunks of the range in flight (bounded, in parallel), so
+ * one client reading a large object gets several upstream connections:
+ * n of them (ahead_wanted, which the caller asked once). None is started
+ * while chunk memory is at its bound: it is fetched when the reader gets
+ * there. */
+static void read_ahead(struct req *r, uint64_t i, unsigned n)
+{
+	struct cread *c = r->cache;
+	uint64_t cs = cread_chunk_bytes(r), last = obj_chunk_index(c->end, cs);
+	c->window = n;
+	for (unsigned k = 0; k < READAHEAD_MAX; k++)
+		if (c->ahead[k] && (c->ahead_index[k] <= i || c->ahead_index[k] > i + n)) {
+			obj_unwant(c->ahead[k], false);
+			c->ahead[k] = NULL;
+		}
+	for (uint64_t j = i + 1; j <= last && j <= i + n; j++) {
+		unsigned free_slot = READAHEAD_MAX;
+		bool have = false;
+		for (unsigned k = 0; k < READAHEAD_MAX; k++) {
+			if (c->ahead[k] && c->ahead_index[k] == j)
+				have = true;
+			else if (!c->ahead[k] && free_slot == READAHEAD_MAX)
+				free_slot = k;
+		}
+		if (have || free_slot == READAHEAD_MAX)
+			continue;
+		if (cread_over_budget(r, cs))
+			break;
+		c->ahead[free_slot] = get_chunk(r, j);
+		c->ahead_index[free_slot] = j;
+	}
+}
+
+/* Moves the reader to chunk i, taking it from the read-ahead if there. */
+struct chunk *cread_chunk_for(struct req *r, uint64_t i)
+{
+	struct cread *c = r->cache;
+	if (c->cur && c->cur_index == i) {
+		/* Handed over by the fetch that learnt the object: start the
+		 * read-ahead now; widen it as the client reads. */
+		if (!c->head) {
+			unsigned n = ahead_wanted(r); /* one SIOCOUTQ per body block at most */
+			if (c->ahead_from != i + 1 || n > c->window) {
+				c->ahead_from = i + 1;
+				read_ahead(r, i, n);
+			}
+		}
+		return c->cur;
+	}
+	if (c->cur)
+		obj_unwant(c->cur, false); /* read through: done with it */
+	c->cur = NULL;
+	for (unsigned k = 0; k < READAHEAD_MAX; k++)
+		if (c->ahead[k] && c->ahead_index[k] == i) {
+			c->cur = c->ahead[k];
+			c->ahead[k] = NULL;
+		}
+	if (!c->cur)
+		c->cur = get_chunk(r, i);
+	c->cur_index = i;
+	if (c->cur && !c->head) {
+		c->ahead_from = i + 1;
+		read_ahead(r, i, ahead_wanted(r));
+	}
+	return c->cur;
+}
+
+ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+	struct req *r = cls;
+	struct cread *c = r->cache;
+	(void)pos;
+	if (c->head || req_status_sent(r) == 304 || !c->meta || c->meta->size == 0 || c->pos > c->end)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	uint64_t cs = cread_chunk_bytes(r);
+	for (;;) {
+		uint64_t i = obj_chunk_index(c->pos, cs);
+		struct chunk *ch = cread_chunk_for(r, i);
+		if (!ch)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		uint64_t off = c->pos - obj_chunk_offset(i, cs);
+		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
+		if (off < filled) {
+			uint64_t n = filled - off;
+			if (n > max)
+				n = max;
+			if (n > c->end + 1 - c->pos)
+				n = c->end + 1 - c->pos;
+			memcpy(out, ch->data + off, (size_t)n);
+			c->pos += n;
+			req_count_out(r, n);
+			return (ssize_t)n;
+		}
+		int state = atomic_load(&ch->state);
+		if (state == CHUNK_FAILED) {
+			/* A reader of a failed chunk may fetch it again (a cancelled
+			 * fetch, or a corrupt NVMe entry); a version change or an
+			 * upstream that keeps failing ends this response: the client
+			 * sees a short body, never other bytes. */
+			if (ch->fail_reason == FETCH_ERR_CHANGED || ch->fail_reason == FETCH_ERR_UPSTREAM ||
+			    !cread_refetch_allowed(c, i))
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			obj_unwant(c->cur, false);
+			c->cur = NULL;
+			continue;
+		}
+		if (state == CHUNK_READY) /* cannot be short of its length */
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		c->wait_chunk = ch;
+		c->chunk_waiting = true;
+		chunk_wait(ch, &c->waiter, filled);
+		req_suspend(r);
+		return 0;
+	}
+}
+

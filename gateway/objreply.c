@@ -1,0 +1,174 @@
+/*
+ * objreply.c - what S3 answers a GET or HEAD of an object from its metadata
+ * alone (see objreply.h).
+ */
+#include "gateway/objreply.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "base/buf.h"
+#include "base/httpdate.h"
+#include "gateway/req.h"
+#include "gateway/s3req.h"
+
+bool objreply_query_ok(const char *q)
+{
+	while (q && *q) {
+		size_t len = strcspn(q, "&");
+		size_t klen = strcspn(q, "=&");
+		bool ok = klen == 0 || (klen > 9 && strncmp(q, "response-", 9) == 0) ||
+		          (klen == 4 && strncmp(q, "x-id", 4) == 0) ||
+		          (klen == 10 && strncmp(q, "partNumber", 10) == 0) ||
+		          (klen > 6 && strncasecmp(q, "X-Amz-", 6) == 0) ||
+		          (klen == 14 && strncmp(q, "AWSAccessKeyId", 14) == 0) ||
+		          (klen == 9 && strncmp(q, "Signature", 9) == 0) ||
+		          (klen == 7 && strncmp(q, "Expires", 7) == 0);
+		if (!ok)
+			return false;
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	return true;
+}
+
+/* If-Match / If-None-Match lists: "*", or quoted ETags separated by commas. */
+static bool etag_listed(const char *list, const char *etag)
+{
+	const char *bare = etag[0] == '"' ? etag + 1 : etag;
+	size_t blen = strlen(bare);
+	if (blen && bare[blen - 1] == '"')
+		blen--;
+	for (const char *p = list; *p;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (*p == '*')
+			return true;
+		if (strncmp(p, "W/", 2) == 0)
+			p += 2;
+		const char *q = p;
+		if (*q == '"')
+			q++;
+		size_t n = strcspn(q, "\",");
+		if (n == blen && strncmp(q, bare, n) == 0)
+			return true;
+		p = q + n;
+		if (*p == '"')
+			p++;
+	}
+	return false;
+}
+
+int objreply_preconditions(const struct obj_meta *m, const char *im, const char *inm,
+                           const char *if_unmodified_since, const char *if_modified_since)
+{
+	time_t ius = (time_t)-1, ims = (time_t)-1; /* -1: absent or not a date */
+	httpdate_parse(if_unmodified_since, &ius);
+	httpdate_parse(if_modified_since, &ims);
+	if (im) {
+		if (!etag_listed(im, m->etag))
+			return 412;
+	} else if (ius != (time_t)-1 && m->last_modified && m->last_modified > ius) {
+		return 412;
+	}
+	if (inm) {
+		if (etag_listed(inm, m->etag))
+			return 304;
+	} else if (ims != (time_t)-1 && m->last_modified && m->last_modified <= ims) {
+		return 304;
+	}
+	return 0;
+}
+
+/* Stored header lines ("name: value\n": obj_meta.headers, .checksums) as
+ * headers of resp, but for the names in skip (NULL entries ignored). */
+static void add_header_lines(struct MHD_Response *resp, const char *lines,
+                             const char *const *skip, size_t nskip)
+{
+	for (const char *p = lines; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		const char *colon = memchr(p, ':', len);
+		if (colon) {
+			char name[256];
+			size_t n = (size_t)(colon - p);
+			bool skipped = n >= sizeof name;
+			if (!skipped) {
+				memcpy(name, p, n);
+				name[n] = '\0';
+				for (size_t i = 0; i < nskip; i++)
+					skipped |= skip[i] && strcasecmp(name, skip[i]) == 0;
+			}
+			const char *val = colon + 1;
+			while (*val == ' ')
+				val++;
+			char *value = strndup(val, len - (size_t)(val - p));
+			if (!skipped && value)
+				req_add_response_header(resp, name, value);
+			free(value);
+		}
+		p += len + (nl ? 1 : 0);
+	}
+}
+
+/* The object's headers, replayed; response-* overrides win. */
+static void add_object_headers(struct MHD_Response *resp, const char *query,
+                               const struct obj_meta *m, bool full)
+{
+	static const struct { const char *param, *header; } overrides[] = {
+		{ "response-content-type", "Content-Type" },
+		{ "response-content-language", "Content-Language" },
+		{ "response-expires", "Expires" },
+		{ "response-cache-control", "Cache-Control" },
+		{ "response-content-disposition", "Content-Disposition" },
+		{ "response-content-encoding", "Content-Encoding" },
+	};
+	struct buf v;
+	buf_init(&v, 8192);
+	bool overridden[6] = { false };
+	for (size_t i = 0; i < 6; i++) {
+		buf_reset(&v);
+		if (s3_query_get(query, overrides[i].param, &v) == 1) {
+			MHD_add_response_header(resp, overrides[i].header, buf_cstr(&v));
+			overridden[i] = true;
+		}
+	}
+	buf_fini(&v);
+	if (full) {
+		const char *skip[6] = { NULL };
+		for (size_t i = 0; i < 6; i++)
+			skip[i] = overridden[i] ? overrides[i].header : NULL;
+		add_header_lines(resp, m->headers, skip, 6);
+	} else if (m->last_modified) {
+		char date[HTTPDATE_SIZE];
+		httpdate_format(m->last_modified, date);
+		MHD_add_response_header(resp, "Last-Modified", date);
+	}
+	MHD_add_response_header(resp, "ETag", m->etag);
+}
+
+void objreply_headers(struct MHD_Response *resp, const char *query, const struct obj_meta *m,
+                      const struct objreply *a)
+{
+	add_object_headers(resp, query, m, a->status != 304);
+	if (a->status != 304)
+		MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+	if (a->status == 206) {
+		char cr[96];
+		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, a->first, a->last,
+		         m->size);
+		MHD_add_response_header(resp, "Content-Range", cr);
+	}
+	if (a->status == 200 && a->checksums && !a->part && m->checksums)
+		add_header_lines(resp, m->checksums, NULL, 0); /* the checksums learnt */
+	if (a->part && m->parts_count) {
+		char n[16];
+		snprintf(n, sizeof n, "%" PRIu32, m->parts_count);
+		MHD_add_response_header(resp, "x-amz-mp-parts-count", n);
+	}
+}
