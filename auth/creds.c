@@ -282,9 +282,10 @@ struct creds_provider *creds_provider_create(const char *const *envp, const char
 		creds_seterr(err, errlen, "%s credentials: %s", source_names[s], why);
 	} else if (rc != SRC_OK) {
 		creds_seterr(err, errlen,
-		       "no AWS credentials found (tried environment, shared credentials/config files, web "
-		       "identity, container, EC2 instance metadata%s)%s",
-		       creds_env_true(&p->env, "AWS_EC2_METADATA_DISABLED") ? " [disabled]" : "", buf_cstr(&notes));
+		             "no AWS credentials found (tried environment, shared credentials/config files, web "
+		             "identity, container, EC2 instance metadata%s)%s",
+		             creds_env_true(&p->env, "AWS_EC2_METADATA_DISABLED") ? " [disabled]" : "",
+		             buf_cstr(&notes));
 	}
 	buf_fini(&notes);
 	if (rc != SRC_OK) {

@@ -40,8 +40,8 @@ static bool container_uri_allowed(const char *uri, char *why, size_t whylen)
 		     strcmp(host, "169.254.170.23") == 0 || strcasecmp(host, "[fd00:ec2::23]") == 0;
 		if (!ok)
 			creds_seterr(why, whylen,
-			       "AWS_CONTAINER_CREDENTIALS_FULL_URI host %s is not loopback or a container "
-			       "agent address (use https)", host);
+			             "AWS_CONTAINER_CREDENTIALS_FULL_URI host %s is not loopback or a container "
+			             "agent address (use https)", host);
 	} else {
 		creds_seterr(why, whylen, "AWS_CONTAINER_CREDENTIALS_FULL_URI scheme %s is not http(s)", scheme);
 	}
@@ -86,7 +86,7 @@ int creds_src_container(const struct src_ctx *x, struct creds *out, char *why, s
 		rc = creds_read_file(tok_file, MAX_TOKEN_FILE, &tok);
 		if (rc) {
 			creds_seterr(why, whylen, "cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s", tok_file,
-			       rc == -E2BIG ? "larger than 32 KiB" : strerror(-rc));
+			             rc == -E2BIG ? "larger than 32 KiB" : strerror(-rc));
 			goto out;
 		}
 		token = creds_trim(tok.p);

@@ -87,10 +87,10 @@ int creds_http_do(const struct creds_http_call *c, struct buf *resp, long *statu
 	if (cc != CURLE_OK) {
 		if (cc == CURLE_WRITE_ERROR)
 			creds_seterr(why, whylen, "%s %s: response larger than %d bytes", c->method, c->url,
-			       MAX_HTTP_BODY);
+			             MAX_HTTP_BODY);
 		else
 			creds_seterr(why, whylen, "%s %s: %s", c->method, c->url,
-			       errbuf[0] ? errbuf : curl_easy_strerror(cc));
+			             errbuf[0] ? errbuf : curl_easy_strerror(cc));
 		rc = -EIO;
 		goto out;
 	}

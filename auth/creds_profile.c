@@ -189,8 +189,8 @@ int creds_src_profile(const struct src_ctx *x, struct creds *out, char *why, siz
 	if (!pr.found) {
 		if (named) {
 			creds_seterr(why, whylen, "profile \"%s\" (AWS_PROFILE) not found in %s or %s", pr.name,
-			       cred_path ? cred_path : "(no credentials file)",
-			       conf_path ? conf_path : "(no config file)");
+			             cred_path ? cred_path : "(no credentials file)",
+			             conf_path ? conf_path : "(no config file)");
 			rc = -ENOENT;
 		} else {
 			rc = SRC_NOT_SET;
@@ -208,7 +208,8 @@ int creds_src_profile(const struct src_ctx *x, struct creds *out, char *why, siz
 	}
 	if (!pr.key && !pr.secret) {
 		if (named) {
-			creds_seterr(why, whylen, "profile \"%s\" has no aws_access_key_id/aws_secret_access_key", pr.name);
+			creds_seterr(why, whylen, "profile \"%s\" has no aws_access_key_id/aws_secret_access_key",
+			             pr.name);
 			rc = -EINVAL;
 		} else {
 			rc = SRC_NOT_SET;
@@ -217,8 +218,8 @@ int creds_src_profile(const struct src_ctx *x, struct creds *out, char *why, siz
 	}
 	if (!pr.key || !pr.secret) {
 		creds_seterr(why, whylen, "profile \"%s\" has %s without %s", pr.name,
-		       pr.key ? "aws_access_key_id" : "aws_secret_access_key",
-		       pr.key ? "aws_secret_access_key" : "aws_access_key_id");
+		             pr.key ? "aws_access_key_id" : "aws_secret_access_key",
+		             pr.key ? "aws_secret_access_key" : "aws_access_key_id");
 		rc = -EINVAL;
 		goto out;
 	}
@@ -226,7 +227,7 @@ int creds_src_profile(const struct src_ctx *x, struct creds *out, char *why, siz
 	if (creds_set_field(out->access_key, sizeof out->access_key, pr.key, "aws_access_key_id", why, whylen) ||
 	    creds_set_field(out->secret_key, sizeof out->secret_key, pr.secret, "aws_secret_access_key", why, whylen) ||
 	    (pr.token && creds_set_field(out->session_token, sizeof out->session_token, pr.token,
-	                           "aws_session_token", why, whylen))) {
+	                                 "aws_session_token", why, whylen))) {
 		creds_wipe(out);
 		rc = -E2BIG;
 		goto out;

@@ -118,7 +118,7 @@ static int sts_parse_response(const char *body, size_t len, long status, struct 
 	memset(out, 0, sizeof *out);
 	if (len > INT32_MAX || XML_Parse(xp, body, (int)len, 1) != XML_STATUS_OK) {
 		creds_seterr(why, whylen, "STS answered %ld with unparsable XML (%s)", status,
-		       XML_ErrorString(XML_GetErrorCode(xp)));
+		             XML_ErrorString(XML_GetErrorCode(xp)));
 		goto out;
 	}
 	if (sp.too_long) {
@@ -127,8 +127,8 @@ static int sts_parse_response(const char *body, size_t len, long status, struct 
 	}
 	if (status != 200) {
 		creds_seterr(why, whylen, "STS answered %ld: %.64s: %.200s", status,
-		       sp.val[STS_CODE] ? sp.val[STS_CODE] : "(no code)",
-		       sp.val[STS_MESSAGE] ? sp.val[STS_MESSAGE] : "(no message)");
+		             sp.val[STS_CODE] ? sp.val[STS_CODE] : "(no code)",
+		             sp.val[STS_MESSAGE] ? sp.val[STS_MESSAGE] : "(no message)");
 		goto out;
 	}
 	if (!sp.val[STS_AKID] || !*sp.val[STS_AKID] || !sp.val[STS_SECRET] || !*sp.val[STS_SECRET] ||
@@ -137,11 +137,11 @@ static int sts_parse_response(const char *body, size_t len, long status, struct 
 		goto out;
 	}
 	if (creds_set_field(out->access_key, sizeof out->access_key, creds_trim(sp.val[STS_AKID]), "AccessKeyId", why,
-	              whylen) ||
+	                    whylen) ||
 	    creds_set_field(out->secret_key, sizeof out->secret_key, creds_trim(sp.val[STS_SECRET]), "SecretAccessKey",
-	              why, whylen) ||
+	                    why, whylen) ||
 	    creds_set_field(out->session_token, sizeof out->session_token, creds_trim(sp.val[STS_TOKEN]), "SessionToken",
-	              why, whylen))
+	                    why, whylen))
 		goto out;
 	if (creds_parse_iso8601(creds_trim(sp.val[STS_EXP]), &out->expiration) != 0) {
 		creds_seterr(why, whylen, "STS response has a bad Expiration \"%.40s\"", sp.val[STS_EXP]);
@@ -194,8 +194,8 @@ int creds_src_web_identity(const struct src_ctx *x, struct creds *out, char *why
 		return SRC_NOT_SET;
 	if (!token_file || !role_arn) {
 		creds_seterr(why, whylen, "%s is set but %s is not",
-		       token_file ? "AWS_WEB_IDENTITY_TOKEN_FILE" : "AWS_ROLE_ARN",
-		       token_file ? "AWS_ROLE_ARN" : "AWS_WEB_IDENTITY_TOKEN_FILE");
+		             token_file ? "AWS_WEB_IDENTITY_TOKEN_FILE" : "AWS_ROLE_ARN",
+		             token_file ? "AWS_ROLE_ARN" : "AWS_WEB_IDENTITY_TOKEN_FILE");
 		return -EINVAL;
 	}
 	char session[64];
@@ -213,7 +213,7 @@ int creds_src_web_identity(const struct src_ctx *x, struct creds *out, char *why
 	int rc = creds_read_file(token_file, MAX_TOKEN_FILE, &tok);
 	if (rc) {
 		creds_seterr(why, whylen, "cannot read AWS_WEB_IDENTITY_TOKEN_FILE %s: %s", token_file,
-		       rc == -E2BIG ? "larger than 32 KiB" : strerror(-rc));
+		             rc == -E2BIG ? "larger than 32 KiB" : strerror(-rc));
 		goto out_form;
 	}
 	char *token = creds_trim(tok.p);

@@ -206,7 +206,7 @@ int creds_parse_json(const char *body, size_t len, struct creds *out, char *why,
 	if (creds_set_field(out->access_key, sizeof out->access_key, akid, "AccessKeyId", why, whylen) ||
 	    creds_set_field(out->secret_key, sizeof out->secret_key, secret, "SecretAccessKey", why, whylen) ||
 	    (token && creds_set_field(out->session_token, sizeof out->session_token, token, "Token", why,
-	                        whylen)))
+	                              whylen)))
 		goto out;
 	if (exp && creds_parse_iso8601(exp, &out->expiration) != 0) {
 		creds_seterr(why, whylen, "credentials response has a bad Expiration \"%.40s\"", exp);

@@ -50,7 +50,7 @@ void cluster_mac(const char *secret, const void *msg, size_t len, char out[65])
 /* hex HMAC-SHA256(secret, "larder-member-v1\n" id "\n" body): the mac of
  * a membership entry (see Trust above). */
 void cl_member_mac(const char *secret, const char *id, const char *body, size_t len,
-                       char out[65])
+                   char out[65])
 {
 	char msg[CLUSTER_NAME_MAX + MEMBER_VAL_MAX + 32];
 	int n = snprintf(msg, sizeof msg, "larder-member-v1\n%s\n%.*s", id, (int)len, body);
@@ -63,7 +63,7 @@ void cl_member_mac(const char *secret, const char *id, const char *body, size_t 
  * a node with our secret and not expired, into m (whose id is set); false
  * when forged, stale or malformed. */
 bool cl_parse_member(const struct cluster *cl, const char *v, size_t len, double now_ms,
-                         struct member *m)
+                     struct member *m)
 {
 	if (len > MEMBER_VAL_MAX || strlen(v) != len)
 		return false;
