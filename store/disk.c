@@ -49,6 +49,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "store/disk_internal.h"
+#include "store/tier.h"
 
 static const unsigned char zeros[ENTRY_ALIGN];
 
@@ -412,3 +413,52 @@ int disk_check(struct disk *d)
 	pthread_mutex_unlock(&d->lock);
 	return bad ? -1 : 0;
 }
+
+/* ---- the tier interface (store/tier.h) ---- */
+
+static bool tier_holds_op(void *t, const struct chunk_id *id, size_t *len)
+{
+	return disk_lookup(t, id, len);
+}
+
+static int tier_admit_op(void *t, struct chunk *c, const struct chunk_origin *o, struct tier_gone **gone)
+{
+	return disk_write(t, &c->id, o, c->data, c->len);
+}
+
+static void tier_drop_op(void *t, const struct chunk_id *id, struct tier_gone **gone)
+{
+	disk_drop(t, id);
+}
+
+static void tier_get_stats_op(void *t, struct tier_stats *out)
+{
+	struct disk_stats d;
+	disk_get_stats(t, &d);
+	*out = (struct tier_stats){
+		.used = d.used,
+		.capacity = d.capacity,
+		.entries = d.entries,
+		.evictions = d.evictions,
+		.corrupt = d.corrupt,
+	};
+}
+
+static void tier_on_evict_op(void *t, store_change_cb cb, void *arg)
+{
+	disk_on_evict(t, cb, arg);
+}
+
+static void tier_close_op(void *t)
+{
+	disk_close(t);
+}
+
+const struct tier_ops disk_tier_ops = {
+	.holds = tier_holds_op,
+	.admit = tier_admit_op,
+	.drop = tier_drop_op,
+	.get_stats = tier_get_stats_op,
+	.on_evict = tier_on_evict_op,
+	.close = tier_close_op,
+};
