@@ -45,7 +45,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "auth/checksum.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "store/disk_internal.h"

@@ -15,8 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "auth/checksum.h"
-
 uint64_t dk_var_len_of(const struct hdr *h)
 {
 	return (uint64_t)h->bucket_len + h->key_len + h->etag_len + h->meta_len;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "auth/checksum.h" /* cks_crc32c: entries and tombstones carry CRC32Cs */
 #include "store/chunk.h"
 #include "store/disk.h"
 #include "store/policy.h"

@@ -30,7 +30,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "auth/checksum.h"
 #include "base/log.h"
 
 void dk_name_id(const char *bucket, const char *key, struct chunk_id *out)
