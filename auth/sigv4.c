@@ -22,7 +22,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "base/fnv.h"
+#include "auth/sigv4_internal.h"
 #include "base/hdrs.h"
 #include "base/httpdate.h"
 
@@ -41,7 +41,7 @@ static void sha256_hex(const void *p, size_t n, char out[65])
 	hex_encode(md, sizeof md, out);
 }
 
-static void hmac256(const void *key, size_t klen, const void *p, size_t n, unsigned char out[32])
+void sv4_hmac256(const void *key, size_t klen, const void *p, size_t n, unsigned char out[32])
 {
 	unsigned int len = 32;
 	HMAC(EVP_sha256(), key, (int)klen, p, n, out, &len);
@@ -517,107 +517,11 @@ int sv4_string_to_sign(const char *amz_date, const char *date, const char *regio
 void sv4_signature(const unsigned char key[32], const char *string_to_sign, char sig[65])
 {
 	unsigned char mac[32];
-	hmac256(key, 32, string_to_sign, strlen(string_to_sign), mac);
+	sv4_hmac256(key, 32, string_to_sign, strlen(string_to_sign), mac);
 	hex_encode(mac, sizeof mac, sig);
 }
 
 /* ---- signing key cache ------------------------------------------------ */
-
-/*
- * Deriving a key costs four HMACs; a busy gateway sees the same few scopes
- * all day. A direct-mapped table of KEY_SLOTS entries bounds the memory; a
- * collision simply replaces the older entry. Entries carry a hash of the
- * secret, so a secret changed by a config reload never meets a stale key.
- */
-#define KEY_SLOTS 256
-
-struct key_entry {
-	bool used;
-	unsigned char secret_hash[32];
-	char access_key[129];
-	char date[9];
-	char region[64];
-	char service[32];
-	unsigned char key[32];
-};
-
-static struct key_entry key_cache[KEY_SLOTS];
-static pthread_mutex_t key_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void derive_key(const char *secret, const char *date, const char *region,
-                       const char *service, unsigned char key[32])
-{
-	/* kSecret = "AWS4" + secret; kDate, kRegion, kService, kSigning. */
-	size_t slen = strlen(secret);
-	unsigned char k[32];
-	char *ks = malloc(slen + 5);
-	if (ks) {
-		memcpy(ks, "AWS4", 4);
-		memcpy(ks + 4, secret, slen + 1);
-		hmac256(ks, slen + 4, date, strlen(date), k);
-		OPENSSL_cleanse(ks, slen + 4);
-		free(ks);
-	} else {
-		/* Out of memory: stream the key through a fixed buffer instead. */
-		char small[256];
-		if (slen + 4 < sizeof small) {
-			memcpy(small, "AWS4", 4);
-			memcpy(small + 4, secret, slen);
-		} else {
-			memset(small, 0, sizeof small);
-		}
-		hmac256(small, slen + 4 < sizeof small ? slen + 4 : 4, date, strlen(date), k);
-		OPENSSL_cleanse(small, sizeof small);
-	}
-	hmac256(k, 32, region, strlen(region), k);
-	hmac256(k, 32, service, strlen(service), k);
-	hmac256(k, 32, "aws4_request", 12, key);
-	OPENSSL_cleanse(k, sizeof k);
-}
-
-void sv4_signing_key(const char *access_key, const char *secret, const char *date,
-                     const char *region, const char *service, unsigned char key[32])
-{
-	struct key_entry probe = { .used = true };
-	unsigned int len = 0;
-	EVP_Digest(secret, strlen(secret), probe.secret_hash, &len, EVP_sha256(), NULL);
-	bool cacheable = strlen(access_key) < sizeof probe.access_key &&
-	                 strlen(date) < sizeof probe.date && strlen(region) < sizeof probe.region &&
-	                 strlen(service) < sizeof probe.service;
-	if (!cacheable) {
-		derive_key(secret, date, region, service, key);
-		return;
-	}
-	strcpy(probe.access_key, access_key);
-	strcpy(probe.date, date);
-	strcpy(probe.region, region);
-	strcpy(probe.service, service);
-	uint64_t h = FNV1A64_OFFSET;
-	h = fnv1a64_add(h, probe.access_key, strlen(access_key) + 1);
-	h = fnv1a64_add(h, probe.date, strlen(date) + 1);
-	h = fnv1a64_add(h, probe.region, strlen(region) + 1);
-	h = fnv1a64_add(h, probe.service, strlen(service) + 1);
-	h = fnv1a64_add(h, probe.secret_hash, sizeof probe.secret_hash);
-	struct key_entry *e = &key_cache[h % KEY_SLOTS];
-
-	pthread_mutex_lock(&key_lock);
-	bool hit = e->used && memcmp(e->secret_hash, probe.secret_hash, 32) == 0 &&
-	           strcmp(e->access_key, probe.access_key) == 0 &&
-	           strcmp(e->date, probe.date) == 0 && strcmp(e->region, probe.region) == 0 &&
-	           strcmp(e->service, probe.service) == 0;
-	if (hit)
-		memcpy(key, e->key, 32);
-	pthread_mutex_unlock(&key_lock);
-	if (hit)
-		return;
-
-	derive_key(secret, date, region, service, key);
-	memcpy(probe.key, key, 32);
-	pthread_mutex_lock(&key_lock);
-	*e = probe;
-	pthread_mutex_unlock(&key_lock);
-	OPENSSL_cleanse(&probe, sizeof probe);
-}
 
 /* ---- parsing the client's authentication ------------------------------ */
 

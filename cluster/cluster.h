@@ -5,7 +5,7 @@
  * Each node keeps a key larder:node:<id> = "<advertise>\t<capacity>\t..."
  * alive with a TTL, refreshed every heartbeat, and lists its id in the set
  * larder:nodes. The members are the ids in that set whose key still exists
- * and is signed with the cluster secret (cluster.c, "Trust": Redis alone
+ * and is signed with the cluster secret (cluster_trust.c, "Trust": Redis alone
  * cannot add a member); a node that stops heartbeating leaves once its key
  * expires (ttl_ms).
  * Every chunk has an owner: the member picked by weighted rendezvous hashing

@@ -1,6 +1,6 @@
 /*
  * redis_util.h - small helpers shared by the store's blocking Redis users
- * (cluster/cluster.c, cluster/directory.c).
+ * (cluster/cluster_*.c, cluster/directory.c).
  */
 #ifndef LARDER_REDIS_UTIL_H
 #define LARDER_REDIS_UTIL_H

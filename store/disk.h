@@ -36,6 +36,12 @@
 #include "store/store.h"
 
 struct disk;
+struct tier_ops;
+
+/* The tier interface (store/tier.h) over a struct disk: holds is
+ * disk_lookup, admit is disk_write (c->data, c->len, named by o), drop is
+ * disk_drop, close is disk_close. */
+extern const struct tier_ops disk_tier_ops;
 
 struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_bytes,
                        enum policy_kind policy, double stale_after_s,

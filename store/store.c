@@ -1,20 +1,16 @@
 /*
- * store.c - the in-flight table, the RAM tier, and the I/O threads that
- * move chunks between RAM and the NVMe tier (store/disk.c).
+ * store.c - the in-flight table and the I/O threads that move chunks
+ * between the RAM tier (store/ram.c) and the NVMe tier (store/disk.c),
+ * both reached through the tier interface (store/tier.h).
  *
- * Tables. Both map a chunk id to a struct chunk * with open addressing
- * (linear probing, backward-shift deletion, so no tombstones pile up),
- * keyed by the id inside the chunk itself. The in-flight table is split
- * into 64 shards by one byte of the id, each with its own mutex, so
- * workers starting or joining different fetches do not meet on one lock.
- * The RAM tier is one map plus the policy under ram_lock: the policy is
- * global, and a hit holds the lock for a lookup and a list move only.
- * A chunk in RAM points at its bookkeeping (struct ram_entry) through
- * c->tier_priv, touched only under ram_lock.
+ * In-flight table. An id -> chunk map (store/idmap.h) split into 64
+ * shards by one byte of the id, each with its own mutex, so workers
+ * starting or joining different fetches do not meet on one lock.
  *
- * Lock order: shard -> ram_lock; q_lock is taken alone. Nothing calls a
- * waiter's wake() or frees a chunk's bytes under ram_lock: evicted
- * entries are collected and released after unlocking.
+ * Lock order: shard -> the RAM tier's lock; q_lock is taken alone. Nothing
+ * calls a waiter's wake() or frees a chunk's bytes under the RAM tier's
+ * lock or a shard's: evicted chunks are collected on a release list
+ * (tier.h) and released after unlocking.
  *
  * References. The in-flight table holds one reference to each chunk it
  * maps, the RAM tier one to each chunk it keeps, each I/O job one; every
@@ -22,12 +18,9 @@
  * someone reads: it drops the tier's reference only.
  *
  * RAM bound. Every chunk being produced reserves its length in RAM when
- * it enters the in-flight table (ram_filling), evicting READY chunks the
- * policy's way to make room; when even an empty tier would not hold it the
- * reservation overshoots and ram_overcommits counts it. On completion the
- * reservation is returned and the chunk is offered to the policy as if
- * the other reservations were occupied space (policy_admit_reserved), so
- * RAM use (READY + filling) stays within ram_bytes whenever it can.
+ * it enters the in-flight table (ram_reserve); on completion the RAM tier
+ * is offered it, which returns the reservation (see store/ram.h), so RAM
+ * use (READY + filling) stays within ram_bytes whenever it can.
  *
  * Transitions for one id are serialised by its shard lock: acquire checks
  * the in-flight table and re-checks RAM under it, completion removes the
@@ -50,6 +43,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "store/disk.h"
+#include "store/idmap.h"
+#include "store/ram.h"
+#include "store/tier.h"
 
 #define INFLIGHT_SHARDS 64
 #define DEFAULT_IO_THREADS 2
@@ -64,96 +60,7 @@
  * keep them few, and their bytes within a quarter of the RAM tier. */
 #define WRITE_QUEUE_MAX 64
 
-#define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
-
-/* ---- id -> chunk map ------------------------------------------------------- */
-
-struct idmap {
-	struct chunk **slot;
-	size_t cap;     /* a power of two, or 0 */
-	size_t n;
-};
-
-static size_t idmap_home(const struct idmap *m, const struct chunk_id *id)
-{
-	return (size_t)chunk_id_hash(id) & (m->cap - 1);
-}
-
-/* The slot holding id, or the empty slot where it would go. */
-static size_t idmap_slot(const struct idmap *m, const struct chunk_id *id)
-{
-	size_t i = idmap_home(m, id);
-	while (m->slot[i] && !chunk_id_eq(&m->slot[i]->id, id))
-		i = (i + 1) & (m->cap - 1);
-	return i;
-}
-
-static struct chunk *idmap_get(const struct idmap *m, const struct chunk_id *id)
-{
-	return m->cap ? m->slot[idmap_slot(m, id)] : NULL;
-}
-
-static int idmap_grow(struct idmap *m)
-{
-	size_t cap = m->cap ? 2 * m->cap : 64;
-	struct chunk **old = m->slot;
-	size_t oldcap = m->cap;
-	struct chunk **slot = calloc(cap, sizeof *slot);
-	if (!slot)
-		return -ENOMEM;
-	m->slot = slot;
-	m->cap = cap;
-	for (size_t i = 0; i < oldcap; i++)
-		if (old[i])
-			m->slot[idmap_slot(m, &old[i]->id)] = old[i];
-	free(old);
-	return 0;
-}
-
-/* Adds c (its id must be absent). Keeps the load at or under 1/2; if
- * growing fails it carries on up to 7/8 before giving up with -ENOMEM. */
-static int idmap_put(struct idmap *m, struct chunk *c)
-{
-	if (2 * (m->n + 1) > m->cap && idmap_grow(m) < 0 && 8 * (m->n + 1) > 7 * m->cap)
-		return -ENOMEM;
-	size_t i = idmap_slot(m, &c->id);
-	m->slot[i] = c;
-	m->n++;
-	return 0;
-}
-
-/* Removes and returns the chunk mapped to id, or NULL. Backward-shift
- * deletion: later members of the probe run move up into the hole when
- * their home slot allows, so lookups never need tombstones. */
-static struct chunk *idmap_del(struct idmap *m, const struct chunk_id *id)
-{
-	if (!m->cap)
-		return NULL;
-	size_t mask = m->cap - 1, i = idmap_slot(m, id);
-	struct chunk *c = m->slot[i];
-	if (!c)
-		return NULL;
-	for (size_t j = (i + 1) & mask; m->slot[j]; j = (j + 1) & mask) {
-		size_t home = idmap_home(m, &m->slot[j]->id);
-		/* j may move to i unless its home lies cyclically in (i, j]. */
-		bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-		if (!stays) {
-			m->slot[i] = m->slot[j];
-			i = j;
-		}
-	}
-	m->slot[i] = NULL;
-	m->n--;
-	return c;
-}
-
 /* ---- the store --------------------------------------------------------------- */
-
-struct ram_entry {
-	struct policy_entry pe;
-	struct chunk *c;
-	struct ram_entry *next;     /* on a release list after eviction */
-};
 
 enum job_kind { JOB_READ, JOB_WRITE };
 
@@ -181,13 +88,10 @@ struct store {
 	struct store_config cfg;
 	struct shard inflight[INFLIGHT_SHARDS];
 
-	pthread_mutex_t ram_lock;   /* guards everything down to ram_overcommits */
-	struct idmap ram;
-	struct policy *ram_policy;
-	uint64_t ram_filling;
-	uint64_t evictions_ram, ram_overcommits;
-
-	struct disk *disk;          /* NULL: RAM only */
+	struct tier ram;            /* always there */
+	struct ram_tier *ram_t;     /* ram.t, for hits and reservations */
+	struct tier nvme;           /* ops NULL: RAM only */
+	struct disk *disk;          /* nvme.t, for reads, generations, tombstones; NULL: RAM only */
 	atomic_bool disk_ok;
 	atomic_uint disk_fail_streak;
 	_Atomic uint64_t disk_retry_at_ms; /* disabled: when to try a write again */
@@ -233,90 +137,10 @@ static bool disk_usable(struct store *s)
 	       now_ms() >= atomic_load_explicit(&s->disk_retry_at_ms, memory_order_relaxed);
 }
 
-/* ---- RAM tier (ram_lock held unless said otherwise) ------------------------ */
-
 static void changed(const struct store *s, const struct chunk_id *id)
 {
 	if (s->cfg.changed)
 		s->cfg.changed(s->cfg.changed_arg, id);
-}
-
-static void ram_evict(struct store *s, struct ram_entry *e, struct ram_entry **dead)
-{
-	changed(s, &e->c->id);
-	idmap_del(&s->ram, &e->c->id);
-	policy_remove(s->ram_policy, &e->pe);
-	e->c->tier_priv = NULL;
-	e->next = *dead;
-	*dead = e;
-	s->evictions_ram++;
-}
-
-/* Without ram_lock: drop the tier's references to evicted chunks. */
-static void ram_release(struct ram_entry *dead)
-{
-	while (dead) {
-		struct ram_entry *next = dead->next;
-		chunk_unref(dead->c);
-		free(dead);
-		dead = next;
-	}
-}
-
-/* Evicts until READY + filling + extra fits, or nothing is left. */
-static bool ram_make_room(struct store *s, uint64_t extra, double now, struct ram_entry **dead)
-{
-	struct policy_entry *v;
-	while (policy_used(s->ram_policy) + s->ram_filling + extra > s->cfg.ram_bytes &&
-	       (v = policy_victim(s->ram_policy, now)))
-		ram_evict(s, container_of(v, struct ram_entry, pe), dead);
-	return policy_used(s->ram_policy) + s->ram_filling + extra <= s->cfg.ram_bytes;
-}
-
-/* A READY chunk of this length in RAM, touched and referenced, or NULL.
- * One of the wrong length (callers disagree about the object's size)
- * cannot be served: it is evicted. */
-static struct chunk *ram_lookup(struct store *s, const struct chunk_id *id, size_t len,
-                                double now, struct ram_entry **dead)
-{
-	struct chunk *c = idmap_get(&s->ram, id);
-	if (!c)
-		return NULL;
-	struct ram_entry *e = c->tier_priv;
-	if (c->len != len) {
-		ram_evict(s, e, dead);
-		return NULL;
-	}
-	policy_touch(s->ram_policy, &e->pe, now);
-	chunk_ref(c);
-	return c;
-}
-
-/* Returns the reservation of a completed chunk and, if offer, keeps the
- * chunk when the policy admits it. */
-static void ram_complete(struct store *s, struct chunk *c, bool offer, struct ram_entry **dead)
-{
-	double now = clock_mono_s();
-	uint64_t hash = chunk_id_hash(&c->id);
-
-	s->ram_filling -= c->len;
-	if (!offer || idmap_get(&s->ram, &c->id))
-		return;
-	if (!policy_admit_reserved(s->ram_policy, hash, c->len, s->ram_filling, now))
-		return;
-	struct ram_entry *e = calloc(1, sizeof *e);
-	if (!e)
-		return; /* not caching it is always allowed */
-	/* Admission said every entry that goes ranks below c. */
-	ram_make_room(s, c->len, now, dead);
-	e->c = c;
-	if (idmap_put(&s->ram, c) < 0) {
-		free(e);
-		return;
-	}
-	chunk_ref(c);
-	c->tier_priv = e;
-	policy_insert(s->ram_policy, &e->pe, hash, c->len, now);
 }
 
 /* ---- I/O jobs --------------------------------------------------------------- */
@@ -446,7 +270,7 @@ static void run_read(struct store *s, struct job *j)
 	/* -EIO already dropped the entry; for anything else forget it too, or
 	 * the next acquire would find it and fail the same way. */
 	if (s->disk && r != -EIO)
-		disk_drop(s->disk, &c->id);
+		tier_drop(&s->nvme, &c->id, NULL);
 	finish(s, c, false, STORE_ERR_REFETCH, NULL, false);
 }
 
@@ -454,7 +278,7 @@ static void run_write(struct store *s, struct job *j)
 {
 	if (!disk_usable(s))
 		return;
-	int r = disk_write(s->disk, &j->c->id, &j->o, j->c->data, j->c->len);
+	int r = tier_admit(&s->nvme, j->c, &j->o, NULL);
 	if (r == 0) {
 		atomic_store(&s->disk_fail_streak, 0);
 		count(&s->disk_writes);
@@ -510,7 +334,7 @@ static void *io_thread(void *arg)
 		/* store_drop ran during the write and may have dropped the entry
 		 * before it existed: drop it again now that it does. */
 		if (dropped && j->kind == JOB_WRITE && s->disk)
-			disk_drop(s->disk, &j->c->id);
+			tier_drop(&s->nvme, &j->c->id, NULL);
 		job_free(j);
 		pthread_mutex_lock(&s->q_lock);
 	}
@@ -562,15 +386,17 @@ struct store *store_open(const struct store_config *cfg, store_recover_cb cb, vo
 	s->write_bytes_max = s->cfg.ram_bytes / 4;
 	for (size_t i = 0; i < INFLIGHT_SHARDS; i++)
 		pthread_mutex_init(&s->inflight[i].lock, NULL);
-	pthread_mutex_init(&s->ram_lock, NULL);
 	pthread_mutex_init(&s->q_lock, NULL);
 	pthread_cond_init(&s->q_cv, NULL);
 
-	s->ram_policy = policy_create(cfg->policy, cfg->ram_bytes, cfg->stale_after_s);
-	if (!s->ram_policy) {
+	s->ram_t = ram_open(cfg->ram_bytes, cfg->policy, cfg->stale_after_s);
+	if (!s->ram_t) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	s->ram = (struct tier){ .ops = &ram_tier_ops, .t = s->ram_t };
+	if (cfg->changed)
+		tier_on_evict(&s->ram, cfg->changed, cfg->changed_arg);
 	if (cfg->disk_bytes > 0 && cfg->dir && cfg->dir[0]) {
 		int r = mkdir_p(cfg->dir);
 		if (r < 0) {
@@ -582,8 +408,9 @@ struct store *store_open(const struct store_config *cfg, store_recover_cb cb, vo
 		                    cfg->stale_after_s, cb, cb_arg, err, errlen);
 		if (!s->disk)
 			goto fail;
+		s->nvme = (struct tier){ .ops = &disk_tier_ops, .t = s->disk };
 		if (cfg->changed)
-			disk_on_evict(s->disk, cfg->changed, cfg->changed_arg);
+			tier_on_evict(&s->nvme, cfg->changed, cfg->changed_arg);
 		atomic_store(&s->disk_ok, true);
 
 		s->threads = calloc(s->cfg.io_threads, sizeof *s->threads);
@@ -638,19 +465,8 @@ void store_close(struct store *s)
 		free(m->slot);
 		pthread_mutex_destroy(&s->inflight[i].lock);
 	}
-	for (size_t k = 0; k < s->ram.cap; k++) {
-		struct chunk *c = s->ram.slot[k];
-		if (!c)
-			continue;
-		free(c->tier_priv);
-		c->tier_priv = NULL;
-		chunk_unref(c);
-	}
-	free(s->ram.slot);
-	policy_destroy(s->ram_policy);
-	if (s->disk)
-		disk_close(s->disk);
-	pthread_mutex_destroy(&s->ram_lock);
+	tier_close(&s->ram);
+	tier_close(&s->nvme);
 	pthread_mutex_destroy(&s->q_lock);
 	pthread_cond_destroy(&s->q_cv);
 	free(s);
@@ -661,16 +477,14 @@ void store_close(struct store *s)
 struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t len,
                             enum store_role *role)
 {
-	struct ram_entry *dead = NULL;
+	struct tier_gone *dead = NULL;
 	double now = clock_mono_s();
 	struct chunk *c;
 
-	/* The common case, a RAM hit, takes only ram_lock. */
-	pthread_mutex_lock(&s->ram_lock);
-	c = ram_lookup(s, id, len, now, &dead);
-	pthread_mutex_unlock(&s->ram_lock);
+	/* The common case, a RAM hit, takes only the RAM tier's lock. */
+	c = ram_lookup(s->ram_t, id, len, now, &dead);
 	if (c) {
-		ram_release(dead);
+		tier_release(dead);
 		count(&s->hits_ram);
 		*role = STORE_HIT;
 		return c;
@@ -682,19 +496,17 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 	if (c) {
 		chunk_ref(c);
 		pthread_mutex_unlock(&sh->lock);
-		ram_release(dead);
+		tier_release(dead);
 		count(&s->coalesced);
 		*role = STORE_WAIT;
 		return c;
 	}
 	/* Completion moves a chunk from the table to RAM under this lock, so
 	 * look again now that we hold it. */
-	pthread_mutex_lock(&s->ram_lock);
-	c = ram_lookup(s, id, len, now, &dead);
-	pthread_mutex_unlock(&s->ram_lock);
+	c = ram_lookup(s->ram_t, id, len, now, &dead);
 	if (c) {
 		pthread_mutex_unlock(&sh->lock);
-		ram_release(dead);
+		tier_release(dead);
 		count(&s->hits_ram);
 		*role = STORE_HIT;
 		return c;
@@ -704,7 +516,7 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 	if (!c || idmap_put(&sh->map, c) < 0) {
 		pthread_mutex_unlock(&sh->lock);
 		chunk_unref(c);
-		ram_release(dead);
+		tier_release(dead);
 		return NULL;
 	}
 	atomic_fetch_add(&s->inflight_n, 1);
@@ -716,15 +528,11 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 
 	/* Reserve before anyone can complete it (an I/O thread may, as soon
 	 * as the read job is queued). */
-	pthread_mutex_lock(&s->ram_lock);
-	s->ram_filling += len;
-	if (!ram_make_room(s, 0, now, &dead))
-		s->ram_overcommits++;
-	pthread_mutex_unlock(&s->ram_lock);
+	ram_reserve(s->ram_t, len, now, &dead);
 
 	*role = STORE_PRODUCE;
 	size_t dlen;
-	if (disk_usable(s) && disk_lookup(s->disk, id, &dlen) && dlen == len) {
+	if (disk_usable(s) && tier_holds(&s->nvme, id, &dlen) && dlen == len) {
 		struct job *j = calloc(1, sizeof *j);
 		if (j) {
 			j->kind = JOB_READ;
@@ -737,7 +545,7 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 		}
 	}
 	pthread_mutex_unlock(&sh->lock);
-	ram_release(dead);
+	tier_release(dead);
 	count(*role == STORE_WAIT ? &s->hits_disk : &s->misses);
 	return c;
 }
@@ -746,7 +554,7 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 static void finish(struct store *s, struct chunk *c, bool ok, int reason,
                    const struct chunk_origin *o, bool write_through)
 {
-	struct ram_entry *dead = NULL;
+	struct tier_gone *dead = NULL;
 	struct shard *sh = shard_of(s, &c->id);
 
 	if (ok)
@@ -759,9 +567,11 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 		idmap_del(&sh->map, &c->id);
 		atomic_fetch_sub(&s->inflight_n, 1);
 	}
-	pthread_mutex_lock(&s->ram_lock);
-	ram_complete(s, c, ok && in_table, &dead);
-	pthread_mutex_unlock(&s->ram_lock);
+	/* Either way the RAM reservation taken at acquire ends here. */
+	if (ok && in_table)
+		tier_admit(&s->ram, c, o, &dead);
+	else
+		ram_unreserve(s->ram_t, c->len);
 	pthread_mutex_unlock(&sh->lock);
 
 	if (!ok)
@@ -778,7 +588,7 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 		changed(s, &c->id);
 	if (in_table)
 		chunk_unref(c); /* the table's reference */
-	ram_release(dead);
+	tier_release(dead);
 }
 
 void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
@@ -789,27 +599,19 @@ void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
 
 bool store_holds(struct store *s, const struct chunk_id *id)
 {
-	pthread_mutex_lock(&s->ram_lock);
-	bool held = idmap_get(&s->ram, id) != NULL;
-	pthread_mutex_unlock(&s->ram_lock);
-	size_t len;
-	return held || (disk_usable(s) && disk_lookup(s->disk, id, &len));
+	return tier_holds(&s->ram, id, NULL) || (disk_usable(s) && tier_holds(&s->nvme, id, NULL));
 }
 
 void store_drop(struct store *s, const struct chunk_id *id)
 {
-	struct ram_entry *dead = NULL;
+	struct tier_gone *dead = NULL;
 	struct shard *sh = shard_of(s, id);
 
-	pthread_mutex_lock(&s->ram_lock);
-	struct chunk *c = idmap_get(&s->ram, id);
-	if (c)
-		ram_evict(s, c->tier_priv, &dead);
-	pthread_mutex_unlock(&s->ram_lock);
-	ram_release(dead);
+	tier_drop(&s->ram, id, &dead);
+	tier_release(dead);
 
 	pthread_mutex_lock(&sh->lock);
-	c = idmap_del(&sh->map, id);
+	struct chunk *c = idmap_del(&sh->map, id);
 	if (c)
 		atomic_fetch_sub(&s->inflight_n, 1);
 	pthread_mutex_unlock(&sh->lock);
@@ -836,7 +638,7 @@ void store_drop(struct store *s, const struct chunk_id *id)
 		job_free(gone);
 		gone = next;
 	}
-	disk_drop(s->disk, id);
+	tier_drop(&s->nvme, id, NULL);
 	changed(s, id);
 }
 
@@ -850,14 +652,14 @@ int store_invalidate(struct store *s, const char *bucket, const char *key, bool 
 void store_get_stats(struct store *s, struct store_stats *out)
 {
 	memset(out, 0, sizeof *out);
-	pthread_mutex_lock(&s->ram_lock);
-	out->ram_used = policy_used(s->ram_policy) + s->ram_filling;
-	out->ram_filling = s->ram_filling;
-	out->ram_capacity = s->cfg.ram_bytes;
-	out->ram_entries = policy_count(s->ram_policy);
-	out->evictions_ram = s->evictions_ram;
-	out->ram_overcommits = s->ram_overcommits;
-	pthread_mutex_unlock(&s->ram_lock);
+	struct tier_stats t;
+	tier_get_stats(&s->ram, &t);
+	out->ram_used = t.used;
+	out->ram_filling = t.reserved;
+	out->ram_capacity = t.capacity;
+	out->ram_entries = t.entries;
+	out->evictions_ram = t.evictions;
+	out->ram_overcommits = t.overcommits;
 
 	out->inflight = atomic_load(&s->inflight_n);
 	out->hits_ram = atomic_load(&s->hits_ram);
@@ -870,12 +672,11 @@ void store_get_stats(struct store *s, struct store_stats *out)
 	out->disk_read_errors = atomic_load(&s->disk_read_errors);
 	out->disk_ok = s->disk && atomic_load(&s->disk_ok);
 	if (s->disk) {
-		struct disk_stats d;
-		disk_get_stats(s->disk, &d);
-		out->disk_used = d.used;
-		out->disk_capacity = d.capacity;
-		out->disk_entries = d.entries;
-		out->evictions_disk = d.evictions;
-		out->disk_corrupt = d.corrupt;
+		tier_get_stats(&s->nvme, &t);
+		out->disk_used = t.used;
+		out->disk_capacity = t.capacity;
+		out->disk_entries = t.entries;
+		out->evictions_disk = t.evictions;
+		out->disk_corrupt = t.corrupt;
 	}
 }

@@ -2,12 +2,20 @@
  * test_creds.c - the credentials chain against stand-in IMDSv2, container
  * and STS servers on 127.0.0.1 (libmicrohttpd, ephemeral ports).
  *
- * The file under test is included so its parsers can be tested directly.
+ * The files under test (the chain and each provider) are included so their
+ * parsers can be tested directly.
  * Every test passes an explicit envp with HOME pointing into a private temp
  * dir, so nothing on the machine (~/.aws, AWS_* variables, 169.254.169.254)
  * leaks in.
  */
 #include "auth/creds.c"
+#include "auth/creds_container.c"
+#include "auth/creds_env.c"
+#include "auth/creds_http.c"
+#include "auth/creds_imds.c"
+#include "auth/creds_profile.c"
+#include "auth/creds_sts.c"
+#include "auth/creds_util.c"
 
 #include <setjmp.h>
 #include <stddef.h>
@@ -238,7 +246,7 @@ static enum MHD_Result sts_handle(struct stand_in *s, struct MHD_Connection *c, 
 		want[k] = '\0';
 		fclose(f);
 	}
-	if (!want[0] || strcmp(trim(want), token) != 0) {
+	if (!want[0] || strcmp(creds_trim(want), token) != 0) {
 		atomic_fetch_add(&s->unauthorized, 1);
 		return sts_error(c, 400, "InvalidIdentityToken", "token does not match");
 	}
@@ -467,22 +475,22 @@ static int test_setup(void **state)
 static void t_iso8601(void **state)
 {
 	time_t t;
-	assert_int_equal(parse_iso8601("2026-11-21T16:20:00Z", &t), 0);
+	assert_int_equal(creds_parse_iso8601("2026-11-21T16:20:00Z", &t), 0);
 	assert_int_equal((long long)t, 1795278000LL);
-	assert_int_equal(parse_iso8601("2026-11-21T16:20:00.123Z", &t), 0);
+	assert_int_equal(creds_parse_iso8601("2026-11-21T16:20:00.123Z", &t), 0);
 	assert_int_equal((long long)t, 1795278000LL);
-	assert_int_equal(parse_iso8601("2026-11-21T18:20:00+02:00", &t), 0);
+	assert_int_equal(creds_parse_iso8601("2026-11-21T18:20:00+02:00", &t), 0);
 	assert_int_equal((long long)t, 1795278000LL);
-	assert_int_equal(parse_iso8601("2026-11-21T11:20:00-0500", &t), 0);
+	assert_int_equal(creds_parse_iso8601("2026-11-21T11:20:00-0500", &t), 0);
 	assert_int_equal((long long)t, 1795278000LL);
-	assert_int_equal(parse_iso8601("1970-01-01T00:00:00Z", &t), 0);
+	assert_int_equal(creds_parse_iso8601("1970-01-01T00:00:00Z", &t), 0);
 	assert_int_equal((long long)t, 0);
 
 	const char *bad[] = { "", "2026-11-21", "2026-11-21T16:20:00", "2026-11-21T16:20:00Zjunk",
 	                      "2026-13-21T16:20:00Z", "2026-11-21 16:20:00Z", "2026-11-21T16:20:00.Z",
 	                      "2026-11-21T16:20:00+2", "26-11-21T16:20:00Z", "2026-11-21T16:20:00+25:00" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-		assert_int_equal(parse_iso8601(bad[i], &t), -EINVAL);
+		assert_int_equal(creds_parse_iso8601(bad[i], &t), -EINVAL);
 }
 
 static void t_profile_parse(void **state)
@@ -578,18 +586,18 @@ static void t_json_parse(void **state)
 	char why[512];
 	const char *ok = "{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"S\",\"Token\":\"T\","
 	                 "\"Expiration\":\"2026-11-21T16:20:00Z\"}";
-	assert_int_equal(parse_json_creds(ok, strlen(ok), &c, why, sizeof why), 0);
+	assert_int_equal(creds_parse_json(ok, strlen(ok), &c, why, sizeof why), 0);
 	assert_string_equal(c.session_token, "T");
 	assert_int_equal((long long)c.expiration, 1795278000LL);
 
 	const char *fail = "{\"Code\":\"Failure\",\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"S\"}";
-	assert_int_not_equal(parse_json_creds(fail, strlen(fail), &c, why, sizeof why), 0);
+	assert_int_not_equal(creds_parse_json(fail, strlen(fail), &c, why, sizeof why), 0);
 	const char *nokey = "{\"SecretAccessKey\":\"S\"}";
-	assert_int_not_equal(parse_json_creds(nokey, strlen(nokey), &c, why, sizeof why), 0);
+	assert_int_not_equal(creds_parse_json(nokey, strlen(nokey), &c, why, sizeof why), 0);
 	const char *notjson = "AccessKeyId=A";
-	assert_int_not_equal(parse_json_creds(notjson, strlen(notjson), &c, why, sizeof why), 0);
+	assert_int_not_equal(creds_parse_json(notjson, strlen(notjson), &c, why, sizeof why), 0);
 	const char *badexp = "{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"S\",\"Expiration\":\"soon\"}";
-	assert_int_not_equal(parse_json_creds(badexp, strlen(badexp), &c, why, sizeof why), 0);
+	assert_int_not_equal(creds_parse_json(badexp, strlen(badexp), &c, why, sizeof why), 0);
 }
 
 /* ---- 1. environment ------------------------------------------------ */
@@ -934,20 +942,20 @@ static void t_imds_stand_in_enforces_v2(void **state)
 	long status;
 	char why[256];
 	snprintf(url, sizeof url, "http://127.0.0.1:%u" IMDS_CREDS_PATH, imds_srv.port);
-	struct http_call get = { .method = "GET", .url = url, .connect_ms = 1000, .total_ms = 2000 };
-	assert_int_equal(http_do(&get, &b, &status, why, sizeof why), 0);
+	struct creds_http_call get = { .method = "GET", .url = url, .connect_ms = 1000, .total_ms = 2000 };
+	assert_int_equal(creds_http_do(&get, &b, &status, why, sizeof why), 0);
 	assert_int_equal(status, 401);
 	buf_fini(&b);
 
 	const char *bad_tok[] = { "X-aws-ec2-metadata-token: forged", NULL };
 	get.headers = bad_tok;
-	assert_int_equal(http_do(&get, &b, &status, why, sizeof why), 0);
+	assert_int_equal(creds_http_do(&get, &b, &status, why, sizeof why), 0);
 	assert_int_equal(status, 401);
 	buf_fini(&b);
 
 	snprintf(url, sizeof url, "http://127.0.0.1:%u/latest/api/token", imds_srv.port);
-	struct http_call put = { .method = "PUT", .url = url, .connect_ms = 1000, .total_ms = 2000 };
-	assert_int_equal(http_do(&put, &b, &status, why, sizeof why), 0);
+	struct creds_http_call put = { .method = "PUT", .url = url, .connect_ms = 1000, .total_ms = 2000 };
+	assert_int_equal(creds_http_do(&put, &b, &status, why, sizeof why), 0);
 	assert_int_equal(status, 400); /* no TTL header */
 	buf_fini(&b);
 }
@@ -1266,7 +1274,7 @@ static void t_no_secrets_logged(void **state)
 	log_set_level(LOG_ERROR);
 
 	struct buf logtext;
-	assert_int_equal(read_file(logpath, 1 << 20, &logtext), 0);
+	assert_int_equal(creds_read_file(logpath, 1 << 20, &logtext), 0);
 	assert_non_null(strstr(logtext.p, "[creds]")); /* something was logged */
 	assert_non_null(strstr(logtext.p, "refresh from container failed"));
 	const char *secrets[] = {

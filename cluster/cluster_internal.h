@@ -1,0 +1,145 @@
+/*
+ * cluster_internal.h - what the cluster's files (cluster.c,
+ * cluster_snapshot.c, cluster_heartbeat.c, cluster_trust.c,
+ * cluster_inval.c, cluster_redis.c) share: the struct cluster, its member
+ * snapshots and invalidation queue, and the functions one file calls in
+ * another. Private to cluster/; everything else uses cluster.h.
+ */
+#ifndef LARDER_CLUSTER_INTERNAL_H
+#define LARDER_CLUSTER_INTERNAL_H
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/cluster.h"
+
+#define TOPIC "cluster"
+#define CLUSTER_MAGIC 0x434c5354u /* "CLST" */
+#define NODE_PREFIX "larder:node:"
+#define NODES_SET "larder:nodes"
+#define INVAL_CHANNEL "larder:invalidate"
+#define IO_TIMEOUT_MS 500
+#define QUEUE_MAX 4096
+#define MEMBER_SKEW_MS 30000 /* how far apart nodes' clocks may be */
+#define MEMBER_VAL_MAX 512   /* longer entries are not ours */
+
+struct member {
+	char id[CLUSTER_NAME_MAX];
+	char addr[CLUSTER_NAME_MAX];
+	double cap;
+	uint64_t dir_entries;
+};
+
+/* Immutable once published. hash[] and weight[] parallel m[] for rdv_pick. */
+struct snapshot {
+	atomic_int refs;
+	size_t n;
+	size_t self; /* index of this node in m[] */
+	uint64_t *hash;
+	double *weight;
+	struct member m[];
+};
+
+struct inval {
+	struct inval *next;
+	size_t len;
+	char msg[]; /* sender \n bucket \n key, not NUL-terminated */
+};
+
+enum redis_state { REDIS_UNKNOWN, REDIS_UP, REDIS_DOWN };
+
+struct cluster {
+	unsigned magic;
+
+	/* Configuration, fixed after start. */
+	char host[256];
+	int port;
+	char user[128];
+	char password[256];
+	int db;
+	char secret[257];         /* the cluster secret: signs membership entries */
+	struct member self;
+	char node_key[sizeof(NODE_PREFIX) + CLUSTER_NAME_MAX];
+	char node_val[2 * CLUSTER_NAME_MAX]; /* "<advertise>\t<capacity>": entries follow */
+	unsigned heartbeat_ms, ttl_ms;
+	struct directory *dir;
+	cluster_invalidate_cb cb;
+	void *cb_arg;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;      /* wakes the heartbeat thread: stop or queued work */
+	int wake[2];              /* pipe; written once by cluster_stop, wakes the subscriber */
+	pthread_t hb_thread, sub_thread;
+
+	/* Under lock. */
+	bool stopping, left;
+	struct snapshot *snap;
+	unsigned long members_gen; /* bumped when the members (not their counts) change */
+	struct inval *q_head, *q_tail;
+	size_t q_len;
+	enum redis_state state;
+	bool subscribed;
+	bool dup_warned;
+	size_t rejected_last;     /* entries rejected at the last heartbeat */
+	unsigned long reconnects, sent, received, dropped, rejected;
+};
+
+/* ---- snapshots (cluster_snapshot.c) ---- */
+
+/* A snapshot of n members (m[] to fill), one reference; NULL: no memory. */
+struct snapshot *cl_snap_new(size_t n);
+/* Fills hash[], weight[] and self from m[], which must be sorted by id. */
+void cl_snap_finish(struct snapshot *s, const char *self_id);
+void cl_snap_unref(struct snapshot *s);
+/* A reference to the current snapshot (takes and drops cl->lock). */
+struct snapshot *cl_snap_get(struct cluster *cl);
+/* Installs s (taking its reference) unless it equals the current one.
+ * Call with cl->lock held; logs per-member changes only when asked. */
+void cl_snap_install(struct cluster *cl, struct snapshot *s, bool log_members);
+/* A snapshot of this node alone; NULL: no memory. */
+struct snapshot *cl_snap_alone(struct cluster *cl);
+
+/* ---- Redis connections (cluster_redis.c) ---- */
+
+/* A blocking connection with IO_TIMEOUT_MS for connect and commands,
+ * authenticated and on the right database; NULL with why filled. */
+redisContext *cl_redis_open(struct cluster *cl, char *why, size_t whylen);
+/* Redis failed: the node works alone (logged once per loss). */
+void cl_went_down(struct cluster *cl, const char *why);
+/* A heartbeat succeeded with the members in s (its reference is taken). */
+void cl_went_up(struct cluster *cl, struct snapshot *s);
+
+/* ---- trust (cluster_trust.c) ---- */
+
+/* An id or address as we could have written it: 1 to CLUSTER_NAME_MAX - 1
+ * printable characters, no spaces. */
+bool cl_id_ok(const char *s, size_t len);
+/* hex HMAC-SHA256(secret, "larder-member-v1\n" id "\n" body): the mac of
+ * a membership entry. */
+void cl_member_mac(const char *secret, const char *id, const char *body, size_t len,
+                   char out[65]);
+/* A membership entry value read from Redis into m (whose id is set); false
+ * when forged, stale (now_ms past its expiry + MEMBER_SKEW_MS) or malformed. */
+bool cl_parse_member(const struct cluster *cl, const char *v, size_t len, double now_ms,
+                     struct member *m);
+
+/* ---- heartbeat (cluster_heartbeat.c) ---- */
+
+/* The heartbeat thread's body (arg: the cluster). */
+void *cl_heartbeat_main(void *arg);
+/* The nonzero 32-bit tag of a member, from its rdv_node_hash. */
+uint32_t cl_tag_of(uint64_t node_hash);
+
+/* ---- invalidations (cluster_inval.c) ---- */
+
+/* PUBLISHes everything queued, pipelined. Returns 0, or -1 with why filled
+ * (the batch is back in the queue: a resend is harmless). */
+int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen);
+/* The subscriber thread's body (arg: the cluster). */
+void *cl_subscriber_main(void *arg);
+
+#endif

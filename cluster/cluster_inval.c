@@ -1,0 +1,274 @@
+/*
+ * cluster_inval.c - invalidations between nodes: the queue that
+ * cluster_publish_invalidate fills and the heartbeat thread PUBLISHes, and
+ * the subscriber thread that hands other nodes' messages to the callback.
+ *
+ * Subscriber thread. SUBSCRIBE, then poll() on the socket and on a pipe
+ * that cluster_stop writes to, so stopping never waits for Redis. Replies
+ * are read with redisBufferRead only when poll says the socket is readable,
+ * so a read never blocks. A silent connection is probed with PING every
+ * ttl_ms; no answer by the next probe means the connection is dead.
+ *
+ * Message on larder:invalidate: "<sender id>\n<bucket>\n<key>". Ids and
+ * bucket names hold no newline (checked); the key is the rest, whatever it
+ * holds. Receivers skip their own messages.
+ */
+#include "cluster/cluster_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "cluster/redis_util.h"
+
+/* Puts a batch back at the head of the queue (after a failed send), dropping
+ * the oldest beyond QUEUE_MAX. Call with cl->lock held. */
+static void queue_requeue(struct cluster *cl, struct inval *batch)
+{
+	struct inval *tail = batch;
+	size_t n = 1;
+	while (tail->next)
+		tail = tail->next, n++;
+	tail->next = cl->q_head;
+	if (!cl->q_head)
+		cl->q_tail = tail;
+	cl->q_head = batch;
+	cl->q_len += n;
+	while (cl->q_len > QUEUE_MAX) {
+		struct inval *e = cl->q_head;
+		cl->q_head = e->next;
+		free(e);
+		cl->q_len--;
+		cl->dropped++;
+	}
+	if (!cl->q_head)
+		cl->q_tail = NULL;
+}
+
+/* PUBLISHes everything queued, pipelined. Returns 0, or -1 with why filled
+ * (the batch is back in the queue: a resend is harmless). */
+int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen)
+{
+	pthread_mutex_lock(&cl->lock);
+	struct inval *batch = cl->q_head;
+	size_t n = cl->q_len;
+	cl->q_head = cl->q_tail = NULL;
+	cl->q_len = 0;
+	pthread_mutex_unlock(&cl->lock);
+	if (!batch)
+		return 0;
+
+	for (struct inval *e = batch; e; e = e->next)
+		redisAppendCommand(c, "PUBLISH " INVAL_CHANNEL " %b", e->msg, e->len);
+	int rc = redis_read_replies(c, n, why, whylen);
+	pthread_mutex_lock(&cl->lock);
+	if (rc == 0) {
+		cl->sent += n;
+		while (batch) {
+			struct inval *e = batch;
+			batch = e->next;
+			free(e);
+		}
+	} else {
+		queue_requeue(cl, batch);
+	}
+	pthread_mutex_unlock(&cl->lock);
+	return rc;
+}
+
+void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key)
+{
+	if (!cl || !bucket || !bucket[0] || strchr(bucket, '\n'))
+		return;
+	if (!key)
+		key = "";
+	size_t il = strlen(cl->self.id), bl = strlen(bucket), kl = strlen(key);
+	struct inval *e = malloc(sizeof *e + il + bl + kl + 2);
+	if (!e)
+		return;
+	e->next = NULL;
+	e->len = il + bl + kl + 2;
+	memcpy(e->msg, cl->self.id, il);
+	e->msg[il] = '\n';
+	memcpy(e->msg + il + 1, bucket, bl);
+	e->msg[il + 1 + bl] = '\n';
+	memcpy(e->msg + il + bl + 2, key, kl);
+
+	pthread_mutex_lock(&cl->lock);
+	if (cl->q_tail)
+		cl->q_tail->next = e;
+	else
+		cl->q_head = e;
+	cl->q_tail = e;
+	if (++cl->q_len > QUEUE_MAX) {
+		struct inval *old = cl->q_head;
+		cl->q_head = old->next;
+		free(old);
+		cl->q_len--;
+		cl->dropped++;
+	}
+	pthread_cond_signal(&cl->cond);
+	pthread_mutex_unlock(&cl->lock);
+}
+
+static void on_message(struct cluster *cl, const char *msg, size_t len)
+{
+	const char *nl1 = memchr(msg, '\n', len);
+	const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', len - (size_t)(nl1 + 1 - msg)) : NULL;
+	if (!nl2 || nl2 == nl1 + 1) {
+		log_debug(TOPIC, "malformed invalidation message ignored");
+		return;
+	}
+	size_t idlen = (size_t)(nl1 - msg);
+	if (idlen == strlen(cl->self.id) && memcmp(msg, cl->self.id, idlen) == 0)
+		return; /* our own */
+	size_t blen = (size_t)(nl2 - nl1 - 1), klen = len - (size_t)(nl2 + 1 - msg);
+	char *bk = malloc(blen + klen + 2);
+	if (!bk)
+		return;
+	memcpy(bk, nl1 + 1, blen);
+	bk[blen] = '\0';
+	memcpy(bk + blen + 1, nl2 + 1, klen);
+	bk[blen + 1 + klen] = '\0';
+	pthread_mutex_lock(&cl->lock);
+	cl->received++;
+	pthread_mutex_unlock(&cl->lock);
+	if (cl->cb)
+		cl->cb(cl->cb_arg, bk, bk + blen + 1);
+	free(bk);
+}
+
+static void on_reply(struct cluster *cl, redisReply *r)
+{
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+	    r->element[0]->type == REDIS_REPLY_STRING && r->element[2]->type == REDIS_REPLY_STRING &&
+	    strcmp(r->element[0]->str, "message") == 0)
+		on_message(cl, r->element[2]->str, r->element[2]->len);
+	/* Anything else: subscribe confirmations and PING answers ("pong"). */
+}
+
+/* Waits up to ms for cluster_stop; returns true when stopping. */
+static bool sub_sleep(struct cluster *cl, int ms)
+{
+	struct pollfd p = { .fd = cl->wake[0], .events = POLLIN };
+	return poll(&p, 1, ms) > 0;
+}
+
+static redisContext *sub_open(struct cluster *cl, char *why, size_t whylen)
+{
+	redisContext *c = cl_redis_open(cl, why, whylen);
+	if (!c)
+		return NULL;
+	redisReply *r = redisCommand(c, "SUBSCRIBE " INVAL_CHANNEL);
+	if (!r || r->type != REDIS_REPLY_ARRAY) {
+		snprintf(why, whylen, "%s", !r ? c->errstr
+		                            : r->type == REDIS_REPLY_ERROR ? r->str
+		                                                           : "unexpected reply");
+		if (r)
+			freeReplyObject(r);
+		redisFree(c);
+		return NULL;
+	}
+	freeReplyObject(r);
+	return c;
+}
+
+/*
+ * Serves one subscribed connection until it fails (returns false, why
+ * filled) or cluster_stop (returns true).
+ */
+static bool sub_serve(struct cluster *cl, redisContext *c, char *why, size_t whylen)
+{
+	bool ping_out = false;
+	for (;;) {
+		struct pollfd p[2] = { { .fd = c->fd, .events = POLLIN },
+		                       { .fd = cl->wake[0], .events = POLLIN } };
+		int n = poll(p, 2, (int)cl->ttl_ms);
+		if (n < 0 && errno != EINTR) {
+			snprintf(why, whylen, "poll() failed: %s", strerror(errno));
+			return false;
+		}
+		if (p[1].revents)
+			return true;
+		if (n == 0) {
+			if (ping_out) {
+				snprintf(why, whylen, "no answer to PING");
+				return false;
+			}
+			int done = 0;
+			redisAppendCommand(c, "PING");
+			while (!done)
+				if (redisBufferWrite(c, &done) != REDIS_OK) {
+					snprintf(why, whylen, "%s", c->errstr);
+					return false;
+				}
+			ping_out = true;
+			continue;
+		}
+		if (!p[0].revents)
+			continue;
+		if (redisBufferRead(c) != REDIS_OK) {
+			snprintf(why, whylen, "%s", c->errstr);
+			return false;
+		}
+		ping_out = false; /* anything heard proves the connection alive */
+		for (;;) {
+			void *r = NULL;
+			if (redisGetReplyFromReader(c, &r) != REDIS_OK) {
+				snprintf(why, whylen, "%s", c->errstr);
+				return false;
+			}
+			if (!r)
+				break;
+			on_reply(cl, r);
+			freeReplyObject(r);
+		}
+	}
+}
+
+static void set_subscribed(struct cluster *cl, bool on, bool again)
+{
+	pthread_mutex_lock(&cl->lock);
+	cl->subscribed = on;
+	if (on && again)
+		cl->reconnects++;
+	pthread_mutex_unlock(&cl->lock);
+}
+
+void *cl_subscriber_main(void *arg)
+{
+	struct cluster *cl = arg;
+	unsigned fails = 0;
+	bool ever = false, lost_logged = false;
+	char why[256];
+
+	for (;;) {
+		redisContext *c = sub_open(cl, why, sizeof why);
+		if (!c) {
+			/* 100 ms doubling, capped at 4 heartbeats. */
+			double ms = 100.0 * (double)(1u << (fails < 10 ? fails : 10));
+			if (ms > 4.0 * cl->heartbeat_ms)
+				ms = 4.0 * cl->heartbeat_ms;
+			fails++;
+			if (sub_sleep(cl, (int)ms))
+				return NULL;
+			continue;
+		}
+		fails = 0;
+		set_subscribed(cl, true, ever);
+		if (lost_logged)
+			log_info(TOPIC, "invalidation subscriber back");
+		ever = true;
+		lost_logged = false;
+		bool stop = sub_serve(cl, c, why, sizeof why);
+		redisFree(c);
+		set_subscribed(cl, false, false);
+		if (stop)
+			return NULL;
+		log_info(TOPIC, "invalidation subscriber lost (%s): reconnecting", why);
+		lost_logged = true;
+	}
+}

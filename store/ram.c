@@ -1,0 +1,213 @@
+/*
+ * ram.c - the RAM tier (see ram.h): an id -> chunk map and the policy,
+ * under one lock.
+ */
+#include "store/ram.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "base/clock.h"
+#include "store/idmap.h"
+
+#define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
+
+struct ram_entry {
+	struct policy_entry pe;
+	struct chunk *c;
+	struct tier_gone gone;      /* on a release list after eviction */
+};
+
+struct ram_tier {
+	pthread_mutex_t lock;       /* guards everything below */
+	struct idmap map;
+	struct policy *policy;
+	uint64_t capacity;
+	uint64_t filling;           /* reserved by chunks being produced */
+	uint64_t evictions, overcommits;
+	store_change_cb evicted;
+	void *evicted_arg;
+};
+
+static void entry_release(struct tier_gone *g)
+{
+	struct ram_entry *e = container_of(g, struct ram_entry, gone);
+	chunk_unref(e->c);
+	free(e);
+}
+
+/* Lock held. */
+static void evict(struct ram_tier *r, struct ram_entry *e, struct tier_gone **gone)
+{
+	if (r->evicted)
+		r->evicted(r->evicted_arg, &e->c->id);
+	idmap_del(&r->map, &e->c->id);
+	policy_remove(r->policy, &e->pe);
+	e->c->tier_priv = NULL;
+	e->gone.release = entry_release;
+	e->gone.next = *gone;
+	*gone = &e->gone;
+	r->evictions++;
+}
+
+/* Lock held. Evicts until READY + filling + extra fits, or nothing is left. */
+static bool make_room(struct ram_tier *r, uint64_t extra, double now, struct tier_gone **gone)
+{
+	struct policy_entry *v;
+	while (policy_used(r->policy) + r->filling + extra > r->capacity &&
+	       (v = policy_victim(r->policy, now)))
+		evict(r, container_of(v, struct ram_entry, pe), gone);
+	return policy_used(r->policy) + r->filling + extra <= r->capacity;
+}
+
+struct ram_tier *ram_open(uint64_t capacity, enum policy_kind policy, double stale_after_s)
+{
+	struct ram_tier *r = calloc(1, sizeof *r);
+	if (!r)
+		return NULL;
+	r->policy = policy_create(policy, capacity, stale_after_s);
+	if (!r->policy) {
+		free(r);
+		return NULL;
+	}
+	r->capacity = capacity;
+	pthread_mutex_init(&r->lock, NULL);
+	return r;
+}
+
+struct chunk *ram_lookup(struct ram_tier *r, const struct chunk_id *id, size_t len, double now,
+                         struct tier_gone **gone)
+{
+	pthread_mutex_lock(&r->lock);
+	struct chunk *c = idmap_get(&r->map, id);
+	if (c && c->len != len) {
+		evict(r, c->tier_priv, gone);
+		c = NULL;
+	} else if (c) {
+		struct ram_entry *e = c->tier_priv;
+		policy_touch(r->policy, &e->pe, now);
+		chunk_ref(c);
+	}
+	pthread_mutex_unlock(&r->lock);
+	return c;
+}
+
+void ram_reserve(struct ram_tier *r, uint64_t len, double now, struct tier_gone **gone)
+{
+	pthread_mutex_lock(&r->lock);
+	r->filling += len;
+	if (!make_room(r, 0, now, gone))
+		r->overcommits++;
+	pthread_mutex_unlock(&r->lock);
+}
+
+void ram_unreserve(struct ram_tier *r, uint64_t len)
+{
+	pthread_mutex_lock(&r->lock);
+	r->filling -= len;
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- the tier interface ---- */
+
+static bool ram_holds(void *t, const struct chunk_id *id, size_t *len)
+{
+	struct ram_tier *r = t;
+	pthread_mutex_lock(&r->lock);
+	struct chunk *c = idmap_get(&r->map, id);
+	if (c && len)
+		*len = c->len;
+	pthread_mutex_unlock(&r->lock);
+	return c != NULL;
+}
+
+static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, struct tier_gone **gone)
+{
+	struct ram_tier *r = t;
+	double now = clock_mono_s();
+	uint64_t hash = chunk_id_hash(&c->id);
+
+	pthread_mutex_lock(&r->lock);
+	r->filling -= c->len;
+	if (idmap_get(&r->map, &c->id) ||
+	    !policy_admit_reserved(r->policy, hash, c->len, r->filling, now))
+		goto out;
+	struct ram_entry *e = calloc(1, sizeof *e);
+	if (!e)
+		goto out; /* not caching it is always allowed */
+	/* Admission said every entry that goes ranks below c. */
+	make_room(r, c->len, now, gone);
+	e->c = c;
+	if (idmap_put(&r->map, c) < 0) {
+		free(e);
+		goto out;
+	}
+	chunk_ref(c);
+	c->tier_priv = e;
+	policy_insert(r->policy, &e->pe, hash, c->len, now);
+out:
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+static void ram_drop(void *t, const struct chunk_id *id, struct tier_gone **gone)
+{
+	struct ram_tier *r = t;
+	pthread_mutex_lock(&r->lock);
+	struct chunk *c = idmap_get(&r->map, id);
+	if (c)
+		evict(r, c->tier_priv, gone);
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void ram_get_stats(void *t, struct tier_stats *out)
+{
+	struct ram_tier *r = t;
+	pthread_mutex_lock(&r->lock);
+	*out = (struct tier_stats){
+		.used = policy_used(r->policy) + r->filling,
+		.reserved = r->filling,
+		.capacity = r->capacity,
+		.entries = policy_count(r->policy),
+		.evictions = r->evictions,
+		.overcommits = r->overcommits,
+	};
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void ram_on_evict(void *t, store_change_cb cb, void *arg)
+{
+	struct ram_tier *r = t;
+	pthread_mutex_lock(&r->lock);
+	r->evicted = cb;
+	r->evicted_arg = arg;
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void ram_close(void *t)
+{
+	struct ram_tier *r = t;
+	if (!r)
+		return;
+	for (size_t k = 0; k < r->map.cap; k++) {
+		struct chunk *c = r->map.slot[k];
+		if (!c)
+			continue;
+		free(c->tier_priv);
+		c->tier_priv = NULL;
+		chunk_unref(c);
+	}
+	free(r->map.slot);
+	policy_destroy(r->policy);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+const struct tier_ops ram_tier_ops = {
+	.holds = ram_holds,
+	.admit = ram_admit,
+	.drop = ram_drop,
+	.get_stats = ram_get_stats,
+	.on_evict = ram_on_evict,
+	.close = ram_close,
+};

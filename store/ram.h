@@ -1,0 +1,52 @@
+/*
+ * ram.h - the RAM tier: READY chunks kept in memory under an admission
+ * and eviction policy (store/policy.h), behind the tier interface (tier.h)
+ * plus what only RAM does: hand out the chunk itself on a hit, and reserve
+ * room for chunks while they are produced.
+ *
+ * RAM bound. Every chunk being produced reserves its length (ram_reserve)
+ * when it enters the store's in-flight table, evicting READY chunks the
+ * policy's way to make room; when even an empty tier would not hold it the
+ * reservation overshoots and overcommits counts it. admit returns the
+ * reservation and offers the chunk to the policy as if the other
+ * reservations were occupied space (policy_admit_reserved), so READY +
+ * reserved stays within the capacity whenever it can. A chunk that is not
+ * offered gives its reservation back with ram_unreserve.
+ *
+ * One lock guards the map, the policy and the counters; a hit holds it for
+ * a lookup and a list move only. A chunk in RAM points at its entry through
+ * c->tier_priv, touched only under that lock. Evicted chunks go to the
+ * caller's release list (tier.h): no chunk's bytes are freed under a lock.
+ * Every function is thread-safe.
+ */
+#ifndef LARDER_RAM_H
+#define LARDER_RAM_H
+
+#include <stdint.h>
+
+#include "store/chunk.h"
+#include "store/policy.h"
+#include "store/tier.h"
+
+struct ram_tier;
+
+extern const struct tier_ops ram_tier_ops;
+
+/* An empty tier of capacity bytes; NULL when out of memory. Close it with
+ * ram_tier_ops.close. */
+struct ram_tier *ram_open(uint64_t capacity, enum policy_kind policy, double stale_after_s);
+
+/* A READY chunk of this length, touched and referenced, or NULL. One of
+ * the wrong length (callers disagree about the object's size) cannot be
+ * served: it is evicted onto *gone. */
+struct chunk *ram_lookup(struct ram_tier *r, const struct chunk_id *id, size_t len, double now,
+                         struct tier_gone **gone);
+
+/* Reserves len bytes for a chunk about to be produced, evicting onto
+ * *gone for room. */
+void ram_reserve(struct ram_tier *r, uint64_t len, double now, struct tier_gone **gone);
+
+/* Gives back a reservation that will not be admitted. */
+void ram_unreserve(struct ram_tier *r, uint64_t len);
+
+#endif
