@@ -48,7 +48,9 @@ if [[ "$what" == tsan || "$what" == all ]]; then
   # fuzz build). jemalloc off: TSan replaces the allocator itself.
   dir="${LARDER_TSAN_BUILD_DIR:-build-tsan}"
   CC=clang setup "$dir" -Db_sanitize=thread -Db_lundef=false -Djemalloc=disabled
-  # Only the programs the unit suite runs, not larder itself or the fuzz drivers.
+  # Only the programs the unit suite runs, not larder itself or the fuzz drivers
+  # (build.ninja first: a meson.build changed since setup may add a test).
+  ninja -C "$dir" build.ninja >/dev/null
   mapfile -t targets < <(meson introspect --tests "$dir" | python3 -c '
 import json, os, sys
 d = os.path.realpath(sys.argv[1])
