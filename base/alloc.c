@@ -9,9 +9,14 @@
 #include "base/log.h"
 
 /* Per thread, so a test's injected failure never lands in another thread
- * (a libev loop, a store worker) that happens to allocate meanwhile. */
-static _Thread_local unsigned long fail_countdown;
-static _Thread_local bool fail_fired;
+ * (a libev loop, a store worker) that happens to allocate meanwhile.
+ * initial-exec, as in log.c: the static library is built -fPIC, and the
+ * default model would make larder call __tls_get_addr and need ld.so by
+ * name (tests/integration/deploy checks the runtime image has every
+ * library larder names). */
+#define THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+static THREAD_LOCAL unsigned long fail_countdown;
+static THREAD_LOCAL bool fail_fired;
 
 void alloc_fail_nth(unsigned long n)
 {
