@@ -8,6 +8,8 @@
    are in scripts/check-source.allow. Comments and string literals are skipped.
 2. Layers: a file in one source folder may include headers only from its own
    folder and the folders below it (LAYERS); tests/, loadtest/ may include all.
+3. The allocator: in the folders of ALLOC_FOLDERS (those converted so far),
+   memory comes from base/alloc.h, not from malloc & co. directly.
 
 Prints one line per finding (file:line: what, and the replacement) and exits 1
 if there was any; prints `check-source: ok (N files)` and exits 0 otherwise.
@@ -45,6 +47,11 @@ for names, instead in [
 # Lowest first; a folder may include itself and anything before it.
 LAYERS = ["base", "config", "net", "auth", "store", "cluster", "gateway"]
 
+# Folders that allocate only through base/alloc.h; add one when it is converted.
+ALLOC_FOLDERS = ["base"]
+RAW_ALLOC = ["malloc", "calloc", "realloc", "reallocarray", "strdup", "strndup"]
+
+RAW_CALL = re.compile(r"(?<![\w.>])(" + "|".join(RAW_ALLOC) + r")\s*\(")
 CALL = re.compile(r"(?<![\w.>])(" + "|".join(sorted(BANNED)) + r")\s*\(")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 
@@ -122,6 +129,11 @@ def main():
                     continue
                 findings.append("%s:%d: %s() is banned: use %s" % (f, no, name, BANNED[name]))
         top = f.split("/", 1)[0]
+        if top in ALLOC_FOLDERS and f != "base/alloc.c":
+            for no, line in enumerate(code.split("\n"), 1):
+                for m in RAW_CALL.finditer(line):
+                    findings.append("%s:%d: %s() directly: %s/ allocates through base/alloc.h "
+                                    "(mem_* or x*)" % (f, no, m.group(1), top))
         if top in LAYERS:
             for no, line in enumerate(text.split("\n"), 1):
                 m = INCLUDE.match(line)
