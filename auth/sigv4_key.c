@@ -80,10 +80,11 @@ void sv4_signing_key(const char *access_key, const char *secret, const char *dat
 		derive_key(secret, date, region, service, key);
 		return;
 	}
-	strcpy(probe.access_key, access_key);
-	strcpy(probe.date, date);
-	strcpy(probe.region, region);
-	strcpy(probe.service, service);
+	/* Lengths checked above: each fits with its terminator. */
+	memcpy(probe.access_key, access_key, strlen(access_key) + 1);
+	memcpy(probe.date, date, strlen(date) + 1);
+	memcpy(probe.region, region, strlen(region) + 1);
+	memcpy(probe.service, service, strlen(service) + 1);
 	uint64_t h = FNV1A64_OFFSET;
 	h = fnv1a64_add(h, probe.access_key, strlen(access_key) + 1);
 	h = fnv1a64_add(h, probe.date, strlen(date) + 1);

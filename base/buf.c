@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/alloc.h"
+
 struct slice slice_cstr(const char *s)
 {
 	return (struct slice){ s, s ? strlen(s) : 0 };
@@ -77,7 +79,7 @@ static int reserve(struct buf *b, size_t n)
 	size_t cap = b->cap ? b->cap : 64;
 	while (cap < need)
 		cap *= 2;
-	char *p = realloc(b->p, cap);
+	char *p = mem_realloc(b->p, cap);
 	if (!p)
 		return -ENOMEM;
 	b->p = p;
@@ -132,7 +134,7 @@ const char *buf_cstr(const struct buf *b)
 
 char *buf_steal(struct buf *b)
 {
-	char *p = b->p ? b->p : strdup("");
+	char *p = b->p ? b->p : mem_strdup("");
 	b->p = NULL;
 	b->len = b->cap = 0;
 	return p;

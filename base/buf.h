@@ -45,7 +45,8 @@ int buf_putc(struct buf *b, char c);
 int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Returns the string (never NULL: "" when empty). */
 const char *buf_cstr(const struct buf *b);
-/* Hands the string to the caller (free() it); the buffer becomes empty. */
+/* Hands the string to the caller (free() it); the buffer becomes empty.
+ * NULL only when the buffer was empty and memory is short. */
 char *buf_steal(struct buf *b);
 
 /* The value of a hex digit (either case), or -1. */

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/alloc.h"
+
 void hdrs_init(struct hdrs *h)
 {
 	memset(h, 0, sizeof *h);
@@ -27,13 +29,13 @@ int hdrs_add(struct hdrs *h, const char *name, const char *value)
 {
 	if (h->n == h->cap) {
 		size_t cap = h->cap ? h->cap * 2 : 16;
-		struct hdr *v = realloc(h->v, cap * sizeof *v);
+		struct hdr *v = mem_realloc(h->v, cap * sizeof *v);
 		if (!v)
 			return -ENOMEM;
 		h->v = v;
 		h->cap = cap;
 	}
-	char *n = strdup(name), *val = strdup(value);
+	char *n = mem_strdup(name), *val = mem_strdup(value);
 	if (!n || !val) {
 		free(n);
 		free(val);
@@ -59,7 +61,7 @@ int hdrs_add_line(struct hdrs *h, const char *line, size_t len)
 		v++;
 	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
 		end--;
-	char *value = strndup(v, (size_t)(end - v));
+	char *value = mem_strndup(v, (size_t)(end - v));
 	int rc = value ? hdrs_add(h, name, value) : -ENOMEM;
 	free(value);
 	return rc;

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
+
 int log_current_level = LOG_INFO;
 
 
@@ -268,8 +270,8 @@ static struct alog_buf *thread_buf(void)
 {
 	if (my_buf)
 		return my_buf;
-	struct alog_buf *b = calloc(1, sizeof *b);
-	char *p = b ? malloc(access_buf_bytes) : NULL;
+	struct alog_buf *b = mem_calloc(1, sizeof *b);
+	char *p = b ? mem_malloc(access_buf_bytes) : NULL;
 	if (!p) {
 		free(b);
 		return NULL;

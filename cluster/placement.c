@@ -8,6 +8,7 @@
  */
 #include "cluster/placement.h"
 
+#include <assert.h>
 #include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -26,7 +27,11 @@
 #define TIMEOUTS_TO_DROP 8 /* in a row: the connection is stuck */
 #define MAX_HOLDERS 64     /* ids of one reply looked at */
 
+#define PLACEMENT_MAGIC 0x706c636du /* "plcm" */
+#define ASK_MAGIC 0x7061736bu       /* "pask" */
+
 struct placement {
+	unsigned magic;
 	struct ev_loop *loop;
 	struct cluster *cl;
 	redisAsyncContext *ac; /* connected or connecting; NULL: neither */
@@ -36,6 +41,7 @@ struct placement {
 };
 
 struct placement_ask {
+	unsigned magic;
 	struct placement *p;
 	uint64_t key;
 	placement_cb cb;       /* NULL once answered, timed out or cancelled */
@@ -59,6 +65,7 @@ struct placement *placement_create(struct ev_loop *loop, struct cluster *cl)
 {
 	struct placement *p = calloc(1, sizeof *p);
 	if (p) {
+		p->magic = PLACEMENT_MAGIC;
 		p->loop = loop;
 		p->cl = cl;
 		connect_now(p); /* the loop is not running yet: no race with it */
@@ -72,6 +79,7 @@ void placement_destroy(struct placement *p)
 		return;
 	if (p->ac)
 		redisAsyncFree(p->ac); /* runs every pending reply callback */
+	p->magic = 0;
 	free(p);
 }
 
@@ -84,6 +92,7 @@ static void lost(struct placement *p)
 static void on_connect(const redisAsyncContext *ac, int status)
 {
 	struct placement *p = ac->data;
+	assert(p->magic == PLACEMENT_MAGIC);
 	if (status == REDIS_OK) {
 		p->timeouts = 0;
 		return;
@@ -96,6 +105,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
 	struct placement *p = ac->data;
+	assert(p->magic == PLACEMENT_MAGIC);
 	if (status != REDIS_OK)
 		log_debug(TOPIC, "redis connection lost: %s", ac->errstr);
 	lost(p);
@@ -138,6 +148,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
 	(void)ac;
 	struct placement_ask *a = priv;
+	assert(a->magic == ASK_MAGIC);
 	struct placement *p = a->p;
 	redisReply *r = reply;
 	p->pending--;
@@ -162,6 +173,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 		p->timeouts = 0;
 		answer(a, found ? addr : NULL);
 	}
+	a->magic = 0;
 	free(a);
 }
 
@@ -170,6 +182,7 @@ static void on_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	(void)loop;
 	(void)revents;
 	struct placement_ask *a = t->data;
+	assert(a->magic == ASK_MAGIC);
 	struct placement *p = a->p;
 	atomic_fetch_add(&n_failed, 1);
 	answer(a, NULL);
@@ -198,6 +211,7 @@ struct placement_ask *placement_ask(struct placement *p, uint64_t key, placement
 	struct placement_ask *a = calloc(1, sizeof *a);
 	if (!a)
 		return NULL;
+	a->magic = ASK_MAGIC;
 	a->p = p;
 	a->key = key;
 	a->cb = cb;

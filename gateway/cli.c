@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/buf.h"
@@ -670,7 +671,7 @@ int cli_warm(int argc, char **argv)
 			break;
 		}
 		json_decref(job);
-		usleep(500 * 1000);
+		nanosleep(&(struct timespec){ .tv_nsec = 500 * 1000 * 1000 }, NULL);
 	}
 	json_decref(doc);
 	buf_fini(&resp);

@@ -27,6 +27,7 @@
 #include "base/clock.h"
 #include "base/httpdate.h"
 #include "base/log.h"
+#include "base/splitmix.h"
 #include "gateway/authn.h"
 #include "gateway/listcache.h"
 #include "gateway/metrics.h"
@@ -202,8 +203,12 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	if (q)
 		*q++ = '\0';
 	r->query = q ? q : r->path + strlen(r->path);
+	/* Unique, not secret: the worker, its counter, and a mix of the time
+	 * and counter so ids differ across restarts. */
+	uint64_t mix = splitmix_mix(((uint64_t)time(NULL) << 32) ^ ((uint64_t)w->index << 24) ^
+	                            w->next_id);
 	snprintf(r->id, sizeof r->id, "%02X%06lX%08lX", w->index & 0xff, (w->next_id++) & 0xffffff,
-	         (unsigned long)((unsigned)time(NULL) ^ (unsigned)random()) & 0xffffffffUL);
+	         (unsigned long)(mix & 0xffffffffUL));
 	s3req_init(&r->s3);
 	pass_init(r);
 	r->next = w->live;

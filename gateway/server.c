@@ -13,6 +13,7 @@
  */
 #include "gateway/server.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <time.h>
@@ -44,8 +45,6 @@
 #include "store/meta.h"
 #include "store/store.h"
 
-#define WORKER_MAGIC 0x776f726bu
-
 static void mhd_run(struct worker *w)
 {
 	MHD_run(w->mhd);
@@ -54,6 +53,7 @@ static void mhd_run(struct worker *w)
 static void mhd_io_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct worker *w = io->data;
+	assert(w->magic == WORKER_MAGIC);
 	(void)loop;
 	(void)revents;
 	mhd_run(w);
@@ -62,6 +62,7 @@ static void mhd_io_cb(struct ev_loop *loop, ev_io *io, int revents)
 static void mhd_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = t->data;
+	assert(w->magic == WORKER_MAGIC);
 	(void)loop;
 	(void)revents;
 	mhd_run(w);
@@ -79,6 +80,7 @@ static void count_transfer(const struct transfer *t, CURLcode result, void *arg)
 static void prepare_cb(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct worker *w = p->data;
+	assert(w->magic == WORKER_MAGIC);
 	(void)revents;
 	curlev_run_pending(w->curl);
 	MHD_UNSIGNED_LONG_LONG ms;
@@ -99,6 +101,7 @@ static void prepare_cb(struct ev_loop *loop, ev_prepare *p, int revents)
 static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = t->data;
+	assert(w->magic == WORKER_MAGIC);
 	(void)revents;
 	if (w->n_live > 0 && ev_now(loop) < w->drain_deadline)
 		return;
@@ -117,6 +120,7 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 static void stop_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct worker *w = a->data;
+	assert(w->magic == WORKER_MAGIC);
 	(void)revents;
 	MHD_socket ls = MHD_quiesce_daemon(w->mhd);
 	if (ls != MHD_INVALID_SOCKET)
@@ -130,6 +134,7 @@ static void stop_cb(struct ev_loop *loop, ev_async *a, int revents)
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
+	assert(w->magic == WORKER_MAGIC);
 	ev_run(w->loop, 0);
 	return NULL;
 }
@@ -139,6 +144,7 @@ static void connection_cb(void *cls, struct MHD_Connection *conn, void **socket_
 {
 	struct gw *gw = cls;
 	(void)conn;
+	assert(gw->magic == GW_MAGIC);
 	(void)socket_context;
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
 		atomic_fetch_add(&gw->open_connections, 1);
@@ -226,6 +232,7 @@ static void worker_fini(struct worker *w)
 	curlev_destroy(w->curl);
 	if (w->loop)
 		ev_loop_destroy(w->loop);
+	w->magic = 0;
 }
 
 struct addrinfo *gw_resolve(const char *setting, const char *host, unsigned port)
@@ -326,6 +333,7 @@ static int load_pem(const char *path, const char *setting, char **out)
 static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 {
 	struct gw *gw = arg;
+	assert(gw->magic == GW_MAGIC);
 	/* Durable too, like a write through this node (this is the cluster's
 	 * subscriber thread: blocking for the write is fine here). */
 	store_invalidate(gw->store, bucket, key ? key : "", !(key && *key));
@@ -340,6 +348,7 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 static void recover_meta(void *arg, const struct chunk_origin *o)
 {
 	struct gw *gw = arg;
+	assert(gw->magic == GW_MAGIC);
 	struct obj_meta *m = o->meta ? meta_decode(o->meta, o->meta_len, clock_mono_s()) : NULL;
 	if (m && strcmp(m->etag, o->etag) == 0)
 		meta_publish(gw->meta, o->bucket, o->key, m);
@@ -350,12 +359,14 @@ static void recover_meta(void *arg, const struct chunk_origin *o)
 static void chunk_changed(void *arg, const struct chunk_id *id)
 {
 	struct gw *gw = arg;
+	assert(gw->magic == GW_MAGIC);
 	dir_changed(gw->dir, id);
 }
 
 static bool chunk_held(void *arg, const struct chunk_id *id)
 {
 	struct gw *gw = arg;
+	assert(gw->magic == GW_MAGIC);
 	return store_holds(gw->store, id);
 }
 
@@ -427,7 +438,7 @@ static void reload_keys(struct gw *gw, struct cfg **owned)
 
 int gw_run(struct cfg *cfg, const char *config_path)
 {
-	struct gw gw = { .cfg = cfg, .keys = cfg, .config_path = config_path };
+	struct gw gw = { .magic = GW_MAGIC, .cfg = cfg, .keys = cfg, .config_path = config_path };
 	struct cfg *owned_keys = NULL;
 	char err[512];
 	int rc = 1;
@@ -580,5 +591,6 @@ out:
 	if (owned_keys)
 		cfg_free(owned_keys);
 	pthread_rwlock_destroy(&gw.keys_lock);
+	gw.magic = 0;
 	return rc;
 }

@@ -30,7 +30,12 @@ struct directory;
 struct placement;
 struct addrinfo;
 
+/* Checked by every callback that gets a gw or a worker back as a void *. */
+#define GW_MAGIC 0x67776179u     /* "gway" */
+#define WORKER_MAGIC 0x776f726bu /* "work" */
+
 struct gw {
+	unsigned magic;
 	const struct cfg *cfg;          /* settings fixed for the process's life */
 	struct upstream *up;
 	struct creds_provider *creds;

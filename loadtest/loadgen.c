@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -417,7 +418,11 @@ static void parse_pids(const char *s)
 	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		if (opt.n_pids == MAX_PIDS)
 			die("too many pids: %s", s);
-		opt.pids[opt.n_pids++] = atoi(t);
+		char *end;
+		long pid = strtol(t, &end, 10);
+		if (end == t || *end || pid <= 0 || pid > INT_MAX)
+			die("not a pid: %s", t);
+		opt.pids[opt.n_pids++] = (int)pid;
 	}
 	free(copy);
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/splitmix.h"
 #include "net/curlev.h"
 
 void transfer_init(struct transfer *t, const struct transfer_ops *ops, void *owner,
@@ -181,7 +183,13 @@ double transfer_retry_later(struct transfer *t)
 		base *= 2;
 	if (base > t->retry.cap_s)
 		base = t->retry.cap_s;
-	double delay = base * (0.5 + 0.5 * ((double)rand() / RAND_MAX));
+	/* Jitter in [0.5, 1) of the delay, so retries of many transfers that
+	 * failed together spread out; per thread, no lock. */
+	static __thread __attribute__((tls_model("initial-exec"))) uint64_t jitter;
+	if (!jitter)
+		jitter = (uint64_t)(uintptr_t)&jitter ^ (uint64_t)(clock_mono_s() * 1e9);
+	double u = (double)(splitmix_next(&jitter) >> 11) / (double)(UINT64_C(1) << 53);
+	double delay = base * (0.5 + 0.5 * u);
 	t->retries++;
 	ev_timer_init(&t->retry_timer, retry_cb, delay, 0.);
 	t->retry_timer.data = t;

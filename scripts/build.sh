@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds larder: scripts/build.sh [plain|asan|all]   (default: plain)
+# Builds larder: scripts/build.sh [plain|asan|tsan|all]   (default: plain)
 #   plain -> build/        (LARDER_BUILD_DIR overrides)
 #   asan  -> build-asan/   (LARDER_ASAN_BUILD_DIR overrides), ASan + UBSan
+#   tsan  -> build-tsan/   (LARDER_TSAN_BUILD_DIR overrides), ThreadSanitizer with
+#            clang, only the unit test programs (scripts/test.sh runs them)
+#   all   -> the three
 # Under CI=true warnings are errors. Setup is idempotent: an existing build dir
 # is reconfigured only when its options differ.
 set -euo pipefail
@@ -9,7 +12,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 what="${1:-plain}"
-case "$what" in plain|asan|all) ;; *) echo "usage: $0 [plain|asan|all]" >&2; exit 64 ;; esac
+case "$what" in plain|asan|tsan|all) ;; *) echo "usage: $0 [plain|asan|tsan|all]" >&2; exit 64 ;; esac
 
 werror=false
 [[ "${CI:-}" == "true" ]] && werror=true
@@ -39,4 +42,20 @@ if [[ "$what" == asan || "$what" == all ]]; then
   dir="${LARDER_ASAN_BUILD_DIR:-build-asan}"
   setup "$dir" -Db_sanitize=address,undefined -Db_lundef=false
   ninja -C "$dir"
+fi
+if [[ "$what" == tsan || "$what" == all ]]; then
+  # clang, whose runtime deps.sh installs already (libclang-rt-14-dev, for the
+  # fuzz build). jemalloc off: TSan replaces the allocator itself.
+  dir="${LARDER_TSAN_BUILD_DIR:-build-tsan}"
+  CC=clang setup "$dir" -Db_sanitize=thread -Db_lundef=false -Djemalloc=disabled
+  # Only the programs the unit suite runs, not larder itself or the fuzz drivers
+  # (build.ninja first: a meson.build changed since setup may add a test).
+  ninja -C "$dir" build.ninja >/dev/null
+  mapfile -t targets < <(meson introspect --tests "$dir" | python3 -c '
+import json, os, sys
+d = os.path.realpath(sys.argv[1])
+for t in json.load(sys.stdin):
+    if any(s.split(":")[-1] == "unit" for s in t["suite"]):
+        print(os.path.relpath(os.path.realpath(t["cmd"][0]), d))' "$dir")
+  ninja -C "$dir" "${targets[@]}"
 fi

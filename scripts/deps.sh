@@ -39,12 +39,12 @@ if ((${#missing[@]})); then
   $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
 fi
 
-# tests/integration/test_clients.py drives larder with the AWS SDK for JavaScript
-# v3, installed from the npm registry into tests/integration/node/node_modules
+# tests/integration/clients/test_clients.py drives larder with the AWS SDK for JavaScript
+# v3, installed from the npm registry into tests/integration/clients/node/node_modules
 # (versions from its package.json). Only when missing; a failure is fatal.
-NODE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/integration/node"
+NODE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/integration/clients/node"
 if [[ ! -d "$NODE_DIR/node_modules/@aws-sdk/client-s3" || ! -d "$NODE_DIR/node_modules/@aws-sdk/lib-storage" ]]; then
-  echo "deps: npm install in tests/integration/node" >&2
+  echo "deps: npm install in tests/integration/clients/node" >&2
   if ! (cd "$NODE_DIR" && npm install --no-audit --no-fund --no-package-lock --no-update-notifier </dev/null >&2); then
     echo "deps: npm install of the AWS SDK for JavaScript failed (see above)" >&2
     exit 1

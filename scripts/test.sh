@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Runs every test: installs dependencies, builds plain and ASan, runs the
-# meson suites (unit, fuzz) on the ASan build, then the Python integration
-# suite against the ASan larder. The last line is `N passed, N failed[, N skipped]`.
+# Runs every test: installs dependencies, checks the sources
+# (scripts/check-source.py: banned functions, layers), builds plain, ASan and
+# TSan, runs the meson suites (unit, fuzz) on the ASan build and the unit suite
+# on the TSan build, then the Python integration suite against the ASan larder.
+# The last line is `N passed, N failed[, N skipped]`.
 # Exit status is non-zero when anything failed.
-#   LARDER_BUILD_DIR / LARDER_ASAN_BUILD_DIR  build dirs (default build, build-asan)
+#   LARDER_BUILD_DIR / LARDER_ASAN_BUILD_DIR / LARDER_TSAN_BUILD_DIR
+#                                              build dirs (default build, build-asan, build-tsan)
 #   LARDER_TEST_SKIP_BUILD=1                   use the builds as they are
 #   extra arguments are passed to tests/integration/run.py (test names)
 set -uo pipefail
@@ -12,9 +15,12 @@ cd "$ROOT"
 
 export LARDER_BUILD_DIR="${LARDER_BUILD_DIR:-build}"
 export LARDER_ASAN_BUILD_DIR="${LARDER_ASAN_BUILD_DIR:-build-asan}"
+export LARDER_TSAN_BUILD_DIR="${LARDER_TSAN_BUILD_DIR:-build-tsan}"
 case "$LARDER_ASAN_BUILD_DIR" in /*) ;; *) LARDER_ASAN_BUILD_DIR="$ROOT/$LARDER_ASAN_BUILD_DIR" ;; esac
 
+check_pass=0 check_fail=0
 meson_pass=0 meson_fail=0 meson_skip=0
+tsan_pass=0 tsan_fail=0 tsan_skip=0
 py_pass=0 py_fail=0 py_skip=0
 notes=()
 
@@ -25,6 +31,10 @@ if ((deps_rc != 0 && deps_rc != 2)); then
   echo "0 passed, 1 failed"
   exit 1
 fi
+
+# --- source rules (one test: banned functions and include layers)
+echo "== scripts/check-source.py"
+if python3 scripts/check-source.py; then check_pass=1; else check_fail=1; fi
 
 if [[ "${LARDER_TEST_SKIP_BUILD:-}" != 1 ]]; then
   if ! scripts/build.sh all; then
@@ -37,14 +47,9 @@ fi
 # --- meson suites (cmocka unit tests, fuzz corpus replay) on the ASan build
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:print_summary=1"
-testlog="$LARDER_ASAN_BUILD_DIR/meson-logs/testlog.json"
-rm -f "$testlog"
-echo "== meson test (unit, fuzz, loadtest smoke) in $LARDER_ASAN_BUILD_DIR"
-meson test -C "$LARDER_ASAN_BUILD_DIR" --suite unit --suite fuzz --suite loadtest --print-errorlogs \
-  --timeout-multiplier 3 --num-processes "$(nproc)"
-meson_rc=$?
-if [[ -f "$testlog" ]]; then
-  read -r meson_pass meson_fail meson_skip < <(python3 - "$testlog" <<'PY'
+# testlog_counts FILE: "passed failed skipped" from a meson testlog.json
+testlog_counts() {
+  python3 - "$1" <<'PY'
 import json, sys
 p = f = s = 0
 for line in open(sys.argv[1]):
@@ -60,11 +65,38 @@ for line in open(sys.argv[1]):
         f += 1
 print(p, f, s)
 PY
-)
-fi
+}
+
+testlog="$LARDER_ASAN_BUILD_DIR/meson-logs/testlog.json"
+rm -f "$testlog"
+echo "== meson test (unit, fuzz, loadtest smoke) in $LARDER_ASAN_BUILD_DIR"
+meson test -C "$LARDER_ASAN_BUILD_DIR" --suite unit --suite fuzz --suite loadtest --print-errorlogs \
+  --timeout-multiplier 3 --num-processes "$(nproc)"
+meson_rc=$?
+[[ -f "$testlog" ]] && read -r meson_pass meson_fail meson_skip < <(testlog_counts "$testlog")
 if ((meson_rc != 0 && meson_fail == 0)); then
   meson_fail=1
   notes+=("meson test exited $meson_rc without a failed test in testlog.json")
+fi
+
+# --- the unit suite again under ThreadSanitizer (build-tsan holds only the
+# unit programs, hence --no-rebuild). A data race fails the test.
+testlog="$LARDER_TSAN_BUILD_DIR/meson-logs/testlog.json"
+rm -f "$testlog"
+echo "== meson test (unit) under ThreadSanitizer in $LARDER_TSAN_BUILD_DIR"
+# clang 14's TSan fails at start ("unexpected memory mapping") where the
+# kernel randomises mmap with more bits than it expects (vm.mmap_rnd_bits=32);
+# without address randomisation it always starts, so turn it off if allowed.
+norand=()
+setarch "$(uname -m)" -R true 2>/dev/null && norand=(setarch "$(uname -m)" -R)
+TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+  "${norand[@]}" meson test -C "$LARDER_TSAN_BUILD_DIR" --suite unit --no-rebuild --print-errorlogs \
+  --timeout-multiplier 3 --num-processes "$(nproc)"
+tsan_rc=$?
+[[ -f "$testlog" ]] && read -r tsan_pass tsan_fail tsan_skip < <(testlog_counts "$testlog")
+if ((tsan_rc != 0 && tsan_fail == 0)); then
+  tsan_fail=1
+  notes+=("meson test under TSan exited $tsan_rc without a failed test in testlog.json")
 fi
 
 # --- Python integration suite against the ASan larder
@@ -87,12 +119,14 @@ else
   rm -f "$counts"
 fi
 
-passed=$((meson_pass + py_pass))
-failed=$((meson_fail + py_fail))
-skipped=$((meson_skip + py_skip))
+passed=$((check_pass + meson_pass + tsan_pass + py_pass))
+failed=$((check_fail + meson_fail + tsan_fail + py_fail))
+skipped=$((meson_skip + tsan_skip + py_skip))
 echo
 echo "== summary"
+echo "source checks:      $check_pass passed, $check_fail failed"
 echo "meson (unit, fuzz): $meson_pass passed, $meson_fail failed, $meson_skip skipped"
+echo "unit under TSan:    $tsan_pass passed, $tsan_fail failed, $tsan_skip skipped"
 echo "integration:        $py_pass passed, $py_fail failed, $py_skip skipped"
 for n in "${notes[@]}"; do echo "note: $n"; done
 if ((skipped)); then

@@ -128,7 +128,7 @@ class Upstream:
         import requests
         out = open(self.out_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "moto_upstream.py"), "-H", "127.0.0.1",
+            [sys.executable, os.path.join(HERE, "doubles", "moto_upstream.py"), "-H", "127.0.0.1",
              "-p", str(self.port), "--log", self.log_path, "--moto-canonical-uri", self.mode],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         out.close()

@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""Runs the integration suite: tests/integration/test_*.py with unittest.
+"""Runs the integration suite: tests/integration/<feature>/test_*.py with unittest.
 
   python3 tests/integration/run.py [--counts FILE] [NAME ...]
 
+The tests are grouped by feature in folders (auth/, cache/, cluster/, ...);
+the test doubles (moto_upstream, fault_origin, sigv4check) are in doubles/ and
+harness.py, shared by all, is here. Every folder goes on sys.path, so a module
+is named by its file name alone wherever it lives, and tests import each other
+and the doubles that way (import harness, from test_cluster import ...).
+
 NAME is a module, class or test id (test_refusals, test_refusals.Refusals.test_x);
-without names every test_*.py here runs. The last line printed is
+without names every test_*.py in every folder runs, ordered by module name. The last line printed is
 `INTEGRATION-COUNTS passed=N failed=N skipped=N`; --counts also writes those as JSON.
 A failure in a class's setup or teardown (larder not exiting 0 on SIGTERM, a
 sanitizer report) counts as one failure.
@@ -17,6 +23,24 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def folders():
+    """HERE and each folder under it that holds Python files (not node/, __pycache__/)."""
+    out = [HERE]
+    for name in sorted(os.listdir(HERE)):
+        d = os.path.join(HERE, name)
+        if os.path.isdir(d) and not name.startswith((".", "_")) \
+                and any(f.endswith(".py") for f in os.listdir(d)):
+            out.append(d)
+    return out
+
+
+def discover(loader):
+    """Every test_*.py module, in module-name order (as when they were all in one folder)."""
+    modules = sorted(f[:-3] for d in folders() for f in os.listdir(d)
+                     if f.startswith("test_") and f.endswith(".py"))
+    return loader.loadTestsFromNames(modules)
 
 
 class CountingResult(unittest.TextTestResult):
@@ -44,12 +68,12 @@ def main():
     ap.add_argument("-q", "--quiet", action="store_true")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
-    sys.path.insert(0, HERE)
+    sys.path[:0] = folders()
     loader = unittest.TestLoader()
     if args.names:
         suite = loader.loadTestsFromNames(args.names)
     else:
-        suite = loader.discover(HERE, pattern="test_*.py", top_level_dir=HERE)
+        suite = discover(loader)
     runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=1 if args.quiet else 2,
                                      resultclass=CountingResult)
     result = runner.run(suite)

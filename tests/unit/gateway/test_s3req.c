@@ -67,7 +67,8 @@ static void test_keys_exact(void **state)
 	path[5 + 1024] = '\0';
 	assert_int_equal(parse("GET", "h", path, "", &err), 0);
 	assert_int_equal(parsed.key.len, 1024);
-	strcat(path, "k");
+	path[5 + 1024] = 'k';
+	path[5 + 1025] = '\0';
 	assert_int_equal(parse("GET", "h", path, "", &err), -1);
 	assert_int_equal(err, S3E_INVALID_ARGUMENT);
 }

@@ -22,7 +22,7 @@ import harness
 from harness import CLIENT_KEY, CLIENT_SECRET, REGION, LarderCase
 
 MiB = 1024 * 1024
-NODE_DIR = os.path.join(harness.HERE, "node")
+NODE_DIR = os.path.join(harness.HERE, "clients", "node")
 
 
 def sha(data):
@@ -105,7 +105,7 @@ class Clients(LarderCase):
     def run_js(self, bucket, checksum):
         node = self.need("node")
         if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "@aws-sdk", "client-s3")):
-            self.fail("@aws-sdk/client-s3 is not installed in tests/integration/node: "
+            self.fail("@aws-sdk/client-s3 is not installed in tests/integration/clients/node: "
                       "run scripts/deps.sh")
         prefix = "js-%s/" % checksum
         env = tool_env(S3_ENDPOINT=self.larder.url, S3_BUCKET=bucket, S3_PREFIX=prefix,

@@ -244,7 +244,7 @@ class TrustAuth(LarderCase):
             url = base.replace("X-Amz-Expires=300", "X-Amz-Expires=" + value)
             self.expect_error(send(url, "GET"), 403, "AccessDenied", message)
 
-    # -- item 17: duplicates, credential scope (log forging: tests/unit/config/test_log.c)
+    # -- item 17: duplicates, credential scope (log forging: tests/unit/base/test_log.c)
     def test_duplicate_copy_source_headers_are_refused(self):
         url = self.larder.url + "/trust/uploads/dup.bin"
         # Signed as one header "a,b" (how repeated headers are canonicalised),

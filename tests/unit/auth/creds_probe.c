@@ -5,7 +5,7 @@
  *   source=<source> access_key=<id> expiration=<epoch>
  *
  * Exit status 0 on success, 1 (with the reason on stderr) when no source
- * yields credentials. Used by tests/integration/test_creds_sts_moto.py;
+ * yields credentials. Used by tests/integration/auth/test_creds_sts_moto.py;
  * not a unit test. Optional argv[1]: the region.
  */
 #include <stdio.h>

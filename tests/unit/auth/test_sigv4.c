@@ -86,10 +86,11 @@ static void vreq_fini(struct vreq *v)
 static void vreq_add(struct vreq *v, const char *name, const char *value)
 {
 	assert_true(v->n < MAXH);
-	char *s = malloc(strlen(name) + strlen(value) + 2);
-	strcpy(s, name);
-	char *val = s + strlen(name) + 1;
-	strcpy(val, value);
+	size_t nlen = strlen(name), vlen = strlen(value);
+	char *s = malloc(nlen + vlen + 2);
+	memcpy(s, name, nlen + 1);
+	char *val = s + nlen + 1;
+	memcpy(val, value, vlen + 1);
 	v->owned[v->n] = s;
 	v->h[v->n].name = s;
 	v->h[v->n].value = val;
@@ -138,9 +139,10 @@ static void vreq_parse(struct vreq *v, char *text)
 			/* folded continuation: keep it, with its line break */
 			struct sv4_header *h = &v->h[v->n - 1];
 			size_t nlen = strlen(h->name), vlen = strlen(h->value);
-			char *s = malloc(nlen + vlen + strlen(line) + 3);
-			sprintf(s, "%s", h->name);
-			sprintf(s + nlen + 1, "%s\n%s", h->value, line);
+			size_t size = nlen + vlen + strlen(line) + 3;
+			char *s = malloc(size);
+			memcpy(s, h->name, nlen + 1);
+			snprintf(s + nlen + 1, size - nlen - 1, "%s\n%s", h->value, line);
 			free(v->owned[v->n - 1]);
 			v->owned[v->n - 1] = s;
 			h->name = s;

@@ -38,7 +38,7 @@ except ImportError:  # Debian: python3-yaml
     yaml = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 DOCKER = os.path.join(REPO, "docker")
 DOCKERFILE = os.path.join(DOCKER, "Dockerfile")
 ENTRYPOINT = os.path.join(DOCKER, "docker-entrypoint.sh")

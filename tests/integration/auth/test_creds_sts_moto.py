@@ -1,7 +1,7 @@
 """Credentials chain against a real STS implementation (moto's server).
 
 Starts `python3 -m moto.server` on a free loopback port and runs the
-creds_probe driver (tests/unit/creds/creds_probe.c) with a web identity
+creds_probe driver (tests/unit/auth/creds_probe.c) with a web identity
 environment pointed at it: AssumeRoleWithWebIdentity is unsigned, so moto
 answers it without any setup. The probe prints only the source, the key id
 and the expiry; nothing secret crosses this test's output.
@@ -10,7 +10,7 @@ The build directory is $LARDER_BUILD_DIR (default "build", relative to the
 repository root). The test skips when the probe is not built or moto is not
 installed.
 
-    python3 -m unittest tests/integration/test_creds_sts_moto.py
+    python3 -m unittest tests/integration/auth/test_creds_sts_moto.py
 """
 
 import importlib.util
@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ROLE_ARN = "arn:aws:iam::123456789012:role/larder-it"
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.larder-integration-test-token.c2ln"
 
@@ -36,7 +36,7 @@ def build_dir():
 
 
 def probe_path():
-    return build_dir() / "tests" / "unit" / "creds" / "creds_probe"
+    return build_dir() / "tests" / "unit" / "auth" / "creds_probe"
 
 
 def free_port():
