@@ -22,6 +22,7 @@
 #include "gateway/authn.h"
 #include "gateway/cache.h"
 #include "gateway/listcache.h"
+#include "gateway/request_internal.h"
 #include "gateway/s3err.h"
 
 static size_t pbuf_used(const struct pbuf *b) { return b->len - b->off; }
