@@ -213,6 +213,7 @@ void cache_learn(struct req *r)
 static void waiter_wake(void *arg)
 {
 	struct req *r = arg;
+	assert(req_valid(r));
 	struct worker *w = req_worker(r);
 	pthread_mutex_lock(&w->wake_lock);
 	if (!req_cread(r)->wake_queued) {
@@ -229,6 +230,7 @@ static void resolve(struct req *r);
 void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct worker *w = a->data;
+	assert(w->magic == WORKER_MAGIC);
 	(void)loop;
 	(void)revents;
 	pthread_mutex_lock(&w->wake_lock);
@@ -307,6 +309,7 @@ static void resolve(struct req *r)
 static void cache_owner_detach(void *arg, struct fetch *f)
 {
 	struct req *owner = arg;
+	assert(req_valid(owner));
 	if (req_cread(owner)->meta_fetch == f)
 		req_cread(owner)->meta_fetch = NULL;
 }
@@ -315,6 +318,7 @@ static void cache_owner_detach(void *arg, struct fetch *f)
 static bool cache_owner_learnt(void *arg, long status, struct chunk *c0)
 {
 	struct req *owner = arg;
+	assert(req_valid(owner));
 	req_set_upstream_status(owner, status); /* for its access-log line */
 	if (!c0 || req_cread(owner)->cur)
 		return false;
@@ -326,6 +330,7 @@ static bool cache_owner_learnt(void *arg, long status, struct chunk *c0)
 static void cache_owner_pass_through(void *arg)
 {
 	struct req *owner = arg;
+	assert(req_valid(owner));
 	req_cread(owner)->pass_through = true;
 }
 
@@ -333,6 +338,7 @@ static void cache_owner_upstream_error(void *arg, long status, const struct hdrs
                                        const char *body, size_t len)
 {
 	struct req *owner = arg;
+	assert(req_valid(owner));
 	struct cread *c = req_cread(owner);
 	if (c->has_uerr || !req_alive(owner))
 		return;
@@ -373,6 +379,7 @@ void cache_begin(struct req *r)
 
 static void body_done(void *cls)
 {
+	assert(req_valid(cls));
 	req_unref(cls);
 }
 

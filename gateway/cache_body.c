@@ -5,6 +5,7 @@
  * chunks fetched ahead as the client shows it reads. Bytes go to the
  * client as they arrive. See cache.c for the request's other steps.
  */
+#include <assert.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -63,7 +64,9 @@ bool cread_refetch_allowed(struct cread *c, uint64_t i)
 static struct chunk *get_chunk(struct req *r, uint64_t i);
 
 /* The chunks an iovec response points into, released when MHD is done. */
+#define IOV_HOLD_MAGIC 0x696f7668u /* "iovh" */
 struct iov_hold {
+	unsigned magic;
 	unsigned n;
 	struct chunk *c[];
 };
@@ -71,8 +74,10 @@ struct iov_hold {
 static void iov_done(void *cls)
 {
 	struct iov_hold *h = cls;
+	assert(h->magic == IOV_HOLD_MAGIC);
 	for (unsigned k = 0; k < h->n; k++)
 		obj_unwant(h->c[k], false);
+	h->magic = 0;
 	free(h);
 }
 
@@ -94,6 +99,7 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 		free(iov);
 		return NULL;
 	}
+	h->magic = IOV_HOLD_MAGIC;
 	h->n = 0;
 	bool ok = true;
 	for (uint64_t i = first; i <= last && ok; i++) {
@@ -298,6 +304,7 @@ struct chunk *cread_chunk_for(struct req *r, uint64_t i)
 ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 {
 	struct req *r = cls;
+	assert(req_valid(r));
 	struct cread *c = req_cread(r);
 	(void)pos;
 	if (c->head || req_status_sent(r) == 304 || !c->meta || c->meta->size == 0 || c->pos > c->end)

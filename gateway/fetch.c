@@ -204,6 +204,7 @@ static void start_or_fail(struct fetch *f)
 static void asked_cb(void *arg, const char *addr)
 {
 	struct fetch *f = arg;
+	assert(f->magic == FETCH_MAGIC);
 	f->ask = NULL;
 	if (addr)
 		snprintf(f->holder, sizeof f->holder, "%s", addr);
