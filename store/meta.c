@@ -552,7 +552,8 @@ size_t meta_collect(struct meta_cache *mc, const char *bucket, const char *prefi
 	for (int i = 0; i < SHARDS; i++) {
 		struct shard *sh = &mc->shards[i];
 		pthread_mutex_lock(&sh->lock);
-		for (struct mentry *e = fifo_entry(sh->fifo.first); e; e = fifo_entry(e->fifo.next)) {
+		for (struct mentry *e = fifo_entry(sh->fifo.first); e;
+		     e = fifo_entry(e->fifo.next)) {
 			const char *key = e->name + strlen(e->name) + 1;
 			if (!e->m || e->m->negative || strcmp(e->name, bucket) != 0 ||
 			    strncmp(key, prefix, pl) != 0 || (exact && key[pl]))
