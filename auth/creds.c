@@ -17,6 +17,7 @@
  */
 #include "auth/creds.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -153,6 +154,7 @@ static unsigned next_delay(time_t exp, unsigned margin, unsigned *backoff)
 static void *refresh_main(void *arg)
 {
 	struct creds_provider *p = arg;
+	assert(p->magic == CREDS_MAGIC);
 	struct src_ctx x = { .env = &p->env, .region = p->region, .stop = &p->stop };
 	struct creds nc;
 	char why[512];

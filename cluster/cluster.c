@@ -24,8 +24,6 @@
 #include "cluster/cluster_internal.h"
 #include "cluster/rendezvous.h"
 
-#define CLUSTER_MAGIC 0x434c5354u /* "CLST" */
-
 __attribute__((format(printf, 3, 4)))
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
 {

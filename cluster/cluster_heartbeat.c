@@ -23,6 +23,7 @@
  */
 #include "cluster/cluster_internal.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,7 +229,9 @@ static void cond_wait_until(struct cluster *cl, double deadline_ms)
 /* dir_owners.owns: whether this node owns key in the current snapshot. */
 static bool owned_here(void *arg, uint64_t key)
 {
-	return !cluster_owner(arg, key, NULL, 0);
+	struct cluster *cl = arg;
+	assert(cl->magic == CLUSTER_MAGIC);
+	return !cluster_owner(cl, key, NULL, 0);
 }
 
 uint32_t cl_tag_of(uint64_t node_hash)
@@ -241,6 +244,7 @@ uint32_t cl_tag_of(uint64_t node_hash)
 static bool member_gone(void *arg, uint32_t tag)
 {
 	struct cluster *cl = arg;
+	assert(cl->magic == CLUSTER_MAGIC);
 	pthread_mutex_lock(&cl->lock);
 	const struct snapshot *s = cl->snap;
 	bool gone = true;
@@ -253,6 +257,7 @@ static bool member_gone(void *arg, uint32_t tag)
 void *cl_heartbeat_main(void *arg)
 {
 	struct cluster *cl = arg;
+	assert(cl->magic == CLUSTER_MAGIC);
 	redisContext *c = NULL;
 	unsigned long dir_gen = 0;
 	unsigned fails = 0;

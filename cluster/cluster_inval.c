@@ -15,6 +15,7 @@
  */
 #include "cluster/cluster_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -241,6 +242,7 @@ static void set_subscribed(struct cluster *cl, bool on, bool again)
 void *cl_subscriber_main(void *arg)
 {
 	struct cluster *cl = arg;
+	assert(cl->magic == CLUSTER_MAGIC);
 	unsigned fails = 0;
 	bool ever = false, lost_logged = false;
 	char why[256];

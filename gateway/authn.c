@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "cluster/peer.h"
 #include "gateway/passthrough.h"
+#include "gateway/request_internal.h"
 #include "gateway/s3err.h"
 #include "gateway/s3req.h"
 

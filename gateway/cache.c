@@ -112,26 +112,26 @@ bool cache_wants(struct req *r)
 	c->part = (uint32_t)part;
 	const char *mode = req_header(r, "x-amz-checksum-mode");
 	c->want_checksums = mode && strcasecmp(mode, "ENABLED") == 0;
-	r->cache = c;
+	req_set_cread(r, c);
 	return true;
 }
 
 bool cache_active(const struct req *r)
 {
-	return r->cache && r->cache->active;
+	return req_cread(r) && req_cread(r)->active;
 }
 
 const char *cache_outcome(const struct req *r, bool with_body)
 {
-	const struct cread *c = r->cache;
+	const struct cread *c = req_cread(r);
 	return c->meta_loaded || (with_body && c->miss) ? "miss" : "hit";
 }
 
 void cache_free(struct req *r)
 {
 	cache_end(r);
-	free(r->cache);
-	r->cache = NULL;
+	free(req_cread(r));
+	req_set_cread(r, NULL);
 }
 
 
@@ -145,7 +145,7 @@ void cache_free(struct req *r)
  * taught them. */
 bool cache_passes(struct req *r)
 {
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	const struct obj_meta *m = c->meta;
 	uint64_t first, last;
 	if (!m || m->negative || c->has_uerr || req_failed(r))
@@ -185,13 +185,13 @@ static void learn_checksums(struct req *r)
 void cache_learn(struct req *r)
 {
 	struct gw *gw = req_gw(r);
-	if (!gw->meta || !r->cache) /* not a read the cache wanted */
+	if (!gw->meta || !req_cread(r)) /* not a read the cache wanted */
 		return;
 	/* a whole object's answer (never a range's or a part's) */
-	if (r->cache->want_checksums && req_upstream_status(r) == 200 && !r->cache->part &&
+	if (req_cread(r)->want_checksums && req_upstream_status(r) == 200 && !req_cread(r)->part &&
 	    !req_header(r, "Range"))
 		learn_checksums(r);
-	if (!r->cache->part || req_upstream_status(r) != 206)
+	if (!req_cread(r)->part || req_upstream_status(r) != 206)
 		return;
 	const char *cr = hdrs_get(req_upstream_headers(r), "Content-Range");
 	const char *etag = hdrs_get(req_upstream_headers(r), "ETag");
@@ -202,7 +202,7 @@ void cache_learn(struct req *r)
 	    sscanf(cr, "bytes %" SCNu64 "-%" SCNu64 "/%" SCNu64, &first, &last, &size) != 3 ||
 	    first > last || last >= size)
 		return;
-	meta_learn_part(gw->meta, req_bucket(r), req_key(r), etag, size, r->cache->part,
+	meta_learn_part(gw->meta, req_bucket(r), req_key(r), etag, size, req_cread(r)->part,
 	                first, last, (uint32_t)n);
 }
 
@@ -213,11 +213,12 @@ void cache_learn(struct req *r)
 static void waiter_wake(void *arg)
 {
 	struct req *r = arg;
+	assert(req_valid(r));
 	struct worker *w = req_worker(r);
 	pthread_mutex_lock(&w->wake_lock);
-	if (!r->cache->wake_queued) {
-		r->cache->wake_queued = true;
-		r->cache->wake_next = w->wake_head;
+	if (!req_cread(r)->wake_queued) {
+		req_cread(r)->wake_queued = true;
+		req_cread(r)->wake_next = w->wake_head;
 		w->wake_head = r;
 	}
 	pthread_mutex_unlock(&w->wake_lock);
@@ -229,26 +230,27 @@ static void resolve(struct req *r);
 void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct worker *w = a->data;
+	assert(w->magic == WORKER_MAGIC);
 	(void)loop;
 	(void)revents;
 	pthread_mutex_lock(&w->wake_lock);
 	struct req *list = w->wake_head;
 	w->wake_head = NULL;
-	for (struct req *r = list; r; r = r->cache->wake_next)
-		r->cache->wake_queued = false;
+	for (struct req *r = list; r; r = req_cread(r)->wake_next)
+		req_cread(r)->wake_queued = false;
 	pthread_mutex_unlock(&w->wake_lock);
 	while (list) {
 		struct req *r = list;
-		list = r->cache->wake_next;
+		list = req_cread(r)->wake_next;
 		if (!req_alive(r))
 			continue;
-		if (r->cache->ask.waiting) {
-			r->cache->ask.waiting = false;
+		if (req_cread(r)->ask.waiting) {
+			req_cread(r)->ask.waiting = false;
 			resolve(r);
 		}
-		if (r->cache->chunk_waiting) {
-			chunk_unwait(r->cache->wait_chunk, &r->cache->waiter);
-			r->cache->chunk_waiting = false;
+		if (req_cread(r)->chunk_waiting) {
+			chunk_unwait(req_cread(r)->wait_chunk, &req_cread(r)->waiter);
+			req_cread(r)->chunk_waiting = false;
 		}
 		req_wake(r);
 	}
@@ -262,7 +264,7 @@ static const struct fetch_owner_ops owner_ops;
 static int start_meta_fetch(void *arg, const char *revalidate)
 {
 	struct req *r = arg;
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	c->meta_loaded = true;
 	/* Learning brings chunk 0: not past the memory bound. */
 	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes))
@@ -276,7 +278,7 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 static void resolve(struct req *r)
 {
 	struct gw *gw = req_gw(r);
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	for (int tries = 0; tries < 3 && !c->meta && !c->has_uerr && !c->pass_through && !req_failed(r);
 	     tries++) {
 		long st = 0;
@@ -307,33 +309,37 @@ static void resolve(struct req *r)
 static void cache_owner_detach(void *arg, struct fetch *f)
 {
 	struct req *owner = arg;
-	if (owner->cache->meta_fetch == f)
-		owner->cache->meta_fetch = NULL;
+	assert(req_valid(owner));
+	if (req_cread(owner)->meta_fetch == f)
+		req_cread(owner)->meta_fetch = NULL;
 }
 
 /* Keeps chunk 0's want unless this reader holds a chunk already. */
 static bool cache_owner_learnt(void *arg, long status, struct chunk *c0)
 {
 	struct req *owner = arg;
+	assert(req_valid(owner));
 	req_set_upstream_status(owner, status); /* for its access-log line */
-	if (!c0 || owner->cache->cur)
+	if (!c0 || req_cread(owner)->cur)
 		return false;
-	owner->cache->cur = c0;
-	owner->cache->cur_index = 0;
+	req_cread(owner)->cur = c0;
+	req_cread(owner)->cur_index = 0;
 	return true;
 }
 
 static void cache_owner_pass_through(void *arg)
 {
 	struct req *owner = arg;
-	owner->cache->pass_through = true;
+	assert(req_valid(owner));
+	req_cread(owner)->pass_through = true;
 }
 
 static void cache_owner_upstream_error(void *arg, long status, const struct hdrs *h,
                                        const char *body, size_t len)
 {
 	struct req *owner = arg;
-	struct cread *c = owner->cache;
+	assert(req_valid(owner));
+	struct cread *c = req_cread(owner);
 	if (c->has_uerr || !req_alive(owner))
 		return;
 	if (status == 0) { /* never reached upstream */
@@ -360,7 +366,7 @@ static const struct fetch_owner_ops owner_ops = {
 
 void cache_begin(struct req *r)
 {
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	c->active = true;
 	c->waiter.wake = waiter_wake;
 	c->waiter.arg = r;
@@ -373,6 +379,7 @@ void cache_begin(struct req *r)
 
 static void body_done(void *cls)
 {
+	assert(req_valid(cls));
 	req_unref(cls);
 }
 
@@ -392,7 +399,7 @@ static enum MHD_Result respond_s3(struct req *r, enum s3err e, const struct obj_
 
 static enum MHD_Result respond_upstream_error(struct req *r)
 {
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(
 		c->uerr_len, c->uerr_body ? c->uerr_body : (char *)"", MHD_RESPMEM_MUST_COPY);
 	if (!resp)
@@ -413,7 +420,7 @@ static enum MHD_Result respond_upstream_error(struct req *r)
 
 enum MHD_Result cache_respond(struct req *r)
 {
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	if (req_failed(r))
 		return req_respond_error(r);
 	if (c->has_uerr)
@@ -524,7 +531,7 @@ enum MHD_Result cache_respond(struct req *r)
 
 void cache_end(struct req *r)
 {
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	if (!c || !c->active)
 		return;
 	struct gw *gw = req_gw(r);
@@ -536,8 +543,8 @@ void cache_end(struct req *r)
 	if (c->wake_queued) {
 		struct req **pp = &req_worker(r)->wake_head;
 		while (*pp != r)
-			pp = &(*pp)->cache->wake_next;
-		*pp = r->cache->wake_next;
+			pp = &req_cread(*pp)->wake_next;
+		*pp = req_cread(r)->wake_next;
 		c->wake_queued = false;
 	}
 	pthread_mutex_unlock(&req_worker(r)->wake_lock);

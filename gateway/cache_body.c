@@ -5,6 +5,7 @@
  * chunks fetched ahead as the client shows it reads. Bytes go to the
  * client as they arrive. See cache.c for the request's other steps.
  */
+#include <assert.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -26,18 +27,18 @@ uint64_t cread_chunk_bytes(const struct req *r)
 /* The version this request reads. */
 static struct obj_ref obj_of(const struct req *r)
 {
-	return (struct obj_ref){ req_bucket(r), req_key(r), r->cache->meta };
+	return (struct obj_ref){ req_bucket(r), req_key(r), req_cread(r)->meta };
 }
 
 /* Whether every chunk of [start, end] is held (RAM or NVMe): a hit. */
 bool cread_all_held(struct req *r, const struct obj_meta *m)
 {
-	if (r->cache->head || m->size == 0)
+	if (req_cread(r)->head || m->size == 0)
 		return true;
 	struct obj_ref ref = obj_of(r);
 	uint64_t first, last;
 	uint64_t cs = cread_chunk_bytes(r);
-	if (!obj_chunk_span(m->size, cs, r->cache->start, r->cache->end, &first, &last))
+	if (!obj_chunk_span(m->size, cs, req_cread(r)->start, req_cread(r)->end, &first, &last))
 		return true;
 	for (uint64_t i = first; i <= last; i++) {
 		struct chunk_id id;
@@ -63,7 +64,9 @@ bool cread_refetch_allowed(struct cread *c, uint64_t i)
 static struct chunk *get_chunk(struct req *r, uint64_t i);
 
 /* The chunks an iovec response points into, released when MHD is done. */
+#define IOV_HOLD_MAGIC 0x696f7668u /* "iovh" */
 struct iov_hold {
+	unsigned magic;
 	unsigned n;
 	struct chunk *c[];
 };
@@ -71,8 +74,10 @@ struct iov_hold {
 static void iov_done(void *cls)
 {
 	struct iov_hold *h = cls;
+	assert(h->magic == IOV_HOLD_MAGIC);
 	for (unsigned k = 0; k < h->n; k++)
 		obj_unwant(h->c[k], false);
+	h->magic = 0;
 	free(h);
 }
 
@@ -81,7 +86,7 @@ static void iov_done(void *cls)
  * when some chunk is not in RAM (the reader callback serves it). */
 struct MHD_Response *cread_zero_copy(struct req *r)
 {
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	uint64_t cs = cread_chunk_bytes(r), first, last;
 	if (!obj_chunk_span(c->meta->size, cs, c->start, c->end, &first, &last) ||
 	    last - first >= 4096)
@@ -94,6 +99,7 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 		free(iov);
 		return NULL;
 	}
+	h->magic = IOV_HOLD_MAGIC;
 	h->n = 0;
 	bool ok = true;
 	for (uint64_t i = first; i <= last && ok; i++) {
@@ -121,7 +127,7 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 /* Lets go of the chunks held, saying whether this reader gave up on them. */
 void cread_release_as(struct req *r, bool gave_up)
 {
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	if (c->cur)
 		obj_unwant(c->cur, gave_up);
 	c->cur = NULL;
@@ -165,8 +171,8 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
 		p->declined = true;
 		return FETCH_ERR_CANCELLED;
 	}
-	r->cache->miss = true;
-	struct fetch_producer fp = { req_worker(r), req_bucket(r), req_key(r), r->cache->meta,
+	req_cread(r)->miss = true;
+	struct fetch_producer fp = { req_worker(r), req_bucket(r), req_key(r), req_cread(r)->meta,
 	                             req_peer_hop(r) };
 	return fetch_produce(&fp, ch, i);
 }
@@ -182,7 +188,7 @@ static struct chunk *get_chunk(struct req *r, uint64_t i)
 	struct chunk *ch = obj_acquire(&req_gw(r)->objects, &ref, i, produce, &p, NULL);
 	if (ch && p.declined) {
 		obj_unwant(ch, false);
-		r->cache->busy = true;
+		req_cread(r)->busy = true;
 		return NULL;
 	}
 	return ch;
@@ -215,7 +221,7 @@ static uint64_t unsent_bytes(const struct req *r)
  * one that stops holds two chunks, not 1 + LARDER_READAHEAD. */
 static unsigned ahead_wanted(const struct req *r)
 {
-	const struct cread *c = r->cache;
+	const struct cread *c = req_cread(r);
 	unsigned n = req_gw(r)->cfg->readahead_chunks;
 	if (n > READAHEAD_MAX)
 		n = READAHEAD_MAX;
@@ -235,7 +241,7 @@ static unsigned ahead_wanted(const struct req *r)
  * there. */
 static void read_ahead(struct req *r, uint64_t i, unsigned n)
 {
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	uint64_t cs = cread_chunk_bytes(r), last = obj_chunk_index(c->end, cs);
 	c->window = n;
 	for (unsigned k = 0; k < READAHEAD_MAX; k++)
@@ -264,7 +270,7 @@ static void read_ahead(struct req *r, uint64_t i, unsigned n)
 /* Moves the reader to chunk i, taking it from the read-ahead if there. */
 struct chunk *cread_chunk_for(struct req *r, uint64_t i)
 {
-	struct cread *c = r->cache;
+	struct cread *c = req_cread(r);
 	if (c->cur && c->cur_index == i) {
 		/* Handed over by the fetch that learnt the object: start the
 		 * read-ahead now; widen it as the client reads. */
@@ -298,7 +304,8 @@ struct chunk *cread_chunk_for(struct req *r, uint64_t i)
 ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 {
 	struct req *r = cls;
-	struct cread *c = r->cache;
+	assert(req_valid(r));
+	struct cread *c = req_cread(r);
 	(void)pos;
 	if (c->head || req_status_sent(r) == 304 || !c->meta || c->meta->size == 0 || c->pos > c->end)
 		return MHD_CONTENT_READER_END_OF_STREAM;

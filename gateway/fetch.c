@@ -40,7 +40,7 @@
 struct fetch {
 	unsigned magic;
 	struct worker *w;
-	struct fetch *prev, *next;   /* the worker's fetches */
+	struct list_node link;       /* on the worker's fetches */
 	bool meta_kind;              /* learning the object; else one chunk */
 	char *bucket, *key;
 	char etag[130];              /* chunk fetches: If-Match */
@@ -82,12 +82,7 @@ static uint64_t object_hash(const char *bucket, const char *key)
 static void fetch_free(struct fetch *f)
 {
 	struct worker *w = f->w;
-	if (f->prev)
-		f->prev->next = f->next;
-	else
-		w->fetches = f->next;
-	if (f->next)
-		f->next->prev = f->prev;
+	list_unlink(&w->fetches, &f->link);
 	if (f->owner)
 		f->owner_ops->detach(f->owner, f);
 	if (f->ask)
@@ -120,10 +115,7 @@ static struct fetch *fetch_new(struct worker *w, const char *bucket, const char 
 	transfer_init(&f->x, &fetch_ops, f, w->curl, &policy);
 	up_target_init(&f->target);
 	buf_init(&f->errbody, ERRBODY_MAX);
-	f->next = w->fetches;
-	if (w->fetches)
-		w->fetches->prev = f;
-	w->fetches = f;
+	list_push_front(&w->fetches, &f->link);
 	if (!f->bucket || !f->key) {
 		fetch_free(f);
 		return NULL;
@@ -212,6 +204,7 @@ static void start_or_fail(struct fetch *f)
 static void asked_cb(void *arg, const char *addr)
 {
 	struct fetch *f = arg;
+	assert(f->magic == FETCH_MAGIC);
 	f->ask = NULL;
 	if (addr)
 		snprintf(f->holder, sizeof f->holder, "%s", addr);
@@ -678,8 +671,8 @@ static const struct transfer_ops fetch_ops = {
 
 void fetch_abort_all(struct worker *w)
 {
-	while (w->fetches) {
-		struct fetch *f = w->fetches;
+	while (!list_empty(&w->fetches)) {
+		struct fetch *f = list_item(w->fetches.first, struct fetch, link);
 		transfer_stop(&f->x);
 		if (f->c && atomic_load(&f->c->state) == CHUNK_FILLING)
 			store_complete(w->gw->store, f->c, false, FETCH_ERR_CANCELLED, NULL);

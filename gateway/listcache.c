@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/fnv.h"
+#include "base/list.h"
 #include "gateway/req.h"
 
 #define LC_SLOTS 4096
@@ -20,7 +21,7 @@
 struct lc_entry {
 	struct lc_entry *hnext;          /* slot chain */
 	uint64_t h;                      /* fnv1a64(key): its slot */
-	struct lc_entry *prev, *next;    /* age order: oldest first */
+	struct list_node age;            /* on the age list */
 	char *key;                       /* bucket '\n' sorted query */
 	char *bucket, *prefix;
 	char *body;
@@ -34,7 +35,7 @@ struct listcache {
 	pthread_mutex_t lock;
 	size_t max_bytes, bytes;
 	struct lc_entry *slots[LC_SLOTS];
-	struct lc_entry *oldest, *newest;
+	struct list ages;                /* struct lc_entry, oldest first */
 	atomic_uint_fast64_t generation; /* bumped by every invalidation */
 };
 
@@ -71,6 +72,12 @@ static void entry_free(struct lc_entry *e)
 	free(e);
 }
 
+/* The entry on the age list at n, or NULL. */
+static struct lc_entry *age_entry(struct list_node *n)
+{
+	return n ? list_item(n, struct lc_entry, age) : NULL;
+}
+
 /* Unlinks e from its slot and the age list; lock held. */
 static void unlink_entry(struct listcache *lc, struct lc_entry *e)
 {
@@ -78,14 +85,7 @@ static void unlink_entry(struct listcache *lc, struct lc_entry *e)
 	while (*pp != e)
 		pp = &(*pp)->hnext;
 	*pp = e->hnext;
-	if (e->prev)
-		e->prev->next = e->next;
-	else
-		lc->oldest = e->next;
-	if (e->next)
-		e->next->prev = e->prev;
-	else
-		lc->newest = e->prev;
+	list_unlink(&lc->ages, &e->age);
 	lc->bytes -= e->cost;
 	entry_free(e);
 }
@@ -94,8 +94,8 @@ void listcache_destroy(struct listcache *lc)
 {
 	if (!lc)
 		return;
-	while (lc->oldest)
-		unlink_entry(lc, lc->oldest);
+	while (!list_empty(&lc->ages))
+		unlink_entry(lc, age_entry(lc->ages.first));
 	pthread_mutex_destroy(&lc->lock);
 	free(lc);
 }
@@ -114,8 +114,8 @@ void listcache_invalidate(struct listcache *lc, const char *bucket, const char *
 		return;
 	pthread_mutex_lock(&lc->lock);
 	atomic_fetch_add(&lc->generation, 1);
-	for (struct lc_entry *e = lc->oldest, *next; e; e = next) {
-		next = e->next;
+	for (struct lc_entry *e = age_entry(lc->ages.first), *next; e; e = next) {
+		next = age_entry(e->age.next);
 		if (strcmp(e->bucket, bucket) == 0 &&
 		    (!key || !*key || strncmp(key, e->prefix, strlen(e->prefix)) == 0))
 			unlink_entry(lc, e);
@@ -196,16 +196,17 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
 
 bool listcache_begin(struct req *r)
 {
-	struct gw *gw = r->w->gw;
-	if (!gw->lists || !r->authorized || r->presigned || r->peer_hop ||
-	    r->body != BODY_NONE || r->s3.target != S3T_BUCKET || !r->s3.listing ||
-	    strcmp(r->method, "GET") != 0)
+	struct gw *gw = req_gw(r);
+	const struct s3req *s3 = req_s3(r);
+	if (!gw->lists || !req_authorized(r) || req_presigned(r) || req_peer_hop(r) ||
+	    req_has_body(r) || s3->target != S3T_BUCKET || !s3->listing ||
+	    strcmp(req_method(r), "GET") != 0)
 		return false;
-	unsigned ttl = cfg_list_ttl(gw->cfg, r->s3.bucket, buf_cstr(&r->s3.list_prefix));
+	unsigned ttl = cfg_list_ttl(gw->cfg, s3->bucket, buf_cstr(&s3->list_prefix));
 	bool ok = ttl > 0;
 	if (ok)
-		MHD_get_connection_values(r->conn, MHD_HEADER_KIND, check_header, &ok);
-	char *key = ok ? cache_key(r->s3.bucket, r->query) : NULL;
+		MHD_get_connection_values(req_connection(r), MHD_HEADER_KIND, check_header, &ok);
+	char *key = ok ? cache_key(s3->bucket, req_query(r)) : NULL;
 	if (!key)
 		return false;
 	struct list_req *l = calloc(1, sizeof *l);
@@ -216,7 +217,7 @@ bool listcache_begin(struct req *r)
 	l->key = key;
 	l->ttl_s = ttl;
 	buf_init(&l->body, LC_MAX_ANSWER);
-	r->list = l;
+	req_set_list(r, l);
 
 	struct listcache *lc = gw->lists;
 	pthread_mutex_lock(&lc->lock);
@@ -239,12 +240,12 @@ bool listcache_begin(struct req *r)
 
 bool listcache_hit(const struct req *r)
 {
-	return r->list && r->list->hit;
+	return req_list(r) && req_list(r)->hit;
 }
 
 enum MHD_Result listcache_respond(struct req *r)
 {
-	struct list_req *l = r->list;
+	struct list_req *l = req_list(r);
 	struct MHD_Response *resp = MHD_create_response_from_buffer(l->hit_len, l->hit_body,
 	                                                            MHD_RESPMEM_MUST_FREE);
 	if (!resp)
@@ -254,40 +255,37 @@ enum MHD_Result listcache_respond(struct req *r)
 		MHD_add_response_header(resp, "Content-Type", l->ctype);
 	if (l->region[0])
 		MHD_add_response_header(resp, "x-amz-bucket-region", l->region);
-	MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	MHD_add_response_header(resp, "x-amz-request-id", req_id(r));
 	MHD_add_response_header(resp, "x-larder-cache", "hit");
 	req_add_common_headers(r, resp);
-	r->status_sent = 200;
-	r->bytes_out = l->hit_len;
-	enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
-	MHD_destroy_response(resp);
-	r->responded = true;
-	return ret;
+	req_count_out(r, l->hit_len);
+	return req_queue_response(r, 200, resp);
 }
 
 void listcache_capture(struct req *r, const char *data, size_t len)
 {
-	struct list_req *l = r->list;
+	struct list_req *l = req_list(r);
 	if (l && !l->hit && !l->too_big && buf_append(&l->body, data, len) != 0)
 		l->too_big = true;
 }
 
 void listcache_store(struct req *r)
 {
-	struct list_req *l = r->list;
-	struct listcache *lc = r->w->gw->lists;
-	if (!l || l->hit || l->too_big || r->ustatus != 200 ||
-	    (r->resp_len != MHD_SIZE_UNKNOWN && r->resp_len != l->body.len))
+	struct list_req *l = req_list(r);
+	struct listcache *lc = req_gw(r)->lists;
+	uint64_t len = req_upstream_length(r);
+	if (!l || l->hit || l->too_big || req_upstream_status(r) != 200 ||
+	    (len != MHD_SIZE_UNKNOWN && len != l->body.len))
 		return;
-	const char *ct = hdrs_get(&r->up.resp, "Content-Type");
-	const char *region = hdrs_get(&r->up.resp, "x-amz-bucket-region");
+	const char *ct = hdrs_get(req_upstream_headers(r), "Content-Type");
+	const char *region = hdrs_get(req_upstream_headers(r), "x-amz-bucket-region");
 	struct lc_entry *e = calloc(1, sizeof *e);
 	if (!e)
 		return;
 	e->key = strdup(l->key);
 	e->h = fnv1a64(l->key);
-	e->bucket = strdup(r->s3.bucket);
-	e->prefix = strdup(buf_cstr(&r->s3.list_prefix));
+	e->bucket = strdup(req_bucket(r));
+	e->prefix = strdup(buf_cstr(&req_s3(r)->list_prefix));
 	e->len = l->body.len;
 	e->body = malloc(e->len ? e->len : 1);
 	if (!e->key || !e->bucket || !e->prefix || !e->body) {
@@ -311,29 +309,24 @@ void listcache_store(struct req *r)
 	struct lc_entry *old = find(lc, e->key, e->h);
 	if (old)
 		unlink_entry(lc, old);
-	while (lc->oldest && lc->bytes + e->cost > lc->max_bytes)
-		unlink_entry(lc, lc->oldest);
+	while (!list_empty(&lc->ages) && lc->bytes + e->cost > lc->max_bytes)
+		unlink_entry(lc, age_entry(lc->ages.first));
 	struct lc_entry **slot = &lc->slots[e->h % LC_SLOTS];
 	e->hnext = *slot;
 	*slot = e;
-	e->prev = lc->newest;
-	if (lc->newest)
-		lc->newest->next = e;
-	else
-		lc->oldest = e;
-	lc->newest = e;
+	list_push_back(&lc->ages, &e->age);
 	lc->bytes += e->cost;
 	pthread_mutex_unlock(&lc->lock);
 }
 
 void listcache_end(struct req *r)
 {
-	struct list_req *l = r->list;
+	struct list_req *l = req_list(r);
 	if (!l)
 		return;
 	free(l->key);
 	free(l->hit_body);
 	buf_fini(&l->body);
 	free(l);
-	r->list = NULL;
+	req_set_list(r, NULL);
 }

@@ -22,6 +22,7 @@
 #include "gateway/authn.h"
 #include "gateway/cache.h"
 #include "gateway/listcache.h"
+#include "gateway/request_internal.h"
 #include "gateway/s3err.h"
 
 static size_t pbuf_used(const struct pbuf *b) { return b->len - b->off; }
@@ -56,6 +57,7 @@ static size_t pbuf_take(struct pbuf *b, void *out, size_t max)
 int pass_chunk_sink(void *arg, const char *data, size_t len)
 {
 	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC);
 	if (r->up_queued + len > (uint64_t)r->up_len)
 		return -1;
 	r->up_queued += len;

@@ -36,11 +36,14 @@
 #define PF_TICK 0.02
 #define LIST_BODY_MAX (64u << 20)
 #define PREFETCH_MAGIC 0x70726566u
+#define PF_MAGIC 0x7066636bu     /* "pfck": struct prefetch */
+#define PF_OBJ_MAGIC 0x70666f62u /* "pfob" */
 
 enum pf_state { PF_LISTING, PF_WARMING, PF_DONE, PF_FAILED, PF_CANCELLED };
 static const char *const state_names[] = { "listing", "warming", "done", "failed", "cancelled" };
 
 struct pf_obj {
+	unsigned magic;              /* PF_OBJ_MAGIC while it has a key */
 	char *key;
 	struct obj_meta *meta;
 	struct chunk_waiter waiter;
@@ -87,6 +90,7 @@ struct pf_job {
 };
 
 struct prefetch {
+	unsigned magic;
 	struct gw *gw;
 	struct worker *w;
 	pthread_mutex_t lock;
@@ -333,6 +337,7 @@ static const struct transfer_ops list_ops = {
 static void obj_wake(void *arg)
 {
 	struct pf_obj *o = arg;
+	assert(o->magic == PF_OBJ_MAGIC);
 	atomic_store(&o->woken, true);
 }
 
@@ -452,6 +457,7 @@ static bool job_step(struct pf_job *j)
 	for (unsigned k = 0; k < j->concurrency; k++) {
 		struct pf_obj *o = &j->active[k];
 		if (!o->key && j->next_key < j->n_keys) {
+			o->magic = PF_OBJ_MAGIC;
 			o->key = strdup(j->keys[j->next_key]);
 			o->sized = j->sizes[j->next_key] != 0;
 			if (o->sized)
@@ -480,6 +486,7 @@ static bool job_step(struct pf_job *j)
 static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct prefetch *p = t->data;
+	assert(p->magic == PF_MAGIC);
 	(void)revents;
 	struct pf_job **pp = &p->running;
 	while (*pp) {
@@ -501,6 +508,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 static void async_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct prefetch *p = a->data;
+	assert(p->magic == PF_MAGIC);
 	(void)revents;
 	pthread_mutex_lock(&p->lock);
 	struct pf_job *q = p->queued;
@@ -528,6 +536,7 @@ struct prefetch *prefetch_create(struct gw *gw, struct worker *w)
 	struct prefetch *p = calloc(1, sizeof *p);
 	if (!p)
 		return NULL;
+	p->magic = PF_MAGIC;
 	p->gw = gw;
 	p->w = w;
 	pthread_mutex_init(&p->lock, NULL);
@@ -571,6 +580,7 @@ void prefetch_destroy(struct prefetch *p)
 		job_free(j);
 	}
 	pthread_mutex_destroy(&p->lock);
+	p->magic = 0;
 	free(p);
 }
 

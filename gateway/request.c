@@ -34,8 +34,161 @@
 #include "gateway/passthrough.h"
 #include "gateway/cache.h"
 #include "gateway/req.h"
+#include "gateway/request_internal.h"
 #include "gateway/s3err.h"
 #include "gateway/s3req.h"
+
+/* ---- what the rest of gateway/ reads and sets (gateway/req.h) --------- */
+
+bool req_valid(const struct req *r)
+{
+	return r && r->magic == REQ_MAGIC;
+}
+
+struct worker *req_worker(const struct req *r)
+{
+	return r->w;
+}
+
+struct gw *req_gw(const struct req *r)
+{
+	return r->w->gw;
+}
+
+const struct s3req *req_s3(const struct req *r)
+{
+	return &r->s3;
+}
+
+const char *req_bucket(const struct req *r)
+{
+	return r->s3.bucket;
+}
+
+const char *req_key(const struct req *r)
+{
+	return buf_cstr(&r->s3.key);
+}
+
+const char *req_query(const struct req *r)
+{
+	return r->query;
+}
+
+const char *req_method(const struct req *r)
+{
+	return r->method;
+}
+
+const char *req_id(const struct req *r)
+{
+	return r->id;
+}
+
+unsigned req_peer_hop(const struct req *r)
+{
+	return r->peer_hop;
+}
+
+bool req_has_body(const struct req *r)
+{
+	return r->body != BODY_NONE;
+}
+
+bool req_authorized(const struct req *r)
+{
+	return r->authorized;
+}
+
+bool req_presigned(const struct req *r)
+{
+	return r->presigned;
+}
+
+bool req_alive(const struct req *r)
+{
+	return r->conn != NULL;
+}
+
+struct MHD_Connection *req_connection(const struct req *r)
+{
+	return r->conn;
+}
+
+bool req_failed(const struct req *r)
+{
+	return r->has_err;
+}
+
+bool req_responded(const struct req *r)
+{
+	return r->responded;
+}
+
+int req_status_sent(const struct req *r)
+{
+	return r->status_sent;
+}
+
+void req_count_out(struct req *r, uint64_t n)
+{
+	r->bytes_out += n;
+}
+
+long req_upstream_status(const struct req *r)
+{
+	return r->ustatus;
+}
+
+void req_set_upstream_status(struct req *r, long s)
+{
+	r->ustatus = s;
+}
+
+const struct hdrs *req_upstream_headers(const struct req *r)
+{
+	return &r->up.resp;
+}
+
+uint64_t req_upstream_length(const struct req *r)
+{
+	return r->resp_len;
+}
+
+struct cread *req_cread(const struct req *r)
+{
+	return r->cache;
+}
+
+void req_set_cread(struct req *r, struct cread *c)
+{
+	r->cache = c;
+}
+
+struct list_req *req_list(const struct req *r)
+{
+	return r->list;
+}
+
+void req_set_list(struct req *r, struct list_req *l)
+{
+	r->list = l;
+}
+
+void req_err_object_size(struct req *r, uint64_t size)
+{
+	r->err_sized = true;
+	r->err_object_size = size;
+}
+
+enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Response *resp)
+{
+	r->status_sent = (int)status;
+	enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+	MHD_destroy_response(resp);
+	r->responded = true;
+	return ret;
+}
 
 /* ------------------------------------------------------------------ */
 /* lifetime */
@@ -211,10 +364,7 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	         (unsigned long)(mix & 0xffffffffUL));
 	s3req_init(&r->s3);
 	pass_init(r);
-	r->next = w->live;
-	if (w->live)
-		w->live->prev = r;
-	w->live = r;
+	list_push_front(&w->live, &r->link);
 	w->n_live++;
 	return r;
 }
@@ -345,19 +495,15 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 		                rec.bytes_out, rec.bytes_in);
 	}
 	cache_end(r);
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		w->live = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
+	list_unlink(&w->live, &r->link);
 	w->n_live--;
 	req_unref(r);
 }
 
 void request_abort_all(struct worker *w)
 {
-	for (struct req *r = w->live; r; r = r->next) {
+	for (struct list_node *n = w->live.first; n; n = n->next) {
+		struct req *r = list_item(n, struct req, link);
 		pass_stop(r);
 		req_wake(r);
 	}

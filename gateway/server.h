@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "base/list.h"
 #include "config/config.h"
 #include "net/curlev.h"
 #include "gateway/upstream.h"
@@ -75,10 +76,10 @@ struct worker {
 	ev_timer drain_timer;
 	double drain_deadline;
 	struct curlev *curl;
-	struct req *live;          /* requests in progress on this worker */
+	struct list live;          /* requests in progress on this worker (struct req) */
 	unsigned n_live;
 	bool mhd_kick;             /* a connection was resumed: run MHD before sleeping */
-	struct fetch *fetches;     /* cache fills running on this worker */
+	struct list fetches;       /* cache fills running on this worker (struct fetch) */
 	struct placement *placement; /* directory lookups (cluster only), or NULL */
 	/* Readers woken by another thread (a chunk grew, metadata arrived):
 	 * queued under wake_lock, handled on this loop by wake_async. */

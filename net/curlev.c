@@ -13,6 +13,7 @@
 #include "net/transfer.h"
 
 #define CURLEV_MAGIC 0x63757276u
+#define SOCKWATCH_MAGIC 0x736f636bu /* "sock" */
 
 struct curlev {
 	unsigned magic;
@@ -26,7 +27,8 @@ struct curlev {
 };
 
 struct sockwatch {
-	ev_io io;
+	ev_io io;                  /* first: io_cb casts the watcher back */
+	unsigned magic;
 	struct curlev *c;
 	curl_socket_t fd;
 };
@@ -54,6 +56,7 @@ static void check_done(struct curlev *c)
 static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct sockwatch *s = (struct sockwatch *)w;
+	assert(s->magic == SOCKWATCH_MAGIC);
 	struct curlev *c = s->c;
 	assert(c->magic == CURLEV_MAGIC);
 	int action = ((revents & EV_READ) ? CURL_CSELECT_IN : 0) |
@@ -80,6 +83,7 @@ static void timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
 static int multi_timer_cb(CURLM *multi, long timeout_ms, void *arg)
 {
 	struct curlev *c = arg;
+	assert(c->magic == CURLEV_MAGIC);
 	ev_timer_stop(c->loop, &c->timer);
 	if (timeout_ms >= 0) {
 		ev_timer_set(&c->timer, (double)timeout_ms / 1000.0, 0.);
@@ -94,9 +98,11 @@ static int multi_sock_cb(CURL *easy, curl_socket_t fd, int what, void *arg, void
 {
 	struct curlev *c = arg;
 	struct sockwatch *s = sockp;
+	assert(c->magic == CURLEV_MAGIC && (!s || s->magic == SOCKWATCH_MAGIC));
 	if (what == CURL_POLL_REMOVE) {
 		if (s) {
 			ev_io_stop(c->loop, &s->io);
+			s->magic = 0;
 			free(s);
 			curl_multi_assign(c->multi, fd, NULL);
 		}
@@ -107,6 +113,7 @@ static int multi_sock_cb(CURL *easy, curl_socket_t fd, int what, void *arg, void
 		s = calloc(1, sizeof *s);
 		if (!s)
 			return -1;
+		s->magic = SOCKWATCH_MAGIC;
 		s->c = c;
 		s->fd = fd;
 		curl_multi_assign(c->multi, fd, s);

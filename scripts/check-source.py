@@ -10,6 +10,8 @@
    folder and the folders below it (LAYERS); tests/, loadtest/ may include all.
 3. The allocator: in the folders of ALLOC_FOLDERS (those converted so far),
    memory comes from base/alloc.h, not from malloc & co. directly.
+4. Private headers: a header of PRIVATE is included only by the files listed
+   with it (tests/ aside).
 
 Prints one line per finding (file:line: what, and the replacement) and exits 1
 if there was any; prints `check-source: ok (N files)` and exits 0 otherwise.
@@ -50,6 +52,13 @@ LAYERS = ["base", "net", "auth", "config", "store", "cluster", "gateway"]
 # Folders that allocate only through base/alloc.h; add one when it is converted.
 ALLOC_FOLDERS = ["base"]
 RAW_ALLOC = ["malloc", "calloc", "realloc", "reallocarray", "strdup", "strndup"]
+
+# header -> the only files that may include it.
+PRIVATE = {
+    "gateway/request_internal.h": ["gateway/request.c", "gateway/authn.c",
+                                   "gateway/passthrough.c"],
+}
+PRIVATE_INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+/[a-z_]+\.h)"')
 
 RAW_CALL = re.compile(r"(?<![\w.>])(" + "|".join(RAW_ALLOC) + r")\s*\(")
 CALL = re.compile(r"(?<![\w.>])(" + "|".join(sorted(BANNED)) + r")\s*\(")
@@ -140,6 +149,12 @@ def main():
                 if m and m.group(1) in LAYERS and LAYERS.index(m.group(1)) > LAYERS.index(top):
                     findings.append("%s:%d: %s/ may not include %s/ (layers, lowest first: %s)"
                                     % (f, no, top, m.group(1), " <- ".join(LAYERS)))
+        if top in LAYERS:
+            for no, line in enumerate(text.split("\n"), 1):
+                m = PRIVATE_INCLUDE.match(line)
+                if m and m.group(1) in PRIVATE and f not in PRIVATE[m.group(1)]:
+                    findings.append("%s:%d: %s is private to %s" % (f, no, m.group(1),
+                                                                    ", ".join(PRIVATE[m.group(1)])))
     for f, name in sorted(allow - used_allow):
         findings.append("scripts/check-source.allow: %s %s is not used any more: remove the line"
                         % (f, name))

@@ -162,7 +162,7 @@ void chunk_unref(struct chunk *c)
 		return;
 	/* A waiter still linked would be woken through freed memory later:
 	 * readers unwait before they drop their reference. */
-	assert(c->waiters == NULL);
+	assert(list_empty(&c->waiters));
 	pthread_cond_destroy(&c->woke);
 	pthread_mutex_destroy(&c->lock);
 	atomic_fetch_sub_explicit(&live_bytes, c->len, memory_order_relaxed);
@@ -185,11 +185,7 @@ void chunk_wait(struct chunk *c, struct chunk_waiter *w, size_t seen)
 	assert(w->wake);
 	pthread_mutex_lock(&c->lock);
 	if (!w->linked) {
-		w->prev = NULL;
-		w->next = c->waiters;
-		if (c->waiters)
-			c->waiters->prev = w;
-		c->waiters = w;
+		list_push_front(&c->waiters, &w->link);
 		w->linked = true;
 		w->queued = false;
 	}
@@ -208,16 +204,10 @@ void chunk_unwait(struct chunk *c, struct chunk_waiter *w)
 {
 	pthread_mutex_lock(&c->lock);
 	if (w->linked) {
-		if (w->prev)
-			w->prev->next = w->next;
-		else
-			c->waiters = w->next;
-		if (w->next)
-			w->next->prev = w->prev;
+		list_unlink(&c->waiters, &w->link);
 		w->linked = false;
 	}
 	w->queued = false;
-	w->prev = w->next = NULL;
 	/* A round on another thread may hold w in its batch: wait until its
 	 * wake() returned. Unlinked, w cannot be picked by any later round. */
 	while (w->calling)
@@ -232,11 +222,12 @@ static void wake_all(struct chunk *c)
 	struct chunk_waiter *batch[WAKE_BATCH];
 
 	pthread_mutex_lock(&c->lock);
-	for (struct chunk_waiter *w = c->waiters; w; w = w->next)
-		w->queued = true;
+	for (struct list_node *n = c->waiters.first; n; n = n->next)
+		list_item(n, struct chunk_waiter, link)->queued = true;
 	for (;;) {
 		size_t n = 0;
-		for (struct chunk_waiter *w = c->waiters; w && n < WAKE_BATCH; w = w->next) {
+		for (struct list_node *l = c->waiters.first; l && n < WAKE_BATCH; l = l->next) {
+			struct chunk_waiter *w = list_item(l, struct chunk_waiter, link);
 			if (w->queued && !w->calling) {
 				w->queued = false;
 				w->calling = true;

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/list.h"
+
 #define CHUNK_ID_LEN 16
 
 struct chunk_id {
@@ -58,7 +60,7 @@ enum chunk_state {
 struct chunk_waiter {
 	void (*wake)(void *arg);
 	void *arg;
-	struct chunk_waiter *prev, *next; /* private */
+	struct list_node link;            /* private */
 	bool queued;                      /* private: an event is due to it */
 	bool calling;                     /* private: wake() is running now */
 	bool linked;                      /* private: on a chunk's list */
@@ -85,7 +87,7 @@ struct chunk {
 	_Atomic int refs;
 	pthread_mutex_t lock;        /* guards waiters and their private fields */
 	pthread_cond_t woke;         /* a wake() call finished (for chunk_unwait) */
-	struct chunk_waiter *waiters;
+	struct list waiters;         /* struct chunk_waiter */
 	int fail_reason;             /* negative errno-style, or an HTTP status */
 	void *tier_priv;             /* the RAM tier's bookkeeping */
 	uint64_t gen;                /* NVMe time order, taken when it was created */

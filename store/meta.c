@@ -17,13 +17,14 @@
 #include <string.h>
 
 #include "base/fnv.h"
+#include "base/list.h"
 
 #define SHARDS 64
 #define BUCKETS_PER_SHARD 4096
 
 struct mentry {
 	struct mentry *hnext;
-	struct mentry *fprev, *fnext;
+	struct list_node fifo;
 	uint64_t h;
 	char *name;            /* bucket '\0' key */
 	size_t name_len;
@@ -33,14 +34,20 @@ struct mentry {
 	bool failed;           /* a load failed (meta_publish_failure): */
 	double failed_at;      /* when, */
 	long failed_status;    /* and why */
-	struct chunk_waiter *waiters;
+	struct list waiters;   /* struct chunk_waiter */
 };
+
+/* The entry on a shard's FIFO at n, or NULL. */
+static struct mentry *fifo_entry(struct list_node *n)
+{
+	return n ? list_item(n, struct mentry, fifo) : NULL;
+}
 
 struct shard {
 	pthread_mutex_t lock;
 	pthread_mutex_t wake_lock;
 	struct mentry *table[BUCKETS_PER_SHARD];
-	struct mentry *fifo_head, *fifo_tail; /* oldest at head */
+	struct list fifo;                     /* struct mentry, oldest first */
 	size_t count;
 };
 
@@ -183,8 +190,8 @@ void meta_cache_destroy(struct meta_cache *mc)
 		return;
 	for (int i = 0; i < SHARDS; i++) {
 		struct shard *sh = &mc->shards[i];
-		for (struct mentry *e = sh->fifo_head, *next; e; e = next) {
-			next = e->fnext;
+		for (struct mentry *e = fifo_entry(sh->fifo.first), *next; e; e = next) {
+			next = fifo_entry(e->fifo.next);
 			entry_free(e);
 		}
 		pthread_mutex_destroy(&sh->lock);
@@ -219,14 +226,7 @@ static void unlink_entry(struct shard *sh, struct mentry *e)
 	while (*pp != e)
 		pp = &(*pp)->hnext;
 	*pp = e->hnext;
-	if (e->fprev)
-		e->fprev->fnext = e->fnext;
-	else
-		sh->fifo_head = e->fnext;
-	if (e->fnext)
-		e->fnext->fprev = e->fprev;
-	else
-		sh->fifo_tail = e->fprev;
+	list_unlink(&sh->fifo, &e->fifo);
 	sh->count--;
 }
 
@@ -235,8 +235,8 @@ static struct mentry *insert(struct meta_cache *mc, struct shard *sh, uint64_t h
 {
 	/* Bound: the oldest settled entries go (never one being loaded:
 	 * it has waiters). */
-	for (struct mentry *e = sh->fifo_head; e && sh->count >= mc->max_per_shard;) {
-		struct mentry *next = e->fnext;
+	for (struct mentry *e = fifo_entry(sh->fifo.first); e && sh->count >= mc->max_per_shard;) {
+		struct mentry *next = fifo_entry(e->fifo.next);
 		if (!e->loading) {
 			unlink_entry(sh, e);
 			entry_free(e);
@@ -256,12 +256,7 @@ static struct mentry *insert(struct meta_cache *mc, struct shard *sh, uint64_t h
 	struct mentry **slot = slot_of(sh, h);
 	e->hnext = *slot;
 	*slot = e;
-	e->fprev = sh->fifo_tail;
-	if (sh->fifo_tail)
-		sh->fifo_tail->fnext = e;
-	else
-		sh->fifo_head = e;
-	sh->fifo_tail = e;
+	list_push_back(&sh->fifo, &e->fifo);
 	sh->count++;
 	return e;
 }
@@ -288,11 +283,7 @@ enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char
 			e->loading = true;
 		role = META_LOAD; /* out of memory: load without coalescing */
 	} else if (e->loading) {
-		w->prev = NULL;
-		w->next = e->waiters;
-		if (e->waiters)
-			e->waiters->prev = w;
-		e->waiters = w;
+		list_push_front(&e->waiters, &w->link);
 		w->queued = true;
 		role = META_WAIT;
 	} else if (e->m && fresh(e->m, now, ttl, negative_ttl)) {
@@ -316,15 +307,16 @@ enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char
  * held, returns with it released. */
 static void wake_all_and_unlock(struct shard *sh, struct mentry *e)
 {
-	struct chunk_waiter *list = e ? e->waiters : NULL;
+	struct list_node *list = e ? e->waiters.first : NULL;
 	if (e)
-		e->waiters = NULL;
-	for (struct chunk_waiter *w = list; w; w = w->next)
-		w->queued = false;
+		e->waiters = (struct list){ 0 };
+	for (struct list_node *n = list; n; n = n->next)
+		list_item(n, struct chunk_waiter, link)->queued = false;
 	pthread_mutex_lock(&sh->wake_lock);
 	pthread_mutex_unlock(&sh->lock);
-	for (struct chunk_waiter *w = list, *next; w; w = next) {
-		next = w->next; /* read before wake: the waiter may be reused after */
+	for (struct list_node *n = list, *next; n; n = next) {
+		next = n->next; /* read before wake: the waiter may be reused after */
+		struct chunk_waiter *w = list_item(n, struct chunk_waiter, link);
 		w->wake(w->arg);
 	}
 	pthread_mutex_unlock(&sh->wake_lock);
@@ -353,7 +345,7 @@ static void publish(struct meta_cache *mc, const char *bucket, const char *key,
 			e->failed_at = failure->failed_at;
 			e->failed_status = failure->failed_status;
 		}
-		if (!e->m && !e->waiters) {
+		if (!e->m && list_empty(&e->waiters)) {
 			unlink_entry(sh, e);
 			entry_free(e);
 			e = NULL;
@@ -498,12 +490,7 @@ void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,
 	pthread_mutex_lock(&sh->lock);
 	struct mentry *e = find(sh, h, bucket, key);
 	if (w->queued && e) {
-		if (w->prev)
-			w->prev->next = w->next;
-		else
-			e->waiters = w->next;
-		if (w->next)
-			w->next->prev = w->prev;
+		list_unlink(&e->waiters, &w->link);
 		w->queued = false;
 	}
 	pthread_mutex_unlock(&sh->lock);
@@ -534,8 +521,8 @@ void meta_drop_bucket(struct meta_cache *mc, const char *bucket)
 	for (int i = 0; i < SHARDS; i++) {
 		struct shard *sh = &mc->shards[i];
 		pthread_mutex_lock(&sh->lock);
-		for (struct mentry *e = sh->fifo_head, *next; e; e = next) {
-			next = e->fnext;
+		for (struct mentry *e = fifo_entry(sh->fifo.first), *next; e; e = next) {
+			next = fifo_entry(e->fifo.next);
 			if (strcmp(e->name, bucket) != 0)
 				continue;
 			if (e->loading) {
@@ -565,7 +552,8 @@ size_t meta_collect(struct meta_cache *mc, const char *bucket, const char *prefi
 	for (int i = 0; i < SHARDS; i++) {
 		struct shard *sh = &mc->shards[i];
 		pthread_mutex_lock(&sh->lock);
-		for (struct mentry *e = sh->fifo_head; e; e = e->fnext) {
+		for (struct mentry *e = fifo_entry(sh->fifo.first); e;
+		     e = fifo_entry(e->fifo.next)) {
 			const char *key = e->name + strlen(e->name) + 1;
 			if (!e->m || e->m->negative || strcmp(e->name, bucket) != 0 ||
 			    strncmp(key, prefix, pl) != 0 || (exact && key[pl]))

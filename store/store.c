@@ -32,6 +32,7 @@
  */
 #include "store/store.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -84,7 +85,10 @@ struct shard {
 	struct idmap map;
 };
 
+#define STORE_MAGIC 0x73746f72u /* "stor" */
+
 struct store {
+	unsigned magic;             /* STORE_MAGIC: handed to the I/O threads */
 	struct store_config cfg;
 	struct shard inflight[INFLIGHT_SHARDS];
 
@@ -310,6 +314,7 @@ static void run_write(struct store *s, struct job *j)
 static void *io_thread(void *arg)
 {
 	struct store *s = arg;
+	assert(s->magic == STORE_MAGIC);
 
 	pthread_mutex_lock(&s->q_lock);
 	for (;;) {
@@ -377,6 +382,7 @@ struct store *store_open(const struct store_config *cfg, store_recover_cb cb, vo
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
+	s->magic = STORE_MAGIC;
 	s->cfg = *cfg;
 	s->cfg.dir = NULL; /* not ours to keep; disk_open copies what it needs */
 	if (!s->cfg.io_threads)
@@ -469,6 +475,7 @@ void store_close(struct store *s)
 	tier_close(&s->nvme);
 	pthread_mutex_destroy(&s->q_lock);
 	pthread_cond_destroy(&s->q_cv);
+	s->magic = 0;
 	free(s);
 }
 

@@ -1,0 +1,105 @@
+/*
+ * request_internal.h - struct req, one client request: the request
+ * module's own (request.c, authn.c, passthrough.c). The rest of gateway/
+ * sees it opaque, through gateway/req.h.
+ *
+ * Every field belongs to the worker thread that accepted the request,
+ * except where a comment says otherwise.
+ */
+#ifndef LARDER_REQUEST_INTERNAL_H
+#define LARDER_REQUEST_INTERNAL_H
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+
+#include "auth/chunked.h"
+#include "gateway/range.h"
+#include "gateway/req.h"
+#include "gateway/upstream.h"
+#include "net/transfer.h"
+#include "store/chunk.h"
+#include "store/meta.h"
+
+#define REQ_MAGIC 0x6c617272u
+#define PIPE_CAP (256 * 1024)
+#define DELETE_BODY_MAX (2 * 1024 * 1024) /* 1,000 keys of 1,024 bytes, in XML */
+#define MAX_UPSTREAM_HEADER_BYTES (64 * 1024)
+
+/* A bounded byte queue: data lives in [off, len). */
+struct pbuf {
+	char *p;
+	size_t off, len;
+};
+
+enum body_mode {
+	BODY_NONE,
+	BODY_RAW,
+	BODY_CHUNKED
+};
+
+struct req {
+	unsigned magic;
+	int refs;
+	struct worker *w;
+	struct MHD_Connection *conn; /* NULL once MHD is done with it */
+	struct list_node link;       /* worker's live list */
+	char id[24];
+	double t_start;
+	char *uri;          /* raw: path?query */
+	char *path, *query; /* raw parts of uri */
+	char method[24];
+	bool started;
+	unsigned peer_hop; /* a request from another node: its hop (0: a client) */
+	bool presigned_v2; /* drop its AWSAccessKeyId/Signature/Expires upstream */
+	bool presigned;    /* SigV2 or SigV4 query auth: x-amz-* params are headers */
+
+	char key_id[129];
+	bool authorized; /* signature (or anonymous grant) and policy passed */
+	struct s3req s3;
+	bool has_err;
+	enum s3err err;
+	char err_msg[256];
+	struct buf err_extra;     /* XML elements S3 adds to this error (<Region>...) */
+	bool err_sized;           /* a 416 that names the object's size: */
+	uint64_t err_object_size; /* sent as Content-Range and <ActualObjectSize> */
+
+	/* request body */
+	enum body_mode body;
+	int64_t up_len;     /* bytes upstream will receive */
+	uint64_t up_queued; /* bytes put into upbuf so far */
+	uint64_t up_sent;   /* bytes curl has taken */
+	uint64_t bytes_in;  /* raw body bytes from the client */
+	EVP_MD_CTX *sha;    /* signed payload: running SHA-256 */
+	char want_sha[65];
+	struct ack_decoder *ack;
+	bool client_body_done;
+	bool body_verified; /* the last byte may go upstream */
+	/* DeleteObjects under a prefix grant: the body is held whole until
+	 * every key in it is checked against the grants (delete_body). */
+	bool check_delete;
+	struct buf delete_body;
+	struct pbuf upbuf;
+
+	/* upstream: the pass-through's exchange (its response headers in up.resp) */
+	struct transfer up;
+	struct up_target target;
+	char *up_query;  /* query sent upstream */
+	long ustatus;    /* upstream's status, for the access log */
+	bool uhdrs_done; /* its headers are in: the client may be answered */
+	bool udone;
+	CURLcode uresult;
+	struct pbuf downbuf;
+	uint64_t resp_len; /* MHD_SIZE_UNKNOWN when not known */
+
+	struct cread *cache;   /* the cached read (cache.c), once cache_wants said yes */
+	struct list_req *list; /* a listing the LIST cache may answer or keep (listcache.c) */
+	bool bypass_logged;    /* a GET/HEAD of an object not answered from the cache */
+
+	/* client response */
+	bool responded;
+	bool suspended;
+	int status_sent;
+	uint64_t bytes_out;
+};
+
+#endif
