@@ -33,7 +33,7 @@
 
 #define PF_HELD 2            /* chunks of one object in flight at once */
 #define PF_KEEP_FINISHED 64  /* finished jobs kept for their status */
-#define PF_TICK 0.02
+#define PF_TICK 0.005        /* a small object takes two steps: its meta fetch, then chunk 0 */
 #define LIST_BODY_MAX (64u << 20)
 #define PREFETCH_MAGIC 0x70726566u
 
