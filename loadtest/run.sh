@@ -25,7 +25,8 @@
 # Environment: LARDER_BIN, LOADGEN_BIN, POLICY_SIM_BIN (default: BUILD/...),
 # LOADTEST_BUILD (build), LOADTEST_WORK (a temp dir for data and caches),
 # LOADTEST_NETNS (auto|0), LOADTEST_DELAY_MS (20), LOADTEST_RATE (100m),
-# LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU.
+# LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU, LOADTEST_PORT_BASE (18080: larder; +1, +2 the nginx
+# peer and files, +10 the origin, +15 larder's admin).
 # Results: loadtest/results/<mode>-<UTC time>/ (JSON per run, summaries, PNGs),
 # and loadtest/results/latest pointing at it.
 set -euo pipefail
@@ -64,7 +65,9 @@ if ((ncpu < 2)); then sut_cpu=""; cli_cpu=""; fi
 delay_ms="${LOADTEST_DELAY_MS:-20}"
 rate="${LOADTEST_RATE:-100m}"
 key="loadtest-key" secret="loadtest-secret-0123456789"
-larder_port=18080 peer_port=18081 static_port=18082 origin_port=18090 admin_port=18095
+pb="${LOADTEST_PORT_BASE:-18080}"   # another run on the machine: give it another base
+larder_port=$pb peer_port=$((pb + 1)) static_port=$((pb + 2)) origin_port=$((pb + 10))
+admin_port=$((pb + 15))
 admin_token="loadtest-admin-token-0123"
 t_start=$SECONDS
 
