@@ -65,7 +65,7 @@ int lookahead_end(struct lookaheads *l, const char *id);
  * newest first; returns how many. */
 size_t lookahead_list(struct lookaheads *l, struct lookahead_info *out, size_t max);
 
-/* A client began a GET of bucket/key at monotonic time now (any worker):
+/* A client (not a peer node) began a GET of bucket/key at monotonic time now (any worker):
  * moves the lookaheads that list the key. Cheap when none runs. */
 void lookahead_note_read(struct lookaheads *l, const char *bucket, const char *key, double now);
 
