@@ -264,7 +264,7 @@ int lookahead_start(struct lookaheads *l, const struct lookahead_req *rq, char i
 		.bucket = rq->bucket,
 		.keys = (const char *const *)a->keys,
 		.n_keys = a->n_keys,
-		.concurrency = rq->concurrency ? rq->concurrency : 16,
+		.concurrency = rq->concurrency ? rq->concurrency : 32,
 		.gated = true,
 	};
 	if (prefetch_start(l->p, &pr, a->job, err, errlen) != 0) {

@@ -33,7 +33,7 @@ struct lookahead_req {
 	size_t n_keys;
 	const char *manifest; /* else: key of an object listing them, one a line */
 	size_t window;        /* objects kept warm ahead: 1..LOOKAHEAD_WINDOW_MAX */
-	unsigned concurrency; /* objects warmed at once; 0: 16 */
+	unsigned concurrency; /* objects warmed at once; 0: 32 */
 	double idle_s;        /* 0: the setting (LARDER_LOOKAHEAD_IDLE) */
 };
 

@@ -162,7 +162,7 @@ static void test_gate_follows_the_furthest_read(void **state)
 	assert_string_equal(id, "la-1");
 	assert_int_equal(started_keys, 10);
 	assert_true(started_gated);
-	assert_int_equal(started_conc, 16);
+	assert_int_equal(started_conc, 32);
 	assert_int_equal(gate_now(), 3); /* the first window at once */
 	double now = clock_mono_s();
 	lookahead_note_read(f->l, "b", "k2", now);
