@@ -792,7 +792,8 @@ static const struct route *route_headers(struct admin *a, struct MHD_Connection 
 		*ret = send_error(c, 404, "not_found", NULL,
 		                  "no route %.32s %.200s (routes: GET /healthz, GET /readyz, GET /metrics, "
 		                  "GET /admin/stats, POST /admin/purge, POST /admin/prefetch, "
-		                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET /admin/cluster, GET /ui)",
+		                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET|POST /admin/lookahead, "
+		                  "DELETE /admin/lookahead/{id}, GET /admin/cluster, GET /ui)",
 		                  method, url);
 	return NULL;
 }
