@@ -60,6 +60,8 @@ const struct setting load_settings[] = {
 	SET("cache", "readahead", "LARDER_READAHEAD", K_UINT, readahead_chunks, 0, 64),
 	SET("cache", "inflight_size", "LARDER_INFLIGHT_SIZE", K_SIZE, inflight_bytes, 0,
 	    1ul << 50),
+	SET("cache", "lookahead_idle", "LARDER_LOOKAHEAD_IDLE", K_UINT, lookahead_idle_s, 1,
+	    86400),
 	SET("cache", "list_cache_size", "LARDER_LIST_CACHE_SIZE", K_SIZE, list_cache_bytes, 0,
 	    1ul << 40),
 	SET("admin", "listen", "LARDER_ADMIN_LISTEN", K_ADMIN, admin_host, 0, 0),

@@ -34,6 +34,7 @@
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
 #include "gateway/prefetch.h"
+#include "gateway/lookahead.h"
 #include "gateway/cache.h"
 #include "gateway/req.h"
 #include "gateway/s3req.h"
@@ -215,6 +216,29 @@ static enum MHD_Result metrics(struct admin *a, struct MHD_Connection *c, struct
 	                 NULL);
 }
 
+static json_t *lookahead_json(const struct lookahead_info *i)
+{
+	return json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:f}", "id", i->id, "state", i->state,
+	                 "bucket", i->bucket, "keys", (json_int_t)i->keys,
+	                 "position", (json_int_t)i->position, "window", (json_int_t)i->window,
+	                 "objects", (json_int_t)i->objects, "bytes", (json_int_t)i->bytes,
+	                 "idle_seconds", i->idle_s);
+}
+
+/* The lookaheads, running ones only or all (with up to 16 ended). */
+static json_t *lookaheads_json(struct gw *gw, bool running_only)
+{
+	enum { MAX = 256 };
+	json_t *arr = json_array();
+	struct lookahead_info *infos = calloc(MAX, sizeof *infos);
+	size_t n = infos && gw->lookahead ? lookahead_list(gw->lookahead, infos, MAX) : 0;
+	for (size_t i = 0; arr && i < n; i++)
+		if (!running_only || strcmp(infos[i].state, "running") == 0)
+			json_array_append_new(arr, lookahead_json(&infos[i]));
+	free(infos);
+	return arr;
+}
+
 static enum MHD_Result stats(struct admin *a, struct MHD_Connection *c, struct areq *q)
 {
 	(void)q;
@@ -224,6 +248,7 @@ static enum MHD_Result stats(struct admin *a, struct MHD_Connection *c, struct a
 	json_t *doc = metrics_stats_json(&g);
 	if (!doc)
 		return send_error(c, 500, "internal", NULL, "out of memory");
+	json_object_set_new(doc, "lookaheads", lookaheads_json(a->gw, true));
 	return send_json(c, 200, doc, NULL);
 }
 
@@ -328,6 +353,67 @@ static json_t *job_json(const struct prefetch_info *i)
 	return o;
 }
 
+/* The first member of o not named in known (NULL-terminated), or NULL. */
+static const char *unknown_member(json_t *o, const char *const *known)
+{
+	const char *name;
+	json_t *v;
+	json_object_foreach(o, name, v) {
+		bool ok = false;
+		for (int k = 0; known[k]; k++)
+			ok |= strcmp(name, known[k]) == 0;
+		if (!ok)
+			return name;
+	}
+	return NULL;
+}
+
+/* The keys of the JSON array jkeys (borrowed from it) into *out, to be
+ * free()d. false with the error answer queued (*ret) when one is not a key. */
+static bool keys_of(struct MHD_Connection *c, json_t *jkeys, const char ***out,
+                    enum MHD_Result *ret)
+{
+	size_t n = json_array_size(jkeys);
+	const char **keys = calloc(n ? n : 1, sizeof *keys);
+	if (!keys) {
+		*ret = send_error(c, 500, "internal", NULL, "out of memory");
+		return false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const char *k = json_string_value(json_array_get(jkeys, i));
+		if (!k || !*k || strlen(k) > S3_MAX_KEY_BYTES) {
+			free(keys);
+			*ret = send_error(c, 400, "bad_request", NULL, "keys[%zu] is not a key of 1-%d bytes",
+			                  i, S3_MAX_KEY_BYTES);
+			return false;
+		}
+		keys[i] = k;
+	}
+	*out = keys;
+	return true;
+}
+
+/* The checks a job's bucket and key list pass: a valid name, keys (into
+ * *keys, see keys_of) and a bucket larder's credentials may read. false
+ * with the error answer queued (*ret). */
+static bool bucket_and_keys_ok(struct admin *a, struct MHD_Connection *c, const char *bucket,
+                               json_t *jkeys, const char ***keys, enum MHD_Result *ret)
+{
+	if (!s3_bucket_name_ok(bucket, strlen(bucket))) {
+		*ret = send_error(c, 400, "bad_request", NULL, "invalid bucket name \"%.255s\"", bucket);
+		return false;
+	}
+	if (jkeys && !keys_of(c, jkeys, keys, ret))
+		return false;
+	char err[256];
+	if (prefetch_check_bucket(a->gw, bucket, err, sizeof err) != 0) {
+		*ret = send_error(c, strstr(err, "does not exist") ? 404 : 403, "bucket_unreadable",
+		                  NULL, "%s", err);
+		return false;
+	}
+	return true;
+}
+
 /* POST /admin/prefetch {"bucket": b, one of "prefix" | "keys" | "manifest",
  * optional "concurrency" (1-64), "bandwidth_bytes_per_second"} -> 202. */
 static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struct areq *q)
@@ -342,18 +428,12 @@ static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struc
 		                  q->body.len ? jerr.text : "");
 	enum MHD_Result ret;
 	const char **keys = NULL;
-	const char *name;
-	json_t *v;
-	json_object_foreach(doc, name, v) {
-		static const char *const known[] = { "bucket", "prefix", "keys", "manifest",
-			"concurrency", "bandwidth_bytes_per_second", NULL };
-		bool ok = false;
-		for (int k = 0; known[k]; k++)
-			ok |= strcmp(name, known[k]) == 0;
-		if (!ok) {
-			ret = send_error(c, 400, "bad_request", NULL, "unknown field \"%.100s\"", name);
-			goto out;
-		}
+	static const char *const known[] = { "bucket", "prefix", "keys", "manifest",
+		"concurrency", "bandwidth_bytes_per_second", NULL };
+	const char *name = unknown_member(doc, known);
+	if (name) {
+		ret = send_error(c, 400, "bad_request", NULL, "unknown field \"%.100s\"", name);
+		goto out;
 	}
 	bool bad = false;
 	const char *bucket = member_str(doc, "bucket", &bad);
@@ -373,33 +453,10 @@ static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struc
 		                 "optionally \"concurrency\" (1-64) and \"bandwidth_bytes_per_second\"");
 		goto out;
 	}
-	if (!s3_bucket_name_ok(bucket, strlen(bucket))) {
-		ret = send_error(c, 400, "bad_request", NULL, "invalid bucket name \"%.255s\"", bucket);
-		goto out;
-	}
 	size_t n = jkeys ? json_array_size(jkeys) : 0;
-	if (jkeys) {
-		keys = calloc(n ? n : 1, sizeof *keys);
-		for (size_t i = 0; keys && i < n; i++) {
-			const char *k = json_string_value(json_array_get(jkeys, i));
-			if (!k || !*k || strlen(k) > S3_MAX_KEY_BYTES) {
-				ret = send_error(c, 400, "bad_request", NULL,
-				                 "keys[%zu] is not a key of 1-%d bytes", i, S3_MAX_KEY_BYTES);
-				goto out;
-			}
-			keys[i] = k;
-		}
-		if (!keys) {
-			ret = send_error(c, 500, "internal", NULL, "out of memory");
-			goto out;
-		}
-	}
-	char err[256];
-	if (prefetch_check_bucket(a->gw, bucket, err, sizeof err) != 0) {
-		ret = send_error(c, strstr(err, "does not exist") ? 404 : 403, "bucket_unreadable", NULL,
-		                 "%s", err);
+	if (!bucket_and_keys_ok(a, c, bucket, jkeys, &keys, &ret))
 		goto out;
-	}
+	char err[256];
 	struct prefetch_req rq = {
 		.bucket = bucket, .prefix = prefix, .keys = keys, .n_keys = n, .manifest = manifest,
 		.concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0,
@@ -449,6 +506,109 @@ static enum MHD_Result job_cancel(struct admin *a, struct MHD_Connection *c, str
 	log_info("admin", "job %s: cancel requested", q->rest);
 	return send_json(c, 202, json_pack("{s:s,s:s}", "job", q->rest, "state", "cancelling"),
 	                 NULL);
+}
+
+/* ---- read-order lookaheads ------------------------------------------------------- */
+
+/* POST /admin/lookahead {"bucket": b, "keys": [...] or "manifest": key, "window": N,
+ * optional "concurrency" (1-64), "idle_seconds" (1-86400)} -> 201. */
+static enum MHD_Result lookahead(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	static const char usage[] =
+		"expected {\"bucket\": ..., \"keys\": [keys in read order] or \"manifest\": "
+		"\"key of a newline list\", \"window\": objects (1-4096), optionally "
+		"\"concurrency\" (1-64) and \"idle_seconds\" (1-86400)}";
+	json_error_t jerr;
+	json_t *doc = q->body.len ? json_loadb(q->body.p, q->body.len, JSON_REJECT_DUPLICATES, &jerr)
+	                          : NULL;
+	if (!doc)
+		return send_error(c, 400, "bad_request", NULL, "%s%s%s", usage,
+		                  q->body.len ? ": " : "", q->body.len ? jerr.text : "");
+	enum MHD_Result ret;
+	const char **keys = NULL;
+	static const char *const known[] = { "bucket", "keys", "manifest", "window", "concurrency",
+		"idle_seconds", NULL };
+	const char *name = unknown_member(doc, known);
+	if (name) {
+		ret = send_error(c, 400, "bad_request", NULL, "unknown field \"%.100s\"; %s", name,
+		                 usage);
+		goto out;
+	}
+	bool bad = false;
+	const char *bucket = member_str(doc, "bucket", &bad);
+	const char *manifest = member_str(doc, "manifest", &bad);
+	json_t *jkeys = json_object_get(doc, "keys");
+	json_t *jwin = json_object_get(doc, "window");
+	json_t *jconc = json_object_get(doc, "concurrency");
+	json_t *jidle = json_object_get(doc, "idle_seconds");
+	const char *what = NULL;
+	if (bad || !bucket)
+		what = "\"bucket\" (a string) is missing";
+	else if ((manifest != NULL) + (jkeys != NULL) != 1)
+		what = "give exactly one of \"keys\" and \"manifest\"";
+	else if (jkeys && !json_is_array(jkeys))
+		what = "\"keys\" must be a list of keys";
+	else if (jkeys && json_array_size(jkeys) == 0)
+		what = "\"keys\" is empty";
+	else if (manifest && (!*manifest || strlen(manifest) > S3_MAX_KEY_BYTES))
+		what = "\"manifest\" must be a key of 1-1024 bytes";
+	else if (!jwin || !json_is_integer(jwin) || json_integer_value(jwin) < 1 ||
+	         json_integer_value(jwin) > LOOKAHEAD_WINDOW_MAX)
+		what = "\"window\" must be a number of objects, 1-4096";
+	else if (jconc && (!json_is_integer(jconc) || json_integer_value(jconc) < 1 ||
+	                   json_integer_value(jconc) > 64))
+		what = "\"concurrency\" must be 1-64";
+	else if (jidle && (!json_is_integer(jidle) || json_integer_value(jidle) < 1 ||
+	                   json_integer_value(jidle) > 86400))
+		what = "\"idle_seconds\" must be 1-86400";
+	if (what) {
+		ret = send_error(c, 400, "bad_request", NULL, "%s; %s", what, usage);
+		goto out;
+	}
+	size_t n = jkeys ? json_array_size(jkeys) : 0;
+	if (!bucket_and_keys_ok(a, c, bucket, jkeys, &keys, &ret))
+		goto out;
+	char err[512];
+	struct lookahead_req rq = {
+		.bucket = bucket, .keys = keys, .n_keys = n, .manifest = manifest,
+		.window = (size_t)json_integer_value(jwin),
+		.concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0,
+		.idle_s = jidle ? (double)json_integer_value(jidle) : 0,
+	};
+	char id[24];
+	if (!a->gw->lookahead) {
+		ret = send_error(c, 503, "unavailable", NULL, "lookahead is not running");
+		goto out;
+	}
+	if (lookahead_start(a->gw->lookahead, &rq, id, err, sizeof err) != 0) {
+		ret = send_error(c, strstr(err, "out of memory") ? 500 : 400,
+		                 strstr(err, "out of memory") ? "internal" : "bad_manifest", NULL, "%s",
+		                 err);
+		goto out;
+	}
+	char url[64];
+	snprintf(url, sizeof url, "/admin/lookahead/%s", id);
+	ret = send_json(c, 201, json_pack("{s:s,s:s,s:s}", "id", id, "state", "running", "url", url),
+	                NULL);
+out:
+	free(keys);
+	json_decref(doc);
+	return ret;
+}
+
+static enum MHD_Result lookahead_get(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	(void)q;
+	return send_json(c, 200, json_pack("{s:o}", "lookaheads", lookaheads_json(a->gw, false)),
+	                 NULL);
+}
+
+static enum MHD_Result lookahead_delete(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	if (!a->gw->lookahead || lookahead_end(a->gw->lookahead, q->rest) != 0)
+		return send_error(c, 404, "not_found", NULL, "no running lookahead %.64s", q->rest);
+	log_info("admin", "lookahead %s: ended", q->rest);
+	return send_json(c, 200, json_pack("{s:s,s:s}", "id", q->rest, "state", "ended"), NULL);
 }
 
 /* GET /admin/cluster: this node's view of the cluster. */
@@ -538,6 +698,9 @@ static const struct route {
 	/* A path ending in '/' takes the rest of the URL as its argument. */
 	{ "/admin/jobs/", "GET", true, 0, job_get },
 	{ "/admin/jobs/", "DELETE", true, 0, job_cancel },
+	{ "/admin/lookahead", "POST", true, PREFETCH_BODY_MAX, lookahead },
+	{ "/admin/lookahead", "GET", true, 0, lookahead_get },
+	{ "/admin/lookahead/", "DELETE", true, 0, lookahead_delete },
 	{ "/ui", "GET", false, 0, ui },
 	{ "/ui/", "GET", false, 0, ui },
 };
@@ -629,7 +792,8 @@ static const struct route *route_headers(struct admin *a, struct MHD_Connection 
 		*ret = send_error(c, 404, "not_found", NULL,
 		                  "no route %.32s %.200s (routes: GET /healthz, GET /readyz, GET /metrics, "
 		                  "GET /admin/stats, POST /admin/purge, POST /admin/prefetch, "
-		                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET /admin/cluster, GET /ui)",
+		                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET|POST /admin/lookahead, "
+		                  "DELETE /admin/lookahead/{id}, GET /admin/cluster, GET /ui)",
 		                  method, url);
 	return NULL;
 }

@@ -58,6 +58,7 @@
 #include "gateway/cread.h"
 #include "gateway/fetch.h"
 #include "gateway/listcache.h"
+#include "gateway/lookahead.h"
 #include "gateway/objreply.h"
 #include "gateway/range.h"
 #include "gateway/req.h"
@@ -372,6 +373,8 @@ void cache_begin(struct req *r)
 	c->waiter.arg = r;
 	c->ask.waiter = &c->waiter;
 	c->ask.share_failures = true;
+	if (!c->head && !req_peer_hop(r)) /* a client's read, not a peer fetching for one */
+		lookahead_note_read(req_gw(r)->lookahead, req_bucket(r), req_key(r), clock_mono_s());
 	resolve(r);
 }
 

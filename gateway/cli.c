@@ -97,7 +97,8 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 		} else if (strncmp(a, "--admin=", 8) == 0) {
 			o->admin = a + 8;
 		} else if ((strcmp(o->cmd, "stats") == 0 || strcmp(o->cmd, "jobs") == 0 ||
-		            strcmp(o->cmd, "cluster") == 0) && strcmp(a, "--json") == 0) {
+		            strcmp(o->cmd, "cluster") == 0 || strcmp(o->cmd, "lookahead") == 0) &&
+		           strcmp(a, "--json") == 0) {
 			o->json = true;
 		} else if (strcmp(o->cmd, "purge") == 0 && strcmp(a, "--key") == 0) {
 			o->key = true;
@@ -134,7 +135,8 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 			fprintf(stderr, "larder %s: unknown option \"%s\"\n", o->cmd, a);
 			usage(stderr);
 			return 2;
-		} else if ((strcmp(o->cmd, "purge") == 0 || strcmp(o->cmd, "warm") == 0) && !o->target) {
+		} else if ((strcmp(o->cmd, "purge") == 0 || strcmp(o->cmd, "warm") == 0 ||
+		            strcmp(o->cmd, "lookahead") == 0) && !o->target) {
 			o->target = a;
 		} else {
 			fprintf(stderr, "larder %s: unexpected argument \"%s\"\n", o->cmd, a);
@@ -678,22 +680,31 @@ int cli_warm(int argc, char **argv)
 	return rc;
 }
 
+/* The rows of doc's array `name`: id, state and bucket, then the counts
+ * named in cols (NULL-terminated), tab-separated under a header line. */
+static void print_rows(json_t *doc, const char *name, const char *const *cols)
+{
+	printf("id\tstate\tbucket");
+	for (int k = 0; cols[k]; k++)
+		printf("\t%s", cols[k]);
+	putchar('\n');
+	size_t i;
+	json_t *row;
+	json_array_foreach(json_object_get(doc, name), i, row) {
+		printf("%s\t%s\t%s", json_string_value(json_object_get(row, "id")),
+		       json_string_value(json_object_get(row, "state")),
+		       json_string_value(json_object_get(row, "bucket")));
+		for (int k = 0; cols[k]; k++)
+			printf("\t%llu", (unsigned long long)num(row, cols[k]));
+		putchar('\n');
+	}
+}
+
 static void print_jobs(json_t *doc)
 {
-	printf("id\tstate\tbucket\tobjects_done\tobjects_total\tbytes_done\tbytes_total\terrors\n");
-	size_t i;
-	json_t *job;
-	json_array_foreach(json_object_get(doc, "jobs"), i, job) {
-		printf("%s\t%s\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\n",
-		       json_string_value(json_object_get(job, "id")),
-		       json_string_value(json_object_get(job, "state")),
-		       json_string_value(json_object_get(job, "bucket")),
-		       (unsigned long long)num(job, "objects_done"),
-		       (unsigned long long)num(job, "objects_total"),
-		       (unsigned long long)num(job, "bytes_done"),
-		       (unsigned long long)num(job, "bytes_total"),
-		       (unsigned long long)num(job, "errors"));
-	}
+	static const char *const cols[] = { "objects_done", "objects_total", "bytes_done",
+		"bytes_total", "errors", NULL };
+	print_rows(doc, "jobs", cols);
 }
 
 int cli_jobs(int argc, char **argv)
@@ -720,5 +731,138 @@ int cli_jobs(int argc, char **argv)
 	rc = doc ? 0 : 1;
 	json_decref(doc);
 	buf_fini(&resp);
+	return rc;
+}
+
+/* ---- lookahead ------------------------------------------------------------------ */
+
+static void usage_lookahead(FILE *f)
+{
+	fputs("usage: larder lookahead [--admin URL] --window N [--concurrency N] [--idle SECONDS]\n"
+	      "                        --keys-file FILE|--manifest s3://BUCKET/KEY s3://BUCKET\n"
+	      "       larder lookahead [--admin URL] [--json] [--end ID]\n"
+	      "\n"
+	      "Tells a running larder the order in which a job will read the bucket's objects\n"
+	      "(one key a line, in FILE or in the manifest object): as the job reads them,\n"
+	      "larder keeps the next N objects of the list warm ahead of the furthest one read.\n"
+	      "It ends when the list is warm to its end, or after SECONDS without a read of one\n"
+	      "of its keys (default: the server's LARDER_LOOKAHEAD_IDLE). Prints its id.\n"
+	      "Without a bucket: lists the lookaheads, or ends one (--end).\n"
+	      "The admin endpoint and token: --admin / LARDER_ADMIN_URL, LARDER_ADMIN_TOKEN.\n"
+	      "Exit status: 0 ok, 1 the server could not be reached or refused, 2 bad usage.\n", f);
+}
+
+static void print_lookaheads(json_t *doc)
+{
+	static const char *const cols[] = { "keys", "position", "window", "objects", "bytes",
+		NULL };
+	print_rows(doc, "lookaheads", cols);
+}
+
+/* Sends method path [body] and prints the answer's "id"; the exit status. */
+static int lookahead_call(const struct opts *o, const char *method, const char *path,
+                          const char *body)
+{
+	struct buf resp;
+	buf_init(&resp, RESPONSE_MAX);
+	long status = 0;
+	int rc = call_method(o, method, path, body, &status, &resp);
+	json_t *doc = rc == 0 ? json_answer(o, status, &resp) : NULL;
+	if (doc)
+		printf("%s\n", json_string_value(json_object_get(doc, "id")));
+	rc = doc && fflush(stdout) == 0 ? 0 : 1;
+	json_decref(doc);
+	buf_fini(&resp);
+	return rc;
+}
+
+int cli_lookahead(int argc, char **argv)
+{
+	struct opts o = { .cmd = "lookahead" };
+	const char *keys_file = NULL, *end_id = NULL;
+	long window = 0, conc = 0, idle = 0;
+	char **rest = calloc((size_t)argc + 1, sizeof *rest);
+	int n_rest = 0;
+	if (!rest)
+		return 1;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+		bool num_opt = strcmp(a, "--window") == 0 || strcmp(a, "--concurrency") == 0 ||
+		               strcmp(a, "--idle") == 0;
+		if (!num_opt && strcmp(a, "--keys-file") != 0 && strcmp(a, "--manifest") != 0 &&
+		    strcmp(a, "--end") != 0) {
+			rest[n_rest++] = argv[i];
+			continue;
+		}
+		if (i + 1 >= argc) {
+			fprintf(stderr, "larder lookahead: %s needs a value\n", a);
+			free(rest);
+			return 2;
+		}
+		const char *v = argv[++i];
+		if (!num_opt) {
+			*(strcmp(a, "--keys-file") == 0 ? &keys_file
+			  : strcmp(a, "--manifest") == 0 ? &o.manifest : &end_id) = v;
+			continue;
+		}
+		char *e;
+		long x = strtol(v, &e, 10);
+		if (*e || e == v || x < 1) {
+			fprintf(stderr, "larder lookahead: %s takes a positive number, got \"%s\"\n", a, v);
+			free(rest);
+			return 2;
+		}
+		*(strcmp(a, "--window") == 0 ? &window : strcmp(a, "--idle") == 0 ? &idle : &conc) = x;
+	}
+	int rc = parse(&o, n_rest, rest, usage_lookahead);
+	free(rest);
+	if (rc >= 0)
+		return rc;
+	if (!o.target) {
+		if (!end_id)
+			return get_and_print(&o, "/admin/lookahead", print_lookaheads);
+		char path[128];
+		if (strchr(end_id, '/') || snprintf(path, sizeof path, "/admin/lookahead/%s", end_id) >=
+		                           (int)sizeof path) {
+			fprintf(stderr, "larder lookahead: \"%s\" is not a lookahead id\n", end_id);
+			return 2;
+		}
+		return lookahead_call(&o, "DELETE", path, NULL);
+	}
+	const char *bucket = o.target + 5;
+	size_t blen = strcspn(bucket, "/");
+	if (strncmp(o.target, "s3://", 5) != 0 || bucket[blen] || !s3_bucket_name_ok(bucket, blen) ||
+	    !window || !keys_file == !o.manifest) {
+		fprintf(stderr, "larder lookahead: expected s3://BUCKET, --window N and one of "
+		        "--keys-file and --manifest\n");
+		usage_lookahead(stderr);
+		return 2;
+	}
+	json_t *req = json_pack("{s:s,s:I}", "bucket", bucket, "window", (json_int_t)window);
+	if (o.manifest) {
+		size_t ml = strlen(o.target);
+		if (strncmp(o.manifest, o.target, ml) != 0 || o.manifest[ml] != '/' ||
+		    !o.manifest[ml + 1]) {
+			fprintf(stderr, "larder lookahead: the manifest must be %s/KEY\n", o.target);
+			json_decref(req);
+			return 2;
+		}
+		json_object_set_new(req, "manifest", json_string(o.manifest + ml + 1));
+	} else {
+		json_t *keys = read_manifest(keys_file);
+		if (!keys) {
+			json_decref(req);
+			return 2;
+		}
+		json_object_set_new(req, "keys", keys);
+	}
+	if (conc)
+		json_object_set_new(req, "concurrency", json_integer(conc));
+	if (idle)
+		json_object_set_new(req, "idle_seconds", json_integer(idle));
+	char *body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	rc = body ? lookahead_call(&o, NULL, "/admin/lookahead", body) : 1;
+	free(body);
 	return rc;
 }

@@ -22,6 +22,11 @@ int cli_warm(int argc, char **argv);
 /* larder jobs [--admin URL] [--json] [--cancel JOB_ID] */
 int cli_jobs(int argc, char **argv);
 
+/* larder lookahead [--admin URL] --window N (--keys-file F | --manifest s3://B/KEY)
+ *                  [--concurrency N] [--idle S] s3://BUCKET
+ * larder lookahead [--admin URL] [--json] [--end ID] */
+int cli_lookahead(int argc, char **argv);
+
 /* larder cluster [--admin URL] [--json] */
 int cli_cluster(int argc, char **argv);
 

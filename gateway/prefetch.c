@@ -33,7 +33,7 @@
 
 #define PF_HELD 2            /* chunks of one object in flight at once */
 #define PF_KEEP_FINISHED 64  /* finished jobs kept for their status */
-#define PF_TICK 0.02
+#define PF_TICK 0.005        /* a small object takes two steps: its meta fetch, then chunk 0 */
 #define LIST_BODY_MAX (64u << 20)
 #define PREFETCH_MAGIC 0x70726566u
 #define PF_MAGIC 0x7066636bu     /* "pfck": struct prefetch */
@@ -75,6 +75,8 @@ struct pf_job {
 	_Atomic int state;
 	_Atomic bool cancel;
 	bool listing_done;
+	bool gated;                  /* a lookahead's: keys start below the gate only */
+	_Atomic size_t gate;
 
 	struct transfer x;           /* a listing page or the manifest */
 	struct up_target target;
@@ -456,7 +458,8 @@ static bool job_step(struct pf_job *j)
 	unsigned active = 0;
 	for (unsigned k = 0; k < j->concurrency; k++) {
 		struct pf_obj *o = &j->active[k];
-		if (!o->key && j->next_key < j->n_keys) {
+		if (!o->key && j->next_key < j->n_keys &&
+		    (!j->gated || j->next_key < atomic_load(&j->gate))) {
 			o->magic = PF_OBJ_MAGIC;
 			o->key = strdup(j->keys[j->next_key]);
 			o->sized = j->sizes[j->next_key] != 0;
@@ -584,12 +587,14 @@ void prefetch_destroy(struct prefetch *p)
 	free(p);
 }
 
-/* The HEAD of prefetch_check_bucket, built again when S3 names the
- * bucket's region. */
+/* The HEAD of prefetch_check_bucket (or the GET of prefetch_read_object),
+ * built again when S3 names the bucket's region. */
 struct bucket_check {
 	unsigned magic;
 	struct upstream *up;
 	const char *bucket;
+	const char *key;             /* NULL: the bucket */
+	struct buf *body;            /* the object's bytes go here */
 	struct up_target target;
 };
 #define CHECK_MAGIC 0x70636b62u
@@ -601,7 +606,7 @@ static int check_prepare(struct transfer *t, void *arg)
 	struct hdrs h;
 	hdrs_init(&h);
 	struct up_request rq = {
-		.method = "HEAD", .bucket = bc->bucket, .query = "",
+		.method = bc->key ? "GET" : "HEAD", .bucket = bc->bucket, .key = bc->key, .query = "",
 		.payload_hash = SV4_EMPTY_SHA256, .headers = &h,
 	};
 	int rc = upstream_prepare(bc->up, t, &rq, &bc->target);
@@ -616,8 +621,20 @@ static enum transfer_verdict check_headers(struct transfer *t, void *arg)
 	return upstream_region_check(bc->up, bc->bucket, t);
 }
 
+static size_t check_body(struct transfer *t, void *arg, const char *data, size_t len)
+{
+	struct bucket_check *bc = arg;
+	assert(bc->magic == CHECK_MAGIC);
+	if (!bc->body)
+		return len;
+	if (t->status != 200)
+		return len; /* an error document */
+	return buf_append(bc->body, data, len) == 0 ? len : 0;
+}
+
 static const struct transfer_ops check_ops = {
 	.headers = check_headers,
+	.body = check_body,
 	.restart = check_prepare,
 };
 
@@ -642,6 +659,30 @@ int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t e
 		snprintf(err, errlen, "bucket %s does not exist upstream", bucket);
 	else if (status != 200)
 		snprintf(err, errlen, "upstream answered %ld for bucket %s", status, bucket);
+	transfer_fini(&t);
+	up_target_fini(&bc.target);
+	return rc == 0 && status == 200 ? 0 : -1;
+}
+
+int prefetch_read_object(struct gw *gw, const char *bucket, const char *key, struct buf *body,
+                         char *err, size_t errlen)
+{
+	struct bucket_check bc = { .magic = CHECK_MAGIC, .up = gw->up, .bucket = bucket,
+		                   .key = key, .body = body };
+	struct transfer t;
+	transfer_init(&t, &check_ops, &bc, NULL, NULL);
+	up_target_init(&bc.target);
+	int rc = check_prepare(&t, &bc);
+	if (!rc && transfer_perform(&t) != CURLE_OK)
+		rc = -EIO;
+	long status = t.status;
+	if (rc == -EIO)
+		snprintf(err, errlen, "reading %s/%s: upstream unreachable or the object too large: %s",
+		         bucket, key, t.err);
+	else if (rc)
+		snprintf(err, errlen, "cannot ask upstream for %s/%s", bucket, key);
+	else if (status != 200)
+		snprintf(err, errlen, "reading %s/%s: upstream answered %ld", bucket, key, status);
 	transfer_fini(&t);
 	up_target_fini(&bc.target);
 	return rc == 0 && status == 200 ? 0 : -1;
@@ -678,6 +719,7 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 		return -1;
 	}
 	j->listing_done = rq->keys != NULL;
+	j->gated = rq->gated;
 	atomic_store(&j->state, PF_LISTING);
 	pthread_mutex_lock(&p->lock);
 	snprintf(j->id, sizeof j->id, "pf-%u", ++p->next_id);
@@ -739,6 +781,22 @@ int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out)
 	return rc;
 }
 
+int prefetch_gate(struct prefetch *p, const char *id, size_t n)
+{
+	int rc = -1;
+	pthread_mutex_lock(&p->lock);
+	for (struct pf_job *j = p->jobs; j; j = j->next)
+		if (strcmp(j->id, id) == 0) {
+			size_t g = atomic_load(&j->gate);
+			while (g < n && !atomic_compare_exchange_weak(&j->gate, &g, n))
+				;
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
 int prefetch_cancel(struct prefetch *p, const char *id)
 {
 	int rc = -1;
@@ -758,7 +816,8 @@ size_t prefetch_list(struct prefetch *p, struct prefetch_info *out, size_t max)
 	size_t n = 0;
 	pthread_mutex_lock(&p->lock);
 	for (struct pf_job *j = p->jobs; j && n < max; j = j->next)
-		info_of(j, &out[n++]);
+		if (!j->gated)
+			info_of(j, &out[n++]);
 	pthread_mutex_unlock(&p->lock);
 	return n;
 }

@@ -22,6 +22,7 @@
 struct gw;
 struct worker;
 struct prefetch;
+struct buf;
 
 struct prefetch_req {
 	const char *bucket;
@@ -31,6 +32,8 @@ struct prefetch_req {
 	const char *manifest;           /* key of a manifest object, or NULL */
 	unsigned concurrency;           /* objects warmed at once; 0: 4 */
 	uint64_t bytes_per_s;           /* 0: no cap */
+	bool gated;                     /* a lookahead's: only keys below the gate start
+	                                   (prefetch_gate); not in prefetch_list */
 };
 
 struct prefetch_info {
@@ -57,7 +60,14 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 /* 0, or -1 when no such job. */
 int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out);
 int prefetch_cancel(struct prefetch *p, const char *id);
-/* Up to max jobs, newest first; returns how many. */
+/* Lets a gated job start its keys [0, n) (a gate only moves forward).
+ * Returns 0, or -1 when no such job. */
+int prefetch_gate(struct prefetch *p, const char *id, size_t n);
+/* Reads the object bucket/key into body (blocking, like
+ * prefetch_check_bucket). Returns 0, or -1 with a message. */
+int prefetch_read_object(struct gw *gw, const char *bucket, const char *key, struct buf *body,
+                         char *err, size_t errlen);
+/* Up to max jobs that are not gated, newest first; returns how many. */
 size_t prefetch_list(struct prefetch *p, struct prefetch_info *out, size_t max);
 
 #endif

@@ -36,6 +36,7 @@
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
 #include "gateway/prefetch.h"
+#include "gateway/lookahead.h"
 #include "gateway/request.h"
 #include "gateway/cache.h"
 #include "gateway/req.h"
@@ -531,10 +532,13 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		goto out;
 	}
 	gw.prefetch = prefetch_create(&gw, &gw.workers[0]);
+	gw.lookahead = lookahead_create(&gw, &gw.workers[0], gw.prefetch, cfg->lookahead_idle_s);
 	if (admin_start(&gw) != 0) {
 		/* An operator who asked for the admin port expects it: say so and stop. */
 		for (unsigned i = 0; i < gw.n_workers; i++)
 			worker_fini(&gw.workers[i]);
+		lookahead_destroy(gw.lookahead);
+		gw.lookahead = NULL;
 		prefetch_destroy(gw.prefetch);
 		gw.prefetch = NULL;
 		goto out;
@@ -566,6 +570,8 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		ev_async_send(gw.workers[i].loop, &gw.workers[i].stop_async);
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		pthread_join(gw.workers[i].thread, NULL);
+	lookahead_destroy(gw.lookahead);
+	gw.lookahead = NULL;
 	prefetch_destroy(gw.prefetch); /* its chunks go before the workers' fetches */
 	gw.prefetch = NULL;
 	for (unsigned i = 0; i < gw.n_workers; i++)

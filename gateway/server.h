@@ -26,6 +26,7 @@ struct store;
 struct meta_cache;
 struct listcache;
 struct prefetch;
+struct lookaheads;
 struct cluster;
 struct directory;
 struct placement;
@@ -46,6 +47,7 @@ struct gw {
 	struct listcache *lists;        /* LIST answers of buckets with list_cache_ttl, or NULL */
 	char *tls_cert, *tls_key;       /* PEM text when the client port speaks TLS */
 	struct prefetch *prefetch;      /* warming jobs, run on the first worker */
+	struct lookaheads *lookahead;   /* read-order lookaheads (gated prefetch jobs) */
 	struct cluster *cluster;        /* the other nodes, or NULL: this node alone */
 	struct directory *dir;          /* what this node publishes it holds, or NULL */
 

@@ -108,9 +108,28 @@ def t_table(d, markdown):
     return md_table(hdr, rows) if markdown else text_table(hdr, rows)
 
 
+def l_table(d, markdown):
+    """l: one reader (and a DataLoader) in a known order, each against its direct run."""
+    runs = load(d, "l")
+    hdr = ["run", "workers", "objects", "seconds", "objects/s", "vs direct", "hits",
+           "upstream GETs", "errors"]
+    rows = []
+    for label, r in runs.items():
+        dr = runs.get("dataloader4-direct" if label.startswith("dataloader4") else "direct")
+        rel = f"{r['objects_per_s'] / dr['objects_per_s']:.2f}x" if dr else "-"
+        rows.append([label, r["workers"], r["objects"], fmt(r["seconds"], 2),
+                     fmt(r["objects_per_s"]), rel, r["hits"], r.get("upstream_gets", "-"),
+                     r["errors"]])
+    if not rows:
+        return ""
+    return md_table(hdr, rows) if markdown else text_table(hdr, rows)
+
+
 def table(d, scen, markdown=False):
     if scen == "t":
         return t_table(d, markdown)
+    if scen == "l":
+        return l_table(d, markdown)
     rows = scenario_rows(d, scen)
     extra = ""
     if scen == "f":
@@ -220,6 +239,14 @@ def targets(d):
         res.append(("dataset twice the cache: epochs 2-3 hit ratio >= 0.45 (f, subset)",
                     f"{hr[1]:.3f}, {hr[2]:.3f} (lru: {', '.join(f'{x:.3f}' for x in out['lru'][0][1:])})",
                     min(hr[1:]) >= 0.45))
+    ll, ld = get(d, "l", "larder-lookahead"), get(d, "l", "direct")
+    if ll and ld:
+        r = ratio(ll["objects_per_s"], ld["objects_per_s"])
+        res.append(("one reader of 300 cold 115 KiB objects in a known order: >= 8x direct, one "
+                    "upstream GET per object (l, lookahead)",
+                    f"{r:.1f}x ({ll['objects_per_s']:.0f} vs {ld['objects_per_s']:.0f} objects/s), "
+                    f"{ll.get('upstream_gets')} upstream GETs for {ll['objects']} objects",
+                    r >= 8 and ll.get("upstream_gets") == ll["objects"]))
     m = get(d, "m", "c1000")
     if m and m.get("target_vmhwm_kib"):
         ram = m.get("ram_tier_bytes", 0) / 2**20
@@ -239,12 +266,13 @@ TITLES = {
     "f": "f: dataset twice the RAM cache, three epochs",
     "m": "m: memory at 1,000 open connections",
     "t": "t: PyTorch DataLoader (boto3 per worker), epochs 1 and 2",
+    "l": "l: a reader of cold small objects in a known order, with and without lookahead",
 }
 
 
 def summary(d):
     out = []
-    for s in "adecbfmt":
+    for s in "adecbfmtl":
         t = table(d, s, markdown=True)
         if t:
             out.append(f"### {TITLES[s]}\n\n{t}\n")

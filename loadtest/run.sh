@@ -2,7 +2,7 @@
 # larder's benchmarks: loadtest/run.sh [smoke|quick|full] [scenario...]
 # (smoke: every scenario at a tiny size, to prove they run; the figures mean nothing)
 #
-# Scenarios (default: all, in this order): a d e c b f m g t
+# Scenarios (default: all, in this order): a d e c b f m g t l
 #   a  random reads of small objects, one epoch, concurrency 8/16/32/64:
 #      direct vs larder cold vs larder warm vs nginx proxy_cache (cold, warm)
 #   d  coalescing storm: 64 clients read one cold object at once
@@ -13,6 +13,8 @@
 #   m  larder's RSS with 1,000 open connections
 #   g  three larder nodes with Redis: upstream GETs per chunk, the dataset read through all
 #   t  a PyTorch DataLoader (8 workers, boto3) reads the small objects twice: direct vs larder
+#   l  one boto3 reader of 300 cold small objects in a known order: direct vs larder vs larder
+#      with a read-order lookahead (POST /admin/lookahead); and a DataLoader (4 workers)
 #
 # What runs where (2 cores): the system under test (larder, the nginx peer or
 # nginx serving files) is pinned to CPU $LOADTEST_SUT_CPU (0) with one worker;
@@ -23,7 +25,8 @@
 # Environment: LARDER_BIN, LOADGEN_BIN, POLICY_SIM_BIN (default: BUILD/...),
 # LOADTEST_BUILD (build), LOADTEST_WORK (a temp dir for data and caches),
 # LOADTEST_NETNS (auto|0), LOADTEST_DELAY_MS (20), LOADTEST_RATE (100m),
-# LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU.
+# LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU, LOADTEST_PORT_BASE (18080: larder; +1, +2 the nginx
+# peer and files, +10 the origin, +15 larder's admin).
 # Results: loadtest/results/<mode>-<UTC time>/ (JSON per run, summaries, PNGs),
 # and loadtest/results/latest pointing at it.
 set -euo pipefail
@@ -33,7 +36,7 @@ root="$(cd "$here/.." && pwd)"
 mode=quick
 if [[ "${1:-}" == quick || "${1:-}" == full || "${1:-}" == smoke ]]; then mode="$1"; shift; fi
 scenarios=("$@")
-((${#scenarios[@]})) || scenarios=(a d e c b f m g t)
+((${#scenarios[@]})) || scenarios=(a d e c b f m g t l)
 
 build="${LOADTEST_BUILD:-$root/build}"
 larder_bin="${LARDER_BIN:-$build/gateway/larder}"
@@ -62,7 +65,10 @@ if ((ncpu < 2)); then sut_cpu=""; cli_cpu=""; fi
 delay_ms="${LOADTEST_DELAY_MS:-20}"
 rate="${LOADTEST_RATE:-100m}"
 key="loadtest-key" secret="loadtest-secret-0123456789"
-larder_port=18080 peer_port=18081 static_port=18082 origin_port=18090
+pb="${LOADTEST_PORT_BASE:-18080}"   # another run on the machine: give it another base
+larder_port=$pb peer_port=$((pb + 1)) static_port=$((pb + 2)) origin_port=$((pb + 10))
+admin_port=$((pb + 15))
+admin_token="loadtest-admin-token-0123"
 t_start=$SECONDS
 
 # ---- sizes per mode ----
@@ -142,6 +148,7 @@ small_total=$((n_small * small_bytes))
 nginx_runs+=("$work/run-origin")
 origin_log="$work/run-origin/access.log"
 origin_lines() { wc -l < "$origin_log"; }
+origin_gets() { grep -c ' GET ' "$origin_log" || true; }
 
 # ---- the systems under test ----
 larder_start() { # ram_bytes disk_bytes(0 = no NVMe tier) policy
@@ -153,7 +160,8 @@ larder_start() { # ram_bytes disk_bytes(0 = no NVMe tier) policy
     AWS_ACCESS_KEY_ID=origin-key AWS_SECRET_ACCESS_KEY=origin-secret
     LARDER_CLIENT_KEY="$key" LARDER_CLIENT_SECRET="$secret"
     LARDER_RAM_CACHE_SIZE="$1" LARDER_CACHE_POLICY="${3:-subset}" LARDER_METADATA_TTL=immutable
-    LARDER_ACCESS_LOG=off LARDER_WORKERS=1 LARDER_CHUNK_SIZE=8MiB)
+    LARDER_ACCESS_LOG=off LARDER_WORKERS=1 LARDER_CHUNK_SIZE=8MiB
+    LARDER_ADMIN_LISTEN="127.0.0.1:$admin_port" LARDER_ADMIN_TOKEN="$admin_token")
   if [[ "$2" != 0 ]]; then envs+=(LARDER_CACHE_DIR="$dir/cache" LARDER_DISK_CACHE_SIZE="$2"); fi
   if [[ -n "$sut_cpu" ]]; then
     env "${envs[@]}" taskset -c "$sut_cpu" "$larder_bin" serve > "$dir/larder.log" 2>&1 &
@@ -442,9 +450,45 @@ t_run() { # LABEL ENDPOINT WORKERS
     upstream_gets_epoch2=$((a - m))
 }
 
+# l: one reader of cold small objects in an order larder is told (POST
+# /admin/lookahead) vs the same reader direct and through larder untold; each
+# larder run starts cold. Then a DataLoader (4 workers) in a shuffled order.
+scen_l() {
+  local n=300 w=64
+  [[ "$mode" != smoke ]] || n=40
+  echo; echo "== l: one boto3 reader, $n cold x 115 KiB objects in a known order (window $w)"
+  /usr/bin/python3 -c "import torch, boto3" \
+    || { echo "run.sh: l needs python3-torch and python3-boto3 (scripts/deps.sh)" >&2; exit 1; }
+  l_run direct "http://$origin" 0
+  larder_start 1GiB 0
+  l_run larder "http://127.0.0.1:$larder_port" 0
+  l_run larder-warm "http://127.0.0.1:$larder_port" 0   # hit speed: the same reads again
+  larder_start 1GiB 0
+  l_run larder-lookahead "http://127.0.0.1:$larder_port" 0 --lookahead "http://127.0.0.1:$admin_port" --window "$w"
+  l_run dataloader4-direct "http://$origin" 4 --seed 7
+  larder_start 1GiB 0
+  l_run dataloader4-larder "http://127.0.0.1:$larder_port" 4 --seed 7
+  larder_start 1GiB 0
+  l_run dataloader4-larder-lookahead "http://127.0.0.1:$larder_port" 4 --seed 7 \
+    --lookahead "http://127.0.0.1:$admin_port" --window 256
+  larder_stop
+  python3 "$here/report.py" table "$res" l
+}
+l_run() { # LABEL ENDPOINT WORKERS [lookahead_reader.py options]
+  local label="$1" ep="$2" wk="$3" out="$res/l-$1.json" pin=() b a rc=0; shift 3
+  [[ -z "$cli_cpu" ]] || pin=(taskset -c "$cli_cpu")
+  b="$(origin_gets)"
+  env AWS_ENDPOINT_URL="$ep" AWS_ACCESS_KEY_ID="$key" AWS_SECRET_ACCESS_KEY="$secret" \
+    AWS_DEFAULT_REGION=us-east-1 LARDER_ADMIN_TOKEN="$admin_token" "${pin[@]}" /usr/bin/python3 \
+    "$here/lookahead_reader.py" --bucket bench --keys "$work/keys-small" --n "${n:-300}" \
+    --workers "$wk" --json "$out" "$@" || rc=$?
+  sleep 0.2; a="$(origin_gets)"
+  python3 "$here/report.py" annotate "$out" target="$label" upstream_gets=$((a - b)) rc="$rc"
+}
+
 for s in "${scenarios[@]}"; do
   case "$s" in
-    a|b|c|d|e|f|m|g|t) "scen_$s";;
+    a|b|c|d|e|f|m|g|t|l) "scen_$s";;
     *) echo "run.sh: unknown scenario $s" >&2; exit 2;;
   esac
 done

@@ -32,7 +32,7 @@ class LoadtestSmoke(unittest.TestCase):
         self.assertEqual(out.returncode, 0, text[-4000:])
         res = os.path.realpath(os.path.join(LOADTEST, "results", "latest"))
         self.assertIn("smoke-", os.path.basename(res))
-        for scen in "adecbfmgt":
+        for scen in "adecbfmgtl":
             files = glob.glob(os.path.join(res, scen + "-*.json"))
             self.assertTrue(files, "scenario %s wrote no result\n%s" % (scen, text[-3000:]))
             for f in files:
@@ -42,6 +42,10 @@ class LoadtestSmoke(unittest.TestCase):
                     self.assertEqual(int(r["loadgen_rc"]), 0, f)
                 total = r.get("total") or {}
                 self.assertEqual(total.get("errors", 0), 0, f)
+                if scen == "l":  # every object read once; one upstream GET each when cold
+                    self.assertEqual((r["rc"], r["errors"]), (0, 0), f)
+                    if not f.endswith("-warm.json"):
+                        self.assertEqual(r["upstream_gets"], r["objects"], f)
                 if scen == "t":  # the DataLoader's epochs: every sample, no errors
                     for e in r["epochs"]:
                         self.assertEqual((e["errors"], e["samples"] > 0), (0, True), f)

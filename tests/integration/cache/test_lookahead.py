@@ -1,0 +1,233 @@
+"""Read-order lookahead: POST /admin/lookahead, GET /admin/lookahead, DELETE
+/admin/lookahead/ID, `larder lookahead`.
+
+What an operator sees: a job that reads a known list in order finds the
+objects ahead of it already cached (hits), with one upstream GET per object;
+reads off the list change nothing; a lookahead nobody reads ends by itself.
+"""
+import os
+import subprocess
+import tempfile
+import time
+
+import harness
+import test_prefetch
+from harness import LarderCase
+
+TOKEN = test_prefetch.TOKEN  # for its call()
+ADMIN_PORT = harness.free_port()
+BUCKET = "lookahead"
+
+
+def body_of(prefix, i):
+    return (b"%s-%d:" % (prefix.encode(), i)) * (500 + i)
+
+
+class Lookahead(LarderCase):
+    LARDER_ENV = {
+        "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
+        "LARDER_ADMIN_TOKEN": TOKEN,
+        "LARDER_CHUNK_SIZE": "1MiB",
+        "LARDER_METADATA_TTL": "immutable",
+        "LARDER_LOOKAHEAD_IDLE": "30",
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.admin = "http://127.0.0.1:%d" % ADMIN_PORT
+        cls.direct.create_bucket(Bucket=BUCKET)
+
+    def put_set(self, prefix, n):
+        keys = ["%s/%03d.jpg" % (prefix, i) for i in range(n)]
+        for i, k in enumerate(keys):
+            self.direct.put_object(Bucket=BUCKET, Key=k, Body=body_of(prefix, i))
+        return keys
+
+    call = test_prefetch.Prefetch.call
+
+    def info(self, la_id):
+        st, doc = self.call("GET", "/admin/lookahead")
+        self.assertEqual(st, 200, doc)
+        for l in doc["lookaheads"]:
+            if l["id"] == la_id:
+                return l
+        self.fail("lookahead %s not listed: %r" % (la_id, doc))
+
+    def wait_for(self, la_id, pred, what, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            l = self.info(la_id)
+            if pred(l):
+                return l
+            time.sleep(0.05)
+        self.fail("lookahead %s: %s did not happen: %r" % (la_id, what, l))
+
+    def read(self, key):
+        r = harness.signed_request(self.larder.url, "GET", harness.key_path(BUCKET, key))
+        self.assertEqual(r.status, 200, (key, r))
+        return r
+
+    def upstream_gets(self, mark, prefix):
+        out = {}
+        for r in self.upstream.from_larder(mark):
+            if r["method"] == "GET" and r["target"].startswith("/%s/%s/" % (BUCKET, prefix)):
+                path = r["target"].split("?")[0]
+                out[path] = out.get(path, 0) + 1
+        return out
+
+    def test_reader_in_order_reads_hits_with_one_get_per_object(self):
+        keys = self.put_set("order", 40)
+        mark = self.upstream.mark()
+        st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "keys": keys,
+                                                       "window": 5})
+        self.assertEqual(st, 201, r)
+        la = r["id"]
+        # Nothing read yet: the first window is warmed, and no further.
+        self.wait_for(la, lambda l: l["objects"] == 5, "the first window warm")
+        time.sleep(0.5)
+        self.assertEqual(self.info(la)["objects"], 5)
+        self.assertEqual(len(self.upstream_gets(mark, "order")), 5)
+        for i, k in enumerate(keys):
+            if i >= 3:
+                # Warm up to the gate: the furthest key read (i - 1) plus the window.
+                want = min(40, i + 5)
+                self.wait_for(la, lambda l: l["objects"] >= want, "keys up to %d warm" % want)
+            r = self.read(k)
+            self.assertEqual(r.body, body_of("order", i), k)
+            if i >= 3:
+                self.assertEqual(r.cache, "hit", (i, k))
+            self.assertEqual(self.info(la)["position"], i + 1)
+        gets = self.upstream_gets(mark, "order")
+        self.assertEqual(sorted(gets), sorted("/%s/%s" % (BUCKET, k) for k in keys))
+        self.assertEqual(set(gets.values()), {1}, gets)
+        # Warm to the end of the list: it is over.
+        l = self.wait_for(la, lambda l: l["state"] != "running", "the end")
+        self.assertEqual((l["state"], l["keys"], l["position"]), ("done", 40, 40), l)
+        st, stats = self.call("GET", "/admin/stats")
+        self.assertNotIn(la, [x["id"] for x in stats["lookaheads"]])
+
+    def test_reads_off_the_list_change_nothing_and_a_jump_moves_it(self):
+        keys = self.put_set("off", 30)
+        others = self.put_set("other", 3)
+        st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "keys": keys,
+                                                       "window": 4, "concurrency": 2})
+        self.assertEqual(st, 201, r)
+        la = r["id"]
+        self.wait_for(la, lambda l: l["objects"] == 4, "the first window warm")
+        for k in others:
+            self.read(k)
+        self.s3.head_object(Bucket=BUCKET, Key=keys[20])  # a HEAD is not a read
+        r = harness.signed_request(self.larder.url, "GET", harness.key_path(BUCKET, "off/nope"))
+        self.assertEqual(r.status, 404)
+        time.sleep(0.5)
+        l = self.info(la)
+        self.assertEqual((l["position"], l["objects"], l["state"]), (0, 4, "running"), l)
+        # Stats show it while it runs.
+        st, stats = self.call("GET", "/admin/stats")
+        mine = [x for x in stats["lookaheads"] if x["id"] == la]
+        self.assertEqual(len(mine), 1, stats["lookaheads"])
+        self.assertEqual({k: mine[0][k] for k in ("bucket", "keys", "position", "window")},
+                         {"bucket": BUCKET, "keys": 30, "position": 0, "window": 4})
+        self.assertGreater(mine[0]["bytes"], 0)
+        # A jump ahead: the furthest read counts; reading back does not move it.
+        self.read(keys[10])
+        self.read(keys[2])
+        l = self.wait_for(la, lambda l: l["objects"] >= 15, "keys 11-14 warm")
+        self.assertEqual(l["position"], 11)
+        time.sleep(0.3)
+        self.assertEqual(self.info(la)["objects"], 15)
+        st, r = self.call("DELETE", "/admin/lookahead/" + la)
+        self.assertEqual((st, r["state"]), (200, "ended"), r)
+        self.assertEqual(self.info(la)["state"], "ended")
+        st, r = self.call("DELETE", "/admin/lookahead/" + la)
+        self.assertEqual((st, r["error"]), (404, "not_found"), r)
+
+    def test_idle_timeout_ends_it(self):
+        keys = self.put_set("idle", 20)
+        st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "keys": keys,
+                                                       "window": 2, "idle_seconds": 1})
+        self.assertEqual(st, 201, r)
+        la = r["id"]
+        self.assertEqual(self.info(la)["idle_seconds"], 1)
+        self.read(keys[0])
+        l = self.wait_for(la, lambda l: l["state"] != "running", "the idle end", timeout=10)
+        self.assertEqual((l["state"], l["position"]), ("idle", 1), l)
+        mark = self.upstream.mark()
+        for k in keys[5:8]:
+            self.read(k)  # too late: the lookahead no longer moves
+        time.sleep(0.5)
+        self.assertEqual(self.info(la)["position"], 1)
+        self.assertEqual(len(self.upstream_gets(mark, "idle")), 3)
+
+    def test_manifest_and_cli(self):
+        keys = self.put_set("mf", 12)
+        self.direct.put_object(Bucket=BUCKET, Key="manifests/mf.txt",
+                               Body=("\r\n".join(keys) + "\n\n").encode())
+        st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET,
+                                                       "manifest": "manifests/mf.txt",
+                                                       "window": 3})
+        self.assertEqual(st, 201, r)
+        l = self.wait_for(r["id"], lambda l: l["objects"] == 3, "the first window warm")
+        self.assertEqual(l["keys"], 12)
+        self.assertEqual(self.read(keys[0]).cache, "hit")
+        st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET,
+                                                       "manifest": "manifests/none.txt",
+                                                       "window": 3})
+        self.assertEqual((st, r["error"]), (400, "bad_manifest"), r)
+        self.assertIn("404", r["message"])
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LARDER_")}
+        env.update(LARDER_ADMIN_URL=self.admin, LARDER_ADMIN_TOKEN=TOKEN,
+                   ASAN_OPTIONS="detect_leaks=1")
+
+        def cli(*args):
+            return subprocess.run([harness.larder_binary(), "lookahead"] + list(args), env=env,
+                                  capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+            f.write("\n".join(keys[6:]) + "\n")
+            f.flush()
+            p = cli("--window", "2", "--keys-file", f.name, "s3://" + BUCKET)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        la = p.stdout.decode().strip()
+        self.assertEqual(self.info(la)["keys"], 6)
+        p = cli()
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(la + "\trunning\t" + BUCKET + "\t6\t0\t2\t", p.stdout.decode())
+        p = cli("--end", la)
+        self.assertEqual((p.returncode, p.stdout.decode().strip()), (0, la), p.stderr)
+        self.assertEqual(self.info(la)["state"], "ended")
+        p = cli("--window", "2", "s3://" + BUCKET)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--keys-file", p.stderr.decode())
+        p = cli("--window", "0", "--keys-file", "x", "s3://" + BUCKET)
+        self.assertEqual(p.returncode, 2)
+
+    def test_bad_input_gets_a_clear_400(self):
+        cases = [
+            ({"keys": ["a"], "window": 2}, "bucket"),
+            ({"bucket": BUCKET, "keys": "a", "window": 2}, "list"),
+            ({"bucket": BUCKET, "keys": [], "window": 2}, "empty"),
+            ({"bucket": BUCKET, "keys": ["a", 3], "window": 2}, "keys[1]"),
+            ({"bucket": BUCKET, "keys": ["a"], "window": 0}, "window"),
+            ({"bucket": BUCKET, "keys": ["a"], "window": 10 ** 9}, "window"),
+            ({"bucket": BUCKET, "keys": ["a"]}, "window"),
+            ({"bucket": BUCKET, "keys": ["a"], "window": "5"}, "window"),
+            ({"bucket": BUCKET, "keys": ["a"], "manifest": "m", "window": 2}, "exactly one"),
+            ({"bucket": BUCKET, "keys": ["a"], "window": 2, "idle_seconds": 0}, "idle_seconds"),
+            ({"bucket": BUCKET, "keys": ["a"], "window": 2, "concurrency": 65}, "concurrency"),
+            ({"bucket": BUCKET, "keys": ["a"], "window": 2, "windows": 2}, "windows"),
+            ({"bucket": "bad/bucket", "keys": ["a"], "window": 2}, "bucket name"),
+        ]
+        for body, word in cases:
+            st, r = self.call("POST", "/admin/lookahead", body)
+            self.assertEqual((st, r.get("error")), (400, "bad_request"), (body, r))
+            self.assertIn(word, r["message"], body)
+        st, r = self.call("POST", "/admin/lookahead", b"{not json")
+        self.assertEqual((st, r.get("error")), (400, "bad_request"), r)
+        st, r = self.call("POST", "/admin/lookahead", {"bucket": "nosuchbucket", "keys": ["a"],
+                                                       "window": 2})
+        self.assertEqual(st, 404, r)
+        st, doc = self.call("GET", "/admin/lookahead")
+        self.assertEqual(st, 200)
+        self.assertEqual([l for l in doc["lookaheads"] if l["keys"] == 1], [])
