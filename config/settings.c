@@ -60,6 +60,7 @@ const struct setting load_settings[] = {
 	SET("cache", "readahead", "LARDER_READAHEAD", K_UINT, readahead_chunks, 0, 64),
 	SET("cache", "inflight_size", "LARDER_INFLIGHT_SIZE", K_SIZE, inflight_bytes, 0,
 	    1ul << 50),
+	SET("cache", "pin_max", "LARDER_PIN_MAX", K_SIZE, pin_max_bytes, 0, 1ul << 50),
 	SET("cache", "list_cache_size", "LARDER_LIST_CACHE_SIZE", K_SIZE, list_cache_bytes, 0,
 	    1ul << 40),
 	SET("admin", "listen", "LARDER_ADMIN_LISTEN", K_ADMIN, admin_host, 0, 0),

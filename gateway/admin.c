@@ -30,9 +30,11 @@
 
 #include "auth/creds.h"
 #include "base/buf.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
+#include "gateway/pins.h"
 #include "gateway/prefetch.h"
 #include "gateway/cache.h"
 #include "gateway/req.h"
@@ -47,6 +49,10 @@
 #define ADMIN_MAGIC 0x61646d6eu
 #define AREQ_MAGIC 0x61726571u
 #define PREFETCH_BODY_MAX (8u << 20) /* a prefetch may list its keys */
+#define PIN_SECONDS_MAX (30 * 86400)
+#define PIN_WAIT_S 10.0             /* how long a pin's listing may take before 202 */
+#define UNPIN_BODY_MAX 4096
+#define GAUGE_PINS 256              /* pins shown in stats */
 #define PURGE_BODY_MAX (16u << 10)   /* a bucket and a key, JSON-escaped */
 #define METRICS_MAX (16u << 20)
 
@@ -193,6 +199,17 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 			g->jobs_running++;
 		g->prefetch_bytes += jobs[i].bytes_done;
 	}
+	struct pin_info *pins = gw->pins ? calloc(GAUGE_PINS, sizeof *pins) : NULL;
+	g->n_pins = pins ? pins_list(gw->pins, pins, GAUGE_PINS) : 0;
+	g->pins = pins;
+}
+
+static void gauges_fini(struct metrics_gauges *g)
+{
+	struct pin_info *pins = (struct pin_info *)g->pins;
+	for (size_t i = 0; i < g->n_pins; i++)
+		free(pins[i].prefix);
+	free(pins);
 }
 
 static enum MHD_Result metrics(struct admin *a, struct MHD_Connection *c, struct areq *q)
@@ -204,6 +221,7 @@ static enum MHD_Result metrics(struct admin *a, struct MHD_Connection *c, struct
 	struct buf out;
 	buf_init(&out, METRICS_MAX);
 	int r = metrics_render_prometheus(&out, &g);
+	gauges_fini(&g);
 	if (r != 0) {
 		buf_fini(&out);
 		log_error("admin", "rendering /metrics failed: %s", strerror(-r));
@@ -222,6 +240,7 @@ static enum MHD_Result stats(struct admin *a, struct MHD_Connection *c, struct a
 	struct metrics_gauges g;
 	gauges_of(a->gw, &st, &g);
 	json_t *doc = metrics_stats_json(&g);
+	gauges_fini(&g);
 	if (!doc)
 		return send_error(c, 500, "internal", NULL, "out of memory");
 	return send_json(c, 200, doc, NULL);
@@ -328,8 +347,26 @@ static json_t *job_json(const struct prefetch_info *i)
 	return o;
 }
 
+/* A pin job that lists its objects knows its size once listed: waits
+ * (up to PIN_WAIT_S) for that, and says whether the pin was refused. */
+static bool pin_refused(struct prefetch *p, const char *id, char *err, size_t errlen)
+{
+	double give_up = clock_mono_s() + PIN_WAIT_S;
+	struct prefetch_info info;
+	while (prefetch_get(p, id, &info) == 0 && !info.pin_refused &&
+	       strcmp(info.state, "listing") == 0 && clock_mono_s() < give_up) {
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	if (!info.pin_refused)
+		return false;
+	snprintf(err, errlen, "%s", info.error);
+	return true;
+}
+
 /* POST /admin/prefetch {"bucket": b, one of "prefix" | "keys" | "manifest",
- * optional "concurrency" (1-64), "bandwidth_bytes_per_second"} -> 202. */
+ * optional "concurrency" (1-64), "bandwidth_bytes_per_second",
+ * "pin_seconds"} -> 202; a pin past the pin limit -> 409. */
 static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struct areq *q)
 {
 	json_error_t jerr;
@@ -346,7 +383,7 @@ static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struc
 	json_t *v;
 	json_object_foreach(doc, name, v) {
 		static const char *const known[] = { "bucket", "prefix", "keys", "manifest",
-			"concurrency", "bandwidth_bytes_per_second", NULL };
+			"concurrency", "bandwidth_bytes_per_second", "pin_seconds", NULL };
 		bool ok = false;
 		for (int k = 0; known[k]; k++)
 			ok |= strcmp(name, known[k]) == 0;
@@ -362,15 +399,19 @@ static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struc
 	json_t *jkeys = json_object_get(doc, "keys");
 	json_t *jconc = json_object_get(doc, "concurrency");
 	json_t *jbw = json_object_get(doc, "bandwidth_bytes_per_second");
+	json_t *jpin = json_object_get(doc, "pin_seconds");
 	int sources = (prefix != NULL) + (manifest != NULL) + (jkeys != NULL);
 	if (bad || !bucket || sources != 1 || (jkeys && !json_is_array(jkeys)) ||
 	    (jconc && (!json_is_integer(jconc) || json_integer_value(jconc) < 1 ||
 	               json_integer_value(jconc) > 64)) ||
-	    (jbw && (!json_is_integer(jbw) || json_integer_value(jbw) < 0))) {
+	    (jbw && (!json_is_integer(jbw) || json_integer_value(jbw) < 0)) ||
+	    (jpin && (!json_is_integer(jpin) || json_integer_value(jpin) < 1 ||
+	              json_integer_value(jpin) > PIN_SECONDS_MAX))) {
 		ret = send_error(c, 400, "bad_request", NULL,
 		                 "expected \"bucket\" (a string), exactly one of \"prefix\" (a "
 		                 "string), \"keys\" (an array of strings) or \"manifest\" (a key), and "
-		                 "optionally \"concurrency\" (1-64) and \"bandwidth_bytes_per_second\"");
+		                 "optionally \"concurrency\" (1-64), \"bandwidth_bytes_per_second\" and "
+		                 "\"pin_seconds\" (1-%d)", PIN_SECONDS_MAX);
 		goto out;
 	}
 	if (!s3_bucket_name_ok(bucket, strlen(bucket))) {
@@ -404,10 +445,15 @@ static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struc
 		.bucket = bucket, .prefix = prefix, .keys = keys, .n_keys = n, .manifest = manifest,
 		.concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0,
 		.bytes_per_s = jbw ? (uint64_t)json_integer_value(jbw) : 0,
+		.pin_seconds = jpin ? (uint64_t)json_integer_value(jpin) : 0,
 	};
 	char id[24];
 	if (prefetch_start(a->gw->prefetch, &rq, id, err, sizeof err) != 0) {
 		ret = send_error(c, 500, "internal", NULL, "%s", err);
+		goto out;
+	}
+	if (jpin && pin_refused(a->gw->prefetch, id, err, sizeof err)) {
+		ret = send_error(c, 409, "pin_too_large", NULL, "%s", err);
 		goto out;
 	}
 	char url[64];
@@ -517,6 +563,36 @@ static enum MHD_Result ui(struct admin *a, struct MHD_Connection *c, struct areq
 	(void)a;
 	return ui_respond(c, q->rest);
 }
+/* POST /admin/unpin {"job": id} or {"bucket": b, "prefix": p} (every pin
+ * of b whose prefix starts with p) -> 200 {"unpinned": n}; none: 404. */
+static enum MHD_Result unpin(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	json_error_t jerr;
+	json_t *doc = q->body.len ? json_loadb(q->body.p, q->body.len, JSON_REJECT_DUPLICATES, &jerr)
+	                          : NULL;
+	bool bad = !json_is_object(doc);
+	const char *job = bad ? NULL : member_str(doc, "job", &bad);
+	const char *bucket = bad ? NULL : member_str(doc, "bucket", &bad);
+	const char *prefix = bad ? NULL : member_str(doc, "prefix", &bad);
+	if (!bad)
+		bad = json_object_size(doc) != (job ? 1u : 0u) + (bucket ? 1u : 0u) + (prefix ? 1u : 0u);
+	enum MHD_Result ret;
+	if (bad || !job == !bucket || (job && prefix)) {
+		ret = send_error(c, 400, "bad_request", NULL,
+		                 "expected {\"job\": ID} or {\"bucket\": B, \"prefix\": P}");
+		goto out;
+	}
+	size_t n = job ? pins_end(a->gw->pins, job) == 0 : pins_end_prefix(a->gw->pins, bucket,
+	                                                                      prefix ? prefix : "");
+	if (n == 0)
+		ret = send_error(c, 404, "no_such_pin", NULL, "no pin %s%s%s", job ? job : bucket,
+		                 job ? "" : " under ", job ? "" : prefix ? prefix : "");
+	else
+		ret = send_json(c, 200, json_pack("{s:I}", "unpinned", (json_int_t)n), NULL);
+out:
+	json_decref(doc);
+	return ret;
+}
 
 /* ---- routing -------------------------------------------------------------------- */
 
@@ -534,6 +610,7 @@ static const struct route {
 	{ "/admin/cluster", "GET", true, 0, cluster },
 	{ "/admin/purge", "POST", true, PURGE_BODY_MAX, purge },
 	{ "/admin/prefetch", "POST", true, PREFETCH_BODY_MAX, prefetch },
+	{ "/admin/unpin", "POST", true, UNPIN_BODY_MAX, unpin },
 	{ "/admin/jobs", "GET", true, 0, jobs },
 	/* A path ending in '/' takes the rest of the URL as its argument. */
 	{ "/admin/jobs/", "GET", true, 0, job_get },

@@ -14,8 +14,10 @@
 #include "gateway/cli.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +41,29 @@ struct opts {
 	long concurrency;      /* warm */
 	long long bandwidth;   /* warm: bytes per second */
 	bool no_wait;          /* warm: print the job id and return */
+	long long pin_s;       /* warm: pin what it warms this many seconds */
 };
+
+/* "90", "90s", "30m", "6h", "2d" -> seconds; -1 when not a duration. */
+static long long parse_duration(const char *v)
+{
+	char *end;
+	errno = 0;
+	long long n = strtoll(v, &end, 10);
+	if (end == v || errno || n < 1)
+		return -1;
+	long long mul = 1;
+	switch (*end) {
+	case '\0': case 's': break;
+	case 'm': mul = 60; break;
+	case 'h': mul = 3600; break;
+	case 'd': mul = 86400; break;
+	default: return -1;
+	}
+	if (*end && end[1])
+		return -1;
+	return n > INT64_MAX / mul ? -1 : n * mul;
+}
 
 /* The options and the token line every reading subcommand's usage shares. */
 #define ADMIN_AND_JSON_OPTIONS \
@@ -104,7 +128,8 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 		} else if (strcmp(o->cmd, "warm") == 0 && strcmp(a, "--no-wait") == 0) {
 			o->no_wait = true;
 		} else if ((strcmp(o->cmd, "warm") == 0 && (strcmp(a, "--manifest") == 0 ||
-		            strcmp(a, "--concurrency") == 0 || strcmp(a, "--bandwidth") == 0)) ||
+		            strcmp(a, "--concurrency") == 0 || strcmp(a, "--bandwidth") == 0 ||
+		            strcmp(a, "--pin") == 0)) ||
 		           (strcmp(o->cmd, "jobs") == 0 && strcmp(a, "--cancel") == 0)) {
 			if (i + 1 >= argc) {
 				fprintf(stderr, "larder %s: %s needs a value\n", o->cmd, a);
@@ -116,6 +141,12 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 				o->manifest = v;
 			} else if (strcmp(a, "--cancel") == 0) {
 				o->cancel = v;
+			} else if (strcmp(a, "--pin") == 0) {
+				if ((o->pin_s = parse_duration(v)) < 0) {
+					fprintf(stderr, "larder warm: --pin takes a duration (90s, 30m, 6h, 2d), "
+					        "got \"%s\"\n", v);
+					return 2;
+				}
 			} else if (strcmp(a, "--concurrency") == 0) {
 				o->concurrency = strtol(v, &end, 10);
 				if (*end || o->concurrency < 1 || o->concurrency > 64) {
@@ -134,7 +165,8 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 			fprintf(stderr, "larder %s: unknown option \"%s\"\n", o->cmd, a);
 			usage(stderr);
 			return 2;
-		} else if ((strcmp(o->cmd, "purge") == 0 || strcmp(o->cmd, "warm") == 0) && !o->target) {
+		} else if ((strcmp(o->cmd, "purge") == 0 || strcmp(o->cmd, "warm") == 0 ||
+		            strcmp(o->cmd, "unpin") == 0) && !o->target) {
 			o->target = a;
 		} else {
 			fprintf(stderr, "larder %s: unexpected argument \"%s\"\n", o->cmd, a);
@@ -505,12 +537,14 @@ int cli_purge(int argc, char **argv)
 static void usage_warm(FILE *f)
 {
 	fputs("usage: larder warm [--admin URL] [--concurrency N] [--bandwidth BYTES_PER_S]\n"
-	      "                   [--no-wait] s3://BUCKET[/PREFIX]\n"
+	      "                   [--pin DURATION] [--no-wait] s3://BUCKET[/PREFIX]\n"
 	      "       larder warm [options] --manifest FILE|s3://BUCKET/KEY s3://BUCKET\n"
 	      "\n"
 	      "Starts a prefetch job that reads the objects under PREFIX (or the keys listed\n"
 	      "one per line in FILE, or in the manifest object) into larder's cache, and\n"
 	      "follows it: a progress bar on a terminal, a line every two seconds otherwise.\n"
+	      "--pin DURATION (90s, 30m, 6h, 2d) keeps what it warms in RAM that long, however\n"
+	      "much else is read (up to LARDER_PIN_MAX; larder unpin ends it early).\n"
 	      "The admin endpoint and token: --admin / LARDER_ADMIN_URL, LARDER_ADMIN_TOKEN.\n"
 	      "\n"
 	      "Exit status: 0 the job finished without errors, 1 it failed, was cancelled or\n"
@@ -622,6 +656,8 @@ int cli_warm(int argc, char **argv)
 		json_object_set_new(req, "concurrency", json_integer(o.concurrency));
 	if (o.bandwidth)
 		json_object_set_new(req, "bandwidth_bytes_per_second", json_integer(o.bandwidth));
+	if (o.pin_s)
+		json_object_set_new(req, "pin_seconds", json_integer(o.pin_s));
 	char *body = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
 	struct buf resp;
@@ -717,6 +753,66 @@ int cli_jobs(int argc, char **argv)
 	json_t *doc = rc == 0 ? json_answer(&o, status, &resp) : NULL;
 	if (doc)
 		printf("cancelling %s\n", o.cancel);
+	rc = doc ? 0 : 1;
+	json_decref(doc);
+	buf_fini(&resp);
+	return rc;
+}
+
+/* ---- unpin ---------------------------------------------------------------------- */
+
+static void usage_unpin(FILE *f)
+{
+	fputs("usage: larder unpin [--admin URL] JOB_ID\n"
+	      "       larder unpin [--admin URL] s3://BUCKET[/PREFIX]\n"
+	      "\n"
+	      "Ends a pin (larder warm --pin) before its time: the one of job JOB_ID, or every\n"
+	      "pin of a prefix listing of BUCKET whose prefix starts with PREFIX. Its chunks\n"
+	      "stay cached, but may be evicted again.\n"
+	      "The admin endpoint and token: --admin / LARDER_ADMIN_URL, LARDER_ADMIN_TOKEN.\n"
+	      "\n"
+	      "Exit status: 0 ok, 1 no such pin (or the server could not be reached), 2 bad usage.\n",
+	      f);
+}
+
+int cli_unpin(int argc, char **argv)
+{
+	struct opts o = { .cmd = "unpin" };
+	int rc = parse(&o, argc, argv, usage_unpin);
+	if (rc >= 0)
+		return rc;
+	if (!o.target) {
+		usage_unpin(stderr);
+		return 2;
+	}
+	json_t *req;
+	if (strncmp(o.target, "s3://", 5) == 0) {
+		const char *bucket = o.target + 5;
+		size_t blen = strcspn(bucket, "/");
+		if (!s3_bucket_name_ok(bucket, blen)) {
+			fprintf(stderr, "larder unpin: invalid bucket name \"%.*s\"\n", (int)blen, bucket);
+			return 2;
+		}
+		req = json_pack("{s:s%,s:s}", "bucket", bucket, blen, "prefix",
+		                bucket[blen] ? bucket + blen + 1 : "");
+	} else {
+		req = json_pack("{s:s}", "job", o.target);
+	}
+	char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+	json_decref(req);
+	if (!body) {
+		fprintf(stderr, "larder unpin: \"%s\" is not valid UTF-8\n", o.target);
+		return 2;
+	}
+	struct buf resp;
+	buf_init(&resp, RESPONSE_MAX);
+	long status = 0;
+	rc = call(&o, "/admin/unpin", body, &status, &resp);
+	free(body);
+	json_t *doc = rc == 0 ? json_answer(&o, status, &resp) : NULL;
+	if (doc)
+		printf("unpinned %llu pin%s\n", (unsigned long long)num(doc, "unpinned"),
+		       num(doc, "unpinned") == 1 ? "" : "s");
 	rc = doc ? 0 : 1;
 	json_decref(doc);
 	buf_fini(&resp);

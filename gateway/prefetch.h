@@ -31,6 +31,7 @@ struct prefetch_req {
 	const char *manifest;           /* key of a manifest object, or NULL */
 	unsigned concurrency;           /* objects warmed at once; 0: 4 */
 	uint64_t bytes_per_s;           /* 0: no cap */
+	uint64_t pin_seconds;           /* > 0: pin what it warms this long (gateway/pins.h) */
 };
 
 struct prefetch_info {
@@ -40,6 +41,7 @@ struct prefetch_info {
 	char error[256];
 	uint64_t objects_done, objects_total, bytes_done, bytes_total, errors;
 	bool listing_done;
+	bool pin_refused;               /* failed: its pin would pass the pin limit */
 	double elapsed_s, rate_bps, eta_s; /* eta_s < 0: unknown */
 };
 

@@ -35,6 +35,7 @@
 #include "gateway/listcache.h"
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
+#include "gateway/pins.h"
 #include "gateway/prefetch.h"
 #include "gateway/request.h"
 #include "gateway/cache.h"
@@ -391,6 +392,7 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 		.dir = cfg->cache_dir,
 		.policy = (enum policy_kind)policy_kind_parse(cfg->cache_policy),
 		.stale_after_s = (double)cfg->cache_stale_after_s,
+		.pin_bytes = cfg->pin_max_bytes,
 	};
 	gw->meta = meta_cache_create(1u << 20);
 	if (cfg->n_list_caches && cfg->list_cache_bytes)
@@ -530,6 +532,7 @@ int gw_run(struct cfg *cfg, const char *config_path)
 			worker_fini(&gw.workers[i]);
 		goto out;
 	}
+	gw.pins = pins_create(gw.store);
 	gw.prefetch = prefetch_create(&gw, &gw.workers[0]);
 	if (admin_start(&gw) != 0) {
 		/* An operator who asked for the admin port expects it: say so and stop. */
@@ -537,6 +540,8 @@ int gw_run(struct cfg *cfg, const char *config_path)
 			worker_fini(&gw.workers[i]);
 		prefetch_destroy(gw.prefetch);
 		gw.prefetch = NULL;
+		pins_destroy(gw.pins);
+		gw.pins = NULL;
 		goto out;
 	}
 	for (unsigned i = 0; i < gw.n_workers; i++)
@@ -568,6 +573,8 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		pthread_join(gw.workers[i].thread, NULL);
 	prefetch_destroy(gw.prefetch); /* its chunks go before the workers' fetches */
 	gw.prefetch = NULL;
+	pins_destroy(gw.pins);
+	gw.pins = NULL;
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		worker_fini(&gw.workers[i]);
 	log_info("server", "stopped");

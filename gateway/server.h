@@ -45,6 +45,7 @@ struct gw {
 	struct listcache *lists;        /* LIST answers of buckets with list_cache_ttl, or NULL */
 	char *tls_cert, *tls_key;       /* PEM text when the client port speaks TLS */
 	struct prefetch *prefetch;      /* warming jobs, run on the first worker */
+	struct pins *pins;              /* what warm jobs pinned (gateway/pins.h) */
 	struct cluster *cluster;        /* the other nodes, or NULL: this node alone */
 	struct directory *dir;          /* what this node publishes it holds, or NULL */
 
