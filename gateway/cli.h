@@ -22,6 +22,9 @@ int cli_warm(int argc, char **argv);
 /* larder unpin [--admin URL] JOB_ID | s3://BUCKET[/PREFIX] */
 int cli_unpin(int argc, char **argv);
 
+/* larder profile start NAME --key ID | --tag TAG; stop NAME; list [--json] */
+int cli_profile(int argc, char **argv);
+
 /* larder jobs [--admin URL] [--json] [--cancel JOB_ID] */
 int cli_jobs(int argc, char **argv);
 

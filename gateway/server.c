@@ -37,6 +37,7 @@
 #include "cluster/placement.h"
 #include "gateway/pins.h"
 #include "gateway/prefetch.h"
+#include "gateway/profiles.h"
 #include "gateway/request.h"
 #include "gateway/cache.h"
 #include "gateway/req.h"
@@ -533,6 +534,12 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		goto out;
 	}
 	gw.pins = pins_create(gw.store);
+	char perr[512];
+	gw.profiles = profiles_open(cfg->cache_dir, perr, sizeof perr);
+	if (!gw.profiles) {
+		log_error("server", "access profiles: %s; they are kept in memory only", perr);
+		gw.profiles = profiles_open(NULL, perr, sizeof perr);
+	}
 	gw.prefetch = prefetch_create(&gw, &gw.workers[0]);
 	if (admin_start(&gw) != 0) {
 		/* An operator who asked for the admin port expects it: say so and stop. */
@@ -542,6 +549,8 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		gw.prefetch = NULL;
 		pins_destroy(gw.pins);
 		gw.pins = NULL;
+		profiles_close(gw.profiles);
+		gw.profiles = NULL;
 		goto out;
 	}
 	for (unsigned i = 0; i < gw.n_workers; i++)
@@ -575,6 +584,8 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	gw.prefetch = NULL;
 	pins_destroy(gw.pins);
 	gw.pins = NULL;
+	profiles_close(gw.profiles);
+	gw.profiles = NULL;
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		worker_fini(&gw.workers[i]);
 	log_info("server", "stopped");

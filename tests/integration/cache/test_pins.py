@@ -6,14 +6,11 @@ else streams through it (re-reading it sends no GET upstream), while the same
 set unpinned is evicted; a pin past LARDER_PIN_MAX is refused with 409; stats
 and metrics show each pin; a pin ends when its time is up or when unpinned.
 """
-import json
-import os
-import subprocess
 import time
-import urllib.error
 import urllib.request
 
 import harness
+from admin_calls import AdminCalls
 from harness import LarderCase
 
 TOKEN = "pins-test-token-0123"
@@ -26,7 +23,8 @@ def blob(seed, n):
     return random.Random(seed).randbytes(n)
 
 
-class Pins(LarderCase):
+class Pins(AdminCalls, LarderCase):
+    ADMIN_TOKEN = TOKEN
     LARDER_ENV = {
         "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
         "LARDER_ADMIN_TOKEN": TOKEN,
@@ -54,17 +52,6 @@ class Pins(LarderCase):
         for i in range(5):                   # 40 MiB: more than the pin limit
             cls.direct.put_object(Bucket="pin", Key="big/%d.bin" % i, Body=blob(2000 + i, 8 * MiB))
 
-    def call(self, method, path, body=None):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.admin + path, data=data, method=method)
-        req.add_header("Authorization", "Bearer " + TOKEN)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, (json.loads(r.read() or b"null") if path != "/metrics"
-                                  else None)
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
     def metrics(self):
         req = urllib.request.Request(self.admin + "/metrics")
         req.add_header("Authorization", "Bearer " + TOKEN)
@@ -74,13 +61,7 @@ class Pins(LarderCase):
     def warm(self, body):
         st, r = self.call("POST", "/admin/prefetch", dict(body, bucket="pin"))
         self.assertEqual(st, 202, r)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            st, info = self.call("GET", "/admin/jobs/" + r["job"])
-            if info["state"] in ("done", "failed", "cancelled"):
-                return info
-            time.sleep(0.1)
-        self.fail("job %s did not finish: %r" % (r["job"], info))
+        return self.wait_job(r["job"])
 
     def stream_twice(self):
         for _ in range(2):
@@ -156,12 +137,6 @@ class Pins(LarderCase):
         while self.pins() != ([], 0) and time.monotonic() < deadline:
             time.sleep(0.2)
         self.assertEqual(self.pins(), ([], 0))
-
-    def cli(self, *args):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LARDER_")}
-        env.update({"LARDER_ADMIN_URL": self.admin, "LARDER_ADMIN_TOKEN": TOKEN})
-        return subprocess.run([harness.larder_binary()] + list(args), env=env,
-                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
 
     def test_cli_warm_pin_and_unpin(self):
         out = self.cli("warm", "--pin", "10m", "s3://pin/pinned/0")
