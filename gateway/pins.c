@@ -16,7 +16,7 @@
 
 struct pin {
 	struct pin *next;
-	char id[24];
+	char id[PIN_ID_MAX];
 	char *bucket, *prefix;
 	size_t n_keys;
 	int64_t until;
@@ -97,33 +97,74 @@ static struct pin *find(struct pins *p, const char *id, struct pin ***link)
 	return *pp;
 }
 
-int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len)
+/* Lock held. */
+static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid, size_t len)
 {
-	int rc = 0;
-	pthread_mutex_lock(&p->lock);
-	struct pin *x = find(p, id, NULL);
-	if (!x) {
-		rc = -ENOENT;
-		goto out;
-	}
 	if (x->n == x->cap) {
 		size_t cap = x->cap ? 2 * x->cap : 64;
 		struct chunk_id *ids = realloc(x->ids, cap * sizeof *ids);
-		if (!ids) {
-			rc = -ENOMEM;
-			goto out;
-		}
+		if (!ids)
+			return -ENOMEM;
 		x->ids = ids;
 		x->cap = cap;
 	}
-	rc = store_pin(p->store, cid, len);
+	int rc = store_pin(p->store, cid, len);
 	if (rc == 0) {
 		x->ids[x->n++] = *cid;
 		x->bytes += len;
 	}
-out:
+	return rc;
+}
+
+int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len)
+{
+	pthread_mutex_lock(&p->lock);
+	struct pin *x = find(p, id, NULL);
+	int rc = x ? add_locked(p, x, cid, len) : -ENOENT;
 	pthread_mutex_unlock(&p->lock);
 	return rc;
+}
+
+void pins_peer_header(char out[PIN_HEADER_MAX], const char *node, const char *id, int64_t until)
+{
+	snprintf(out, PIN_HEADER_MAX, "%.120s/%.23s %lld", node, id, (long long)until);
+}
+
+void pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
+                    const struct chunk_id *cid, size_t len)
+{
+	if (!p || !hdr)
+		return;
+	const char *sp = strrchr(hdr, ' ');
+	char *end;
+	long long until = sp ? strtoll(sp + 1, &end, 10) : 0;
+	size_t n = sp ? (size_t)(sp - hdr) : 0;
+	char id[PIN_ID_MAX];
+	if (!sp || *end || until <= 0 || n == 0 || n >= sizeof id) {
+		log_warn("pins", "a peer's %s \"%.64s\" is not \"NODE/JOB UNTIL\": not pinned",
+		         PIN_HEADER, hdr);
+		return;
+	}
+	memcpy(id, hdr, n);
+	id[n] = '\0';
+	pthread_mutex_lock(&p->lock);
+	struct pin *x = find(p, id, NULL);
+	int rc = 0;
+	if (!x && (x = calloc(1, sizeof *x)) && (x->bucket = strdup(bucket))) {
+		memcpy(x->id, id, n + 1);
+		x->until = until;
+		x->next = p->list;
+		p->list = x;
+	} else if (!x || !x->bucket) {
+		free(x);
+		x = NULL;
+		rc = -ENOMEM;
+	}
+	rc = rc ? rc : add_locked(p, x, cid, len);
+	pthread_mutex_unlock(&p->lock);
+	if (rc)
+		log_warn("pins", "pin %s from a peer: a chunk of bucket %s not pinned: %s", id, bucket,
+		         strerror(-rc));
 }
 
 void pins_add_object(struct pins *p, const char *id)

@@ -75,6 +75,7 @@ struct pf_job {
 	bool listing_done;
 	bool listed;                 /* its keys come from a listing (not keys, not a manifest) */
 	bool pin;                    /* pins what it warms (pins.h; the pin's id is the job's) */
+	char pin_hdr[PIN_HEADER_MAX]; /* its chunk fetches to owners ask them to pin too */
 	_Atomic bool pin_refused;
 
 	struct transfer x;           /* a listing page or the manifest */
@@ -364,7 +365,9 @@ static bool under_cap(const struct pf_job *j)
 static int start_meta_fetch(void *arg, const char *revalidate)
 {
 	struct pf_load *l = arg;
-	return fetch_meta_start(l->j->p->w, NULL, NULL, 0, l->j->bucket, l->key, revalidate) ? 0 : -EIO;
+	const struct pf_job *j = l->j;
+	return fetch_meta_start_pinned(j->p->w, j->bucket, l->key, revalidate,
+	                               j->pin ? j->pin_hdr : NULL) ? 0 : -EIO;
 }
 
 /* Pins c before it completes (a chunk being produced is kept when it
@@ -452,7 +455,8 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 	}
 	/* Start more. */
 	struct obj_ref ref = { j->bucket, o->key, o->meta };
-	struct fetch_producer fp = { j->p->w, j->bucket, o->key, o->meta, 0 };
+	struct fetch_producer fp = { j->p->w, j->bucket, o->key, o->meta, 0,
+	                             j->pin ? j->pin_hdr : NULL };
 	while (o->n_held < PF_HELD && o->next_chunk < o->n_chunks && under_cap(j)) {
 		uint64_t i = o->next_chunk;
 		enum store_role role;
@@ -743,6 +747,7 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	snprintf(j->id, sizeof j->id, "pf-%u", ++p->next_id);
 	memcpy(id, j->id, sizeof j->id);
 	int64_t until = (int64_t)time(NULL) + (int64_t)rq->pin_seconds;
+	pins_peer_header(j->pin_hdr, p->gw->cfg->node_id ? p->gw->cfg->node_id : "", j->id, until);
 	if (j->pin && pins_begin(p->gw->pins, j->id, j->bucket, j->listed ? j->prefix : NULL,
 	                         until) != 0) {
 		pthread_mutex_unlock(&p->lock);
