@@ -52,7 +52,7 @@
 #define PREFETCH_BODY_MAX (8u << 20) /* a prefetch may list its keys */
 #define PIN_SECONDS_MAX (30 * 86400)
 #define PIN_WAIT_S 10.0             /* how long a pin's listing may take before 202 */
-#define UNPIN_BODY_MAX 4096
+#define SMALL_BODY_MAX 4096          /* unpin, profiles */
 #define GAUGE_PINS 256              /* pins shown in stats */
 #define PROFILES_SHOWN 1024
 #define PURGE_BODY_MAX (16u << 10)   /* a bucket and a key, JSON-escaped */
@@ -771,8 +771,8 @@ static const struct route {
 	{ "/admin/cluster", "GET", true, 0, cluster },
 	{ "/admin/purge", "POST", true, PURGE_BODY_MAX, purge },
 	{ "/admin/prefetch", "POST", true, PREFETCH_BODY_MAX, prefetch },
-	{ "/admin/unpin", "POST", true, UNPIN_BODY_MAX, unpin },
-	{ "/admin/profiles", "POST", true, UNPIN_BODY_MAX, profile_start },
+	{ "/admin/unpin", "POST", true, SMALL_BODY_MAX, unpin },
+	{ "/admin/profiles", "POST", true, SMALL_BODY_MAX, profile_start },
 	{ "/admin/profiles", "GET", true, 0, profile_list },
 	{ "/admin/profiles/*/stop", "POST", true, 0, profile_stop },
 	{ "/admin/jobs", "GET", true, 0, jobs },

@@ -10,6 +10,7 @@ with no upstream GET, fetched in the recorded order.
 import json
 import os
 import random
+import shutil
 import tempfile
 import time
 
@@ -42,6 +43,13 @@ class Profiles(AdminCalls, LarderCase):
             key = "ds/%02d.jpg" % i
             cls.data[key] = random.Random(i).randbytes(5000 + i)
             cls.direct.put_object(Bucket="prof", Key=key, Body=cls.data[key])
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(CACHE_DIR, ignore_errors=True)
 
     def get(self, key, tag=None):
         r = harness.signed_request(self.larder.url, "GET", harness.key_path("prof", key),
