@@ -139,7 +139,8 @@ static int by_start(const void *a, const void *b)
  * may end in another order), keeping the set in step. */
 static void settle(struct profile *x)
 {
-	qsort(x->reads, x->n, sizeof *x->reads, by_start);
+	if (x->n > 1)
+		qsort(x->reads, x->n, sizeof *x->reads, by_start);
 	for (size_t i = 0; i < x->n; i++)
 		x->reads[i].seq = i;
 	if (x->set)
