@@ -709,6 +709,9 @@ static enum MHD_Result profile_start(struct admin *a, struct MHD_Connection *c, 
 	else if (r == -EEXIST)
 		ret = send_error(c, 409, "profile_recording", NULL, "profile %s is recording already",
 		                 name);
+	else if (r == -ENOSPC)
+		ret = send_error(c, 409, "too_many_profiles", NULL, "%d profiles are kept already: "
+		                 "remove some from the cache directory's profiles/", PROFILES_MAX);
 	else if (r)
 		ret = send_error(c, 500, "internal", NULL, "%s", strerror(-r));
 	else

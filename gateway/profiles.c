@@ -358,10 +358,13 @@ int profiles_start(struct profiles *p, const char *name, const char *key_id, con
 	pthread_mutex_lock(&p->lock);
 	struct profile **link;
 	struct profile *old = find(p, name, &link);
-	if (old && old->recording) {
+	size_t count = 0;
+	for (struct profile *y = p->list; y; y = y->next)
+		count++;
+	if ((old && old->recording) || (!old && count >= PROFILES_MAX)) {
 		pthread_mutex_unlock(&p->lock);
 		profile_free(x);
-		return -EEXIST;
+		return old ? -EEXIST : -ENOSPC;
 	}
 	if (old) {
 		*link = old->next;

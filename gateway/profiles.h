@@ -26,6 +26,7 @@
 
 #define PROFILE_MAX_READS 1000000
 #define PROFILE_NAME_MAX 64
+#define PROFILES_MAX 1024           /* profiles kept (in memory and on disk) */
 
 struct profiles;
 
@@ -45,7 +46,8 @@ void profiles_close(struct profiles *p);
 
 /* Starts recording profile name for key_id or tag (exactly one). An
  * existing stopped profile of that name is replaced. Returns 0, -EINVAL
- * (a bad name), -EEXIST (it is recording), or -ENOMEM. */
+ * (a bad name), -EEXIST (it is recording), -ENOSPC (PROFILES_MAX kept
+ * already), or -ENOMEM. */
 int profiles_start(struct profiles *p, const char *name, const char *key_id, const char *tag);
 /* Stops recording and saves it. 0, -ENOENT (none), -EALREADY (not
  * recording), or a negative errno from writing it. */
