@@ -152,3 +152,6 @@ class Pins(AdminCalls, LarderCase):
         self.assertIn(b"no pin pf-999", out.stderr)
         out = self.cli("warm", "--pin", "soon", "s3://pin/pinned/")
         self.assertEqual(out.returncode, 2)
+        out = self.cli("warm", "--pin", "1m", "s3://pin/big/")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(b"LARDER_PIN_MAX", out.stderr)
