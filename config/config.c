@@ -189,6 +189,12 @@ static struct cfg *load(const char *text, const char *src, const char *const *en
 		goto fail;
 	if (L.c->redis_url && cluster_check(&L) != 0)
 		goto fail;
+	if (L.c->pin_max_bytes > L.c->ram_cache_bytes) {
+		load_fail(&L, "LARDER_PIN_MAX: %zu bytes is more than the RAM tier "
+		          "(LARDER_RAM_CACHE_SIZE, %zu bytes): pinned chunks live in RAM",
+		          L.c->pin_max_bytes, L.c->ram_cache_bytes);
+		goto fail;
+	}
 	if (!L.c->tls_cert != !L.c->tls_key) {
 		load_fail(&L, "%s is set but %s is not: TLS needs both a certificate and its key",
 		     L.c->tls_cert ? "LARDER_TLS_CERT" : "LARDER_TLS_KEY",

@@ -30,11 +30,14 @@
 
 #include "auth/creds.h"
 #include "base/buf.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
+#include "gateway/pins.h"
 #include "gateway/prefetch.h"
 #include "gateway/lookahead.h"
+#include "gateway/profiles.h"
 #include "gateway/cache.h"
 #include "gateway/req.h"
 #include "gateway/s3req.h"
@@ -48,6 +51,11 @@
 #define ADMIN_MAGIC 0x61646d6eu
 #define AREQ_MAGIC 0x61726571u
 #define PREFETCH_BODY_MAX (8u << 20) /* a prefetch may list its keys */
+#define PIN_SECONDS_MAX (30 * 86400)
+#define PIN_WAIT_S 10.0             /* how long a pin's listing may take before 202 */
+#define SMALL_BODY_MAX 4096          /* unpin, profiles */
+#define GAUGE_PINS 256              /* pins shown in stats */
+#define PROFILES_SHOWN 1024
 #define PURGE_BODY_MAX (16u << 10)   /* a bucket and a key, JSON-escaped */
 #define METRICS_MAX (16u << 20)
 
@@ -194,6 +202,17 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 			g->jobs_running++;
 		g->prefetch_bytes += jobs[i].bytes_done;
 	}
+	struct pin_info *pins = gw->pins ? calloc(GAUGE_PINS, sizeof *pins) : NULL;
+	g->n_pins = pins ? pins_list(gw->pins, pins, GAUGE_PINS) : 0;
+	g->pins = pins;
+}
+
+static void gauges_fini(struct metrics_gauges *g)
+{
+	struct pin_info *pins = (struct pin_info *)g->pins;
+	for (size_t i = 0; i < g->n_pins; i++)
+		free(pins[i].prefix);
+	free(pins);
 }
 
 static enum MHD_Result metrics(struct admin *a, struct MHD_Connection *c, struct areq *q)
@@ -205,6 +224,7 @@ static enum MHD_Result metrics(struct admin *a, struct MHD_Connection *c, struct
 	struct buf out;
 	buf_init(&out, METRICS_MAX);
 	int r = metrics_render_prometheus(&out, &g);
+	gauges_fini(&g);
 	if (r != 0) {
 		buf_fini(&out);
 		log_error("admin", "rendering /metrics failed: %s", strerror(-r));
@@ -246,6 +266,7 @@ static enum MHD_Result stats(struct admin *a, struct MHD_Connection *c, struct a
 	struct metrics_gauges g;
 	gauges_of(a->gw, &st, &g);
 	json_t *doc = metrics_stats_json(&g);
+	gauges_fini(&g);
 	if (!doc)
 		return send_error(c, 500, "internal", NULL, "out of memory");
 	json_object_set_new(doc, "lookaheads", lookaheads_json(a->gw, true));
@@ -414,8 +435,109 @@ static bool bucket_and_keys_ok(struct admin *a, struct MHD_Connection *c, const 
 	return true;
 }
 
+/* A pin job that lists its objects knows its size once listed: waits
+ * (up to PIN_WAIT_S) for that, and says whether the pin was refused. */
+static bool pin_refused(struct prefetch *p, const char *id, char *err, size_t errlen)
+{
+	double give_up = clock_mono_s() + PIN_WAIT_S;
+	struct prefetch_info info;
+	while (prefetch_get(p, id, &info) == 0 && !info.pin_refused &&
+	       strcmp(info.state, "listing") == 0 && clock_mono_s() < give_up) {
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	if (!info.pin_refused)
+		return false;
+	snprintf(err, errlen, "%s", info.error);
+	return true;
+}
+
+/* Starts a warm job of the keys, or answers the error; id gets its id. */
+static enum MHD_Result start_job(struct admin *a, struct MHD_Connection *c,
+                                 const struct prefetch_req *rq, char id[24], bool *started)
+{
+	char err[256];
+	*started = false;
+	if (prefetch_check_bucket(a->gw, rq->bucket, err, sizeof err) != 0)
+		return send_error(c, strstr(err, "does not exist") ? 404 : 403, "bucket_unreadable",
+		                  NULL, "%s", err);
+	if (prefetch_start(a->gw->prefetch, rq, id, err, sizeof err) != 0)
+		return send_error(c, 500, "internal", NULL, "%s", err);
+	*started = true;
+	return MHD_YES;
+}
+
+/* {"profile": NAME, optional "concurrency", "bandwidth_bytes_per_second",
+ * "pin_seconds"}: a warm job of the profile's reads in recorded order, one
+ * per bucket it read -> 202 {"job": the first, "jobs": all}. */
+static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *c, json_t *doc)
+{
+	bool bad = false;
+	const char *name = member_str(doc, "profile", &bad);
+	json_t *jconc = json_object_get(doc, "concurrency");
+	json_t *jbw = json_object_get(doc, "bandwidth_bytes_per_second");
+	json_t *jpin = json_object_get(doc, "pin_seconds");
+	if (bad || !name || json_object_get(doc, "bucket") || json_object_get(doc, "prefix") ||
+	    json_object_get(doc, "keys") || json_object_get(doc, "manifest") ||
+	    (jconc && (!json_is_integer(jconc) || json_integer_value(jconc) < 1 ||
+	               json_integer_value(jconc) > 64)) ||
+	    (jbw && (!json_is_integer(jbw) || json_integer_value(jbw) < 0)) ||
+	    (jpin && (!json_is_integer(jpin) || json_integer_value(jpin) < 1 ||
+	              json_integer_value(jpin) > PIN_SECONDS_MAX)))
+		return send_error(c, 400, "bad_request", NULL, "expected {\"profile\": NAME} and "
+		                  "optionally \"concurrency\" (1-64), \"bandwidth_bytes_per_second\" "
+		                  "and \"pin_seconds\" (1-%d), and no bucket or keys",
+		                  PIN_SECONDS_MAX);
+	char **buckets, **keys;
+	size_t n;
+	int r = profiles_get(a->gw->profiles, name, &buckets, &keys, &n);
+	if (r == -ENOENT)
+		return send_error(c, 404, "no_such_profile", NULL, "no profile %.64s", name);
+	if (r)
+		return send_error(c, 500, "internal", NULL, "out of memory");
+	enum MHD_Result ret = MHD_YES;
+	json_t *jobs = json_array();
+	const char **sel = calloc(n ? n : 1, sizeof *sel);
+	bool ok = jobs && sel;
+	/* One job per bucket, each in the order the profile read its keys. */
+	for (size_t i = 0; ok && i < n; i++) {
+		bool first = true;
+		for (size_t k = 0; k < i && first; k++)
+			first = strcmp(buckets[k], buckets[i]) != 0;
+		if (!first)
+			continue;
+		size_t m = 0;
+		for (size_t k = i; k < n; k++)
+			if (strcmp(buckets[k], buckets[i]) == 0)
+				sel[m++] = keys[k];
+		struct prefetch_req rq = {
+			.bucket = buckets[i], .keys = sel, .n_keys = m,
+			.concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0,
+			.bytes_per_s = jbw ? (uint64_t)json_integer_value(jbw) : 0,
+			.pin_seconds = jpin ? (uint64_t)json_integer_value(jpin) : 0,
+		};
+		char id[24];
+		ret = start_job(a, c, &rq, id, &ok);
+		if (ok)
+			json_array_append_new(jobs, json_string(id));
+	}
+	if (ok && json_array_size(jobs) == 0)
+		ret = send_error(c, 409, "empty_profile", NULL, "profile %.64s recorded no reads", name);
+	else if (ok)
+		ret = send_json(c, 202, json_pack("{s:O,s:O,s:s,s:I}", "job", json_array_get(jobs, 0),
+		                                  "jobs", jobs, "state", "listing", "objects",
+		                                  (json_int_t)n), NULL);
+	else if (!jobs || !sel)
+		ret = send_error(c, 500, "internal", NULL, "out of memory");
+	json_decref(jobs);
+	free(sel);
+	profile_reads_free(buckets, keys, n);
+	return ret;
+}
+
 /* POST /admin/prefetch {"bucket": b, one of "prefix" | "keys" | "manifest",
- * optional "concurrency" (1-64), "bandwidth_bytes_per_second"} -> 202. */
+ * optional "concurrency" (1-64), "bandwidth_bytes_per_second",
+ * "pin_seconds"} -> 202; a pin past the pin limit -> 409. */
 static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struct areq *q)
 {
 	json_error_t jerr;
@@ -429,28 +551,36 @@ static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struc
 	enum MHD_Result ret;
 	const char **keys = NULL;
 	static const char *const known[] = { "bucket", "prefix", "keys", "manifest",
-		"concurrency", "bandwidth_bytes_per_second", NULL };
+		"concurrency", "bandwidth_bytes_per_second", "pin_seconds", "profile", NULL };
 	const char *name = unknown_member(doc, known);
 	if (name) {
 		ret = send_error(c, 400, "bad_request", NULL, "unknown field \"%.100s\"", name);
 		goto out;
 	}
 	bool bad = false;
+	if (json_object_get(doc, "profile")) {
+		ret = prefetch_profile(a, c, doc);
+		goto out;
+	}
 	const char *bucket = member_str(doc, "bucket", &bad);
 	const char *prefix = member_str(doc, "prefix", &bad);
 	const char *manifest = member_str(doc, "manifest", &bad);
 	json_t *jkeys = json_object_get(doc, "keys");
 	json_t *jconc = json_object_get(doc, "concurrency");
 	json_t *jbw = json_object_get(doc, "bandwidth_bytes_per_second");
+	json_t *jpin = json_object_get(doc, "pin_seconds");
 	int sources = (prefix != NULL) + (manifest != NULL) + (jkeys != NULL);
 	if (bad || !bucket || sources != 1 || (jkeys && !json_is_array(jkeys)) ||
 	    (jconc && (!json_is_integer(jconc) || json_integer_value(jconc) < 1 ||
 	               json_integer_value(jconc) > 64)) ||
-	    (jbw && (!json_is_integer(jbw) || json_integer_value(jbw) < 0))) {
+	    (jbw && (!json_is_integer(jbw) || json_integer_value(jbw) < 0)) ||
+	    (jpin && (!json_is_integer(jpin) || json_integer_value(jpin) < 1 ||
+	              json_integer_value(jpin) > PIN_SECONDS_MAX))) {
 		ret = send_error(c, 400, "bad_request", NULL,
 		                 "expected \"bucket\" (a string), exactly one of \"prefix\" (a "
 		                 "string), \"keys\" (an array of strings) or \"manifest\" (a key), and "
-		                 "optionally \"concurrency\" (1-64) and \"bandwidth_bytes_per_second\"");
+		                 "optionally \"concurrency\" (1-64), \"bandwidth_bytes_per_second\" and "
+		                 "\"pin_seconds\" (1-%d)", PIN_SECONDS_MAX);
 		goto out;
 	}
 	size_t n = jkeys ? json_array_size(jkeys) : 0;
@@ -461,10 +591,15 @@ static enum MHD_Result prefetch(struct admin *a, struct MHD_Connection *c, struc
 		.bucket = bucket, .prefix = prefix, .keys = keys, .n_keys = n, .manifest = manifest,
 		.concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0,
 		.bytes_per_s = jbw ? (uint64_t)json_integer_value(jbw) : 0,
+		.pin_seconds = jpin ? (uint64_t)json_integer_value(jpin) : 0,
 	};
 	char id[24];
 	if (prefetch_start(a->gw->prefetch, &rq, id, err, sizeof err) != 0) {
 		ret = send_error(c, 500, "internal", NULL, "%s", err);
+		goto out;
+	}
+	if (jpin && pin_refused(a->gw->prefetch, id, err, sizeof err)) {
+		ret = send_error(c, 409, "pin_too_large", NULL, "%s", err);
 		goto out;
 	}
 	char url[64];
@@ -677,6 +812,111 @@ static enum MHD_Result ui(struct admin *a, struct MHD_Connection *c, struct areq
 	(void)a;
 	return ui_respond(c, q->rest);
 }
+/* POST /admin/unpin {"job": id} or {"bucket": b, "prefix": p} (every pin
+ * of b whose prefix starts with p) -> 200 {"unpinned": n}; none: 404. */
+static enum MHD_Result unpin(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	json_error_t jerr;
+	json_t *doc = q->body.len ? json_loadb(q->body.p, q->body.len, JSON_REJECT_DUPLICATES, &jerr)
+	                          : NULL;
+	bool bad = !json_is_object(doc);
+	const char *job = bad ? NULL : member_str(doc, "job", &bad);
+	const char *bucket = bad ? NULL : member_str(doc, "bucket", &bad);
+	const char *prefix = bad ? NULL : member_str(doc, "prefix", &bad);
+	if (!bad)
+		bad = json_object_size(doc) != (job ? 1u : 0u) + (bucket ? 1u : 0u) + (prefix ? 1u : 0u);
+	enum MHD_Result ret;
+	if (bad || !job == !bucket || (job && prefix)) {
+		ret = send_error(c, 400, "bad_request", NULL,
+		                 "expected {\"job\": ID} or {\"bucket\": B, \"prefix\": P}");
+		goto out;
+	}
+	size_t n = job ? pins_end(a->gw->pins, job) == 0 : pins_end_prefix(a->gw->pins, bucket,
+	                                                                      prefix ? prefix : "");
+	if (n == 0)
+		ret = send_error(c, 404, "no_such_pin", NULL, "no pin %s%s%s", job ? job : bucket,
+		                 job ? "" : " under ", job ? "" : prefix ? prefix : "");
+	else
+		ret = send_json(c, 200, json_pack("{s:I}", "unpinned", (json_int_t)n), NULL);
+out:
+	json_decref(doc);
+	return ret;
+}
+/* ---- access profiles ------------------------------------------------------------ */
+
+/* POST /admin/profiles {"name": n, "key": client key id | "tag": x-larder-job}
+ * -> 201; already recording: 409. */
+static enum MHD_Result profile_start(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	json_error_t jerr;
+	json_t *doc = q->body.len ? json_loadb(q->body.p, q->body.len, JSON_REJECT_DUPLICATES, &jerr)
+	                          : NULL;
+	bool bad = !json_is_object(doc);
+	const char *name = bad ? NULL : member_str(doc, "name", &bad);
+	const char *key = bad ? NULL : member_str(doc, "key", &bad);
+	const char *tag = bad ? NULL : member_str(doc, "tag", &bad);
+	enum MHD_Result ret;
+	if (bad || !name || !key == !tag || json_object_size(doc) != 2 ||
+	    strlen(key ? key : tag) > 128 || !*(key ? key : tag)) {
+		ret = send_error(c, 400, "bad_request", NULL, "expected {\"name\": N, and \"key\": a "
+		                 "client key id, or \"tag\": an x-larder-job value (1-128 bytes)}");
+		goto out;
+	}
+	int r = profiles_start(a->gw->profiles, name, key, tag);
+	if (r == -EINVAL)
+		ret = send_error(c, 400, "bad_request", NULL, "invalid profile name \"%.64s\": 1-64 of "
+		                 "A-Z a-z 0-9 . _ -, not starting with '.'", name);
+	else if (r == -EEXIST)
+		ret = send_error(c, 409, "profile_recording", NULL, "profile %s is recording already",
+		                 name);
+	else if (r == -ENOSPC)
+		ret = send_error(c, 409, "too_many_profiles", NULL, "%d profiles are kept already: "
+		                 "remove some from the cache directory's profiles/", PROFILES_MAX);
+	else if (r)
+		ret = send_error(c, 500, "internal", NULL, "%s", strerror(-r));
+	else
+		ret = send_json(c, 201, json_pack("{s:s,s:b}", "name", name, "recording", 1), NULL);
+out:
+	json_decref(doc);
+	return ret;
+}
+
+static enum MHD_Result profile_list(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	(void)q;
+	struct profile_info *infos = calloc(PROFILES_SHOWN, sizeof *infos);
+	if (!infos)
+		return send_error(c, 500, "internal", NULL, "out of memory");
+	size_t n = profiles_list(a->gw->profiles, infos, PROFILES_SHOWN);
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++) {
+		const struct profile_info *p = &infos[i];
+		json_array_append_new(arr, json_pack("{s:s,s:b,s:s,s:I,s:I}", "name", p->name,
+		                                     "recording", p->recording,
+		                                     p->key_id[0] ? "key" : "tag",
+		                                     p->key_id[0] ? p->key_id : p->tag,
+		                                     "reads", (json_int_t)p->reads,
+		                                     "dropped", (json_int_t)p->dropped));
+	}
+	free(infos);
+	return send_json(c, 200, json_pack("{s:o}", "profiles", arr), NULL);
+}
+
+static enum MHD_Result profile_stop(struct admin *a, struct MHD_Connection *c, struct areq *q)
+{
+	char name[PROFILE_NAME_MAX + 1];
+	size_t n = strcspn(q->rest, "/");
+	snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), q->rest);
+	int r = profiles_stop(a->gw->profiles, name);
+	if (r == -ENOENT)
+		return send_error(c, 404, "no_such_profile", NULL, "no profile %s", name);
+	if (r == -EALREADY)
+		return send_error(c, 409, "profile_stopped", NULL, "profile %s is not recording", name);
+	if (r)
+		return send_error(c, 500, "internal", NULL, "saving profile %s failed: %s", name,
+		                  strerror(-r));
+	return send_json(c, 200, json_pack("{s:s,s:b}", "name", name, "recording", 0), NULL);
+}
 
 /* ---- routing -------------------------------------------------------------------- */
 
@@ -694,8 +934,13 @@ static const struct route {
 	{ "/admin/cluster", "GET", true, 0, cluster },
 	{ "/admin/purge", "POST", true, PURGE_BODY_MAX, purge },
 	{ "/admin/prefetch", "POST", true, PREFETCH_BODY_MAX, prefetch },
+	{ "/admin/unpin", "POST", true, SMALL_BODY_MAX, unpin },
+	{ "/admin/profiles", "POST", true, SMALL_BODY_MAX, profile_start },
+	{ "/admin/profiles", "GET", true, 0, profile_list },
+	{ "/admin/profiles/*/stop", "POST", true, 0, profile_stop },
 	{ "/admin/jobs", "GET", true, 0, jobs },
-	/* A path ending in '/' takes the rest of the URL as its argument. */
+	/* A path ending in '/' takes the rest of the URL as its argument; a
+	 * '*' takes one path segment. */
 	{ "/admin/jobs/", "GET", true, 0, job_get },
 	{ "/admin/jobs/", "DELETE", true, 0, job_cancel },
 	{ "/admin/lookahead", "POST", true, PREFETCH_BODY_MAX, lookahead },
@@ -757,6 +1002,26 @@ static enum MHD_Result too_large(struct MHD_Connection *c, const struct route *r
  * or wrong, or the declared body is larger than the route takes; the body
  * is then never read. Else the route, with *rest set.
  */
+/* Whether url is path's: the same, or for a path ending in '/' that
+ * followed by one segment, or for a path with a '*' one segment there.
+ * *arg: the segment (up to the next '/' or the end), or the end of url. */
+static bool route_match(const char *path, const char *url, const char **arg)
+{
+	size_t pl = strlen(path);
+	const char *star = strchr(path, '*');
+	if (star) {
+		size_t pre = (size_t)(star - path), seg = strcspn(url + pre, "/");
+		*arg = url + pre;
+		return strncmp(path, url, pre) == 0 && seg > 0 && strcmp(url + pre + seg, star + 1) == 0;
+	}
+	if (path[pl - 1] == '/') {
+		*arg = url + pl;
+		return strncmp(path, url, pl) == 0 && url[pl] && !strchr(url + pl, '/');
+	}
+	*arg = url + strlen(url);
+	return strcmp(path, url) == 0;
+}
+
 static const struct route *route_headers(struct admin *a, struct MHD_Connection *c,
                                          const char *url, const char *method, const char **rest,
                                          enum MHD_Result *ret)
@@ -764,10 +1029,8 @@ static const struct route *route_headers(struct admin *a, struct MHD_Connection 
 	const struct route *path_match = NULL;
 	for (size_t i = 0; i < N_ROUTES; i++) {
 		const struct route *rt = &routes[i];
-		size_t pl = strlen(rt->path);
-		bool prefix_route = rt->path[pl - 1] == '/';
-		if (prefix_route ? strncmp(rt->path, url, pl) != 0 || !url[pl] || strchr(url + pl, '/')
-		                 : strcmp(rt->path, url) != 0)
+		const char *arg;
+		if (!route_match(rt->path, url, &arg))
 			continue;
 		path_match = rt;
 		bool ok = strcmp(method, rt->method) == 0 ||
@@ -782,7 +1045,7 @@ static const struct route *route_headers(struct admin *a, struct MHD_Connection 
 			*ret = too_large(c, rt);
 			return NULL;
 		}
-		*rest = url + (prefix_route ? pl : strlen(url));
+		*rest = arg;
 		return rt;
 	}
 	if (path_match)
@@ -793,7 +1056,9 @@ static const struct route *route_headers(struct admin *a, struct MHD_Connection 
 		                  "no route %.32s %.200s (routes: GET /healthz, GET /readyz, GET /metrics, "
 		                  "GET /admin/stats, POST /admin/purge, POST /admin/prefetch, "
 		                  "GET /admin/jobs, GET|DELETE /admin/jobs/{id}, GET|POST /admin/lookahead, "
-		                  "DELETE /admin/lookahead/{id}, GET /admin/cluster, GET /ui)",
+		                  "DELETE /admin/lookahead/{id}, POST /admin/unpin, "
+		                  "GET|POST /admin/profiles, POST /admin/profiles/{name}/stop, "
+		                  "GET /admin/cluster, GET /ui)",
 		                  method, url);
 	return NULL;
 }

@@ -60,6 +60,7 @@
 #include "gateway/listcache.h"
 #include "gateway/lookahead.h"
 #include "gateway/objreply.h"
+#include "gateway/pins.h"
 #include "gateway/range.h"
 #include "gateway/req.h"
 #include "cluster/cluster.h"
@@ -323,6 +324,9 @@ static bool cache_owner_learnt(void *arg, long status, struct chunk *c0)
 	req_set_upstream_status(owner, status); /* for its access-log line */
 	if (!c0 || req_cread(owner)->cur)
 		return false;
+	if (req_peer_hop(owner) > 0 && req_connection(owner)) /* a pinned job's, from a peer */
+		pins_hold_peer(req_gw(owner)->pins, req_bucket(owner), MHD_lookup_connection_value(
+		               req_connection(owner), MHD_HEADER_KIND, PIN_HEADER), &c0->id, c0->len);
 	req_cread(owner)->cur = c0;
 	req_cread(owner)->cur_index = 0;
 	return true;

@@ -15,6 +15,7 @@
 
 #include "gateway/cread.h"
 #include "gateway/fetch.h"
+#include "gateway/pins.h"
 #include "gateway/req.h"
 #include "store/object.h"
 #include "store/store.h"
@@ -173,7 +174,7 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
 	}
 	req_cread(r)->miss = true;
 	struct fetch_producer fp = { req_worker(r), req_bucket(r), req_key(r), req_cread(r)->meta,
-	                             req_peer_hop(r) };
+	                             req_peer_hop(r), NULL };
 	return fetch_produce(&fp, ch, i);
 }
 
@@ -191,6 +192,9 @@ static struct chunk *get_chunk(struct req *r, uint64_t i)
 		req_cread(r)->busy = true;
 		return NULL;
 	}
+	if (ch && req_peer_hop(r) > 0) /* a pinned job's fetch from another node: pin it here */
+		pins_hold_peer(req_gw(r)->pins, req_bucket(r), MHD_lookup_connection_value(
+		               req_connection(r), MHD_HEADER_KIND, PIN_HEADER), &ch->id, ch->len);
 	return ch;
 }
 

@@ -14,8 +14,10 @@
 #include "gateway/cli.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +41,30 @@ struct opts {
 	long concurrency;      /* warm */
 	long long bandwidth;   /* warm: bytes per second */
 	bool no_wait;          /* warm: print the job id and return */
+	long long pin_s;       /* warm: pin what it warms this many seconds */
+	const char *profile;   /* warm: replay this access profile */
 };
+
+/* "90", "90s", "30m", "6h", "2d" -> seconds; -1 when not a duration. */
+static long long parse_duration(const char *v)
+{
+	char *end;
+	errno = 0;
+	long long n = strtoll(v, &end, 10);
+	if (end == v || errno || n < 1)
+		return -1;
+	long long mul = 1;
+	switch (*end) {
+	case '\0': case 's': break;
+	case 'm': mul = 60; break;
+	case 'h': mul = 3600; break;
+	case 'd': mul = 86400; break;
+	default: return -1;
+	}
+	if (*end && end[1])
+		return -1;
+	return n > INT64_MAX / mul ? -1 : n * mul;
+}
 
 /* The options and the token line every reading subcommand's usage shares. */
 #define ADMIN_AND_JSON_OPTIONS \
@@ -97,7 +122,8 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 		} else if (strncmp(a, "--admin=", 8) == 0) {
 			o->admin = a + 8;
 		} else if ((strcmp(o->cmd, "stats") == 0 || strcmp(o->cmd, "jobs") == 0 ||
-		            strcmp(o->cmd, "cluster") == 0 || strcmp(o->cmd, "lookahead") == 0) &&
+		            strcmp(o->cmd, "cluster") == 0 || strcmp(o->cmd, "lookahead") == 0 ||
+		            strcmp(o->cmd, "profile") == 0) &&
 		           strcmp(a, "--json") == 0) {
 			o->json = true;
 		} else if (strcmp(o->cmd, "purge") == 0 && strcmp(a, "--key") == 0) {
@@ -105,7 +131,8 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 		} else if (strcmp(o->cmd, "warm") == 0 && strcmp(a, "--no-wait") == 0) {
 			o->no_wait = true;
 		} else if ((strcmp(o->cmd, "warm") == 0 && (strcmp(a, "--manifest") == 0 ||
-		            strcmp(a, "--concurrency") == 0 || strcmp(a, "--bandwidth") == 0)) ||
+		            strcmp(a, "--concurrency") == 0 || strcmp(a, "--bandwidth") == 0 ||
+		            strcmp(a, "--pin") == 0 || strcmp(a, "--profile") == 0)) ||
 		           (strcmp(o->cmd, "jobs") == 0 && strcmp(a, "--cancel") == 0)) {
 			if (i + 1 >= argc) {
 				fprintf(stderr, "larder %s: %s needs a value\n", o->cmd, a);
@@ -117,6 +144,14 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 				o->manifest = v;
 			} else if (strcmp(a, "--cancel") == 0) {
 				o->cancel = v;
+			} else if (strcmp(a, "--profile") == 0) {
+				o->profile = v;
+			} else if (strcmp(a, "--pin") == 0) {
+				if ((o->pin_s = parse_duration(v)) < 0) {
+					fprintf(stderr, "larder warm: --pin takes a duration (90s, 30m, 6h, 2d), "
+					        "got \"%s\"\n", v);
+					return 2;
+				}
 			} else if (strcmp(a, "--concurrency") == 0) {
 				o->concurrency = strtol(v, &end, 10);
 				if (*end || o->concurrency < 1 || o->concurrency > 64) {
@@ -136,7 +171,7 @@ static int parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 			usage(stderr);
 			return 2;
 		} else if ((strcmp(o->cmd, "purge") == 0 || strcmp(o->cmd, "warm") == 0 ||
-		            strcmp(o->cmd, "lookahead") == 0) && !o->target) {
+		            strcmp(o->cmd, "lookahead") == 0 || strcmp(o->cmd, "unpin") == 0) && !o->target) {
 			o->target = a;
 		} else {
 			fprintf(stderr, "larder %s: unexpected argument \"%s\"\n", o->cmd, a);
@@ -507,12 +542,16 @@ int cli_purge(int argc, char **argv)
 static void usage_warm(FILE *f)
 {
 	fputs("usage: larder warm [--admin URL] [--concurrency N] [--bandwidth BYTES_PER_S]\n"
-	      "                   [--no-wait] s3://BUCKET[/PREFIX]\n"
+	      "                   [--pin DURATION] [--no-wait] s3://BUCKET[/PREFIX]\n"
 	      "       larder warm [options] --manifest FILE|s3://BUCKET/KEY s3://BUCKET\n"
+	      "       larder warm [options] --profile NAME\n"
 	      "\n"
 	      "Starts a prefetch job that reads the objects under PREFIX (or the keys listed\n"
-	      "one per line in FILE, or in the manifest object) into larder's cache, and\n"
+	      "one per line in FILE, or in the manifest object, or what access profile NAME\n"
+	      "recorded, in its order: larder profile) into larder's cache, and\n"
 	      "follows it: a progress bar on a terminal, a line every two seconds otherwise.\n"
+	      "--pin DURATION (90s, 30m, 6h, 2d) keeps what it warms in RAM that long, however\n"
+	      "much else is read (up to LARDER_PIN_MAX; larder unpin ends it early).\n"
 	      "The admin endpoint and token: --admin / LARDER_ADMIN_URL, LARDER_ADMIN_TOKEN.\n"
 	      "\n"
 	      "Exit status: 0 the job finished without errors, 1 it failed, was cancelled or\n"
@@ -587,20 +626,31 @@ int cli_warm(int argc, char **argv)
 	int rc = parse(&o, argc, argv, usage_warm);
 	if (rc >= 0)
 		return rc;
-	if (!o.target || strncmp(o.target, "s3://", 5) != 0) {
+	if (o.profile && (o.target || o.manifest)) {
+		fprintf(stderr, "larder warm: --profile replays what the profile read: no s3:// path "
+		        "or --manifest with it\n");
+		return 2;
+	}
+	if (!o.profile && (!o.target || strncmp(o.target, "s3://", 5) != 0)) {
 		fprintf(stderr, "larder warm: expected s3://BUCKET[/PREFIX]\n");
 		usage_warm(stderr);
 		return 2;
 	}
-	const char *bucket = o.target + 5;
+	const char *bucket = o.profile ? "" : o.target + 5;
 	size_t blen = strcspn(bucket, "/");
 	const char *prefix = bucket[blen] ? bucket + blen + 1 : "";
-	if (!s3_bucket_name_ok(bucket, blen)) {
+	if (!o.profile && !s3_bucket_name_ok(bucket, blen)) {
 		fprintf(stderr, "larder warm: invalid bucket name \"%.*s\"\n", (int)blen, bucket);
 		return 2;
 	}
-	json_t *req = json_pack("{s:s%}", "bucket", bucket, blen);
-	if (o.manifest && strncmp(o.manifest, "s3://", 5) == 0) {
+	json_t *req = o.profile ? json_pack("{s:s}", "profile", o.profile)
+	                        : json_pack("{s:s%}", "bucket", bucket, blen);
+	if (o.profile) {
+		if (!req) {
+			fprintf(stderr, "larder warm: the profile name is not valid UTF-8\n");
+			return 2;
+		}
+	} else if (o.manifest && strncmp(o.manifest, "s3://", 5) == 0) {
 		const char *mb = o.manifest + 5;
 		size_t mbl = strcspn(mb, "/");
 		if (mbl != blen || strncmp(mb, bucket, blen) != 0 || !mb[mbl] || !mb[mbl + 1]) {
@@ -624,6 +674,8 @@ int cli_warm(int argc, char **argv)
 		json_object_set_new(req, "concurrency", json_integer(o.concurrency));
 	if (o.bandwidth)
 		json_object_set_new(req, "bandwidth_bytes_per_second", json_integer(o.bandwidth));
+	if (o.pin_s)
+		json_object_set_new(req, "pin_seconds", json_integer(o.pin_s));
 	char *body = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
 	struct buf resp;
@@ -776,6 +828,66 @@ static int lookahead_call(const struct opts *o, const char *method, const char *
 	return rc;
 }
 
+/* ---- unpin ---------------------------------------------------------------------- */
+
+static void usage_unpin(FILE *f)
+{
+	fputs("usage: larder unpin [--admin URL] JOB_ID\n"
+	      "       larder unpin [--admin URL] s3://BUCKET[/PREFIX]\n"
+	      "\n"
+	      "Ends a pin (larder warm --pin) before its time: the one of job JOB_ID, or every\n"
+	      "pin of a prefix listing of BUCKET whose prefix starts with PREFIX. Its chunks\n"
+	      "stay cached, but may be evicted again.\n"
+	      "The admin endpoint and token: --admin / LARDER_ADMIN_URL, LARDER_ADMIN_TOKEN.\n"
+	      "\n"
+	      "Exit status: 0 ok, 1 no such pin (or the server could not be reached), 2 bad usage.\n",
+	      f);
+}
+
+int cli_unpin(int argc, char **argv)
+{
+	struct opts o = { .cmd = "unpin" };
+	int rc = parse(&o, argc, argv, usage_unpin);
+	if (rc >= 0)
+		return rc;
+	if (!o.target) {
+		usage_unpin(stderr);
+		return 2;
+	}
+	json_t *req;
+	if (strncmp(o.target, "s3://", 5) == 0) {
+		const char *bucket = o.target + 5;
+		size_t blen = strcspn(bucket, "/");
+		if (!s3_bucket_name_ok(bucket, blen)) {
+			fprintf(stderr, "larder unpin: invalid bucket name \"%.*s\"\n", (int)blen, bucket);
+			return 2;
+		}
+		req = json_pack("{s:s%,s:s}", "bucket", bucket, blen, "prefix",
+		                bucket[blen] ? bucket + blen + 1 : "");
+	} else {
+		req = json_pack("{s:s}", "job", o.target);
+	}
+	char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+	json_decref(req);
+	if (!body) {
+		fprintf(stderr, "larder unpin: \"%s\" is not valid UTF-8\n", o.target);
+		return 2;
+	}
+	struct buf resp;
+	buf_init(&resp, RESPONSE_MAX);
+	long status = 0;
+	rc = call(&o, "/admin/unpin", body, &status, &resp);
+	free(body);
+	json_t *doc = rc == 0 ? json_answer(&o, status, &resp) : NULL;
+	if (doc)
+		printf("unpinned %llu pin%s\n", (unsigned long long)num(doc, "unpinned"),
+		       num(doc, "unpinned") == 1 ? "" : "s");
+	rc = doc ? 0 : 1;
+	json_decref(doc);
+	buf_fini(&resp);
+	return rc;
+}
+
 int cli_lookahead(int argc, char **argv)
 {
 	struct opts o = { .cmd = "lookahead" };
@@ -864,5 +976,109 @@ int cli_lookahead(int argc, char **argv)
 	json_decref(req);
 	rc = body ? lookahead_call(&o, NULL, "/admin/lookahead", body) : 1;
 	free(body);
+	return rc;
+}
+
+/* ---- access profiles ------------------------------------------------------------ */
+
+static void usage_profile(FILE *f)
+{
+	fputs("usage: larder profile start NAME --key CLIENT_KEY_ID | --tag JOB_TAG [--admin URL]\n"
+	      "       larder profile stop NAME [--admin URL]\n"
+	      "       larder profile list [--admin URL] [--json]\n"
+	      "\n"
+	      "Records what a job reads, in first-read order: every object GET signed with\n"
+	      "CLIENT_KEY_ID, or carrying the header x-larder-job: JOB_TAG. stop saves it in the\n"
+	      "cache directory; larder warm --profile NAME warms it again, in that order.\n"
+	      "The admin endpoint and token: --admin / LARDER_ADMIN_URL, LARDER_ADMIN_TOKEN.\n"
+	      "\n"
+	      "Exit status: 0 ok, 1 the server could not be reached or refused, 2 bad usage.\n", f);
+}
+
+static void print_profiles(json_t *doc)
+{
+	printf("name\trecording\trecords\treads\n");
+	size_t i;
+	json_t *p;
+	json_array_foreach(json_object_get(doc, "profiles"), i, p) {
+		const char *key = json_string_value(json_object_get(p, "key"));
+		printf("%s\t%s\t%s %s\t%llu\n", json_string_value(json_object_get(p, "name")),
+		       json_is_true(json_object_get(p, "recording")) ? "yes" : "no",
+		       key ? "key" : "tag", key ? key : json_string_value(json_object_get(p, "tag")),
+		       (unsigned long long)num(p, "reads"));
+	}
+}
+
+int cli_profile(int argc, char **argv)
+{
+	struct opts o = { .cmd = "profile" };
+	const char *verb = argc > 0 ? argv[0] : "";
+	if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
+		usage_profile(stdout);
+		return 0;
+	}
+	/* NAME, --key and --tag are taken out here; parse() takes the rest. */
+	const char *name = NULL, *key = NULL, *tag = NULL;
+	char **rest = calloc((size_t)argc + 1, sizeof *rest);
+	if (!rest)
+		return 1;
+	int n = 0, rc = -1;
+	for (int i = 1; i < argc && rc < 0; i++) {
+		bool has = i + 1 < argc;
+		if ((strcmp(argv[i], "--key") == 0 || strcmp(argv[i], "--tag") == 0) && !has) {
+			fprintf(stderr, "larder profile: %s needs a value\n", argv[i]);
+			rc = 2;
+		} else if (strcmp(argv[i], "--key") == 0) {
+			key = argv[++i];
+		} else if (strcmp(argv[i], "--tag") == 0) {
+			tag = argv[++i];
+		} else if (strcmp(argv[i], "--admin") == 0 && has) {
+			rest[n++] = argv[i++];
+			rest[n++] = argv[i];
+		} else if (argv[i][0] != '-' && !name && strcmp(verb, "list") != 0) {
+			name = argv[i];
+		} else {
+			rest[n++] = argv[i];
+		}
+	}
+	if (rc < 0)
+		rc = parse(&o, n, rest, usage_profile);
+	free(rest);
+	if (rc >= 0)
+		return rc;
+	bool start = strcmp(verb, "start") == 0, stop = strcmp(verb, "stop") == 0;
+	if (strcmp(verb, "list") == 0 && !key && !tag)
+		return get_and_print(&o, "/admin/profiles", print_profiles);
+	if (!(start || stop) || !name || (start && !key == !tag) || (stop && (key || tag))) {
+		usage_profile(stderr);
+		return 2;
+	}
+	char path[128];
+	char *body = NULL;
+	if (start) {
+		snprintf(path, sizeof path, "/admin/profiles");
+		json_t *req = json_pack("{s:s,s:s}", "name", name, key ? "key" : "tag", key ? key : tag);
+		body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+		json_decref(req);
+	} else if (strchr(name, '/') || snprintf(path, sizeof path, "/admin/profiles/%s/stop", name) >=
+	           (int)sizeof path) {
+		fprintf(stderr, "larder profile: \"%s\" is not a profile name\n", name);
+		return 2;
+	}
+	if (start && !body) {
+		fprintf(stderr, "larder profile: the name or the key is not valid UTF-8\n");
+		return 2;
+	}
+	struct buf resp;
+	buf_init(&resp, RESPONSE_MAX);
+	long status = 0;
+	rc = call(&o, path, body ? body : "", &status, &resp);
+	free(body);
+	json_t *doc = rc == 0 ? json_answer(&o, status, &resp) : NULL;
+	if (doc)
+		printf("profile %s: %s\n", name, start ? "recording" : "stopped and saved");
+	rc = doc ? 0 : 1;
+	json_decref(doc);
+	buf_fini(&resp);
 	return rc;
 }

@@ -15,9 +15,15 @@ int cli_stats(int argc, char **argv);
 /* larder purge [--admin URL] [--key] s3://BUCKET[/PREFIX] */
 int cli_purge(int argc, char **argv);
 
-/* larder warm [--admin URL] [--concurrency N] [--bandwidth B] [--no-wait]
+/* larder warm [--admin URL] [--concurrency N] [--bandwidth B] [--pin D] [--no-wait]
  *             [--manifest FILE|s3://BUCKET/KEY] s3://BUCKET[/PREFIX] */
 int cli_warm(int argc, char **argv);
+
+/* larder unpin [--admin URL] JOB_ID | s3://BUCKET[/PREFIX] */
+int cli_unpin(int argc, char **argv);
+
+/* larder profile start NAME --key ID | --tag TAG; stop NAME; list [--json] */
+int cli_profile(int argc, char **argv);
 
 /* larder jobs [--admin URL] [--json] [--cancel JOB_ID] */
 int cli_jobs(int argc, char **argv);

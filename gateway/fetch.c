@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "cluster/peer.h"
 #include "cluster/placement.h"
+#include "gateway/pins.h"
 #include "gateway/upstream.h"
 #include "cluster/cluster.h"
 #include "cluster/directory.h"
@@ -44,6 +45,7 @@ struct fetch {
 	bool meta_kind;              /* learning the object; else one chunk */
 	char *bucket, *key;
 	char etag[130];              /* chunk fetches: If-Match */
+	char pin[PIN_HEADER_MAX];    /* a pinned warm job's chunk: X-Larder-Pin to its owner */
 	char *revalidate;            /* meta fetches: If-None-Match */
 	uint64_t index, start;       /* chunk index and its first byte */
 	uint64_t size;               /* the object's size, as its metadata says */
@@ -404,6 +406,8 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	if (peer_target(peer, tls, f->bucket, f->key, &f->target) != 0)
 		return -E2BIG;
 	int rc = hdrs_add(h, "Host", buf_cstr(&f->target.host));
+	if (!rc && f->pin[0]) /* the owner holds it for the pin too (gateway/pins.h) */
+		rc = hdrs_add(h, PIN_HEADER, f->pin);
 	/* A holder is asked at the last hop: if it lost the chunk meanwhile
 	 * it fetches it from S3 itself rather than asking its owner, which
 	 * is us, waiting for it. */
@@ -472,13 +476,14 @@ static int start_transfer(struct fetch *f)
 	return rc ? rc : transfer_submit(&f->x);
 }
 
-struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
-                               unsigned hop, const char *bucket, const char *key,
-                               const char *revalidate)
+static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
+                                unsigned hop, const char *bucket, const char *key,
+                                const char *revalidate, const char *pin)
 {
 	struct fetch *f = fetch_new(w, bucket, key);
 	if (!f)
 		return NULL;
+	snprintf(f->pin, sizeof f->pin, "%s", pin ? pin : "");
 	f->meta_kind = true;
 	f->owner_ops = ops;
 	f->owner = owner;
@@ -496,13 +501,27 @@ struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *o
 	return f;
 }
 
-int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
-                      const struct obj_meta *m, uint64_t index, unsigned hop)
+struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
+                               unsigned hop, const char *bucket, const char *key,
+                               const char *revalidate)
+{
+	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL);
+}
+
+struct fetch *fetch_meta_start_pinned(struct worker *w, const char *bucket, const char *key,
+                                      const char *revalidate, const char *pin)
+{
+	return meta_start(w, NULL, NULL, 0, bucket, key, revalidate, pin);
+}
+
+static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
+                       const struct obj_meta *m, uint64_t index, unsigned hop, const char *pin)
 {
 	struct fetch *f = fetch_new(w, bucket, key);
 	if (!f)
 		return -ENOMEM;
 	f->hop = hop;
+	snprintf(f->pin, sizeof f->pin, "%s", pin ? pin : "");
 	chunk_ref(c);
 	f->c = c;
 	f->index = index;
@@ -520,10 +539,16 @@ int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, con
 	return 0;
 }
 
+int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
+                      const struct obj_meta *m, uint64_t index, unsigned hop)
+{
+	return chunk_start(w, c, bucket, key, m, index, hop, NULL);
+}
+
 int fetch_produce(void *arg, struct chunk *c, uint64_t index)
 {
 	const struct fetch_producer *p = arg;
-	return fetch_chunk_start(p->w, c, p->bucket, p->key, p->meta, index, p->hop) == 0
+	return chunk_start(p->w, c, p->bucket, p->key, p->meta, index, p->hop, p->pin) == 0
 	               ? 0
 	               : FETCH_ERR_UPSTREAM;
 }

@@ -58,6 +58,10 @@ struct fetch_owner_ops {
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, const char *bucket, const char *key,
                                const char *revalidate);
+/* The same for a pinned warm job (no owner, hop 0): its request to the
+ * chunk's owner carries pin, a pins_peer_header() (gateway/pins.h). */
+struct fetch *fetch_meta_start_pinned(struct worker *w, const char *bucket, const char *key,
+                                      const char *revalidate, const char *pin);
 
 /* The object version a reader's chunk fetches are for. */
 struct fetch_producer {
@@ -65,6 +69,7 @@ struct fetch_producer {
 	const char *bucket, *key;
 	const struct obj_meta *meta;
 	unsigned hop;                /* as fetch_chunk_start's */
+	const char *pin;             /* a pinned warm job's pins_peer_header(), or NULL */
 };
 /* An obj_produce_fn (store/object.h): fetch_chunk_start with arg a struct
  * fetch_producer; FETCH_ERR_UPSTREAM when it could not start. */

@@ -6,6 +6,8 @@
  *   larder purge [--admin URL] [--key] s3://BUCKET[/PREFIX]
  *   larder warm [--admin URL] [options] s3://BUCKET[/PREFIX]
  *   larder jobs [--admin URL] [--json] [--cancel JOB_ID]
+ *   larder unpin [--admin URL] JOB_ID | s3://BUCKET[/PREFIX]
+ *   larder profile start|stop|list ...
  *   larder --version | --help
  *
  * Configuration comes from the file (optional) and LARDER_* environment
@@ -33,6 +35,8 @@ static void usage(FILE *f)
 	      "       larder warm [--admin URL] [options] s3://BUCKET[/PREFIX]\n"
 	      "       larder jobs [--admin URL] [--json] [--cancel JOB_ID]\n"
 	      "       larder lookahead [--admin URL] --window N --keys-file F s3://BUCKET\n"
+	      "       larder unpin [--admin URL] JOB_ID | s3://BUCKET[/PREFIX]\n"
+	      "       larder profile start NAME --key ID | --tag TAG; stop NAME; list\n"
 	      "       larder cluster [--admin URL] [--json]\n"
 	      "       larder --version\n"
 	      "\n"
@@ -50,6 +54,8 @@ static void usage(FILE *f)
 	      "warm      read objects into a running larder's cache ahead of a job, with progress\n"
 	      "jobs      list (or --cancel) warming jobs\n"
 	      "lookahead keep objects warm ahead of a job that reads a known list in order\n"
+	      "unpin     end a pin (larder warm --pin) early\n"
+	      "profile   record what a job reads, to warm it again (larder warm --profile)\n"
 	      "cluster   a running larder's view of its cluster: members, Redis, directory\n"
 	      "          stats and purge talk to the admin endpoint (--admin URL, else\n"
 	      "          $LARDER_ADMIN_URL) with the token in $LARDER_ADMIN_TOKEN;\n"
@@ -131,6 +137,10 @@ int main(int argc, char **argv)
 		return cli_jobs(argc - 2, argv + 2);
 	if (strcmp(argv[1], "lookahead") == 0)
 		return cli_lookahead(argc - 2, argv + 2);
+	if (strcmp(argv[1], "unpin") == 0)
+		return cli_unpin(argc - 2, argv + 2);
+	if (strcmp(argv[1], "profile") == 0)
+		return cli_profile(argc - 2, argv + 2);
 	if (strcmp(argv[1], "cluster") == 0)
 		return cli_cluster(argc - 2, argv + 2);
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {

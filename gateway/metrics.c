@@ -26,6 +26,7 @@
 #include <strings.h>
 
 #include "base/fnv.h"
+#include "gateway/pins.h"
 #include "gateway/s3req.h"
 #include "store/store.h"
 
@@ -449,6 +450,12 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 	r = r ? r : family(b, "larder_cache_ram_overcommits_total", "counter",
 	                   "Chunk reservations that took RAM use past its capacity.");
 	r = r ? r : sample(b, "larder_cache_ram_overcommits_total", NULL, st->ram_overcommits);
+	r = r ? r : family(b, "larder_pinned_bytes", "gauge",
+	                   "Bytes of pinned chunks held, by tier (pins hold chunks in RAM).");
+	r = r ? r : sample(b, "larder_pinned_bytes", "tier=\"ram\"", st->ram_pinned);
+	r = r ? r : family(b, "larder_pin_limit_bytes", "gauge",
+	                   "The most bytes pins may hold (LARDER_PIN_MAX).");
+	r = r ? r : sample(b, "larder_pin_limit_bytes", NULL, st->pin_limit);
 	if (st->disk_capacity) { /* no NVMe tier configured: nothing to be up or down */
 		r = r ? r : family(b, "larder_nvme_up", "gauge",
 		                   "1 while the NVMe tier is in use, 0 once disabled after write "
@@ -514,6 +521,9 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		r = r ? r : family(out, "larder_prefetch_bytes", "gauge",
 		                   "Bytes warmed by the prefetch jobs still listed.");
 		r = r ? r : sample(out, "larder_prefetch_bytes", NULL, g->prefetch_bytes);
+		r = r ? r : family(out, "larder_pins", "gauge",
+		                   "Pins in force (warm jobs with --pin, until they end).");
+		r = r ? r : sample(out, "larder_pins", NULL, g->n_pins);
 	}
 	if (!r && g && g->clustered) {
 		r = family(out, "larder_cluster_redis_up", "gauge",
@@ -626,6 +636,26 @@ fail:
 	return NULL;
 }
 
+/* [ {id, bucket, prefix | keys, bytes, until}, ... ] */
+static json_t *pins_json(const struct pin_info *pins, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < n; i++) {
+		const struct pin_info *p = &pins[i];
+		json_t *o = json_pack("{s:s,s:s,s:I,s:I}", "id", p->id, "bucket", p->bucket, "bytes",
+		                      (json_int_t)p->bytes, "until", (json_int_t)p->until);
+		if (o && p->prefix)
+			json_object_set_new(o, "prefix", json_string(p->prefix));
+		else if (o)
+			json_object_set_new(o, "keys", json_integer((json_int_t)p->n_keys));
+		if (!o || json_array_append_new(a, o) != 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
 json_t *metrics_stats_json(const struct metrics_gauges *g)
 {
 	uint64_t req = 0, out = 0, in = 0;
@@ -667,7 +697,12 @@ json_t *metrics_stats_json(const struct metrics_gauges *g)
 		                  "inflight_fetches", (json_int_t)st->inflight,
 		                  "metadata_objects", (json_int_t)g->meta_entries);
 		r = !cache || json_object_set_new(doc, "cache", cache) != 0;
+		r = r ? r : json_object_set_new(cache, "pinned_bytes", json_integer((json_int_t)st->ram_pinned));
+		r = r ? r : json_object_set_new(cache, "pin_limit_bytes",
+		                                json_integer((json_int_t)st->pin_limit));
 	}
+	if (!r && g)
+		r = json_object_set_new(doc, "pins", pins_json(g->pins, g->n_pins)) != 0;
 	json_decref(up);
 	if (r) {
 		json_decref(doc);

@@ -24,6 +24,7 @@
 #include "cluster/directory.h"
 
 struct store_stats;
+struct pin_info;
 struct json_t;
 
 #define METRICS_MAX_ROWS 1024
@@ -78,6 +79,8 @@ struct metrics_gauges {
 	struct placement_counts lookups;  /* this node's directory lookups */
 	uint64_t jobs_running, jobs_done, jobs_failed, jobs_cancelled; /* prefetch */
 	uint64_t prefetch_bytes;          /* bytes warmed by the jobs still listed */
+	const struct pin_info *pins;      /* the pins (gateway/pins.h), n_pins of them */
+	size_t n_pins;
 };
 
 /* Appends the whole exposition (text format 0.0.4: # HELP, # TYPE, one
@@ -88,7 +91,8 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g);
  * The /admin/stats document, a new reference (json_decref it), or NULL when
  * out of memory:
  *   { "total": ROW, "buckets": { NAME: ROW, ... }, "clients": { ID: ROW, ... },
- *     "upstream": {...}, "cache": {...} }
+ *     "upstream": {...}, "cache": {...},
+ *     "pins": [ {id, bucket, prefix | keys (a count), bytes, until (unix s)}, ... ] }
  * ROW: requests, hits, misses, bypass, hit_ratio (hits / (hits + misses),
  * null when neither), bytes_served, upstream_bytes_saved (bytes served by
  * hits), bytes_received.

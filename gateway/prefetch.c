@@ -25,6 +25,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "gateway/fetch.h"
+#include "gateway/pins.h"
 #include "gateway/server.h"
 #include "gateway/upstream.h"
 #include "store/meta.h"
@@ -77,6 +78,10 @@ struct pf_job {
 	bool listing_done;
 	bool gated;                  /* a lookahead's: keys start below the gate only */
 	_Atomic size_t gate;
+	bool listed;                 /* its keys come from a listing (not keys, not a manifest) */
+	bool pin;                    /* pins what it warms (pins.h; the pin's id is the job's) */
+	char pin_hdr[PIN_HEADER_MAX]; /* its chunk fetches to owners ask them to pin too */
+	_Atomic bool pin_refused;
 
 	struct transfer x;           /* a listing page or the manifest */
 	struct up_target target;
@@ -102,6 +107,7 @@ struct prefetch {
 	unsigned next_id;
 	ev_async async;
 	ev_timer tick;
+	ev_timer pin_tick;           /* ends pins whose time is up */
 };
 
 
@@ -366,7 +372,44 @@ static bool under_cap(const struct pf_job *j)
 static int start_meta_fetch(void *arg, const char *revalidate)
 {
 	struct pf_load *l = arg;
-	return fetch_meta_start(l->j->p->w, NULL, NULL, 0, l->j->bucket, l->key, revalidate) ? 0 : -EIO;
+	const struct pf_job *j = l->j;
+	return fetch_meta_start_pinned(j->p->w, j->bucket, l->key, revalidate,
+	                               j->pin ? j->pin_hdr : NULL) ? 0 : -EIO;
+}
+
+/* Pins c before it completes (a chunk being produced is kept when it
+ * does). A pin that no longer exists (ended early) pins nothing more;
+ * one that would pass the limit fails the job. */
+static int pin_chunk(struct pf_job *j, struct chunk *c)
+{
+	int r = pins_add(j->p->gw->pins, j->id, &c->id, c->len);
+	if (r == -ENOSPC && !atomic_exchange(&j->pin_refused, true)) {
+		struct store_stats st;
+		store_get_stats(j->p->gw->store, &st);
+		char msg[200];
+		snprintf(msg, sizeof msg, "pin refused: it passes the pin limit (LARDER_PIN_MAX, %"
+		         PRIu64 " bytes, %" PRIu64 " pinned already)", st.pin_limit, st.pin_held);
+		job_fail(j, msg);
+	}
+	return r;
+}
+
+/* Whether a listed pin fits in what is left of the pin limit: refused up
+ * front when it does not, before anything is fetched. */
+static bool pin_fits(struct pf_job *j)
+{
+	struct store_stats st;
+	store_get_stats(j->p->gw->store, &st);
+	uint64_t want = atomic_load(&j->bytes_total);
+	uint64_t room = st.pin_limit > st.pin_held ? st.pin_limit - st.pin_held : 0;
+	if (want <= room)
+		return true;
+	atomic_store(&j->pin_refused, true);
+	char msg[200];
+	snprintf(msg, sizeof msg, "pin refused: %" PRIu64 " bytes, but the pin limit (LARDER_PIN_MAX, %"
+	         PRIu64 " bytes) has %" PRIu64 " bytes free", want, st.pin_limit, room);
+	job_fail(j, msg);
+	return false;
 }
 
 /* One step for one object; true when it is finished. */
@@ -419,13 +462,18 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 	}
 	/* Start more. */
 	struct obj_ref ref = { j->bucket, o->key, o->meta };
-	struct fetch_producer fp = { j->p->w, j->bucket, o->key, o->meta, 0 };
+	struct fetch_producer fp = { j->p->w, j->bucket, o->key, o->meta, 0,
+	                             j->pin ? j->pin_hdr : NULL };
 	while (o->n_held < PF_HELD && o->next_chunk < o->n_chunks && under_cap(j)) {
 		uint64_t i = o->next_chunk;
 		enum store_role role;
 		struct chunk *c = obj_acquire(ob, &ref, i, fetch_produce, &fp, &role);
 		if (!c)
 			break;
+		if (j->pin && pin_chunk(j, c) == -ENOSPC) {
+			obj_unwant(c, true);
+			return true;
+		}
 		o->next_chunk++;
 		if (role == STORE_HIT) {
 			atomic_fetch_add(&j->bytes_done, c->len);
@@ -448,13 +496,21 @@ static bool job_step(struct pf_job *j)
 			if (j->active[k].key)
 				obj_release(j, &j->active[k], true);
 		transfer_stop(&j->x);
+		if (j->pin && state != PF_DONE)
+			pins_end(j->p->gw->pins, j->id);
 		log_info("prefetch", "job %s %s: %" PRIu64 " objects, %" PRIu64 " bytes, %" PRIu64
 		         " errors", j->id, state_names[state], atomic_load(&j->objects_done),
 		         atomic_load(&j->bytes_done), atomic_load(&j->errors));
 		return false;
 	}
-	if (j->listing_done && state == PF_LISTING)
+	if (j->listing_done && state == PF_LISTING) {
+		/* A listed pin knows its size now: refuse it before warming. */
+		if (j->pin && j->listed && !pin_fits(j))
+			return job_step(j);
 		atomic_store(&j->state, PF_WARMING);
+	}
+	if (j->pin && j->listed && !j->listing_done)
+		return true; /* a listed pin warms once its whole size is known */
 	unsigned active = 0;
 	for (unsigned k = 0; k < j->concurrency; k++) {
 		struct pf_obj *o = &j->active[k];
@@ -469,6 +525,8 @@ static bool job_step(struct pf_job *j)
 			j->next_key++;
 			if (!o->key)
 				continue;
+			if (j->pin)
+				pins_add_object(j->p->gw->pins, j->id);
 		}
 		if (!o->key)
 			continue;
@@ -479,6 +537,8 @@ static bool job_step(struct pf_job *j)
 			active++;
 		}
 	}
+	if (atomic_load(&j->state) == PF_FAILED) /* its pin was refused */
+		return job_step(j);
 	if (j->listing_done && j->next_key == j->n_keys && active == 0) {
 		atomic_store(&j->state, PF_DONE);
 		return job_step(j);
@@ -532,6 +592,15 @@ static void async_cb(struct ev_loop *loop, ev_async *a, int revents)
 		ev_timer_again(loop, &p->tick);
 }
 
+static void pin_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct prefetch *p = t->data;
+	(void)loop;
+	(void)revents;
+	if (p->gw->pins)
+		pins_expire(p->gw->pins, (int64_t)time(NULL));
+}
+
 /* ---- the registry -------------------------------------------------------- */
 
 struct prefetch *prefetch_create(struct gw *gw, struct worker *w)
@@ -546,6 +615,9 @@ struct prefetch *prefetch_create(struct gw *gw, struct worker *w)
 	ev_async_init(&p->async, async_cb);
 	p->async.data = p;
 	ev_async_start(w->loop, &p->async);
+	ev_timer_init(&p->pin_tick, pin_tick_cb, 1.0, 1.0);
+	p->pin_tick.data = p;
+	ev_timer_start(w->loop, &p->pin_tick);
 	ev_init(&p->tick, tick_cb);
 	p->tick.repeat = PF_TICK;
 	p->tick.data = p;
@@ -702,6 +774,7 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	if (j->concurrency > 64)
 		j->concurrency = 64;
 	j->bytes_per_s = rq->bytes_per_s;
+	j->pin = rq->pin_seconds > 0 && p->gw->pins;
 	j->active = calloc(j->concurrency, sizeof *j->active);
 	j->bucket = strdup(rq->bucket);
 	j->prefix = strdup(rq->prefix ? rq->prefix : "");
@@ -720,10 +793,20 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	}
 	j->listing_done = rq->keys != NULL;
 	j->gated = rq->gated;
+	j->listed = !rq->keys && !rq->manifest;
 	atomic_store(&j->state, PF_LISTING);
 	pthread_mutex_lock(&p->lock);
 	snprintf(j->id, sizeof j->id, "pf-%u", ++p->next_id);
 	memcpy(id, j->id, sizeof j->id);
+	int64_t until = (int64_t)time(NULL) + (int64_t)rq->pin_seconds;
+	pins_peer_header(j->pin_hdr, p->gw->cfg->node_id ? p->gw->cfg->node_id : "", j->id, until);
+	if (j->pin && pins_begin(p->gw->pins, j->id, j->bucket, j->listed ? j->prefix : NULL,
+	                         until) != 0) {
+		pthread_mutex_unlock(&p->lock);
+		job_free(j);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
 	j->next = p->jobs;
 	p->jobs = j;
 	j->run_next = p->queued;
@@ -759,6 +842,7 @@ static void info_of(const struct pf_job *j, struct prefetch_info *out)
 	out->bytes_total = atomic_load(&j->bytes_total);
 	out->errors = atomic_load(&j->errors);
 	out->listing_done = j->listing_done;
+	out->pin_refused = atomic_load(&j->pin_refused);
 	double end = j->finished > 0 ? j->finished : clock_mono_s();
 	out->elapsed_s = j->started > 0 ? end - j->started : 0;
 	out->rate_bps = out->elapsed_s > 0 ? (double)out->bytes_done / out->elapsed_s : 0;

@@ -34,6 +34,7 @@ struct prefetch_req {
 	uint64_t bytes_per_s;           /* 0: no cap */
 	bool gated;                     /* a lookahead's: only keys below the gate start
 	                                   (prefetch_gate); not in prefetch_list */
+	uint64_t pin_seconds;           /* > 0: pin what it warms this long (gateway/pins.h) */
 };
 
 struct prefetch_info {
@@ -43,6 +44,7 @@ struct prefetch_info {
 	char error[256];
 	uint64_t objects_done, objects_total, bytes_done, bytes_total, errors;
 	bool listing_done;
+	bool pin_refused;               /* failed: its pin would pass the pin limit */
 	double elapsed_s, rate_bps, eta_s; /* eta_s < 0: unknown */
 };
 

@@ -32,6 +32,7 @@
 #include "gateway/listcache.h"
 #include "gateway/metrics.h"
 #include "gateway/passthrough.h"
+#include "gateway/profiles.h"
 #include "gateway/cache.h"
 #include "gateway/req.h"
 #include "gateway/request_internal.h"
@@ -487,6 +488,10 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 			       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
 		};
 		log_access(&rec);
+		if (rec.key && r->authorized && strcmp(r->method, "GET") == 0 &&
+		    (rec.status == 200 || rec.status == 206))
+			profiles_note(w->gw->profiles, rec.key_id, MHD_lookup_connection_value(conn,
+			              MHD_HEADER_KIND, "x-larder-job"), rec.bucket, rec.key, r->t_start);
 		metrics_request(s3_operation(r->method, (int)r->s3.target, r->query,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),

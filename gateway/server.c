@@ -35,8 +35,10 @@
 #include "gateway/listcache.h"
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
+#include "gateway/pins.h"
 #include "gateway/prefetch.h"
 #include "gateway/lookahead.h"
+#include "gateway/profiles.h"
 #include "gateway/request.h"
 #include "gateway/cache.h"
 #include "gateway/req.h"
@@ -392,6 +394,7 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 		.dir = cfg->cache_dir,
 		.policy = (enum policy_kind)policy_kind_parse(cfg->cache_policy),
 		.stale_after_s = (double)cfg->cache_stale_after_s,
+		.pin_bytes = cfg->pin_max_bytes,
 	};
 	gw->meta = meta_cache_create(1u << 20);
 	if (cfg->n_list_caches && cfg->list_cache_bytes)
@@ -531,6 +534,13 @@ int gw_run(struct cfg *cfg, const char *config_path)
 			worker_fini(&gw.workers[i]);
 		goto out;
 	}
+	gw.pins = pins_create(gw.store);
+	char perr[512];
+	gw.profiles = profiles_open(cfg->cache_dir, perr, sizeof perr);
+	if (!gw.profiles) {
+		log_error("server", "access profiles: %s; they are kept in memory only", perr);
+		gw.profiles = profiles_open(NULL, perr, sizeof perr);
+	}
 	gw.prefetch = prefetch_create(&gw, &gw.workers[0]);
 	gw.lookahead = lookahead_create(&gw, &gw.workers[0], gw.prefetch, cfg->lookahead_idle_s);
 	if (admin_start(&gw) != 0) {
@@ -541,6 +551,10 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		gw.lookahead = NULL;
 		prefetch_destroy(gw.prefetch);
 		gw.prefetch = NULL;
+		pins_destroy(gw.pins);
+		gw.pins = NULL;
+		profiles_close(gw.profiles);
+		gw.profiles = NULL;
 		goto out;
 	}
 	for (unsigned i = 0; i < gw.n_workers; i++)
@@ -574,6 +588,10 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	gw.lookahead = NULL;
 	prefetch_destroy(gw.prefetch); /* its chunks go before the workers' fetches */
 	gw.prefetch = NULL;
+	pins_destroy(gw.pins);
+	gw.pins = NULL;
+	profiles_close(gw.profiles);
+	gw.profiles = NULL;
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		worker_fini(&gw.workers[i]);
 	log_info("server", "stopped");

@@ -48,6 +48,8 @@ struct gw {
 	char *tls_cert, *tls_key;       /* PEM text when the client port speaks TLS */
 	struct prefetch *prefetch;      /* warming jobs, run on the first worker */
 	struct lookaheads *lookahead;   /* read-order lookaheads (gated prefetch jobs) */
+	struct pins *pins;              /* what warm jobs pinned (gateway/pins.h) */
+	struct profiles *profiles;      /* access profiles (gateway/profiles.h) */
 	struct cluster *cluster;        /* the other nodes, or NULL: this node alone */
 	struct directory *dir;          /* what this node publishes it holds, or NULL */
 

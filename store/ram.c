@@ -4,6 +4,7 @@
  */
 #include "store/ram.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -13,9 +14,18 @@
 #define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
 
 struct ram_entry {
-	struct policy_entry pe;
+	struct policy_entry pe;     /* in the policy unless pinned */
 	struct chunk *c;
 	struct tier_gone gone;      /* on a release list after eviction */
+	bool pinned;                /* held outside the policy: never a victim */
+};
+
+/* A pinned id, whether or not its chunk is here yet. */
+struct pin_node {
+	struct chunk_id id;
+	uint64_t len;
+	unsigned count;             /* pins holding it */
+	struct pin_node *next;
 };
 
 struct ram_tier {
@@ -25,6 +35,11 @@ struct ram_tier {
 	uint64_t capacity;
 	uint64_t filling;           /* reserved by chunks being produced */
 	uint64_t evictions, overcommits;
+	struct pin_node **pins;     /* chained hash of pinned ids; n_buckets a power of two */
+	size_t n_buckets, n_pins;
+	uint64_t pin_limit;         /* bytes of pinned ids allowed */
+	uint64_t pin_held;          /* bytes of pinned ids */
+	uint64_t pinned;            /* bytes of pinned chunks here (outside the policy) */
 	store_change_cb evicted;
 	void *evicted_arg;
 };
@@ -42,7 +57,10 @@ static void evict(struct ram_tier *r, struct ram_entry *e, struct tier_gone **go
 	if (r->evicted)
 		r->evicted(r->evicted_arg, &e->c->id);
 	idmap_del(&r->map, &e->c->id);
-	policy_remove(r->policy, &e->pe);
+	if (e->pinned)
+		r->pinned -= e->c->len;
+	else
+		policy_remove(r->policy, &e->pe);
 	e->c->tier_priv = NULL;
 	e->gone.release = entry_release;
 	e->gone.next = *gone;
@@ -50,14 +68,134 @@ static void evict(struct ram_tier *r, struct ram_entry *e, struct tier_gone **go
 	r->evictions++;
 }
 
-/* Lock held. Evicts until READY + filling + extra fits, or nothing is left. */
+/* Lock held. Bytes not the policy's to give: chunks being filled, and
+ * pinned chunks. */
+static uint64_t outside_policy(const struct ram_tier *r)
+{
+	return r->filling + r->pinned;
+}
+
+/* Lock held. Evicts until READY + filling + extra fits, or nothing
+ * evictable is left. */
 static bool make_room(struct ram_tier *r, uint64_t extra, double now, struct tier_gone **gone)
 {
 	struct policy_entry *v;
-	while (policy_used(r->policy) + r->filling + extra > r->capacity &&
+	while (policy_used(r->policy) + outside_policy(r) + extra > r->capacity &&
 	       (v = policy_victim(r->policy, now)))
 		evict(r, container_of(v, struct ram_entry, pe), gone);
-	return policy_used(r->policy) + r->filling + extra <= r->capacity;
+	return policy_used(r->policy) + outside_policy(r) + extra <= r->capacity;
+}
+
+/* ---- pinned ids ---- */
+
+/* Lock held. The pinned id's node, or NULL; *link its link. */
+static struct pin_node *pin_find(const struct ram_tier *r, const struct chunk_id *id,
+                                 struct pin_node ***link)
+{
+	if (!r->n_buckets)
+		return NULL;
+	struct pin_node **pp = &r->pins[chunk_id_hash(id) & (r->n_buckets - 1)];
+	for (; *pp; pp = &(*pp)->next)
+		if (chunk_id_eq(&(*pp)->id, id))
+			break;
+	if (link)
+		*link = pp;
+	return *pp;
+}
+
+/* Lock held. Keeps the chains short: at most one node per bucket on
+ * average. -ENOMEM leaves the table as it was. */
+static int pin_grow(struct ram_tier *r)
+{
+	if (r->n_pins < r->n_buckets)
+		return 0;
+	size_t n = r->n_buckets ? 2 * r->n_buckets : 64;
+	struct pin_node **b = calloc(n, sizeof *b);
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < r->n_buckets; i++)
+		for (struct pin_node *p = r->pins[i], *next; p; p = next) {
+			next = p->next;
+			struct pin_node **head = &b[chunk_id_hash(&p->id) & (n - 1)];
+			p->next = *head;
+			*head = p;
+		}
+	free(r->pins);
+	r->pins = b;
+	r->n_buckets = n;
+	return 0;
+}
+
+/* Lock held. Takes e out of the policy, or puts it back. */
+static void entry_pin(struct ram_tier *r, struct ram_entry *e, bool on, double now)
+{
+	if (e->pinned == on)
+		return;
+	e->pinned = on;
+	if (on) {
+		policy_remove(r->policy, &e->pe);
+		r->pinned += e->c->len;
+	} else {
+		r->pinned -= e->c->len;
+		policy_insert(r->policy, &e->pe, chunk_id_hash(&e->c->id), e->c->len, now);
+	}
+}
+
+void ram_pin_limit(struct ram_tier *r, uint64_t bytes)
+{
+	pthread_mutex_lock(&r->lock);
+	r->pin_limit = bytes;
+	pthread_mutex_unlock(&r->lock);
+}
+
+int ram_pin(struct ram_tier *r, const struct chunk_id *id, uint64_t len)
+{
+	int rc = 0;
+	pthread_mutex_lock(&r->lock);
+	struct pin_node *p = pin_find(r, id, NULL);
+	if (p) {
+		p->count++;
+		goto out;
+	}
+	if (len > r->pin_limit || r->pin_held > r->pin_limit - len) {
+		rc = -ENOSPC;
+		goto out;
+	}
+	if (pin_grow(r) < 0 || !(p = calloc(1, sizeof *p))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	p->id = *id;
+	p->len = len;
+	p->count = 1;
+	struct pin_node **head = &r->pins[chunk_id_hash(id) & (r->n_buckets - 1)];
+	p->next = *head;
+	*head = p;
+	r->n_pins++;
+	r->pin_held += len;
+	struct chunk *c = idmap_get(&r->map, id);
+	if (c)
+		entry_pin(r, c->tier_priv, true, 0);
+out:
+	pthread_mutex_unlock(&r->lock);
+	return rc;
+}
+
+void ram_unpin(struct ram_tier *r, const struct chunk_id *id)
+{
+	pthread_mutex_lock(&r->lock);
+	struct pin_node **link;
+	struct pin_node *p = pin_find(r, id, &link);
+	if (p && --p->count == 0) {
+		*link = p->next;
+		r->n_pins--;
+		r->pin_held -= p->len;
+		free(p);
+		struct chunk *c = idmap_get(&r->map, id);
+		if (c)
+			entry_pin(r, c->tier_priv, false, clock_mono_s());
+	}
+	pthread_mutex_unlock(&r->lock);
 }
 
 struct ram_tier *ram_open(uint64_t capacity, enum policy_kind policy, double stale_after_s)
@@ -85,7 +223,8 @@ struct chunk *ram_lookup(struct ram_tier *r, const struct chunk_id *id, size_t l
 		c = NULL;
 	} else if (c) {
 		struct ram_entry *e = c->tier_priv;
-		policy_touch(r->policy, &e->pe, now);
+		if (!e->pinned)
+			policy_touch(r->policy, &e->pe, now);
 		chunk_ref(c);
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -129,8 +268,11 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 
 	pthread_mutex_lock(&r->lock);
 	r->filling -= c->len;
+	/* A pinned chunk is always kept (the pin limit bounds them), and
+	 * evicts whatever the policy ranks lowest. */
+	bool pinned = pin_find(r, &c->id, NULL) != NULL;
 	if (idmap_get(&r->map, &c->id) ||
-	    !policy_admit_reserved(r->policy, hash, c->len, r->filling, now))
+	    (!pinned && !policy_admit_reserved(r->policy, hash, c->len, outside_policy(r), now)))
 		goto out;
 	struct ram_entry *e = calloc(1, sizeof *e);
 	if (!e)
@@ -144,7 +286,12 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 	}
 	chunk_ref(c);
 	c->tier_priv = e;
-	policy_insert(r->policy, &e->pe, hash, c->len, now);
+	if (pinned) {
+		e->pinned = true;
+		r->pinned += c->len;
+	} else {
+		policy_insert(r->policy, &e->pe, hash, c->len, now);
+	}
 out:
 	pthread_mutex_unlock(&r->lock);
 	return 0;
@@ -165,10 +312,13 @@ static void ram_get_stats(void *t, struct tier_stats *out)
 	struct ram_tier *r = t;
 	pthread_mutex_lock(&r->lock);
 	*out = (struct tier_stats){
-		.used = policy_used(r->policy) + r->filling,
+		.used = policy_used(r->policy) + outside_policy(r),
 		.reserved = r->filling,
 		.capacity = r->capacity,
-		.entries = policy_count(r->policy),
+		.entries = r->map.n,
+		.pinned = r->pinned,
+		.pin_held = r->pin_held,
+		.pin_limit = r->pin_limit,
 		.evictions = r->evictions,
 		.overcommits = r->overcommits,
 	};
@@ -198,6 +348,12 @@ static void ram_close(void *t)
 		chunk_unref(c);
 	}
 	free(r->map.slot);
+	for (size_t i = 0; i < r->n_buckets; i++)
+		for (struct pin_node *p = r->pins[i], *next; p; p = next) {
+			next = p->next;
+			free(p);
+		}
+	free(r->pins);
 	policy_destroy(r->policy);
 	pthread_mutex_destroy(&r->lock);
 	free(r);

@@ -49,4 +49,21 @@ void ram_reserve(struct ram_tier *r, uint64_t len, double now, struct tier_gone 
 /* Gives back a reservation that will not be admitted. */
 void ram_unreserve(struct ram_tier *r, uint64_t len);
 
+/*
+ * Pins. A pinned id's chunk, once here, stays: it leaves the policy (so it
+ * is never a victim), is admitted whatever the policy says, and its bytes
+ * count against the capacity like reservations, so others make room for
+ * it. An id may be pinned before its chunk arrives. Pins on one id count
+ * up; the last unpin returns the chunk to the policy, as just used. A drop
+ * (purge, a chunk of the wrong length) still removes a pinned chunk; the
+ * pin stays, so the chunk is kept again when it comes back.
+ *
+ * ram_pin returns 0, -ENOSPC when the bytes of pinned ids would pass the
+ * pin limit (0 until ram_pin_limit sets one), or -ENOMEM. len is the
+ * chunk's length.
+ */
+void ram_pin_limit(struct ram_tier *r, uint64_t bytes);
+int ram_pin(struct ram_tier *r, const struct chunk_id *id, uint64_t len);
+void ram_unpin(struct ram_tier *r, const struct chunk_id *id);
+
 #endif

@@ -401,6 +401,7 @@ struct store *store_open(const struct store_config *cfg, store_recover_cb cb, vo
 		goto fail;
 	}
 	s->ram = (struct tier){ .ops = &ram_tier_ops, .t = s->ram_t };
+	ram_pin_limit(s->ram_t, cfg->pin_bytes ? cfg->pin_bytes : cfg->ram_bytes / 2);
 	if (cfg->changed)
 		tier_on_evict(&s->ram, cfg->changed, cfg->changed_arg);
 	if (cfg->disk_bytes > 0 && cfg->dir && cfg->dir[0]) {
@@ -649,6 +650,16 @@ void store_drop(struct store *s, const struct chunk_id *id)
 	changed(s, id);
 }
 
+int store_pin(struct store *s, const struct chunk_id *id, size_t len)
+{
+	return ram_pin(s->ram_t, id, len);
+}
+
+void store_unpin(struct store *s, const struct chunk_id *id)
+{
+	ram_unpin(s->ram_t, id);
+}
+
 int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix)
 {
 	/* Even when the tier is disabled: its entries are still recovered at
@@ -667,6 +678,9 @@ void store_get_stats(struct store *s, struct store_stats *out)
 	out->ram_entries = t.entries;
 	out->evictions_ram = t.evictions;
 	out->ram_overcommits = t.overcommits;
+	out->ram_pinned = t.pinned;
+	out->pin_held = t.pin_held;
+	out->pin_limit = t.pin_limit;
 
 	out->inflight = atomic_load(&s->inflight_n);
 	out->hits_ram = atomic_load(&s->hits_ram);

@@ -45,6 +45,7 @@ struct store_config {
 	double stale_after_s;        /* LARDER_CACHE_STALE_AFTER */
 	unsigned io_threads;         /* NVMe readers/writers; 0: 2 */
 	uint64_t segment_bytes;      /* NVMe segment file size; 0: 64 MiB */
+	uint64_t pin_bytes;          /* LARDER_PIN_MAX: pinned bytes allowed; 0: ram_bytes / 2 */
 	store_change_cb changed;     /* may be NULL */
 	void *changed_arg;
 };
@@ -124,10 +125,23 @@ int store_invalidate(struct store *s, const char *bucket, const char *key, bool 
  * it is cancelled. */
 void store_drop(struct store *s, const struct chunk_id *id);
 
+/*
+ * Pins (a warm job's --pin): a pinned chunk stays in RAM however much
+ * else is read, until store_unpin. Pin an id before (or while) it is
+ * acquired and it is kept when it completes; one already in RAM is held
+ * from now on. Pins on one id count up. len is the chunk's length.
+ * Returns 0, -ENOSPC when the bytes of pinned ids would pass pin_bytes,
+ * or -ENOMEM.
+ */
+int store_pin(struct store *s, const struct chunk_id *id, size_t len);
+void store_unpin(struct store *s, const struct chunk_id *id);
+
 struct store_stats {
 	uint64_t ram_used, ram_capacity, ram_entries;  /* ram_used includes ram_filling */
 	uint64_t ram_filling;            /* bytes reserved by chunks being produced */
 	uint64_t ram_overcommits;        /* reservations that pushed ram_used past capacity */
+	uint64_t ram_pinned;             /* bytes of pinned chunks in RAM (in ram_used) */
+	uint64_t pin_held, pin_limit;    /* bytes of pinned ids (held or to come); their cap */
 	uint64_t disk_used, disk_capacity, disk_entries;
 	uint64_t inflight;               /* chunks being produced */
 	uint64_t hits_ram, hits_disk, misses, coalesced;

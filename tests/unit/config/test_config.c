@@ -650,6 +650,14 @@ static void test_cache_settings(void **state)
 	static const char *const bad3[] = { "LARDER_METADATA_TTL=forever", NULL };
 	static const char *const want3[] = { "LARDER_METADATA_TTL", "immutable", NULL };
 	expect_error(NULL, bad3, want3);
+	/* Pins live in RAM: the pin limit is at most the RAM tier. */
+	c = load_ok("[cache]\nram_size = 64MiB\npin_max = 48MiB\n", NULL);
+	assert_int_equal(c->pin_max_bytes, (size_t)48 << 20);
+	cfg_free(c);
+	static const char *const bad4[] = { "LARDER_RAM_CACHE_SIZE=64MiB", "LARDER_PIN_MAX=65MiB",
+		NULL };
+	static const char *const want4[] = { "LARDER_PIN_MAX", "more than the RAM tier", NULL };
+	expect_error(NULL, bad4, want4);
 }
 
 static void test_admin_settings(void **state)

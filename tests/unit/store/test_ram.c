@@ -3,7 +3,9 @@
  * (store/tier.h): admission, hits that hand out the held chunk, the bound
  * with reservations, eviction onto the release list, drops and stats.
  */
+#include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -171,6 +173,94 @@ static void t_drop(void **state)
 	tier_close(&t);
 }
 
+/* Admits chunk i (reserved as the store does); releases what went. */
+static void admit(struct tier *t, uint64_t i)
+{
+	struct tier_gone *gone = NULL;
+	struct chunk *c = ready(t->t, i, &gone);
+	assert_int_equal(tier_admit(t, c, NULL, &gone), 0);
+	chunk_unref(c);
+	tier_release(gone);
+}
+
+static bool holds(struct tier *t, uint64_t i)
+{
+	struct chunk_id id = cid(i);
+	return tier_holds(t, &id, NULL);
+}
+
+static void t_pinned_chunks_are_never_victims(void **state)
+{
+	struct tier t = open_tier(4 * CLEN);
+	ram_pin_limit(t.t, 2 * CLEN);
+	admit(&t, 1);
+	admit(&t, 2);
+	struct chunk_id one = cid(1);
+	assert_int_equal(ram_pin(t.t, &one, CLEN), 0);
+	assert_int_equal(ram_pin(t.t, &one, CLEN), 0); /* a second pin of it counts up */
+	/* Chunk 1 is the least recent: LRU would evict it first. */
+	for (uint64_t i = 3; i < 20; i++)
+		admit(&t, i);
+	assert_true(holds(&t, 1));
+	assert_false(holds(&t, 2));
+	struct tier_stats st;
+	tier_get_stats(&t, &st);
+	assert_int_equal(st.pinned, CLEN);
+	assert_int_equal(st.pin_held, CLEN);
+	assert_int_equal(st.used, 4 * CLEN);
+	assert_int_equal(st.entries, 4);
+
+	ram_unpin(t.t, &one);
+	admit(&t, 20);
+	admit(&t, 21);
+	assert_true(holds(&t, 1)); /* still pinned once */
+	ram_unpin(t.t, &one);
+	tier_get_stats(&t, &st);
+	assert_int_equal(st.pinned, 0);
+	assert_int_equal(st.pin_held, 0);
+	/* Back in the policy as just used: three newer chunks push it out. */
+	for (uint64_t i = 22; i < 25; i++)
+		admit(&t, i);
+	assert_true(holds(&t, 1));
+	admit(&t, 25);
+	assert_false(holds(&t, 1));
+	tier_close(&t);
+}
+
+static void t_pin_limit_and_pin_before_arrival(void **state)
+{
+	struct tier t = open_tier(4 * CLEN);
+	struct chunk_id a = cid(1), b = cid(2), c = cid(3);
+	assert_int_equal(ram_pin(t.t, &a, CLEN), -ENOSPC); /* no limit set: none allowed */
+	ram_pin_limit(t.t, 2 * CLEN);
+	assert_int_equal(ram_pin(t.t, &a, CLEN), 0);
+	assert_int_equal(ram_pin(t.t, &b, CLEN), 0);
+	assert_int_equal(ram_pin(t.t, &c, CLEN), -ENOSPC);
+	/* Fill the tier with others, then the pinned ids arrive: admitted,
+	 * evicting the others, and kept through more traffic. */
+	for (uint64_t i = 10; i < 14; i++)
+		admit(&t, i);
+	admit(&t, 1);
+	admit(&t, 2);
+	for (uint64_t i = 14; i < 30; i++)
+		admit(&t, i);
+	assert_true(holds(&t, 1));
+	assert_true(holds(&t, 2));
+	struct tier_stats st;
+	tier_get_stats(&t, &st);
+	assert_int_equal(st.pinned, 2 * CLEN);
+	assert_int_equal(st.used, 4 * CLEN);
+	/* A drop (purge) still removes a pinned chunk; the pin stays. */
+	struct tier_gone *gone = NULL;
+	tier_drop(&t, &a, &gone);
+	tier_release(gone);
+	assert_false(holds(&t, 1));
+	tier_get_stats(&t, &st);
+	assert_int_equal(st.pinned, CLEN);
+	assert_int_equal(st.pin_held, 2 * CLEN);
+	tier_close(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -179,6 +269,8 @@ int main(void)
 		cmocka_unit_test(t_bound_evicts_onto_release_list),
 		cmocka_unit_test(t_overcommit_and_unreserve),
 		cmocka_unit_test(t_drop),
+		cmocka_unit_test(t_pinned_chunks_are_never_victims),
+		cmocka_unit_test(t_pin_limit_and_pin_before_arrival),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,76 @@
+/*
+ * pins.h - what warm jobs with a pin hold in the cache, and until when.
+ *
+ * A pin is a warm job's (prefetch.h): its id is the job's id. The job pins
+ * each chunk it warms (store_pin) and records its id here; the pin ends
+ * (every chunk is unpinned: the policy may evict them again) when its time
+ * is up (pins_expire, run every second), when it is ended by id or by
+ * bucket and prefix (POST /admin/unpin), or when the job fails or is
+ * cancelled. Pins live in memory only: a restart forgets them (the chunks
+ * on NVMe stay, unpinned).
+ *
+ * In a cluster a pin holds its chunks on their owners too: a pinned job's
+ * chunk fetches to an owner carry the header X-Larder-Pin: "NODE/JOB
+ * UNTIL" (pins_peer_header), and the owner, serving a verified peer
+ * request with it, pins the chunk under a pin of its own named NODE/JOB
+ * until UNTIL (pins_hold_peer). An owner's pin ends at that time; larder
+ * unpin on the node the pin was posted to does not reach the owners.
+ *
+ * Every function is thread-safe.
+ */
+#ifndef LARDER_PINS_H
+#define LARDER_PINS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/chunk.h"
+
+#define PIN_HEADER "X-Larder-Pin"
+#define PIN_HEADER_MAX 192
+#define PIN_ID_MAX 160            /* a job id, or a peer's NODE/JOB */
+
+struct store;
+struct pins;
+
+struct pin_info {
+	char id[PIN_ID_MAX];
+	char bucket[256];
+	char *prefix;          /* listing pins: the prefix (free it), else NULL */
+	size_t n_keys;         /* key-list and manifest pins: objects (so far), else 0 */
+	uint64_t bytes;        /* bytes of the chunks pinned so far */
+	int64_t until;         /* unix seconds */
+};
+
+struct pins *pins_create(struct store *s);
+/* Unpins everything left. */
+void pins_destroy(struct pins *p);
+
+/* A new pin until `until` (unix seconds); prefix NULL for keys or a
+ * manifest. Returns 0, or -ENOMEM. */
+int pins_begin(struct pins *p, const char *id, const char *bucket, const char *prefix,
+               int64_t until);
+/* Pins one more chunk of pin id. Returns 0, -ENOENT when the pin has
+ * ended, -ENOSPC when the pin limit would be passed, or -ENOMEM. */
+int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len);
+/* One more object (for n_keys). */
+void pins_add_object(struct pins *p, const char *id);
+/* Ends pin id; 0, or -ENOENT. */
+int pins_end(struct pins *p, const char *id);
+/* Ends every pin of bucket whose prefix starts with prefix; returns how
+ * many. */
+size_t pins_end_prefix(struct pins *p, const char *bucket, const char *prefix);
+/* Ends the pins whose time is up. */
+void pins_expire(struct pins *p, int64_t now);
+/* The X-Larder-Pin value of job id (posted to node) pinned until until. */
+void pins_peer_header(char out[PIN_HEADER_MAX], const char *node, const char *id, int64_t until);
+/* A peer asked for chunk cid (len bytes) of bucket with X-Larder-Pin
+ * value hdr (NULL: none): pins it, under a pin named after the peer's,
+ * created as needed. Not pinning it (a bad value, past the pin limit) is
+ * logged, never an error for the read. */
+void pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
+                    const struct chunk_id *cid, size_t len);
+/* Up to max pins, newest first; returns how many. Free each prefix. */
+size_t pins_list(struct pins *p, struct pin_info *out, size_t max);
+
+#endif

@@ -1,0 +1,157 @@
+"""Pinning a warm job's objects: POST /admin/prefetch {"pin_seconds": N},
+POST /admin/unpin, larder warm --pin, larder unpin.
+
+What an operator sees: a pinned set stays in a small RAM cache however much
+else streams through it (re-reading it sends no GET upstream), while the same
+set unpinned is evicted; a pin past LARDER_PIN_MAX is refused with 409; stats
+and metrics show each pin; a pin ends when its time is up or when unpinned.
+"""
+import time
+import urllib.request
+
+import harness
+from admin_calls import AdminCalls
+from harness import LarderCase
+
+TOKEN = "pins-test-token-0123"
+ADMIN_PORT = harness.free_port()
+MiB = 1024 * 1024
+
+
+def blob(seed, n):
+    import random
+    return random.Random(seed).randbytes(n)
+
+
+class Pins(AdminCalls, LarderCase):
+    ADMIN_TOKEN = TOKEN
+    LARDER_ENV = {
+        "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
+        "LARDER_ADMIN_TOKEN": TOKEN,
+        "LARDER_CHUNK_SIZE": "1MiB",
+        "LARDER_RAM_CACHE_SIZE": "64MiB",     # RAM only; pins may hold 32 MiB
+        "LARDER_METADATA_TTL": "immutable",
+        "LARDER_READAHEAD": "2",
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.admin = "http://127.0.0.1:%d" % ADMIN_PORT
+        cls.direct.create_bucket(Bucket="pin")
+        cls.pinned = {}
+        for i in range(20):                  # 20 MiB to pin
+            key = "pinned/%02d.bin" % i
+            cls.pinned[key] = blob(i, MiB)
+            cls.direct.put_object(Bucket="pin", Key=key, Body=cls.pinned[key])
+        cls.stream_keys = []
+        for i in range(40):                  # 320 MiB of other objects
+            key = "stream/%02d.bin" % i
+            cls.direct.put_object(Bucket="pin", Key=key, Body=blob(1000 + i, 8 * MiB))
+            cls.stream_keys.append(key)
+        for i in range(5):                   # 40 MiB: more than the pin limit
+            cls.direct.put_object(Bucket="pin", Key="big/%d.bin" % i, Body=blob(2000 + i, 8 * MiB))
+
+    def metrics(self):
+        req = urllib.request.Request(self.admin + "/metrics")
+        req.add_header("Authorization", "Bearer " + TOKEN)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read().decode()
+
+    def warm(self, body):
+        st, r = self.call("POST", "/admin/prefetch", dict(body, bucket="pin"))
+        self.assertEqual(st, 202, r)
+        return self.wait_job(r["job"])
+
+    def stream_twice(self):
+        for _ in range(2):
+            for key in self.stream_keys:
+                self.s3.get_object(Bucket="pin", Key=key)["Body"].read()
+
+    def gets_of_pinned_set(self):
+        """Re-reads the pinned set; returns the GETs it sent upstream."""
+        mark = self.upstream.mark()
+        for key, data in self.pinned.items():
+            self.assertEqual(self.s3.get_object(Bucket="pin", Key=key)["Body"].read(), data)
+        return [r for r in self.upstream.from_larder(mark)
+                if r["method"] == "GET" and r["target"].startswith("/pin/pinned/")]
+
+    def pins(self):
+        st, stats = self.call("GET", "/admin/stats")
+        self.assertEqual(st, 200, stats)
+        return stats["pins"], stats["cache"]["pinned_bytes"]
+
+    def test_pinned_set_stays_through_streaming_then_unpin_lets_it_go(self):
+        info = self.warm({"prefix": "pinned/", "pin_seconds": 3600})
+        self.assertEqual((info["state"], info["errors"]), ("done", 0), info)
+        pins, pinned_bytes = self.pins()
+        self.assertEqual(pinned_bytes, 20 * MiB)
+        self.assertEqual([(p["id"], p["bucket"], p["prefix"], p["bytes"]) for p in pins],
+                         [(info["id"], "pin", "pinned/", 20 * MiB)])
+        self.assertAlmostEqual(pins[0]["until"], time.time() + 3600, delta=30)
+        m = self.metrics()
+        self.assertIn('larder_pinned_bytes{tier="ram"} %d\n' % (20 * MiB), m)
+        self.assertIn("larder_pins 1\n", m)
+
+        self.stream_twice()
+        self.assertEqual(self.gets_of_pinned_set(), [], "the pinned set was evicted")
+
+        st, r = self.call("POST", "/admin/unpin", {"job": info["id"]})
+        self.assertEqual((st, r), (200, {"unpinned": 1}))
+        self.assertEqual(self.pins(), ([], 0))
+        self.stream_twice()
+        self.assertNotEqual(self.gets_of_pinned_set(), [], "unpinned, it should be evicted")
+
+    def test_without_a_pin_streaming_evicts_the_set(self):
+        info = self.warm({"prefix": "pinned/"})
+        self.assertEqual(info["state"], "done", info)
+        self.assertEqual(self.pins(), ([], 0))
+        self.stream_twice()
+        self.assertGreater(len(self.gets_of_pinned_set()), 5)
+
+    def test_pin_past_the_limit_is_refused(self):
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "pin", "prefix": "big/",
+                                                      "pin_seconds": 60})
+        self.assertEqual(st, 409, r)
+        self.assertEqual(r["error"], "pin_too_large", r)
+        self.assertIn("LARDER_PIN_MAX", r["message"])
+        # A key list's size is known only as it warms: the job fails, and
+        # what it had pinned is let go.
+        info = self.warm({"keys": ["big/%d.bin" % i for i in range(5)], "pin_seconds": 60})
+        self.assertEqual(info["state"], "failed", info)
+        self.assertIn("pin refused", info["error"])
+        self.assertEqual(self.pins(), ([], 0))
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "pin", "prefix": "big/",
+                                                      "pin_seconds": 0})
+        self.assertEqual(st, 400, r)
+
+    def test_pin_expires(self):
+        keys = sorted(self.pinned)[:4]
+        info = self.warm({"keys": keys, "pin_seconds": 2})
+        self.assertEqual(info["state"], "done", info)
+        pins, pinned_bytes = self.pins()
+        self.assertEqual([(p["id"], p["keys"], p["bytes"]) for p in pins],
+                         [(info["id"], 4, 4 * MiB)])
+        self.assertEqual(pinned_bytes, 4 * MiB)
+        deadline = time.monotonic() + 10
+        while self.pins() != ([], 0) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.pins(), ([], 0))
+
+    def test_cli_warm_pin_and_unpin(self):
+        out = self.cli("warm", "--pin", "10m", "s3://pin/pinned/0")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        pins, pinned_bytes = self.pins()
+        self.assertEqual([(p["prefix"], p["bytes"]) for p in pins], [("pinned/0", 10 * MiB)])
+        self.assertAlmostEqual(pins[0]["until"], time.time() + 600, delta=30)
+        out = self.cli("unpin", "s3://pin/pinned/")
+        self.assertEqual((out.returncode, out.stdout), (0, b"unpinned 1 pin\n"), out.stderr)
+        self.assertEqual(self.pins(), ([], 0))
+        out = self.cli("unpin", "pf-999")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(b"no pin pf-999", out.stderr)
+        out = self.cli("warm", "--pin", "soon", "s3://pin/pinned/")
+        self.assertEqual(out.returncode, 2)
+        out = self.cli("warm", "--pin", "1m", "s3://pin/big/")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(b"LARDER_PIN_MAX", out.stderr)

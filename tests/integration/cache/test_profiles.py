@@ -1,0 +1,145 @@
+"""Access profiles: POST/GET /admin/profiles, POST /admin/profiles/NAME/stop,
+POST /admin/prefetch {"profile": NAME}, larder profile / larder warm --profile.
+
+What an operator sees: switch recording on for a job tag (the x-larder-job
+header) or a client key, run the job, stop; the profile lists the objects the
+job read, once each, in first-read order, is kept in the cache directory
+across a restart, and warming it after a purge makes the job's reads hits
+with no upstream GET, fetched in the recorded order.
+"""
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+
+import harness
+from admin_calls import AdminCalls
+from harness import LarderCase
+
+TOKEN = "profiles-test-token-0"
+ADMIN_PORT = harness.free_port()
+CACHE_DIR = tempfile.mkdtemp(prefix="larder-profiles-")
+
+
+class Profiles(AdminCalls, LarderCase):
+    ADMIN_TOKEN = TOKEN
+    LARDER_ENV = {
+        "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
+        "LARDER_ADMIN_TOKEN": TOKEN,
+        "LARDER_CACHE_DIR": CACHE_DIR,
+        "LARDER_DISK_CACHE_SIZE": "256MiB",
+        "LARDER_METADATA_TTL": "immutable",
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.admin = "http://127.0.0.1:%d" % ADMIN_PORT
+        cls.direct.create_bucket(Bucket="prof")
+        cls.data = {}
+        for i in range(60):
+            key = "ds/%02d.jpg" % i
+            cls.data[key] = random.Random(i).randbytes(5000 + i)
+            cls.direct.put_object(Bucket="prof", Key=key, Body=cls.data[key])
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(CACHE_DIR, ignore_errors=True)
+
+    def get(self, key, tag=None):
+        r = harness.signed_request(self.larder.url, "GET", harness.key_path("prof", key),
+                                   headers={"x-larder-job": tag} if tag else None)
+        self.assertEqual((r.status, r.body), (200, self.data[key]), key)
+        return r
+
+    def profile(self, name):
+        st, r = self.call("GET", "/admin/profiles")
+        self.assertEqual(st, 200, r)
+        return next((p for p in r["profiles"] if p["name"] == name), None)
+
+    def test_record_restart_purge_replay(self):
+        st, r = self.call("POST", "/admin/profiles", {"name": "train-7", "tag": "job-7"})
+        self.assertEqual((st, r), (201, {"name": "train-7", "recording": True}))
+        st, r = self.call("POST", "/admin/profiles", {"name": "train-7", "tag": "x"})
+        self.assertEqual((st, r["error"]), (409, "profile_recording"))
+        st, r = self.call("POST", "/admin/profiles", {"name": "by-key",
+                                                      "key": harness.CLIENT_KEY})
+        self.assertEqual(st, 201, r)
+
+        keys = sorted(self.data)
+        order = keys[:50]
+        random.Random(7).shuffle(order)
+        for k in order:
+            self.get(k, "job-7")
+        for k in order[:10]:                 # read again: no new entries
+            self.get(k, "job-7")
+        for k in keys[50:]:                  # another job's reads: not in train-7
+            self.get(k, "job-8")
+
+        st, r = self.call("POST", "/admin/profiles/train-7/stop")
+        self.assertEqual((st, r), (200, {"name": "train-7", "recording": False}))
+        st, r = self.call("POST", "/admin/profiles/train-7/stop")
+        self.assertEqual(st, 409, r)
+        self.assertEqual(self.call("POST", "/admin/profiles/nope/stop")[0], 404)
+        self.assertEqual(self.profile("train-7"), {"name": "train-7", "recording": False,
+                                                   "tag": "job-7", "reads": 50, "dropped": 0})
+        self.assertEqual(self.profile("by-key")["reads"], 60)
+        with open(os.path.join(CACHE_DIR, "profiles", "train-7.json")) as f:
+            saved = json.load(f)
+        self.assertEqual(saved["reads"], [["prof", k] for k in order])
+
+        # A restart keeps both (by-key was still recording: saved at shutdown).
+        self.assertEqual(self.larder.stop(), 0, self.larder.log()[-3000:])
+        self.larder.start()
+        self.assertEqual(self.profile("train-7")["reads"], 50)
+        self.assertEqual(self.profile("by-key"), {"name": "by-key", "recording": False,
+                                                  "key": harness.CLIENT_KEY, "reads": 60,
+                                                  "dropped": 0})
+
+        st, r = self.call("POST", "/admin/purge", {"bucket": "prof", "prefix": "ds/"})
+        self.assertEqual(st, 200, r)
+        mark = self.upstream.mark()
+        st, r = self.call("POST", "/admin/prefetch", {"profile": "train-7", "concurrency": 1})
+        self.assertEqual(st, 202, r)
+        self.assertEqual((r["jobs"], r["objects"]), ([r["job"]], 50))
+        info = self.wait_job(r["job"])
+        self.assertEqual((info["state"], info["objects_done"], info["errors"]), ("done", 50, 0))
+        fetched = []
+        for q in self.upstream.from_larder(mark):
+            k = q["target"].split("?")[0][len("/prof/"):]
+            if q["method"] == "GET" and k in self.data and k not in fetched:
+                fetched.append(k)
+        self.assertEqual(fetched, order, "the replay did not follow the recorded order")
+
+        mark = self.upstream.mark()
+        for k in order:
+            self.assertEqual(self.get(k).headers.get("x-larder-cache"), "hit", k)
+        self.assertEqual([q for q in self.upstream.from_larder(mark) if q["method"] == "GET"],
+                         [], "reads after the replay went upstream")
+
+        self.assertEqual(self.call("POST", "/admin/prefetch", {"profile": "nope"})[0], 404)
+        self.assertEqual(self.call("POST", "/admin/prefetch", {"profile": "train-7",
+                                                               "bucket": "prof"})[0], 400)
+        self.assertEqual(self.call("POST", "/admin/profiles", {"name": "../x", "tag": "t"})[0],
+                         400)
+
+    def test_cli(self):
+        out = self.cli("profile", "start", "clip", "--tag", "clip-job")
+        self.assertEqual((out.returncode, out.stdout), (0, b"profile clip: recording\n"),
+                         out.stderr)
+        for k in sorted(self.data)[:3]:
+            self.get(k, "clip-job")
+        out = self.cli("profile", "stop", "clip")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        out = self.cli("profile", "list")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(b"clip\tno\ttag clip-job\t3\n", out.stdout)
+        out = self.cli("warm", "--profile", "clip")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(self.cli("profile", "start", "clip").returncode, 2)
+        self.assertEqual(self.cli("warm", "--profile", "missing").returncode, 1)

@@ -1,0 +1,65 @@
+"""A pin posted to one node of a cluster holds the chunks on their owners too.
+
+Two nodes; a pinned warm job on node 0 fetches the chunks node 1 owns through
+node 1, which pins them under a pin named node-0/JOB until the same time: both
+nodes' stats show their share, node 1's pinned chunks stay through streaming,
+and its pin ends at that time.
+"""
+import json
+import time
+import urllib.request
+
+from test_cluster import TOKEN, ClusterBase, blob
+
+MiB = 1024 * 1024
+
+
+class ClusterPins(ClusterBase):
+    NODES = 2
+
+    @classmethod
+    def extra_env(cls):
+        return {"LARDER_RAM_CACHE_SIZE": "64MiB", "LARDER_READAHEAD": "2"}
+
+    def admin(self, node, method, path, body=None):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (node.admin_port, path),
+                                     data=json.dumps(body).encode() if body else None,
+                                     method=method, headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
+    def pins(self, node):
+        st = self.admin(node, "GET", "/admin/stats")
+        return st["pins"], st["cache"]["pinned_bytes"]
+
+    def test_pin_holds_chunks_on_their_owners(self):
+        for i in range(20):
+            self.direct.put_object(Bucket="shared", Key="pinset/%02d" % i, Body=blob(i, MiB))
+        r = self.admin(self.nodes[0], "POST", "/admin/prefetch",
+                       {"bucket": "shared", "prefix": "pinset/", "pin_seconds": 8})
+        deadline = time.monotonic() + 60
+        while self.admin(self.nodes[0], "GET", "/admin/jobs/" + r["job"])["state"] != "done":
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        pins0, bytes0 = self.pins(self.nodes[0])
+        self.assertEqual([(p["id"], p["bytes"]) for p in pins0], [(r["job"], 20 * MiB)])
+        pins1, bytes1 = self.pins(self.nodes[1])
+        # Node 1 owns about half of the 20 chunks (rendezvous hashing).
+        self.assertEqual([p["id"] for p in pins1], ["node-0/" + r["job"]], pins1)
+        self.assertTrue(2 * MiB <= bytes1 <= 18 * MiB, bytes1)
+        self.assertEqual(bytes1, pins1[0]["bytes"])
+        self.assertEqual(pins1[0]["until"], pins0[0]["until"])
+
+        # Stream 160 MiB of other objects through node 1: its share stays.
+        for i in range(20):
+            self.direct.put_object(Bucket="shared", Key="other/%02d" % i, Body=blob(100 + i, 8 * MiB))
+        for i in range(20):
+            self.read(self.nodes[1], "other/%02d" % i)
+        self.assertEqual(self.pins(self.nodes[1])[1], bytes1)
+
+        # The owner's pin ends at the pin's time, as the origin's does.
+        deadline = time.monotonic() + 15
+        while (self.pins(self.nodes[0])[0] or self.pins(self.nodes[1])[0]) and \
+                time.monotonic() < deadline:
+            time.sleep(0.3)
+        self.assertEqual((self.pins(self.nodes[0]), self.pins(self.nodes[1])), (([], 0), ([], 0)))

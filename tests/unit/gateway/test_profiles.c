@@ -1,0 +1,105 @@
+/*
+ * test_profiles.c - access profiles (gateway/profiles.h): what is recorded
+ * (matching reads, once, in the order they began), names, and the saved
+ * file read back by a new registry (a restart).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gateway/profiles.h"
+
+static void t_names(void **state)
+{
+	(void)state;
+	assert_true(profile_name_ok("train-7.v2_x"));
+	assert_false(profile_name_ok(""));
+	assert_false(profile_name_ok(".hidden"));
+	assert_false(profile_name_ok("../x"));
+	assert_false(profile_name_ok("a b"));
+	char long_name[66];
+	memset(long_name, 'a', 65);
+	long_name[65] = '\0';
+	assert_false(profile_name_ok(long_name));
+}
+
+static void t_record_save_and_load(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/larder-test-profiles-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char err[256];
+	struct profiles *p = profiles_open(dir, err, sizeof err);
+	assert_non_null(p);
+	assert_int_equal(profiles_start(p, "job", NULL, "t1"), 0);
+	assert_int_equal(profiles_start(p, "job", NULL, "t2"), -EEXIST);
+	assert_int_equal(profiles_start(p, "bad/name", NULL, "t"), -EINVAL);
+	assert_int_equal(profiles_start(p, "both", "AK", "t"), -EINVAL);
+	assert_int_equal(profiles_start(p, "bykey", "AKID", NULL), 0);
+
+	profiles_note(p, "AKID", "t1", "b", "k2", 2.0);
+	profiles_note(p, NULL, "t1", "b", "k1", 1.0);  /* began first, ended second */
+	profiles_note(p, NULL, "t1", "b", "k2", 3.0);  /* read again: nothing new */
+	profiles_note(p, NULL, "t9", "b", "k3", 4.0);  /* another tag */
+	profiles_note(p, "AKID", NULL, "c", "k4", 5.0);
+	assert_int_equal(profiles_stop(p, "job"), 0);
+	assert_int_equal(profiles_stop(p, "job"), -EALREADY);
+	assert_int_equal(profiles_stop(p, "none"), -ENOENT);
+
+	char **b, **k;
+	size_t n;
+	assert_int_equal(profiles_get(p, "job", &b, &k, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(k[0], "k1");
+	assert_string_equal(k[1], "k2");
+	profile_reads_free(b, k, n);
+	profiles_close(p); /* saves "bykey", still recording */
+
+	p = profiles_open(dir, err, sizeof err);
+	assert_non_null(p);
+	struct profile_info info[4];
+	assert_int_equal(profiles_list(p, info, 4), 2);
+	assert_int_equal(profiles_get(p, "bykey", &b, &k, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(b[0], "b");
+	assert_string_equal(k[0], "k2");
+	assert_string_equal(b[1], "c");
+	assert_string_equal(k[1], "k4");
+	profile_reads_free(b, k, n);
+	assert_int_equal(profiles_get(p, "job", &b, &k, &n), 0);
+	assert_int_equal(n, 2);
+	profile_reads_free(b, k, n);
+	/* Loaded profiles are stopped; a new recording replaces one. */
+	assert_int_equal(profiles_start(p, "job", NULL, "t1"), 0);
+	assert_int_equal(profiles_get(p, "job", &b, &k, &n), 0);
+	assert_int_equal(n, 0);
+	profile_reads_free(b, k, n);
+	assert_int_equal(profiles_stop(p, "job"), 0);
+	profiles_close(p);
+
+	char path[128];
+	for (const char *const *f = (const char *const[]){ "job", "bykey", NULL }; *f; f++) {
+		snprintf(path, sizeof path, "%s/profiles/%s.json", dir, *f);
+		assert_int_equal(unlink(path), 0);
+	}
+	snprintf(path, sizeof path, "%s/profiles", dir);
+	assert_int_equal(rmdir(path), 0);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(t_names),
+		cmocka_unit_test(t_record_save_and_load),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
