@@ -33,14 +33,16 @@
  * A multi-range request is served the whole object, as S3 does.
  *
  * x-amz-checksum-mode: ENABLED (current SDKs send it on every GetObject)
- * is served from the cache. S3 returns no whole-object checksum for the
- * ranged GETs that fill the cache, so the object's x-amz-checksum-* headers
- * are learnt from the first HEAD with the mode (passed through once; a CRT
- * validating checksums sends one first), or from a whole GET that went
- * upstream; after that a HEAD or whole GET with the mode carries them, as
- * at S3, and a range or part never does. Until then an answer has none and
- * an SDK skips its validation. Cached bytes are guarded by If-Match per
- * chunk and a CRC32C per NVMe entry as well.
+ * is served from the cache. S3 returns no whole-object checksum for a
+ * ranged GET, so a whole GET or HEAD with the mode of an object not known
+ * yet learns it with a whole-object GET with the mode (fetch.h), whose
+ * x-amz-checksum-* headers come with the metadata: its first reader has
+ * them. An object learnt otherwise (a ranged meta fetch) gets them from the
+ * first HEAD with the mode (passed through once), or from a whole GET that
+ * went upstream. A HEAD or whole GET with the mode then carries them, as at
+ * S3, and a range or part never does. Until then an answer has none and an
+ * SDK skips its validation. Cached bytes are guarded by If-Match per chunk
+ * and a CRC32C per NVMe entry as well.
  */
 #include <assert.h>
 #include <errno.h>
@@ -139,12 +141,11 @@ void cache_free(struct req *r)
 
 /* A part read goes upstream until the part's bytes are known: S3 alone
  * knows where the parts of a multipart object begin. So does a HEAD with
- * x-amz-checksum-mode until the object's checksums are known: the ranged
- * GETs that fill the cache never carry them. The answer teaches them
- * (cache_learn); the next such read is the cache's. A whole GET with the
- * mode is not sent upstream for them (its bytes would not be cached): it
- * gets them once a HEAD (a CRT validating checksums sends one first)
- * taught them. */
+ * x-amz-checksum-mode until the object's checksums are known (an object
+ * learnt by a ranged meta fetch: a reader with the mode learns them with
+ * the object). The answer teaches them (cache_learn); the next such read is
+ * the cache's. A whole GET with the mode is not sent upstream for them (its
+ * bytes would not be cached): it gets them once a HEAD taught them. */
 bool cache_passes(struct req *r)
 {
 	struct cread *c = req_cread(r);
@@ -173,11 +174,7 @@ static void learn_checksums(struct req *r)
 		return;
 	struct buf lines;
 	buf_init(&lines, 4096);
-	int rc = 0;
-	const struct hdrs *h = req_upstream_headers(r);
-	for (size_t i = 0; i < h->n && !rc; i++)
-		if (strncasecmp(h->v[i].name, "x-amz-checksum-", 15) == 0)
-			rc = buf_printf(&lines, "%s: %s\n", h->v[i].name, h->v[i].value);
+	int rc = meta_checksum_lines(req_upstream_headers(r), &lines);
 	if (!rc)
 		meta_learn_checksums(req_gw(r)->meta, req_bucket(r), req_key(r), etag,
 		                     size, buf_cstr(&lines));
@@ -271,8 +268,15 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	/* Learning brings chunk 0: not past the memory bound. */
 	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes))
 		return -EBUSY;
-	c->meta_fetch = fetch_meta_start(req_worker(r), &owner_ops, r, req_peer_hop(r), req_bucket(r),
-	                                 req_key(r), revalidate);
+	/* A whole read with checksum mode learns the object's checksums with
+	 * it (one whole GET, fetch.h); a range or part never gets them. */
+	if (c->want_checksums && (!c->want_range || req_peer_hop(r) > 0) && !c->part)
+		c->meta_fetch = fetch_meta_start_checksums(req_worker(r), &owner_ops, r,
+		                                           req_peer_hop(r), req_bucket(r),
+		                                           req_key(r), revalidate);
+	else
+		c->meta_fetch = fetch_meta_start(req_worker(r), &owner_ops, r, req_peer_hop(r),
+		                                 req_bucket(r), req_key(r), revalidate);
 	return c->meta_fetch ? 0 : -EIO;
 }
 
@@ -526,7 +530,10 @@ enum MHD_Result cache_respond(struct req *r)
 		return MHD_NO;
 	if (c->pos <= c->end || len == 0)
 		req_ref(r); /* the reader callback's; an iovec response holds chunks instead */
-	struct objreply a = { status, c->start, c->end, c->part, c->want_checksums };
+	/* A peer's ranged GET with the mode is another node learning the
+	 * object (fetch.h): it gets the checksums with chunk 0. */
+	bool sums = c->want_checksums && (status == 200 || (status == 206 && req_peer_hop(r) > 0));
+	struct objreply a = { status, c->start, c->end, c->part, sums };
 	objreply_headers(resp, req_query(r), m, &a);
 	MHD_add_response_header(resp, "x-amz-request-id", req_id(r));
 	MHD_add_response_header(resp, "x-larder-cache", hit ? "hit" : "miss");

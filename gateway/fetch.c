@@ -5,9 +5,14 @@
  * upstream's headers arrive it publishes the object's metadata (waking the
  * readers that waited for it), then asks the store for chunk 0 under its
  * real id: if nobody has it, the rest of this response fills it; if
- * someone does, the transfer stops. A chunk fetch asks for one chunk's
- * range with If-Match: a 412 means the object changed under us, so the
- * metadata is dropped and the chunk fails: never a mix of versions.
+ * someone does, the transfer stops. A meta fetch for a reader with
+ * x-amz-checksum-mode asks for the whole object with the mode instead (S3
+ * sends no checksum for a range): its x-amz-checksum-* headers are learnt
+ * with the metadata, its first bytes fill chunk 0, and the transfer stops
+ * there (the other chunks are fetched as ranges, as always). A chunk fetch
+ * asks for one chunk's range with If-Match: a 412 means the object changed
+ * under us, so the metadata is dropped and the chunk fails: never a mix of
+ * versions.
  */
 #include "gateway/fetch.h"
 
@@ -59,6 +64,7 @@ struct fetch {
 	bool discard;                /* the body is not wanted */
 	bool cancelled;              /* stopped because nobody wanted the chunk */
 	bool no_range;               /* meta fetch of an empty object: a plain GET */
+	bool whole;                  /* meta fetch: the whole object with checksum mode */
 	unsigned hop;                /* 0: for this node's clients; 1+: for a peer's request */
 	bool to_peer;                /* this attempt asks another node, not S3 */
 	bool peer_failed;            /* the owner did not answer: S3 from now on */
@@ -268,6 +274,22 @@ static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
 	return 0;
 }
 
+/* A whole-object answer to x-amz-checksum-mode: its x-amz-checksum-*
+ * headers (none: the object has none) go with the metadata, published
+ * next, so every reader woken by it answers with them. Another node is
+ * asked for chunk 0 as a range with the mode (it would read the whole
+ * object for nothing), and answers with the checksums it knows: without
+ * any, they are left unknown. */
+static void learn_checksums(struct fetch *f)
+{
+	struct buf lines;
+	buf_init(&lines, 4096);
+	int rc = meta_checksum_lines(&f->x.resp, &lines);
+	if (!rc && (lines.len || !f->to_peer))
+		meta_set_checksums(f->meta, buf_cstr(&lines)); /* out of memory: unknown */
+	buf_fini(&lines);
+}
+
 /* Meta fetch, headers in: what is this object? */
 static void learn(struct fetch *f)
 {
@@ -315,6 +337,8 @@ static void learn(struct fetch *f)
 		return;
 	}
 	snprintf(f->etag, sizeof f->etag, "%s", etag);
+	if (f->whole && (status == 200 || (status == 206 && f->to_peer)))
+		learn_checksums(f);
 	/* Chunk 0 under its real id, claimed before the metadata is published:
 	 * a reader woken by the metadata then joins this fetch instead of
 	 * starting its own. */
@@ -322,7 +346,7 @@ static void learn(struct fetch *f)
 	if (size > 0) {
 		struct obj_ref ref = { f->bucket, f->key, f->meta };
 		size_t len0 = obj_chunk_len(size, 0, chunk_bytes(f));
-		f->fills_chunk0 = status == 206 && b + 1 == len0;
+		f->fills_chunk0 = (status == 206 && b + 1 == len0) || (status == 200 && f->whole);
 		c0 = obj_acquire(&gw->objects, &ref, 0, claim_chunk0, f, NULL);
 	}
 	if (!f->c)
@@ -392,6 +416,12 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
 		return 0;
 	}
 	size_t room = f->c->len - atomic_load(&f->c->filled);
+	if (len > room && f->whole && f->index == 0 && f->meta) {
+		/* a whole object's answer: chunk 0 is its first bytes, and this
+		 * fetch stops once it has them (a short count aborts the transfer) */
+		chunk_append(f->c, data, room);
+		return 0;
+	}
 	if (len > room)
 		return 0; /* more than the range asked for: refuse it all */
 	chunk_append(f->c, data, len);
@@ -453,14 +483,16 @@ static int start_transfer(struct fetch *f)
 	hdrs_init(&h);
 	char range[80];
 	range[0] = '\0';
-	if (f->meta_kind && !f->c && !f->no_range)
+	if (f->meta_kind && !f->c && !f->no_range && (!f->whole || f->to_peer))
 		snprintf(range, sizeof range, "bytes=0-%" PRIu64, chunk_bytes(f) - 1);
 	else if (f->meta_kind && !f->c)
-		; /* the whole (empty) object */
+		; /* the whole object (an empty one, or for its checksums) */
 	else
 		snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64,
 		         f->start + atomic_load(&f->c->filled), f->start + f->c->len - 1);
 	int rc = range[0] ? hdrs_add(&h, "Range", range) : 0;
+	if (f->whole && f->meta_kind && !f->c)
+		rc = rc ? rc : hdrs_add(&h, "x-amz-checksum-mode", "ENABLED");
 	if (f->etag[0])
 		rc = rc ? rc : hdrs_add(&h, "If-Match", f->etag);
 	else if (f->revalidate)
@@ -478,13 +510,14 @@ static int start_transfer(struct fetch *f)
 
 static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                 unsigned hop, const char *bucket, const char *key,
-                                const char *revalidate, const char *pin)
+                                const char *revalidate, const char *pin, bool whole)
 {
 	struct fetch *f = fetch_new(w, bucket, key);
 	if (!f)
 		return NULL;
 	snprintf(f->pin, sizeof f->pin, "%s", pin ? pin : "");
 	f->meta_kind = true;
+	f->whole = whole;
 	f->owner_ops = ops;
 	f->owner = owner;
 	f->hop = hop;
@@ -505,13 +538,20 @@ struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *o
                                unsigned hop, const char *bucket, const char *key,
                                const char *revalidate)
 {
-	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL);
+	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL, false);
+}
+
+struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_owner_ops *ops,
+                                         void *owner, unsigned hop, const char *bucket,
+                                         const char *key, const char *revalidate)
+{
+	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL, true);
 }
 
 struct fetch *fetch_meta_start_pinned(struct worker *w, const char *bucket, const char *key,
                                       const char *revalidate, const char *pin)
 {
-	return meta_start(w, NULL, NULL, 0, bucket, key, revalidate, pin);
+	return meta_start(w, NULL, NULL, 0, bucket, key, revalidate, pin, false);
 }
 
 static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,

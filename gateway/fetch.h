@@ -63,6 +63,17 @@ struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *o
 struct fetch *fetch_meta_start_pinned(struct worker *w, const char *bucket, const char *key,
                                       const char *revalidate, const char *pin);
 
+/* The same for a reader that sent x-amz-checksum-mode: ENABLED: GET the
+ * whole object with the mode, so that the metadata published carries its
+ * x-amz-checksum-* headers (obj_meta.checksums), as S3 gives them for a
+ * whole GET and never for a range. Chunk 0 is filled from the answer's
+ * first bytes; the transfer stops there (the object's other chunks are
+ * fetched as ranges). Another node is asked for chunk 0 as a range with the
+ * mode; a larder answers that with the checksums it knows. */
+struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_owner_ops *ops,
+                                         void *owner, unsigned hop, const char *bucket,
+                                         const char *key, const char *revalidate);
+
 /* The object version a reader's chunk fetches are for. */
 struct fetch_producer {
 	struct worker *w;

@@ -164,7 +164,7 @@ void objreply_headers(struct MHD_Response *resp, const char *query, const struct
 		         m->size);
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
-	if (a->status == 200 && a->checksums && !a->part && m->checksums)
+	if ((a->status == 200 || a->status == 206) && a->checksums && !a->part && m->checksums)
 		add_header_lines(resp, m->checksums, NULL, 0); /* the checksums learnt */
 	if (a->part && m->parts_count) {
 		char n[16];

@@ -31,7 +31,9 @@ struct objreply {
 	unsigned status;          /* 200, 206 or 304 */
 	uint64_t first, last;     /* 206: the bytes sent */
 	uint32_t part;            /* ?partNumber=N, or 0 */
-	bool checksums;           /* x-amz-checksum-mode: ENABLED */
+	bool checksums;           /* add the learnt checksums: S3 sends them with
+	                             x-amz-checksum-mode for a whole object's 200
+	                             (larder's peers for chunk 0's 206 too) */
 };
 
 /* Adds the object's headers to resp (a 304: only ETag and Last-Modified),

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/fnv.h"
 #include "base/list.h"
@@ -452,6 +453,25 @@ void meta_learn_part(struct meta_cache *mc, const char *bucket, const char *key,
 		}
 	}
 	pthread_mutex_unlock(&sh->lock);
+}
+
+int meta_checksum_lines(const struct hdrs *h, struct buf *out)
+{
+	int rc = 0;
+	for (size_t i = 0; i < h->n && !rc; i++)
+		if (strncasecmp(h->v[i].name, "x-amz-checksum-", 15) == 0)
+			rc = buf_printf(out, "%s: %s\n", h->v[i].name, h->v[i].value);
+	return rc;
+}
+
+int meta_set_checksums(struct obj_meta *m, const char *lines)
+{
+	char *copy = strdup(lines);
+	if (!copy)
+		return -ENOMEM;
+	free(m->checksums);
+	m->checksums = copy;
+	return 0;
 }
 
 void meta_learn_checksums(struct meta_cache *mc, const char *bucket, const char *key,

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "base/buf.h"
+#include "base/hdrs.h"
 #include "store/chunk.h"
 
 /* A part's bytes, as an upstream answer to ?partNumber=N gave them. */
@@ -127,6 +128,12 @@ void meta_learn_part(struct meta_cache *mc, const char *bucket, const char *key,
  * mode on with (see obj_meta.checksums), kept like a part. */
 void meta_learn_checksums(struct meta_cache *mc, const char *bucket, const char *key,
                           const char *etag, uint64_t size, const char *lines);
+/* The x-amz-checksum-* headers of h as obj_meta.checksums lines, appended
+ * to out. Returns 0, or buf_printf's error. */
+int meta_checksum_lines(const struct hdrs *h, struct buf *out);
+/* The checksum lines of m (see obj_meta.checksums) while m is its maker's
+ * alone, before meta_publish. Returns 0, or -ENOMEM (m unchanged). */
+int meta_set_checksums(struct obj_meta *m, const char *lines);
 /* Part n's bytes in m, when learnt. */
 bool meta_part(const struct obj_meta *m, uint32_t n, uint64_t *first, uint64_t *last);
 

@@ -320,9 +320,13 @@ class CrtChecksums(LarderCase):
         theirs = self.direct.head_object(Bucket=self.bucket, Key="obj", ChecksumMode="ENABLED")
         crc = theirs["ChecksumCRC32"]
         mode = {"x-amz-checksum-mode": "ENABLED"}
-        # Cold: learnt by a ranged GET, which carries no checksum: none is invented.
-        r = self.req("GET", "obj", mode)
+        # Learnt by a reader without the mode (a ranged GET, which carries no
+        # checksum): none is invented for a GET with the mode. (A first reader
+        # with the mode learns them: test_checksums.)
+        r = self.req("GET", "obj")
         self.assertEqual((r.status, r.body == data), (200, True), r)
+        r = self.req("GET", "obj", mode)
+        self.assertEqual((r.status, r.cache, r.body == data), (200, "hit", True), r)
         self.assertEqual(self.sums(r), {}, r)
         # HEAD first, as a CRT validating checksums sends it: S3's headers.
         r = self.req("HEAD", "obj", mode)

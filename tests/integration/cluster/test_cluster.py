@@ -194,6 +194,29 @@ class Cluster(ClusterBase):
         self.assertEqual(len(self.gets(mark, "cold/a.bin")), 6,
                          "one S3 GET per chunk for the whole cluster")
 
+    def test_first_read_with_checksum_mode_on_any_node(self):
+        # A cold object read with x-amz-checksum-mode on a node that does not
+        # own it: the owner learns it with one whole GET and hands the
+        # checksums over with chunk 0 (test_checksums has the single node).
+        mode = {"x-amz-checksum-mode": "ENABLED"}
+        for i in range(6):  # some of them owned by another node (all but surely)
+            key = "sums/%d.bin" % i
+            data = blob(20 + i, 300000)
+            self.direct.put_object(Bucket="shared", Key=key, Body=data,
+                                   ChecksumAlgorithm="CRC32")
+            crc = self.direct.head_object(Bucket="shared", Key=key,
+                                          ChecksumMode="ENABLED")["ChecksumCRC32"]
+            m = self.upstream.mark()
+            st, body, hdrs = self.raw_get_headers(self.nodes[0], "/shared/" + key, mode)
+            self.assertEqual((st, body == data), (200, True), key)
+            self.assertEqual(hdrs.get("x-amz-checksum-crc32"), crc, key)
+            self.assertEqual([(g["method"], dict(g["headers"]).get("range"))
+                              for g in self.upstream.from_larder(m)], [("GET", None)], key)
+
+    def raw_get_headers(self, node, path, headers):
+        r = harness.signed_request(node.url, "GET", path, headers)
+        return r.status, r.body, {k.lower(): v for k, v in r.headers.items()}
+
     def test_chunks_cached_elsewhere_need_no_upstream(self):
         data = blob(2, 3 * MiB)
         self.direct.put_object(Bucket="shared", Key="warm/b.bin", Body=data)

@@ -267,6 +267,27 @@ static void test_learn_parts_and_checksums(void **state)
 	meta_cache_destroy(mc);
 }
 
+/* Checksums set before publishing (a whole GET with checksum mode): every
+ * reader of the published entry has them, and learning does not replace them. */
+static void test_checksums_set_before_publish(void **state)
+{
+	(void)state;
+	struct meta_cache *mc = meta_cache_create(16);
+	struct obj_meta *out;
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, NULL, &out), META_LOAD);
+	struct obj_meta *m = meta_new(5, "\"e\"", 0, NULL, 0);
+	assert_int_equal(meta_set_checksums(m, "x-amz-checksum-crc32: AAAAAA==\n"), 0);
+	assert_int_equal(meta_set_checksums(m, ""), 0); /* the object has none */
+	assert_int_equal(meta_set_checksums(m, "x-amz-checksum-crc32: CCCCCC==\n"), 0);
+	meta_publish(mc, "b", "k", m);
+	meta_unref(m);
+	meta_learn_checksums(mc, "b", "k", "\"e\"", 5, "x-amz-checksum-crc32: BBBBBB==\n");
+	assert_int_equal(meta_lookup(mc, "b", "k", 1, 60, 0, NULL, &out), META_FRESH);
+	assert_string_equal(out->checksums, "x-amz-checksum-crc32: CCCCCC==\n");
+	meta_unref(out);
+	meta_cache_destroy(mc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -279,6 +300,7 @@ int main(void)
 		cmocka_unit_test(test_collect),
 		cmocka_unit_test(test_encode_decode),
 		cmocka_unit_test(test_learn_parts_and_checksums),
+		cmocka_unit_test(test_checksums_set_before_publish),
 	};
 	return cmocka_run_group_tests_name("meta", tests, NULL, NULL);
 }
