@@ -548,10 +548,10 @@ struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_ow
 	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL, true);
 }
 
-struct fetch *fetch_meta_start_pinned(struct worker *w, const char *bucket, const char *key,
-                                      const char *revalidate, const char *pin)
+struct fetch *fetch_meta_start_job(struct worker *w, const char *bucket, const char *key,
+                                   const char *revalidate, const char *pin, bool whole)
 {
-	return meta_start(w, NULL, NULL, 0, bucket, key, revalidate, pin, false);
+	return meta_start(w, NULL, NULL, 0, bucket, key, revalidate, pin, whole);
 }
 
 static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,

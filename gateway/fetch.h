@@ -58,10 +58,12 @@ struct fetch_owner_ops {
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, const char *bucket, const char *key,
                                const char *revalidate);
-/* The same for a pinned warm job (no owner, hop 0): its request to the
- * chunk's owner carries pin, a pins_peer_header() (gateway/pins.h). */
-struct fetch *fetch_meta_start_pinned(struct worker *w, const char *bucket, const char *key,
-                                      const char *revalidate, const char *pin);
+/* The same for a warm job (no owner, hop 0). pin: NULL, or for a pinned
+ * job a pins_peer_header() (gateway/pins.h) its request to the chunk's owner
+ * carries. whole: learn the object as fetch_meta_start_checksums does, so
+ * that its checksums are known to the readers the job warms it for. */
+struct fetch *fetch_meta_start_job(struct worker *w, const char *bucket, const char *key,
+                                   const char *revalidate, const char *pin, bool whole);
 
 /* The same for a reader that sent x-amz-checksum-mode: ENABLED: GET the
  * whole object with the mode, so that the metadata published carries its

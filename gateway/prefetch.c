@@ -61,6 +61,7 @@ struct pf_obj {
 struct pf_load {
 	struct pf_job *j;
 	const char *key;
+	bool whole;                  /* learn it whole, with its checksums (fetch.h) */
 };
 
 struct pf_job {
@@ -373,8 +374,8 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 {
 	struct pf_load *l = arg;
 	const struct pf_job *j = l->j;
-	return fetch_meta_start_pinned(j->p->w, j->bucket, l->key, revalidate,
-	                               j->pin ? j->pin_hdr : NULL) ? 0 : -EIO;
+	return fetch_meta_start_job(j->p->w, j->bucket, l->key, revalidate,
+	                            j->pin ? j->pin_hdr : NULL, l->whole) ? 0 : -EIO;
 }
 
 /* Pins c before it completes (a chunk being produced is kept when it
@@ -428,7 +429,10 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		o->waiter.wake = obj_wake;
 		o->waiter.arg = o;
 		o->ask.waiter = &o->waiter;
-		struct pf_load l = { j, o->key };
+		/* Learnt whole unless it is known to be bigger than a chunk: then
+		 * readers with x-amz-checksum-mode get S3's checksums from the
+		 * cache, at no cost for a one-chunk object (docs/cache.md). */
+		struct pf_load l = { j, o->key, !o->sized || o->n_chunks <= 1 };
 		long st;
 		enum obj_meta_step step = obj_meta_step(ob, j->bucket, o->key, &o->ask,
 		                                        start_meta_fetch, &l, clock_mono_s(),

@@ -8,10 +8,13 @@ object with one whole-object GET (no Range) that also fills chunk 0, so the
 first reader already gets S3's headers, with no HEAD and no second request for
 an object of one chunk; later readers get them from the cache.
 """
+import json
 import os
 import threading
+import time
 
 from harness import LarderCase, key_path, signed_request
+from test_admin import AdminCase  # LARDER_CHUNK_SIZE 1MiB, as C here
 
 MiB = 1 << 20
 C = MiB  # LARDER_CHUNK_SIZE
@@ -171,3 +174,55 @@ class FirstReadChecksums(LarderCase):
         self.put("empty", b"")
         reads = self.check_first_and_second("empty", b"")
         self.assertEqual(len(reads), 1, reads)
+
+
+class WarmedChecksums(AdminCase):
+    """Objects a warm job learnt answer a later reader with the mode with
+    S3's checksums, from the cache: the job learns a one-chunk object whole."""
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.bucket = "warmed-sums"
+        cls.direct.create_bucket(Bucket=cls.bucket)
+
+    def warm(self, body):
+        st, _, doc = self.admin_json("POST", "/admin/prefetch", body=json.dumps(body))
+        self.assertEqual(st, 202, doc)
+        deadline = time.monotonic() + 30
+        while True:
+            _, _, j = self.admin_json("GET", "/admin/jobs/" + doc["job"])
+            if j["state"] not in ("listing", "warming") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(j["state"], "done", j)
+
+    def test_warmed_objects_answer_with_their_checksums(self):
+        objs = {"listed/a": os.urandom(3000), "listed/b": os.urandom(70000),
+                "keyed/c": os.urandom(5000)}
+        for k, v in objs.items():
+            self.direct.put_object(Bucket=self.bucket, Key=k, Body=v, ChecksumAlgorithm="CRC32")
+        self.warm({"bucket": self.bucket, "prefix": "listed/"})
+        self.warm({"bucket": self.bucket, "keys": ["keyed/c"]})
+        theirs = {k: signed_request(self.upstream.url, "GET", key_path(self.bucket, k), MODE,
+                                    key=self.upstream.access_key,
+                                    secret=self.upstream.secret_key) for k in objs}
+        mark = self.upstream.mark()
+        for k, v in objs.items():
+            self.assertTrue(sums(theirs[k].headers), theirs[k])
+            r = signed_request(self.larder.url, "GET", key_path(self.bucket, k), MODE)
+            self.assertEqual((r.status, r.cache), (200, "hit"), r)
+            self.assertTrue(r.body == v)
+            self.assertEqual(sums(r.headers), sums(theirs[k].headers), k)
+        self.assertEqual([x for x in self.upstream.from_larder(mark)], [], "a hit went upstream")
+
+    def test_a_listed_object_of_several_chunks_is_still_learnt_with_ranges(self):
+        data = os.urandom(C + 1000)
+        self.direct.put_object(Bucket=self.bucket, Key="big/x", Body=data,
+                               ChecksumAlgorithm="CRC32")
+        mark = self.upstream.mark()
+        self.warm({"bucket": self.bucket, "prefix": "big/"})
+        gets = [(r["method"], dict(r["headers"]).get("range"))
+                for r in self.upstream.from_larder(mark) if r["method"] == "GET"
+                and r["target"].partition("?")[0] == key_path(self.bucket, "big/x")]
+        self.assertEqual(sorted(gets), sorted([("GET", "bytes=0-%d" % (C - 1)),
+                                               ("GET", "bytes=%d-%d" % (C, C + 999))]), gets)
