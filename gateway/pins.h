@@ -55,6 +55,10 @@ int pins_begin(struct pins *p, const char *id, const char *bucket, const char *p
 int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len);
 /* One more object (for n_keys). */
 void pins_add_object(struct pins *p, const char *id);
+/* fn(arg, id) is called, under the registry's lock (it must not call
+ * back here), when one of this node's pins ends before its time (unpin, a
+ * failed job): a cluster tells the owners holding chunks for it. */
+void pins_on_end(struct pins *p, void (*fn)(void *arg, const char *id), void *arg);
 /* Ends pin id; 0, or -ENOENT. */
 int pins_end(struct pins *p, const char *id);
 /* Ends every pin of bucket whose prefix starts with prefix; returns how

@@ -337,6 +337,10 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 {
 	struct gw *gw = arg;
 	assert(gw->magic == GW_MAGIC);
+	if (strcmp(bucket, CLUSTER_UNPIN) == 0) {
+		pins_end(gw->pins, key); /* a peer's pin we hold no chunks for: -ENOENT */
+		return;
+	}
 	/* Durable too, like a write through this node (this is the cluster's
 	 * subscriber thread: blocking for the write is fine here). */
 	store_invalidate(gw->store, bucket, key ? key : "", !(key && *key));
@@ -345,6 +349,17 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 		meta_drop(gw->meta, bucket, key);
 	else
 		meta_drop_bucket(gw->meta, bucket);
+}
+
+/* One of our pins ended early: the owners holding chunks for it, under
+ * its NODE/JOB name, let them go too. */
+static void pin_ended(void *arg, const char *id)
+{
+	struct gw *gw = arg;
+	assert(gw->magic == GW_MAGIC);
+	char name[PIN_ID_MAX];
+	snprintf(name, sizeof name, "%.120s/%s", gw->cfg->node_id ? gw->cfg->node_id : "", id);
+	cluster_publish_invalidate(gw->cluster, CLUSTER_UNPIN, name);
 }
 
 /* A chunk-0 entry found on NVMe at start: its object's metadata again. */
@@ -502,6 +517,8 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		rc = 2;
 		goto out;
 	}
+	/* Before the cluster, whose subscriber may end pins, and freed after it. */
+	gw.pins = pins_create(gw.store);
 	if (cfg->redis_url) {
 		struct cluster_config cc = {
 			.redis_url = cfg->redis_url,
@@ -534,7 +551,8 @@ int gw_run(struct cfg *cfg, const char *config_path)
 			worker_fini(&gw.workers[i]);
 		goto out;
 	}
-	gw.pins = pins_create(gw.store);
+	if (gw.cluster)
+		pins_on_end(gw.pins, pin_ended, &gw);
 	char perr[512];
 	gw.profiles = profiles_open(cfg->cache_dir, perr, sizeof perr);
 	if (!gw.profiles) {
@@ -551,8 +569,6 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		gw.lookahead = NULL;
 		prefetch_destroy(gw.prefetch);
 		gw.prefetch = NULL;
-		pins_destroy(gw.pins);
-		gw.pins = NULL;
 		profiles_close(gw.profiles);
 		gw.profiles = NULL;
 		goto out;
@@ -588,8 +604,6 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	gw.lookahead = NULL;
 	prefetch_destroy(gw.prefetch); /* its chunks go before the workers' fetches */
 	gw.prefetch = NULL;
-	pins_destroy(gw.pins);
-	gw.pins = NULL;
 	profiles_close(gw.profiles);
 	gw.profiles = NULL;
 	for (unsigned i = 0; i < gw.n_workers; i++)
@@ -600,6 +614,7 @@ out:
 	free(gw.workers);
 	if (gw.cluster)
 		cluster_stop(gw.cluster);
+	pins_destroy(gw.pins);
 	if (gw.store)
 		store_close(gw.store);
 	dir_destroy(gw.dir); /* the store notes changes until it is closed */
