@@ -13,8 +13,9 @@
  * chunk fetches to an owner carry the header X-Larder-Pin: "NODE/JOB
  * UNTIL" (pins_peer_header), and the owner, serving a verified peer
  * request with it, pins the chunk under a pin of its own named NODE/JOB
- * until UNTIL (pins_hold_peer). An owner's pin ends at that time; larder
- * unpin on the node the pin was posted to does not reach the owners.
+ * until UNTIL (pins_hold_peer). An owner's pin ends at that time, or when
+ * the posting node announces that it ended early (pins_on_end: the server
+ * publishes it on the cluster's invalidation channel, CLUSTER_UNPIN).
  *
  * Every function is thread-safe.
  */
