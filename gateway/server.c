@@ -36,6 +36,7 @@
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
 #include "gateway/pins.h"
+#include "gateway/cluster_profiles.h"
 #include "gateway/prefetch.h"
 #include "gateway/lookahead.h"
 #include "gateway/profiles.h"
@@ -341,6 +342,10 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 		pins_end(gw->pins, key); /* a peer's pin we hold no chunks for: -ENOENT */
 		return;
 	}
+	if (strcmp(bucket, CLUSTER_PROFILE) == 0) {
+		cluster_profiles_message(gw, key);
+		return;
+	}
 	/* Durable too, like a write through this node (this is the cluster's
 	 * subscriber thread: blocking for the write is fine here). */
 	store_invalidate(gw->store, bucket, key ? key : "", !(key && *key));
@@ -519,6 +524,12 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	}
 	/* Before the cluster, whose subscriber may end pins, and freed after it. */
 	gw.pins = pins_create(gw.store);
+	char perr[512];
+	gw.profiles = profiles_open(cfg->cache_dir, perr, sizeof perr);
+	if (!gw.profiles) {
+		log_error("server", "access profiles: %s; they are kept in memory only", perr);
+		gw.profiles = profiles_open(NULL, perr, sizeof perr);
+	}
 	if (cfg->redis_url) {
 		struct cluster_config cc = {
 			.redis_url = cfg->redis_url,
@@ -551,13 +562,9 @@ int gw_run(struct cfg *cfg, const char *config_path)
 			worker_fini(&gw.workers[i]);
 		goto out;
 	}
-	if (gw.cluster)
+	if (gw.cluster) {
 		pins_on_end(gw.pins, pin_ended, &gw);
-	char perr[512];
-	gw.profiles = profiles_open(cfg->cache_dir, perr, sizeof perr);
-	if (!gw.profiles) {
-		log_error("server", "access profiles: %s; they are kept in memory only", perr);
-		gw.profiles = profiles_open(NULL, perr, sizeof perr);
+		profiles_on_relay(gw.profiles, cluster_profiles_relay, &gw);
 	}
 	gw.prefetch = prefetch_create(&gw, &gw.workers[0]);
 	gw.lookahead = lookahead_create(&gw, &gw.workers[0], gw.prefetch, cfg->lookahead_idle_s);
@@ -569,8 +576,6 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		gw.lookahead = NULL;
 		prefetch_destroy(gw.prefetch);
 		gw.prefetch = NULL;
-		profiles_close(gw.profiles);
-		gw.profiles = NULL;
 		goto out;
 	}
 	for (unsigned i = 0; i < gw.n_workers; i++)
@@ -604,8 +609,6 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	gw.lookahead = NULL;
 	prefetch_destroy(gw.prefetch); /* its chunks go before the workers' fetches */
 	gw.prefetch = NULL;
-	profiles_close(gw.profiles);
-	gw.profiles = NULL;
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		worker_fini(&gw.workers[i]);
 	log_info("server", "stopped");
@@ -615,6 +618,7 @@ out:
 	if (gw.cluster)
 		cluster_stop(gw.cluster);
 	pins_destroy(gw.pins);
+	profiles_close(gw.profiles);
 	if (gw.store)
 		store_close(gw.store);
 	dir_destroy(gw.dir); /* the store notes changes until it is closed */

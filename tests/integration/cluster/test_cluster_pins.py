@@ -5,11 +5,9 @@ node 1, which pins them under a pin named node-0/JOB until the same time: both
 nodes' stats show their share, node 1's pinned chunks stay through streaming,
 and its pin ends at that time.
 """
-import json
 import time
-import urllib.request
 
-from test_cluster import TOKEN, ClusterBase, blob
+from test_cluster import ClusterBase, blob
 
 MiB = 1024 * 1024
 
@@ -20,13 +18,6 @@ class ClusterPins(ClusterBase):
     @classmethod
     def extra_env(cls):
         return {"LARDER_RAM_CACHE_SIZE": "64MiB", "LARDER_READAHEAD": "2"}
-
-    def admin(self, node, method, path, body=None):
-        req = urllib.request.Request("http://127.0.0.1:%d%s" % (node.admin_port, path),
-                                     data=json.dumps(body).encode() if body else None,
-                                     method=method, headers={"Authorization": "Bearer " + TOKEN})
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return json.loads(r.read())
 
     def pins(self, node):
         st = self.admin(node, "GET", "/admin/stats")
