@@ -119,6 +119,10 @@ uint32_t cluster_member_tag(struct cluster *cl, const char *addr);
  * blocks on I/O. While Redis is down up to 4096 are kept and sent when it
  * returns; beyond that the oldest are dropped (counted in the view). */
 void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key);
+/* Messages that are not invalidations ride the same channel under a
+ * "bucket" no S3 bucket can be named: CLUSTER_UNPIN with key "NODE/JOB"
+ * ends the pin NODE/JOB on every other node. */
+#define CLUSTER_UNPIN "!unpin"
 
 struct cluster_view {
 	bool redis_up;      /* the heartbeat connection works */

@@ -35,6 +35,7 @@
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
 #include "gateway/pins.h"
+#include "gateway/cluster_profiles.h"
 #include "gateway/prefetch.h"
 #include "gateway/lookahead.h"
 #include "gateway/profiles.h"
@@ -874,8 +875,10 @@ static enum MHD_Result profile_start(struct admin *a, struct MHD_Connection *c, 
 		                 "remove some from the cache directory's profiles/", PROFILES_MAX);
 	else if (r)
 		ret = send_error(c, 500, "internal", NULL, "%s", strerror(-r));
-	else
+	else {
+		cluster_profiles_started(a->gw, name, key, tag);
 		ret = send_json(c, 201, json_pack("{s:s,s:b}", "name", name, "recording", 1), NULL);
+	}
 out:
 	json_decref(doc);
 	return ret;
@@ -915,6 +918,7 @@ static enum MHD_Result profile_stop(struct admin *a, struct MHD_Connection *c, s
 	if (r)
 		return send_error(c, 500, "internal", NULL, "saving profile %s failed: %s", name,
 		                  strerror(-r));
+	cluster_profiles_stopped(a->gw, name);
 	return send_json(c, 200, json_pack("{s:s,s:b}", "name", name, "recording", 0), NULL);
 }
 

@@ -29,7 +29,25 @@ struct pins {
 	struct store *store;
 	pthread_mutex_t lock;
 	struct pin *list;       /* newest first */
+	void (*ended)(void *arg, const char *id);
+	void *ended_arg;
 };
+
+void pins_on_end(struct pins *p, void (*fn)(void *arg, const char *id), void *arg)
+{
+	pthread_mutex_lock(&p->lock);
+	p->ended = fn;
+	p->ended_arg = arg;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Lock held. Tells the hook that this node's own pin x ended early (a
+ * peer's NODE/JOB pin is not ours to announce). */
+static void tell_ended(struct pins *p, const struct pin *x)
+{
+	if (p->ended && !strchr(x->id, '/'))
+		p->ended(p->ended_arg, x->id);
+}
 
 struct pins *pins_create(struct store *s)
 {
@@ -184,10 +202,16 @@ int pins_end(struct pins *p, const char *id)
 	if (x) {
 		*link = x->next;
 		log_info("pins", "pin %s ended: %zu chunks unpinned", x->id, x->n);
+		tell_ended(p, x);
 		pin_free(p, x);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return x ? 0 : -ENOENT;
+}
+
+static bool expired(const struct pin *x, const void *arg)
+{
+	return x->until <= *(const int64_t *)arg;
 }
 
 /* Lock held. Ends each pin for which fn says so; returns how many. */
@@ -203,6 +227,8 @@ static size_t end_where(struct pins *p, bool (*fn)(const struct pin *x, const vo
 		}
 		*pp = x->next;
 		log_info("pins", "pin %s %s: %zu chunks unpinned", x->id, why, x->n);
+		if (fn != expired)
+			tell_ended(p, x);
 		pin_free(p, x);
 		n++;
 	}
@@ -227,11 +253,6 @@ size_t pins_end_prefix(struct pins *p, const char *bucket, const char *prefix)
 	size_t n = end_where(p, under_prefix, &m, "ended");
 	pthread_mutex_unlock(&p->lock);
 	return n;
-}
-
-static bool expired(const struct pin *x, const void *arg)
-{
-	return x->until <= *(const int64_t *)arg;
 }
 
 void pins_expire(struct pins *p, int64_t now)

@@ -13,8 +13,9 @@
  * chunk fetches to an owner carry the header X-Larder-Pin: "NODE/JOB
  * UNTIL" (pins_peer_header), and the owner, serving a verified peer
  * request with it, pins the chunk under a pin of its own named NODE/JOB
- * until UNTIL (pins_hold_peer). An owner's pin ends at that time; larder
- * unpin on the node the pin was posted to does not reach the owners.
+ * until UNTIL (pins_hold_peer). An owner's pin ends at that time, or when
+ * the posting node announces that it ended early (pins_on_end: the server
+ * publishes it on the cluster's invalidation channel, CLUSTER_UNPIN).
  *
  * Every function is thread-safe.
  */
@@ -55,6 +56,10 @@ int pins_begin(struct pins *p, const char *id, const char *bucket, const char *p
 int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len);
 /* One more object (for n_keys). */
 void pins_add_object(struct pins *p, const char *id);
+/* fn(arg, id) is called, under the registry's lock (it must not call
+ * back here), when one of this node's pins ends before its time (unpin, a
+ * failed job): a cluster tells the owners holding chunks for it. */
+void pins_on_end(struct pins *p, void (*fn)(void *arg, const char *id), void *arg);
 /* Ends pin id; 0, or -ENOENT. */
 int pins_end(struct pins *p, const char *id);
 /* Ends every pin of bucket whose prefix starts with prefix; returns how

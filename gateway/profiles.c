@@ -38,13 +38,17 @@ struct profile {
 	uint64_t dropped;
 	size_t *set;                 /* recording: indices + 1 into reads, 0 empty */
 	size_t set_cap;              /* a power of two, or 0 */
+	char *origin;                /* a relay: the node whose profile this is */
 };
 
 struct profiles {
 	pthread_mutex_t lock;
 	char *dir;                   /* DIR/profiles, or NULL */
 	struct profile *list;
-	atomic_uint recording;       /* profiles recording: 0 skips the lock */
+	atomic_uint recording;       /* profiles and relays recording: 0 skips the lock */
+	struct profile *relays;      /* other nodes' profiles recording here */
+	profile_relay_fn relay;
+	void *relay_arg;
 };
 
 bool profile_name_ok(const char *name)
@@ -73,6 +77,7 @@ static void profile_free(struct profile *x)
 	free(x->set);
 	free(x->key_id);
 	free(x->tag);
+	free(x->origin);
 	free(x);
 }
 
@@ -335,6 +340,10 @@ void profiles_close(struct profiles *p)
 		}
 		profile_free(x);
 	}
+	for (struct profile *x = p->relays, *next; x; x = next) {
+		next = x->next;
+		profile_free(x);
+	}
 	free(p->dir);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
@@ -402,6 +411,30 @@ static bool matches(const struct profile *x, const char *key_id, const char *tag
 	return tag && strcmp(x->tag, tag) == 0;
 }
 
+/* Lock held. Notes a read in recording profile x; true when it is a first
+ * read, kept. */
+static bool note_one(struct profile *x, const char *bucket, const char *key, uint64_t h,
+                     double started)
+{
+	if (x->n >= PROFILE_MAX_READS || set_grow(x) != 0) {
+		x->dropped++;
+		return false;
+	}
+	size_t *slot = set_slot(x, h, bucket, key);
+	if (*slot) {
+		struct read *r = &x->reads[*slot - 1];
+		if (started < r->t)
+			r->t = started; /* a read that began earlier ended later */
+		return false;
+	}
+	if (add_read(x, bucket, key, h, started) != 0) {
+		x->dropped++;
+		return false;
+	}
+	*slot = x->n;
+	return true;
+}
+
 void profiles_note(struct profiles *p, const char *key_id, const char *tag, const char *bucket,
                    const char *key, double started)
 {
@@ -409,30 +442,91 @@ void profiles_note(struct profiles *p, const char *key_id, const char *tag, cons
 		return;
 	uint64_t h = read_hash(bucket, key);
 	pthread_mutex_lock(&p->lock);
-	for (struct profile *x = p->list; x; x = x->next) {
-		if (!x->recording || !matches(x, key_id, tag))
-			continue;
-		if (x->n >= PROFILE_MAX_READS) {
-			x->dropped++;
-			continue;
-		}
-		if (set_grow(x) != 0) {
-			x->dropped++;
-			continue;
-		}
-		size_t *slot = set_slot(x, h, bucket, key);
-		if (*slot) {
-			struct read *r = &x->reads[*slot - 1];
-			if (started < r->t)
-				r->t = started; /* a read that began earlier ended later */
-			continue;
-		}
-		if (add_read(x, bucket, key, h, started) != 0)
-			x->dropped++;
-		else
-			*slot = x->n;
+	for (struct profile *x = p->list; x; x = x->next)
+		if (x->recording && matches(x, key_id, tag))
+			note_one(x, bucket, key, h, started);
+	for (struct profile *x = p->relays; x; x = x->next)
+		if (matches(x, key_id, tag) && note_one(x, bucket, key, h, started) && p->relay)
+			p->relay(p->relay_arg, x->origin, x->name, bucket, key, started);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void profiles_note_in(struct profiles *p, const char *name, const char *bucket, const char *key,
+                      double started)
+{
+	uint64_t h = read_hash(bucket, key);
+	pthread_mutex_lock(&p->lock);
+	struct profile *x = find(p, name, NULL);
+	if (x && x->recording)
+		note_one(x, bucket, key, h, started);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void profiles_on_relay(struct profiles *p, profile_relay_fn fn, void *arg)
+{
+	pthread_mutex_lock(&p->lock);
+	p->relay = fn;
+	p->relay_arg = arg;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Lock held. The relay of origin's profile name, or NULL; *link its link. */
+static struct profile *find_relay(struct profiles *p, const char *origin, const char *name,
+                                  struct profile ***link)
+{
+	struct profile **pp = &p->relays;
+	for (; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->origin, origin) == 0 && strcmp((*pp)->name, name) == 0)
+			break;
+	*link = pp;
+	return *pp;
+}
+
+void profiles_relay_stop(struct profiles *p, const char *origin, const char *name)
+{
+	pthread_mutex_lock(&p->lock);
+	struct profile **link;
+	struct profile *x = find_relay(p, origin, name, &link);
+	if (x) {
+		*link = x->next;
+		profile_free(x);
+		atomic_fetch_sub(&p->recording, 1);
 	}
 	pthread_mutex_unlock(&p->lock);
+}
+
+int profiles_relay_start(struct profiles *p, const char *origin, const char *name,
+                         const char *key_id, const char *tag)
+{
+	if (!profile_name_ok(name) || !key_id == !tag)
+		return -EINVAL;
+	profiles_relay_stop(p, origin, name);
+	struct profile *x = calloc(1, sizeof *x);
+	if (!x)
+		return -ENOMEM;
+	snprintf(x->name, sizeof x->name, "%s", name);
+	x->origin = strdup(origin);
+	x->key_id = key_id ? strdup(key_id) : NULL;
+	x->tag = tag ? strdup(tag) : NULL;
+	x->recording = true;
+	if (!x->origin || (!x->key_id && !x->tag)) {
+		profile_free(x);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&p->lock);
+	size_t count = 0;
+	for (struct profile *y = p->relays; y; y = y->next)
+		count++;
+	if (count >= PROFILES_MAX) {
+		pthread_mutex_unlock(&p->lock);
+		profile_free(x);
+		return -ENOSPC;
+	}
+	x->next = p->relays;
+	p->relays = x;
+	atomic_fetch_add(&p->recording, 1);
+	pthread_mutex_unlock(&p->lock);
+	return 0;
 }
 
 size_t profiles_list(struct profiles *p, struct profile_info *out, size_t max)

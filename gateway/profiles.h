@@ -57,6 +57,24 @@ int profiles_stop(struct profiles *p, const char *name);
  * (NULL: none). Reads are ordered by when they began. */
 void profiles_note(struct profiles *p, const char *key_id, const char *tag, const char *bucket,
                    const char *key, double started);
+/* In a cluster a profile records the reads served by every node: the node
+ * it was started on tells the others (gateway/cluster_profiles.c), which
+ * keep a relay of it (origin node, name, key id or tag). Each first read
+ * a relay sees is handed to the relay hook, which sends it to the origin,
+ * where profiles_note_in adds it to the profile. */
+typedef void (*profile_relay_fn)(void *arg, const char *origin, const char *name,
+                                 const char *bucket, const char *key, double started);
+/* fn is called under the registry's lock (it must not call back here). */
+void profiles_on_relay(struct profiles *p, profile_relay_fn fn, void *arg);
+/* Starts (or restarts) relaying origin's profile name; 0, -EINVAL, -ENOSPC
+ * (PROFILES_MAX relays already) or -ENOMEM. */
+int profiles_relay_start(struct profiles *p, const char *origin, const char *name,
+                         const char *key_id, const char *tag);
+void profiles_relay_stop(struct profiles *p, const char *origin, const char *name);
+/* Adds a first read of bucket/key that began at started (clock_mono_s) to
+ * profile name if it is recording (a read another node relayed). */
+void profiles_note_in(struct profiles *p, const char *name, const char *bucket, const char *key,
+                      double started);
 /* Up to max profiles, by name; returns how many. */
 size_t profiles_list(struct profiles *p, struct profile_info *out, size_t max);
 /* Copies of profile name's reads, in order: (*buckets)[i], (*keys)[i]

@@ -36,6 +36,7 @@
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
 #include "gateway/pins.h"
+#include "gateway/cluster_profiles.h"
 #include "gateway/prefetch.h"
 #include "gateway/lookahead.h"
 #include "gateway/profiles.h"
@@ -337,6 +338,14 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 {
 	struct gw *gw = arg;
 	assert(gw->magic == GW_MAGIC);
+	if (strcmp(bucket, CLUSTER_UNPIN) == 0) {
+		pins_end(gw->pins, key); /* a peer's pin we hold no chunks for: -ENOENT */
+		return;
+	}
+	if (strcmp(bucket, CLUSTER_PROFILE) == 0) {
+		cluster_profiles_message(gw, key);
+		return;
+	}
 	/* Durable too, like a write through this node (this is the cluster's
 	 * subscriber thread: blocking for the write is fine here). */
 	store_invalidate(gw->store, bucket, key ? key : "", !(key && *key));
@@ -345,6 +354,17 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 		meta_drop(gw->meta, bucket, key);
 	else
 		meta_drop_bucket(gw->meta, bucket);
+}
+
+/* One of our pins ended early: the owners holding chunks for it, under
+ * its NODE/JOB name, let them go too. */
+static void pin_ended(void *arg, const char *id)
+{
+	struct gw *gw = arg;
+	assert(gw->magic == GW_MAGIC);
+	char name[PIN_ID_MAX];
+	snprintf(name, sizeof name, "%.120s/%s", gw->cfg->node_id ? gw->cfg->node_id : "", id);
+	cluster_publish_invalidate(gw->cluster, CLUSTER_UNPIN, name);
 }
 
 /* A chunk-0 entry found on NVMe at start: its object's metadata again. */
@@ -502,6 +522,14 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		rc = 2;
 		goto out;
 	}
+	/* Before the cluster, whose subscriber may end pins, and freed after it. */
+	gw.pins = pins_create(gw.store);
+	char perr[512];
+	gw.profiles = profiles_open(cfg->cache_dir, perr, sizeof perr);
+	if (!gw.profiles) {
+		log_error("server", "access profiles: %s; they are kept in memory only", perr);
+		gw.profiles = profiles_open(NULL, perr, sizeof perr);
+	}
 	if (cfg->redis_url) {
 		struct cluster_config cc = {
 			.redis_url = cfg->redis_url,
@@ -534,12 +562,9 @@ int gw_run(struct cfg *cfg, const char *config_path)
 			worker_fini(&gw.workers[i]);
 		goto out;
 	}
-	gw.pins = pins_create(gw.store);
-	char perr[512];
-	gw.profiles = profiles_open(cfg->cache_dir, perr, sizeof perr);
-	if (!gw.profiles) {
-		log_error("server", "access profiles: %s; they are kept in memory only", perr);
-		gw.profiles = profiles_open(NULL, perr, sizeof perr);
+	if (gw.cluster) {
+		pins_on_end(gw.pins, pin_ended, &gw);
+		profiles_on_relay(gw.profiles, cluster_profiles_relay, &gw);
 	}
 	gw.prefetch = prefetch_create(&gw, &gw.workers[0]);
 	gw.lookahead = lookahead_create(&gw, &gw.workers[0], gw.prefetch, cfg->lookahead_idle_s);
@@ -551,10 +576,6 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		gw.lookahead = NULL;
 		prefetch_destroy(gw.prefetch);
 		gw.prefetch = NULL;
-		pins_destroy(gw.pins);
-		gw.pins = NULL;
-		profiles_close(gw.profiles);
-		gw.profiles = NULL;
 		goto out;
 	}
 	for (unsigned i = 0; i < gw.n_workers; i++)
@@ -588,10 +609,6 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	gw.lookahead = NULL;
 	prefetch_destroy(gw.prefetch); /* its chunks go before the workers' fetches */
 	gw.prefetch = NULL;
-	pins_destroy(gw.pins);
-	gw.pins = NULL;
-	profiles_close(gw.profiles);
-	gw.profiles = NULL;
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		worker_fini(&gw.workers[i]);
 	log_info("server", "stopped");
@@ -600,6 +617,8 @@ out:
 	free(gw.workers);
 	if (gw.cluster)
 		cluster_stop(gw.cluster);
+	pins_destroy(gw.pins);
+	profiles_close(gw.profiles);
 	if (gw.store)
 		store_close(gw.store);
 	dir_destroy(gw.dir); /* the store notes changes until it is closed */

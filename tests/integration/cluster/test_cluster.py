@@ -162,6 +162,14 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
     def read(self, node, key):
         return node.client().get_object(Bucket="shared", Key=key)["Body"].read()
 
+    def admin(self, node, method, path, body=None):
+        """The JSON answer of an admin request to node."""
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (node.admin_port, path),
+                                     data=json.dumps(body).encode() if body else None,
+                                     method=method, headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
     @staticmethod
     def raw_get(node, path, headers):
         """(status, body) of a GET with exactly these headers."""

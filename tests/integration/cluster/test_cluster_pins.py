@@ -5,11 +5,9 @@ node 1, which pins them under a pin named node-0/JOB until the same time: both
 nodes' stats show their share, node 1's pinned chunks stay through streaming,
 and its pin ends at that time.
 """
-import json
 import time
-import urllib.request
 
-from test_cluster import TOKEN, ClusterBase, blob
+from test_cluster import ClusterBase, blob
 
 MiB = 1024 * 1024
 
@@ -20,13 +18,6 @@ class ClusterPins(ClusterBase):
     @classmethod
     def extra_env(cls):
         return {"LARDER_RAM_CACHE_SIZE": "64MiB", "LARDER_READAHEAD": "2"}
-
-    def admin(self, node, method, path, body=None):
-        req = urllib.request.Request("http://127.0.0.1:%d%s" % (node.admin_port, path),
-                                     data=json.dumps(body).encode() if body else None,
-                                     method=method, headers={"Authorization": "Bearer " + TOKEN})
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return json.loads(r.read())
 
     def pins(self, node):
         st = self.admin(node, "GET", "/admin/stats")
@@ -63,3 +54,42 @@ class ClusterPins(ClusterBase):
                 time.monotonic() < deadline:
             time.sleep(0.3)
         self.assertEqual((self.pins(self.nodes[0]), self.pins(self.nodes[1])), (([], 0), ([], 0)))
+
+    def warm_pinned(self, node, prefix, n):
+        for i in range(n):
+            self.direct.put_object(Bucket="shared", Key="%s%02d" % (prefix, i), Body=blob(200 + i, MiB))
+        r = self.admin(node, "POST", "/admin/prefetch",
+                       {"bucket": "shared", "prefix": prefix, "pin_seconds": 600})
+        deadline = time.monotonic() + 60
+        while self.admin(node, "GET", "/admin/jobs/" + r["job"])["state"] != "done":
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        return r["job"]
+
+    def wait_pins(self, node, ids):
+        deadline = time.monotonic() + 5
+        while sorted(p["id"] for p in self.pins(node)[0]) != ids and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.pins(node)
+
+    def test_unpin_ends_the_owners_holds(self):
+        a = self.warm_pinned(self.nodes[0], "unpin-a/", 10)
+        b = self.warm_pinned(self.nodes[0], "unpin-b/", 10)
+        pins1, bytes1 = self.pins(self.nodes[1])
+        self.assertEqual(sorted(p["id"] for p in pins1), sorted(["node-0/" + a, "node-0/" + b]))
+        held_b = [p["bytes"] for p in pins1 if p["id"] == "node-0/" + b][0]
+        self.assertGreater(held_b, 0)
+        self.assertGreater(bytes1, 0)
+
+        # By job id: node 1 lets go of that pin's chunks within seconds.
+        self.assertEqual(self.admin(self.nodes[0], "POST", "/admin/unpin", {"job": a}),
+                         {"unpinned": 1})
+        pins1, ram1 = self.wait_pins(self.nodes[1], ["node-0/" + b])
+        self.assertEqual([(p["id"], p["bytes"]) for p in pins1], [("node-0/" + b, held_b)])
+        self.assertLess(ram1, bytes1)
+
+        # By prefix: the same.
+        self.assertEqual(self.admin(self.nodes[0], "POST", "/admin/unpin",
+                                    {"bucket": "shared", "prefix": "unpin-"}), {"unpinned": 1})
+        self.assertEqual(self.wait_pins(self.nodes[1], []), ([], 0))
+        self.assertEqual(self.pins(self.nodes[0]), ([], 0))

@@ -95,11 +95,69 @@ static void t_record_save_and_load(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+struct relayed {
+	char log[512];
+	int n;
+};
+
+static void on_relay(void *arg, const char *origin, const char *name, const char *bucket,
+                     const char *key, double started)
+{
+	struct relayed *r = arg;
+	size_t len = strlen(r->log);
+	snprintf(r->log + len, sizeof r->log - len, "%s:%s:%s/%s@%g;", origin, name, bucket, key,
+	         started);
+	r->n++;
+}
+
+/* Another node's profile: its relay hands each first matching read to the
+ * hook, and stops when told; reads relayed to the origin join the profile
+ * in the order they began. */
+static void t_relay(void **state)
+{
+	(void)state;
+	char err[256];
+	struct profiles *p = profiles_open(NULL, err, sizeof err);
+	assert_non_null(p);
+	struct relayed r = { "", 0 };
+	profiles_on_relay(p, on_relay, &r);
+	assert_int_equal(profiles_relay_start(p, "node-0", "../x", NULL, "t"), -EINVAL);
+	assert_int_equal(profiles_relay_start(p, "node-0", "cl", NULL, "job"), 0);
+	profiles_note(p, NULL, "job", "b", "k1", 2.0);
+	profiles_note(p, NULL, "job", "b", "k1", 3.0);      /* read again */
+	profiles_note(p, NULL, "other", "b", "k2", 4.0);    /* another job */
+	profiles_note(p, "key", NULL, "b", "k3", 5.0);
+	assert_string_equal(r.log, "node-0:cl:b/k1@2;");
+	struct profile_info info[2];
+	assert_int_equal(profiles_list(p, info, 2), 0);     /* a relay is not a profile here */
+	profiles_relay_stop(p, "node-0", "cl");
+	profiles_note(p, NULL, "job", "b", "k4", 6.0);
+	assert_int_equal(r.n, 1);
+
+	/* The origin: relayed reads merge with its own by start time. */
+	assert_int_equal(profiles_start(p, "mine", NULL, "job"), 0);
+	profiles_note(p, NULL, "job", "b", "late", 9.0);
+	profiles_note_in(p, "mine", "b", "early", 1.0);
+	profiles_note_in(p, "mine", "b", "late", 8.0);      /* known: only its time moves */
+	profiles_note_in(p, "nope", "b", "x", 1.0);
+	assert_int_equal(profiles_stop(p, "mine"), 0);
+	profiles_note_in(p, "mine", "b", "after", 10.0);    /* stopped: not added */
+	char **buckets, **keys;
+	size_t n;
+	assert_int_equal(profiles_get(p, "mine", &buckets, &keys, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(keys[0], "early");
+	assert_string_equal(keys[1], "late");
+	profile_reads_free(buckets, keys, n);
+	profiles_close(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(t_names),
 		cmocka_unit_test(t_record_save_and_load),
+		cmocka_unit_test(t_relay),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,73 @@
+"""An access profile started on one node of a cluster records the reads every
+node serves, in the order they began, and replays from that node.
+
+Two nodes; the profile is started on node 0, the tagged job reads half its
+objects through node 1 (interleaved with node 0); node 0's profile lists all
+of them in read order; after purging both nodes, replaying it on node 0 fetches
+them in that order, and the job's reads through node 1 then send no GET upstream.
+"""
+import random
+import time
+
+from test_cluster import ClusterBase, blob
+
+KiB = 1024
+
+
+class ClusterProfiles(ClusterBase):
+    NODES = 2
+
+    def profile(self, node, name):
+        return next((p for p in self.admin(node, "GET", "/admin/profiles")["profiles"]
+                     if p["name"] == name), None)
+
+    def get(self, node, key, tag=None):
+        c = node.client()
+        if tag:
+            c.meta.events.register("before-sign.s3.GetObject",
+                                   lambda request, **kw: request.headers.add_header(
+                                       "x-larder-job", tag))
+        r = c.get_object(Bucket="shared", Key=key)
+        r["Body"].read()
+        return r["ResponseMetadata"]["HTTPHeaders"]
+
+    def test_profile_records_every_nodes_reads(self):
+        keys = ["cprof/%02d" % i for i in range(16)]
+        for i, k in enumerate(keys):
+            self.direct.put_object(Bucket="shared", Key=k, Body=blob(300 + i, 100 * KiB))
+        self.admin(self.nodes[0], "POST", "/admin/profiles", {"name": "cl", "tag": "job-c"})
+        time.sleep(1)  # the start reaches node 1 through Redis
+        order = list(keys)
+        random.Random(3).shuffle(order)
+        for i, k in enumerate(order):
+            self.get(self.nodes[i % 2], k, "job-c")
+        self.get(self.nodes[1], order[0], "job-c")    # read again: no new entry
+
+        deadline = time.monotonic() + 5
+        while self.profile(self.nodes[0], "cl")["reads"] < 16 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.admin(self.nodes[0], "POST", "/admin/profiles/cl/stop")
+        self.assertEqual(self.profile(self.nodes[0], "cl"),
+                         {"name": "cl", "recording": False, "tag": "job-c", "reads": 16,
+                          "dropped": 0})
+        self.assertIsNone(self.profile(self.nodes[1], "cl"))
+
+        for n in self.nodes:
+            self.admin(n, "POST", "/admin/purge", {"bucket": "shared", "prefix": "cprof/"})
+        mark = self.upstream.mark()
+        r = self.admin(self.nodes[0], "POST", "/admin/prefetch", {"profile": "cl", "concurrency": 1})
+        deadline = time.monotonic() + 60
+        while self.admin(self.nodes[0], "GET", "/admin/jobs/" + r["job"])["state"] != "done":
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        fetched = []
+        for q in self.upstream.from_larder(mark):
+            k = q["target"].split("?")[0][len("/shared/"):]
+            if q["method"] == "GET" and k in keys and k not in fetched:
+                fetched.append(k)
+        self.assertEqual(fetched, order, "the replay did not follow the cluster-wide read order")
+
+        mark = self.upstream.mark()
+        for k in order:  # chunks node 0 owns come from it: a "miss" on node 1, but no GET
+            self.get(self.nodes[1], k)
+        self.assertEqual([q for q in self.upstream.from_larder(mark) if q["method"] == "GET"], [])
