@@ -31,6 +31,7 @@ struct client_key {
 	bool write;        /* read-write when true, read-only otherwise */
 	struct grant *grants;
 	size_t n_grants;
+	unsigned max_upstream_requests; /* concurrent misses; 0 = no limit */
 };
 
 /* True when path has a "." or ".." segment ("data/../x"). HTTP clients

@@ -369,6 +369,7 @@ void authn_request(struct req *r)
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
 		else
 			r->authorized = true;
+		r->max_upstream = k->max_upstream_requests;
 	}
 	pthread_rwlock_unlock(&gw->keys_lock);
 	free(hc.v);

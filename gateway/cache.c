@@ -268,7 +268,7 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	struct cread *c = req_cread(r);
 	c->meta_loaded = true;
 	/* Learning brings chunk 0: not past the memory bound. */
-	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes))
+	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes) || !req_upstream_take(r))
 		return -EBUSY;
 	c->meta_fetch = fetch_meta_start(req_worker(r), &owner_ops, r, req_peer_hop(r), req_bucket(r),
 	                                 req_key(r), revalidate);

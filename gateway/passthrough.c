@@ -311,6 +311,8 @@ static size_t on_upstream_read(struct transfer *t, void *arg, char *out, size_t 
 int pass_start(struct req *r)
 {
 	struct gw *gw = r->w->gw;
+	if (!req_upstream_take(r))
+		return -EBUSY;
 	struct hdrs h;
 	hdrs_init(&h);
 	int rc = 0;

@@ -29,6 +29,7 @@
 #include "base/log.h"
 #include "base/splitmix.h"
 #include "gateway/authn.h"
+#include "gateway/limits.h"
 #include "gateway/listcache.h"
 #include "gateway/metrics.h"
 #include "gateway/passthrough.h"
@@ -204,6 +205,8 @@ void req_unref(struct req *r)
 	if (--r->refs > 0)
 		return;
 	pass_fini(r);
+	if (r->upstream_slot)
+		limits_upstream_give(r->key_id);
 	if (r->sha)
 		EVP_MD_CTX_free(r->sha);
 	ack_destroy(r->ack);
@@ -239,6 +242,19 @@ void req_suspend(struct req *r)
 
 /* ------------------------------------------------------------------ */
 /* errors larder raises */
+
+bool req_upstream_take(struct req *r)
+{
+	if (r->upstream_slot || r->peer_hop)
+		return true;
+	if (!limits_upstream_take(r->key_id, r->max_upstream)) {
+		req_fail(r, S3E_SLOW_DOWN, "Too many requests for this access key are waiting on "
+		         "the origin (max_upstream_requests).");
+		return false;
+	}
+	r->upstream_slot = true;
+	return true;
+}
 
 void req_fail(struct req *r, enum s3err e, const char *msg)
 {
@@ -313,6 +329,11 @@ enum MHD_Result req_respond_error(struct req *r)
 	if (cache_active(r))
 		MHD_add_response_header(resp, "x-larder-cache", cache_outcome(r, false));
 	req_add_common_headers(r, resp);
+	if (r->err == S3E_SLOW_DOWN) {
+		char after[16];
+		snprintf(after, sizeof after, "%d", LIMITS_RETRY_AFTER_S);
+		MHD_add_response_header(resp, "Retry-After", after);
+	}
 	/* A body we did not read, or a refused connection over the limit:
 	 * close rather than try to find the next request in the stream. */
 	if (unread_body(r) || r->err == S3E_SLOW_DOWN)

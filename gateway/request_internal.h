@@ -55,6 +55,8 @@ struct req {
 
 	char key_id[129];
 	bool authorized; /* signature (or anonymous grant) and policy passed */
+	unsigned max_upstream; /* the key's max_upstream_requests (0: no limit) */
+	bool upstream_slot;    /* holds one of them (limits.h) until it ends */
 	struct s3req s3;
 	bool has_err;
 	enum s3err err;

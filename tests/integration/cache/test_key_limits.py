@@ -1,0 +1,140 @@
+"""Per-key limits of [key ID] sections (issue 14 item 1): a key's
+max_upstream_requests bounds its concurrent misses; a request beyond it is
+refused with 503 SlowDown and Retry-After, and the key's other readers and
+other keys go on. The upstream is fault_origin.FaultOrigin, which can hold
+each GET back so the misses overlap."""
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import unittest
+
+import harness
+from fault_origin import FaultOrigin
+from test_cache_faults import BUCKET, blob, fetch, larder_env, finish_larder
+
+CAPPED, CAPPED_SECRET = "capped-job", "capped-secret"
+FREE, FREE_SECRET = "free-job", "free-secret"
+
+CONFIG = """[key %s]
+secret = %s
+access = read-only
+buckets = *
+max_upstream_requests = 2
+
+[key %s]
+secret = %s
+access = read-only
+buckets = *
+""" % (CAPPED, CAPPED_SECRET, FREE, FREE_SECRET)
+
+
+class MaxUpstreamRequests(harness.S3Asserts, unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(harness.larder_binary(), os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + harness.larder_binary())
+        cls.origin = FaultOrigin().start()
+        cls.origin.create_bucket(BUCKET)
+        cls.cache_dir = tempfile.mkdtemp(prefix="larder-cache-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.origin.stop()
+        shutil.rmtree(cls.cache_dir, ignore_errors=True)
+
+    def start(self):
+        env = dict(larder_env(self.cache_dir, LARDER_READAHEAD="0"), LARDER_UPSTREAM_URL=self.origin.url)
+        larder = harness.Larder(env=env, config_text=CONFIG, client_key=False).start()
+        self.addCleanup(finish_larder, self, larder)
+        return larder
+
+    def read_all(self, larder, keys, who, secret):
+        out = [None] * len(keys)
+
+        def one(i):
+            out[i] = fetch(larder.url, "GET", harness.key_path(BUCKET, keys[i]), key=who,
+                           secret=secret)
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(keys))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    def test_six_cold_reads_two_go_upstream_the_rest_slow_down(self):
+        larder = self.start()
+        keys = ["cold-%d" % i for i in range(6)]
+        data = {k: blob(i, 4000 + i) for i, k in enumerate(keys)}
+        for k in keys:
+            self.origin.put(BUCKET, k, data[k])
+        m = self.origin.mark()
+        self.origin.delay_next(1500, n=50, bucket=BUCKET)
+        got = self.read_all(larder, keys, CAPPED, CAPPED_SECRET)
+        ok = [k for k, r in zip(keys, got) if r.status == 200]
+        slow = [r for r in got if r.status == 503]
+        self.assertEqual(len(ok) + len(slow), 6, got)
+        self.assertTrue(slow, "no read was refused: %s" % got)
+        for r in slow:
+            self.assertEqual(harness.s3_error(r.body)[0], "SlowDown", r)
+            self.assertIn("retry-after", r.headers, r)
+            self.assertGreaterEqual(int(r.headers["retry-after"]), 1)
+        gets = [g for g in self.origin.requests(m, "GET") if g["bucket"] == BUCKET]
+        # Every GET here was held 1.5 s from a burst started at once: all overlapped.
+        self.assertLessEqual(len(gets), 2, [(g["key"], g["t"]) for g in gets])
+        for k in ok:
+            self.assertEqual(got[keys.index(k)].body, data[k])
+
+        # The slots came back with the answers: the refused reads now succeed.
+        self.origin.clear_faults()
+        for k in keys:
+            if k not in ok:
+                r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=CAPPED,
+                          secret=CAPPED_SECRET)
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(r.body, data[k])
+
+    def test_other_keys_are_not_limited(self):
+        larder = self.start()
+        keys = ["free-%d" % i for i in range(6)]
+        for i, k in enumerate(keys):
+            self.origin.put(BUCKET, k, blob(20 + i, 3000))
+        self.origin.delay_next(500, n=50, bucket=BUCKET)
+        got = self.read_all(larder, keys, FREE, FREE_SECRET)
+        self.origin.clear_faults()
+        self.assertEqual([r.status for r in got], [200] * 6, got)
+
+
+class BadLimitRefused(unittest.TestCase):
+
+    def check(self, text):
+        binary = harness.larder_binary()
+        if not os.access(binary, os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + binary)
+        d = tempfile.mkdtemp(prefix="larder-conf-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "larder.conf")
+        with open(path, "w") as f:
+            f.write(text)
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
+        e.update({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
+                  "LARDER_UPSTREAM_URL": "http://127.0.0.1:9", "LARDER_CONFIG": path})
+        return subprocess.run([binary, "serve", "--check"], env=e, capture_output=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+
+    def test_bad_max_upstream_requests(self):
+        for bad in ("lots", "-1", "2.5", "100001"):
+            out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_upstream_requests = %s\n" % bad)
+            self.assertEqual(out.returncode, 2, (bad, out.stderr))
+            self.assertIn(b"max_upstream_requests", out.stderr, bad)
+            self.assertIn(b"expected a number of concurrent upstream requests", out.stderr, bad)
+
+    def test_good_max_upstream_requests(self):
+        out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_upstream_requests = 4\n")
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
