@@ -1,6 +1,7 @@
 /*
  * limits.c - per-key counters by key id (limits.h): a short array under one
  * mutex; a key's entry stays once made (one per configured key at most).
+ * Every worker's readers of a key take from one bucket.
  */
 #include <pthread.h>
 #include <string.h>
@@ -11,6 +12,8 @@
 struct key_count {
 	char *id;
 	unsigned upstream; /* upstream requests in flight */
+	double tokens;     /* bytes the key may send now */
+	double t_fill;     /* when tokens was last brought up to date */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -51,4 +54,33 @@ void limits_upstream_give(const char *key_id)
 	if (e->upstream)
 		e->upstream--;
 	pthread_mutex_unlock(&lock);
+}
+
+/* The smallest send worth waking for: a read that can go waits until this
+ * much (or the whole bucket, at low rates) has come back. */
+#define MIN_SEND 16384.0
+
+size_t limits_bytes_take(const char *key_id, uint64_t rate, size_t want, double now,
+                         double *wait_s)
+{
+	double cap = (double)rate / 20;
+	double least = cap < MIN_SEND ? cap : MIN_SEND;
+	pthread_mutex_lock(&lock);
+	struct key_count *e = entry(key_id);
+	if (e->t_fill == 0)
+		e->tokens = cap;
+	else if (now > e->t_fill)
+		e->tokens += (now - e->t_fill) * (double)rate;
+	if (e->tokens > cap)
+		e->tokens = cap;
+	e->t_fill = now;
+	size_t n = 0;
+	if (e->tokens >= least || e->tokens >= (double)want) {
+		n = e->tokens < (double)want ? (size_t)e->tokens : want;
+		e->tokens -= (double)n;
+	} else {
+		*wait_s = (least - e->tokens) / (double)rate;
+	}
+	pthread_mutex_unlock(&lock);
+	return n;
 }

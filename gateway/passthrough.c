@@ -490,6 +490,8 @@ static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 	assert(r->magic == REQ_MAGIC);
 	(void)pos;
 	if (pbuf_used(&r->downbuf)) {
+		if (!(max = req_shape(r, max)))
+			return 0; /* the key's max_bytes_per_second: wait for tokens */
 		size_t n = pbuf_take(&r->downbuf, out, max);
 		r->bytes_out += n;
 		if (r->up.write_paused)

@@ -205,6 +205,7 @@ void req_unref(struct req *r)
 	if (--r->refs > 0)
 		return;
 	pass_fini(r);
+	ev_timer_stop(r->w->loop, &r->shape_timer);
 	if (r->upstream_slot)
 		limits_upstream_give(r->key_id);
 	if (r->sha)
@@ -254,6 +255,35 @@ bool req_upstream_take(struct req *r)
 	}
 	r->upstream_slot = true;
 	return true;
+}
+
+static void shape_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct req *r = t->data;
+	assert(r->magic == REQ_MAGIC);
+	req_wake(r);
+}
+
+bool req_shaped(const struct req *r)
+{
+	return r->max_rate != 0;
+}
+
+size_t req_shape(struct req *r, size_t want)
+{
+	if (!r->max_rate || !want)
+		return want;
+	double wait_s = 0;
+	size_t n = limits_bytes_take(r->key_id, r->max_rate, want, clock_mono_s(), &wait_s);
+	if (n)
+		return n;
+	ev_timer_stop(r->w->loop, &r->shape_timer);
+	ev_timer_set(&r->shape_timer, wait_s, 0);
+	ev_timer_start(r->w->loop, &r->shape_timer);
+	req_suspend(r);
+	return 0;
 }
 
 void req_fail(struct req *r, enum s3err e, const char *msg)
@@ -362,6 +392,8 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->magic = REQ_MAGIC;
 	r->refs = 1;
 	r->w = w;
+	ev_timer_init(&r->shape_timer, shape_cb, 0, 0);
+	r->shape_timer.data = r;
 	buf_init(&r->err_extra, 64 * 1024); /* a Range header or a list of header names, escaped */
 	r->conn = conn;
 	r->t_start = clock_mono_s();

@@ -1,13 +1,15 @@
 """Per-key limits of [key ID] sections (issue 14 item 1): a key's
 max_upstream_requests bounds its concurrent misses; a request beyond it is
 refused with 503 SlowDown and Retry-After, and the key's other readers and
-other keys go on. The upstream is fault_origin.FaultOrigin, which can hold
+other keys go on. max_bytes_per_second shapes a key's reads smoothly. The upstream is fault_origin.FaultOrigin, which can hold
 each GET back so the misses overlap."""
 import os
 import shutil
 import subprocess
 import tempfile
+import http.client
 import threading
+import time
 import unittest
 
 import harness
@@ -16,6 +18,8 @@ from test_cache_faults import BUCKET, blob, fetch, larder_env, finish_larder
 
 CAPPED, CAPPED_SECRET = "capped-job", "capped-secret"
 FREE, FREE_SECRET = "free-job", "free-secret"
+SLOW, SLOW_SECRET = "slow-job", "slow-secret"
+MiB = 1024 * 1024
 
 CONFIG = """[key %s]
 secret = %s
@@ -27,10 +31,17 @@ max_upstream_requests = 2
 secret = %s
 access = read-only
 buckets = *
-""" % (CAPPED, CAPPED_SECRET, FREE, FREE_SECRET)
+
+[key %s]
+secret = %s
+access = read-only
+buckets = *
+max_bytes_per_second = 16MiB
+""" % (CAPPED, CAPPED_SECRET, FREE, FREE_SECRET, SLOW, SLOW_SECRET)
 
 
-class MaxUpstreamRequests(harness.S3Asserts, unittest.TestCase):
+class KeyLimitsCase(harness.S3Asserts, unittest.TestCase):
+    """One fault origin for the class; a larder (CONFIG's keys) per test."""
 
     @classmethod
     def setUpClass(cls):
@@ -45,8 +56,9 @@ class MaxUpstreamRequests(harness.S3Asserts, unittest.TestCase):
         cls.origin.stop()
         shutil.rmtree(cls.cache_dir, ignore_errors=True)
 
-    def start(self):
-        env = dict(larder_env(self.cache_dir, LARDER_READAHEAD="0"), LARDER_UPSTREAM_URL=self.origin.url)
+    def start(self, **extra):
+        env = dict(larder_env(self.cache_dir, LARDER_READAHEAD="0", **extra),
+                   LARDER_UPSTREAM_URL=self.origin.url)
         larder = harness.Larder(env=env, config_text=CONFIG, client_key=False).start()
         self.addCleanup(finish_larder, self, larder)
         return larder
@@ -63,6 +75,9 @@ class MaxUpstreamRequests(harness.S3Asserts, unittest.TestCase):
         for t in threads:
             t.join()
         return out
+
+
+class MaxUpstreamRequests(KeyLimitsCase):
 
     def test_six_cold_reads_two_go_upstream_the_rest_slow_down(self):
         larder = self.start()
@@ -107,6 +122,70 @@ class MaxUpstreamRequests(harness.S3Asserts, unittest.TestCase):
         self.assertEqual([r.status for r in got], [200] * 6, got)
 
 
+def timed_read(base, path, key, secret, marks):
+    """GET path; returns (status, bytes, elapsed, times at which each of
+    marks (fractions of the body) was reached)."""
+    h = harness.sign_headers("GET", base + path, key, secret)
+    host, port = base.replace("http://", "").split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=60)
+    t0 = time.monotonic()
+    try:
+        c.request("GET", path, headers=h)
+        r = c.getresponse()
+        size = int(r.getheader("content-length") or 0)
+        got, at, todo = 0, [], list(marks)
+        while True:
+            piece = r.read(256 * 1024)
+            if not piece:
+                break
+            got += len(piece)
+            while todo and got >= todo[0] * size:
+                at.append(time.monotonic() - t0)
+                todo.pop(0)
+        return r.status, got, time.monotonic() - t0, at
+    finally:
+        c.close()
+
+
+class MaxBytesPerSecond(KeyLimitsCase):
+    """A 60 MiB hit read by a key capped at 16 MiB/s takes 3.75 s (within
+    15%), smoothly; an uncapped key reading it at the same time is not held
+    back."""
+
+    def test_capped_key_reads_a_hit_at_its_rate(self):
+        larder = self.start(LARDER_RAM_CACHE_SIZE="256MiB", LARDER_DISK_CACHE_SIZE="256MiB")
+        data = blob(7, 60 * MiB)
+        self.origin.put(BUCKET, "big", data)
+        path = harness.key_path(BUCKET, "big")
+        r = fetch(larder.url, "GET", path, key=FREE, secret=FREE_SECRET, timeout=120)
+        self.assertEqual(r.status, 200, r)
+        self.assertTrue(r.body == data)
+        m = self.origin.mark()
+
+        out = {}
+
+        def free():
+            time.sleep(0.5)  # while the capped read is under way
+            out["free"] = timed_read(larder.url, path, FREE, FREE_SECRET, [])
+        t = threading.Thread(target=free)
+        t.start()
+        out["slow"] = timed_read(larder.url, path, SLOW, SLOW_SECRET, [0.25, 0.5, 0.75])
+        t.join()
+        self.assertEqual(self.origin.gets(BUCKET, "big", m), [], "both reads were hits")
+        status, got, elapsed, at = out["slow"]
+        self.assertEqual((status, got), (200, 60 * MiB))
+        want = 60 / 16
+        self.assertLess(abs(elapsed - want), 0.15 * want,
+                        "capped read took %.2f s, its cap says %.2f s" % (elapsed, want))
+        # Smooth: each quarter of the body takes about a quarter of the time.
+        quarters = [b - a for a, b in zip([0] + at, at + [elapsed])]
+        for q in quarters:
+            self.assertLess(abs(q - want / 4), 0.25 * want / 4, quarters)
+        fstatus, fgot, felapsed, _ = out["free"]
+        self.assertEqual((fstatus, fgot), (200, 60 * MiB))
+        self.assertLess(felapsed, want / 2, "the uncapped key was held back: %.2f s" % felapsed)
+
+
 class BadLimitRefused(unittest.TestCase):
 
     def check(self, text):
@@ -131,8 +210,16 @@ class BadLimitRefused(unittest.TestCase):
             self.assertIn(b"max_upstream_requests", out.stderr, bad)
             self.assertIn(b"expected a number of concurrent upstream requests", out.stderr, bad)
 
+    def test_bad_max_bytes_per_second(self):
+        for bad in ("fast", "-1", "1000", "2TiB"):
+            out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_bytes_per_second = %s\n" % bad)
+            self.assertEqual(out.returncode, 2, (bad, out.stderr))
+            self.assertIn(b"max_bytes_per_second", out.stderr, bad)
+            self.assertIn(b"expected bytes a second", out.stderr, bad)
+
     def test_good_max_upstream_requests(self):
-        out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_upstream_requests = 4\n")
+        out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_upstream_requests = 4\n"
+                         "max_bytes_per_second = 64MiB\n")
         self.assertEqual(out.returncode, 0, out.stderr)
 
 
