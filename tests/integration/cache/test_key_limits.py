@@ -185,6 +185,17 @@ class MaxBytesPerSecond(KeyLimitsCase):
         self.assertEqual((fstatus, fgot), (200, 60 * MiB))
         self.assertLess(felapsed, want / 2, "the uncapped key was held back: %.2f s" % felapsed)
 
+    def test_pass_through_reads_are_shaped_too(self):
+        larder = self.start()
+        self.origin.put(BUCKET, "bypassed", blob(8, 24 * MiB))
+        path = harness.key_path(BUCKET, "bypassed") + "?versionId=null"  # never cached
+        status, got, elapsed, _ = timed_read(larder.url, path, SLOW, SLOW_SECRET, [])
+        self.assertEqual((status, got), (200, 24 * MiB))
+        want = 24 / 16
+        self.assertLess(abs(elapsed - want), 0.15 * want,
+                        "pass-through read took %.2f s, its cap says %.2f s" % (elapsed, want))
+        self.assertIn("bypass", [rec.get("cache") for rec in larder.access_records()])
+
 
 class BadLimitRefused(unittest.TestCase):
 
