@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 /* One grant: a bucket ("*" = every bucket) and an optional key prefix.
@@ -31,6 +32,8 @@ struct client_key {
 	bool write;        /* read-write when true, read-only otherwise */
 	struct grant *grants;
 	size_t n_grants;
+	unsigned max_upstream_requests; /* concurrent misses; 0 = no limit */
+	uint64_t max_bytes_per_second;  /* its reads, shaped; 0 = no limit */
 };
 
 /* True when path has a "." or ".." segment ("data/../x"). HTTP clients

@@ -219,6 +219,10 @@ static int slot_of(const struct load *L, const char *name, const struct setting 
 	case S_KEY:
 		if (strcasecmp(name, "secret") == 0)
 			return F_SECRET;
+		if (strcasecmp(name, "max_upstream_requests") == 0)
+			return F_MAX_UPSTREAM;
+		if (strcasecmp(name, "max_bytes_per_second") == 0)
+			return F_MAX_RATE;
 		/* fall through */
 	case S_ANON:
 		if (strcasecmp(name, "access") == 0)
@@ -298,6 +302,8 @@ int load_on_value(void *user, const char *section, const char *name, const char 
 			load_set_str(L, &k->secret, value);
 	} else if (slot == F_ACCESS) {
 		load_access(L, k, value, where);
+	} else if (slot == F_MAX_UPSTREAM || slot == F_MAX_RATE) {
+		load_key_limit(L, k, slot, value, where);
 	} else {
 		load_grants(L, k, value, where);
 	}

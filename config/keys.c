@@ -106,6 +106,27 @@ int load_access(struct load *L, struct client_key *k, const char *v, const char 
 	return 0;
 }
 
+/* max_upstream_requests = 1-100000, or max_bytes_per_second = a size
+ * (64KiB-1TiB) a second; 0 for no limit. */
+int load_key_limit(struct load *L, struct client_key *k, int slot, const char *v,
+                   const char *where)
+{
+	if (slot == F_MAX_RATE) {
+		uint64_t b = 0;
+		if (cfg_parse_size(v, &b) != 0 || (b && (b < 65536 || b > (1ull << 40))))
+			return load_fail(L, "%s: expected bytes a second such as 64MiB (64KiB-1TiB, "
+			                 "0 = no limit), got \"%s\"", where, v);
+		k->max_bytes_per_second = b;
+		return 0;
+	}
+	unsigned long n = 0;
+	if (slot != F_MAX_UPSTREAM || load_parse_ulong(v, &n) != 0 || n > 100000)
+		return load_fail(L, "%s: expected a number of concurrent upstream requests "
+		                 "(1-100000, 0 = no limit), got \"%s\"", where, v);
+	k->max_upstream_requests = (unsigned)n;
+	return 0;
+}
+
 static bool valid_key_id(const char *s)
 {
 	size_t n = strlen(s);

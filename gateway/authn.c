@@ -369,6 +369,8 @@ void authn_request(struct req *r)
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
 		else
 			r->authorized = true;
+		r->max_upstream = k->max_upstream_requests;
+		r->max_rate = k->max_bytes_per_second;
 	}
 	pthread_rwlock_unlock(&gw->keys_lock);
 	free(hc.v);

@@ -266,7 +266,7 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	struct cread *c = req_cread(r);
 	c->meta_loaded = true;
 	/* Learning brings chunk 0: not past the memory bound. */
-	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes))
+	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes) || !req_upstream_take(r))
 		return -EBUSY;
 	/* A whole read with checksum mode learns the object's checksums with
 	 * it (one whole GET, fetch.h); a range or part never gets them. */

@@ -84,12 +84,13 @@ static void iov_done(void *cls)
 
 /* A hit whose chunks are all READY in RAM goes out as an iovec over the
  * chunk buffers themselves: MHD writes them with writev, no copy. NULL
- * when some chunk is not in RAM (the reader callback serves it). */
+ * when some chunk is not in RAM, or the key's reads are shaped (the
+ * reader callback serves it). */
 struct MHD_Response *cread_zero_copy(struct req *r)
 {
 	struct cread *c = req_cread(r);
 	uint64_t cs = cread_chunk_bytes(r), first, last;
-	if (!obj_chunk_span(c->meta->size, cs, c->start, c->end, &first, &last) ||
+	if (req_shaped(r) || !obj_chunk_span(c->meta->size, cs, c->start, c->end, &first, &last) ||
 	    last - first >= 4096)
 		return NULL;
 	unsigned n = (unsigned)(last - first + 1);
@@ -327,6 +328,8 @@ ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 				n = max;
 			if (n > c->end + 1 - c->pos)
 				n = c->end + 1 - c->pos;
+			if (!(n = req_shape(r, (size_t)n)))
+				return 0; /* the key's max_bytes_per_second: wait for tokens */
 			memcpy(out, ch->data + off, (size_t)n);
 			c->pos += n;
 			req_count_out(r, n);

@@ -311,6 +311,8 @@ static size_t on_upstream_read(struct transfer *t, void *arg, char *out, size_t 
 int pass_start(struct req *r)
 {
 	struct gw *gw = r->w->gw;
+	if (!req_upstream_take(r))
+		return -EBUSY;
 	struct hdrs h;
 	hdrs_init(&h);
 	int rc = 0;
@@ -488,6 +490,8 @@ static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 	assert(r->magic == REQ_MAGIC);
 	(void)pos;
 	if (pbuf_used(&r->downbuf)) {
+		if (!(max = req_shape(r, max)))
+			return 0; /* the key's max_bytes_per_second: wait for tokens */
 		size_t n = pbuf_take(&r->downbuf, out, max);
 		r->bytes_out += n;
 		if (r->up.write_paused)

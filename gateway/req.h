@@ -68,6 +68,15 @@ void req_unref(struct req *r);
 void req_wake(struct req *r);     /* resume the client connection if suspended */
 void req_suspend(struct req *r);
 void req_fail(struct req *r, enum s3err e, const char *msg);
+/* Before r first goes upstream (a miss, a pass-through): takes one of its
+ * key's max_upstream_requests slots, held until r ends. False (and r
+ * failed with 503 SlowDown) when the key has them all. */
+bool req_upstream_take(struct req *r);
+/* Of want response bytes, how many r's key's max_bytes_per_second lets it
+ * send now (want when unlimited). 0: r is suspended until tokens return. */
+size_t req_shape(struct req *r, size_t want);
+/* True when r's key has a max_bytes_per_second (its body goes through req_shape). */
+bool req_shaped(const struct req *r);
 /* Adds <name>text</name> (text escaped) to the error's XML, after the
  * elements every error has (S3's <Region>, <HeadersNotSigned>,
  * <RangeRequested>...). */

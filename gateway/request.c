@@ -29,6 +29,7 @@
 #include "base/log.h"
 #include "base/splitmix.h"
 #include "gateway/authn.h"
+#include "gateway/limits.h"
 #include "gateway/listcache.h"
 #include "gateway/metrics.h"
 #include "gateway/passthrough.h"
@@ -205,6 +206,9 @@ void req_unref(struct req *r)
 	if (--r->refs > 0)
 		return;
 	pass_fini(r);
+	ev_timer_stop(r->w->loop, &r->shape_timer);
+	if (r->upstream_slot)
+		limits_upstream_give(r->key_id);
 	if (r->sha)
 		EVP_MD_CTX_free(r->sha);
 	ack_destroy(r->ack);
@@ -240,6 +244,48 @@ void req_suspend(struct req *r)
 
 /* ------------------------------------------------------------------ */
 /* errors larder raises */
+
+bool req_upstream_take(struct req *r)
+{
+	if (r->upstream_slot || r->peer_hop)
+		return true;
+	if (!limits_upstream_take(r->key_id, r->max_upstream)) {
+		req_fail(r, S3E_SLOW_DOWN, "Too many requests for this access key are waiting on "
+		         "the origin (max_upstream_requests).");
+		return false;
+	}
+	r->upstream_slot = true;
+	return true;
+}
+
+static void shape_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct req *r = t->data;
+	assert(r->magic == REQ_MAGIC);
+	req_wake(r);
+}
+
+bool req_shaped(const struct req *r)
+{
+	return r->max_rate != 0;
+}
+
+size_t req_shape(struct req *r, size_t want)
+{
+	if (!r->max_rate || !want)
+		return want;
+	double wait_s = 0;
+	size_t n = limits_bytes_take(r->key_id, r->max_rate, want, clock_mono_s(), &wait_s);
+	if (n)
+		return n;
+	ev_timer_stop(r->w->loop, &r->shape_timer);
+	ev_timer_set(&r->shape_timer, wait_s, 0);
+	ev_timer_start(r->w->loop, &r->shape_timer);
+	req_suspend(r);
+	return 0;
+}
 
 void req_fail(struct req *r, enum s3err e, const char *msg)
 {
@@ -314,6 +360,11 @@ enum MHD_Result req_respond_error(struct req *r)
 	if (cache_active(r))
 		MHD_add_response_header(resp, "x-larder-cache", cache_outcome(r, false));
 	req_add_common_headers(r, resp);
+	if (r->err == S3E_SLOW_DOWN) {
+		char after[16];
+		snprintf(after, sizeof after, "%d", LIMITS_RETRY_AFTER_S);
+		MHD_add_response_header(resp, "Retry-After", after);
+	}
 	/* A body we did not read, or a refused connection over the limit:
 	 * close rather than try to find the next request in the stream. */
 	if (unread_body(r) || r->err == S3E_SLOW_DOWN)
@@ -342,6 +393,8 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->magic = REQ_MAGIC;
 	r->refs = 1;
 	r->w = w;
+	ev_timer_init(&r->shape_timer, shape_cb, 0, 0);
+	r->shape_timer.data = r;
 	buf_init(&r->err_extra, 64 * 1024); /* a Range header or a list of header names, escaped */
 	r->conn = conn;
 	r->t_start = clock_mono_s();

@@ -55,6 +55,10 @@ struct req {
 
 	char key_id[129];
 	bool authorized; /* signature (or anonymous grant) and policy passed */
+	unsigned max_upstream; /* the key's max_upstream_requests (0: no limit) */
+	bool upstream_slot;    /* holds one of them (limits.h) until it ends */
+	uint64_t max_rate;     /* the key's max_bytes_per_second (0: no limit) */
+	ev_timer shape_timer;  /* wakes the response when the key's tokens return */
 	struct s3req s3;
 	bool has_err;
 	enum s3err err;

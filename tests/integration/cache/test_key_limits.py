@@ -1,0 +1,238 @@
+"""Per-key limits of [key ID] sections (issue 14 item 1): a key's
+max_upstream_requests bounds its concurrent misses; a request beyond it is
+refused with 503 SlowDown and Retry-After, and the key's other readers and
+other keys go on. max_bytes_per_second shapes a key's reads smoothly. The upstream is fault_origin.FaultOrigin, which can hold
+each GET back so the misses overlap."""
+import os
+import shutil
+import subprocess
+import tempfile
+import http.client
+import threading
+import time
+import unittest
+
+import harness
+from fault_origin import FaultOrigin
+from test_cache_faults import BUCKET, blob, fetch, larder_env, finish_larder
+
+CAPPED, CAPPED_SECRET = "capped-job", "capped-secret"
+FREE, FREE_SECRET = "free-job", "free-secret"
+SLOW, SLOW_SECRET = "slow-job", "slow-secret"
+MiB = 1024 * 1024
+
+CONFIG = """[key %s]
+secret = %s
+access = read-only
+buckets = *
+max_upstream_requests = 2
+
+[key %s]
+secret = %s
+access = read-only
+buckets = *
+
+[key %s]
+secret = %s
+access = read-only
+buckets = *
+max_bytes_per_second = 16MiB
+""" % (CAPPED, CAPPED_SECRET, FREE, FREE_SECRET, SLOW, SLOW_SECRET)
+
+
+class KeyLimitsCase(harness.S3Asserts, unittest.TestCase):
+    """One fault origin for the class; a larder (CONFIG's keys) per test."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(harness.larder_binary(), os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + harness.larder_binary())
+        cls.origin = FaultOrigin().start()
+        cls.origin.create_bucket(BUCKET)
+        cls.cache_dir = tempfile.mkdtemp(prefix="larder-cache-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.origin.stop()
+        shutil.rmtree(cls.cache_dir, ignore_errors=True)
+
+    def start(self, **extra):
+        env = dict(larder_env(self.cache_dir, LARDER_READAHEAD="0", **extra),
+                   LARDER_UPSTREAM_URL=self.origin.url)
+        larder = harness.Larder(env=env, config_text=CONFIG, client_key=False).start()
+        self.addCleanup(finish_larder, self, larder)
+        return larder
+
+    def read_all(self, larder, keys, who, secret):
+        out = [None] * len(keys)
+
+        def one(i):
+            out[i] = fetch(larder.url, "GET", harness.key_path(BUCKET, keys[i]), key=who,
+                           secret=secret)
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(keys))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+
+class MaxUpstreamRequests(KeyLimitsCase):
+
+    def test_six_cold_reads_two_go_upstream_the_rest_slow_down(self):
+        larder = self.start()
+        keys = ["cold-%d" % i for i in range(6)]
+        data = {k: blob(i, 4000 + i) for i, k in enumerate(keys)}
+        for k in keys:
+            self.origin.put(BUCKET, k, data[k])
+        m = self.origin.mark()
+        self.origin.delay_next(1500, n=50, bucket=BUCKET)
+        got = self.read_all(larder, keys, CAPPED, CAPPED_SECRET)
+        ok = [k for k, r in zip(keys, got) if r.status == 200]
+        slow = [r for r in got if r.status == 503]
+        self.assertEqual(len(ok) + len(slow), 6, got)
+        self.assertTrue(slow, "no read was refused: %s" % got)
+        for r in slow:
+            self.assertEqual(harness.s3_error(r.body)[0], "SlowDown", r)
+            self.assertIn("retry-after", r.headers, r)
+            self.assertGreaterEqual(int(r.headers["retry-after"]), 1)
+        gets = [g for g in self.origin.requests(m, "GET") if g["bucket"] == BUCKET]
+        # Every GET here was held 1.5 s from a burst started at once: all overlapped.
+        self.assertLessEqual(len(gets), 2, [(g["key"], g["t"]) for g in gets])
+        for k in ok:
+            self.assertEqual(got[keys.index(k)].body, data[k])
+
+        # The slots came back with the answers: the refused reads now succeed.
+        self.origin.clear_faults()
+        for k in keys:
+            if k not in ok:
+                r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=CAPPED,
+                          secret=CAPPED_SECRET)
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(r.body, data[k])
+
+    def test_other_keys_are_not_limited(self):
+        larder = self.start()
+        keys = ["free-%d" % i for i in range(6)]
+        for i, k in enumerate(keys):
+            self.origin.put(BUCKET, k, blob(20 + i, 3000))
+        self.origin.delay_next(500, n=50, bucket=BUCKET)
+        got = self.read_all(larder, keys, FREE, FREE_SECRET)
+        self.origin.clear_faults()
+        self.assertEqual([r.status for r in got], [200] * 6, got)
+
+
+def timed_read(base, path, key, secret, marks):
+    """GET path; returns (status, bytes, elapsed, times at which each of
+    marks (fractions of the body) was reached)."""
+    h = harness.sign_headers("GET", base + path, key, secret)
+    host, port = base.replace("http://", "").split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=60)
+    t0 = time.monotonic()
+    try:
+        c.request("GET", path, headers=h)
+        r = c.getresponse()
+        size = int(r.getheader("content-length") or 0)
+        got, at, todo = 0, [], list(marks)
+        while True:
+            piece = r.read(256 * 1024)
+            if not piece:
+                break
+            got += len(piece)
+            while todo and got >= todo[0] * size:
+                at.append(time.monotonic() - t0)
+                todo.pop(0)
+        return r.status, got, time.monotonic() - t0, at
+    finally:
+        c.close()
+
+
+class MaxBytesPerSecond(KeyLimitsCase):
+    """A 60 MiB hit read by a key capped at 16 MiB/s takes 3.75 s (within
+    15%), smoothly; an uncapped key reading it at the same time is not held
+    back."""
+
+    def test_capped_key_reads_a_hit_at_its_rate(self):
+        larder = self.start(LARDER_RAM_CACHE_SIZE="256MiB", LARDER_DISK_CACHE_SIZE="256MiB")
+        data = blob(7, 60 * MiB)
+        self.origin.put(BUCKET, "big", data)
+        path = harness.key_path(BUCKET, "big")
+        r = fetch(larder.url, "GET", path, key=FREE, secret=FREE_SECRET, timeout=120)
+        self.assertEqual(r.status, 200, r)
+        self.assertTrue(r.body == data)
+        m = self.origin.mark()
+
+        out = {}
+
+        def free():
+            time.sleep(0.5)  # while the capped read is under way
+            out["free"] = timed_read(larder.url, path, FREE, FREE_SECRET, [])
+        t = threading.Thread(target=free)
+        t.start()
+        out["slow"] = timed_read(larder.url, path, SLOW, SLOW_SECRET, [0.25, 0.5, 0.75])
+        t.join()
+        self.assertEqual(self.origin.gets(BUCKET, "big", m), [], "both reads were hits")
+        status, got, elapsed, at = out["slow"]
+        self.assertEqual((status, got), (200, 60 * MiB))
+        want = 60 / 16
+        self.assertLess(abs(elapsed - want), 0.15 * want,
+                        "capped read took %.2f s, its cap says %.2f s" % (elapsed, want))
+        # Smooth: each quarter of the body takes about a quarter of the time.
+        quarters = [b - a for a, b in zip([0] + at, at + [elapsed])]
+        for q in quarters:
+            self.assertLess(abs(q - want / 4), 0.25 * want / 4, quarters)
+        fstatus, fgot, felapsed, _ = out["free"]
+        self.assertEqual((fstatus, fgot), (200, 60 * MiB))
+        self.assertLess(felapsed, want / 2, "the uncapped key was held back: %.2f s" % felapsed)
+
+    def test_pass_through_reads_are_shaped_too(self):
+        larder = self.start()
+        self.origin.put(BUCKET, "bypassed", blob(8, 24 * MiB))
+        path = harness.key_path(BUCKET, "bypassed") + "?versionId=null"  # never cached
+        status, got, elapsed, _ = timed_read(larder.url, path, SLOW, SLOW_SECRET, [])
+        self.assertEqual((status, got), (200, 24 * MiB))
+        want = 24 / 16
+        self.assertLess(abs(elapsed - want), 0.15 * want,
+                        "pass-through read took %.2f s, its cap says %.2f s" % (elapsed, want))
+        self.assertIn("bypass", [rec.get("cache") for rec in larder.access_records()])
+
+
+class BadLimitRefused(unittest.TestCase):
+
+    def check(self, text):
+        binary = harness.larder_binary()
+        if not os.access(binary, os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + binary)
+        d = tempfile.mkdtemp(prefix="larder-conf-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "larder.conf")
+        with open(path, "w") as f:
+            f.write(text)
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
+        e.update({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
+                  "LARDER_UPSTREAM_URL": "http://127.0.0.1:9", "LARDER_CONFIG": path})
+        return subprocess.run([binary, "serve", "--check"], env=e, capture_output=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+
+    def test_bad_max_upstream_requests(self):
+        for bad in ("lots", "-1", "2.5", "100001"):
+            out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_upstream_requests = %s\n" % bad)
+            self.assertEqual(out.returncode, 2, (bad, out.stderr))
+            self.assertIn(b"max_upstream_requests", out.stderr, bad)
+            self.assertIn(b"expected a number of concurrent upstream requests", out.stderr, bad)
+
+    def test_bad_max_bytes_per_second(self):
+        for bad in ("fast", "-1", "1000", "2TiB"):
+            out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_bytes_per_second = %s\n" % bad)
+            self.assertEqual(out.returncode, 2, (bad, out.stderr))
+            self.assertIn(b"max_bytes_per_second", out.stderr, bad)
+            self.assertIn(b"expected bytes a second", out.stderr, bad)
+
+    def test_good_max_upstream_requests(self):
+        out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_upstream_requests = 4\n"
+                         "max_bytes_per_second = 64MiB\n")
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
