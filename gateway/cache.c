@@ -16,7 +16,7 @@
  * Chunks, metadata and coalescing go through the object-read layer
  * (store/object.h); this file gives it the producer and the loader that
  * start fetches.
- * The policy was checked before any of this (proxy.c), so a hit never
+ * The policy was checked before any of this (authn.c), so a hit never
  * bypasses it.
  *
  * GET/HEAD ?partNumber=N (current CRTs read part 1 first) goes upstream
@@ -165,7 +165,7 @@ bool cache_passes(struct req *r)
 }
 
 /* x-amz-checksum-* lines of upstream's answer (its Content-Length is
- * req_upstream_length(r), which proxy.c parsed just before). */
+ * req_upstream_length(r), which the pass-through parsed just before). */
 static void learn_checksums(struct req *r)
 {
 	const char *etag = hdrs_get(req_upstream_headers(r), "ETag");

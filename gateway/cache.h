@@ -1,6 +1,6 @@
 /*
  * cache.h - GET and HEAD of objects answered from the chunk cache: what
- * the request's life (proxy.c) asks of the cached read path, what a meta
+ * the request's life (request.c) asks of the cached read path, what a meta
  * fetch reports to the reader that owns it, and the writes and purges that
  * make the cache forget.
  *
@@ -23,7 +23,7 @@ struct gw;
 struct fetch;
 struct chunk;
 
-/* ---- the request's life (proxy.c) ---------------------------------------- */
+/* ---- the request's life (request.c) -------------------------------------- */
 
 /* After authentication: whether this GET/HEAD is answered from the cache
  * (then the request holds its cached-read state). */
@@ -32,7 +32,7 @@ void cache_begin(struct req *r);               /* first call */
 /* Whether the request is answered from the cache: cache_wants said yes,
  * and it was not handed back to the pass-through (cache_passes). */
 bool cache_active(const struct req *r);
-bool cache_passes(struct req *r);              /* proxy.c serves it after all */
+bool cache_passes(struct req *r);              /* the pass-through serves it after all */
 enum MHD_Result cache_respond(struct req *r);  /* the body is in: answer (or wait) */
 /* "hit" or "miss", for x-larder-cache and the access log: a miss when the
  * metadata was learnt or revalidated for this request, or (with_body) when

@@ -52,7 +52,7 @@ struct cread {
 	uint64_t refetch_index;
 	unsigned restarts;              /* learnt again after a version change */
 	bool miss;                      /* some byte came from upstream */
-	bool pass_through;              /* not cacheable after all: proxy.c serves it */
+	bool pass_through;              /* not cacheable after all: the pass-through serves it */
 	uint32_t part;                  /* ?partNumber=N (0: none): answered once learnt */
 	bool want_checksums;            /* x-amz-checksum-mode: ENABLED */
 
