@@ -1,8 +1,9 @@
 /*
  * cache.h - GET and HEAD of objects answered from the chunk cache: what
- * the request's life (request.c) asks of the cached read path, what a meta
- * fetch reports to the reader that owns it, and the writes and purges that
- * make the cache forget.
+ * the request's life (request.c) asks of the cached read path, and the
+ * writes and purges that make the cache forget. A meta fetch reports to the
+ * reader that owns it through fetch_owner_ops (gateway/fetch.h), which
+ * cache.c implements.
  *
  * A request's cached-read state (struct cread) is private to cache.c; the
  * request holds it from cache_wants to cache_free.
