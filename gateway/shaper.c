@@ -15,6 +15,7 @@
 
 #include "base/alloc.h"
 #include "base/fnv.h"
+#include "gateway/metrics.h"
 
 #define SHAPER_SLOTS 4096
 #define SHAPER_PROBE 16
@@ -138,6 +139,7 @@ enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
 		if (slot->since < 0) {
 			slot->since = now;
 			atomic_fetch_add(&sh->waits, 1);
+			metrics_upstream_shaped_wait();
 		}
 		if (!slot->background && !slot->waiting) {
 			e->demand_waiting++;
@@ -154,8 +156,10 @@ enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
 
 static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool outcome)
 {
-	if (outcome && status == 503)
+	if (outcome && status == 503) {
 		atomic_fetch_add(&sh->throttled, 1);
+		metrics_upstream_throttled();
+	}
 	if ((!slot->held && !slot->waiting) || slot->key == 0) {
 		slot->held = slot->waiting = false;
 		return;

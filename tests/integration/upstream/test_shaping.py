@@ -1,0 +1,95 @@
+"""Upstream shaping (gateway/shaper.h): S3 throttles a prefix with 503 SlowDown
+when too many requests are in flight to it; larder lowers its own concurrency
+to the prefix (AIMD) so that its clients see no error where clients going
+straight to the origin do, and the origin's 503s stay few.
+
+The origin is fault_origin.FaultOrigin with throttle_above(K): more than K
+requests in flight to one prefix get 503 SlowDown, the others take a few ms.
+"""
+import concurrent.futures
+import random
+import unittest
+import urllib.request
+
+import harness
+import test_cache_faults
+from fault_origin import ORIGIN_KEY, ORIGIN_SECRET
+from test_cache_faults import BUCKET
+
+READERS = 24
+K = 4
+N_OBJECTS = 192
+SIZE = 64 * 1024
+TOKEN = "shaping-admin-token-0123456789"
+
+
+def blob(seed, n):
+    return random.Random(seed).randbytes(n)
+
+
+def read_all(base, keys, key_id, secret):
+    """READERS threads reading keys (each once); returns [(key, Resp)]."""
+    def one(k):
+        return k, harness.signed_request(base, "GET", "/%s/%s" % (BUCKET, k), key=key_id,
+                                         secret=secret, timeout=60)
+    with concurrent.futures.ThreadPoolExecutor(READERS) as pool:
+        return list(pool.map(one, keys))
+
+
+class Shaping(test_cache_faults.FaultCase):
+    """test_cache_faults' fault origin and larder, with the admin port for the metrics."""
+    ADMIN_PORT = harness.free_port()
+    EXTRA_ENV = {"LARDER_READAHEAD": "0",
+                 "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
+                 "LARDER_ADMIN_TOKEN": TOKEN}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.data = {}
+        for i in range(N_OBJECTS):
+            for prefix in ("direct", "cold"):
+                key = "%s/obj-%03d" % (prefix, i)
+                cls.data[key] = blob(hash(key) & 0xffff, SIZE)
+                cls.origin.put(BUCKET, key, cls.data[key])
+
+    def metric(self, name):
+        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % self.ADMIN_PORT)
+        req.add_header("Authorization", "Bearer " + TOKEN)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        self.fail("no metric " + name)
+
+    def test_throttled_origin_no_client_errors(self):
+        """24 cold readers against an origin throttling above 4 per prefix:
+        straight to the origin they get 503s; through larder every answer is
+        200 with the right bytes, and the origin throttled larder rarely."""
+        direct = ["direct/obj-%03d" % i for i in range(N_OBJECTS)]
+        cold = ["cold/obj-%03d" % i for i in range(N_OBJECTS)]
+
+        self.origin.throttle_above(K, service_ms=30)
+        try:
+            got = read_all(self.origin.url, direct, ORIGIN_KEY, ORIGIN_SECRET)
+            direct_503 = sum(1 for _, r in got if r.status == 503)
+            self.assertGreater(direct_503, N_OBJECTS // 4,
+                               "the load must be more than the origin serves at once")
+
+            self.origin.throttle_above(K, service_ms=30)
+            got = read_all(self.larder.url, cold, harness.CLIENT_KEY, harness.CLIENT_SECRET)
+            throttled = self.origin.throttled
+            most = self.origin.max_inflight
+        finally:
+            self.origin.throttle_above(None)
+        bad = [(k, r.status) for k, r in got if r.status != 200 or r.body != self.data[k]]
+        self.assertEqual(bad, [], "through larder, every read is 200 with its bytes")
+        self.assertLessEqual(most, K)
+        self.assertLess(throttled, N_OBJECTS // 3,
+                        "the origin's 503s to larder (%d) stay bounded" % throttled)
+        self.assertGreater(self.metric("larder_upstream_throttled_total"), 0)
+        self.assertGreater(self.metric("larder_upstream_shaped_waits_total"), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
