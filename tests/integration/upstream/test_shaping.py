@@ -8,6 +8,9 @@ requests in flight to one prefix get 503 SlowDown, the others take a few ms.
 """
 import concurrent.futures
 import random
+import shutil
+import tempfile
+import time
 import unittest
 import urllib.request
 
@@ -89,6 +92,38 @@ class Shaping(test_cache_faults.FaultCase):
                         "the origin's 503s to larder (%d) stay bounded" % throttled)
         self.assertGreater(self.metric("larder_upstream_throttled_total"), 0)
         self.assertGreater(self.metric("larder_upstream_shaped_waits_total"), 0)
+
+    def test_no_slot_in_time_is_slowdown(self):
+        """A read that finds its prefix's window full waits, then gets what
+        S3 would have answered: 503 SlowDown with Retry-After. The read
+        holding the slot is unharmed."""
+        cache_dir = tempfile.mkdtemp(prefix="larder-cache-")
+        larder = test_cache_faults.start_larder(self.origin, test_cache_faults.larder_env(
+            cache_dir, LARDER_UPSTREAM_WINDOW_MAX="1", LARDER_UPSTREAM_SLOT_WAIT_MS="300"))
+        try:
+            self.origin.put(BUCKET, "slow/a", blob(1, SIZE))
+            self.origin.put(BUCKET, "slow/b", blob(2, SIZE))
+            self.origin.delay_next(2000, key="slow/a")
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                first = pool.submit(harness.signed_request, larder.url, "GET",
+                                    "/%s/slow/a" % BUCKET)
+                time.sleep(0.5)
+                t0 = time.monotonic()
+                second = harness.signed_request(larder.url, "GET", "/%s/slow/b" % BUCKET)
+                waited = time.monotonic() - t0
+                first = first.result()
+            self.assertEqual(second.status, 503)
+            self.assertEqual(harness.s3_error(second.body)[0], "SlowDown")
+            self.assertEqual(second.headers.get("retry-after"), "1")
+            self.assertGreaterEqual(waited, 0.25)
+            self.assertEqual((first.status, first.body), (200, blob(1, SIZE)))
+            # another prefix is not held back
+            self.origin.put(BUCKET, "other/c", blob(3, SIZE))
+            self.assertEqual(harness.signed_request(larder.url, "GET",
+                                                    "/%s/other/c" % BUCKET).status, 200)
+        finally:
+            test_cache_faults.finish_larder(self, larder)
+            shutil.rmtree(cache_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
