@@ -72,6 +72,7 @@ struct fetch {
 	bool fills_chunk0;           /* meta fetch: its answer is chunk 0 whole */
 	struct shaper_slot slot;     /* its place in the prefix's window (gateway/shaper.h) */
 	ev_timer slot_timer;         /* waiting for that place */
+	bool no_slot;                /* it waited too long for one: SlowDown */
 	struct buf errbody;
 };
 
@@ -220,6 +221,11 @@ static void slot_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct fetch *f = t->data;
 	assert(f->magic == FETCH_MAGIC);
+	if (f->c && !obj_wanted(f->c)) { /* its readers gave up while it waited */
+		store_complete(f->w->gw->store, f->c, false, FETCH_ERR_CANCELLED, NULL);
+		fetch_free(f);
+		return;
+	}
 	start_or_fail(f);
 }
 
@@ -499,8 +505,10 @@ static int start_transfer(struct fetch *f)
 		ev_timer_start(f->w->loop, &f->slot_timer);
 		return 0;
 	}
-	if (!rc && v == SHAPER_TIMEOUT)
+	if (!rc && v == SHAPER_TIMEOUT) {
+		f->no_slot = true;
 		rc = -EBUSY;
+	}
 	if (!rc)
 		rc = f->to_peer ? prepare_peer(f, peer, &h)
 		                : upstream_prepare(gw->up, &f->x, &rq, &f->target);
@@ -710,7 +718,8 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	} else {
 		log_warn("fetch", "%s/%s chunk %" PRIu64 " failed: status %ld, %s", f->bucket, f->key,
 		         f->index, status, transfer_strerror(t, result));
-		store_complete(gw->store, f->c, false, FETCH_ERR_UPSTREAM, NULL);
+		store_complete(gw->store, f->c, false,
+		               f->no_slot ? FETCH_ERR_SLOWDOWN : FETCH_ERR_UPSTREAM, NULL);
 	}
 	fetch_free(f);
 }
