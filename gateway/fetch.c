@@ -635,7 +635,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	assert(f->magic == FETCH_MAGIC && t == &f->x);
 	bool meta_only = f->meta_kind && !f->c;
 	long status = t->status;
-	shaper_release(gw->shaper, &f->slot, status);
+	shaper_release(gw->shaper, &f->slot, status, ev_now(f->w->loop));
 	if (f->to_peer && !f->cancelled &&
 	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
 	     status == 401 || status == 403) &&

@@ -19,6 +19,7 @@
 
 #define SHAPER_SLOTS 4096
 #define SHAPER_PROBE 16
+#define SHAPER_GROW_S 0.2
 
 struct entry {
 	uint64_t key;           /* 0: free */
@@ -26,6 +27,8 @@ struct entry {
 	unsigned demand_waiting;
 	unsigned epoch;
 	double window;
+	double credit;          /* successes since it last grew, in windows */
+	double grown_at;        /* when it last grew or was cut */
 };
 
 struct shaper {
@@ -154,7 +157,8 @@ enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
 	return v;
 }
 
-static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool outcome)
+static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool outcome,
+                 double now)
 {
 	if (outcome && status == 503) {
 		atomic_fetch_add(&sh->throttled, 1);
@@ -178,10 +182,20 @@ static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool 
 			double w = e->window < before ? e->window : before;
 			e->window = w / 2 < min ? min : w / 2;
 			e->epoch++;
+			e->credit = 0;
+			e->grown_at = now;
 		} else if (outcome && status >= 200 && status < 500) {
-			e->window += 1.0 / e->window;
-			if (e->window > max)
-				e->window = max;
+			/* One more slot per window's worth of successes, at most
+			 * one per SHAPER_GROW_S: S3 raises a prefix's rate
+			 * gradually, and probing faster only buys SlowDowns. */
+			e->credit += 1.0 / e->window;
+			if (e->credit > 1)
+				e->credit = 1;
+			if (e->credit >= 1 && now - e->grown_at >= SHAPER_GROW_S) {
+				e->window = e->window + 1 > max ? max : e->window + 1;
+				e->credit = 0;
+				e->grown_at = now;
+			}
 		}
 	}
 	pthread_mutex_unlock(&sh->lock);
@@ -189,15 +203,15 @@ static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool 
 	slot->since = -1;
 }
 
-void shaper_release(struct shaper *sh, struct shaper_slot *slot, long status)
+void shaper_release(struct shaper *sh, struct shaper_slot *slot, long status, double now)
 {
 	if (slot->held)
-		done(sh, slot, status, true);
+		done(sh, slot, status, true, now);
 }
 
 void shaper_cancel(struct shaper *sh, struct shaper_slot *slot)
 {
-	done(sh, slot, 0, false);
+	done(sh, slot, 0, false, 0);
 }
 
 double shaper_window(struct shaper *sh, const char *bucket, const char *key)

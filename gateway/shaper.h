@@ -3,8 +3,9 @@
  * one S3 prefix, learnt from S3's answers. S3 answers 503 SlowDown when a
  * prefix gets more than it serves; each (bucket, first key segment) has a
  * window that halves on a SlowDown (once per window's worth of requests)
- * and grows by one request per window of successes, between the floor and
- * the maximum (additive increase, multiplicative decrease).
+ * and grows by one request per window of successes (at most one per
+ * 200 ms), between the floor and the maximum (additive increase,
+ * multiplicative decrease).
  *
  * Demand reads (a client waits) come first: a background request (warm
  * jobs, lookahead) gets a slot only while no demand read waits for one,
@@ -57,9 +58,9 @@ void shaper_slot_init(struct shaper_slot *slot, bool background);
 enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
                                    const char *bucket, const char *key, double now);
 
-/* The request is over with upstream's status (0: no answer): frees the
- * slot and updates the window. A no-op for a slot not held. */
-void shaper_release(struct shaper *sh, struct shaper_slot *slot, long status);
+/* The request is over with upstream's status (0: no answer) at time now:
+ * frees the slot and updates the window. A no-op for a slot not held. */
+void shaper_release(struct shaper *sh, struct shaper_slot *slot, long status, double now);
 
 /* Gives up: frees a held slot without an outcome, or stops waiting. */
 void shaper_cancel(struct shaper *sh, struct shaper_slot *slot);

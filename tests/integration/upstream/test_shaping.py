@@ -14,6 +14,7 @@ import time
 import unittest
 import urllib.request
 
+import admin_calls
 import harness
 import test_cache_faults
 from fault_origin import ORIGIN_KEY, ORIGIN_SECRET
@@ -22,6 +23,7 @@ from test_cache_faults import BUCKET
 READERS = 24
 K = 4
 N_OBJECTS = 192
+N_WARM = N_OBJECTS + N_OBJECTS // 2  # warmed by a job while N_OBJECTS are read
 SIZE = 64 * 1024
 TOKEN = "shaping-admin-token-0123456789"
 
@@ -39,9 +41,11 @@ def read_all(base, keys, key_id, secret):
         return list(pool.map(one, keys))
 
 
-class Shaping(test_cache_faults.FaultCase):
+class Shaping(admin_calls.AdminCalls, test_cache_faults.FaultCase):
     """test_cache_faults' fault origin and larder, with the admin port for the metrics."""
     ADMIN_PORT = harness.free_port()
+    ADMIN_TOKEN = TOKEN
+    admin = "http://127.0.0.1:%d" % ADMIN_PORT
     EXTRA_ENV = {"LARDER_READAHEAD": "0",
                  "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
                  "LARDER_ADMIN_TOKEN": TOKEN}
@@ -50,8 +54,8 @@ class Shaping(test_cache_faults.FaultCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.data = {}
-        for i in range(N_OBJECTS):
-            for prefix in ("direct", "cold"):
+        for prefix, n in (("direct", N_OBJECTS), ("cold", N_OBJECTS), ("warm", N_WARM)):
+            for i in range(n):
                 key = "%s/obj-%03d" % (prefix, i)
                 cls.data[key] = blob(hash(key) & 0xffff, SIZE)
                 cls.origin.put(BUCKET, key, cls.data[key])
@@ -92,6 +96,32 @@ class Shaping(test_cache_faults.FaultCase):
                         "the origin's 503s to larder (%d) stay bounded" % throttled)
         self.assertGreater(self.metric("larder_upstream_throttled_total"), 0)
         self.assertGreater(self.metric("larder_upstream_shaped_waits_total"), 0)
+
+    def test_warm_job_and_readers_on_a_throttled_prefix(self):
+        """A warm job (background) and 24 cold readers on one prefix throttling
+        above 4: every read is 200, the job finishes without an error and has
+        warmed its objects, and the origin throttled larder rarely."""
+        keys = ["warm/obj-%03d" % i for i in range(N_WARM)]
+        warm, read = keys[:N_WARM - N_OBJECTS], keys[N_WARM - N_OBJECTS:]
+        self.origin.throttle_above(K, service_ms=30)
+        try:
+            st, r = self.call("POST", "/admin/prefetch", {"bucket": BUCKET, "keys": warm})
+            self.assertEqual(st, 202, r)
+            got = read_all(self.larder.url, read, harness.CLIENT_KEY, harness.CLIENT_SECRET)
+            info = self.wait_job(r["job"])
+            throttled = self.origin.throttled
+        finally:
+            self.origin.throttle_above(None)
+        bad = [(k, r.status) for k, r in got if r.status != 200 or r.body != self.data[k]]
+        self.assertEqual(bad, [], "every read is 200 with its bytes")
+        self.assertEqual((info["state"], info["objects_done"], info["errors"]),
+                         ("done", len(warm), 0), info)
+        self.assertLess(throttled, N_WARM // 3)
+        mark = self.origin.mark()
+        for k in warm:
+            r = harness.signed_request(self.larder.url, "GET", "/%s/%s" % (BUCKET, k))
+            self.assertEqual((r.status, r.body), (200, self.data[k]))
+        self.assertEqual(self.origin.count(since=mark, method="GET"), 0)
 
     def test_no_slot_in_time_is_slowdown(self):
         """A read that finds its prefix's window full waits, then gets what

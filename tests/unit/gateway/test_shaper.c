@@ -44,15 +44,15 @@ static void test_window_bounds_inflight(void **state)
 	struct shaper_slot o;
 	shaper_slot_init(&o, false);
 	assert_int_equal(shaper_acquire(sh, &o, "b", "q/k", 0), SHAPER_GO);
-	shaper_release(sh, &o, 200);
+	shaper_release(sh, &o, 200, 0);
 	shaper_slot_init(&o, false);
 	assert_int_equal(shaper_acquire(sh, &o, "c", "p/k", 0), SHAPER_GO);
-	shaper_release(sh, &o, 200);
-	shaper_release(sh, &s[0], 200);
+	shaper_release(sh, &o, 200, 0);
+	shaper_release(sh, &s[0], 200, 0);
 	assert_int_equal(shaper_acquire(sh, &s[4], "b", "p/k", 0.1), SHAPER_GO);
 	assert_int_equal(shaper_waits(sh), 1);
 	for (int i = 1; i < 5; i++)
-		shaper_release(sh, &s[i], 200);
+		shaper_release(sh, &s[i], 200, 0);
 	shaper_destroy(sh);
 }
 
@@ -67,10 +67,10 @@ static void test_aimd(void **state)
 		shaper_slot_init(&s[i], false);
 		assert_int_equal(shaper_acquire(sh, &s[i], "b", "p/k", 0), SHAPER_GO);
 	}
-	shaper_release(sh, &s[0], 503);
+	shaper_release(sh, &s[0], 503, 0);
 	assert_true(shaper_window(sh, "b", "p/x") == 6);
 	for (int i = 1; i < 12; i++)
-		shaper_release(sh, &s[i], 503); /* the same burst: no further cut */
+		shaper_release(sh, &s[i], 503, 0); /* the same burst: no further cut */
 	assert_true(shaper_window(sh, "b", "p/x") == 6);
 	assert_int_equal(shaper_throttled(sh), 12);
 
@@ -79,25 +79,27 @@ static void test_aimd(void **state)
 		struct shaper_slot t;
 		shaper_slot_init(&t, false);
 		assert_int_equal(shaper_acquire(sh, &t, "b", "p/k", 1), SHAPER_GO);
-		shaper_release(sh, &t, 503);
+		shaper_release(sh, &t, 503, 1);
 	}
 	assert_true(shaper_window(sh, "b", "p/x") == 2);
 
-	/* 2 successes grow 2 -> 3 (1/w each, about one per window) */
-	for (int i = 0; i < 2; i++) {
+	/* a window's worth of successes (2) grows 2 -> 3; the next window's
+	 * worth within 200 ms of that does not */
+	for (int i = 0; i < 4; i++) {
 		struct shaper_slot t;
 		shaper_slot_init(&t, false);
 		assert_int_equal(shaper_acquire(sh, &t, "b", "p/k", 2), SHAPER_GO);
-		shaper_release(sh, &t, 200);
+		shaper_release(sh, &t, 200, 2 + i * 0.01);
+		assert_true(shaper_window(sh, "b", "p/x") == (i == 0 ? 2 : 3));
 	}
-	double w = shaper_window(sh, "b", "p/x");
-	assert_true(w > 2.8 && w < 3);
-	/* and never past the maximum */
+	/* later it does, and never past the maximum */
 	for (int i = 0; i < 10000; i++) {
 		struct shaper_slot t;
 		shaper_slot_init(&t, false);
 		assert_int_equal(shaper_acquire(sh, &t, "b", "p/k", 3), SHAPER_GO);
-		shaper_release(sh, &t, 404);
+		shaper_release(sh, &t, 404, 3 + i * 0.05);
+		if (i == 0)
+			assert_true(shaper_window(sh, "b", "p/x") == 4);
 	}
 	assert_true(shaper_window(sh, "b", "p/x") == 64);
 	shaper_destroy(sh);
@@ -119,18 +121,18 @@ static void test_demand_first(void **state)
 	assert_int_equal(shaper_acquire(sh, &bg[3], "b", "k", 0), SHAPER_WAIT);
 	assert_int_equal(shaper_acquire(sh, &d[0], "b", "k", 0), SHAPER_GO);
 	assert_int_equal(shaper_acquire(sh, &d[1], "b", "k", 0), SHAPER_WAIT);
-	shaper_release(sh, &bg[0], 200);
+	shaper_release(sh, &bg[0], 200, 0);
 	/* a slot is free, but a demand read waits: it is the demand read's */
 	assert_int_equal(shaper_acquire(sh, &bg[3], "b", "k", 0.1), SHAPER_WAIT);
 	assert_int_equal(shaper_acquire(sh, &d[1], "b", "k", 0.1), SHAPER_GO);
-	shaper_release(sh, &d[0], 200);
+	shaper_release(sh, &d[0], 200, 0);
 	/* nobody waits, but 3 of 4 are background's share */
 	assert_int_equal(shaper_acquire(sh, &bg[3], "b", "k", 0.2), SHAPER_WAIT);
-	shaper_release(sh, &bg[1], 200);
+	shaper_release(sh, &bg[1], 200, 0);
 	assert_int_equal(shaper_acquire(sh, &bg[3], "b", "k", 0.3), SHAPER_GO);
 	for (int i = 2; i < 4; i++)
-		shaper_release(sh, &bg[i], 200);
-	shaper_release(sh, &d[1], 200);
+		shaper_release(sh, &bg[i], 200, 0);
+	shaper_release(sh, &d[1], 200, 0);
 	shaper_destroy(sh);
 }
 
@@ -147,19 +149,19 @@ static void test_wait_times_out(void **state)
 	assert_int_equal(shaper_acquire(sh, &b, "b", "k", 10), SHAPER_WAIT);
 	assert_int_equal(shaper_acquire(sh, &b, "b", "k", 11), SHAPER_WAIT);
 	assert_int_equal(shaper_acquire(sh, &b, "b", "k", 12), SHAPER_TIMEOUT);
-	shaper_release(sh, &a, 200);
+	shaper_release(sh, &a, 200, 0);
 	/* b gave up: a background request is not held back by it */
 	assert_int_equal(shaper_acquire(sh, &c, "b", "k", 12), SHAPER_GO);
-	shaper_release(sh, &c, 200);
+	shaper_release(sh, &c, 200, 0);
 	/* a cancelled waiter too */
 	assert_int_equal(shaper_acquire(sh, &a, "b", "k", 13), SHAPER_GO);
 	shaper_slot_init(&b, false);
 	assert_int_equal(shaper_acquire(sh, &b, "b", "k", 13), SHAPER_WAIT);
 	shaper_cancel(sh, &b);
-	shaper_release(sh, &a, 200);
+	shaper_release(sh, &a, 200, 0);
 	shaper_slot_init(&c, true);
 	assert_int_equal(shaper_acquire(sh, &c, "b", "k", 13), SHAPER_GO);
-	shaper_release(sh, &c, 200);
+	shaper_release(sh, &c, 200, 0);
 	shaper_destroy(sh);
 }
 
@@ -174,7 +176,7 @@ static void test_many_prefixes(void **state)
 		shaper_slot_init(&t, false);
 		snprintf(key, sizeof key, "p%d/k", i);
 		assert_int_equal(shaper_acquire(sh, &t, "b", key, 0), SHAPER_GO);
-		shaper_release(sh, &t, 200);
+		shaper_release(sh, &t, 200, 0);
 	}
 	shaper_destroy(sh);
 }
@@ -195,7 +197,7 @@ static void *race(void *arg)
 		while ((v = shaper_acquire(r->sh, &t, "b", "p/k", now)) == SHAPER_WAIT)
 			now += 0.001;
 		if (v == SHAPER_GO)
-			shaper_release(r->sh, &t, i % 7 == 0 ? 503 : 200);
+			shaper_release(r->sh, &t, i % 7 == 0 ? 503 : 200, 0);
 	}
 	return NULL;
 }
@@ -218,7 +220,7 @@ static void test_threads(void **state)
 		assert_int_equal(shaper_acquire(sh, &s[i], "b", "p/k", 0), SHAPER_GO);
 	}
 	for (unsigned i = 0; i < (unsigned)w; i++)
-		shaper_release(sh, &s[i], 200);
+		shaper_release(sh, &s[i], 200, 0);
 	shaper_destroy(sh);
 }
 
