@@ -105,6 +105,9 @@ static int set_defaults(struct load *L)
 	c->upstream_timeout_s = 30;
 	c->creds_refresh_margin_s = 300;
 	c->upstream_retries = 3;
+	c->upstream_window_max = 64;
+	c->upstream_window_min = 1;
+	c->upstream_slot_wait_ms = 5000;
 	c->ram_cache_bytes = (size_t)1 << 30;
 	c->disk_cache_bytes = (size_t)10 << 30;
 	c->chunk_bytes = (size_t)8 << 20;
@@ -193,6 +196,11 @@ static struct cfg *load(const char *text, const char *src, const char *const *en
 		load_fail(&L, "LARDER_PIN_MAX: %zu bytes is more than the RAM tier "
 		          "(LARDER_RAM_CACHE_SIZE, %zu bytes): pinned chunks live in RAM",
 		          L.c->pin_max_bytes, L.c->ram_cache_bytes);
+		goto fail;
+	}
+	if (L.c->upstream_window_min > L.c->upstream_window_max) {
+		load_fail(&L, "LARDER_UPSTREAM_WINDOW_MIN: %u is more than LARDER_UPSTREAM_WINDOW_MAX (%u)",
+		          L.c->upstream_window_min, L.c->upstream_window_max);
 		goto fail;
 	}
 	if (!L.c->tls_cert != !L.c->tls_key) {

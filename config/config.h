@@ -70,6 +70,9 @@ struct cfg {
 	unsigned creds_refresh_margin_s; /* LARDER_CREDS_REFRESH_MARGIN: refresh this long before expiry */
 
 	unsigned upstream_retries;    /* LARDER_UPSTREAM_RETRIES: retries of 5xx/SlowDown, default 3 */
+	unsigned upstream_window_max; /* LARDER_UPSTREAM_WINDOW_MAX: requests in flight per prefix, default 64 */
+	unsigned upstream_window_min; /* LARDER_UPSTREAM_WINDOW_MIN: the floor after SlowDowns, default 1 */
+	unsigned upstream_slot_wait_ms; /* LARDER_UPSTREAM_SLOT_WAIT_MS: wait for a slot, default 5000 */
 
 	/* [cache] */
 	char *cache_dir;              /* LARDER_CACHE_DIR: NVMe tier directory; NULL = RAM only */

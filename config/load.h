@@ -49,7 +49,7 @@ struct setting {
 };
 
 /* The rows of load_settings; settings.c checks the count. */
-#define N_SETTINGS 43
+#define N_SETTINGS 46
 extern const struct setting load_settings[N_SETTINGS];
 
 /* ---- load state ------------------------------------------------------------ */

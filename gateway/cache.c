@@ -493,10 +493,11 @@ enum MHD_Result cache_respond(struct req *r)
 				resolve(r);
 				return cache_respond(r);
 			}
-			if (reason != FETCH_ERR_UPSTREAM &&
+			if (reason != FETCH_ERR_UPSTREAM && reason != FETCH_ERR_SLOWDOWN &&
 			    cread_refetch_allowed(c, first))
 				return cache_respond(r);
-			return respond_s3(r, S3E_SERVICE_UNAVAILABLE, NULL);
+			return respond_s3(r, reason == FETCH_ERR_SLOWDOWN ? S3E_SLOW_DOWN
+			                                                  : S3E_SERVICE_UNAVAILABLE, NULL);
 		}
 		if (state == CHUNK_FILLING && filled <= off) {
 			c->wait_chunk = ch;

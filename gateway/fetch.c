@@ -76,6 +76,9 @@ struct fetch {
 	bool changed;                /* an answer for another version: as good as a 412 */
 	bool uncacheable;            /* meta fetch: an answer the cache cannot keep */
 	bool fills_chunk0;           /* meta fetch: its answer is chunk 0 whole */
+	struct shaper_slot slot;     /* its place in the prefix's window (gateway/shaper.h) */
+	ev_timer slot_timer;         /* waiting for that place */
+	bool no_slot;                /* it waited too long for one: SlowDown */
 	struct buf errbody;
 };
 
@@ -95,6 +98,8 @@ static void fetch_free(struct fetch *f)
 		f->owner_ops->detach(f->owner, f);
 	if (f->ask)
 		placement_cancel(f->ask);
+	ev_timer_stop(w->loop, &f->slot_timer);
+	shaper_cancel(w->gw->shaper, &f->slot);
 	transfer_fini(&f->x);
 	up_target_fini(&f->target);
 	buf_fini(&f->errbody);
@@ -109,8 +114,10 @@ static void fetch_free(struct fetch *f)
 }
 
 static const struct transfer_ops fetch_ops;
+static void slot_cb(struct ev_loop *loop, ev_timer *t, int revents);
 
-static struct fetch *fetch_new(struct worker *w, const char *bucket, const char *key)
+static struct fetch *fetch_new(struct worker *w, const char *bucket, const char *key,
+                               bool background)
 {
 	struct fetch *f = calloc(1, sizeof *f);
 	if (!f)
@@ -123,6 +130,9 @@ static struct fetch *fetch_new(struct worker *w, const char *bucket, const char 
 	transfer_init(&f->x, &fetch_ops, f, w->curl, &policy);
 	up_target_init(&f->target);
 	buf_init(&f->errbody, ERRBODY_MAX);
+	shaper_slot_init(&f->slot, background);
+	ev_timer_init(&f->slot_timer, slot_cb, 0, 0);
+	f->slot_timer.data = f;
 	list_push_front(&w->fetches, &f->link);
 	if (!f->bucket || !f->key) {
 		fetch_free(f);
@@ -199,13 +209,30 @@ static int peer_target(const char *addr, bool tls, const char *bucket, const cha
 /* A transfer that could not start outside fetch_*_start: fail its waiters. */
 static void start_or_fail(struct fetch *f)
 {
-	if (start_transfer(f) != 0) {
+	int rc = start_transfer(f);
+	if (rc != 0) {
 		if (f->c)
-			store_complete(f->w->gw->store, f->c, false, FETCH_ERR_UPSTREAM, NULL);
-		if (f->meta_kind && !f->c)
+			store_complete(f->w->gw->store, f->c, false,
+			               rc == -EBUSY ? FETCH_ERR_SLOWDOWN : FETCH_ERR_UPSTREAM, NULL);
+		if (f->meta_kind && !f->c && rc == -EBUSY)
+			meta_publish_failure(f->w->gw->meta, f->bucket, f->key, 503, clock_mono_s());
+		else if (f->meta_kind && !f->c)
 			meta_publish(f->w->gw->meta, f->bucket, f->key, NULL);
 		fetch_free(f);
 	}
+}
+
+/* Waited SHAPER_POLL_S for a place in the prefix's window: ask again. */
+static void slot_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct fetch *f = t->data;
+	assert(f->magic == FETCH_MAGIC);
+	if (f->c && !obj_wanted(f->c)) { /* its readers gave up while it waited */
+		store_complete(f->w->gw->store, f->c, false, FETCH_ERR_CANCELLED, NULL);
+		fetch_free(f);
+		return;
+	}
+	start_or_fail(f);
 }
 
 /* The directory answered: a holder to ask first, or nobody. */
@@ -501,6 +528,19 @@ static int start_transfer(struct fetch *f)
 		.method = "GET", .bucket = f->bucket, .key = f->key, .query = "",
 		.payload_hash = SV4_EMPTY_SHA256, .headers = &h,
 	};
+	enum shaper_verdict v = SHAPER_GO;
+	if (!rc && !f->to_peer)
+		v = shaper_acquire(gw->shaper, &f->slot, f->bucket, f->key, ev_now(f->w->loop));
+	if (v == SHAPER_WAIT) { /* slot_cb comes back here */
+		hdrs_fini(&h);
+		ev_timer_set(&f->slot_timer, SHAPER_POLL_S, 0);
+		ev_timer_start(f->w->loop, &f->slot_timer);
+		return 0;
+	}
+	if (!rc && v == SHAPER_TIMEOUT) {
+		f->no_slot = true;
+		rc = -EBUSY;
+	}
 	if (!rc)
 		rc = f->to_peer ? prepare_peer(f, peer, &h)
 		                : upstream_prepare(gw->up, &f->x, &rq, &f->target);
@@ -512,7 +552,7 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
                                 unsigned hop, const char *bucket, const char *key,
                                 const char *revalidate, const char *pin, bool whole)
 {
-	struct fetch *f = fetch_new(w, bucket, key);
+	struct fetch *f = fetch_new(w, bucket, key, !ops); /* no reader: a warm job's */
 	if (!f)
 		return NULL;
 	snprintf(f->pin, sizeof f->pin, "%s", pin ? pin : "");
@@ -555,9 +595,10 @@ struct fetch *fetch_meta_start_job(struct worker *w, const char *bucket, const c
 }
 
 static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
-                       const struct obj_meta *m, uint64_t index, unsigned hop, const char *pin)
+                       const struct obj_meta *m, uint64_t index, unsigned hop, const char *pin,
+                       bool background)
 {
-	struct fetch *f = fetch_new(w, bucket, key);
+	struct fetch *f = fetch_new(w, bucket, key, background);
 	if (!f)
 		return -ENOMEM;
 	f->hop = hop;
@@ -582,13 +623,14 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
                       const struct obj_meta *m, uint64_t index, unsigned hop)
 {
-	return chunk_start(w, c, bucket, key, m, index, hop, NULL);
+	return chunk_start(w, c, bucket, key, m, index, hop, NULL, false);
 }
 
 int fetch_produce(void *arg, struct chunk *c, uint64_t index)
 {
 	const struct fetch_producer *p = arg;
-	return chunk_start(p->w, c, p->bucket, p->key, p->meta, index, p->hop, p->pin) == 0
+	return chunk_start(p->w, c, p->bucket, p->key, p->meta, index, p->hop, p->pin,
+	                   p->background) == 0
 	               ? 0
 	               : FETCH_ERR_UPSTREAM;
 }
@@ -633,6 +675,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	assert(f->magic == FETCH_MAGIC && t == &f->x);
 	bool meta_only = f->meta_kind && !f->c;
 	long status = t->status;
+	shaper_release(gw->shaper, &f->slot, status, ev_now(f->w->loop));
 	if (f->to_peer && !f->cancelled &&
 	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
 	     status == 401 || status == 403) &&
@@ -715,7 +758,8 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	} else {
 		log_warn("fetch", "%s/%s chunk %" PRIu64 " failed: status %ld, %s", f->bucket, f->key,
 		         f->index, status, transfer_strerror(t, result));
-		store_complete(gw->store, f->c, false, FETCH_ERR_UPSTREAM, NULL);
+		store_complete(gw->store, f->c, false,
+		               f->no_slot ? FETCH_ERR_SLOWDOWN : FETCH_ERR_UPSTREAM, NULL);
 	}
 	fetch_free(f);
 }

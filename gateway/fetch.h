@@ -27,6 +27,7 @@
 #define FETCH_ERR_UPSTREAM  (-1001) /* upstream error or unreachable after retries */
 #define FETCH_ERR_CHANGED   (-1002) /* 412 on If-Match: the object changed */
 #define FETCH_ERR_CANCELLED (-1003) /* nobody wanted it any more */
+#define FETCH_ERR_SLOWDOWN  (-1004) /* no slot to the S3 prefix in time (gateway/shaper.h) */
 
 struct fetch;
 
@@ -83,6 +84,7 @@ struct fetch_producer {
 	const struct obj_meta *meta;
 	unsigned hop;                /* as fetch_chunk_start's */
 	const char *pin;             /* a pinned warm job's pins_peer_header(), or NULL */
+	bool background;             /* a warm job's: after demand reads (gateway/shaper.h) */
 };
 /* An obj_produce_fn (store/object.h): fetch_chunk_start with arg a struct
  * fetch_producer; FETCH_ERR_UPSTREAM when it could not start. */

@@ -194,6 +194,7 @@ static struct {
 
 	counter up_requests[600];          /* [status]; 0: no response */
 	counter up_bytes, up_errors, up_retries;
+	counter up_throttled, up_shaped_waits;
 	counter up_hist[12];               /* per bucket (not cumulative); [11]: +Inf */
 	counter up_sum_us;
 
@@ -311,6 +312,16 @@ void metrics_upstream(int status, uint64_t bytes, double seconds, bool retry)
 		i++;
 	add(&M.up_hist[i], 1);
 	add(&M.up_sum_us, (uint64_t)(seconds * 1e6 + 0.5));
+}
+
+void metrics_upstream_throttled(void)
+{
+	add(&M.up_throttled, 1);
+}
+
+void metrics_upstream_shaped_wait(void)
+{
+	add(&M.up_shaped_waits, 1);
 }
 
 void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry)
@@ -485,6 +496,12 @@ static int render_upstream(struct buf *b)
 	r = r ? r : family(b, "larder_upstream_retries_total", "counter",
 	                   "Upstream requests that repeated an earlier attempt.");
 	r = r ? r : sample(b, "larder_upstream_retries_total", NULL, get(&M.up_retries));
+	r = r ? r : family(b, "larder_upstream_throttled_total", "counter",
+	                   "Upstream answers 503 SlowDown, each one lowering its prefix's window.");
+	r = r ? r : sample(b, "larder_upstream_throttled_total", NULL, get(&M.up_throttled));
+	r = r ? r : family(b, "larder_upstream_shaped_waits_total", "counter",
+	                   "Upstream requests that waited for a slot in their prefix's window.");
+	r = r ? r : sample(b, "larder_upstream_shaped_waits_total", NULL, get(&M.up_shaped_waits));
 	r = r ? r : family(b, "larder_upstream_request_duration_seconds", "histogram",
 	                   "Time of whole upstream requests.");
 	uint64_t cum = 0;

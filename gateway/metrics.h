@@ -64,6 +64,11 @@ void metrics_upstream(int status, uint64_t bytes, double seconds, bool retry);
  * failed result (other than larder cancelling it itself) counts as status 0. */
 void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry);
 
+/* Upstream shaping (gateway/shaper.h): a 503 SlowDown answer; a request
+ * that had to wait for a slot. */
+void metrics_upstream_throttled(void);
+void metrics_upstream_shaped_wait(void);
+
 /* Values read at render time. */
 struct metrics_gauges {
 	const struct store_stats *store;  /* NULL: no store figures */

@@ -369,6 +369,8 @@ enum MHD_Result req_respond_error(struct req *r)
 	 * close rather than try to find the next request in the stream. */
 	if (unread_body(r) || r->err == S3E_SLOW_DOWN)
 		MHD_add_response_header(resp, "Connection", "close");
+	if (r->err == S3E_SLOW_DOWN) /* as S3 does: when to try again */
+		MHD_add_response_header(resp, "Retry-After", "1");
 	r->status_sent = (int)s3err_status(r->err);
 	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status_sent, resp);
 	MHD_destroy_response(resp);

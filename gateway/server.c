@@ -490,6 +490,13 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		log_error("config", "%s", err);
 		goto out;
 	}
+	struct shaper_settings shs = { cfg->upstream_window_max, cfg->upstream_window_min,
+		                       cfg->upstream_slot_wait_ms / 1000.0 };
+	gw.shaper = shaper_create(&shs, err, sizeof err);
+	if (!gw.shaper) {
+		log_error("config", "%s", err);
+		goto out;
+	}
 
 	if (cfg->tls_cert && (load_pem(cfg->tls_cert, "LARDER_TLS_CERT", &gw.tls_cert) != 0 ||
 	                      load_pem(cfg->tls_key, "LARDER_TLS_KEY", &gw.tls_key) != 0)) {
@@ -629,6 +636,7 @@ out:
 	meta_cache_destroy(gw.meta);
 	listcache_destroy(gw.lists);
 	upstream_destroy(gw.up);
+	shaper_destroy(gw.shaper);
 	if (gw.creds)
 		creds_provider_destroy(gw.creds);
 	if (owned_keys)

@@ -17,6 +17,7 @@
 #include "base/list.h"
 #include "config/config.h"
 #include "net/curlev.h"
+#include "gateway/shaper.h"
 #include "gateway/upstream.h"
 #include "store/object.h"
 
@@ -40,6 +41,7 @@ struct gw {
 	unsigned magic;
 	const struct cfg *cfg;          /* settings fixed for the process's life */
 	struct upstream *up;
+	struct shaper *shaper;          /* upstream concurrency per S3 prefix (gateway/shaper.h) */
 	struct creds_provider *creds;
 	struct store *store;            /* the chunk cache, shared by all workers */
 	struct meta_cache *meta;        /* object metadata, shared by all workers */

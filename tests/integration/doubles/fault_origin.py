@@ -7,6 +7,7 @@
     origin.delay_next(1500, key="obj")       # next GET: first byte after 1.5 s
     origin.slow_next(65536, 20, key="obj")   # next GET: body in 64 KiB pieces, 20 ms apart
     origin.replace_after("bkt", "obj", new)  # new bytes (new ETag) from the next request on
+    origin.throttle_above(4, service_ms=30)  # > 4 requests in flight to a prefix: 503 SlowDown
     ...
     origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
     origin.ignore_if_match = True            # a broken upstream/proxy: If-Match not evaluated
@@ -213,6 +214,11 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         self.answer_etag = {}
         self.extra_headers = {}
         self.log = []
+        self.throttle_k = None
+        self.service_ms = 0
+        self.inflight = {}
+        self.throttled = 0
+        self.max_inflight = 0
         self._ids = itertools.count(1)
         self.thread = None
 
@@ -302,6 +308,15 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
             do()
             return None
         return self._add(Fault("replace", after_gets, ("GET",), bucket, key, action=do))
+
+    def throttle_above(self, k, service_ms=0):
+        """As S3 does per prefix: a request arriving while k are in flight to
+        its prefix (bucket and the key up to its first '/') is answered 503
+        SlowDown; the others take service_ms more before they answer. None: off.
+        self.throttled counts the 503s, self.max_inflight the most served at once."""
+        with self.lock:
+            self.throttle_k, self.service_ms = k, service_ms
+            self.throttled = self.max_inflight = 0
 
     def clear_faults(self):
         with self.lock:
@@ -464,6 +479,34 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     # -- dispatch
     def handle_any(self):
+        srv = self.server
+        path = self.path.partition("?")[0].split("/", 2)
+        prefix = (path[1] if len(path) > 1 else "",
+                  path[2].split("/", 1)[0] if len(path) > 2 and "/" in path[2] else "")
+        with srv.lock:
+            k = srv.throttle_k
+            n = srv.inflight.get(prefix, 0)
+            if k is not None and n >= k:
+                srv.throttled += 1
+                throttled = True
+            else:
+                throttled = False
+                srv.inflight[prefix] = n + 1
+                srv.max_inflight = max(srv.max_inflight, n + 1)
+        if throttled:
+            self.rec = {"t": time.time(), "method": self.command, "target": self.path,
+                        "status": None, "faults": ["throttle"], "body_sent": 0, "done": False}
+            self._body()
+            return self._error(503, "SlowDown", "Please reduce your request rate.")
+        try:
+            if srv.service_ms:
+                time.sleep(srv.service_ms / 1000.0)
+            return self._handle()
+        finally:
+            with srv.lock:
+                srv.inflight[prefix] -= 1
+
+    def _handle(self):
         srv = self.server
         hdrs = {k.lower(): v for k, v in self.headers.items()}
         body = self._body()

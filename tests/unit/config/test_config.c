@@ -660,6 +660,30 @@ static void test_cache_settings(void **state)
 	expect_error(NULL, bad4, want4);
 }
 
+/* Upstream shaping windows: defaults, both ways of setting, the floor under the ceiling. */
+static void test_upstream_window_settings(void **state)
+{
+	(void)state;
+	struct cfg *c = load_ok(NULL, NULL);
+	assert_int_equal(c->upstream_window_max, 64);
+	assert_int_equal(c->upstream_window_min, 1);
+	assert_int_equal(c->upstream_slot_wait_ms, 5000);
+	cfg_free(c);
+	static const char *const env[] = { "LARDER_UPSTREAM_WINDOW_MIN=2", NULL };
+	c = load_ok("[upstream]\nwindow_max = 8\nslot_wait_ms = 250\n", env);
+	assert_int_equal(c->upstream_window_max, 8);
+	assert_int_equal(c->upstream_window_min, 2);
+	assert_int_equal(c->upstream_slot_wait_ms, 250);
+	cfg_free(c);
+	static const char *const bad[] = { "LARDER_UPSTREAM_WINDOW_MAX=4",
+		                           "LARDER_UPSTREAM_WINDOW_MIN=5", NULL };
+	static const char *const want[] = { "LARDER_UPSTREAM_WINDOW_MIN", "more than", NULL };
+	expect_error(NULL, bad, want);
+	static const char *const zero[] = { "LARDER_UPSTREAM_WINDOW_MIN=0", NULL };
+	static const char *const want0[] = { "LARDER_UPSTREAM_WINDOW_MIN", NULL };
+	expect_error(NULL, zero, want0);
+}
+
 static void test_admin_settings(void **state)
 {
 	(void)state;
@@ -816,6 +840,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_cache_settings),
 		cmocka_unit_test(test_cluster_settings),
+		cmocka_unit_test(test_upstream_window_settings),
 		cmocka_unit_test(test_admin_settings),
 		cmocka_unit_test(test_list_cache_settings),
 		cmocka_unit_test(test_no_leaks),

@@ -1,0 +1,234 @@
+/*
+ * shaper.c - per-prefix AIMD windows on upstream requests (shaper.h).
+ *
+ * The table is open addressing over a fixed array; an entry is free again
+ * when nothing is in flight or waiting and its window is back at the
+ * maximum (it then says nothing a fresh entry would not).
+ */
+#include "gateway/shaper.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/fnv.h"
+#include "gateway/metrics.h"
+
+#define SHAPER_SLOTS 4096
+#define SHAPER_PROBE 16
+#define SHAPER_GROW_S 0.2
+
+struct entry {
+	uint64_t key;           /* 0: free */
+	unsigned inflight;
+	unsigned demand_waiting;
+	unsigned epoch;
+	double window;
+	double credit;          /* successes since it last grew, in windows */
+	double grown_at;        /* when it last grew or was cut */
+};
+
+struct shaper {
+	struct shaper_settings set;
+	pthread_mutex_t lock;
+	struct entry table[SHAPER_SLOTS];
+	atomic_uint_fast64_t throttled, waits;
+};
+
+struct shaper *shaper_create(const struct shaper_settings *s, char *err, size_t errlen)
+{
+	if (s->window_min < 1 || s->window_max < s->window_min) {
+		snprintf(err, errlen, "upstream window: need 1 <= window_min (%u) <= window_max (%u)",
+		         s->window_min, s->window_max);
+		return NULL;
+	}
+	struct shaper *sh = xcalloc(1, sizeof *sh);
+	sh->set = *s;
+	pthread_mutex_init(&sh->lock, NULL);
+	return sh;
+}
+
+void shaper_destroy(struct shaper *sh)
+{
+	if (!sh)
+		return;
+	pthread_mutex_destroy(&sh->lock);
+	free(sh);
+}
+
+void shaper_slot_init(struct shaper_slot *slot, bool background)
+{
+	memset(slot, 0, sizeof *slot);
+	slot->background = background;
+	slot->since = -1;
+}
+
+/* The prefix S3 throttles by, as far as larder can tell: the bucket and
+ * the key up to its first '/' (the whole bucket for keys without one). */
+static uint64_t prefix_key(const char *bucket, const char *key)
+{
+	uint64_t h = fnv1a64_add(FNV1A64_OFFSET, bucket, strlen(bucket) + 1);
+	const char *slash = strchr(key, '/');
+	if (slash)
+		h = fnv1a64_add(h, key, (size_t)(slash - key));
+	return h ? h : 1;
+}
+
+static bool entry_idle(const struct shaper *sh, const struct entry *e)
+{
+	return e->inflight == 0 && e->demand_waiting == 0 && e->window >= sh->set.window_max;
+}
+
+/* The entry of key; with create, a new one if there is room. Under the lock. */
+static struct entry *find(struct shaper *sh, uint64_t key, bool create)
+{
+	struct entry *free_e = NULL;
+	for (unsigned i = 0; i < SHAPER_PROBE; i++) {
+		struct entry *e = &sh->table[(key + i) % SHAPER_SLOTS];
+		if (e->key == key)
+			return e;
+		if (!free_e && (e->key == 0 || entry_idle(sh, e)))
+			free_e = e;
+	}
+	if (!create || !free_e)
+		return NULL;
+	memset(free_e, 0, sizeof *free_e);
+	free_e->key = key;
+	free_e->window = sh->set.window_max;
+	return free_e;
+}
+
+static unsigned limit_of(const struct shaper_slot *slot, const struct entry *e)
+{
+	unsigned w = (unsigned)e->window;
+	if (!slot->background)
+		return w;
+	if (e->demand_waiting > 0)
+		return 0;
+	unsigned bg = w - w / 4;
+	return bg ? bg : 1;
+}
+
+enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
+                                   const char *bucket, const char *key, double now)
+{
+	if (slot->held)
+		return SHAPER_GO;
+	uint64_t k = prefix_key(bucket, key);
+	pthread_mutex_lock(&sh->lock);
+	struct entry *e = find(sh, k, true);
+	enum shaper_verdict v = SHAPER_GO;
+	if (!e) { /* the table is full: not shaped */
+		slot->key = 0;
+		slot->held = true;
+	} else if (e->inflight < limit_of(slot, e)) {
+		e->inflight++;
+		if (slot->waiting)
+			e->demand_waiting--;
+		slot->key = k;
+		slot->epoch = e->epoch;
+		slot->held = true;
+		slot->waiting = false;
+	} else if (slot->since >= 0 && now - slot->since >= sh->set.wait_s) {
+		if (slot->waiting)
+			e->demand_waiting--;
+		slot->waiting = false;
+		slot->since = -1;
+		v = SHAPER_TIMEOUT;
+	} else {
+		if (slot->since < 0) {
+			slot->since = now;
+			atomic_fetch_add(&sh->waits, 1);
+			metrics_upstream_shaped_wait();
+		}
+		if (!slot->background && !slot->waiting) {
+			e->demand_waiting++;
+			slot->waiting = true;
+			slot->key = k;
+		}
+		v = SHAPER_WAIT;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	if (v == SHAPER_GO)
+		slot->since = -1;
+	return v;
+}
+
+static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool outcome,
+                 double now)
+{
+	if (outcome && status == 503) {
+		atomic_fetch_add(&sh->throttled, 1);
+		metrics_upstream_throttled();
+	}
+	if ((!slot->held && !slot->waiting) || slot->key == 0) {
+		slot->held = slot->waiting = false;
+		return;
+	}
+	pthread_mutex_lock(&sh->lock);
+	struct entry *e = find(sh, slot->key, false);
+	if (e && slot->waiting) {
+		e->demand_waiting--;
+	} else if (e) {
+		unsigned before = e->inflight--;
+		double max = sh->set.window_max, min = sh->set.window_min;
+		if (outcome && status == 503 && slot->epoch == e->epoch) {
+			/* Halve what was really in flight: the window may be
+			 * far above it. Later answers to requests sent before
+			 * this one are the same news: the epoch moves on. */
+			double w = e->window < before ? e->window : before;
+			e->window = w / 2 < min ? min : w / 2;
+			e->epoch++;
+			e->credit = 0;
+			e->grown_at = now;
+		} else if (outcome && status >= 200 && status < 500) {
+			/* One more slot per window's worth of successes, at most
+			 * one per SHAPER_GROW_S: S3 raises a prefix's rate
+			 * gradually, and probing faster only buys SlowDowns. */
+			e->credit += 1.0 / e->window;
+			if (e->credit > 1)
+				e->credit = 1;
+			if (e->credit >= 1 && now - e->grown_at >= SHAPER_GROW_S) {
+				e->window = e->window + 1 > max ? max : e->window + 1;
+				e->credit = 0;
+				e->grown_at = now;
+			}
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+	slot->held = slot->waiting = false;
+	slot->since = -1;
+}
+
+void shaper_release(struct shaper *sh, struct shaper_slot *slot, long status, double now)
+{
+	if (slot->held)
+		done(sh, slot, status, true, now);
+}
+
+void shaper_cancel(struct shaper *sh, struct shaper_slot *slot)
+{
+	done(sh, slot, 0, false, 0);
+}
+
+double shaper_window(struct shaper *sh, const char *bucket, const char *key)
+{
+	pthread_mutex_lock(&sh->lock);
+	struct entry *e = find(sh, prefix_key(bucket, key), false);
+	double w = e ? e->window : sh->set.window_max;
+	pthread_mutex_unlock(&sh->lock);
+	return w;
+}
+
+uint64_t shaper_throttled(struct shaper *sh)
+{
+	return atomic_load(&sh->throttled);
+}
+
+uint64_t shaper_waits(struct shaper *sh)
+{
+	return atomic_load(&sh->waits);
+}
