@@ -360,7 +360,7 @@ enum MHD_Result req_respond_error(struct req *r)
 	if (cache_active(r))
 		MHD_add_response_header(resp, "x-larder-cache", cache_outcome(r, false));
 	req_add_common_headers(r, resp);
-	if (r->err == S3E_SLOW_DOWN) {
+	if (r->err == S3E_SLOW_DOWN) { /* as S3 does: when to try again */
 		char after[16];
 		snprintf(after, sizeof after, "%d", LIMITS_RETRY_AFTER_S);
 		MHD_add_response_header(resp, "Retry-After", after);
@@ -369,8 +369,6 @@ enum MHD_Result req_respond_error(struct req *r)
 	 * close rather than try to find the next request in the stream. */
 	if (unread_body(r) || r->err == S3E_SLOW_DOWN)
 		MHD_add_response_header(resp, "Connection", "close");
-	if (r->err == S3E_SLOW_DOWN) /* as S3 does: when to try again */
-		MHD_add_response_header(resp, "Retry-After", "1");
 	r->status_sent = (int)s3err_status(r->err);
 	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status_sent, resp);
 	MHD_destroy_response(resp);
