@@ -57,6 +57,7 @@ RAW_ALLOC = ["malloc", "calloc", "realloc", "reallocarray", "strdup", "strndup"]
 PRIVATE = {
     "gateway/request_internal.h": ["gateway/request.c", "gateway/authn.c",
                                    "gateway/passthrough.c"],
+    "gateway/admin_internal.h": ["gateway/admin.c", "gateway/admin_jobs.c"],
 }
 PRIVATE_INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+/[a-z_]+\.h)"')
 
