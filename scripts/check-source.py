@@ -58,6 +58,7 @@ PRIVATE = {
     "gateway/request_internal.h": ["gateway/request.c", "gateway/authn.c",
                                    "gateway/passthrough.c"],
     "gateway/admin_internal.h": ["gateway/admin.c", "gateway/admin_jobs.c"],
+    "gateway/cli_internal.h": ["gateway/cli.c", "gateway/cli_jobs.c"],
 }
 PRIVATE_INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+/[a-z_]+\.h)"')
 
