@@ -8,12 +8,17 @@
  * multi handle; object metadata and chunks come through the metadata cache
  * and the store exactly as for client reads. Counters the admin thread
  * reads are atomics; everything else belongs to the worker.
+ *
+ * This file owns the jobs: the registry, the loop's timers and the
+ * per-object stepping (metadata, chunks, pins). The listing and manifest
+ * transfers and their XML parsing, and the one-off bucket check and object
+ * read, are prefetch_list.c's; what the two share is prefetch_internal.h.
  */
 #include "gateway/prefetch.h"
+#include "gateway/prefetch_internal.h"
 
 #include <assert.h>
 #include <errno.h>
-#include <expat.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,94 +37,20 @@
 #include "store/object.h"
 #include "store/store.h"
 
-#define PF_HELD 2            /* chunks of one object in flight at once */
 #define PF_KEEP_FINISHED 64  /* finished jobs kept for their status */
 #define PF_TICK 0.005        /* a small object takes two steps: its meta fetch, then chunk 0 */
 #define LIST_BODY_MAX (64u << 20)
-#define PREFETCH_MAGIC 0x70726566u
-#define PF_MAGIC 0x7066636bu     /* "pfck": struct prefetch */
-#define PF_OBJ_MAGIC 0x70666f62u /* "pfob" */
 
-enum pf_state { PF_LISTING, PF_WARMING, PF_DONE, PF_FAILED, PF_CANCELLED };
 static const char *const state_names[] = { "listing", "warming", "done", "failed", "cancelled" };
 
-struct pf_obj {
-	unsigned magic;              /* PF_OBJ_MAGIC while it has a key */
-	char *key;
-	struct obj_meta *meta;
-	struct chunk_waiter waiter;
-	struct obj_meta_ask ask;
-	_Atomic bool woken;
-	unsigned meta_tries;
-	bool sized;                  /* its size is already in bytes_total */
-	uint64_t next_chunk, n_chunks;
-	struct chunk *held[PF_HELD];
-	unsigned n_held;
-};
-
-/* What a job's meta fetch is for. */
-struct pf_load {
-	struct pf_job *j;
-	const char *key;
-	bool whole;                  /* learn it whole, with its checksums (fetch.h) */
-};
-
-struct pf_job {
-	unsigned magic;
-	struct prefetch *p;
-	struct pf_job *next;         /* registry, newest first */
-	struct pf_job *run_next;     /* running on the loop */
-	char id[24];
-	char *bucket, *prefix, *manifest;
-	char **keys;
-	uint64_t *sizes;             /* from the listing; 0 when unknown */
-	size_t n_keys, cap_keys, next_key;
-	_Atomic int state;
-	_Atomic bool cancel;
-	bool listing_done;
-	bool gated;                  /* a lookahead's: keys start below the gate only */
-	_Atomic size_t gate;
-	bool listed;                 /* its keys come from a listing (not keys, not a manifest) */
-	bool pin;                    /* pins what it warms (pins.h; the pin's id is the job's) */
-	char pin_hdr[PIN_HEADER_MAX]; /* its chunk fetches to owners ask them to pin too */
-	_Atomic bool pin_refused;
-
-	struct transfer x;           /* a listing page or the manifest */
-	struct up_target target;
-	struct buf body;
-	char *token;                 /* ListObjectsV2 continuation */
-
-	struct pf_obj *active;
-	unsigned concurrency;
-	uint64_t bytes_per_s;
-	_Atomic uint64_t objects_done, bytes_done, bytes_total, errors;
-	double started, finished;
-	char error[256];
-};
-
-struct prefetch {
-	unsigned magic;
-	struct gw *gw;
-	struct worker *w;
-	pthread_mutex_t lock;
-	struct pf_job *jobs;
-	struct pf_job *queued;       /* started by the admin thread, not yet running */
-	struct pf_job *running;      /* the loop's */
-	unsigned next_id;
-	ev_async async;
-	ev_timer tick;
-	ev_timer pin_tick;           /* ends pins whose time is up */
-};
-
-
-static void job_fail(struct pf_job *j, const char *msg)
+void job_fail(struct pf_job *j, const char *msg)
 {
 	snprintf(j->error, sizeof j->error, "%s", msg);
 	atomic_store(&j->state, PF_FAILED);
 	log_warn("prefetch", "job %s: %s", j->id, j->error);
 }
 
-static int add_key(struct pf_job *j, const char *key, uint64_t size)
+int add_key(struct pf_job *j, const char *key, uint64_t size)
 {
 	if (j->n_keys == j->cap_keys) {
 		size_t cap = j->cap_keys ? j->cap_keys * 2 : 256;
@@ -140,206 +71,6 @@ static int add_key(struct pf_job *j, const char *key, uint64_t size)
 		atomic_fetch_add(&j->bytes_total, size);
 	return 0;
 }
-
-/* ---- listing and manifest transfers ------------------------------------- */
-
-static enum transfer_verdict on_list_headers(struct transfer *t, void *arg)
-{
-	struct pf_job *j = arg;
-	assert(j->magic == PREFETCH_MAGIC);
-	return upstream_region_check(j->p->gw->up, j->bucket, t);
-}
-
-static size_t on_list_body(struct transfer *t, void *arg, const char *data, size_t len)
-{
-	struct pf_job *j = arg;
-	assert(j->magic == PREFETCH_MAGIC);
-	(void)t;
-	return buf_append(&j->body, data, len) == 0 ? len : 0;
-}
-
-static int start_transfer(struct pf_job *j)
-{
-	struct gw *gw = j->p->gw;
-	struct buf q;
-	buf_init(&q, 16384);
-	const char *key = NULL;
-	int rc = 0;
-	if (j->manifest) {
-		key = j->manifest;
-	} else {
-		rc = buf_puts(&q, "list-type=2&prefix=");
-		rc = rc ? rc : sv4_uri_encode(j->prefix, strlen(j->prefix), false, &q);
-		if (j->token) {
-			rc = rc ? rc : buf_puts(&q, "&continuation-token=");
-			rc = rc ? rc : sv4_uri_encode(j->token, strlen(j->token), false, &q);
-		}
-	}
-	struct hdrs h;
-	hdrs_init(&h);
-	struct up_request rq = {
-		.method = "GET", .bucket = j->bucket, .key = key, .query = buf_cstr(&q),
-		.payload_hash = SV4_EMPTY_SHA256, .headers = &h,
-	};
-	rc = rc ? rc : upstream_prepare(gw->up, &j->x, &rq, &j->target);
-	hdrs_fini(&h);
-	buf_fini(&q);
-	buf_reset(&j->body);
-	return rc ? rc : transfer_submit(&j->x);
-}
-
-static int list_restart(struct transfer *t, void *arg)
-{
-	struct pf_job *j = arg;
-	assert(j->magic == PREFETCH_MAGIC);
-	(void)t;
-	return start_transfer(j);
-}
-
-/* ListObjectsV2 XML: the Key and Size of each Contents, IsTruncated,
- * NextContinuationToken. */
-struct lx {
-	struct pf_job *j;
-	struct buf text;
-	bool in_contents;
-	char *key;
-	uint64_t size;
-	bool truncated;
-	char *token;
-	int err;
-};
-
-static void XMLCALL lx_start(void *arg, const XML_Char *name, const XML_Char **attrs)
-{
-	struct lx *x = arg;
-	(void)attrs;
-	buf_reset(&x->text);
-	if (strcmp(name, "Contents") == 0)
-		x->in_contents = true;
-}
-
-static void XMLCALL lx_text(void *arg, const XML_Char *s, int len)
-{
-	struct lx *x = arg;
-	if (buf_append(&x->text, s, (size_t)len) != 0)
-		x->err = -E2BIG;
-}
-
-static void XMLCALL lx_end(void *arg, const XML_Char *name)
-{
-	struct lx *x = arg;
-	const char *t = buf_cstr(&x->text);
-	if (x->in_contents && strcmp(name, "Key") == 0) {
-		free(x->key);
-		x->key = strdup(t);
-	} else if (x->in_contents && strcmp(name, "Size") == 0) {
-		x->size = strtoull(t, NULL, 10);
-	} else if (strcmp(name, "Contents") == 0) {
-		if (x->key && add_key(x->j, x->key, x->size) != 0)
-			x->err = -ENOMEM;
-		free(x->key);
-		x->key = NULL;
-		x->size = 0;
-		x->in_contents = false;
-	} else if (strcmp(name, "IsTruncated") == 0) {
-		x->truncated = strcmp(t, "true") == 0;
-	} else if (strcmp(name, "NextContinuationToken") == 0) {
-		free(x->token);
-		x->token = strdup(t);
-	}
-	buf_reset(&x->text);
-}
-
-static void parse_listing(struct pf_job *j)
-{
-	struct lx x = { .j = j };
-	buf_init(&x.text, 1 << 16);
-	XML_Parser xp = XML_ParserCreate("UTF-8");
-	if (!xp) {
-		job_fail(j, "out of memory");
-		buf_fini(&x.text);
-		return;
-	}
-	XML_SetUserData(xp, &x);
-	XML_SetElementHandler(xp, lx_start, lx_end);
-	XML_SetCharacterDataHandler(xp, lx_text);
-	if (XML_Parse(xp, j->body.p ? j->body.p : "", (int)j->body.len, 1) != XML_STATUS_OK ||
-	    x.err) {
-		char msg[200];
-		snprintf(msg, sizeof msg, "ListObjectsV2 answer not understood: %s",
-		         XML_ErrorString(XML_GetErrorCode(xp)));
-		job_fail(j, msg);
-	} else if (x.truncated && x.token) {
-		free(j->token);
-		j->token = x.token;
-		x.token = NULL;
-		if (start_transfer(j) != 0)
-			job_fail(j, "cannot list the next page");
-	} else {
-		j->listing_done = true;
-	}
-	XML_ParserFree(xp);
-	free(x.key);
-	free(x.token);
-	buf_fini(&x.text);
-}
-
-static void parse_manifest(struct pf_job *j)
-{
-	char *s = j->body.p ? j->body.p : (char *)"";
-	while (*s) {
-		size_t len = strcspn(s, "\n");
-		char *line = strndup(s, len);
-		if (!line) {
-			job_fail(j, "out of memory");
-			return;
-		}
-		size_t l = strlen(line);
-		while (l && (line[l - 1] == '\r' || line[l - 1] == ' ' || line[l - 1] == '\t'))
-			line[--l] = '\0';
-		if (l && add_key(j, line, 0) != 0)
-			job_fail(j, "out of memory");
-		free(line);
-		s += len;
-		if (*s == '\n')
-			s++;
-	}
-	j->listing_done = true;
-}
-
-static void list_done(struct transfer *t, void *arg, CURLcode result)
-{
-	struct pf_job *j = arg;
-	assert(j->magic == PREFETCH_MAGIC && t == &j->x);
-	if (atomic_load(&j->cancel)) {
-		j->listing_done = true;
-		return;
-	}
-	if ((result != CURLE_OK || upstream_retryable(t->status)) && transfer_retry_later(t) >= 0)
-		return; /* a transient failure: the page is asked for again */
-	if (result != CURLE_OK || t->status != 200) {
-		char what[160];
-		snprintf(what, sizeof what, "%s: upstream answered %ld%s%s",
-		         j->manifest ? "reading the manifest" : "listing the bucket", t->status,
-		         result != CURLE_OK ? ", " : "",
-		         result != CURLE_OK ? curl_easy_strerror(result) : "");
-		job_fail(j, what);
-		j->listing_done = true;
-		return;
-	}
-	t->retries = 0; /* each page has the policy's retries */
-	if (j->manifest)
-		parse_manifest(j);
-	else
-		parse_listing(j);
-}
-
-static const struct transfer_ops list_ops = {
-	.headers = on_list_headers,
-	.body = on_list_body,
-	.restart = list_restart,
-	.done = list_done,
-};
 
 /* ---- warming objects -------------------------------------------------------- */
 
@@ -661,107 +392,6 @@ void prefetch_destroy(struct prefetch *p)
 	pthread_mutex_destroy(&p->lock);
 	p->magic = 0;
 	free(p);
-}
-
-/* The HEAD of prefetch_check_bucket (or the GET of prefetch_read_object),
- * built again when S3 names the bucket's region. */
-struct bucket_check {
-	unsigned magic;
-	struct upstream *up;
-	const char *bucket;
-	const char *key;             /* NULL: the bucket */
-	struct buf *body;            /* the object's bytes go here */
-	struct up_target target;
-};
-#define CHECK_MAGIC 0x70636b62u
-
-static int check_prepare(struct transfer *t, void *arg)
-{
-	struct bucket_check *bc = arg;
-	assert(bc->magic == CHECK_MAGIC);
-	struct hdrs h;
-	hdrs_init(&h);
-	struct up_request rq = {
-		.method = bc->key ? "GET" : "HEAD", .bucket = bc->bucket, .key = bc->key, .query = "",
-		.payload_hash = SV4_EMPTY_SHA256, .headers = &h,
-	};
-	int rc = upstream_prepare(bc->up, t, &rq, &bc->target);
-	hdrs_fini(&h);
-	return rc;
-}
-
-static enum transfer_verdict check_headers(struct transfer *t, void *arg)
-{
-	struct bucket_check *bc = arg;
-	assert(bc->magic == CHECK_MAGIC);
-	return upstream_region_check(bc->up, bc->bucket, t);
-}
-
-static size_t check_body(struct transfer *t, void *arg, const char *data, size_t len)
-{
-	struct bucket_check *bc = arg;
-	assert(bc->magic == CHECK_MAGIC);
-	if (!bc->body)
-		return len;
-	if (t->status != 200)
-		return len; /* an error document */
-	return buf_append(bc->body, data, len) == 0 ? len : 0;
-}
-
-static const struct transfer_ops check_ops = {
-	.headers = check_headers,
-	.body = check_body,
-	.restart = check_prepare,
-};
-
-int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t errlen)
-{
-	struct bucket_check bc = { .magic = CHECK_MAGIC, .up = gw->up, .bucket = bucket };
-	struct transfer t;
-	transfer_init(&t, &check_ops, &bc, NULL, NULL);
-	up_target_init(&bc.target);
-	long status = 0;
-	int rc = check_prepare(&t, &bc);
-	if (!rc && transfer_perform(&t) != CURLE_OK)
-		rc = -EIO;
-	status = t.status;
-	if (rc == -EIO)
-		snprintf(err, errlen, "upstream unreachable: %s", t.err);
-	else if (rc)
-		snprintf(err, errlen, "cannot ask upstream about bucket %s", bucket);
-	else if (status == 403)
-		snprintf(err, errlen, "larder's upstream credentials may not read bucket %s", bucket);
-	else if (status == 404)
-		snprintf(err, errlen, "bucket %s does not exist upstream", bucket);
-	else if (status != 200)
-		snprintf(err, errlen, "upstream answered %ld for bucket %s", status, bucket);
-	transfer_fini(&t);
-	up_target_fini(&bc.target);
-	return rc == 0 && status == 200 ? 0 : -1;
-}
-
-int prefetch_read_object(struct gw *gw, const char *bucket, const char *key, struct buf *body,
-                         char *err, size_t errlen)
-{
-	struct bucket_check bc = { .magic = CHECK_MAGIC, .up = gw->up, .bucket = bucket,
-		                   .key = key, .body = body };
-	struct transfer t;
-	transfer_init(&t, &check_ops, &bc, NULL, NULL);
-	up_target_init(&bc.target);
-	int rc = check_prepare(&t, &bc);
-	if (!rc && transfer_perform(&t) != CURLE_OK)
-		rc = -EIO;
-	long status = t.status;
-	if (rc == -EIO)
-		snprintf(err, errlen, "reading %s/%s: upstream unreachable or the object too large: %s",
-		         bucket, key, t.err);
-	else if (rc)
-		snprintf(err, errlen, "cannot ask upstream for %s/%s", bucket, key);
-	else if (status != 200)
-		snprintf(err, errlen, "reading %s/%s: upstream answered %ld", bucket, key, status);
-	transfer_fini(&t);
-	up_target_fini(&bc.target);
-	return rc == 0 && status == 200 ? 0 : -1;
 }
 
 int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24], char *err,

@@ -57,6 +57,9 @@ RAW_ALLOC = ["malloc", "calloc", "realloc", "reallocarray", "strdup", "strndup"]
 PRIVATE = {
     "gateway/request_internal.h": ["gateway/request.c", "gateway/authn.c",
                                    "gateway/passthrough.c"],
+    "gateway/admin_internal.h": ["gateway/admin.c", "gateway/admin_jobs.c"],
+    "gateway/cli_internal.h": ["gateway/cli.c", "gateway/cli_jobs.c"],
+    "gateway/prefetch_internal.h": ["gateway/prefetch.c", "gateway/prefetch_list.c"],
 }
 PRIVATE_INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+/[a-z_]+\.h)"')
 

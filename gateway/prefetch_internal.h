@@ -1,0 +1,106 @@
+/*
+ * prefetch_internal.h - what prefetch.c and prefetch_list.c share: a job,
+ * its objects and the registry, and the few functions one calls in the
+ * other. Private to those two files (scripts/check-source.py).
+ */
+#ifndef LARDER_GATEWAY_PREFETCH_INTERNAL_H
+#define LARDER_GATEWAY_PREFETCH_INTERNAL_H
+
+#include <ev.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "gateway/pins.h"
+#include "gateway/upstream.h"
+#include "net/transfer.h"
+#include "store/object.h"
+
+#define PF_HELD 2            /* chunks of one object in flight at once */
+#define PREFETCH_MAGIC 0x70726566u
+#define PF_MAGIC 0x7066636bu     /* "pfck": struct prefetch */
+#define PF_OBJ_MAGIC 0x70666f62u /* "pfob" */
+
+enum pf_state { PF_LISTING, PF_WARMING, PF_DONE, PF_FAILED, PF_CANCELLED };
+
+struct pf_obj {
+	unsigned magic;              /* PF_OBJ_MAGIC while it has a key */
+	char *key;
+	struct obj_meta *meta;
+	struct chunk_waiter waiter;
+	struct obj_meta_ask ask;
+	_Atomic bool woken;
+	unsigned meta_tries;
+	bool sized;                  /* its size is already in bytes_total */
+	uint64_t next_chunk, n_chunks;
+	struct chunk *held[PF_HELD];
+	unsigned n_held;
+};
+
+/* What a job's meta fetch is for. */
+struct pf_load {
+	struct pf_job *j;
+	const char *key;
+	bool whole;                  /* learn it whole, with its checksums (fetch.h) */
+};
+
+struct pf_job {
+	unsigned magic;
+	struct prefetch *p;
+	struct pf_job *next;         /* registry, newest first */
+	struct pf_job *run_next;     /* running on the loop */
+	char id[24];
+	char *bucket, *prefix, *manifest;
+	char **keys;
+	uint64_t *sizes;             /* from the listing; 0 when unknown */
+	size_t n_keys, cap_keys, next_key;
+	_Atomic int state;
+	_Atomic bool cancel;
+	bool listing_done;
+	bool gated;                  /* a lookahead's: keys start below the gate only */
+	_Atomic size_t gate;
+	bool listed;                 /* its keys come from a listing (not keys, not a manifest) */
+	bool pin;                    /* pins what it warms (pins.h; the pin's id is the job's) */
+	char pin_hdr[PIN_HEADER_MAX]; /* its chunk fetches to owners ask them to pin too */
+	_Atomic bool pin_refused;
+
+	struct transfer x;           /* a listing page or the manifest */
+	struct up_target target;
+	struct buf body;
+	char *token;                 /* ListObjectsV2 continuation */
+
+	struct pf_obj *active;
+	unsigned concurrency;
+	uint64_t bytes_per_s;
+	_Atomic uint64_t objects_done, bytes_done, bytes_total, errors;
+	double started, finished;
+	char error[256];
+};
+
+struct prefetch {
+	unsigned magic;
+	struct gw *gw;
+	struct worker *w;
+	pthread_mutex_t lock;
+	struct pf_job *jobs;
+	struct pf_job *queued;       /* started by the admin thread, not yet running */
+	struct pf_job *running;      /* the loop's */
+	unsigned next_id;
+	ev_async async;
+	ev_timer tick;
+	ev_timer pin_tick;           /* ends pins whose time is up */
+};
+
+/* prefetch.c: fails the job with msg (logged); adds a key to warm. */
+void job_fail(struct pf_job *j, const char *msg);
+int add_key(struct pf_job *j, const char *key, uint64_t size);
+
+/* prefetch_list.c: asks for the job's next listing page, or its manifest;
+ * list_ops are the callbacks of that transfer (j->x). */
+int start_transfer(struct pf_job *j);
+extern const struct transfer_ops list_ops;
+
+#endif

@@ -1,0 +1,325 @@
+/*
+ * prefetch_list.c - the upstream requests of a warming job that are not
+ * object reads: the ListObjectsV2 pages (or the manifest object) that give
+ * a job its keys, with their XML and line parsing, and the one-off bucket
+ * check and small object read the admin thread makes (prefetch.h). The
+ * jobs themselves are prefetch.c's (prefetch_internal.h).
+ */
+#include "gateway/prefetch.h"
+#include "gateway/prefetch_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <expat.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth/sigv4.h"
+#include "base/log.h"
+#include "gateway/server.h"
+#include "gateway/upstream.h"
+
+/* ---- listing and manifest transfers ------------------------------------- */
+
+static enum transfer_verdict on_list_headers(struct transfer *t, void *arg)
+{
+	struct pf_job *j = arg;
+	assert(j->magic == PREFETCH_MAGIC);
+	return upstream_region_check(j->p->gw->up, j->bucket, t);
+}
+
+static size_t on_list_body(struct transfer *t, void *arg, const char *data, size_t len)
+{
+	struct pf_job *j = arg;
+	assert(j->magic == PREFETCH_MAGIC);
+	(void)t;
+	return buf_append(&j->body, data, len) == 0 ? len : 0;
+}
+
+int start_transfer(struct pf_job *j)
+{
+	struct gw *gw = j->p->gw;
+	struct buf q;
+	buf_init(&q, 16384);
+	const char *key = NULL;
+	int rc = 0;
+	if (j->manifest) {
+		key = j->manifest;
+	} else {
+		rc = buf_puts(&q, "list-type=2&prefix=");
+		rc = rc ? rc : sv4_uri_encode(j->prefix, strlen(j->prefix), false, &q);
+		if (j->token) {
+			rc = rc ? rc : buf_puts(&q, "&continuation-token=");
+			rc = rc ? rc : sv4_uri_encode(j->token, strlen(j->token), false, &q);
+		}
+	}
+	struct hdrs h;
+	hdrs_init(&h);
+	struct up_request rq = {
+		.method = "GET", .bucket = j->bucket, .key = key, .query = buf_cstr(&q),
+		.payload_hash = SV4_EMPTY_SHA256, .headers = &h,
+	};
+	rc = rc ? rc : upstream_prepare(gw->up, &j->x, &rq, &j->target);
+	hdrs_fini(&h);
+	buf_fini(&q);
+	buf_reset(&j->body);
+	return rc ? rc : transfer_submit(&j->x);
+}
+
+static int list_restart(struct transfer *t, void *arg)
+{
+	struct pf_job *j = arg;
+	assert(j->magic == PREFETCH_MAGIC);
+	(void)t;
+	return start_transfer(j);
+}
+
+/* ListObjectsV2 XML: the Key and Size of each Contents, IsTruncated,
+ * NextContinuationToken. */
+struct lx {
+	struct pf_job *j;
+	struct buf text;
+	bool in_contents;
+	char *key;
+	uint64_t size;
+	bool truncated;
+	char *token;
+	int err;
+};
+
+static void XMLCALL lx_start(void *arg, const XML_Char *name, const XML_Char **attrs)
+{
+	struct lx *x = arg;
+	(void)attrs;
+	buf_reset(&x->text);
+	if (strcmp(name, "Contents") == 0)
+		x->in_contents = true;
+}
+
+static void XMLCALL lx_text(void *arg, const XML_Char *s, int len)
+{
+	struct lx *x = arg;
+	if (buf_append(&x->text, s, (size_t)len) != 0)
+		x->err = -E2BIG;
+}
+
+static void XMLCALL lx_end(void *arg, const XML_Char *name)
+{
+	struct lx *x = arg;
+	const char *t = buf_cstr(&x->text);
+	if (x->in_contents && strcmp(name, "Key") == 0) {
+		free(x->key);
+		x->key = strdup(t);
+	} else if (x->in_contents && strcmp(name, "Size") == 0) {
+		x->size = strtoull(t, NULL, 10);
+	} else if (strcmp(name, "Contents") == 0) {
+		if (x->key && add_key(x->j, x->key, x->size) != 0)
+			x->err = -ENOMEM;
+		free(x->key);
+		x->key = NULL;
+		x->size = 0;
+		x->in_contents = false;
+	} else if (strcmp(name, "IsTruncated") == 0) {
+		x->truncated = strcmp(t, "true") == 0;
+	} else if (strcmp(name, "NextContinuationToken") == 0) {
+		free(x->token);
+		x->token = strdup(t);
+	}
+	buf_reset(&x->text);
+}
+
+static void parse_listing(struct pf_job *j)
+{
+	struct lx x = { .j = j };
+	buf_init(&x.text, 1 << 16);
+	XML_Parser xp = XML_ParserCreate("UTF-8");
+	if (!xp) {
+		job_fail(j, "out of memory");
+		buf_fini(&x.text);
+		return;
+	}
+	XML_SetUserData(xp, &x);
+	XML_SetElementHandler(xp, lx_start, lx_end);
+	XML_SetCharacterDataHandler(xp, lx_text);
+	if (XML_Parse(xp, j->body.p ? j->body.p : "", (int)j->body.len, 1) != XML_STATUS_OK ||
+	    x.err) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "ListObjectsV2 answer not understood: %s",
+		         XML_ErrorString(XML_GetErrorCode(xp)));
+		job_fail(j, msg);
+	} else if (x.truncated && x.token) {
+		free(j->token);
+		j->token = x.token;
+		x.token = NULL;
+		if (start_transfer(j) != 0)
+			job_fail(j, "cannot list the next page");
+	} else {
+		j->listing_done = true;
+	}
+	XML_ParserFree(xp);
+	free(x.key);
+	free(x.token);
+	buf_fini(&x.text);
+}
+
+static void parse_manifest(struct pf_job *j)
+{
+	char *s = j->body.p ? j->body.p : (char *)"";
+	while (*s) {
+		size_t len = strcspn(s, "\n");
+		char *line = strndup(s, len);
+		if (!line) {
+			job_fail(j, "out of memory");
+			return;
+		}
+		size_t l = strlen(line);
+		while (l && (line[l - 1] == '\r' || line[l - 1] == ' ' || line[l - 1] == '\t'))
+			line[--l] = '\0';
+		if (l && add_key(j, line, 0) != 0)
+			job_fail(j, "out of memory");
+		free(line);
+		s += len;
+		if (*s == '\n')
+			s++;
+	}
+	j->listing_done = true;
+}
+
+static void list_done(struct transfer *t, void *arg, CURLcode result)
+{
+	struct pf_job *j = arg;
+	assert(j->magic == PREFETCH_MAGIC && t == &j->x);
+	if (atomic_load(&j->cancel)) {
+		j->listing_done = true;
+		return;
+	}
+	if ((result != CURLE_OK || upstream_retryable(t->status)) && transfer_retry_later(t) >= 0)
+		return; /* a transient failure: the page is asked for again */
+	if (result != CURLE_OK || t->status != 200) {
+		char what[160];
+		snprintf(what, sizeof what, "%s: upstream answered %ld%s%s",
+		         j->manifest ? "reading the manifest" : "listing the bucket", t->status,
+		         result != CURLE_OK ? ", " : "",
+		         result != CURLE_OK ? curl_easy_strerror(result) : "");
+		job_fail(j, what);
+		j->listing_done = true;
+		return;
+	}
+	t->retries = 0; /* each page has the policy's retries */
+	if (j->manifest)
+		parse_manifest(j);
+	else
+		parse_listing(j);
+}
+
+const struct transfer_ops list_ops = {
+	.headers = on_list_headers,
+	.body = on_list_body,
+	.restart = list_restart,
+	.done = list_done,
+};
+
+/* ---- the bucket check and one-off reads ------------------------------- */
+
+/* The HEAD of prefetch_check_bucket (or the GET of prefetch_read_object),
+ * built again when S3 names the bucket's region. */
+struct bucket_check {
+	unsigned magic;
+	struct upstream *up;
+	const char *bucket;
+	const char *key;             /* NULL: the bucket */
+	struct buf *body;            /* the object's bytes go here */
+	struct up_target target;
+};
+#define CHECK_MAGIC 0x70636b62u
+
+static int check_prepare(struct transfer *t, void *arg)
+{
+	struct bucket_check *bc = arg;
+	assert(bc->magic == CHECK_MAGIC);
+	struct hdrs h;
+	hdrs_init(&h);
+	struct up_request rq = {
+		.method = bc->key ? "GET" : "HEAD", .bucket = bc->bucket, .key = bc->key, .query = "",
+		.payload_hash = SV4_EMPTY_SHA256, .headers = &h,
+	};
+	int rc = upstream_prepare(bc->up, t, &rq, &bc->target);
+	hdrs_fini(&h);
+	return rc;
+}
+
+static enum transfer_verdict check_headers(struct transfer *t, void *arg)
+{
+	struct bucket_check *bc = arg;
+	assert(bc->magic == CHECK_MAGIC);
+	return upstream_region_check(bc->up, bc->bucket, t);
+}
+
+static size_t check_body(struct transfer *t, void *arg, const char *data, size_t len)
+{
+	struct bucket_check *bc = arg;
+	assert(bc->magic == CHECK_MAGIC);
+	if (!bc->body)
+		return len;
+	if (t->status != 200)
+		return len; /* an error document */
+	return buf_append(bc->body, data, len) == 0 ? len : 0;
+}
+
+static const struct transfer_ops check_ops = {
+	.headers = check_headers,
+	.body = check_body,
+	.restart = check_prepare,
+};
+
+int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t errlen)
+{
+	struct bucket_check bc = { .magic = CHECK_MAGIC, .up = gw->up, .bucket = bucket };
+	struct transfer t;
+	transfer_init(&t, &check_ops, &bc, NULL, NULL);
+	up_target_init(&bc.target);
+	long status = 0;
+	int rc = check_prepare(&t, &bc);
+	if (!rc && transfer_perform(&t) != CURLE_OK)
+		rc = -EIO;
+	status = t.status;
+	if (rc == -EIO)
+		snprintf(err, errlen, "upstream unreachable: %s", t.err);
+	else if (rc)
+		snprintf(err, errlen, "cannot ask upstream about bucket %s", bucket);
+	else if (status == 403)
+		snprintf(err, errlen, "larder's upstream credentials may not read bucket %s", bucket);
+	else if (status == 404)
+		snprintf(err, errlen, "bucket %s does not exist upstream", bucket);
+	else if (status != 200)
+		snprintf(err, errlen, "upstream answered %ld for bucket %s", status, bucket);
+	transfer_fini(&t);
+	up_target_fini(&bc.target);
+	return rc == 0 && status == 200 ? 0 : -1;
+}
+
+int prefetch_read_object(struct gw *gw, const char *bucket, const char *key, struct buf *body,
+                         char *err, size_t errlen)
+{
+	struct bucket_check bc = { .magic = CHECK_MAGIC, .up = gw->up, .bucket = bucket,
+		                   .key = key, .body = body };
+	struct transfer t;
+	transfer_init(&t, &check_ops, &bc, NULL, NULL);
+	up_target_init(&bc.target);
+	int rc = check_prepare(&t, &bc);
+	if (!rc && transfer_perform(&t) != CURLE_OK)
+		rc = -EIO;
+	long status = t.status;
+	if (rc == -EIO)
+		snprintf(err, errlen, "reading %s/%s: upstream unreachable or the object too large: %s",
+		         bucket, key, t.err);
+	else if (rc)
+		snprintf(err, errlen, "cannot ask upstream for %s/%s", bucket, key);
+	else if (status != 200)
+		snprintf(err, errlen, "reading %s/%s: upstream answered %ld", bucket, key, status);
+	transfer_fini(&t);
+	up_target_fini(&bc.target);
+	return rc == 0 && status == 200 ? 0 : -1;
+}
