@@ -43,14 +43,14 @@
 
 static const char *const state_names[] = { "listing", "warming", "done", "failed", "cancelled" };
 
-void job_fail(struct pf_job *j, const char *msg)
+void pf_job_fail(struct pf_job *j, const char *msg)
 {
 	snprintf(j->error, sizeof j->error, "%s", msg);
 	atomic_store(&j->state, PF_FAILED);
 	log_warn("prefetch", "job %s: %s", j->id, j->error);
 }
 
-int add_key(struct pf_job *j, const char *key, uint64_t size)
+int pf_add_key(struct pf_job *j, const char *key, uint64_t size)
 {
 	if (j->n_keys == j->cap_keys) {
 		size_t cap = j->cap_keys ? j->cap_keys * 2 : 256;
@@ -121,7 +121,7 @@ static int pin_chunk(struct pf_job *j, struct chunk *c)
 		char msg[200];
 		snprintf(msg, sizeof msg, "pin refused: it passes the pin limit (LARDER_PIN_MAX, %"
 		         PRIu64 " bytes, %" PRIu64 " pinned already)", st.pin_limit, st.pin_held);
-		job_fail(j, msg);
+		pf_job_fail(j, msg);
 	}
 	return r;
 }
@@ -140,7 +140,7 @@ static bool pin_fits(struct pf_job *j)
 	char msg[200];
 	snprintf(msg, sizeof msg, "pin refused: %" PRIu64 " bytes, but the pin limit (LARDER_PIN_MAX, %"
 	         PRIu64 " bytes) has %" PRIu64 " bytes free", want, st.pin_limit, room);
-	job_fail(j, msg);
+	pf_job_fail(j, msg);
 	return false;
 }
 
@@ -316,8 +316,8 @@ static void async_cb(struct ev_loop *loop, ev_async *a, int revents)
 		struct pf_job *j = q;
 		q = j->run_next;
 		j->started = clock_mono_s();
-		if (!j->listing_done && start_transfer(j) != 0) {
-			job_fail(j, "cannot start listing upstream");
+		if (!j->listing_done && pf_start_listing(j) != 0) {
+			pf_job_fail(j, "cannot start listing upstream");
 			j->listing_done = true;
 		}
 		j->run_next = p->running;
@@ -414,12 +414,12 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	j->prefix = strdup(rq->prefix ? rq->prefix : "");
 	j->manifest = rq->manifest ? strdup(rq->manifest) : NULL;
 	struct transfer_retry policy = upstream_retry_policy(p->gw->up);
-	transfer_init(&j->x, &list_ops, j, p->w->curl, &policy);
+	transfer_init(&j->x, &pf_list_ops, j, p->w->curl, &policy);
 	up_target_init(&j->target);
 	buf_init(&j->body, LIST_BODY_MAX);
 	bool ok = j->active && j->bucket && j->prefix && (!rq->manifest || j->manifest);
 	for (size_t i = 0; ok && i < rq->n_keys; i++)
-		ok = add_key(j, rq->keys[i], 0) == 0;
+		ok = pf_add_key(j, rq->keys[i], 0) == 0;
 	if (!ok) {
 		job_free(j);
 		snprintf(err, errlen, "out of memory");

@@ -95,12 +95,12 @@ struct prefetch {
 };
 
 /* prefetch.c: fails the job with msg (logged); adds a key to warm. */
-void job_fail(struct pf_job *j, const char *msg);
-int add_key(struct pf_job *j, const char *key, uint64_t size);
+void pf_job_fail(struct pf_job *j, const char *msg);
+int pf_add_key(struct pf_job *j, const char *key, uint64_t size);
 
 /* prefetch_list.c: asks for the job's next listing page, or its manifest;
- * list_ops are the callbacks of that transfer (j->x). */
-int start_transfer(struct pf_job *j);
-extern const struct transfer_ops list_ops;
+ * pf_list_ops are the callbacks of that transfer (j->x). */
+int pf_start_listing(struct pf_job *j);
+extern const struct transfer_ops pf_list_ops;
 
 #endif

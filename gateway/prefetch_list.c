@@ -38,7 +38,7 @@ static size_t on_list_body(struct transfer *t, void *arg, const char *data, size
 	return buf_append(&j->body, data, len) == 0 ? len : 0;
 }
 
-int start_transfer(struct pf_job *j)
+int pf_start_listing(struct pf_job *j)
 {
 	struct gw *gw = j->p->gw;
 	struct buf q;
@@ -73,7 +73,7 @@ static int list_restart(struct transfer *t, void *arg)
 	struct pf_job *j = arg;
 	assert(j->magic == PREFETCH_MAGIC);
 	(void)t;
-	return start_transfer(j);
+	return pf_start_listing(j);
 }
 
 /* ListObjectsV2 XML: the Key and Size of each Contents, IsTruncated,
@@ -115,7 +115,7 @@ static void XMLCALL lx_end(void *arg, const XML_Char *name)
 	} else if (x->in_contents && strcmp(name, "Size") == 0) {
 		x->size = strtoull(t, NULL, 10);
 	} else if (strcmp(name, "Contents") == 0) {
-		if (x->key && add_key(x->j, x->key, x->size) != 0)
+		if (x->key && pf_add_key(x->j, x->key, x->size) != 0)
 			x->err = -ENOMEM;
 		free(x->key);
 		x->key = NULL;
@@ -136,7 +136,7 @@ static void parse_listing(struct pf_job *j)
 	buf_init(&x.text, 1 << 16);
 	XML_Parser xp = XML_ParserCreate("UTF-8");
 	if (!xp) {
-		job_fail(j, "out of memory");
+		pf_job_fail(j, "out of memory");
 		buf_fini(&x.text);
 		return;
 	}
@@ -148,13 +148,13 @@ static void parse_listing(struct pf_job *j)
 		char msg[200];
 		snprintf(msg, sizeof msg, "ListObjectsV2 answer not understood: %s",
 		         XML_ErrorString(XML_GetErrorCode(xp)));
-		job_fail(j, msg);
+		pf_job_fail(j, msg);
 	} else if (x.truncated && x.token) {
 		free(j->token);
 		j->token = x.token;
 		x.token = NULL;
-		if (start_transfer(j) != 0)
-			job_fail(j, "cannot list the next page");
+		if (pf_start_listing(j) != 0)
+			pf_job_fail(j, "cannot list the next page");
 	} else {
 		j->listing_done = true;
 	}
@@ -171,14 +171,14 @@ static void parse_manifest(struct pf_job *j)
 		size_t len = strcspn(s, "\n");
 		char *line = strndup(s, len);
 		if (!line) {
-			job_fail(j, "out of memory");
+			pf_job_fail(j, "out of memory");
 			return;
 		}
 		size_t l = strlen(line);
 		while (l && (line[l - 1] == '\r' || line[l - 1] == ' ' || line[l - 1] == '\t'))
 			line[--l] = '\0';
-		if (l && add_key(j, line, 0) != 0)
-			job_fail(j, "out of memory");
+		if (l && pf_add_key(j, line, 0) != 0)
+			pf_job_fail(j, "out of memory");
 		free(line);
 		s += len;
 		if (*s == '\n')
@@ -203,7 +203,7 @@ static void list_done(struct transfer *t, void *arg, CURLcode result)
 		         j->manifest ? "reading the manifest" : "listing the bucket", t->status,
 		         result != CURLE_OK ? ", " : "",
 		         result != CURLE_OK ? curl_easy_strerror(result) : "");
-		job_fail(j, what);
+		pf_job_fail(j, what);
 		j->listing_done = true;
 		return;
 	}
@@ -214,7 +214,7 @@ static void list_done(struct transfer *t, void *arg, CURLcode result)
 		parse_listing(j);
 }
 
-const struct transfer_ops list_ops = {
+const struct transfer_ops pf_list_ops = {
 	.headers = on_list_headers,
 	.body = on_list_body,
 	.restart = list_restart,
