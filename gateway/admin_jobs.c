@@ -164,6 +164,26 @@ static enum MHD_Result start_job(struct admin *a, struct MHD_Connection *c,
 	return MHD_YES;
 }
 
+/* A warm job's optional members: "concurrency" (1-64),
+ * "bandwidth_bytes_per_second" (>= 0) and "pin_seconds" (1-PIN_SECONDS_MAX),
+ * into rq. false when one is there but out of range. */
+static bool job_options(json_t *doc, struct prefetch_req *rq)
+{
+	json_t *jconc = json_object_get(doc, "concurrency");
+	json_t *jbw = json_object_get(doc, "bandwidth_bytes_per_second");
+	json_t *jpin = json_object_get(doc, "pin_seconds");
+	if ((jconc && (!json_is_integer(jconc) || json_integer_value(jconc) < 1 ||
+	               json_integer_value(jconc) > 64)) ||
+	    (jbw && (!json_is_integer(jbw) || json_integer_value(jbw) < 0)) ||
+	    (jpin && (!json_is_integer(jpin) || json_integer_value(jpin) < 1 ||
+	              json_integer_value(jpin) > PIN_SECONDS_MAX)))
+		return false;
+	rq->concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0;
+	rq->bytes_per_s = jbw ? (uint64_t)json_integer_value(jbw) : 0;
+	rq->pin_seconds = jpin ? (uint64_t)json_integer_value(jpin) : 0;
+	return true;
+}
+
 /* {"profile": NAME, optional "concurrency", "bandwidth_bytes_per_second",
  * "pin_seconds"}: a warm job of the profile's reads in recorded order, one
  * per bucket it read -> 202 {"job": the first, "jobs": all}. */
@@ -171,16 +191,10 @@ static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *
 {
 	bool bad = false;
 	const char *name = member_str(doc, "profile", &bad);
-	json_t *jconc = json_object_get(doc, "concurrency");
-	json_t *jbw = json_object_get(doc, "bandwidth_bytes_per_second");
-	json_t *jpin = json_object_get(doc, "pin_seconds");
+	struct prefetch_req opts = { 0 };
 	if (bad || !name || json_object_get(doc, "bucket") || json_object_get(doc, "prefix") ||
 	    json_object_get(doc, "keys") || json_object_get(doc, "manifest") ||
-	    (jconc && (!json_is_integer(jconc) || json_integer_value(jconc) < 1 ||
-	               json_integer_value(jconc) > 64)) ||
-	    (jbw && (!json_is_integer(jbw) || json_integer_value(jbw) < 0)) ||
-	    (jpin && (!json_is_integer(jpin) || json_integer_value(jpin) < 1 ||
-	              json_integer_value(jpin) > PIN_SECONDS_MAX)))
+	    !job_options(doc, &opts))
 		return send_error(c, 400, "bad_request", NULL, "expected {\"profile\": NAME} and "
 		                  "optionally \"concurrency\" (1-64), \"bandwidth_bytes_per_second\" "
 		                  "and \"pin_seconds\" (1-%d), and no bucket or keys",
@@ -207,12 +221,10 @@ static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *
 		for (size_t k = i; k < n; k++)
 			if (strcmp(buckets[k], buckets[i]) == 0)
 				sel[m++] = keys[k];
-		struct prefetch_req rq = {
-			.bucket = buckets[i], .keys = sel, .n_keys = m,
-			.concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0,
-			.bytes_per_s = jbw ? (uint64_t)json_integer_value(jbw) : 0,
-			.pin_seconds = jpin ? (uint64_t)json_integer_value(jpin) : 0,
-		};
+		struct prefetch_req rq = opts;
+		rq.bucket = buckets[i];
+		rq.keys = sel;
+		rq.n_keys = m;
 		char id[24];
 		ret = start_job(a, c, &rq, id, &ok);
 		if (ok)
@@ -263,16 +275,10 @@ enum MHD_Result admin_prefetch(struct admin *a, struct MHD_Connection *c, struct
 	const char *prefix = member_str(doc, "prefix", &bad);
 	const char *manifest = member_str(doc, "manifest", &bad);
 	json_t *jkeys = json_object_get(doc, "keys");
-	json_t *jconc = json_object_get(doc, "concurrency");
-	json_t *jbw = json_object_get(doc, "bandwidth_bytes_per_second");
-	json_t *jpin = json_object_get(doc, "pin_seconds");
+	struct prefetch_req rq = { 0 };
 	int sources = (prefix != NULL) + (manifest != NULL) + (jkeys != NULL);
 	if (bad || !bucket || sources != 1 || (jkeys && !json_is_array(jkeys)) ||
-	    (jconc && (!json_is_integer(jconc) || json_integer_value(jconc) < 1 ||
-	               json_integer_value(jconc) > 64)) ||
-	    (jbw && (!json_is_integer(jbw) || json_integer_value(jbw) < 0)) ||
-	    (jpin && (!json_is_integer(jpin) || json_integer_value(jpin) < 1 ||
-	              json_integer_value(jpin) > PIN_SECONDS_MAX))) {
+	    !job_options(doc, &rq)) {
 		ret = send_error(c, 400, "bad_request", NULL,
 		                 "expected \"bucket\" (a string), exactly one of \"prefix\" (a "
 		                 "string), \"keys\" (an array of strings) or \"manifest\" (a key), and "
@@ -284,18 +290,17 @@ enum MHD_Result admin_prefetch(struct admin *a, struct MHD_Connection *c, struct
 	if (!bucket_and_keys_ok(a, c, bucket, jkeys, &keys, &ret))
 		goto out;
 	char err[256];
-	struct prefetch_req rq = {
-		.bucket = bucket, .prefix = prefix, .keys = keys, .n_keys = n, .manifest = manifest,
-		.concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0,
-		.bytes_per_s = jbw ? (uint64_t)json_integer_value(jbw) : 0,
-		.pin_seconds = jpin ? (uint64_t)json_integer_value(jpin) : 0,
-	};
+	rq.bucket = bucket;
+	rq.prefix = prefix;
+	rq.keys = keys;
+	rq.n_keys = n;
+	rq.manifest = manifest;
 	char id[24];
 	if (prefetch_start(a->gw->prefetch, &rq, id, err, sizeof err) != 0) {
 		ret = send_error(c, 500, "internal", NULL, "%s", err);
 		goto out;
 	}
-	if (jpin && pin_refused(a->gw->prefetch, id, err, sizeof err)) {
+	if (rq.pin_seconds && pin_refused(a->gw->prefetch, id, err, sizeof err)) {
 		ret = send_error(c, 409, "pin_too_large", NULL, "%s", err);
 		goto out;
 	}
