@@ -13,16 +13,26 @@ import harness
 class AdminCalls:
     ADMIN_TOKEN = None
 
-    def call(self, method, path, body=None):
-        """(status, JSON answer) of an admin request with the token."""
-        data = json.dumps(body).encode() if body is not None else None
+    def call(self, method, path, body=None, token=""):
+        """(status, JSON answer) of an admin request: body a dict or list (sent
+        as JSON) or raw bytes; token the class's ADMIN_TOKEN unless given (None:
+        no Authorization header)."""
+        token = self.ADMIN_TOKEN if token == "" else token
+        data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
         req = urllib.request.Request(self.admin + path, data=data, method=method)
-        req.add_header("Authorization", "Bearer " + self.ADMIN_TOKEN)
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(req, timeout=60) as r:
                 return r.status, json.loads(r.read() or b"null")
         except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw)
+            except ValueError:
+                self.fail("%s %s: %d with a body that is not JSON: %r" % (method, path, e.code, raw))
 
     def wait_job(self, job, timeout=120):
         deadline = time.monotonic() + timeout

@@ -12,9 +12,10 @@ import time
 
 import harness
 import test_prefetch
+from admin_calls import AdminCalls
 from harness import LarderCase
 
-TOKEN = test_prefetch.TOKEN  # for its call()
+TOKEN = test_prefetch.TOKEN
 ADMIN_PORT = harness.free_port()
 BUCKET = "lookahead"
 
@@ -23,7 +24,8 @@ def body_of(prefix, i):
     return (b"%s-%d:" % (prefix.encode(), i)) * (500 + i)
 
 
-class Lookahead(LarderCase):
+class Lookahead(AdminCalls, LarderCase):
+    ADMIN_TOKEN = TOKEN
     LARDER_ENV = {
         "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
         "LARDER_ADMIN_TOKEN": TOKEN,
@@ -43,8 +45,6 @@ class Lookahead(LarderCase):
         for i, k in enumerate(keys):
             self.direct.put_object(Bucket=BUCKET, Key=k, Body=body_of(prefix, i))
         return keys
-
-    call = test_prefetch.Prefetch.call
 
     def info(self, la_id):
         st, doc = self.call("GET", "/admin/lookahead")

@@ -5,10 +5,9 @@ afterwards reads that cause no upstream GET at all.
 """
 import json
 import time
-import urllib.error
-import urllib.request
 
 import harness
+from admin_calls import AdminCalls
 from harness import LarderCase
 
 TOKEN = "prefetch-test-token"
@@ -21,7 +20,8 @@ def blob(seed, n):
     return random.Random(seed).randbytes(n)
 
 
-class Prefetch(LarderCase):
+class Prefetch(AdminCalls, LarderCase):
+    ADMIN_TOKEN = TOKEN
     LARDER_ENV = {
         "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
         "LARDER_ADMIN_TOKEN": TOKEN,
@@ -40,33 +40,6 @@ class Prefetch(LarderCase):
             data = b"%d-" % i * 40
             cls.direct.put_object(Bucket="warm", Key=key, Body=data)
             cls.small[key] = data
-
-    def call(self, method, path, body=None, token=TOKEN):
-        data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
-        req = urllib.request.Request(self.admin + path, data=data, method=method)
-        if token:
-            req.add_header("Authorization", "Bearer " + token)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                return e.code, json.loads(raw)
-            except ValueError:
-                self.fail("%s %s: %d with a body that is not JSON: %r" % (method, path, e.code, raw))
-
-    def wait_job(self, job, timeout=120):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            st, info = self.call("GET", "/admin/jobs/" + job)
-            self.assertEqual(st, 200, info)
-            if info["state"] in ("done", "failed", "cancelled"):
-                return info
-            time.sleep(0.2)
-        self.fail("job %s did not finish: %r" % (job, info))
 
     def gets_from_larder(self, mark, prefix="/warm/"):
         return [r for r in self.upstream.from_larder(mark)
