@@ -527,10 +527,14 @@ class UpstreamFaults(FaultCase):
             t.start()
         for t in threads:
             t.join()
-        for i, r in enumerate(results):
-            self.assertBody(r, data, "reader %d" % i)
-            self.assertEqual(r.cache, "miss", "reader %d waited on an upstream fetch" % i)
         gets = self.origin.gets(BUCKET, "slow", since=m)
+        for i, r in enumerate(results):
+            # A stuck reader's story is in larder's log and the origin's.
+            why = "reader %d; upstream GETs %s; larder log tail:\n%s" % (
+                i, [(g["range"], g["status"], g["body_sent"]) for g in gets],
+                self.larder.log()[-6000:])
+            self.assertBody(r, data, why)
+            self.assertEqual(r.cache, "miss", "waited on an upstream fetch: " + why)
         self.assertEqual(sorted(parse_start(g["range"]) for g in gets),
                          [0, CHUNK, 2 * CHUNK, 3 * CHUNK],
                          "one upstream GET per chunk: %s" % [g["range"] for g in gets])
@@ -692,8 +696,8 @@ class NvmeTier(harness.S3Asserts, unittest.TestCase):
         probes = [data[i + 1000:i + 1064] for i in range(0, len(data), CHUNK)]
         listing = os.listdir(self.cache_dir) if os.path.isdir(self.cache_dir) else "no such dir"
         self.assertTrue(wait_on_disk(self.cache_dir, probes),
-                        "the chunks never reached a seg-*.log file in LARDER_CACHE_DIR: %s"
-                        % (listing,))
+                        "the chunks never reached a seg-*.log file in LARDER_CACHE_DIR: %s; "
+                        "larder log tail:\n%s" % (listing, larder.log()[-6000:]))
 
     def test_kill9_restart_serves_hits(self):
         data = blob(20, 2 * CHUNK + 4321)
