@@ -14,6 +14,11 @@
 #include "base/log.h"
 #include "store/store.h"
 
+struct pinned_id {
+	struct chunk_id id;
+	int tiers;                  /* store_pin's answer */
+};
+
 struct pin {
 	struct pin *next;
 	char id[PIN_ID_MAX];
@@ -21,7 +26,7 @@ struct pin {
 	size_t n_keys;
 	int64_t until;
 	uint64_t bytes;
-	struct chunk_id *ids;
+	struct pinned_id *ids;
 	size_t n, cap;
 };
 
@@ -63,7 +68,7 @@ struct pins *pins_create(struct store *s)
 static void pin_free(struct pins *p, struct pin *x)
 {
 	for (size_t i = 0; i < x->n; i++)
-		store_unpin(p->store, &x->ids[i]);
+		store_unpin(p->store, &x->ids[i].id, x->ids[i].tiers);
 	free(x->ids);
 	free(x->bucket);
 	free(x->prefix);
@@ -120,18 +125,18 @@ static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid,
 {
 	if (x->n == x->cap) {
 		size_t cap = x->cap ? 2 * x->cap : 64;
-		struct chunk_id *ids = realloc(x->ids, cap * sizeof *ids);
+		struct pinned_id *ids = realloc(x->ids, cap * sizeof *ids);
 		if (!ids)
 			return -ENOMEM;
 		x->ids = ids;
 		x->cap = cap;
 	}
-	int rc = store_pin(p->store, cid, len);
-	if (rc == 0) {
-		x->ids[x->n++] = *cid;
-		x->bytes += len;
-	}
-	return rc;
+	int tiers = store_pin(p->store, cid, len);
+	if (tiers < 0)
+		return tiers;
+	x->ids[x->n++] = (struct pinned_id){ *cid, tiers };
+	x->bytes += len;
+	return 0;
 }
 
 int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len)
