@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "store/pinset.h"
 #include "store/store.h"
 
 struct pinned_id {
@@ -28,6 +29,7 @@ struct pin {
 	uint64_t bytes;
 	struct pinned_id *ids;
 	size_t n, cap;
+	struct pinset held;         /* the same ids, to pin each once however often it is asked */
 };
 
 struct pins {
@@ -70,6 +72,7 @@ static void pin_free(struct pins *p, struct pin *x)
 	for (size_t i = 0; i < x->n; i++)
 		store_unpin(p->store, &x->ids[i].id, x->ids[i].tiers);
 	free(x->ids);
+	pinset_free(&x->held);
 	free(x->bucket);
 	free(x->prefix);
 	free(x);
@@ -120,9 +123,11 @@ static struct pin *find(struct pins *p, const char *id, struct pin ***link)
 	return *pp;
 }
 
-/* Lock held. */
+/* Lock held. Pins cid for x unless x holds it already. */
 static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid, size_t len)
 {
+	if (pinset_has(&x->held, cid))
+		return 0;
 	if (x->n == x->cap) {
 		size_t cap = x->cap ? 2 * x->cap : 64;
 		struct pinned_id *ids = realloc(x->ids, cap * sizeof *ids);
@@ -131,9 +136,14 @@ static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid,
 		x->ids = ids;
 		x->cap = cap;
 	}
-	int tiers = store_pin(p->store, cid, len);
-	if (tiers < 0)
+	x->held.limit = UINT64_MAX;
+	int rc = pinset_add(&x->held, cid, len);
+	int tiers = rc < 0 ? rc : store_pin(p->store, cid, len);
+	if (tiers < 0) {
+		if (rc == 1)
+			pinset_remove(&x->held, cid);
 		return tiers;
+	}
 	x->ids[x->n++] = (struct pinned_id){ *cid, tiers };
 	x->bytes += len;
 	return 0;
