@@ -102,8 +102,8 @@ class ClusterPins(ClusterBase):
         target = "127.0.0.1:%d" % node.port
         pin = "node-0/pf-twice %d" % (int(time.time()) + 3)
         for nonce in ("a" * 32, "b" * 32, "c" * 32):
-            h = dict(peer_headers("/shared/twice/x.bin", "node-0", target, nonce, hop="2",
-                                  rng="bytes=0-%d" % (3 * MiB - 1)), **{"X-Larder-Pin": pin})
+            h = peer_headers("/shared/twice/x.bin", "node-0", target, nonce, hop="2",
+                             rng="bytes=0-%d" % (3 * MiB - 1), pin=pin)
             st, body = self.raw_get(node, "/shared/twice/x.bin", h)
             self.assertEqual((st, len(body)), (206, 3 * MiB))
         pins, pinned = self.pins(node)
