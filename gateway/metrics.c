@@ -521,6 +521,25 @@ static int render_upstream(struct buf *b)
 	return r;
 }
 
+static int render_lookahead(struct buf *b, const struct lookahead_stats *l)
+{
+	int r = family(b, "larder_lookaheads", "gauge", "Read-order lookaheads running.");
+	r = r ? r : sample(b, "larder_lookaheads", NULL, l->running);
+	r = r ? r : family(b, "larder_lookahead_objects_total", "counter",
+	                   "Objects warmed ahead of their readers by lookaheads.");
+	r = r ? r : sample(b, "larder_lookahead_objects_total", NULL, l->objects);
+	r = r ? r : family(b, "larder_lookahead_bytes_total", "counter",
+	                   "Bytes warmed ahead of their readers by lookaheads.");
+	r = r ? r : sample(b, "larder_lookahead_bytes_total", NULL, l->bytes);
+	r = r ? r : family(b, "larder_lookahead_reads_total", "counter",
+	                   "Reads of keys a running lookahead lists, by whether the lookahead had "
+	                   "asked for the key before the read (ahead) or not (behind).");
+	r = r ? r : sample(b, "larder_lookahead_reads_total", "warmed=\"ahead\"", l->reads_ahead);
+	r = r ? r : sample(b, "larder_lookahead_reads_total", "warmed=\"behind\"",
+	                   l->reads - l->reads_ahead);
+	return r;
+}
+
 int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 {
 	int r = render_requests(out);
@@ -547,6 +566,8 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "Pins in force (warm jobs with --pin, until they end).");
 		r = r ? r : sample(out, "larder_pins", NULL, g->n_pins);
 	}
+	if (!r && g && g->lookaheads)
+		r = render_lookahead(out, &g->lookahead);
 	if (!r && g && g->clustered) {
 		r = family(out, "larder_cluster_redis_up", "gauge",
 		           "1 when this node reaches Redis (0: it serves alone).");
