@@ -356,7 +356,9 @@ uint64_t disk_next_gen(struct disk *d)
 void disk_pin_limit(struct disk *d, uint64_t bytes)
 {
 	pthread_mutex_lock(&d->lock);
-	d->pins.limit = bytes;
+	/* Past the limit under the reclaim reserve a pinned write would find
+	 * no room it could make. */
+	d->pins.limit = bytes < d->limit ? bytes : d->limit;
 	pthread_mutex_unlock(&d->lock);
 }
 

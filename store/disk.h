@@ -78,7 +78,8 @@ uint64_t disk_next_gen(struct disk *d);
 /* Pins (store_pin): a pinned entry is never evicted for room (reclaim
  * moves it like any live entry), and a pinned id written later is always
  * admitted. disk_pin: 0, -ENOSPC when the bytes of pinned ids would pass
- * the limit (0 until disk_pin_limit sets one), or -ENOMEM; pins on one id
+ * the limit (0 until disk_pin_limit sets one; at most what writes may use,
+ * capacity less the reclaim reserve), or -ENOMEM; pins on one id
  * count up, and disk_unpin takes one off. len is the chunk's length. */
 void disk_pin_limit(struct disk *d, uint64_t bytes);
 int disk_pin(struct disk *d, const struct chunk_id *id, size_t len);
