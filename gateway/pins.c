@@ -6,12 +6,16 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/log.h"
+#include "store/meta.h"
+#include "store/object.h"
 #include "store/pinset.h"
 #include "store/store.h"
 
@@ -163,11 +167,11 @@ void pins_peer_header(char out[PIN_HEADER_MAX], const char *node, const char *id
 	snprintf(out, PIN_HEADER_MAX, "%.120s/%.23s %lld", node, id, (long long)until);
 }
 
-void pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
+bool pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
                     const struct chunk_id *cid, size_t len)
 {
 	if (!p || !hdr)
-		return;
+		return false;
 	const char *sp = strrchr(hdr, ' ');
 	char *end;
 	long long until = sp ? strtoll(sp + 1, &end, 10) : 0;
@@ -176,7 +180,7 @@ void pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
 	if (!sp || *end || until <= 0 || n == 0 || n >= sizeof id) {
 		log_warn("pins", "a peer's %s \"%.64s\" is not \"NODE/JOB UNTIL\": not pinned",
 		         PIN_HEADER, hdr);
-		return;
+		return false;
 	}
 	memcpy(id, hdr, n);
 	id[n] = '\0';
@@ -198,6 +202,26 @@ void pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
 	if (rc)
 		log_warn("pins", "pin %s from a peer: a chunk of bucket %s not pinned: %s", id, bucket,
 		         strerror(-rc));
+	return rc == 0;
+}
+
+/* The most an object's encoded metadata may take (as fetch.c allows). */
+#define META_BLOB_MAX (128 * 1024)
+
+void pins_keep_on_nvme(struct store *s, const struct obj_ref *ref, uint64_t index, struct chunk *c)
+{
+	if (atomic_load(&c->state) != CHUNK_READY)
+		return; /* its completion writes it */
+	struct buf blob;
+	buf_init(&blob, META_BLOB_MAX);
+	struct chunk_origin o = { .bucket = ref->bucket, .key = ref->key, .etag = ref->meta->etag,
+	                          .index = index };
+	if (index == 0 && meta_encode(ref->meta, &blob) == 0) {
+		o.meta = blob.p;
+		o.meta_len = blob.len;
+	}
+	store_pin_write(s, c, &o);
+	buf_fini(&blob);
 }
 
 void pins_add_object(struct pins *p, const char *id)

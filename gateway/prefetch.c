@@ -119,9 +119,6 @@ static void pin_limits(const struct store_stats *st, char *out, size_t n)
 		         " pinned already", st->nvme_pin_limit, st->nvme_pin_held);
 }
 
-/* The most an object's encoded metadata may take (as fetch.c allows). */
-#define MAX_META_BLOB (128 * 1024)
-
 /* Pins c, chunk i of o, before it completes (a chunk being produced is
  * kept when it does; one already complete is written to NVMe if its pin is
  * there and NVMe lacks it). A pin that no longer exists (ended early) pins
@@ -129,17 +126,9 @@ static void pin_limits(const struct store_stats *st, char *out, size_t n)
 static int pin_chunk(struct pf_job *j, const struct pf_obj *o, uint64_t i, struct chunk *c)
 {
 	int r = pins_add(j->p->gw->pins, j->id, &c->id, c->len);
-	if (r == 0 && atomic_load(&c->state) == CHUNK_READY) {
-		struct buf blob;
-		buf_init(&blob, MAX_META_BLOB);
-		struct chunk_origin co = { .bucket = j->bucket, .key = o->key,
-		                           .etag = o->meta->etag, .index = i };
-		if (i == 0 && meta_encode(o->meta, &blob) == 0) {
-			co.meta = blob.p;
-			co.meta_len = blob.len;
-		}
-		store_pin_write(j->p->gw->store, c, &co);
-		buf_fini(&blob);
+	if (r == 0) {
+		struct obj_ref ref = { j->bucket, o->key, o->meta };
+		pins_keep_on_nvme(j->p->gw->store, &ref, i, c);
 	}
 	if (r == -ENOSPC && !atomic_exchange(&j->pin_refused, true)) {
 		struct store_stats st;
