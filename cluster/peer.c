@@ -26,9 +26,10 @@ static struct {
 	time_t when[NONCES];
 } seen = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* The headers that change the answer to a GET, signed with it (peer.h). */
+/* The headers that change the answer to a GET, or what the node asked
+ * does for it (X-Larder-Pin: it holds the chunk), signed with it (peer.h). */
 static const char *const bound[] = { "Range", "If-Match", "If-None-Match", "If-Modified-Since",
-	"If-Unmodified-Since" };
+	"If-Unmodified-Since", "X-Larder-Pin" };
 #define N_BOUND (sizeof bound / sizeof bound[0])
 
 static void mac(const char *secret, const char *method, const char *path, const char *date,
@@ -37,7 +38,7 @@ static void mac(const char *secret, const char *method, const char *path, const 
 {
 	struct buf msg;
 	buf_init(&msg, 64 * 1024);
-	buf_printf(&msg, "larder-peer-v2\n%s\n%s\n%s\n%s\n%s\n%s\n%s", method, path, date, node,
+	buf_printf(&msg, "larder-peer-v3\n%s\n%s\n%s\n%s\n%s\n%s\n%s", method, path, date, node,
 	           target, nonce, hop);
 	for (size_t i = 0; i < N_BOUND; i++) {
 		const char *v = header(arg, bound[i]);

@@ -6,15 +6,17 @@
  * with a client key but with the cluster secret:
  *   X-Larder-Peer: <node id>       X-Larder-Peer-Date: <unix seconds>
  *   X-Larder-Peer-Nonce: <hex>     X-Larder-Peer-Hop: <1 or 2>
- *   X-Larder-Peer-Auth: hex(HMAC-SHA256(secret, "larder-peer-v2\n" method
+ *   X-Larder-Peer-Auth: hex(HMAC-SHA256(secret, "larder-peer-v3\n" method
  *                        "\n" path "\n" date "\n" node "\n" target "\n" nonce
  *                        "\n" hop "\n" Range "\n" If-Match "\n" If-None-Match
- *                        "\n" If-Modified-Since "\n" If-Unmodified-Since))
+ *                        "\n" If-Modified-Since "\n" If-Unmodified-Since
+ *                        "\n" X-Larder-Pin))
  * target is the advertise address of the node asked, sent as Host; the
- * five headers are their values as sent ("" when absent). The owner
- * refuses a Host other than its own advertise address, a wrong signature
- * (so a request sent to another node, or with another range or condition,
- * is refused), a date more than PEER_SKEW_S away, and a nonce it has seen
+ * six headers are their values as sent ("" when absent): every header
+ * that changes the answer or what the owner does (X-Larder-Pin makes it
+ * hold the chunk, gateway/pins.h). The owner refuses a Host other than its
+ * own advertise address, a wrong signature (so a request sent to another
+ * node, or with another range, condition or pin, is refused), a date more than PEER_SKEW_S away, and a nonce it has seen
  * (replay). Client keys cannot make such requests.
  * The hop count stops loops when two nodes disagree about membership for a
  * moment: a request at hop 2 is served from the cache or from S3, never

@@ -198,6 +198,12 @@ static struct cfg *load(const char *text, const char *src, const char *const *en
 		          L.c->pin_max_bytes, L.c->ram_cache_bytes);
 		goto fail;
 	}
+	if (L.c->pin_max_nvme_bytes > L.c->disk_cache_bytes) {
+		load_fail(&L, "LARDER_PIN_MAX_NVME: %zu bytes is more than the NVMe tier "
+		          "(LARDER_DISK_CACHE_SIZE, %zu bytes)", L.c->pin_max_nvme_bytes,
+		          L.c->disk_cache_bytes);
+		goto fail;
+	}
 	if (L.c->upstream_window_min > L.c->upstream_window_max) {
 		load_fail(&L, "LARDER_UPSTREAM_WINDOW_MIN: %u is more than LARDER_UPSTREAM_WINDOW_MAX (%u)",
 		          L.c->upstream_window_min, L.c->upstream_window_max);

@@ -89,6 +89,8 @@ struct cfg {
 	unsigned lookahead_idle_s;    /* LARDER_LOOKAHEAD_IDLE: a lookahead without reads ends, 60 */
 	size_t pin_max_bytes;         /* LARDER_PIN_MAX: bytes warm jobs may pin in RAM;
 	                                 0 = half of ram_cache_bytes */
+	size_t pin_max_nvme_bytes;    /* LARDER_PIN_MAX_NVME: the same on the NVMe tier;
+	                                 0 = half of disk_cache_bytes */
 	size_t list_cache_bytes;      /* LARDER_LIST_CACHE_SIZE: bound on cached LIST answers
 	                               * (buckets with list_cache_ttl), default 16 MiB */
 

@@ -49,7 +49,7 @@ struct setting {
 };
 
 /* The rows of load_settings; settings.c checks the count. */
-#define N_SETTINGS 46
+#define N_SETTINGS 47
 extern const struct setting load_settings[N_SETTINGS];
 
 /* ---- load state ------------------------------------------------------------ */

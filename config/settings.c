@@ -69,6 +69,7 @@ const struct setting load_settings[] = {
 	SET("cache", "lookahead_idle", "LARDER_LOOKAHEAD_IDLE", K_UINT, lookahead_idle_s, 1,
 	    86400),
 	SET("cache", "pin_max", "LARDER_PIN_MAX", K_SIZE, pin_max_bytes, 0, 1ul << 50),
+	SET("cache", "pin_max_nvme", "LARDER_PIN_MAX_NVME", K_SIZE, pin_max_nvme_bytes, 0, 1ul << 56),
 	SET("cache", "list_cache_size", "LARDER_LIST_CACHE_SIZE", K_SIZE, list_cache_bytes, 0,
 	    1ul << 40),
 	SET("admin", "listen", "LARDER_ADMIN_LISTEN", K_ADMIN, admin_host, 0, 0),

@@ -187,6 +187,9 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 	struct pin_info *pins = gw->pins ? calloc(GAUGE_PINS, sizeof *pins) : NULL;
 	g->n_pins = pins ? pins_list(gw->pins, pins, GAUGE_PINS) : 0;
 	g->pins = pins;
+	g->lookaheads = gw->lookahead != NULL;
+	if (gw->lookahead)
+		lookahead_get_stats(gw->lookahead, &g->lookahead);
 }
 
 static void gauges_fini(struct metrics_gauges *g)

@@ -193,9 +193,10 @@ static struct chunk *get_chunk(struct req *r, uint64_t i)
 		req_cread(r)->busy = true;
 		return NULL;
 	}
-	if (ch && req_peer_hop(r) > 0) /* a pinned job's fetch from another node: pin it here */
-		pins_hold_peer(req_gw(r)->pins, req_bucket(r), MHD_lookup_connection_value(
-		               req_connection(r), MHD_HEADER_KIND, PIN_HEADER), &ch->id, ch->len);
+	if (ch && req_peer_hop(r) > 0 && /* a pinned job's fetch from another node: pin it here */
+	    pins_hold_peer(req_gw(r)->pins, req_bucket(r), MHD_lookup_connection_value(
+	                   req_connection(r), MHD_HEADER_KIND, PIN_HEADER), &ch->id, ch->len))
+		pins_keep_on_nvme(req_gw(r)->store, &ref, i, ch);
 	return ch;
 }
 

@@ -65,6 +65,8 @@ struct lookaheads {
 	unsigned next_id;
 	double idle_s;
 	ev_timer sweep;
+	uint64_t ended_objects, ended_bytes; /* warmed by the lookaheads that ended */
+	uint64_t reads, reads_ahead;         /* lookahead_stats */
 };
 
 static void la_free(struct la *a)
@@ -154,6 +156,8 @@ static void la_stop(struct lookaheads *l, struct la *a, enum la_state why)
 	if (why != LA_DONE)
 		prefetch_cancel(l->p, a->job);
 	a->state = why;
+	l->ended_objects += a->objects;
+	l->ended_bytes += a->bytes;
 	atomic_fetch_sub(&l->running, 1);
 	log_info("lookahead", "%s %s: %zu of %zu keys read, %llu objects warmed", a->id,
 	         state_names[why], a->position, a->n_keys, (unsigned long long)a->objects);
@@ -334,6 +338,27 @@ size_t lookahead_list(struct lookaheads *l, struct lookahead_info *out, size_t m
 	return n;
 }
 
+void lookahead_get_stats(struct lookaheads *l, struct lookahead_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	pthread_mutex_lock(&l->lock);
+	out->objects = l->ended_objects;
+	out->bytes = l->ended_bytes;
+	out->reads = l->reads;
+	out->reads_ahead = l->reads_ahead;
+	for (struct la *a = l->list; a; a = a->next) {
+		struct prefetch_info pi;
+		if (a->state != LA_RUNNING)
+			continue;
+		out->running++;
+		if (prefetch_get(l->p, a->job, &pi) == 0) {
+			out->objects += pi.objects_done;
+			out->bytes += pi.bytes_done;
+		}
+	}
+	pthread_mutex_unlock(&l->lock);
+}
+
 void lookahead_note_read(struct lookaheads *l, const char *bucket, const char *key, double now)
 {
 	if (!l || !atomic_load(&l->running))
@@ -346,6 +371,8 @@ void lookahead_note_read(struct lookaheads *l, const char *bucket, const char *k
 		if (at < 0)
 			continue;
 		a->last_read = now;
+		l->reads++;
+		l->reads_ahead += (size_t)at < a->position + a->window;
 		if ((size_t)at < a->position)
 			continue;
 		a->position = (size_t)at + 1;

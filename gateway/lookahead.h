@@ -48,6 +48,17 @@ struct lookahead_info {
 	double idle_s;
 };
 
+/* Figures for /metrics since start. A read counts once per running
+ * lookahead that lists its key; it is "ahead" when the key was inside that
+ * lookahead's window when the read began (its warming had been asked for,
+ * ahead of the reader), or already passed. */
+struct lookahead_stats {
+	uint64_t running;         /* lookaheads running now */
+	uint64_t objects, bytes;  /* warmed by every lookahead, running or ended */
+	uint64_t reads, reads_ahead;
+};
+void lookahead_get_stats(struct lookaheads *l, struct lookahead_stats *out);
+
 /* Created before the workers run; the idle sweep runs on w's loop.
  * idle_s: the default idle timeout. */
 struct lookaheads *lookahead_create(struct gw *gw, struct worker *w, struct prefetch *p,

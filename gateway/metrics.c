@@ -462,11 +462,16 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 	                   "Chunk reservations that took RAM use past its capacity.");
 	r = r ? r : sample(b, "larder_cache_ram_overcommits_total", NULL, st->ram_overcommits);
 	r = r ? r : family(b, "larder_pinned_bytes", "gauge",
-	                   "Bytes of pinned chunks held, by tier (pins hold chunks in RAM).");
+	                   "Bytes of pinned chunks held, by tier.");
 	r = r ? r : sample(b, "larder_pinned_bytes", "tier=\"ram\"", st->ram_pinned);
+	if (st->disk_capacity)
+		r = r ? r : sample(b, "larder_pinned_bytes", "tier=\"nvme\"", st->nvme_pinned);
 	r = r ? r : family(b, "larder_pin_limit_bytes", "gauge",
-	                   "The most bytes pins may hold (LARDER_PIN_MAX).");
-	r = r ? r : sample(b, "larder_pin_limit_bytes", NULL, st->pin_limit);
+	                   "The most bytes pins may hold, by tier (LARDER_PIN_MAX, "
+	                   "LARDER_PIN_MAX_NVME).");
+	r = r ? r : sample(b, "larder_pin_limit_bytes", "tier=\"ram\"", st->pin_limit);
+	if (st->disk_capacity)
+		r = r ? r : sample(b, "larder_pin_limit_bytes", "tier=\"nvme\"", st->nvme_pin_limit);
 	if (st->disk_capacity) { /* no NVMe tier configured: nothing to be up or down */
 		r = r ? r : family(b, "larder_nvme_up", "gauge",
 		                   "1 while the NVMe tier is in use, 0 once disabled after write "
@@ -516,6 +521,25 @@ static int render_upstream(struct buf *b)
 	return r;
 }
 
+static int render_lookahead(struct buf *b, const struct lookahead_stats *l)
+{
+	int r = family(b, "larder_lookaheads", "gauge", "Read-order lookaheads running.");
+	r = r ? r : sample(b, "larder_lookaheads", NULL, l->running);
+	r = r ? r : family(b, "larder_lookahead_objects_total", "counter",
+	                   "Objects warmed ahead of their readers by lookaheads.");
+	r = r ? r : sample(b, "larder_lookahead_objects_total", NULL, l->objects);
+	r = r ? r : family(b, "larder_lookahead_bytes_total", "counter",
+	                   "Bytes warmed ahead of their readers by lookaheads.");
+	r = r ? r : sample(b, "larder_lookahead_bytes_total", NULL, l->bytes);
+	r = r ? r : family(b, "larder_lookahead_reads_total", "counter",
+	                   "Reads of keys a running lookahead lists, by whether the lookahead had "
+	                   "asked for the key before the read (ahead) or not (behind).");
+	r = r ? r : sample(b, "larder_lookahead_reads_total", "warmed=\"ahead\"", l->reads_ahead);
+	r = r ? r : sample(b, "larder_lookahead_reads_total", "warmed=\"behind\"",
+	                   l->reads - l->reads_ahead);
+	return r;
+}
+
 int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 {
 	int r = render_requests(out);
@@ -542,6 +566,8 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "Pins in force (warm jobs with --pin, until they end).");
 		r = r ? r : sample(out, "larder_pins", NULL, g->n_pins);
 	}
+	if (!r && g && g->lookaheads)
+		r = render_lookahead(out, &g->lookahead);
 	if (!r && g && g->clustered) {
 		r = family(out, "larder_cluster_redis_up", "gauge",
 		           "1 when this node reaches Redis (0: it serves alone).");
@@ -717,6 +743,11 @@ json_t *metrics_stats_json(const struct metrics_gauges *g)
 		r = r ? r : json_object_set_new(cache, "pinned_bytes", json_integer((json_int_t)st->ram_pinned));
 		r = r ? r : json_object_set_new(cache, "pin_limit_bytes",
 		                                json_integer((json_int_t)st->pin_limit));
+		json_t *nvme = json_object_get(cache, "nvme");
+		r = r ? r : json_object_set_new(nvme, "pinned_bytes",
+		                                json_integer((json_int_t)st->nvme_pinned));
+		r = r ? r : json_object_set_new(nvme, "pin_limit_bytes",
+		                                json_integer((json_int_t)st->nvme_pin_limit));
 	}
 	if (!r && g)
 		r = json_object_set_new(doc, "pins", pins_json(g->pins, g->n_pins)) != 0;

@@ -22,6 +22,7 @@
 #include "base/buf.h"
 #include "cluster/placement.h"
 #include "cluster/directory.h"
+#include "gateway/lookahead.h"
 
 struct store_stats;
 struct pin_info;
@@ -86,6 +87,8 @@ struct metrics_gauges {
 	uint64_t prefetch_bytes;          /* bytes warmed by the jobs still listed */
 	const struct pin_info *pins;      /* the pins (gateway/pins.h), n_pins of them */
 	size_t n_pins;
+	bool lookaheads;                  /* lookahead (gateway/lookahead.h) is on: its figures */
+	struct lookahead_stats lookahead;
 };
 
 /* Appends the whole exposition (text format 0.0.4: # HELP, # TYPE, one

@@ -6,13 +6,23 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/log.h"
+#include "store/meta.h"
+#include "store/object.h"
+#include "store/pinset.h"
 #include "store/store.h"
+
+struct pinned_id {
+	struct chunk_id id;
+	int tiers;                  /* store_pin's answer */
+};
 
 struct pin {
 	struct pin *next;
@@ -21,8 +31,9 @@ struct pin {
 	size_t n_keys;
 	int64_t until;
 	uint64_t bytes;
-	struct chunk_id *ids;
+	struct pinned_id *ids;
 	size_t n, cap;
+	struct pinset held;         /* the same ids, to pin each once however often it is asked */
 };
 
 struct pins {
@@ -63,8 +74,9 @@ struct pins *pins_create(struct store *s)
 static void pin_free(struct pins *p, struct pin *x)
 {
 	for (size_t i = 0; i < x->n; i++)
-		store_unpin(p->store, &x->ids[i]);
+		store_unpin(p->store, &x->ids[i].id, x->ids[i].tiers);
 	free(x->ids);
+	pinset_free(&x->held);
 	free(x->bucket);
 	free(x->prefix);
 	free(x);
@@ -115,23 +127,30 @@ static struct pin *find(struct pins *p, const char *id, struct pin ***link)
 	return *pp;
 }
 
-/* Lock held. */
+/* Lock held. Pins cid for x unless x holds it already. */
 static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid, size_t len)
 {
+	if (pinset_has(&x->held, cid))
+		return 0;
 	if (x->n == x->cap) {
 		size_t cap = x->cap ? 2 * x->cap : 64;
-		struct chunk_id *ids = realloc(x->ids, cap * sizeof *ids);
+		struct pinned_id *ids = realloc(x->ids, cap * sizeof *ids);
 		if (!ids)
 			return -ENOMEM;
 		x->ids = ids;
 		x->cap = cap;
 	}
-	int rc = store_pin(p->store, cid, len);
-	if (rc == 0) {
-		x->ids[x->n++] = *cid;
-		x->bytes += len;
+	x->held.limit = UINT64_MAX;
+	int rc = pinset_add(&x->held, cid, len);
+	int tiers = rc < 0 ? rc : store_pin(p->store, cid, len);
+	if (tiers < 0) {
+		if (rc == 1)
+			pinset_remove(&x->held, cid);
+		return tiers;
 	}
-	return rc;
+	x->ids[x->n++] = (struct pinned_id){ *cid, tiers };
+	x->bytes += len;
+	return 0;
 }
 
 int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len)
@@ -148,11 +167,11 @@ void pins_peer_header(char out[PIN_HEADER_MAX], const char *node, const char *id
 	snprintf(out, PIN_HEADER_MAX, "%.120s/%.23s %lld", node, id, (long long)until);
 }
 
-void pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
+bool pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
                     const struct chunk_id *cid, size_t len)
 {
 	if (!p || !hdr)
-		return;
+		return false;
 	const char *sp = strrchr(hdr, ' ');
 	char *end;
 	long long until = sp ? strtoll(sp + 1, &end, 10) : 0;
@@ -161,7 +180,7 @@ void pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
 	if (!sp || *end || until <= 0 || n == 0 || n >= sizeof id) {
 		log_warn("pins", "a peer's %s \"%.64s\" is not \"NODE/JOB UNTIL\": not pinned",
 		         PIN_HEADER, hdr);
-		return;
+		return false;
 	}
 	memcpy(id, hdr, n);
 	id[n] = '\0';
@@ -183,6 +202,26 @@ void pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
 	if (rc)
 		log_warn("pins", "pin %s from a peer: a chunk of bucket %s not pinned: %s", id, bucket,
 		         strerror(-rc));
+	return rc == 0;
+}
+
+/* The most an object's encoded metadata may take (as fetch.c allows). */
+#define META_BLOB_MAX (128 * 1024)
+
+void pins_keep_on_nvme(struct store *s, const struct obj_ref *ref, uint64_t index, struct chunk *c)
+{
+	if (atomic_load(&c->state) != CHUNK_READY)
+		return; /* its completion writes it */
+	struct buf blob;
+	buf_init(&blob, META_BLOB_MAX);
+	struct chunk_origin o = { .bucket = ref->bucket, .key = ref->key, .etag = ref->meta->etag,
+	                          .index = index };
+	if (index == 0 && meta_encode(ref->meta, &blob) == 0) {
+		o.meta = blob.p;
+		o.meta_len = blob.len;
+	}
+	store_pin_write(s, c, &o);
+	buf_fini(&blob);
 }
 
 void pins_add_object(struct pins *p, const char *id)

@@ -22,6 +22,7 @@
 #ifndef LARDER_PINS_H
 #define LARDER_PINS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,7 @@
 
 struct store;
 struct pins;
+struct obj_ref;
 
 struct pin_info {
 	char id[PIN_ID_MAX];
@@ -71,10 +73,14 @@ void pins_expire(struct pins *p, int64_t now);
 void pins_peer_header(char out[PIN_HEADER_MAX], const char *node, const char *id, int64_t until);
 /* A peer asked for chunk cid (len bytes) of bucket with X-Larder-Pin
  * value hdr (NULL: none): pins it, under a pin named after the peer's,
- * created as needed. Not pinning it (a bad value, past the pin limit) is
- * logged, never an error for the read. */
-void pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
+ * created as needed; true when it is pinned. Not pinning it (a bad value,
+ * past the pin limits) is logged, never an error for the read. */
+bool pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
                     const struct chunk_id *cid, size_t len);
+/* c, chunk index of ref, was just pinned: if it is complete already
+ * (pinning it could not catch its completion's write) and pinned on NVMe,
+ * it is written there unless NVMe holds it (store_pin_write). */
+void pins_keep_on_nvme(struct store *s, const struct obj_ref *ref, uint64_t index, struct chunk *c);
 /* Up to max pins, newest first; returns how many. Free each prefix. */
 size_t pins_list(struct pins *p, struct pin_info *out, size_t max);
 

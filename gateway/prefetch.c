@@ -109,18 +109,34 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	                            j->pin ? j->pin_hdr : NULL, l->whole) ? 0 : -EIO;
 }
 
-/* Pins c before it completes (a chunk being produced is kept when it
- * does). A pin that no longer exists (ended early) pins nothing more;
- * one that would pass the limit fails the job. */
-static int pin_chunk(struct pf_job *j, struct chunk *c)
+/* Each tier's pin cap and what is pinned under it, for a refusal. */
+static void pin_limits(const struct store_stats *st, char *out, size_t n)
+{
+	int k = snprintf(out, n, "LARDER_PIN_MAX, %" PRIu64 " bytes, %" PRIu64 " pinned already",
+	                 st->pin_limit, st->pin_held);
+	if (st->nvme_pin_limit && k > 0 && (size_t)k < n)
+		snprintf(out + k, n - (size_t)k, "; LARDER_PIN_MAX_NVME, %" PRIu64 " bytes, %" PRIu64
+		         " pinned already", st->nvme_pin_limit, st->nvme_pin_held);
+}
+
+/* Pins c, chunk i of o, before it completes (a chunk being produced is
+ * kept when it does; one already complete is written to NVMe if its pin is
+ * there and NVMe lacks it). A pin that no longer exists (ended early) pins
+ * nothing more; one that would pass the limit fails the job. */
+static int pin_chunk(struct pf_job *j, const struct pf_obj *o, uint64_t i, struct chunk *c)
 {
 	int r = pins_add(j->p->gw->pins, j->id, &c->id, c->len);
+	if (r == 0) {
+		struct obj_ref ref = { j->bucket, o->key, o->meta };
+		pins_keep_on_nvme(j->p->gw->store, &ref, i, c);
+	}
 	if (r == -ENOSPC && !atomic_exchange(&j->pin_refused, true)) {
 		struct store_stats st;
 		store_get_stats(j->p->gw->store, &st);
-		char msg[200];
-		snprintf(msg, sizeof msg, "pin refused: it passes the pin limit (LARDER_PIN_MAX, %"
-		         PRIu64 " bytes, %" PRIu64 " pinned already)", st.pin_limit, st.pin_held);
+		char msg[300];
+		char lim[200];
+		pin_limits(&st, lim, sizeof lim);
+		snprintf(msg, sizeof msg, "pin refused: it passes the pin limit (%s)", lim);
 		pf_job_fail(j, msg);
 	}
 	return r;
@@ -133,13 +149,15 @@ static bool pin_fits(struct pf_job *j)
 	struct store_stats st;
 	store_get_stats(j->p->gw->store, &st);
 	uint64_t want = atomic_load(&j->bytes_total);
-	uint64_t room = st.pin_limit > st.pin_held ? st.pin_limit - st.pin_held : 0;
+	uint64_t room = store_pin_room(&st);
 	if (want <= room)
 		return true;
 	atomic_store(&j->pin_refused, true);
-	char msg[200];
-	snprintf(msg, sizeof msg, "pin refused: %" PRIu64 " bytes, but the pin limit (LARDER_PIN_MAX, %"
-	         PRIu64 " bytes) has %" PRIu64 " bytes free", want, st.pin_limit, room);
+	char msg[300];
+	char lim[200];
+	pin_limits(&st, lim, sizeof lim);
+	snprintf(msg, sizeof msg, "pin refused: %" PRIu64 " bytes, but the pin limit (%s) has %"
+	         PRIu64 " bytes free", want, lim, room);
 	pf_job_fail(j, msg);
 	return false;
 }
@@ -205,7 +223,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		struct chunk *c = obj_acquire(ob, &ref, i, fetch_produce, &fp, &role);
 		if (!c)
 			break;
-		if (j->pin && pin_chunk(j, c) == -ENOSPC) {
+		if (j->pin && pin_chunk(j, o, i, c) == -ENOSPC) {
 			obj_unwant(c, true);
 			return true;
 		}

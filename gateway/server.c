@@ -415,6 +415,7 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 		.policy = (enum policy_kind)policy_kind_parse(cfg->cache_policy),
 		.stale_after_s = (double)cfg->cache_stale_after_s,
 		.pin_bytes = cfg->pin_max_bytes,
+		.pin_nvme_bytes = cfg->pin_max_nvme_bytes,
 	};
 	gw->meta = meta_cache_create(1u << 20);
 	if (cfg->n_list_caches && cfg->list_cache_bytes)

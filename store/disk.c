@@ -169,6 +169,7 @@ void disk_close(struct disk *d)
 		d->first = s->next;
 		dk_seg_unref(s);
 	}
+	pinset_free(&d->pins);
 	if (d->pol)
 		policy_destroy(d->pol);
 	if (d->tfd >= 0)
@@ -234,10 +235,13 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 	if (old)
 		dk_entry_drop(d, old); /* a write replaces */
 	int rc = 0;
-	if (esz > d->limit || !policy_admit(d->pol, e->hash, esz, now))
+	/* A pinned chunk is always admitted (its cap bounds them); pinned
+	 * entries take their bytes out of what the policy may hold. */
+	if (esz > d->limit || (!pinset_has(&d->pins, id) &&
+	                       !policy_admit_reserved(d->pol, e->hash, esz, d->pinned, now)))
 		goto out;
 	struct policy_entry *victim;
-	while (policy_used(d->pol) + esz > policy_capacity(d->pol) &&
+	while (policy_used(d->pol) + d->pinned + esz > policy_capacity(d->pol) &&
 	       (victim = policy_victim(d->pol, now)) != NULL) {
 		dk_evict(d, dk_entry_of(victim));
 	}
@@ -274,6 +278,8 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 		dk_seg_link_entry(s, e);
 		d->live += esz;
 		policy_insert(d->pol, &e->pe, e->hash, esz, now);
+		if (pinset_has(&d->pins, id)) /* pinned now, not when the write began */
+			dk_entry_pin(d, e, true, now);
 		e = NULL;
 	}
 	dk_seg_unref(s);
@@ -300,7 +306,8 @@ int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len)
 	uint64_t off = e->off;
 	uint32_t vl = e->var_len, crc = e->data_crc;
 	atomic_fetch_add(&s->refs, 1);
-	policy_touch(d->pol, &e->pe, clock_mono_s());
+	if (!e->pinned)
+		policy_touch(d->pol, &e->pe, clock_mono_s());
 	pthread_mutex_unlock(&d->lock);
 
 	unsigned char b[HDR_LEN];
@@ -346,6 +353,43 @@ uint64_t disk_next_gen(struct disk *d)
 	return atomic_fetch_add(&d->next_gen, 1);
 }
 
+void disk_pin_limit(struct disk *d, uint64_t bytes)
+{
+	pthread_mutex_lock(&d->lock);
+	/* Past the limit under the reclaim reserve a pinned write would find
+	 * no room it could make. */
+	d->pins.limit = bytes < d->limit ? bytes : d->limit;
+	pthread_mutex_unlock(&d->lock);
+}
+
+int disk_pin(struct disk *d, const struct chunk_id *id, size_t len)
+{
+	pthread_mutex_lock(&d->lock);
+	int rc = pinset_add(&d->pins, id, len);
+	struct dent *e = rc == 1 ? dk_idx_find(d, id, chunk_id_hash(id)) : NULL;
+	if (e)
+		dk_entry_pin(d, e, true, 0);
+	pthread_mutex_unlock(&d->lock);
+	return rc < 0 ? rc : 0;
+}
+
+void disk_unpin(struct disk *d, const struct chunk_id *id)
+{
+	pthread_mutex_lock(&d->lock);
+	struct dent *e = pinset_remove(&d->pins, id) ? dk_idx_find(d, id, chunk_id_hash(id)) : NULL;
+	if (e)
+		dk_entry_pin(d, e, false, clock_mono_s());
+	pthread_mutex_unlock(&d->lock);
+}
+
+bool disk_pinned(struct disk *d, const struct chunk_id *id)
+{
+	pthread_mutex_lock(&d->lock);
+	bool on = pinset_has(&d->pins, id);
+	pthread_mutex_unlock(&d->lock);
+	return on;
+}
+
 bool disk_lookup(struct disk *d, const struct chunk_id *id, size_t *len)
 {
 	pthread_mutex_lock(&d->lock);
@@ -380,7 +424,8 @@ void disk_get_stats(struct disk *d, struct disk_stats *out)
 		.used = d->used, .capacity = d->capacity, .live_bytes = d->live,
 		.entries = d->count, .segments = d->nsegs, .evictions = d->evictions,
 		.reclaimed_segments = d->reclaimed, .write_errors = d->write_errors,
-		.read_errors = d->read_errors, .corrupt = d->corrupt,
+		.read_errors = d->read_errors, .corrupt = d->corrupt, .pinned = d->pinned,
+		.pin_held = d->pins.held, .pin_limit = d->pins.limit,
 	};
 	pthread_mutex_unlock(&d->lock);
 }
@@ -389,7 +434,7 @@ int disk_check(struct disk *d)
 {
 	int bad = 0;
 	pthread_mutex_lock(&d->lock);
-	uint64_t used = 0, live = 0, nsegs = 0, entries = 0;
+	uint64_t used = 0, live = 0, nsegs = 0, entries = 0, pinned = 0, npinned = 0;
 	for (struct seg *s = d->first; s; s = s->next) {
 		uint64_t sl = 0;
 		for (struct dent *e = s->first; e; e = e->snext) {
@@ -397,6 +442,8 @@ int disk_check(struct disk *d)
 			       dk_idx_find(d, &e->id, e->hash) != e || e->off % ENTRY_ALIGN != 0;
 			sl += e->esz;
 			entries++;
+			pinned += e->pinned ? e->esz : 0;
+			npinned += e->pinned;
 		}
 		bad |= sl != s->live || (s->next && s->next->seq <= s->seq);
 		used += s->size;
@@ -407,8 +454,9 @@ int disk_check(struct disk *d)
 	for (size_t i = 0; i < d->nslots; i++)
 		n += d->slots[i] != NULL;
 	bad |= used != d->used || live != d->live || nsegs != d->nsegs || entries != d->count ||
-	       n != d->count || d->used > d->capacity || policy_used(d->pol) != d->live ||
-	       policy_count(d->pol) != d->count || policy_check(d->pol) != 0;
+	       n != d->count || d->used > d->capacity || pinned != d->pinned ||
+	       npinned != d->npinned || policy_used(d->pol) + d->pinned != d->live ||
+	       policy_count(d->pol) + d->npinned != d->count || policy_check(d->pol) != 0;
 	pthread_mutex_unlock(&d->lock);
 	return bad ? -1 : 0;
 }
@@ -440,6 +488,9 @@ static void tier_get_stats_op(void *t, struct tier_stats *out)
 		.entries = d.entries,
 		.evictions = d.evictions,
 		.corrupt = d.corrupt,
+		.pinned = d.pinned,
+		.pin_held = d.pin_held,
+		.pin_limit = d.pin_limit,
 	};
 }
 

@@ -75,6 +75,17 @@ int disk_invalidate(struct disk *d, const char *bucket, const char *key, bool pr
  * runs or the write waits in the queue counts as newer than the chunk. */
 uint64_t disk_next_gen(struct disk *d);
 
+/* Pins (store_pin): a pinned entry is never evicted for room (reclaim
+ * moves it like any live entry), and a pinned id written later is always
+ * admitted. disk_pin: 0, -ENOSPC when the bytes of pinned ids would pass
+ * the limit (0 until disk_pin_limit sets one; at most what writes may use,
+ * capacity less the reclaim reserve), or -ENOMEM; pins on one id
+ * count up, and disk_unpin takes one off. len is the chunk's length. */
+void disk_pin_limit(struct disk *d, uint64_t bytes);
+int disk_pin(struct disk *d, const struct chunk_id *id, size_t len);
+void disk_unpin(struct disk *d, const struct chunk_id *id);
+bool disk_pinned(struct disk *d, const struct chunk_id *id);
+
 /* Whether the chunk is held, and its length. */
 bool disk_lookup(struct disk *d, const struct chunk_id *id, size_t *len);
 
@@ -87,6 +98,7 @@ void disk_on_evict(struct disk *d, store_change_cb cb, void *arg);
 struct disk_stats {
 	uint64_t used, capacity, live_bytes, entries, segments;
 	uint64_t evictions, reclaimed_segments, write_errors, read_errors, corrupt;
+	uint64_t pinned, pin_held, pin_limit; /* pinned entries' bytes here; pinned ids'; their cap */
 };
 void disk_get_stats(struct disk *d, struct disk_stats *out);
 

@@ -23,6 +23,10 @@
  * the policy's next victim. A write that still cannot fit is declined
  * (returns 0, like a policy refusal), as is an entry larger than
  * capacity - reserve.
+ *
+ * Pins. A pinned entry is out of the policy, so it is never a victim;
+ * reclaim copies it forward like any live entry. Its bytes still count
+ * in used and live, so the writes of others evict around it.
  */
 #include "store/disk_internal.h"
 
@@ -198,9 +202,30 @@ void dk_append_undo(struct disk *d, struct seg *s, uint64_t off, uint64_t esz)
 	}
 }
 
+void dk_entry_pin(struct disk *d, struct dent *e, bool on, double now)
+{
+	if (e->pinned == on)
+		return;
+	e->pinned = on;
+	if (on) {
+		policy_remove(d->pol, &e->pe);
+		d->pinned += e->esz;
+		d->npinned++;
+	} else {
+		d->pinned -= e->esz;
+		d->npinned--;
+		policy_insert(d->pol, &e->pe, e->hash, e->esz, now);
+	}
+}
+
 void dk_entry_drop(struct disk *d, struct dent *e)
 {
-	policy_remove(d->pol, &e->pe);
+	if (e->pinned) {
+		d->pinned -= e->esz;
+		d->npinned--;
+	} else {
+		policy_remove(d->pol, &e->pe);
+	}
 	idx_remove(d, e);
 	seg_unlink_entry(e->seg, e);
 	d->live -= e->esz;

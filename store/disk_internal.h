@@ -17,6 +17,7 @@
 #include "base/crc.h" /* crc32c: entries and tombstones carry CRC32Cs */
 #include "store/chunk.h"
 #include "store/disk.h"
+#include "store/pinset.h"
 #include "store/policy.h"
 
 #define TOPIC "disk"
@@ -44,6 +45,7 @@ struct dent {
 	uint32_t var_len, data_len, data_crc;
 	uint64_t gen;
 	bool chunk0;
+	bool pinned;                /* out of the policy: never a victim (reclaim still moves it) */
 	struct dent *sprev, *snext; /* seg's live list */
 };
 
@@ -67,6 +69,8 @@ struct disk {
 	struct seg *first, *last, *head;
 	uint64_t nsegs, next_seq, used, live;
 	uint64_t evictions, reclaimed, write_errors, read_errors, corrupt;
+	struct pinset pins;         /* pinned ids, held here or still to come */
+	uint64_t pinned, npinned;   /* on-disk bytes and count of pinned entries (in live) */
 	store_change_cb evicted;    /* told of each eviction, under lock */
 	void *evicted_arg;
 	_Atomic uint64_t next_gen;  /* generations handed out so far + 1 */
@@ -173,6 +177,9 @@ int dk_head_ensure(struct disk *d, uint64_t esz);
  * truncates the file; if that fails too the bytes stay counted (dead) and
  * the segment is sealed so nothing is ever appended after them. */
 void dk_append_undo(struct disk *d, struct seg *s, uint64_t off, uint64_t esz);
+
+/* Takes e out of the policy (pinned), or puts it back. */
+void dk_entry_pin(struct disk *d, struct dent *e, bool on, double now);
 
 /* Forgets an entry; its bytes become dead. */
 void dk_entry_drop(struct disk *d, struct dent *e);

@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "store/idmap.h"
+#include "store/pinset.h"
 
 #define container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
 
@@ -20,14 +21,6 @@ struct ram_entry {
 	bool pinned;                /* held outside the policy: never a victim */
 };
 
-/* A pinned id, whether or not its chunk is here yet. */
-struct pin_node {
-	struct chunk_id id;
-	uint64_t len;
-	unsigned count;             /* pins holding it */
-	struct pin_node *next;
-};
-
 struct ram_tier {
 	pthread_mutex_t lock;       /* guards everything below */
 	struct idmap map;
@@ -35,10 +28,7 @@ struct ram_tier {
 	uint64_t capacity;
 	uint64_t filling;           /* reserved by chunks being produced */
 	uint64_t evictions, overcommits;
-	struct pin_node **pins;     /* chained hash of pinned ids; n_buckets a power of two */
-	size_t n_buckets, n_pins;
-	uint64_t pin_limit;         /* bytes of pinned ids allowed */
-	uint64_t pin_held;          /* bytes of pinned ids */
+	struct pinset pins;         /* pinned ids, whether or not their chunks are here yet */
 	uint64_t pinned;            /* bytes of pinned chunks here (outside the policy) */
 	store_change_cb evicted;
 	void *evicted_arg;
@@ -88,44 +78,6 @@ static bool make_room(struct ram_tier *r, uint64_t extra, double now, struct tie
 
 /* ---- pinned ids ---- */
 
-/* Lock held. The pinned id's node, or NULL; *link its link. */
-static struct pin_node *pin_find(const struct ram_tier *r, const struct chunk_id *id,
-                                 struct pin_node ***link)
-{
-	if (!r->n_buckets)
-		return NULL;
-	struct pin_node **pp = &r->pins[chunk_id_hash(id) & (r->n_buckets - 1)];
-	for (; *pp; pp = &(*pp)->next)
-		if (chunk_id_eq(&(*pp)->id, id))
-			break;
-	if (link)
-		*link = pp;
-	return *pp;
-}
-
-/* Lock held. Keeps the chains short: at most one node per bucket on
- * average. -ENOMEM leaves the table as it was. */
-static int pin_grow(struct ram_tier *r)
-{
-	if (r->n_pins < r->n_buckets)
-		return 0;
-	size_t n = r->n_buckets ? 2 * r->n_buckets : 64;
-	struct pin_node **b = calloc(n, sizeof *b);
-	if (!b)
-		return -ENOMEM;
-	for (size_t i = 0; i < r->n_buckets; i++)
-		for (struct pin_node *p = r->pins[i], *next; p; p = next) {
-			next = p->next;
-			struct pin_node **head = &b[chunk_id_hash(&p->id) & (n - 1)];
-			p->next = *head;
-			*head = p;
-		}
-	free(r->pins);
-	r->pins = b;
-	r->n_buckets = n;
-	return 0;
-}
-
 /* Lock held. Takes e out of the policy, or puts it back. */
 static void entry_pin(struct ram_tier *r, struct ram_entry *e, bool on, double now)
 {
@@ -144,57 +96,27 @@ static void entry_pin(struct ram_tier *r, struct ram_entry *e, bool on, double n
 void ram_pin_limit(struct ram_tier *r, uint64_t bytes)
 {
 	pthread_mutex_lock(&r->lock);
-	r->pin_limit = bytes;
+	r->pins.limit = bytes;
 	pthread_mutex_unlock(&r->lock);
 }
 
 int ram_pin(struct ram_tier *r, const struct chunk_id *id, uint64_t len)
 {
-	int rc = 0;
 	pthread_mutex_lock(&r->lock);
-	struct pin_node *p = pin_find(r, id, NULL);
-	if (p) {
-		p->count++;
-		goto out;
-	}
-	if (len > r->pin_limit || r->pin_held > r->pin_limit - len) {
-		rc = -ENOSPC;
-		goto out;
-	}
-	if (pin_grow(r) < 0 || !(p = calloc(1, sizeof *p))) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	p->id = *id;
-	p->len = len;
-	p->count = 1;
-	struct pin_node **head = &r->pins[chunk_id_hash(id) & (r->n_buckets - 1)];
-	p->next = *head;
-	*head = p;
-	r->n_pins++;
-	r->pin_held += len;
-	struct chunk *c = idmap_get(&r->map, id);
+	int rc = pinset_add(&r->pins, id, len);
+	struct chunk *c = rc == 1 ? idmap_get(&r->map, id) : NULL;
 	if (c)
 		entry_pin(r, c->tier_priv, true, 0);
-out:
 	pthread_mutex_unlock(&r->lock);
-	return rc;
+	return rc < 0 ? rc : 0;
 }
 
 void ram_unpin(struct ram_tier *r, const struct chunk_id *id)
 {
 	pthread_mutex_lock(&r->lock);
-	struct pin_node **link;
-	struct pin_node *p = pin_find(r, id, &link);
-	if (p && --p->count == 0) {
-		*link = p->next;
-		r->n_pins--;
-		r->pin_held -= p->len;
-		free(p);
-		struct chunk *c = idmap_get(&r->map, id);
-		if (c)
-			entry_pin(r, c->tier_priv, false, clock_mono_s());
-	}
+	struct chunk *c = pinset_remove(&r->pins, id) ? idmap_get(&r->map, id) : NULL;
+	if (c)
+		entry_pin(r, c->tier_priv, false, clock_mono_s());
 	pthread_mutex_unlock(&r->lock);
 }
 
@@ -270,7 +192,7 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 	r->filling -= c->len;
 	/* A pinned chunk is always kept (the pin limit bounds them), and
 	 * evicts whatever the policy ranks lowest. */
-	bool pinned = pin_find(r, &c->id, NULL) != NULL;
+	bool pinned = pinset_has(&r->pins, &c->id);
 	if (idmap_get(&r->map, &c->id) ||
 	    (!pinned && !policy_admit_reserved(r->policy, hash, c->len, outside_policy(r), now)))
 		goto out;
@@ -317,8 +239,8 @@ static void ram_get_stats(void *t, struct tier_stats *out)
 		.capacity = r->capacity,
 		.entries = r->map.n,
 		.pinned = r->pinned,
-		.pin_held = r->pin_held,
-		.pin_limit = r->pin_limit,
+		.pin_held = r->pins.held,
+		.pin_limit = r->pins.limit,
 		.evictions = r->evictions,
 		.overcommits = r->overcommits,
 	};
@@ -348,12 +270,7 @@ static void ram_close(void *t)
 		chunk_unref(c);
 	}
 	free(r->map.slot);
-	for (size_t i = 0; i < r->n_buckets; i++)
-		for (struct pin_node *p = r->pins[i], *next; p; p = next) {
-			next = p->next;
-			free(p);
-		}
-	free(r->pins);
+	pinset_free(&r->pins);
 	policy_destroy(r->policy);
 	pthread_mutex_destroy(&r->lock);
 	free(r);

@@ -237,16 +237,17 @@ static struct job *write_job_new(struct chunk *c, const struct chunk_origin *o)
 	return j;
 }
 
-/* Queues j unless its queue is full; returns whether it was queued. */
-static bool job_queue(struct store *s, struct job *j)
+/* Queues j unless its queue is full (force: a write past the bound);
+ * returns whether it was queued. */
+static bool job_queue(struct store *s, struct job *j, bool force)
 {
 	bool ok;
 	pthread_mutex_lock(&s->q_lock);
 	if (j->kind == JOB_READ)
 		ok = !s->stopping && s->reads.n < READ_QUEUE_MAX;
 	else
-		ok = !s->stopping && s->writes.n < WRITE_QUEUE_MAX &&
-		     (s->writes.n == 0 || s->writes.bytes + j->c->len <= s->write_bytes_max);
+		ok = !s->stopping && (force || (s->writes.n < WRITE_QUEUE_MAX &&
+		     (s->writes.n == 0 || s->writes.bytes + j->c->len <= s->write_bytes_max)));
 	if (ok) {
 		list_push(j->kind == JOB_READ ? &s->reads : &s->writes, j);
 		pthread_cond_signal(&s->q_cv);
@@ -416,6 +417,8 @@ struct store *store_open(const struct store_config *cfg, store_recover_cb cb, vo
 		if (!s->disk)
 			goto fail;
 		s->nvme = (struct tier){ .ops = &disk_tier_ops, .t = s->disk };
+		uint64_t nvme_pin = cfg->pin_nvme_bytes ? cfg->pin_nvme_bytes : cfg->disk_bytes / 2;
+		disk_pin_limit(s->disk, nvme_pin < cfg->disk_bytes ? nvme_pin : cfg->disk_bytes);
 		if (cfg->changed)
 			tier_on_evict(&s->nvme, cfg->changed, cfg->changed_arg);
 		atomic_store(&s->disk_ok, true);
@@ -546,7 +549,7 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 			j->kind = JOB_READ;
 			chunk_ref(c);
 			j->c = c;
-			if (job_queue(s, j))
+			if (job_queue(s, j, false))
 				*role = STORE_WAIT;
 			else
 				job_free(j); /* queue full: the caller fetches it */
@@ -585,8 +588,11 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 	if (!ok)
 		chunk_set_state(c, CHUNK_FAILED, reason);
 	if (ok && in_table && write_through && disk_usable(s)) {
+		/* A chunk pinned on NVMe is written whatever the queue holds:
+		 * once RAM lets it go, NVMe is where its pin keeps it. */
 		struct job *j = write_job_new(c, o);
-		if (!j || !job_queue(s, j)) {
+		if (!j || !(job_queue(s, j, false) ||
+		            (disk_pinned(s->disk, &c->id) && job_queue(s, j, true)))) {
 			count(&s->disk_writes_dropped);
 			if (j)
 				job_free(j);
@@ -652,12 +658,52 @@ void store_drop(struct store *s, const struct chunk_id *id)
 
 int store_pin(struct store *s, const struct chunk_id *id, size_t len)
 {
-	return ram_pin(s->ram_t, id, len);
+	int r = ram_pin(s->ram_t, id, len);
+	int d = s->disk ? disk_pin(s->disk, id, len) : -ENOSPC;
+	int tiers = (r == 0 ? STORE_PIN_RAM : 0) | (d == 0 ? STORE_PIN_NVME : 0);
+	if (tiers)
+		return tiers;
+	return r == -ENOMEM || d == -ENOMEM ? -ENOMEM : -ENOSPC;
 }
 
-void store_unpin(struct store *s, const struct chunk_id *id)
+void store_unpin(struct store *s, const struct chunk_id *id, int tiers)
 {
-	ram_unpin(s->ram_t, id);
+	if (tiers & STORE_PIN_RAM)
+		ram_unpin(s->ram_t, id);
+	if ((tiers & STORE_PIN_NVME) && s->disk)
+		disk_unpin(s->disk, id);
+}
+
+/* Whether a write of id waits in the queue or runs. */
+static bool write_pending(struct store *s, const struct chunk_id *id)
+{
+	bool found = false;
+	pthread_mutex_lock(&s->q_lock);
+	for (struct job *j = s->writes.head; j && !found; j = j->next)
+		found = chunk_id_eq(&j->c->id, id);
+	for (struct job *j = s->active.head; j && !found; j = j->next)
+		found = j->kind == JOB_WRITE && chunk_id_eq(&j->c->id, id);
+	pthread_mutex_unlock(&s->q_lock);
+	return found;
+}
+
+void store_pin_write(struct store *s, struct chunk *c, const struct chunk_origin *o)
+{
+	if (!disk_usable(s) || atomic_load(&c->state) != CHUNK_READY ||
+	    !disk_pinned(s->disk, &c->id) || tier_holds(&s->nvme, &c->id, NULL) ||
+	    write_pending(s, &c->id))
+		return;
+	struct job *j = write_job_new(c, o);
+	if (j && !job_queue(s, j, true))
+		job_free(j);
+}
+
+uint64_t store_pin_room(const struct store_stats *st)
+{
+	uint64_t ram = st->pin_limit > st->pin_held ? st->pin_limit - st->pin_held : 0;
+	uint64_t nvme = st->nvme_pin_limit > st->nvme_pin_held ?
+	                st->nvme_pin_limit - st->nvme_pin_held : 0;
+	return ram > nvme ? ram : nvme;
 }
 
 int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix)
@@ -699,5 +745,8 @@ void store_get_stats(struct store *s, struct store_stats *out)
 		out->disk_entries = t.entries;
 		out->evictions_disk = t.evictions;
 		out->disk_corrupt = t.corrupt;
+		out->nvme_pinned = t.pinned;
+		out->nvme_pin_held = t.pin_held;
+		out->nvme_pin_limit = t.pin_limit;
 	}
 }

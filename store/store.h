@@ -46,6 +46,7 @@ struct store_config {
 	unsigned io_threads;         /* NVMe readers/writers; 0: 2 */
 	uint64_t segment_bytes;      /* NVMe segment file size; 0: 64 MiB */
 	uint64_t pin_bytes;          /* LARDER_PIN_MAX: pinned bytes allowed; 0: ram_bytes / 2 */
+	uint64_t pin_nvme_bytes;     /* LARDER_PIN_MAX_NVME: the same on NVMe; 0: disk_bytes / 2 */
 	store_change_cb changed;     /* may be NULL */
 	void *changed_arg;
 };
@@ -126,22 +127,37 @@ int store_invalidate(struct store *s, const char *bucket, const char *key, bool 
 void store_drop(struct store *s, const struct chunk_id *id);
 
 /*
- * Pins (a warm job's --pin): a pinned chunk stays in RAM however much
- * else is read, until store_unpin. Pin an id before (or while) it is
- * acquired and it is kept when it completes; one already in RAM is held
- * from now on. Pins on one id count up. len is the chunk's length.
- * Returns 0, -ENOSPC when the bytes of pinned ids would pass pin_bytes,
- * or -ENOMEM.
+ * Pins (a warm job's --pin). Each tier has its own cap on the bytes of
+ * ids pinned there (pin_bytes, pin_nvme_bytes), and an id is pinned in
+ * every tier whose cap has room for it: a chunk pinned in RAM stays in RAM
+ * however much else is read; one pinned on NVMe is written there whatever
+ * the write queue holds and stays there (RAM may let it go: a read brings
+ * it back from NVMe). So the first pin_bytes of pinned ids are held in
+ * both tiers, the rest on NVMe only, and a pin fails only where neither
+ * tier has room. Pin an id before (or while) it is acquired and it is
+ * kept when it completes; one already held is held from now on (a chunk
+ * already complete in RAM but not on NVMe is written there by
+ * store_pin_write). Pins on one id count up.
+ * Returns the tiers pinned (STORE_PIN_RAM | STORE_PIN_NVME, never 0): hand
+ * them to store_unpin; -ENOSPC when neither tier has room; or -ENOMEM.
  */
+#define STORE_PIN_RAM 1
+#define STORE_PIN_NVME 2
 int store_pin(struct store *s, const struct chunk_id *id, size_t len);
-void store_unpin(struct store *s, const struct chunk_id *id);
+void store_unpin(struct store *s, const struct chunk_id *id, int tiers);
+/* c (READY, named by o) was pinned on NVMe after it completed: writes it
+ * there unless NVMe holds it or a write of it is pending (its completion's
+ * write may have been dropped with the write queue full). */
+void store_pin_write(struct store *s, struct chunk *c, const struct chunk_origin *o);
 
 struct store_stats {
 	uint64_t ram_used, ram_capacity, ram_entries;  /* ram_used includes ram_filling */
 	uint64_t ram_filling;            /* bytes reserved by chunks being produced */
 	uint64_t ram_overcommits;        /* reservations that pushed ram_used past capacity */
 	uint64_t ram_pinned;             /* bytes of pinned chunks in RAM (in ram_used) */
-	uint64_t pin_held, pin_limit;    /* bytes of pinned ids (held or to come); their cap */
+	uint64_t pin_held, pin_limit;    /* bytes of ids pinned in RAM (held or to come); their cap */
+	uint64_t nvme_pinned;            /* bytes of pinned entries on NVMe (in disk_used) */
+	uint64_t nvme_pin_held, nvme_pin_limit; /* the same as pin_held and pin_limit, on NVMe */
 	uint64_t disk_used, disk_capacity, disk_entries;
 	uint64_t inflight;               /* chunks being produced */
 	uint64_t hits_ram, hits_disk, misses, coalesced;
@@ -151,5 +167,8 @@ struct store_stats {
 	bool disk_ok;                    /* false while the NVMe tier is disabled (write errors) */
 };
 void store_get_stats(struct store *s, struct store_stats *out);
+
+/* The bytes one more pin can take: the larger of the two tiers' rooms. */
+uint64_t store_pin_room(const struct store_stats *st);
 
 #endif

@@ -49,9 +49,9 @@ struct tier_stats {
 	uint64_t evictions;   /* for room, and (RAM) drops */
 	uint64_t overcommits; /* reservations that pushed used past capacity (RAM) */
 	uint64_t corrupt;     /* entries that failed their checksum (NVMe) */
-	uint64_t pinned;      /* bytes of pinned chunks held (RAM) */
-	uint64_t pin_held;    /* bytes of pinned ids, held or still to come (RAM) */
-	uint64_t pin_limit;   /* the most pin_held may reach (RAM) */
+	uint64_t pinned;      /* bytes of pinned chunks held */
+	uint64_t pin_held;    /* bytes of pinned ids, held or still to come */
+	uint64_t pin_limit;   /* the most pin_held may reach */
 };
 
 struct tier_ops {

@@ -9,6 +9,7 @@ import os
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import harness
 import test_prefetch
@@ -142,6 +143,42 @@ class Lookahead(AdminCalls, LarderCase):
         self.assertEqual(self.info(la)["state"], "ended")
         st, r = self.call("DELETE", "/admin/lookahead/" + la)
         self.assertEqual((st, r["error"]), (404, "not_found"), r)
+
+    def lookahead_metrics(self):
+        """The larder_lookahead* samples of /metrics, by name and labels."""
+        req = urllib.request.Request(self.admin + "/metrics")
+        req.add_header("Authorization", "Bearer " + TOKEN)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            lines = r.read().decode().splitlines()
+        return {l.rsplit(" ", 1)[0]: int(l.rsplit(" ", 1)[1]) for l in lines
+                if l.startswith("larder_lookahead")}
+
+    def test_metrics_count_lookaheads_objects_and_reads(self):
+        keys = self.put_set("metrics", 10)
+        before = self.lookahead_metrics()
+        st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "keys": keys,
+                                                       "window": 2})
+        self.assertEqual(st, 201, r)
+        la = r["id"]
+        self.wait_for(la, lambda l: l["objects"] == 2, "the first window warm")
+        self.read(keys[0])                    # inside the window: ahead
+        self.read(keys[7])                    # past it (position 1 + window 2): behind
+        self.read(keys[1])                    # already passed: ahead
+        l = self.wait_for(la, lambda l: l["objects"] == 10, "the rest warm")
+        during = self.lookahead_metrics()
+        self.assertEqual(during["larder_lookaheads"] - before["larder_lookaheads"], 1)
+        delta = {k: during[k] - before[k] for k in during if k != "larder_lookaheads"}
+        self.assertEqual(delta, {
+            "larder_lookahead_objects_total": 10,
+            "larder_lookahead_bytes_total": l["bytes"],
+            'larder_lookahead_reads_total{warmed="ahead"}': 2,
+            'larder_lookahead_reads_total{warmed="behind"}': 1,
+        })
+        self.assertEqual(self.call("DELETE", "/admin/lookahead/" + la)[0], 200)
+        after = self.lookahead_metrics()
+        self.assertEqual(after["larder_lookaheads"], before["larder_lookaheads"])
+        self.assertEqual(after["larder_lookahead_objects_total"],
+                         during["larder_lookahead_objects_total"], "a counter went back")
 
     def test_idle_timeout_ends_it(self):
         keys = self.put_set("idle", 20)

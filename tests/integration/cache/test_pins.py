@@ -23,7 +23,49 @@ def blob(seed, n):
     return random.Random(seed).randbytes(n)
 
 
-class Pins(AdminCalls, LarderCase):
+class PinnedSet:
+    """What a pin test does with bucket "pin": self.pinned (key -> bytes) is
+    the set to pin, self.stream_keys the other objects; needs AdminCalls."""
+
+    @classmethod
+    def upload(cls, n_pinned, n_stream, n_big):
+        """Bucket "pin": pinned/ (n_pinned 1 MiB objects), stream/ and big/
+        (n_stream and n_big 8 MiB objects)."""
+        cls.direct.create_bucket(Bucket="pin")
+        cls.pinned = {}
+        for i in range(n_pinned):
+            key = "pinned/%02d.bin" % i
+            cls.pinned[key] = blob(i, MiB)
+            cls.direct.put_object(Bucket="pin", Key=key, Body=cls.pinned[key])
+        cls.stream_keys = []
+        for i in range(n_stream):
+            key = "stream/%02d.bin" % i
+            cls.direct.put_object(Bucket="pin", Key=key, Body=blob(1000 + i, 8 * MiB))
+            cls.stream_keys.append(key)
+        for i in range(n_big):
+            cls.direct.put_object(Bucket="pin", Key="big/%d.bin" % i, Body=blob(2000 + i, 8 * MiB))
+
+    def metrics(self):
+        req = urllib.request.Request(self.admin + "/metrics")
+        req.add_header("Authorization", "Bearer " + self.ADMIN_TOKEN)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read().decode()
+
+    def stream_twice(self):
+        for _ in range(2):
+            for key in self.stream_keys:
+                self.s3.get_object(Bucket="pin", Key=key)["Body"].read()
+
+    def gets_of_pinned_set(self):
+        """Re-reads the pinned set; returns the GETs it sent upstream."""
+        mark = self.upstream.mark()
+        for key, data in self.pinned.items():
+            self.assertEqual(self.s3.get_object(Bucket="pin", Key=key)["Body"].read(), data)
+        return [r for r in self.upstream.from_larder(mark)
+                if r["method"] == "GET" and r["target"].startswith("/pin/pinned/")]
+
+
+class Pins(PinnedSet, AdminCalls, LarderCase):
     ADMIN_TOKEN = TOKEN
     LARDER_ENV = {
         "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % ADMIN_PORT,
@@ -38,43 +80,15 @@ class Pins(AdminCalls, LarderCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.admin = "http://127.0.0.1:%d" % ADMIN_PORT
-        cls.direct.create_bucket(Bucket="pin")
-        cls.pinned = {}
-        for i in range(20):                  # 20 MiB to pin
-            key = "pinned/%02d.bin" % i
-            cls.pinned[key] = blob(i, MiB)
-            cls.direct.put_object(Bucket="pin", Key=key, Body=cls.pinned[key])
-        cls.stream_keys = []
-        for i in range(40):                  # 320 MiB of other objects
-            key = "stream/%02d.bin" % i
-            cls.direct.put_object(Bucket="pin", Key=key, Body=blob(1000 + i, 8 * MiB))
-            cls.stream_keys.append(key)
-        for i in range(5):                   # 40 MiB: more than the pin limit
-            cls.direct.put_object(Bucket="pin", Key="big/%d.bin" % i, Body=blob(2000 + i, 8 * MiB))
+        # 20 MiB to pin, 320 MiB of other objects, 40 MiB: more than the pin limit
+        cls.upload(n_pinned=20, n_stream=40, n_big=5)
 
-    def metrics(self):
-        req = urllib.request.Request(self.admin + "/metrics")
-        req.add_header("Authorization", "Bearer " + TOKEN)
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.read().decode()
 
     def warm(self, body):
         st, r = self.call("POST", "/admin/prefetch", dict(body, bucket="pin"))
         self.assertEqual(st, 202, r)
         return self.wait_job(r["job"])
 
-    def stream_twice(self):
-        for _ in range(2):
-            for key in self.stream_keys:
-                self.s3.get_object(Bucket="pin", Key=key)["Body"].read()
-
-    def gets_of_pinned_set(self):
-        """Re-reads the pinned set; returns the GETs it sent upstream."""
-        mark = self.upstream.mark()
-        for key, data in self.pinned.items():
-            self.assertEqual(self.s3.get_object(Bucket="pin", Key=key)["Body"].read(), data)
-        return [r for r in self.upstream.from_larder(mark)
-                if r["method"] == "GET" and r["target"].startswith("/pin/pinned/")]
 
     def pins(self):
         st, stats = self.call("GET", "/admin/stats")

@@ -31,16 +31,18 @@ def blob(seed, n):
 
 
 def peer_headers(path, node, target, nonce, rng="", if_match="", if_none_match="",
-                 secret=SECRET, date=None, hop="1"):
+                 secret=SECRET, date=None, hop="1", pin=""):
     """The headers of a GET from node to the node at target, as cluster/peer.h defines them."""
     date = str(int(time.time())) if date is None else date
-    msg = "\n".join(["larder-peer-v2", "GET", path, date, node, target, nonce, hop, rng,
-                     if_match, if_none_match, "", ""])
+    msg = "\n".join(["larder-peer-v3", "GET", path, date, node, target, nonce, hop, rng,
+                     if_match, if_none_match, "", "", pin])
     sig = hmac.new(secret.encode(), msg.encode(), hashlib.sha256).hexdigest()
     h = {"X-Larder-Peer": node, "X-Larder-Peer-Date": date, "X-Larder-Peer-Nonce": nonce,
          "X-Larder-Peer-Hop": hop, "X-Larder-Peer-Auth": sig, "Host": target}
     if rng:
         h["Range"] = rng
+    if pin:
+        h["X-Larder-Pin"] = pin
     return h
 
 

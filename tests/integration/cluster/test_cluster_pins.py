@@ -7,7 +7,7 @@ and its pin ends at that time.
 """
 import time
 
-from test_cluster import ClusterBase, blob
+from test_cluster import ClusterBase, blob, peer_headers
 
 MiB = 1024 * 1024
 
@@ -93,3 +93,23 @@ class ClusterPins(ClusterBase):
                                     {"bucket": "shared", "prefix": "unpin-"}), {"unpinned": 1})
         self.assertEqual(self.wait_pins(self.nodes[1], []), ([], 0))
         self.assertEqual(self.pins(self.nodes[0]), ([], 0))
+
+    def test_a_chunk_asked_twice_by_a_peer_counts_once(self):
+        """A pinned job's peer may ask the owner for one chunk more than once
+        (a retry, two readers): the owner's pin holds it once, bytes and all."""
+        node = self.nodes[1]
+        self.direct.put_object(Bucket="shared", Key="twice/x.bin", Body=blob(300, 3 * MiB))
+        target = "127.0.0.1:%d" % node.port
+        pin = "node-0/pf-twice %d" % (int(time.time()) + 3)
+        for nonce in ("a" * 32, "b" * 32, "c" * 32):
+            h = peer_headers("/shared/twice/x.bin", "node-0", target, nonce, hop="2",
+                             rng="bytes=0-%d" % (3 * MiB - 1), pin=pin)
+            st, body = self.raw_get(node, "/shared/twice/x.bin", h)
+            self.assertEqual((st, len(body)), (206, 3 * MiB))
+        pins, pinned = self.pins(node)
+        self.assertEqual([(p["id"], p["bytes"]) for p in pins], [("node-0/pf-twice", 3 * MiB)])
+        self.assertEqual(pinned, 3 * MiB)
+        deadline = time.monotonic() + 10
+        while self.pins(node)[0] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.pins(node), ([], 0))

@@ -309,6 +309,30 @@ class PeerBinding(ClusterBase):
         self.assertEqual(self.read(a, "bind/y.bin"), data)
         self.assertNotIn("refused a peer request from node-", a.log() + b.log())
 
+    def test_tampered_pin_refused(self):
+        """X-Larder-Pin makes the owner hold chunks: it is signed with the request."""
+        a = self.nodes[0]
+        self.direct.put_object(Bucket="shared", Key="bind/pin.bin", Body=b"p" * 1000)
+        path = "/shared/bind/pin.bin"
+        target = "127.0.0.1:%d" % a.port
+        pin = "node-1/pf-signed %d" % (int(time.time()) + 3)
+        h = peer_headers(path, "node-1", target, "2" * 32, hop="2", pin=pin)
+        for tampered in ("node-1/pf-other %d" % (int(time.time()) + 3),
+                         "node-1/pf-signed %d" % (int(time.time()) + 86400)):
+            st, body = self.raw_get(a, path, dict(h, **{"X-Larder-Pin": tampered}))
+            self.assertEqual(st, 403, body)
+            self.assertEqual(harness.s3_error(body)[0], "AccessDenied")
+        # Added to a request signed without one: refused too.
+        h2 = peer_headers(path, "node-1", target, "3" * 32, hop="2")
+        st, body = self.raw_get(a, path, dict(h2, **{"X-Larder-Pin": pin}))
+        self.assertEqual(st, 403, body)
+        self.assertEqual(self.admin(a, "GET", "/admin/stats")["pins"], [])
+        # As signed: served, and pinned under that name.
+        st, body = self.raw_get(a, path, h)
+        self.assertEqual((st, body), (200, b"p" * 1000))
+        self.assertEqual([p["id"] for p in self.admin(a, "GET", "/admin/stats")["pins"]],
+                         ["node-1/pf-signed"])
+
 
 class RoguePeer:
     """A member that has the cluster secret and answers peer chunk requests (a

@@ -658,6 +658,14 @@ static void test_cache_settings(void **state)
 		NULL };
 	static const char *const want4[] = { "LARDER_PIN_MAX", "more than the RAM tier", NULL };
 	expect_error(NULL, bad4, want4);
+	/* And the NVMe pin limit at most the NVMe tier. */
+	c = load_ok("[cache]\ndisk_size = 1GiB\npin_max_nvme = 1GiB\n", NULL);
+	assert_int_equal(c->pin_max_nvme_bytes, (size_t)1 << 30);
+	cfg_free(c);
+	static const char *const bad5[] = { "LARDER_DISK_CACHE_SIZE=1GiB",
+		"LARDER_PIN_MAX_NVME=2GiB", NULL };
+	static const char *const want5[] = { "LARDER_PIN_MAX_NVME", "more than the NVMe tier", NULL };
+	expect_error(NULL, bad5, want5);
 }
 
 /* Upstream shaping windows: defaults, both ways of setting, the floor under the ceiling. */

@@ -1,7 +1,7 @@
 /*
  * test_disk.c - store/disk.c: the NVMe tier's segment log. Round trips,
  * recovery after reopen, torn and corrupt entries, capacity (checked
- * against the files on disk), reclaim, superseded entries, unusable
+ * against the files on disk), reclaim, pinned entries, superseded entries, unusable
  * directories, and readers racing a writer that reclaims.
  *
  * Each test works in its own mkdtemp() directory under /tmp, removed at
@@ -525,6 +525,70 @@ static void test_reclaim_keeps_live(void **state)
 	disk_close(d);
 }
 
+/* Pinned entries (some pinned before they are written, some after) are
+ * never evicted, are moved by reclaim, and count against their own cap;
+ * a pinned id is admitted whatever the policy says. Unpinned, they go. */
+static void test_pinned_entries(void **state)
+{
+	struct fx *f = *state;
+	/* 2 MiB, 128 KiB segments: limit 1920 KiB; pins may hold 640 KiB. */
+	struct disk *d = open_ok(f->dir, 2 * MiB, 128 * KiB, NULL, NULL);
+	disk_pin_limit(d, 640 * KiB);
+	const size_t len = 60 * KiB;
+	for (uint64_t n = 0; n < 10; n++) {
+		struct chunk_id id = id_of(n);
+		if (n % 2)
+			put(d, n, 1, 0, len);
+		assert_int_equal(disk_pin(d, &id, len), 0);
+		if (n % 2 == 0)
+			put(d, n, 1, 0, len);
+		assert_true(disk_pinned(d, &id));
+	}
+	struct chunk_id id10 = id_of(10), id0 = id_of(0);
+	assert_int_equal(disk_pin(d, &id10, len + 41 * KiB), -ENOSPC); /* 640 KiB passed */
+	assert_int_equal(disk_pin(d, &id0, len), 0);                   /* counts up: never refused */
+	struct disk_stats s = stats(d);
+	assert_int_equal(s.pin_held, 10 * len);
+	assert_int_equal(s.pinned, 10 * 64 * KiB);
+	assert_int_equal(disk_check(d), 0);
+	/* Ten times the tier's size streams through, with drops so that
+	 * segments are reclaimed. */
+	for (uint64_t n = 100; n < 400; n++) {
+		put(d, n, 1, 0, len);
+		if (n % 3 == 0) {
+			struct chunk_id id = id_of(n - 1);
+			disk_drop(d, &id);
+		}
+		assert_true(stats(d).used <= 2 * MiB);
+		if (n % 20 == 0)
+			assert_int_equal(disk_check(d), 0);
+	}
+	s = stats(d);
+	assert_true(s.evictions > 0);
+	assert_true(s.reclaimed_segments > 0);
+	for (uint64_t n = 0; n < 10; n++)
+		expect_held(d, n, 0, len);
+	assert_int_equal(disk_check(d), 0);
+	/* Unpinned (id 0 twice: it was pinned twice), they are evicted. */
+	for (uint64_t n = 0; n < 10; n++) {
+		struct chunk_id id = id_of(n);
+		disk_unpin(d, &id);
+	}
+	assert_true(disk_pinned(d, &id0));
+	disk_unpin(d, &id0);
+	assert_false(disk_pinned(d, &id0));
+	s = stats(d);
+	assert_int_equal(s.pin_held, 0);
+	assert_int_equal(s.pinned, 0);
+	assert_int_equal(disk_check(d), 0);
+	for (uint64_t n = 400; n < 500; n++)
+		put(d, n, 1, 0, len);
+	for (uint64_t n = 0; n < 10; n++)
+		expect_gone(d, n);
+	assert_int_equal(disk_check(d), 0);
+	disk_close(d);
+}
+
 /* Full of live entries: a new write evicts the policy's victim (LRU). */
 static void test_eviction_order(void **state)
 {
@@ -764,6 +828,7 @@ int main(void)
 		T(test_capacity_mixed_lru),
 		T(test_capacity_mixed_subset),
 		T(test_reclaim_keeps_live),
+		T(test_pinned_entries),
 		T(test_eviction_order),
 		T(test_too_big),
 		T(test_write_error),

@@ -565,6 +565,58 @@ static void test_disk_roundtrip(void **state)
 	store_close(s);
 }
 
+/* Pins fill the RAM cap first (those chunks held in both tiers), then the
+ * NVMe cap alone; past both, -ENOSPC. RAM lets the NVMe-only ones go,
+ * NVMe keeps them; unpinning with the tiers store_pin gave frees both. */
+static void test_pins_in_both_tiers(void **state)
+{
+	(void)state;
+	char err[256] = "";
+	struct store_config cfg = {
+		.ram_bytes = 8 * CLEN, .disk_bytes = 4 << 20, .dir = tmpdir,
+		.policy = POLICY_LRU, .stale_after_s = 86400, .io_threads = 2,
+		.pin_bytes = 2 * CLEN, .pin_nvme_bytes = 5 * CLEN,
+	};
+	struct store *s = store_open(&cfg, NULL, NULL, err, sizeof err);
+	assert_non_null(s);
+	int tiers[5];
+	for (uint64_t i = 0; i < 5; i++) {
+		struct chunk_id id = cid(i);
+		tiers[i] = store_pin(s, &id, CLEN);
+		assert_int_equal(tiers[i], i < 2 ? STORE_PIN_RAM | STORE_PIN_NVME : STORE_PIN_NVME);
+	}
+	struct chunk_id id5 = cid(5);
+	assert_int_equal(store_pin(s, &id5, CLEN), -ENOSPC);
+	struct store_stats st = stats(s);
+	assert_int_equal(st.pin_held, 2 * CLEN);
+	assert_int_equal(st.nvme_pin_held, 5 * CLEN);
+	assert_int_equal(st.nvme_pin_limit, 5 * CLEN);
+	for (uint64_t i = 0; i < 5; i++)
+		produce(s, i);
+	wait_writes(s, 5);
+	for (uint64_t i = 100; i < 140; i++) /* five times the RAM tier */
+		produce(s, i);
+	st = stats(s);
+	assert_int_equal(st.ram_pinned, 2 * CLEN);
+	assert_true(st.nvme_pinned >= 5 * CLEN);
+	for (uint64_t i = 0; i < 5; i++) {
+		enum store_role role;
+		struct chunk_id id = cid(i);
+		struct chunk *c = store_acquire(s, &id, CLEN, &role);
+		assert_int_equal(role, i < 2 ? STORE_HIT : STORE_WAIT); /* RAM, or read from NVMe */
+		assert_int_equal(wait_done(c), CHUNK_READY);
+		assert_true(data_ok(c, i));
+		chunk_unref(c);
+	}
+	for (uint64_t i = 0; i < 5; i++) {
+		struct chunk_id id = cid(i);
+		store_unpin(s, &id, tiers[i]);
+	}
+	st = stats(s);
+	assert_int_equal(st.pin_held + st.nvme_pin_held + st.ram_pinned + st.nvme_pinned, 0);
+	store_close(s);
+}
+
 /* Flips one byte of chunk i's data in whichever segment holds it. */
 static bool corrupt(const char *dir, uint64_t i)
 {
@@ -764,6 +816,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_failing, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_comes_back, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_ram_only_with_dir, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_pins_in_both_tiers, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_fetch_begun_before_invalidation_not_recovered,
 		                                setup_dir, teardown_dir),
 	};
