@@ -660,6 +660,19 @@ void store_unpin(struct store *s, const struct chunk_id *id)
 	ram_unpin(s->ram_t, id);
 }
 
+int store_charge_limit(struct store *s, unsigned charge, uint64_t max)
+{
+	struct tier_gone *dead = NULL;
+	int rc = ram_charge_limit(s->ram_t, charge, max, clock_mono_s(), &dead);
+	tier_release(dead);
+	return rc;
+}
+
+uint64_t store_charged(struct store *s, unsigned charge)
+{
+	return ram_charged(s->ram_t, charge);
+}
+
 int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix)
 {
 	/* Even when the tier is disabled: its entries are still recovered at
