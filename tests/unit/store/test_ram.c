@@ -4,6 +4,7 @@
  * with reservations, eviction onto the release list, drops and stats.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -320,6 +321,41 @@ static void t_charge_limit_evicts_its_own_chunks(void **state)
 	tier_close(&t);
 }
 
+struct charger {
+	struct tier *t;
+	unsigned charge;
+};
+
+static void *charge_many(void *arg)
+{
+	struct charger *c = arg;
+	for (uint64_t i = 0; i < 200; i++) {
+		admit_charged(c->t, 1000 * c->charge + i, c->charge);
+		if (i % 16 == 0) {
+			struct tier_gone *gone = NULL;
+			ram_charge_limit(c->t->t, 3 - c->charge, (i % 32 ? 2 : 3) * CLEN, i, &gone);
+			tier_release(gone);
+		}
+		(void)ram_charged(c->t->t, 3 - c->charge);
+	}
+	return NULL;
+}
+
+/* Two threads charge, limit and read each other's charge (for TSan). */
+static void t_charges_from_two_threads(void **state)
+{
+	struct tier t = open_tier(8 * CLEN);
+	struct charger a = { &t, 1 }, b = { &t, 2 };
+	pthread_t ta, tb;
+	assert_int_equal(pthread_create(&ta, NULL, charge_many, &a), 0);
+	assert_int_equal(pthread_create(&tb, NULL, charge_many, &b), 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	assert_true(ram_charged(t.t, 1) <= 3 * CLEN);
+	assert_true(ram_charged(t.t, 2) <= 3 * CLEN);
+	tier_close(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -331,6 +367,7 @@ int main(void)
 		cmocka_unit_test(t_pinned_chunks_are_never_victims),
 		cmocka_unit_test(t_pin_limit_and_pin_before_arrival),
 		cmocka_unit_test(t_charge_limit_evicts_its_own_chunks),
+		cmocka_unit_test(t_charges_from_two_threads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
