@@ -312,6 +312,8 @@ struct chunk *ram_lookup(struct ram_tier *r, const struct chunk_id *id, size_t l
 		struct ram_entry *e = c->tier_priv;
 		if (!e->pinned)
 			policy_touch(r->policy, &e->pe, now);
+		if (!e->pinned && e->charge)
+			policy_touch(r->charges[e->charge].policy, &e->ce, now);
 		chunk_ref(c);
 	}
 	pthread_mutex_unlock(&r->lock);

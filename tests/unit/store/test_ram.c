@@ -290,6 +290,16 @@ static void t_charge_limit_evicts_its_own_chunks(void **state)
 		assert_true(holds(&t, i));
 	for (uint64_t i = 16; i < 20; i++) /* LRU: its most recent */
 		assert_true(holds(&t, i));
+	/* A hit counts in the charge's own ranking too: chunk 16, just read,
+	 * outlives 17 when the charge needs room. */
+	struct tier_gone *hitgone = NULL;
+	struct chunk_id sixteen = cid(16);
+	struct chunk *hit = ram_lookup(t.t, &sixteen, CLEN, 1.0, &hitgone);
+	assert_non_null(hit);
+	chunk_unref(hit);
+	admit_charged(&t, 20, 1);
+	assert_true(holds(&t, 16));
+	assert_false(holds(&t, 17));
 	/* A hit by someone else does not move the charge; a chunk already
 	 * here keeps its first charge. */
 	admit_charged(&t, 100, 1);
