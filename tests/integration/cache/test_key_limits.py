@@ -8,6 +8,7 @@ the misses overlap."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import http.client
@@ -266,6 +267,20 @@ class MaxResidentBytes(KeyLimitsCase):
                       secret=FREE_SECRET)
             self.assertEqual((r.status, r.body == data[k]), (200, True), r)
         self.assertEqual(self.origin.requests(m, "GET"), [])
+
+        # A SIGHUP that lowers the cap applies it at once.
+        larder.write_config(CONFIG.replace("max_resident_bytes = 16MiB",
+                                           "max_resident_bytes = 8MiB"))
+        larder.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            res = json.loads(self.admin_get(admin, "/admin/stats"))["resident"]
+            if res[SMALL]["max_bytes"] == 8 * MiB:
+                break
+            time.sleep(0.1)
+        self.assertEqual(res[SMALL]["max_bytes"], 8 * MiB, res)
+        self.assertLessEqual(res[SMALL]["bytes"], 8 * MiB, res)
+        self.assertEqual(res[FREE]["bytes"], 24 * MiB, res)
 
 
 class BadLimitRefused(unittest.TestCase):
