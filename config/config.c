@@ -202,9 +202,10 @@ static struct cfg *load(const char *text, const char *src, const char *const *en
 	for (size_t i = 0; i < L.c->n_keys; i++) {
 		const struct client_key *k = &L.c->keys[i];
 		if (k->max_resident_bytes && k->max_resident_bytes < L.c->chunk_bytes) {
-			load_fail(&L, "[key %s] max_resident_bytes: %" PRIu64 " bytes is less than one "
-			          "chunk (LARDER_CHUNK_SIZE, %zu bytes): none of its reads could stay "
-			          "cached", k->id, k->max_resident_bytes, L.c->chunk_bytes);
+			load_fail(&L, "[key %s] max_resident_bytes: %" PRIu64 " bytes is less "
+			          "than one chunk (LARDER_CHUNK_SIZE, %zu bytes): none of its "
+			          "reads could stay cached", k->id, k->max_resident_bytes,
+			          L.c->chunk_bytes);
 			goto fail;
 		}
 	}

@@ -551,8 +551,9 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "A client key's max_resident_bytes (keys with one).");
 		for (size_t i = 0; i < g->n_resident && !r; i++)
 			if (g->resident[i].max_bytes)
-				r = buf_printf(out, "larder_key_resident_limit_bytes{key=\"%s\"} %" PRIu64
-				               "\n", g->resident[i].key_id, g->resident[i].max_bytes);
+				r = buf_printf(out, "larder_key_resident_limit_bytes{key=\"%s\"} "
+				               "%" PRIu64 "\n", g->resident[i].key_id,
+				               g->resident[i].max_bytes);
 	}
 	if (!r && g && g->clustered) {
 		r = family(out, "larder_cluster_redis_up", "gauge",
@@ -689,13 +690,14 @@ static json_t *pins_json(const struct pin_info *pins, size_t n)
 static json_t *resident_json(const struct metrics_resident *res, size_t n)
 {
 	json_t *o = json_object();
-	for (size_t i = 0; o && i < n; i++)
-		if (json_object_set_new(o, res[i].key_id,
-		                        json_pack("{s:I,s:I}", "bytes", (json_int_t)res[i].bytes,
-		                                  "max_bytes", (json_int_t)res[i].max_bytes)) != 0) {
+	for (size_t i = 0; o && i < n; i++) {
+		json_t *row = json_pack("{s:I,s:I}", "bytes", (json_int_t)res[i].bytes, "max_bytes",
+		                        (json_int_t)res[i].max_bytes);
+		if (json_object_set_new(o, res[i].key_id, row) != 0) {
 			json_decref(o);
 			return NULL;
 		}
+	}
 	return o;
 }
 
@@ -747,7 +749,8 @@ json_t *metrics_stats_json(const struct metrics_gauges *g)
 	if (!r && g)
 		r = json_object_set_new(doc, "pins", pins_json(g->pins, g->n_pins)) != 0;
 	if (!r && g)
-		r = json_object_set_new(doc, "resident", resident_json(g->resident, g->n_resident)) != 0;
+		r = json_object_set_new(doc, "resident",
+		                        resident_json(g->resident, g->n_resident)) != 0;
 	json_decref(up);
 	if (r) {
 		json_decref(doc);

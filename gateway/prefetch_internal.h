@@ -69,7 +69,7 @@ struct pf_job {
 	_Atomic bool pin_refused;
 
 	struct transfer x;           /* a listing page or the manifest */
-	struct shaper_slot slot;     /* its place in the S3 prefix's window, as a background request */
+	struct shaper_slot slot;     /* its place in the S3 prefix's window (background) */
 	bool slot_wait;              /* prepared, waiting for that place (pf_list_step) */
 	struct up_target target;
 	struct buf body;

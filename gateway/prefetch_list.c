@@ -78,9 +78,9 @@ void pf_list_step(struct pf_job *j)
 {
 	if (!j->slot_wait)
 		return;
-	struct worker *w = j->p->w;
-	if (shaper_acquire(j->p->gw->shaper, &j->slot, j->bucket, j->manifest ? j->manifest : j->prefix,
-	                   ev_now(w->loop)) != SHAPER_GO)
+	const char *key = j->manifest ? j->manifest : j->prefix;
+	if (shaper_acquire(j->p->gw->shaper, &j->slot, j->bucket, key, ev_now(j->p->w->loop)) !=
+	    SHAPER_GO)
 		return; /* the next tick asks again */
 	j->slot_wait = false;
 	if (transfer_submit(&j->x) != 0) {

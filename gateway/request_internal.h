@@ -89,7 +89,7 @@ struct req {
 	struct transfer up;
 	struct shaper_slot slot;   /* its place in the S3 prefix's window (passthrough.c) */
 	ev_timer slot_timer;       /* waiting for that place */
-	bool slowed;               /* upstream said 503: that answer is dropped, the request retried */
+	bool slowed;               /* upstream said 503: answer dropped, request retried */
 	struct up_target target;
 	char *up_query;  /* query sent upstream */
 	long ustatus;    /* upstream's status, for the access log */

@@ -81,7 +81,7 @@ static struct ram_charge *charge_get(struct ram_tier *r, unsigned charge)
 	}
 	struct ram_charge *ch = &r->charges[charge];
 	if (!ch->policy)
-		ch->policy = policy_create(r->kind, ch->max ? ch->max : UINT64_MAX, r->stale_after_s);
+		ch->policy = policy_create(r->kind, UINT64_MAX, r->stale_after_s);
 	return ch->policy ? ch : NULL;
 }
 
@@ -194,8 +194,8 @@ static void entry_pin(struct ram_tier *r, struct ram_entry *e, bool on, double n
 		r->pinned -= e->c->len;
 		policy_insert(r->policy, &e->pe, chunk_id_hash(&e->c->id), e->c->len, now);
 		if (e->charge)
-			policy_insert(r->charges[e->charge].policy, &e->ce, chunk_id_hash(&e->c->id),
-			              e->c->len, now);
+			policy_insert(r->charges[e->charge].policy, &e->ce,
+			              chunk_id_hash(&e->c->id), e->c->len, now);
 	}
 	e->pinned = on;
 }

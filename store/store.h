@@ -60,7 +60,7 @@ struct chunk_origin {
 	const void *meta;            /* opaque object metadata (chunk 0 only), or NULL */
 	size_t meta_len;
 	uint64_t gen;                /* NVMe time order; 0: the store assigns it */
-	unsigned charge;             /* who its RAM bytes count against (store_charge_limit); 0: nobody */
+	unsigned charge;             /* who its RAM bytes count against (store_charge_limit) */
 };
 
 /* Called once per chunk-0 entry found on NVMe at store_open, so the
