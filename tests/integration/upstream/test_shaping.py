@@ -37,6 +37,21 @@ def get_all_headers(base, path):
     finally:
         c.close()
 
+def put(base, path, body):
+    """A signed PUT of body; its status."""
+    h = harness.sign_headers("PUT", base + path, harness.CLIENT_KEY, harness.CLIENT_SECRET,
+                             body=body)
+    host, port = base.replace("http://", "").split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        c.request("PUT", path, body=body, headers=h)
+        r = c.getresponse()
+        r.read()
+        return r.status
+    finally:
+        c.close()
+
+
 READERS = 24
 K = 4
 N_OBJECTS = 192
@@ -207,7 +222,8 @@ class Shaping(admin_calls.AdminCalls, test_cache_faults.FaultCase):
         """With a window of one request per prefix, held by a slow cache
         fill: a pass-through GET and a warm job's manifest read on that prefix
         reach the origin only once the fill is answered (they are counted in
-        the window too); the pass-through is answered 200."""
+        the window too), and so does a 1 MiB PUT (its body waits in larder
+        meanwhile); the pass-through requests are answered 200."""
         cache_dir = tempfile.mkdtemp(prefix="larder-cache-")
         port = harness.free_port()
         larder = test_cache_faults.start_larder(self.origin, test_cache_faults.larder_env(
@@ -219,25 +235,31 @@ class Shaping(admin_calls.AdminCalls, test_cache_faults.FaultCase):
             self.origin.put(BUCKET, "held/list.txt", b"held/b\n")
             m = self.origin.mark()
             self.origin.delay_next(1500, key="held/a")
-            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            body = blob(3, 1024 * 1024)
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:
                 fill = pool.submit(harness.signed_request, larder.url, "GET",
                                    "/%s/held/a" % BUCKET)
                 time.sleep(0.3)
                 passed = pool.submit(harness.signed_request, larder.url, "GET",
                                      "/%s/held/b?versionId=null" % BUCKET)
+                stored = pool.submit(put, larder.url, "/%s/held/c" % BUCKET, body)
                 self.admin = "http://127.0.0.1:%d" % port
                 st, job = self.call("POST", "/admin/prefetch",
                                     {"bucket": BUCKET, "manifest": "held/list.txt"})
                 self.assertEqual(st, 202, job)
-                fill, passed = fill.result(), passed.result()
+                fill, passed, stored = fill.result(), passed.result(), stored.result()
             info = self.wait_job(job["job"])
             self.assertEqual((fill.status, fill.body), (200, blob(1, SIZE)))
             self.assertEqual((passed.status, passed.body), (200, blob(2, SIZE)))
+            self.assertEqual(stored, 200)
+            self.assertEqual(self.origin.get(BUCKET, "held/c").data, body)
             self.assertEqual((info["state"], info["errors"]), ("done", 0), info)
             reqs = self.origin.requests(m, "GET")
             t_fill = [g["t"] for g in reqs if g["key"] == "held/a"][0]
+            reqs += self.origin.requests(m, "PUT")
             later = [(g["key"], g["query"], round(g["t"] - t_fill, 2)) for g in reqs
-                     if g["key"] in ("held/b", "held/list.txt")]
+                     if g["key"] in ("held/b", "held/list.txt", "held/c")]
+            self.assertEqual(len([k for k, q, _ in later if k == "held/c"]), 1, later)
             self.assertEqual(len([k for k, q, _ in later if k == "held/list.txt"]), 1, later)
             self.assertEqual(len([k for k, q, _ in later if q.get("versionId")]), 1, later)
             for k, q, dt in later:
