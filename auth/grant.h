@@ -34,6 +34,7 @@ struct client_key {
 	size_t n_grants;
 	unsigned max_upstream_requests; /* concurrent misses; 0 = no limit */
 	uint64_t max_bytes_per_second;  /* its reads, shaped; 0 = no limit */
+	uint64_t max_resident_bytes;    /* its share of the RAM tier; 0 = no limit */
 };
 
 /* True when path has a "." or ".." segment ("data/../x"). HTTP clients

@@ -14,6 +14,7 @@
 #include "config/config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -203,6 +204,16 @@ static struct cfg *load(const char *text, const char *src, const char *const *en
 		          "(LARDER_DISK_CACHE_SIZE, %zu bytes)", L.c->pin_max_nvme_bytes,
 		          L.c->disk_cache_bytes);
 		goto fail;
+	}
+	for (size_t i = 0; i < L.c->n_keys; i++) {
+		const struct client_key *k = &L.c->keys[i];
+		if (k->max_resident_bytes && k->max_resident_bytes < L.c->chunk_bytes) {
+			load_fail(&L, "[key %s] max_resident_bytes: %" PRIu64 " bytes is less "
+			          "than one chunk (LARDER_CHUNK_SIZE, %zu bytes): none of its "
+			          "reads could stay cached", k->id, k->max_resident_bytes,
+			          L.c->chunk_bytes);
+			goto fail;
+		}
 	}
 	if (L.c->upstream_window_min > L.c->upstream_window_max) {
 		load_fail(&L, "LARDER_UPSTREAM_WINDOW_MIN: %u is more than LARDER_UPSTREAM_WINDOW_MAX (%u)",

@@ -223,6 +223,8 @@ static int slot_of(const struct load *L, const char *name, const struct setting 
 			return F_MAX_UPSTREAM;
 		if (strcasecmp(name, "max_bytes_per_second") == 0)
 			return F_MAX_RATE;
+		if (strcasecmp(name, "max_resident_bytes") == 0)
+			return F_MAX_RESIDENT;
 		/* fall through */
 	case S_ANON:
 		if (strcasecmp(name, "access") == 0)
@@ -302,7 +304,7 @@ int load_on_value(void *user, const char *section, const char *name, const char 
 			load_set_str(L, &k->secret, value);
 	} else if (slot == F_ACCESS) {
 		load_access(L, k, value, where);
-	} else if (slot == F_MAX_UPSTREAM || slot == F_MAX_RATE) {
+	} else if (slot == F_MAX_UPSTREAM || slot == F_MAX_RATE || slot == F_MAX_RESIDENT) {
 		load_key_limit(L, k, slot, value, where);
 	} else {
 		load_grants(L, k, value, where);

@@ -106,11 +106,20 @@ int load_access(struct load *L, struct client_key *k, const char *v, const char 
 	return 0;
 }
 
-/* max_upstream_requests = 1-100000, or max_bytes_per_second = a size
- * (64KiB-1TiB) a second; 0 for no limit. */
+/* max_upstream_requests = 1-100000, max_bytes_per_second = a size
+ * (64KiB-1TiB) a second, or max_resident_bytes = a size (1MiB-1PiB; at
+ * least a chunk, checked with the other settings); 0 for no limit. */
 int load_key_limit(struct load *L, struct client_key *k, int slot, const char *v,
                    const char *where)
 {
+	if (slot == F_MAX_RESIDENT) {
+		uint64_t b = 0;
+		if (cfg_parse_size(v, &b) != 0 || (b && (b < (1ull << 20) || b > (1ull << 50))))
+			return load_fail(L, "%s: expected a size such as 16GiB (1MiB-1PiB, 0 = no "
+			                 "limit), got \"%s\"", where, v);
+		k->max_resident_bytes = b;
+		return 0;
+	}
 	if (slot == F_MAX_RATE) {
 		uint64_t b = 0;
 		if (cfg_parse_size(v, &b) != 0 || (b && (b < 65536 || b > (1ull << 40))))

@@ -59,7 +59,7 @@ enum section { S_NONE, S_SERVER, S_UPSTREAM, S_KEY, S_ANON, S_BUCKET, S_CACHE, S
 
 /* Settings of [key], [anonymous] and [bucket] sections, as slots in seen[]. */
 enum { F_SECRET, F_ACCESS, F_BUCKETS, F_REGION, F_LIST_TTL, F_LIST_PREFIXES, F_MAX_UPSTREAM,
-	F_MAX_RATE };
+	F_MAX_RATE, F_MAX_RESIDENT };
 
 struct load {
 	struct cfg *c;
@@ -129,7 +129,7 @@ int load_grant(struct load *L, struct client_key *k, const char *item, const cha
 int load_grants(struct load *L, struct client_key *k, const char *list, const char *where);
 void load_free_grants(struct client_key *k);
 int load_access(struct load *L, struct client_key *k, const char *v, const char *where);
-/* A [key] section's per-key limit (slot F_MAX_UPSTREAM or F_MAX_RATE). */
+/* A [key] section's per-key limit (slot F_MAX_UPSTREAM, F_MAX_RATE or F_MAX_RESIDENT). */
 int load_key_limit(struct load *L, struct client_key *k, int slot, const char *v,
                    const char *where);
 /* Appends a key with this id to L->c->keys. */

@@ -37,6 +37,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "gateway/metrics.h"
+#include "gateway/limits.h"
 #include "cluster/placement.h"
 #include "gateway/pins.h"
 #include "gateway/cluster_profiles.h"
@@ -190,6 +191,7 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 	g->lookaheads = gw->lookahead != NULL;
 	if (gw->lookahead)
 		lookahead_get_stats(gw->lookahead, &g->lookahead);
+	g->resident = limits_resident(gw->store, &g->n_resident);
 }
 
 static void gauges_fini(struct metrics_gauges *g)
@@ -198,6 +200,7 @@ static void gauges_fini(struct metrics_gauges *g)
 	for (size_t i = 0; i < g->n_pins; i++)
 		free(pins[i].prefix);
 	free(pins);
+	free((struct metrics_resident *)g->resident);
 }
 
 static enum MHD_Result metrics(struct admin *a, struct MHD_Connection *c, struct areq *q)

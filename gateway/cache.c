@@ -277,6 +277,8 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	else
 		c->meta_fetch = fetch_meta_start(req_worker(r), &owner_ops, r, req_peer_hop(r),
 		                                 req_bucket(r), req_key(r), revalidate);
+	if (c->meta_fetch)
+		fetch_charge(c->meta_fetch, req_charge(r));
 	return c->meta_fetch ? 0 : -EIO;
 }
 

@@ -175,7 +175,7 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
 	}
 	req_cread(r)->miss = true;
 	struct fetch_producer fp = { req_worker(r), req_bucket(r), req_key(r), req_cread(r)->meta,
-	                             req_peer_hop(r), NULL, false };
+	                             req_peer_hop(r), NULL, false, req_charge(r) };
 	return fetch_produce(&fp, ch, i);
 }
 

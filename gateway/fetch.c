@@ -79,6 +79,7 @@ struct fetch {
 	struct shaper_slot slot;     /* its place in the prefix's window (gateway/shaper.h) */
 	ev_timer slot_timer;         /* waiting for that place */
 	bool no_slot;                /* it waited too long for one: SlowDown */
+	unsigned charge;             /* the store charge of its chunk (fetch_charge) */
 	struct buf errbody;
 };
 
@@ -596,12 +597,13 @@ struct fetch *fetch_meta_start_job(struct worker *w, const char *bucket, const c
 
 static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
                        const struct obj_meta *m, uint64_t index, unsigned hop, const char *pin,
-                       bool background)
+                       bool background, unsigned charge)
 {
 	struct fetch *f = fetch_new(w, bucket, key, background);
 	if (!f)
 		return -ENOMEM;
 	f->hop = hop;
+	f->charge = charge;
 	snprintf(f->pin, sizeof f->pin, "%s", pin ? pin : "");
 	chunk_ref(c);
 	f->c = c;
@@ -623,16 +625,21 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
                       const struct obj_meta *m, uint64_t index, unsigned hop)
 {
-	return chunk_start(w, c, bucket, key, m, index, hop, NULL, false);
+	return chunk_start(w, c, bucket, key, m, index, hop, NULL, false, 0);
 }
 
 int fetch_produce(void *arg, struct chunk *c, uint64_t index)
 {
 	const struct fetch_producer *p = arg;
 	return chunk_start(p->w, c, p->bucket, p->key, p->meta, index, p->hop, p->pin,
-	                   p->background) == 0
+	                   p->background, p->charge) == 0
 	               ? 0
 	               : FETCH_ERR_UPSTREAM;
+}
+
+void fetch_charge(struct fetch *f, unsigned charge)
+{
+	f->charge = charge;
 }
 
 void fetch_disown(struct fetch *f)
@@ -649,6 +656,7 @@ static void complete_ok(struct fetch *f)
 	buf_init(&blob, 2 * RESP_HEADERS_MAX);
 	struct chunk_origin o = {
 		.bucket = f->bucket, .key = f->key, .etag = f->etag, .index = f->index,
+		.charge = f->charge,
 	};
 	if (f->index == 0 && f->meta && meta_encode(f->meta, &blob) == 0) {
 		o.meta = blob.p;

@@ -85,6 +85,7 @@ struct fetch_producer {
 	unsigned hop;                /* as fetch_chunk_start's */
 	const char *pin;             /* a pinned warm job's pins_peer_header(), or NULL */
 	bool background;             /* a warm job's: after demand reads (gateway/shaper.h) */
+	unsigned charge;             /* the store charge of the chunks (req_charge); 0: nobody */
 };
 /* An obj_produce_fn (store/object.h): fetch_chunk_start with arg a struct
  * fetch_producer; FETCH_ERR_UPSTREAM when it could not start. */
@@ -95,6 +96,10 @@ int fetch_produce(void *arg, struct chunk *c, uint64_t index);
  * that wants it (see cluster/peer.h). */
 int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
                       const struct obj_meta *m, uint64_t index, unsigned hop);
+
+/* The chunk a meta fetch fills is charged to charge (req_charge) in the
+ * store. */
+void fetch_charge(struct fetch *f, unsigned charge);
 
 /* The owner is gone: its fetch goes on for the other readers. */
 void fetch_disown(struct fetch *f);

@@ -4,16 +4,23 @@
  * Every worker's readers of a key take from one bucket.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/log.h"
 #include "gateway/limits.h"
+#include "auth/grant.h"
+#include "gateway/metrics.h"
+#include "store/store.h"
 
 struct key_count {
 	char *id;
 	unsigned upstream; /* upstream requests in flight */
 	double tokens;     /* bytes the key may send now */
 	double t_fill;     /* when tokens was last brought up to date */
+	bool charged;      /* its fills carry its charge: its index + 1 */
+	uint64_t max_resident; /* its max_resident_bytes (0: no limit) */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -83,4 +90,61 @@ size_t limits_bytes_take(const char *key_id, uint64_t rate, size_t want, double 
 	}
 	pthread_mutex_unlock(&lock);
 	return n;
+}
+
+/* An entry's charge: its place in the table, which never moves. Under lock. */
+static unsigned charge_of(const struct key_count *e)
+{
+	size_t i = (size_t)(e - counts) + 1;
+	return i <= STORE_CHARGE_MAX ? (unsigned)i : 0;
+}
+
+unsigned limits_charge(const char *key_id)
+{
+	if (!key_id || !*key_id)
+		return 0;
+	pthread_mutex_lock(&lock);
+	struct key_count *e = entry(key_id);
+	unsigned c = charge_of(e);
+	e->charged = c != 0;
+	pthread_mutex_unlock(&lock);
+	return c;
+}
+
+void limits_resident_apply(struct store *s, const struct client_key *keys, size_t n)
+{
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < n_counts; i++)
+		counts[i].max_resident = 0;
+	for (size_t i = 0; i < n; i++)
+		if (keys[i].max_resident_bytes) {
+			struct key_count *e = entry(keys[i].id);
+			e->max_resident = keys[i].max_resident_bytes;
+			e->charged = charge_of(e) != 0;
+		}
+	/* Under the lock: a reload racing this one must not undo it. The
+	 * store takes its own lock inside; it never takes this one. */
+	for (size_t i = 0; i < n_counts; i++)
+		if (counts[i].charged &&
+		    store_charge_limit(s, charge_of(&counts[i]), counts[i].max_resident) < 0)
+			log_error("limits", "key %s: out of memory setting its max_resident_bytes",
+			          counts[i].id);
+	pthread_mutex_unlock(&lock);
+}
+
+struct metrics_resident *limits_resident(struct store *s, size_t *n)
+{
+	*n = 0;
+	pthread_mutex_lock(&lock);
+	struct metrics_resident *out = n_counts ? mem_calloc(n_counts, sizeof *out) : NULL;
+	for (size_t i = 0; out && i < n_counts; i++) {
+		if (!counts[i].charged)
+			continue;
+		struct metrics_resident *m = &out[(*n)++];
+		snprintf(m->key_id, sizeof m->key_id, "%s", counts[i].id);
+		m->bytes = store_charged(s, charge_of(&counts[i]));
+		m->max_bytes = counts[i].max_resident;
+	}
+	pthread_mutex_unlock(&lock);
+	return out;
 }

@@ -2,8 +2,9 @@
  * limits.h - per-key limits that outlive a key set: the counters behind a
  * [key ID] section's max_upstream_requests, kept by key id in one small
  * table shared by every worker (with the token bucket behind its
- * max_bytes_per_second), so a SIGHUP that swaps the keys keeps the
- * requests already in flight counted.
+ * max_bytes_per_second and the store charge behind its
+ * max_resident_bytes), so a SIGHUP that swaps the keys keeps the requests
+ * already in flight counted and the chunks already cached charged.
  */
 #ifndef LARDER_LIMITS_H
 #define LARDER_LIMITS_H
@@ -11,6 +12,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* No headers of ours here: -Igateway puts this file before the system's
+ * <limits.h> for the libraries that include that (curl does). */
+struct client_key;
+struct metrics_resident;
+struct store;
 
 /* Seconds a client refused for its key's limit is told to wait (Retry-After). */
 #define LIMITS_RETRY_AFTER_S 1
@@ -27,5 +34,19 @@ void limits_upstream_give(const char *key_id);
  * 0 when it is empty: *wait_s is then when enough for a send returns. */
 size_t limits_bytes_take(const char *key_id, uint64_t rate, size_t want, double now,
                          double *wait_s);
+
+/* The store charge (store/store.h) of key_id's cache fills: one number per
+ * id for the process's life, so chunks stay charged across a SIGHUP. 0
+ * (nobody) for NULL or "" (unsigned requests) and past STORE_CHARGE_MAX ids. */
+unsigned limits_charge(const char *key_id);
+
+/* Gives every key of keys (n of them) its max_resident_bytes in the store,
+ * and every other key charged so far no limit (a SIGHUP dropped it or its
+ * limit). At start and after each reload. */
+void limits_resident_apply(struct store *s, const struct client_key *keys, size_t n);
+
+/* The keys charged so far, with the bytes of theirs the RAM tier holds and
+ * their limits: a new array of *n (free it), or NULL (none, or out of memory). */
+struct metrics_resident *limits_resident(struct store *s, size_t *n);
 
 #endif

@@ -565,6 +565,19 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		r = r ? r : family(out, "larder_pins", "gauge",
 		                   "Pins in force (warm jobs with --pin, until they end).");
 		r = r ? r : sample(out, "larder_pins", NULL, g->n_pins);
+		r = r ? r : family(out, "larder_key_resident_bytes", "gauge",
+		                   "Bytes of the RAM tier charged to a client key (the chunks its "
+		                   "misses brought).");
+		for (size_t i = 0; i < g->n_resident && !r; i++)
+			r = buf_printf(out, "larder_key_resident_bytes{key=\"%s\"} %" PRIu64 "\n",
+			               g->resident[i].key_id, g->resident[i].bytes);
+		r = r ? r : family(out, "larder_key_resident_limit_bytes", "gauge",
+		                   "A client key's max_resident_bytes (keys with one).");
+		for (size_t i = 0; i < g->n_resident && !r; i++)
+			if (g->resident[i].max_bytes)
+				r = buf_printf(out, "larder_key_resident_limit_bytes{key=\"%s\"} "
+				               "%" PRIu64 "\n", g->resident[i].key_id,
+				               g->resident[i].max_bytes);
 	}
 	if (!r && g && g->lookaheads)
 		r = render_lookahead(out, &g->lookahead);
@@ -699,6 +712,21 @@ static json_t *pins_json(const struct pin_info *pins, size_t n)
 	return a;
 }
 
+/* { key id: {bytes, max_bytes}, ... }; max_bytes 0: no limit */
+static json_t *resident_json(const struct metrics_resident *res, size_t n)
+{
+	json_t *o = json_object();
+	for (size_t i = 0; o && i < n; i++) {
+		json_t *row = json_pack("{s:I,s:I}", "bytes", (json_int_t)res[i].bytes, "max_bytes",
+		                        (json_int_t)res[i].max_bytes);
+		if (json_object_set_new(o, res[i].key_id, row) != 0) {
+			json_decref(o);
+			return NULL;
+		}
+	}
+	return o;
+}
+
 json_t *metrics_stats_json(const struct metrics_gauges *g)
 {
 	uint64_t req = 0, out = 0, in = 0;
@@ -751,6 +779,9 @@ json_t *metrics_stats_json(const struct metrics_gauges *g)
 	}
 	if (!r && g)
 		r = json_object_set_new(doc, "pins", pins_json(g->pins, g->n_pins)) != 0;
+	if (!r && g)
+		r = json_object_set_new(doc, "resident",
+		                        resident_json(g->resident, g->n_resident)) != 0;
 	json_decref(up);
 	if (r) {
 		json_decref(doc);

@@ -71,6 +71,13 @@ void metrics_upstream_throttled(void);
 void metrics_upstream_shaped_wait(void);
 
 /* Values read at render time. */
+/* A client key's share of the RAM tier (max_resident_bytes). */
+struct metrics_resident {
+	char key_id[129];
+	uint64_t bytes;                   /* its chunks in the RAM tier */
+	uint64_t max_bytes;               /* its limit; 0: none */
+};
+
 struct metrics_gauges {
 	const struct store_stats *store;  /* NULL: no store figures */
 	uint64_t meta_entries;            /* objects in the metadata cache */
@@ -89,6 +96,8 @@ struct metrics_gauges {
 	size_t n_pins;
 	bool lookaheads;                  /* lookahead (gateway/lookahead.h) is on: its figures */
 	struct lookahead_stats lookahead;
+	const struct metrics_resident *resident; /* client keys charged, n_resident of them */
+	size_t n_resident;
 };
 
 /* Appends the whole exposition (text format 0.0.4: # HELP, # TYPE, one
@@ -100,7 +109,8 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g);
  * out of memory:
  *   { "total": ROW, "buckets": { NAME: ROW, ... }, "clients": { ID: ROW, ... },
  *     "upstream": {...}, "cache": {...},
- *     "pins": [ {id, bucket, prefix | keys (a count), bytes, until (unix s)}, ... ] }
+ *     "pins": [ {id, bucket, prefix | keys (a count), bytes, until (unix s)}, ... ],
+ *     "resident": { KEY ID: {bytes, max_bytes (0: no limit)}, ... } }
  * ROW: requests, hits, misses, bypass, hit_ratio (hits / (hits + misses),
  * null when neither), bytes_served, upstream_bytes_saved (bytes served by
  * hits), bytes_received.

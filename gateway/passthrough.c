@@ -66,8 +66,10 @@ int pass_chunk_sink(void *arg, const char *data, size_t len)
 
 void pass_stop(struct req *r)
 {
-	if (!r->up.running)
+	if (!r->up.running && !ev_is_active(&r->slot_timer) && !ev_is_active(&r->up.retry_timer))
 		return;
+	ev_timer_stop(r->w->loop, &r->slot_timer);
+	shaper_cancel(r->w->gw->shaper, &r->slot);
 	transfer_stop(&r->up);
 	r->udone = true;
 	if (r->uresult == CURLE_OK)
@@ -235,6 +237,61 @@ static char *upstream_query(const char *q, bool presigned_v2)
 	return out;
 }
 
+/* ---- upstream shaping (gateway/shaper.h) --------------------------- */
+
+/* What S3 throttles it by, with the bucket: an object's key, a listing's prefix. */
+static const char *slot_key(struct req *r)
+{
+	if (r->s3.target == S3T_OBJECT)
+		return buf_cstr(&r->s3.key);
+	return r->s3.listing ? buf_cstr(&r->s3.list_prefix) : "";
+}
+
+/* Sends the prepared request once its S3 prefix's window has room, as a
+ * demand read; until then slot_cb asks again. 0, -EBUSY (no room in time:
+ * the client gets SlowDown, as S3 would answer) or -EIO. */
+static int submit(struct req *r)
+{
+	enum shaper_verdict v = SHAPER_GO;
+	if (r->s3.bucket[0])
+		v = shaper_acquire(r->w->gw->shaper, &r->slot, r->s3.bucket, slot_key(r),
+		                   ev_now(r->w->loop));
+	if (v == SHAPER_WAIT) {
+		ev_timer_set(&r->slot_timer, SHAPER_POLL_S, 0);
+		ev_timer_start(r->w->loop, &r->slot_timer);
+		return 0;
+	}
+	if (v == SHAPER_TIMEOUT) {
+		req_fail(r, S3E_SLOW_DOWN, NULL);
+		return -EBUSY;
+	}
+	return transfer_submit(&r->up) != 0 ? -EIO : 0;
+}
+
+static void slot_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct req *r = w->data;
+	assert(r->magic == REQ_MAGIC);
+	(void)loop;
+	(void)revents;
+	if (submit(r) == 0)
+		return;
+	req_fail(r, S3E_INTERNAL, NULL); /* unless SlowDown came first */
+	r->udone = true;
+	r->uresult = CURLE_ABORTED_BY_CALLBACK;
+	req_wake(r);
+	req_unref(r); /* the upstream exchange's */
+}
+
+/* A 503 (SlowDown) to a request without a body, before the client heard
+ * anything: its window shrinks, and it is sent again after a backoff
+ * (the policy's retries), so the client sees it only when S3 keeps saying it. */
+static bool retry_slowdown(struct req *r, struct transfer *t)
+{
+	return t->status == 503 && r->body == BODY_NONE && !r->check_delete && r->conn &&
+	       t->retries < t->retry.max;
+}
+
 static enum transfer_verdict on_upstream_headers(struct transfer *t, void *arg)
 {
 	struct req *r = arg;
@@ -242,6 +299,8 @@ static enum transfer_verdict on_upstream_headers(struct transfer *t, void *arg)
 	enum transfer_verdict v = upstream_region_check(r->w->gw->up, r->s3.bucket, t);
 	if (v == TRANSFER_RESEND && r->body == BODY_NONE)
 		return v; /* signed for the wrong region: send again (a body cannot be) */
+	if ((r->slowed = retry_slowdown(r, t)))
+		return TRANSFER_GO; /* its body is dropped */
 	r->ustatus = t->status;
 	const char *cl = hdrs_get(&t->resp, "Content-Length");
 	r->resp_len = MHD_SIZE_UNKNOWN;
@@ -264,6 +323,8 @@ static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, 
 	(void)t;
 	if (!r->conn)
 		return 0;   /* client gone */
+	if (r->slowed)
+		return len;
 	if (len > pbuf_room(&r->downbuf))
 		return CURL_WRITEFUNC_PAUSE;
 	if (pbuf_put(&r->downbuf, data, len) != 0)
@@ -347,8 +408,8 @@ int pass_start(struct req *r)
 	r->udone = false;
 	r->uresult = CURLE_OK;
 	r->ustatus = 0;
-	if (transfer_submit(&r->up) != 0)
-		return -EIO;
+	if ((rc = submit(r)) != 0)
+		return rc;
 	r->refs++;
 	return 0;
 }
@@ -373,6 +434,12 @@ static void upstream_done(struct transfer *t, void *arg, CURLcode result)
 {
 	struct req *r = arg;
 	assert(r->magic == REQ_MAGIC && t == &r->up);
+	shaper_release(r->w->gw->shaper, &r->slot, t->status, ev_now(r->w->loop));
+	if (r->slowed) {
+		r->slowed = false;
+		if (transfer_retry_later(t) >= 0)
+			return; /* resend_upstream: the window first, then S3 */
+	}
 	r->udone = true;
 	r->uresult = result;
 	if (result == CURLE_OK) {
@@ -551,7 +618,11 @@ enum MHD_Result pass_respond(struct req *r)
 void pass_init(struct req *r)
 {
 	up_target_init(&r->target);
-	transfer_init(&r->up, &upstream_ops, r, r->w->curl, NULL);
+	struct transfer_retry retry = upstream_retry_policy(r->w->gw->up);
+	transfer_init(&r->up, &upstream_ops, r, r->w->curl, &retry);
+	shaper_slot_init(&r->slot, false);
+	ev_timer_init(&r->slot_timer, slot_cb, 0, 0);
+	r->slot_timer.data = r;
 	r->resp_len = MHD_SIZE_UNKNOWN;
 }
 

@@ -216,7 +216,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 	/* Start more. */
 	struct obj_ref ref = { j->bucket, o->key, o->meta };
 	struct fetch_producer fp = { j->p->w, j->bucket, o->key, o->meta, 0,
-	                             j->pin ? j->pin_hdr : NULL, true };
+	                             j->pin ? j->pin_hdr : NULL, true, 0 };
 	while (o->n_held < PF_HELD && o->next_chunk < o->n_chunks && under_cap(j)) {
 		uint64_t i = o->next_chunk;
 		enum store_role role;
@@ -248,7 +248,7 @@ static bool job_step(struct pf_job *j)
 		for (unsigned k = 0; k < j->concurrency; k++)
 			if (j->active[k].key)
 				obj_release(j, &j->active[k], true);
-		transfer_stop(&j->x);
+		pf_list_stop(j);
 		if (j->pin && state != PF_DONE)
 			pins_end(j->p->gw->pins, j->id);
 		log_info("prefetch", "job %s %s: %" PRIu64 " objects, %" PRIu64 " bytes, %" PRIu64
@@ -256,6 +256,7 @@ static bool job_step(struct pf_job *j)
 		         atomic_load(&j->bytes_done), atomic_load(&j->errors));
 		return false;
 	}
+	pf_list_step(j);
 	if (j->listing_done && state == PF_LISTING) {
 		/* A listed pin knows its size now: refuse it before warming. */
 		if (j->pin && j->listed && !pin_fits(j))
@@ -433,6 +434,7 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	j->manifest = rq->manifest ? strdup(rq->manifest) : NULL;
 	struct transfer_retry policy = upstream_retry_policy(p->gw->up);
 	transfer_init(&j->x, &pf_list_ops, j, p->w->curl, &policy);
+	shaper_slot_init(&j->slot, true);
 	up_target_init(&j->target);
 	buf_init(&j->body, LIST_BODY_MAX);
 	bool ok = j->active && j->bucket && j->prefix && (!rq->manifest || j->manifest);

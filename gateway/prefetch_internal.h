@@ -15,6 +15,7 @@
 
 #include "base/buf.h"
 #include "gateway/pins.h"
+#include "gateway/shaper.h"
 #include "gateway/upstream.h"
 #include "net/transfer.h"
 #include "store/object.h"
@@ -68,6 +69,8 @@ struct pf_job {
 	_Atomic bool pin_refused;
 
 	struct transfer x;           /* a listing page or the manifest */
+	struct shaper_slot slot;     /* its place in the S3 prefix's window (background) */
+	bool slot_wait;              /* prepared, waiting for that place (pf_list_step) */
 	struct up_target target;
 	struct buf body;
 	char *token;                 /* ListObjectsV2 continuation */
@@ -102,5 +105,9 @@ int pf_add_key(struct pf_job *j, const char *key, uint64_t size);
  * pf_list_ops are the callbacks of that transfer (j->x). */
 int pf_start_listing(struct pf_job *j);
 extern const struct transfer_ops pf_list_ops;
+/* On each tick of a listing job: sends the page waiting for its slot. */
+void pf_list_step(struct pf_job *j);
+/* Stops the listing (its slot too). */
+void pf_list_stop(struct pf_job *j);
 
 #endif

@@ -65,7 +65,36 @@ int pf_start_listing(struct pf_job *j)
 	hdrs_fini(&h);
 	buf_fini(&q);
 	buf_reset(&j->body);
-	return rc ? rc : transfer_submit(&j->x);
+	if (rc)
+		return rc;
+	j->slot_wait = true;
+	pf_list_step(j);
+	return 0;
+}
+
+/* A background request (gateway/shaper.h): after the demand reads of its
+ * prefix (the listing's, or the manifest's key), and never given up on. */
+void pf_list_step(struct pf_job *j)
+{
+	if (!j->slot_wait)
+		return;
+	const char *key = j->manifest ? j->manifest : j->prefix;
+	if (shaper_acquire(j->p->gw->shaper, &j->slot, j->bucket, key, ev_now(j->p->w->loop)) !=
+	    SHAPER_GO)
+		return; /* the next tick asks again */
+	j->slot_wait = false;
+	if (transfer_submit(&j->x) != 0) {
+		shaper_cancel(j->p->gw->shaper, &j->slot);
+		pf_job_fail(j, "cannot start listing upstream");
+		j->listing_done = true;
+	}
+}
+
+void pf_list_stop(struct pf_job *j)
+{
+	transfer_stop(&j->x);
+	shaper_cancel(j->p->gw->shaper, &j->slot);
+	j->slot_wait = false;
 }
 
 static int list_restart(struct transfer *t, void *arg)
@@ -191,6 +220,7 @@ static void list_done(struct transfer *t, void *arg, CURLcode result)
 {
 	struct pf_job *j = arg;
 	assert(j->magic == PREFETCH_MAGIC && t == &j->x);
+	shaper_release(j->p->gw->shaper, &j->slot, t->status, ev_now(j->p->w->loop));
 	if (atomic_load(&j->cancel)) {
 		j->listing_done = true;
 		return;

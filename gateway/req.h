@@ -72,6 +72,9 @@ void req_fail(struct req *r, enum s3err e, const char *msg);
  * key's max_upstream_requests slots, held until r ends. False (and r
  * failed with 503 SlowDown) when the key has them all. */
 bool req_upstream_take(struct req *r);
+/* The store charge of r's cache fills: its key's (limits_charge), 0 for an
+ * unsigned request or another node's. */
+unsigned req_charge(const struct req *r);
 /* Of want response bytes, how many r's key's max_bytes_per_second lets it
  * send now (want when unlimited). 0: r is suspended until tokens return. */
 size_t req_shape(struct req *r, size_t want);

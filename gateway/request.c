@@ -258,6 +258,11 @@ bool req_upstream_take(struct req *r)
 	return true;
 }
 
+unsigned req_charge(const struct req *r)
+{
+	return r->peer_hop ? 0 : limits_charge(r->key_id);
+}
+
 static void shape_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	(void)loop;

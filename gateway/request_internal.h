@@ -14,6 +14,7 @@
 
 #include "auth/chunked.h"
 #include "gateway/range.h"
+#include "gateway/shaper.h"
 #include "gateway/req.h"
 #include "gateway/upstream.h"
 #include "net/transfer.h"
@@ -86,6 +87,9 @@ struct req {
 
 	/* upstream: the pass-through's exchange (its response headers in up.resp) */
 	struct transfer up;
+	struct shaper_slot slot;   /* its place in the S3 prefix's window (passthrough.c) */
+	ev_timer slot_timer;       /* waiting for that place */
+	bool slowed;               /* upstream said 503: answer dropped, request retried */
 	struct up_target target;
 	char *up_query;  /* query sent upstream */
 	long ustatus;    /* upstream's status, for the access log */

@@ -32,6 +32,7 @@
 #include "base/log.h"
 #include "gateway/admin.h"
 #include "gateway/fetch.h"
+#include "gateway/limits.h"
 #include "gateway/listcache.h"
 #include "gateway/metrics.h"
 #include "cluster/placement.h"
@@ -432,6 +433,7 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 	}
 	objects_init(&gw->objects, gw->store, gw->meta, cfg->chunk_bytes, cfg->metadata_ttl_s,
 	             cfg->negative_ttl_s);
+	limits_resident_apply(gw->store, cfg->keys, cfg->n_keys);
 	struct store_stats st;
 	store_get_stats(gw->store, &st);
 	log_info("store", "RAM tier %zu MiB; %s; chunk %zu KiB; policy %s; %" PRIu64
@@ -454,6 +456,7 @@ static void reload_keys(struct gw *gw, struct cfg **owned)
 	struct cfg *old = gw->keys;
 	gw->keys = fresh;
 	pthread_rwlock_unlock(&gw->keys_lock);
+	limits_resident_apply(gw->store, fresh->keys, fresh->n_keys);
 	if (old == *owned)
 		cfg_free(old);
 	*owned = fresh;

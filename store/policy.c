@@ -278,6 +278,11 @@ uint64_t policy_capacity(const struct policy *p)
 	return p->capacity;
 }
 
+void policy_set_capacity(struct policy *p, uint64_t capacity_bytes)
+{
+	p->capacity = capacity_bytes;
+}
+
 size_t policy_count(const struct policy *p)
 {
 	return p->count;

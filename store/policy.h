@@ -70,6 +70,9 @@ struct policy_entry *policy_victim(const struct policy *p, double now);
 
 uint64_t policy_used(const struct policy *p);
 uint64_t policy_capacity(const struct policy *p);
+/* A new capacity for admission (nothing is evicted here: the caller
+ * evicts policy_victim() until policy_used() fits, if it must). */
+void policy_set_capacity(struct policy *p, uint64_t capacity_bytes);
 size_t policy_count(const struct policy *p);
 
 /* Checks internal invariants (heap order, list links, byte totals);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/clock.h"
 #include "store/idmap.h"
@@ -16,9 +17,17 @@
 
 struct ram_entry {
 	struct policy_entry pe;     /* in the policy unless pinned */
+	struct policy_entry ce;     /* in its charge's policy unless pinned or charge 0 */
 	struct chunk *c;
 	struct tier_gone gone;      /* on a release list after eviction */
+	unsigned charge;            /* who its bytes count against (ram.h); 0: nobody */
 	bool pinned;                /* held outside the policy: never a victim */
+};
+
+/* One charge's chunks (ram.h), ranked among themselves. */
+struct ram_charge {
+	struct policy *policy;      /* NULL until first used */
+	uint64_t max;               /* 0: no limit */
 };
 
 struct ram_tier {
@@ -32,6 +41,10 @@ struct ram_tier {
 	uint64_t pinned;            /* bytes of pinned chunks here (outside the policy) */
 	store_change_cb evicted;
 	void *evicted_arg;
+	enum policy_kind kind;      /* for the charges' policies */
+	double stale_after_s;
+	struct ram_charge *charges; /* n_charges, indexed by charge */
+	unsigned n_charges;
 };
 
 static void entry_release(struct tier_gone *g)
@@ -41,12 +54,54 @@ static void entry_release(struct tier_gone *g)
 	free(e);
 }
 
+/* Lock held. The charge's state, made on first use; NULL for charge 0,
+ * one out of range, or out of memory (the chunk is then charged to nobody). */
+static struct ram_charge *charge_get(struct ram_tier *r, unsigned charge)
+{
+	if (charge == 0 || charge > RAM_CHARGE_MAX)
+		return NULL;
+	if (charge >= r->n_charges) {
+		unsigned n = charge + 16 > RAM_CHARGE_MAX + 1 ? RAM_CHARGE_MAX + 1 : charge + 16;
+		struct ram_charge *a = realloc(r->charges, n * sizeof *a);
+		if (!a)
+			return NULL;
+		memset(a + r->n_charges, 0, (n - r->n_charges) * sizeof *a);
+		r->charges = a;
+		r->n_charges = n;
+	}
+	struct ram_charge *ch = &r->charges[charge];
+	if (!ch->policy)
+		ch->policy = policy_create(r->kind, UINT64_MAX, r->stale_after_s);
+	return ch->policy ? ch : NULL;
+}
+
+/* Lock held. Takes e out of its charge's policy (a pinned one is in none). */
+static void charge_remove(struct ram_tier *r, struct ram_entry *e)
+{
+	if (e->charge && !e->pinned)
+		policy_remove(r->charges[e->charge].policy, &e->ce);
+}
+
+static void evict(struct ram_tier *r, struct ram_entry *e, struct tier_gone **gone);
+
+/* Lock held. Evicts ch's lowest-ranked chunks until extra more bytes of
+ * it fit its limit. */
+static void charge_trim(struct ram_tier *r, struct ram_charge *ch, uint64_t extra, double now,
+                        struct tier_gone **gone)
+{
+	struct policy_entry *v;
+	while (ch->max && policy_used(ch->policy) + extra > ch->max &&
+	       (v = policy_victim(ch->policy, now)))
+		evict(r, container_of(v, struct ram_entry, ce), gone);
+}
+
 /* Lock held. */
 static void evict(struct ram_tier *r, struct ram_entry *e, struct tier_gone **gone)
 {
 	if (r->evicted)
 		r->evicted(r->evicted_arg, &e->c->id);
 	idmap_del(&r->map, &e->c->id);
+	charge_remove(r, e);
 	if (e->pinned)
 		r->pinned -= e->c->len;
 	else
@@ -83,14 +138,18 @@ static void entry_pin(struct ram_tier *r, struct ram_entry *e, bool on, double n
 {
 	if (e->pinned == on)
 		return;
-	e->pinned = on;
 	if (on) {
+		charge_remove(r, e);
 		policy_remove(r->policy, &e->pe);
 		r->pinned += e->c->len;
 	} else {
 		r->pinned -= e->c->len;
 		policy_insert(r->policy, &e->pe, chunk_id_hash(&e->c->id), e->c->len, now);
+		if (e->charge)
+			policy_insert(r->charges[e->charge].policy, &e->ce,
+			              chunk_id_hash(&e->c->id), e->c->len, now);
 	}
+	e->pinned = on;
 }
 
 void ram_pin_limit(struct ram_tier *r, uint64_t bytes)
@@ -131,8 +190,36 @@ struct ram_tier *ram_open(uint64_t capacity, enum policy_kind policy, double sta
 		return NULL;
 	}
 	r->capacity = capacity;
+	r->kind = policy;
+	r->stale_after_s = stale_after_s;
 	pthread_mutex_init(&r->lock, NULL);
 	return r;
+}
+
+int ram_charge_limit(struct ram_tier *r, unsigned charge, uint64_t max, double now,
+                     struct tier_gone **gone)
+{
+	if (charge == 0 || charge > RAM_CHARGE_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&r->lock);
+	struct ram_charge *ch = charge_get(r, charge);
+	if (ch) {
+		ch->max = max;
+		policy_set_capacity(ch->policy, max ? max : UINT64_MAX);
+		charge_trim(r, ch, 0, now, gone);
+	}
+	pthread_mutex_unlock(&r->lock);
+	return ch ? 0 : -ENOMEM;
+}
+
+uint64_t ram_charged(struct ram_tier *r, unsigned charge)
+{
+	pthread_mutex_lock(&r->lock);
+	uint64_t n = charge && charge < r->n_charges && r->charges[charge].policy
+	                     ? policy_used(r->charges[charge].policy)
+	                     : 0;
+	pthread_mutex_unlock(&r->lock);
+	return n;
 }
 
 struct chunk *ram_lookup(struct ram_tier *r, const struct chunk_id *id, size_t len, double now,
@@ -147,6 +234,8 @@ struct chunk *ram_lookup(struct ram_tier *r, const struct chunk_id *id, size_t l
 		struct ram_entry *e = c->tier_priv;
 		if (!e->pinned)
 			policy_touch(r->policy, &e->pe, now);
+		if (!e->pinned && e->charge)
+			policy_touch(r->charges[e->charge].policy, &e->ce, now);
 		chunk_ref(c);
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -193,13 +282,18 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 	/* A pinned chunk is always kept (the pin limit bounds them), and
 	 * evicts whatever the policy ranks lowest. */
 	bool pinned = pinset_has(&r->pins, &c->id);
+	struct ram_charge *ch = pinned || !o ? NULL : charge_get(r, o->charge);
 	if (idmap_get(&r->map, &c->id) ||
-	    (!pinned && !policy_admit_reserved(r->policy, hash, c->len, outside_policy(r), now)))
+	    (!pinned && !policy_admit_reserved(r->policy, hash, c->len, outside_policy(r), now)) ||
+	    (ch && ch->max && !policy_admit(ch->policy, hash, c->len, now)))
 		goto out;
 	struct ram_entry *e = calloc(1, sizeof *e);
 	if (!e)
 		goto out; /* not caching it is always allowed */
-	/* Admission said every entry that goes ranks below c. */
+	/* Admission said every entry that goes ranks below c: its charge's
+	 * own first, then the tier's. */
+	if (ch)
+		charge_trim(r, ch, c->len, now, gone);
 	make_room(r, c->len, now, gone);
 	e->c = c;
 	if (idmap_put(&r->map, c) < 0) {
@@ -213,6 +307,10 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 		r->pinned += c->len;
 	} else {
 		policy_insert(r->policy, &e->pe, hash, c->len, now);
+		if (ch) {
+			e->charge = o->charge;
+			policy_insert(ch->policy, &e->ce, hash, c->len, now);
+		}
 	}
 out:
 	pthread_mutex_unlock(&r->lock);
@@ -271,6 +369,9 @@ static void ram_close(void *t)
 	}
 	free(r->map.slot);
 	pinset_free(&r->pins);
+	for (unsigned i = 0; i < r->n_charges; i++)
+		policy_destroy(r->charges[i].policy);
+	free(r->charges);
 	policy_destroy(r->policy);
 	pthread_mutex_destroy(&r->lock);
 	free(r);

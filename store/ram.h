@@ -66,4 +66,24 @@ void ram_pin_limit(struct ram_tier *r, uint64_t bytes);
 int ram_pin(struct ram_tier *r, const struct chunk_id *id, uint64_t len);
 void ram_unpin(struct ram_tier *r, const struct chunk_id *id);
 
+/*
+ * Charges (a client key's max_resident_bytes). A chunk admitted with
+ * chunk_origin.charge = n (1..RAM_CHARGE_MAX; 0: nobody) counts against
+ * charge n for as long as it stays; a chunk keeps the charge it came with
+ * (whoever else reads it later). The chunks of one charge are also ranked
+ * by a policy of their own (the tier's kind): with a limit, a chunk that
+ * would take the charge past it is admitted only by evicting that charge's
+ * own lowest-ranked chunks (and not at all when it ranks below them all),
+ * so the charge's bytes settle at the limit while other charges' stay.
+ * Pinned chunks count against no charge.
+ *
+ * ram_charge_limit sets charge's limit (0: none), evicting its chunks
+ * beyond a lower one onto *gone; -EINVAL for a charge out of range, or
+ * -ENOMEM. ram_charged: the bytes of charge's chunks here.
+ */
+#define RAM_CHARGE_MAX STORE_CHARGE_MAX
+int ram_charge_limit(struct ram_tier *r, unsigned charge, uint64_t max, double now,
+                     struct tier_gone **gone);
+uint64_t ram_charged(struct ram_tier *r, unsigned charge);
+
 #endif

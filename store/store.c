@@ -706,6 +706,19 @@ uint64_t store_pin_room(const struct store_stats *st)
 	return ram > nvme ? ram : nvme;
 }
 
+int store_charge_limit(struct store *s, unsigned charge, uint64_t max)
+{
+	struct tier_gone *dead = NULL;
+	int rc = ram_charge_limit(s->ram_t, charge, max, clock_mono_s(), &dead);
+	tier_release(dead);
+	return rc;
+}
+
+uint64_t store_charged(struct store *s, unsigned charge)
+{
+	return ram_charged(s->ram_t, charge);
+}
+
 int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix)
 {
 	/* Even when the tier is disabled: its entries are still recovered at

@@ -61,6 +61,7 @@ struct chunk_origin {
 	const void *meta;            /* opaque object metadata (chunk 0 only), or NULL */
 	size_t meta_len;
 	uint64_t gen;                /* NVMe time order; 0: the store assigns it */
+	unsigned charge;             /* who its RAM bytes count against (store_charge_limit) */
 };
 
 /* Called once per chunk-0 entry found on NVMe at store_open, so the
@@ -149,6 +150,20 @@ void store_unpin(struct store *s, const struct chunk_id *id, int tiers);
  * there unless NVMe holds it or a write of it is pending (its completion's
  * write may have been dropped with the write queue full). */
 void store_pin_write(struct store *s, struct chunk *c, const struct chunk_origin *o);
+
+/*
+ * Charges: a client key's share of the RAM tier (max_resident_bytes). A
+ * chunk completed with chunk_origin.charge = n counts against charge n
+ * while it stays in RAM, whoever reads it later; with a limit, charge n's
+ * own chunks make room for its new ones, so its bytes settle at the limit
+ * while other charges' stay (store/ram.h). The NVMe tier and chunks read
+ * back from it are charged to nobody. n is 1..STORE_CHARGE_MAX.
+ * store_charge_limit: 0, -EINVAL (n out of range) or -ENOMEM; max 0 is no
+ * limit. store_charged: the bytes charged to n now.
+ */
+#define STORE_CHARGE_MAX 65535u
+int store_charge_limit(struct store *s, unsigned charge, uint64_t max);
+uint64_t store_charged(struct store *s, unsigned charge);
 
 struct store_stats {
 	uint64_t ram_used, ram_capacity, ram_entries;  /* ram_used includes ram_filling */

@@ -178,6 +178,15 @@ const trafficColumns = [
   (r) => count(r.bypass), (r) => pct(r.hit_ratio), (r) => bytes(r.bytes_served),
   (r) => bytes(r.upstream_bytes_saved),
 ];
+// A key's share of the RAM tier (max_resident_bytes), after its traffic.
+function clientRows(stats) {
+  const resident = stats.resident || {};
+  return trafficRows(stats.clients).map((r) => Object.assign(r, { resident: resident[r.name] }));
+}
+const clientColumns = trafficColumns.concat([
+  (r) => !r.resident ? "-" : bytes(r.resident.bytes) +
+    (r.resident.max_bytes ? " of " + bytes(r.resident.max_bytes) : ""),
+]);
 
 // ---- charts ----
 
@@ -247,7 +256,7 @@ async function refresh() {
     renderNodes(cluster);
     renderJobs(jobs.jobs || []);
     renderPins(stats);
-    fillTable("clients", trafficRows(stats.clients), trafficColumns);
+    fillTable("clients", clientRows(stats), clientColumns);
     fillTable("buckets", trafficRows(stats.buckets), trafficColumns);
     drawChart("chart-hits", [history.map((p) => p.hit)], 1);
     drawChart("chart-use", [history.map((p) => p.ram), history.map((p) => p.nvme)], 1);

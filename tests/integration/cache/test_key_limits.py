@@ -1,16 +1,21 @@
 """Per-key limits of [key ID] sections (issue 14 item 1): a key's
 max_upstream_requests bounds its concurrent misses; a request beyond it is
 refused with 503 SlowDown and Retry-After, and the key's other readers and
-other keys go on. max_bytes_per_second shapes a key's reads smoothly. The upstream is fault_origin.FaultOrigin, which can hold
-each GET back so the misses overlap."""
+other keys go on. max_bytes_per_second shapes a key's reads smoothly.
+max_resident_bytes bounds the bytes of the RAM tier a key's misses keep.
+The upstream is fault_origin.FaultOrigin, which can hold each GET back so
+the misses overlap."""
+import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import http.client
 import threading
 import time
 import unittest
+import urllib.request
 
 import harness
 from fault_origin import FaultOrigin
@@ -19,7 +24,9 @@ from test_cache_faults import BUCKET, blob, fetch, larder_env, finish_larder
 CAPPED, CAPPED_SECRET = "capped-job", "capped-secret"
 FREE, FREE_SECRET = "free-job", "free-secret"
 SLOW, SLOW_SECRET = "slow-job", "slow-secret"
+SMALL, SMALL_SECRET = "small-job", "small-secret"
 MiB = 1024 * 1024
+ADMIN_TOKEN = "key-limits-admin-token-0123456789"
 
 CONFIG = """[key %s]
 secret = %s
@@ -37,7 +44,13 @@ secret = %s
 access = read-only
 buckets = *
 max_bytes_per_second = 16MiB
-""" % (CAPPED, CAPPED_SECRET, FREE, FREE_SECRET, SLOW, SLOW_SECRET)
+
+[key %s]
+secret = %s
+access = read-only
+buckets = *
+max_resident_bytes = 16MiB
+""" % (CAPPED, CAPPED_SECRET, FREE, FREE_SECRET, SLOW, SLOW_SECRET, SMALL, SMALL_SECRET)
 
 
 class KeyLimitsCase(harness.S3Asserts, unittest.TestCase):
@@ -203,6 +216,73 @@ class MaxBytesPerSecond(KeyLimitsCase):
         self.assertIn("bypass", [rec.get("cache") for rec in larder.access_records()])
 
 
+class MaxResidentBytes(KeyLimitsCase):
+    """A key capped at 16 MiB reads 60 MiB of distinct objects through a 64
+    MiB RAM tier (no NVMe): the bytes charged to it end within 15% of 16 MiB,
+    and another key's 24 MiB read before it all stay hits. Objects of 3 MiB
+    with 1 MiB chunks: chunk 0 of each comes with the object's first GET,
+    the others from chunk fetches; both are charged."""
+
+    def admin_get(self, admin, path):
+        req = urllib.request.Request(admin + path,
+                                     headers={"Authorization": "Bearer " + ADMIN_TOKEN})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read()
+
+    def test_capped_key_settles_at_its_cap_and_others_stay(self):
+        port = harness.free_port()
+        admin = "http://127.0.0.1:%d" % port
+        larder = self.start(LARDER_DISK_CACHE_SIZE="0", LARDER_CACHE_DIR=None,
+                            LARDER_ADMIN_LISTEN="127.0.0.1:%d" % port,
+                            LARDER_ADMIN_TOKEN=ADMIN_TOKEN)
+        theirs = ["res-free-%d" % i for i in range(8)]     # 24 MiB
+        mine = ["res-small-%d" % i for i in range(20)]     # 60 MiB
+        data = {}
+        for i, k in enumerate(theirs + mine):
+            data[k] = blob(40 + i, 3 * MiB)
+            self.origin.put(BUCKET, k, data[k])
+        for k in theirs:
+            r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=FREE,
+                      secret=FREE_SECRET)
+            self.assertEqual((r.status, r.body == data[k]), (200, True), r)
+        for k in mine:
+            r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=SMALL,
+                      secret=SMALL_SECRET)
+            self.assertEqual((r.status, r.body == data[k]), (200, True), r)
+
+        res = json.loads(self.admin_get(admin, "/admin/stats"))["resident"]
+        self.assertEqual(res[SMALL]["max_bytes"], 16 * MiB, res)
+        self.assertLess(abs(res[SMALL]["bytes"] - 16 * MiB), 0.15 * 16 * MiB, res)
+        self.assertEqual(res[FREE], {"bytes": 24 * MiB, "max_bytes": 0}, res)
+        metrics = self.admin_get(admin, "/metrics").decode()
+        self.assertIn('larder_key_resident_bytes{key="%s"} %d' % (SMALL, res[SMALL]["bytes"]),
+                      metrics)
+        self.assertIn('larder_key_resident_limit_bytes{key="%s"} %d' % (SMALL, 16 * MiB),
+                      metrics)
+
+        # The other key's data was all kept: its second read is all hits.
+        m = self.origin.mark()
+        for k in theirs:
+            r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=FREE,
+                      secret=FREE_SECRET)
+            self.assertEqual((r.status, r.body == data[k]), (200, True), r)
+        self.assertEqual(self.origin.requests(m, "GET"), [])
+
+        # A SIGHUP that lowers the cap applies it at once.
+        larder.write_config(CONFIG.replace("max_resident_bytes = 16MiB",
+                                           "max_resident_bytes = 8MiB"))
+        larder.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            res = json.loads(self.admin_get(admin, "/admin/stats"))["resident"]
+            if res[SMALL]["max_bytes"] == 8 * MiB:
+                break
+            time.sleep(0.1)
+        self.assertEqual(res[SMALL]["max_bytes"], 8 * MiB, res)
+        self.assertLessEqual(res[SMALL]["bytes"], 8 * MiB, res)
+        self.assertEqual(res[FREE]["bytes"], 24 * MiB, res)
+
+
 class BadLimitRefused(unittest.TestCase):
 
     def check(self, text):
@@ -234,9 +314,21 @@ class BadLimitRefused(unittest.TestCase):
             self.assertIn(b"max_bytes_per_second", out.stderr, bad)
             self.assertIn(b"expected bytes a second", out.stderr, bad)
 
+    def test_bad_max_resident_bytes(self):
+        for bad in ("much", "-1", "512KiB", "2PiB"):
+            out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_resident_bytes = %s\n" % bad)
+            self.assertEqual(out.returncode, 2, (bad, out.stderr))
+            self.assertIn(b"max_resident_bytes", out.stderr, bad)
+            self.assertIn(b"expected a size", out.stderr, bad)
+        # Less than one chunk (8 MiB by default): none of it could stay.
+        out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_resident_bytes = 4MiB\n")
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn(b"[key k1] max_resident_bytes", out.stderr)
+        self.assertIn(b"less than one chunk", out.stderr)
+
     def test_good_max_upstream_requests(self):
         out = self.check("[key k1]\nsecret = s\nbuckets = *\nmax_upstream_requests = 4\n"
-                         "max_bytes_per_second = 64MiB\n")
+                         "max_bytes_per_second = 64MiB\nmax_resident_bytes = 1GiB\n")
         self.assertEqual(out.returncode, 0, out.stderr)
 
 

@@ -155,6 +155,9 @@ class Dashboard(AdminCase):
         want = stats["clients"][harness.CLIENT_KEY]
         self.assertEqual(int(row[2].replace(",", "")), want["hits"])
         self.assertGreaterEqual(int(row[1].replace(",", "")), want["requests"])
+        # Its share of the RAM tier: the 4 objects its misses brought, no cap.
+        kib = stats["resident"][harness.CLIENT_KEY]["bytes"] / 1024
+        self.assertEqual(row[8], "%.*f KiB" % (2 if kib < 10 else 1, kib))
         buckets = {r[0]: r for r in dom.rows["buckets"]}
         self.assertIn(BUCKET, buckets)
         self.assertEqual(buckets[BUCKET][5], "50.0 %", "4 hits, 4 misses")

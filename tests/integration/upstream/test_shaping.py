@@ -37,6 +37,21 @@ def get_all_headers(base, path):
     finally:
         c.close()
 
+def put(base, path, body):
+    """A signed PUT of body; its status."""
+    h = harness.sign_headers("PUT", base + path, harness.CLIENT_KEY, harness.CLIENT_SECRET,
+                             body=body)
+    host, port = base.replace("http://", "").split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        c.request("PUT", path, body=body, headers=h)
+        r = c.getresponse()
+        r.read()
+        return r.status
+    finally:
+        c.close()
+
+
 READERS = 24
 K = 4
 N_OBJECTS = 192
@@ -49,11 +64,11 @@ def blob(seed, n):
     return random.Random(seed).randbytes(n)
 
 
-def read_all(base, keys, key_id, secret):
+def read_all(base, keys, key_id, secret, query=""):
     """READERS threads reading keys (each once); returns [(key, Resp)]."""
     def one(k):
-        return k, harness.signed_request(base, "GET", "/%s/%s" % (BUCKET, k), key=key_id,
-                                         secret=secret, timeout=60)
+        return k, harness.signed_request(base, "GET", "/%s/%s%s" % (BUCKET, k, query),
+                                         key=key_id, secret=secret, timeout=60)
     with concurrent.futures.ThreadPoolExecutor(READERS) as pool:
         return list(pool.map(one, keys))
 
@@ -71,7 +86,8 @@ class Shaping(admin_calls.AdminCalls, test_cache_faults.FaultCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.data = {}
-        for prefix, n in (("direct", N_OBJECTS), ("cold", N_OBJECTS), ("warm", N_WARM)):
+        for prefix, n in (("direct", N_OBJECTS), ("cold", N_OBJECTS), ("warm", N_WARM),
+                          ("pass", N_OBJECTS)):
             for i in range(n):
                 key = "%s/obj-%03d" % (prefix, i)
                 cls.data[key] = blob(hash(key) & 0xffff, SIZE)
@@ -113,6 +129,36 @@ class Shaping(admin_calls.AdminCalls, test_cache_faults.FaultCase):
                         "the origin's 503s to larder (%d) stay bounded" % throttled)
         self.assertGreater(self.metric("larder_upstream_throttled_total"), 0)
         self.assertGreater(self.metric("larder_upstream_shaped_waits_total"), 0)
+
+    def test_pass_through_on_a_throttled_prefix(self):
+        """The same load as reads the cache never keeps (?versionId=null goes
+        through to S3 as it is): straight to the origin many get 503; through
+        larder they wait for their prefix's window like cache fills, a 503
+        shrinks it and is retried, so every answer is 200 with its bytes and
+        the origin throttled larder rarely."""
+        keys = ["pass/obj-%03d" % i for i in range(N_OBJECTS)]
+        self.origin.throttle_above(K, service_ms=30)
+        try:
+            got = read_all(self.origin.url, keys, ORIGIN_KEY, ORIGIN_SECRET, "?versionId=null")
+            direct_503 = sum(1 for _, r in got if r.status == 503)
+            self.assertGreater(direct_503, N_OBJECTS // 4)
+
+            self.origin.throttle_above(K, service_ms=30)
+            m = self.origin.mark()
+            got = read_all(self.larder.url, keys, harness.CLIENT_KEY, harness.CLIENT_SECRET,
+                           "?versionId=null")
+            throttled = self.origin.throttled
+            most = self.origin.max_inflight
+        finally:
+            self.origin.throttle_above(None)
+        bad = [(k, r.status) for k, r in got if r.status != 200 or r.body != self.data[k]]
+        self.assertEqual(bad, [], "through larder, every pass-through read is 200 with its bytes")
+        self.assertTrue(all(r.headers.get("x-larder-cache") == "bypass" for _, r in got))
+        self.assertEqual(sum(1 for g in self.origin.requests(m, "GET") if g["range"]), 0,
+                         "passed through as the client asked, never as cache fills")
+        self.assertLessEqual(most, K)
+        self.assertLess(throttled, N_OBJECTS // 3,
+                        "the origin's 503s to larder (%d) stay bounded" % throttled)
 
     def test_warm_job_and_readers_on_a_throttled_prefix(self):
         """A warm job (background) and 24 cold readers on one prefix throttling
@@ -171,6 +217,57 @@ class Shaping(admin_calls.AdminCalls, test_cache_faults.FaultCase):
         finally:
             test_cache_faults.finish_larder(self, larder)
             shutil.rmtree(cache_dir, ignore_errors=True)
+
+    def test_pass_through_and_listings_wait_for_the_window(self):
+        """With a window of one request per prefix, held by a slow cache
+        fill: a pass-through GET and a warm job's manifest read on that prefix
+        reach the origin only once the fill is answered (they are counted in
+        the window too), and so does a 1 MiB PUT (its body waits in larder
+        meanwhile); the pass-through requests are answered 200."""
+        cache_dir = tempfile.mkdtemp(prefix="larder-cache-")
+        port = harness.free_port()
+        larder = test_cache_faults.start_larder(self.origin, test_cache_faults.larder_env(
+            cache_dir, LARDER_UPSTREAM_WINDOW_MAX="1", LARDER_UPSTREAM_SLOT_WAIT_MS="5000",
+            LARDER_ADMIN_LISTEN="127.0.0.1:%d" % port, LARDER_ADMIN_TOKEN=TOKEN))
+        try:
+            self.origin.put(BUCKET, "held/a", blob(1, SIZE))
+            self.origin.put(BUCKET, "held/b", blob(2, SIZE))
+            self.origin.put(BUCKET, "held/list.txt", b"held/b\n")
+            m = self.origin.mark()
+            self.origin.delay_next(1500, key="held/a")
+            body = blob(3, 1024 * 1024)
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                fill = pool.submit(harness.signed_request, larder.url, "GET",
+                                   "/%s/held/a" % BUCKET)
+                time.sleep(0.3)
+                passed = pool.submit(harness.signed_request, larder.url, "GET",
+                                     "/%s/held/b?versionId=null" % BUCKET)
+                stored = pool.submit(put, larder.url, "/%s/held/c" % BUCKET, body)
+                self.admin = "http://127.0.0.1:%d" % port
+                st, job = self.call("POST", "/admin/prefetch",
+                                    {"bucket": BUCKET, "manifest": "held/list.txt"})
+                self.assertEqual(st, 202, job)
+                fill, passed, stored = fill.result(), passed.result(), stored.result()
+            info = self.wait_job(job["job"])
+            self.assertEqual((fill.status, fill.body), (200, blob(1, SIZE)))
+            self.assertEqual((passed.status, passed.body), (200, blob(2, SIZE)))
+            self.assertEqual(stored, 200)
+            self.assertEqual(self.origin.get(BUCKET, "held/c").data, body)
+            self.assertEqual((info["state"], info["errors"]), ("done", 0), info)
+            reqs = self.origin.requests(m, "GET")
+            t_fill = [g["t"] for g in reqs if g["key"] == "held/a"][0]
+            reqs += self.origin.requests(m, "PUT")
+            later = [(g["key"], g["query"], round(g["t"] - t_fill, 2)) for g in reqs
+                     if g["key"] in ("held/b", "held/list.txt", "held/c")]
+            self.assertEqual(len([k for k, q, _ in later if k == "held/c"]), 1, later)
+            self.assertEqual(len([k for k, q, _ in later if k == "held/list.txt"]), 1, later)
+            self.assertEqual(len([k for k, q, _ in later if q.get("versionId")]), 1, later)
+            for k, q, dt in later:
+                self.assertGreaterEqual(dt, 1.4, later)
+        finally:
+            test_cache_faults.finish_larder(self, larder)
+            shutil.rmtree(cache_dir, ignore_errors=True)
+            self.admin = Shaping.admin
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
  * with reservations, eviction onto the release list, drops and stats.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -261,6 +262,110 @@ static void t_pin_limit_and_pin_before_arrival(void **state)
 	tier_close(&t);
 }
 
+/* Admits chunk i charged to charge (as a key's read would). */
+static void admit_charged(struct tier *t, uint64_t i, unsigned charge)
+{
+	struct tier_gone *gone = NULL;
+	struct chunk *c = ready(t->t, i, &gone);
+	struct chunk_origin o = { .bucket = "bucket", .key = "key", .charge = charge };
+	assert_int_equal(tier_admit(t, c, &o, &gone), 0);
+	chunk_unref(c);
+	tier_release(gone);
+}
+
+static void t_charge_limit_evicts_its_own_chunks(void **state)
+{
+	struct tier t = open_tier(16 * CLEN);
+	/* Charge 2 (no limit) holds 6 chunks, read first. */
+	for (uint64_t i = 100; i < 106; i++)
+		admit_charged(&t, i, 2);
+	assert_int_equal(ram_charge_limit(t.t, 1, 4 * CLEN, 0, NULL), 0);
+	/* Charge 1 reads 20 chunks: it stays at its 4, the others all stay
+	 * (there would have been room for 10 of charge 1's). */
+	for (uint64_t i = 0; i < 20; i++)
+		admit_charged(&t, i, 1);
+	assert_int_equal(ram_charged(t.t, 1), 4 * CLEN);
+	assert_int_equal(ram_charged(t.t, 2), 6 * CLEN);
+	for (uint64_t i = 100; i < 106; i++)
+		assert_true(holds(&t, i));
+	for (uint64_t i = 16; i < 20; i++) /* LRU: its most recent */
+		assert_true(holds(&t, i));
+	/* A hit counts in the charge's own ranking too: chunk 16, just read,
+	 * outlives 17 when the charge needs room. */
+	struct tier_gone *hitgone = NULL;
+	struct chunk_id sixteen = cid(16);
+	struct chunk *hit = ram_lookup(t.t, &sixteen, CLEN, 1.0, &hitgone);
+	assert_non_null(hit);
+	chunk_unref(hit);
+	admit_charged(&t, 20, 1);
+	assert_true(holds(&t, 16));
+	assert_false(holds(&t, 17));
+	/* A hit by someone else does not move the charge; a chunk already
+	 * here keeps its first charge. */
+	admit_charged(&t, 100, 1);
+	assert_int_equal(ram_charged(t.t, 2), 6 * CLEN);
+	/* A lower limit evicts down to it at once; 0 lifts it. */
+	struct tier_gone *gone = NULL;
+	assert_int_equal(ram_charge_limit(t.t, 1, 2 * CLEN, 0, &gone), 0);
+	tier_release(gone);
+	assert_int_equal(ram_charged(t.t, 1), 2 * CLEN);
+	assert_int_equal(ram_charge_limit(t.t, 1, 0, 0, NULL), 0);
+	for (uint64_t i = 30; i < 34; i++)
+		admit_charged(&t, i, 1);
+	assert_int_equal(ram_charged(t.t, 1), 6 * CLEN);
+	/* A limit below one chunk keeps nothing of it; pinned chunks count
+	 * against no charge. */
+	assert_int_equal(ram_charge_limit(t.t, 3, CLEN / 2, 0, NULL), 0);
+	admit_charged(&t, 40, 3);
+	assert_false(holds(&t, 40));
+	ram_pin_limit(t.t, 4 * CLEN);
+	struct chunk_id p = cid(41);
+	assert_int_equal(ram_pin(t.t, &p, CLEN), 0);
+	admit_charged(&t, 41, 3);
+	assert_true(holds(&t, 41));
+	assert_int_equal(ram_charged(t.t, 3), 0);
+	/* Charge numbers are bounded; 0 is nobody. */
+	assert_int_equal(ram_charge_limit(t.t, 0, CLEN, 0, NULL), -EINVAL);
+	assert_int_equal(ram_charge_limit(t.t, RAM_CHARGE_MAX + 1, CLEN, 0, NULL), -EINVAL);
+	assert_int_equal(ram_charged(t.t, 0), 0);
+	tier_close(&t);
+}
+
+struct charger {
+	struct tier *t;
+	unsigned charge;
+};
+
+static void *charge_many(void *arg)
+{
+	struct charger *c = arg;
+	for (uint64_t i = 0; i < 200; i++) {
+		admit_charged(c->t, 1000 * c->charge + i, c->charge);
+		if (i % 16 == 0) {
+			struct tier_gone *gone = NULL;
+			ram_charge_limit(c->t->t, 3 - c->charge, (i % 32 ? 2 : 3) * CLEN, i, &gone);
+			tier_release(gone);
+		}
+		(void)ram_charged(c->t->t, 3 - c->charge);
+	}
+	return NULL;
+}
+
+/* Two threads charge, limit and read each other's charge (for TSan). */
+static void t_charges_from_two_threads(void **state)
+{
+	struct tier t = open_tier(8 * CLEN);
+	struct charger a = { &t, 1 }, b = { &t, 2 };
+	pthread_t ta, tb;
+	assert_int_equal(pthread_create(&ta, NULL, charge_many, &a), 0);
+	assert_int_equal(pthread_create(&tb, NULL, charge_many, &b), 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	assert_true(ram_charged(t.t, 1) <= 3 * CLEN);
+	assert_true(ram_charged(t.t, 2) <= 3 * CLEN);
+	tier_close(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -271,6 +376,8 @@ int main(void)
 		cmocka_unit_test(t_drop),
 		cmocka_unit_test(t_pinned_chunks_are_never_victims),
 		cmocka_unit_test(t_pin_limit_and_pin_before_arrival),
+		cmocka_unit_test(t_charge_limit_evicts_its_own_chunks),
+		cmocka_unit_test(t_charges_from_two_threads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
