@@ -38,11 +38,12 @@
 # LOADTEST_BUILD (build), LOADTEST_WORK (a temp dir for data and caches),
 # LOADTEST_NETNS (auto|0), LOADTEST_DELAY_MS (20), LOADTEST_RATE (100m),
 # LOADTEST_PEER_DIR (the nginx peer's and files' run and cache directories; default: on
-# /dev/shm, see below), LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU, LOADTEST_CONFIG (tuned|defaults), LOADTEST_NVME (1|0),
-# sizes: LOADTEST_CONCURRENCIES (a: "8 16 32 64"), LOADTEST_STORM_MIB (d), LOADTEST_SHARDS
-# (c: MiB sizes), LOADTEST_SHARD_READERS (c: "1 8"), LOADTEST_LEAN (1: only the runs of
-# table.sh's figures: e without large objects and files, c without warm reads), LOADTEST_PORT_BASE (18080: larder; +1, +2 the nginx
-# peer and files, +10 the origin, +15 larder's admin).
+# /dev/shm, see below), LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU, LOADTEST_CONFIG (tuned|defaults),
+# LOADTEST_NVME (1|0), sizes: LOADTEST_CONCURRENCIES (a: "8 16 32 64"), LOADTEST_STORM_MIB (d),
+# LOADTEST_SHARDS (c: MiB sizes), LOADTEST_SHARD_READERS (c: "1 8"), LOADTEST_LEAN (1: only the
+# runs of table.sh's figures: e without large objects and files, c without warm reads),
+# LOADTEST_PORT_BASE (18080: larder; +1, +2 the nginx peer and files, +10 the origin, +15
+# larder's admin). Any LARDER_* variable set reaches the larder under test (the run lists them).
 # Results: loadtest/results/<mode>-<UTC time>/ (JSON per run, summaries, PNGs),
 # and loadtest/results/latest pointing at it.
 set -euo pipefail
@@ -117,13 +118,13 @@ larder_pid=""
 nginx_runs=()
 g_pids=()
 netns_used=0
-peer_dir=""
+peer_dir="" peer_dir_ours=0
 cleanup() {
   set +e
   for p in "${g_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   [[ -z "$larder_pid" ]] || { kill -TERM "$larder_pid" 2>/dev/null; wait "$larder_pid" 2>/dev/null; }
   for r in "${nginx_runs[@]}"; do "$here/origin/stop.sh" "$r"; done
-  [[ "$peer_dir" == "$work" || -z "$peer_dir" ]] || rm -rf "$peer_dir"
+  ((peer_dir_ours == 0)) || rm -rf "$peer_dir"
   ((netns_used == 0)) || "$here/netns.sh" down
 }
 trap cleanup EXIT
@@ -140,6 +141,9 @@ else
   echo "     NVMe tier in LARDER_CACHE_DIR at its default size); nginx peer one worker per core,"
   echo "     access log on; nothing pinned"
 fi
+own="$(env | sed -n 's/^\(LARDER_[A-Z0-9_]*\)=.*/\1/p' | grep -vx 'LARDER_BIN\|LARDER_BUILD_DIR' \
+  | paste -sd' ' - || true)"
+[[ -z "$own" ]] || echo "   larder settings from the environment (unless the configuration sets them): $own"
 printf '{"config": "%s", "nvme": %d, "mode": "%s", "sut_cpu": "%s", "client_cpu": "%s", "ncpu": %d}\n' \
   "$config" "$nvme" "$mode" "$sut_cpu" "$cli_cpu" "$ncpu" > "$res/config.json"
 
@@ -202,7 +206,7 @@ origin_gets() { grep -c ' GET ' "$origin_log" || true; }
 peer_dir="${LOADTEST_PEER_DIR:-}"
 if [[ -z "$peer_dir" ]]; then
   peer_dir="$work"
-  if [[ -d /dev/shm && -w /dev/shm ]]; then peer_dir="/dev/shm/larder-loadtest-$pb"; fi
+  if [[ -d /dev/shm && -w /dev/shm ]]; then peer_dir="/dev/shm/larder-loadtest-$pb" peer_dir_ours=1; fi
 fi
 mkdir -p "$peer_dir"
 # larder_start RAM_BYTES DISK_BYTES(0 = no NVMe tier) [POLICY [sized]]: tuned, as
