@@ -9,7 +9,7 @@
 # direct) measured in the same run. The table is saved as
 # loadtest/results/table-<mode>-<UTC time>.md.
 #   quick: 2,000 x 115 KiB objects, 4 s per hit run, the storm and the shard at
-#          256 MiB; about 2 minutes per run, 12 for 3 rounds on 2 cores
+#          256 MiB; about 85 s per run, 8.5 minutes for 3 rounds on 2 cores
 #   full:  20,000 objects, 10 s per hit run
 #   smoke: tiny sizes, to prove it runs; the figures mean nothing
 # Environment: as run.sh (LARDER_BIN, LOADTEST_BUILD, LOADTEST_WORK, ...).
