@@ -465,7 +465,7 @@ def side_figures(d):
     sl, sn = get(d, "d", "larder"), get(d, "d", "nginx")
     if sl and sn:
         put("storm", tot(sl, "max_ms") / 1000, tot(sn, "max_ms") / 1000,
-            (sl.get("upstream_gets"), sl.get("chunks")))
+            (sl.get("upstream_gets"), sl.get("chunks"), sl.get("fill_s"), sn.get("fill_s")))
         put("storm_cpu", cpu(sl), cpu(sn))
     sizes = sorted({int(m.group(1)) for k in load(d, "c") for m in [re.search(r"-(\d+)MiB-r1$", k)] if m})
     if sizes:
@@ -484,7 +484,7 @@ SIDE_ROWS = [
     (f"cold epoch, server CPU-s/GB vs nginx, c={c} (a)", f"coldcpu_c{c}", "<= 1.0x",
      "{:.2f} vs {:.2f}; the origin's own {:.2f}") for c in (4, 8, 16, 32, 64)] + [
     ("64 clients x one cold object, last byte vs nginx (d)", "storm", "<= 0.7x",
-     "{:.2f} vs {:.2f} s; {:.0f} GETs for {:.0f} chunks"),
+     "{:.2f} vs {:.2f} s; {:.0f} GETs for {:.0f} chunks; upstream fill {:.2f} vs {:.2f} s"),
     ("64 clients x one cold object, server CPU-s/GB vs nginx (d)", "storm_cpu", "",
      "{:.2f} vs {:.2f}"),
     ("one reader of a cold shard, MB/s vs direct (c)", "shard", ">= 6x", "{:.0f} vs {:.0f} MB/s ({:.0f} MiB)"),

@@ -27,7 +27,7 @@
 #             (the NVMe tier, as the container image sets it) and the admin port; the
 #             access log as shipped (stdout, to a file here). Sizes only where a
 #             scenario is about them (f, m). The nginx peer: one worker per core,
-#             access log on. (g, t and l run as in tuned.)
+#             access log on. (g's cluster nodes keep their own settings.)
 # All clients sign every request with SigV4 (nginx ignores it). The origin runs
 # in a network namespace behind a veth pair when it can be created (netns.sh),
 # else on loopback. Everything listens on loopback or that namespace only.
@@ -197,6 +197,12 @@ nginx_runs+=("$work/run-origin")
 origin_log="$work/run-origin/access.log"
 origin_lines() { wc -l < "$origin_log"; }
 origin_gets() { grep -c ' GET ' "$origin_log" || true; }
+# origin_span FROM TO PATH: seconds from the first start to the last end of the
+# origin's requests of PATH logged as lines FROM+1..TO (how long a fill took).
+origin_span() {
+  sed -n "$(($1 + 1)),$2p" "$origin_log" | awk -v p="$3" '$3 != p { next } { s = $1 - $NF; if (!n++ || s < a) a = s; if ($1 > b) b = $1 }
+    END { printf "%.3f", n ? b - a : 0 }'
+}
 
 # ---- the systems under test ----
 # The nginx peer's cache files live on tmpfs when there is one: on ext4, a
@@ -320,13 +326,20 @@ scen_d() {
   echo; echo "== d: coalescing storm, 64 clients read one cold ${storm_mib} MiB object"
   local k="$work/keys-storm" i
   for ((i = 0; i < 64; i++)); do echo storm/obj-000000; done > "$k"
+  local b1 b2 b3
   larder_start 1GiB 0
+  b1="$(origin_lines)"
   measure d larder larder "$k" 64 1
   larder_stop
   nginx_start peer "$peer_port"
+  b2="$(origin_lines)"
   measure d nginx peer "$k" 64 1
-  python3 "$here/report.py" annotate "$res/d-larder.json" chunks=$(((storm_mib + 7) / 8))
-  python3 "$here/report.py" annotate "$res/d-nginx.json" chunks=$(((storm_mib + 7) / 8))
+  b3="$(origin_lines)"
+  # fill_s: from the first upstream GET's start to the last's end
+  python3 "$here/report.py" annotate "$res/d-larder.json" chunks=$(((storm_mib + 7) / 8)) \
+    fill_s="$(origin_span "$b1" "$b2" /bench/storm/obj-000000)"
+  python3 "$here/report.py" annotate "$res/d-nginx.json" chunks=$(((storm_mib + 7) / 8)) \
+    fill_s="$(origin_span "$b2" "$b3" /bench/storm/obj-000000)"
   python3 "$here/report.py" table "$res" d
 }
 
