@@ -293,13 +293,14 @@ def plots(d):
         series = ["direct", "larder-cold", "larder-warm", "nginx-cold", "nginx-warm"]
         with open(os.path.join(d, "a.dat"), "w") as fh:
             fh.write("# conc " + " ".join(series) + "\n")
-            for c in (8, 16, 32, 64):
+            concs = sorted({int(m.group(1)) for k in runs for m in [re.search(r"-c(\d+)$", k)] if m})
+            for c in concs:
                 vals = [runs.get(f"{s}-c{c}", {}).get("total", {}).get("objects_per_s", "NaN") for s in series]
                 fh.write(f"{c} " + " ".join(str(v) for v in vals) + "\n")
         gp.append(f"""set output '{d}/a-throughput.png'
 set title 'a: random 115 KiB reads, one epoch (origin 20 ms + 100 MB/s per conn.)'
 set xlabel 'concurrency'; set ylabel 'objects/s (log)'; set logscale xy 2; set logscale y 10
-set xtics (8, 16, 32, 64); set key top left
+set xtics ({", ".join(str(c) for c in concs)}); set key top left
 plot for [i=2:6] '{d}/a.dat' using 1:i with linespoints lw 2 pt 7 title columnhead(i)
 unset logscale; set xtics autofreq
 """)
