@@ -7,6 +7,8 @@
   report.py plots DIR                     gnuplot PNGs (a, b, c, f) into DIR
   report.py compare A_DIRS -- B_DIRS      markdown: each run's median [min-max]
                                           over the A runs and the B runs, and B/A
+  report.py sidebyside DIRS...            markdown: issue 15's table (table.sh), each
+                                          figure's median [min-max] per configuration
 """
 import glob
 import json
@@ -291,13 +293,14 @@ def plots(d):
         series = ["direct", "larder-cold", "larder-warm", "nginx-cold", "nginx-warm"]
         with open(os.path.join(d, "a.dat"), "w") as fh:
             fh.write("# conc " + " ".join(series) + "\n")
-            for c in (8, 16, 32, 64):
+            concs = sorted({int(m.group(1)) for k in runs for m in [re.search(r"-c(\d+)$", k)] if m})
+            for c in concs:
                 vals = [runs.get(f"{s}-c{c}", {}).get("total", {}).get("objects_per_s", "NaN") for s in series]
                 fh.write(f"{c} " + " ".join(str(v) for v in vals) + "\n")
         gp.append(f"""set output '{d}/a-throughput.png'
 set title 'a: random 115 KiB reads, one epoch (origin 20 ms + 100 MB/s per conn.)'
 set xlabel 'concurrency'; set ylabel 'objects/s (log)'; set logscale xy 2; set logscale y 10
-set xtics (8, 16, 32, 64); set key top left
+set xtics ({", ".join(str(c) for c in concs)}); set key top left
 plot for [i=2:6] '{d}/a.dat' using 1:i with linespoints lw 2 pt 7 title columnhead(i)
 unset logscale; set xtics autofreq
 """)
@@ -429,6 +432,114 @@ def compare(a_dirs, b_dirs):
     return "\n".join(out)
 
 
+def run_config(d):
+    p = os.path.join(d, "config.json")
+    if not os.path.exists(p):
+        return "tuned"
+    with open(p) as fh:
+        return json.load(fh).get("config", "tuned")
+
+
+def side_figures(d):
+    """One run folder's figures for the side-by-side table: {name: (value,
+    detail numbers)}; a ratio is larder's over its peer's in the same run."""
+    out = {}
+
+    def tot(r, k):
+        return r["total"][k] if r else None
+
+    def cpu(r):
+        return r.get("target_cpu_s_per_gb") if r else None
+
+    def put(name, a, b, extra=()):
+        if a is not None and b:
+            out[name] = (a / b, (a, b) + tuple(extra))
+
+    ls, ns = get(d, "e", "larder-small"), get(d, "e", "nginx-small")
+    put("warm_ops", tot(ls, "objects_per_s"), tot(ns, "objects_per_s"))
+    put("warm_cpu", cpu(ls), cpu(ns))
+    for c in (4, 8, 16, 32, 64):
+        lc, dc = get(d, "a", f"larder-cold-c{c}"), get(d, "a", f"direct-c{c}")
+        put(f"cold_c{c}", tot(lc, "objects_per_s"), tot(dc, "objects_per_s"))
+        nc = get(d, "a", f"nginx-cold-c{c}")
+        put(f"coldcpu_c{c}", cpu(lc), cpu(nc), (cpu(dc),))
+    sl, sn = get(d, "d", "larder"), get(d, "d", "nginx")
+    if sl and sn:
+        put("storm", tot(sl, "max_ms") / 1000, tot(sn, "max_ms") / 1000,
+            (sl.get("upstream_gets"), sl.get("chunks"), sl.get("fill_s"), sn.get("fill_s")))
+        put("storm_cpu", cpu(sl), cpu(sn))
+    sizes = sorted({int(m.group(1)) for k in load(d, "c") for m in [re.search(r"-(\d+)MiB-r1$", k)] if m})
+    if sizes:
+        s = sizes[-1]
+        lc, dc = get(d, "c", f"larder-cold-{s}MiB-r1"), get(d, "c", f"direct-{s}MiB-r1")
+        put("shard", tot(lc, "mb_per_s"), tot(dc, "mb_per_s"), (s,))
+    return out
+
+
+SIDE_ROWS = [
+    # (figure, key, target, how the detail reads)
+    ("warm 115 KiB hits, objects/s vs nginx (e, c=32)", "warm_ops", ">= 1.2x", "{:.0f} vs {:.0f} obj/s"),
+    ("warm 115 KiB hits, server CPU-s/GB vs nginx (e)", "warm_cpu", "<= 0.8x", "{:.2f} vs {:.2f}"),
+] + [(f"cold epoch of 115 KiB objects vs direct, c={c} (a)", f"cold_c{c}", ">= 0.95x",
+      "{:.0f} vs {:.0f} obj/s") for c in (4, 8, 16, 32, 64)] + [
+    (f"cold epoch, server CPU-s/GB vs nginx, c={c} (a)", f"coldcpu_c{c}", "<= 1.0x",
+     "{:.2f} vs {:.2f}; the origin's own {:.2f}") for c in (4, 8, 16, 32, 64)] + [
+    ("64 clients x one cold object, last byte vs nginx (d)", "storm", "<= 0.7x",
+     "{:.2f} vs {:.2f} s; {:.0f} GETs for {:.0f} chunks; upstream fill {:.2f} vs {:.2f} s"),
+    ("64 clients x one cold object, server CPU-s/GB vs nginx (d)", "storm_cpu", "",
+     "{:.2f} vs {:.2f}"),
+    ("one reader of a cold shard, MB/s vs direct (c)", "shard", ">= 6x", "{:.0f} vs {:.0f} MB/s ({:.0f} MiB)"),
+]
+
+
+def sidebyside(dirs):
+    """Issue 15's table: per configuration (defaults, tuned), each figure's
+    median [min-max] over the runs, and the median of its parts."""
+    configs = {}
+    for d in dirs:
+        configs.setdefault(run_config(d), []).append(d)
+    order = [c for c in ("defaults", "tuned") if c in configs] + \
+        sorted(c for c in configs if c not in ("defaults", "tuned"))
+    figs = {d: side_figures(d) for d in dirs}
+    header = ["figure"] + [f"{c} ({len(configs[c])} runs)" for c in order] + ["target"]
+    rows = []
+    for title, key, target, detail in SIDE_ROWS:
+        cells, seen = [], False
+        for c in order:
+            got = [figs[d][key] for d in configs[c] if key in figs[d]]
+            if not got:
+                cells.append("-")
+                continue
+            seen = True
+            nd = 2
+            med, text = spread([v for v, _ in got], nd)
+            text = text.replace(" [", "x [", 1)
+            if detail:
+                parts = []
+                for i in range(len(got[0][1])):
+                    vals = [p[i] for _, p in got if p[i] is not None]
+                    if vals and all(isinstance(v, (int, float)) for v in vals):
+                        m, _ = spread(vals, 2)
+                        parts.append(m)
+                    else:
+                        parts.append(vals[0] if vals else "-")
+                try:
+                    text += " (" + detail.format(*parts) + ")"
+                except (ValueError, IndexError, TypeError):
+                    pass
+            cells.append(text)
+        if seen:
+            rows.append([title] + cells + [target])
+    modes = sorted({json.load(open(os.path.join(d, "config.json"))).get("mode", "?")
+                    for d in dirs if os.path.exists(os.path.join(d, "config.json"))})
+    out = [f"Side by side ({', '.join(modes) or '?'} mode): median [min-max] over interleaved runs; "
+           "a ratio is larder's over its peer's in the same run (details: medians).", "",
+           md_table(header, rows), ""]
+    for c in order:
+        out.append(f"- {c}: " + ", ".join(os.path.basename(d.rstrip("/")) for d in configs[c]))
+    return "\n".join(out)
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "annotate":
@@ -441,6 +552,8 @@ def main():
         print(summary(sys.argv[2]))
     elif cmd == "plots":
         plots(sys.argv[2])
+    elif cmd == "sidebyside":
+        print(sidebyside(sys.argv[2:]))
     elif cmd == "compare":
         args = sys.argv[2:]
         if "--" not in args:

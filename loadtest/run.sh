@@ -16,17 +16,34 @@
 #   l  one boto3 reader of 300 cold small objects in a known order: direct vs larder vs larder
 #      with a read-order lookahead (POST /admin/lookahead); and a DataLoader (4 workers)
 #
-# What runs where (2 cores): the system under test (larder, the nginx peer or
-# nginx serving files) is pinned to CPU $LOADTEST_SUT_CPU (0) with one worker;
-# loadgen and the origin share CPU $LOADTEST_CLIENT_CPU (1). The origin runs in a
-# network namespace behind a veth pair when it can be created (netns.sh), else
-# on loopback. Everything listens on loopback or that namespace only.
+# Configuration (LOADTEST_CONFIG; the run prints which and writes config.json):
+#   tuned     (default) the system under test (larder, the nginx peer or nginx
+#             serving files) is pinned to CPU $LOADTEST_SUT_CPU (0) with one worker,
+#             access logs off; loadgen and the origin share CPU $LOADTEST_CLIENT_CPU (1).
+#             larder: 8 MiB chunks, metadata immutable, the RAM tier (+ an NVMe tier in
+#             a and b unless LOADTEST_NVME=0).
+#   defaults  nothing pinned. larder with its shipped defaults: only the settings
+#             that reach the origin and admit the client key, plus LARDER_CACHE_DIR
+#             (the NVMe tier, as the container image sets it) and the admin port; the
+#             access log as shipped (stdout, to a file here). Sizes only where a
+#             scenario is about them (f, m). The nginx peer: one worker per core,
+#             access log on. (g's cluster nodes keep their own settings.)
+# All clients sign every request with SigV4 (nginx ignores it). The origin runs
+# in a network namespace behind a veth pair when it can be created (netns.sh),
+# else on loopback. Everything listens on loopback or that namespace only.
+# loadtest/table.sh runs a d e c in both configurations, interleaved, and prints
+# the side-by-side table of issue 15 (docs/benchmarks.md).
 #
 # Environment: LARDER_BIN, LOADGEN_BIN, POLICY_SIM_BIN (default: BUILD/...),
 # LOADTEST_BUILD (build), LOADTEST_WORK (a temp dir for data and caches),
 # LOADTEST_NETNS (auto|0), LOADTEST_DELAY_MS (20), LOADTEST_RATE (100m),
-# LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU, LOADTEST_PORT_BASE (18080: larder; +1, +2 the nginx
-# peer and files, +10 the origin, +15 larder's admin).
+# LOADTEST_PEER_DIR (the nginx peer's and files' run and cache directories; default: on
+# /dev/shm, see below), LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU, LOADTEST_CONFIG (tuned|defaults),
+# LOADTEST_NVME (1|0), sizes: LOADTEST_CONCURRENCIES (a: "8 16 32 64"), LOADTEST_STORM_MIB (d),
+# LOADTEST_SHARDS (c: MiB sizes), LOADTEST_SHARD_READERS (c: "1 8"), LOADTEST_LEAN (1: only the
+# runs of table.sh's figures: e without large objects and files, c without warm reads),
+# LOADTEST_PORT_BASE (18080: larder; +1, +2 the nginx peer and files, +10 the origin, +15
+# larder's admin). Any LARDER_* variable set reaches the larder under test (the run lists them).
 # Results: loadtest/results/<mode>-<UTC time>/ (JSON per run, summaries, PNGs),
 # and loadtest/results/latest pointing at it.
 set -euo pipefail
@@ -61,6 +78,14 @@ ncpu="$(nproc)"
 sut_cpu="${LOADTEST_SUT_CPU:-0}"
 cli_cpu="${LOADTEST_CLIENT_CPU:-1}"
 if ((ncpu < 2)); then sut_cpu=""; cli_cpu=""; fi
+config="${LOADTEST_CONFIG:-tuned}"
+case "$config" in
+  tuned) ;;
+  defaults) sut_cpu=""; cli_cpu=""; LOADTEST_NVME=1;;
+  *) echo "run.sh: LOADTEST_CONFIG must be tuned or defaults, not $config" >&2; exit 2;;
+esac
+lean="${LOADTEST_LEAN:-0}"
+nvme="${LOADTEST_NVME:-1}"   # defaults: the NVMe tier always
 
 delay_ms="${LOADTEST_DELAY_MS:-20}"
 rate="${LOADTEST_RATE:-100m}"
@@ -82,17 +107,24 @@ elif [[ "$mode" == smoke ]]; then
 else
   n_small=20000 storm_mib=256 shard_sizes=(4 16 64 256) large_n=8 e_secs=10
 fi
+shard_readers=(1 8)
+[[ -z "${LOADTEST_CONCURRENCIES:-}" ]] || read -ra concurrencies <<< "$LOADTEST_CONCURRENCIES"
+[[ -z "${LOADTEST_SHARDS:-}" ]] || read -ra shard_sizes <<< "$LOADTEST_SHARDS"
+[[ -z "${LOADTEST_SHARD_READERS:-}" ]] || read -ra shard_readers <<< "$LOADTEST_SHARD_READERS"
+storm_mib="${LOADTEST_STORM_MIB:-$storm_mib}"
 
 # ---- cleanup: only what this script started ----
 larder_pid=""
 nginx_runs=()
 g_pids=()
 netns_used=0
+peer_dir="" peer_dir_ours=0
 cleanup() {
   set +e
   for p in "${g_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   [[ -z "$larder_pid" ]] || { kill -TERM "$larder_pid" 2>/dev/null; wait "$larder_pid" 2>/dev/null; }
   for r in "${nginx_runs[@]}"; do "$here/origin/stop.sh" "$r"; done
+  ((peer_dir_ours == 0)) || rm -rf "$peer_dir"
   ((netns_used == 0)) || "$here/netns.sh" down
 }
 trap cleanup EXIT
@@ -100,6 +132,20 @@ trap cleanup EXIT
 echo "== larder load tests ($mode): $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "   cpu: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1) x $ncpu; kernel $(uname -r)"
 echo "   larder: $larder_bin; results: $res"
+if [[ "$config" == tuned ]]; then
+  nv="RAM tier + NVMe tier in a and b"; ((nvme)) || nv="RAM tier only"
+  echo "   configuration: tuned: larder 1 worker, access log off, 8 MiB chunks, metadata immutable,"
+  echo "     $nv; nginx peer 1 worker, access log off; pinned as below"
+else
+  echo "   configuration: defaults: larder's shipped defaults (workers = cores, access log to stdout,"
+  echo "     NVMe tier in LARDER_CACHE_DIR at its default size); nginx peer one worker per core,"
+  echo "     access log on; nothing pinned"
+fi
+own="$(env | sed -n 's/^\(LARDER_[A-Z0-9_]*\)=.*/\1/p' | grep -vx 'LARDER_BIN\|LARDER_BUILD_DIR' \
+  | paste -sd' ' - || true)"
+[[ -z "$own" ]] || echo "   larder settings from the environment (unless the configuration sets them): $own"
+printf '{"config": "%s", "nvme": %d, "mode": "%s", "sut_cpu": "%s", "client_cpu": "%s", "ncpu": %d}\n' \
+  "$config" "$nvme" "$mode" "$sut_cpu" "$cli_cpu" "$ncpu" > "$res/config.json"
 
 # ---- the origin, in a namespace when possible ----
 origin_ip=127.0.0.1
@@ -113,6 +159,8 @@ fi
 origin="$origin_ip:$origin_port"
 if [[ -n "$sut_cpu" ]]; then
   echo "   pinning: system under test on CPU $sut_cpu (1 worker); loadgen + origin on CPU $cli_cpu"
+elif [[ "$config" == defaults ]]; then
+  echo "   pinning: none (defaults)"
 else
   echo "   pinning: none (fewer than 2 CPUs)"
 fi
@@ -149,9 +197,27 @@ nginx_runs+=("$work/run-origin")
 origin_log="$work/run-origin/access.log"
 origin_lines() { wc -l < "$origin_log"; }
 origin_gets() { grep -c ' GET ' "$origin_log" || true; }
+# origin_span FROM TO PATH: seconds from the first start to the last end of the
+# origin's requests of PATH logged as lines FROM+1..TO (how long a fill took).
+origin_span() {
+  sed -n "$(($1 + 1)),$2p" "$origin_log" | awk -v p="$3" '$3 != p { next } { s = $1 - $NF; if (!n++ || s < a) a = s; if ($1 > b) b = $1 }
+    END { printf "%.3f", n ? b - a : 0 }'
+}
 
 # ---- the systems under test ----
-larder_start() { # ram_bytes disk_bytes(0 = no NVMe tier) policy
+# The nginx peer's cache files live on tmpfs when there is one: on ext4, a
+# cache made again every run spends most of its CPU finding free inodes past
+# the recently deleted ones (measured: 8-11 instead of 1.4 CPU s/GB cold),
+# which would flatter larder. "So the page cache", as intended.
+peer_dir="${LOADTEST_PEER_DIR:-}"
+if [[ -z "$peer_dir" ]]; then
+  peer_dir="$work"
+  if [[ -d /dev/shm && -w /dev/shm ]]; then peer_dir="/dev/shm/larder-loadtest-$pb" peer_dir_ours=1; fi
+fi
+mkdir -p "$peer_dir"
+# larder_start RAM_BYTES DISK_BYTES(0 = no NVMe tier) [POLICY [sized]]: tuned, as
+# said; defaults: shipped defaults, the sizes and policy only with "sized".
+larder_start() {
   larder_stop
   local dir="$work/run-larder"
   rm -rf "$dir"; mkdir -p "$dir"
@@ -159,10 +225,17 @@ larder_start() { # ram_bytes disk_bytes(0 = no NVMe tier) policy
     LARDER_UPSTREAM_ADDRESSING=path LARDER_UPSTREAM_REGION=us-east-1
     AWS_ACCESS_KEY_ID=origin-key AWS_SECRET_ACCESS_KEY=origin-secret
     LARDER_CLIENT_KEY="$key" LARDER_CLIENT_SECRET="$secret"
-    LARDER_RAM_CACHE_SIZE="$1" LARDER_CACHE_POLICY="${3:-subset}" LARDER_METADATA_TTL=immutable
-    LARDER_ACCESS_LOG=off LARDER_WORKERS=1 LARDER_CHUNK_SIZE=8MiB
     LARDER_ADMIN_LISTEN="127.0.0.1:$admin_port" LARDER_ADMIN_TOKEN="$admin_token")
-  if [[ "$2" != 0 ]]; then envs+=(LARDER_CACHE_DIR="$dir/cache" LARDER_DISK_CACHE_SIZE="$2"); fi
+  if [[ "$config" == defaults ]]; then
+    envs+=(LARDER_CACHE_DIR="$dir/cache")
+    [[ "${4:-}" != sized ]] || envs+=(LARDER_RAM_CACHE_SIZE="$1" LARDER_CACHE_POLICY="${3:-subset}")
+  else
+    envs+=(LARDER_RAM_CACHE_SIZE="$1" LARDER_CACHE_POLICY="${3:-subset}" LARDER_METADATA_TTL=immutable
+      LARDER_ACCESS_LOG=off LARDER_WORKERS=1 LARDER_CHUNK_SIZE=8MiB)
+    if [[ "$2" != 0 ]] && ((nvme)); then
+      envs+=(LARDER_CACHE_DIR="$dir/cache" LARDER_DISK_CACHE_SIZE="$2")
+    fi
+  fi
   if [[ -n "$sut_cpu" ]]; then
     env "${envs[@]}" taskset -c "$sut_cpu" "$larder_bin" serve > "$dir/larder.log" 2>&1 &
   else
@@ -190,23 +263,29 @@ larder_stop() {
 }
 nginx_start() { # kind port [extra start.sh options]
   local kind="$1" port="$2"; shift 2
-  local dir="$work/run-$kind"
+  local dir="$peer_dir/run-$kind" how=(--access-log off)
+  [[ -z "$sut_cpu" ]] || how+=(--cpu "$sut_cpu")
+  [[ "$config" != defaults ]] || how=(--workers auto --access-log on)
   "$here/origin/stop.sh" "$dir"
   rm -rf "$dir"
   "$here/origin/start.sh" --kind "$kind" --run "$dir" --listen "127.0.0.1:$port" --root "$data" \
-    --origin "$origin" --cpu "${sut_cpu:-0}" "$@"
+    --origin "$origin" "${how[@]}" "$@"
   nginx_runs+=("$dir")
 }
-nginx_workers() { pgrep -P "$(cat "$work/run-$1/nginx.pid")" | paste -sd, -; }
+nginx_workers() { # kind: its worker (and cache manager) pids
+  local dir="$peer_dir/run-$1"
+  [[ "$1" != origin ]] || dir="$work/run-origin"
+  pgrep -P "$(cat "$dir/nginx.pid")" | paste -sd, -
+}
 
 # ---- one measurement ----
 # measure SCENARIO LABEL TARGET(direct|larder|peer|static) KEYS CONC EPOCHS [loadgen options]
 measure() {
   local scen="$1" label="$2" target="$3" keys="$4" conc="$5" epochs="$6"; shift 6
-  local url opts=() pid=""
+  local url opts=(--sign "$key:$secret") pid=""
   case "$target" in
-    direct) url="http://$origin/bench";;
-    larder) url="http://127.0.0.1:$larder_port/bench"; opts=(--sign "$key:$secret"); pid="$larder_pid";;
+    direct) url="http://$origin/bench"; pid="$(nginx_workers origin)";;
+    larder) url="http://127.0.0.1:$larder_port/bench"; pid="$larder_pid";;
     peer) url="http://127.0.0.1:$peer_port/bench"; pid="$(nginx_workers peer)";;
     static) url="http://127.0.0.1:$static_port/bench"; pid="$(nginx_workers static)";;
   esac
@@ -247,13 +326,20 @@ scen_d() {
   echo; echo "== d: coalescing storm, 64 clients read one cold ${storm_mib} MiB object"
   local k="$work/keys-storm" i
   for ((i = 0; i < 64; i++)); do echo storm/obj-000000; done > "$k"
+  local b1 b2 b3
   larder_start 1GiB 0
+  b1="$(origin_lines)"
   measure d larder larder "$k" 64 1
   larder_stop
   nginx_start peer "$peer_port"
+  b2="$(origin_lines)"
   measure d nginx peer "$k" 64 1
-  python3 "$here/report.py" annotate "$res/d-larder.json" chunks=$(((storm_mib + 7) / 8))
-  python3 "$here/report.py" annotate "$res/d-nginx.json" chunks=$(((storm_mib + 7) / 8))
+  b3="$(origin_lines)"
+  # fill_s: from the first upstream GET's start to the last's end
+  python3 "$here/report.py" annotate "$res/d-larder.json" chunks=$(((storm_mib + 7) / 8)) \
+    fill_s="$(origin_span "$b1" "$b2" /bench/storm/obj-000000)"
+  python3 "$here/report.py" annotate "$res/d-nginx.json" chunks=$(((storm_mib + 7) / 8)) \
+    fill_s="$(origin_span "$b2" "$b3" /bench/storm/obj-000000)"
   python3 "$here/report.py" table "$res" d
 }
 
@@ -263,15 +349,16 @@ scen_e() {
   keys_for large $((32 / large_n + 1)) > "$kl"
   larder_start 2GiB 0
   measure e larder-warmup larder "$work/keys-small" 64 1
-  measure e larder-warmup-large larder "$kl" 8 1
+  ((lean)) || measure e larder-warmup-large larder "$kl" 8 1
   measure e larder-small larder "$work/keys-small" 32 50 --duration "$e_secs"
-  measure e larder-large larder "$kl" 32 50 --duration "$e_secs"
+  ((lean)) || measure e larder-large larder "$kl" 32 50 --duration "$e_secs"
   larder_stop
   nginx_start peer "$peer_port"
   measure e nginx-warmup peer "$work/keys-small" 64 1
-  measure e nginx-warmup-large peer "$kl" 8 1
+  ((lean)) || measure e nginx-warmup-large peer "$kl" 8 1
   measure e nginx-small peer "$work/keys-small" 32 50 --duration "$e_secs"
-  measure e nginx-large peer "$kl" 32 50 --duration "$e_secs"
+  ((lean)) || measure e nginx-large peer "$kl" 32 50 --duration "$e_secs"
+  if ((lean)); then python3 "$here/report.py" table "$res" e; return; fi
   nginx_start static "$static_port"
   measure e files-small static "$work/keys-small" 32 50 --duration "$e_secs"
   measure e files-large static "$kl" 32 50 --duration "$e_secs"
@@ -284,13 +371,13 @@ scen_c() {
   for s in "${shard_sizes[@]}"; do
     k="$work/keys-shard-$s"
     keys_for "shard-$s" > "$k"
-    for r in 1 8; do
+    for r in "${shard_readers[@]}"; do
       (($(wc -l < "$k") >= r)) || continue
       if ((r == 1)); then head -1 "$k" > "$k.$r"; else cp "$k" "$k.$r"; fi
       measure c "direct-${s}MiB-r$r" direct "$k.$r" "$r" 1
       larder_start 2GiB 0
       measure c "larder-cold-${s}MiB-r$r" larder "$k.$r" "$r" 1
-      measure c "larder-warm-${s}MiB-r$r" larder "$k.$r" "$r" 1
+      ((lean)) || measure c "larder-warm-${s}MiB-r$r" larder "$k.$r" "$r" 1
     done
   done
   larder_stop
@@ -314,7 +401,7 @@ scen_f() {
   echo; echo "== f: dataset ($small_total B) twice the RAM cache ($ram B), no NVMe tier, three epochs"
   local p e
   for p in subset lru; do
-    larder_start "$ram" 0 "$p"
+    larder_start "$ram" 0 "$p" sized
     for e in 1 2 3; do measure f "$p-epoch$e" larder "$work/keys-small" 32 1; done
   done
   larder_stop
@@ -324,7 +411,7 @@ scen_f() {
 
 scen_m() {
   echo; echo "== m: larder's memory with 1,000 open connections (RAM tier 256 MiB, warm)"
-  larder_start 256MiB 0
+  larder_start 256MiB 0 subset sized
   measure m warmup larder "$work/keys-small" 64 1
   measure m c1000 larder "$work/keys-small" 1000 3
   python3 "$here/report.py" annotate "$res/m-c1000.json" ram_tier_bytes=$((256 << 20))

@@ -15,17 +15,22 @@ import harness
 LOADTEST = os.path.join(harness.REPO, "loadtest")
 
 
+def loadtest_env():
+    """run.sh's environment, or SkipTest when it cannot run here."""
+    build = os.environ.get("LARDER_BUILD_DIR") or "build"
+    if not os.path.isabs(build):
+        build = os.path.join(harness.REPO, build)
+    for b in ("gateway/larder", "loadtest/loadgen", "loadtest/policy_sim"):
+        if not os.access(os.path.join(build, b), os.X_OK):
+            raise unittest.SkipTest("%s is not built" % b)
+    if os.geteuid() != 0 and not os.environ.get("CI"):
+        raise unittest.SkipTest("the load tests install nginx with apt-get: run as root")
+    return dict(os.environ, LOADTEST_BUILD=build)
+
+
 class LoadtestSmoke(unittest.TestCase):
     def test_every_scenario_runs(self):
-        build = os.environ.get("LARDER_BUILD_DIR") or "build"
-        if not os.path.isabs(build):
-            build = os.path.join(harness.REPO, build)
-        for b in ("gateway/larder", "loadtest/loadgen", "loadtest/policy_sim"):
-            if not os.access(os.path.join(build, b), os.X_OK):
-                raise unittest.SkipTest("%s is not built" % b)
-        if os.geteuid() != 0 and not os.environ.get("CI"):
-            raise unittest.SkipTest("the load tests install nginx with apt-get: run as root")
-        env = dict(os.environ, LOADTEST_BUILD=build)
+        env = loadtest_env()
         out = subprocess.run([os.path.join(LOADTEST, "run.sh"), "smoke"], env=env,
                              capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
         text = (out.stdout + out.stderr).decode(errors="replace")
@@ -59,6 +64,46 @@ class LoadtestSmoke(unittest.TestCase):
         cold = [l for l in cmp.stdout.splitlines() if l.startswith("| a-larder-cold-")]
         self.assertTrue(cold, cmp.stdout)
         self.assertEqual(cold[0].split("|")[4].strip(), "1.00", cold[0])
+
+    def test_side_by_side_table(self):
+        """table.sh (issue 15): the scenarios of its figures in both
+        configurations, each run saying which, and one table of both."""
+        env = loadtest_env()
+        out = subprocess.run([os.path.join(LOADTEST, "table.sh"), "smoke", "1"], env=env,
+                             capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
+        text = (out.stdout + out.stderr).decode(errors="replace")
+        self.assertEqual(out.returncode, 0, text[-4000:])
+        lines = text.splitlines()
+        # Both configurations, as columns, and the issue's figures of time and
+        # throughput in each (its CPU figures can be 0 at smoke size: not asserted).
+        head = [l for l in lines if l.startswith("| figure |")]
+        self.assertEqual(len(head), 1, text[-3000:])
+        self.assertIn("defaults (1 runs)", head[0])
+        self.assertIn("tuned (1 runs)", head[0])
+        for figure in ("warm 115 KiB hits, objects/s vs nginx", "cold epoch of 115 KiB objects vs direct",
+                       "64 clients x one cold object, last byte", "one reader of a cold shard"):
+            rows = [l for l in lines if l.startswith("| " + figure)]
+            self.assertTrue(rows, "%s missing\n%s" % (figure, text[-3000:]))
+            self.assertNotIn("| - |", rows[0], rows[0])
+        # Each run says which configuration it used, and how it pinned.
+        runs = [l.split(": ", 1)[1].split(", ") for l in lines if l.startswith("- defaults: ")
+                or l.startswith("- tuned: ")]
+        self.assertEqual(len(runs), 2, text[-3000:])
+        seen = {}
+        for names in runs:
+            for name in names:
+                res = os.path.join(LOADTEST, "results", name)
+                with open(os.path.join(res, "config.json")) as fp:
+                    cfg = json.load(fp)
+                with open(os.path.join(res, "run.log")) as fp:
+                    log = fp.read()
+                self.assertIn("configuration: " + cfg["config"], log)
+                seen[cfg["config"]] = (cfg, log)
+        self.assertEqual(sorted(seen), ["defaults", "tuned"])
+        self.assertEqual(seen["defaults"][0]["sut_cpu"], "")
+        self.assertIn("pinning: none", seen["defaults"][1])
+        if os.cpu_count() >= 2:
+            self.assertNotEqual(seen["tuned"][0]["sut_cpu"], "")
 
 
 if __name__ == "__main__":
