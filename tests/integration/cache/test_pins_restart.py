@@ -116,6 +116,26 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
     def test_a_pin_holds_its_chunks_after_kill9(self):
         self.check_held_after_restart(kill=True)
 
+    def test_a_pin_whose_job_was_running_at_shutdown_keeps_what_it_pinned(self):
+        st, r = self.call("POST", "/admin/prefetch", {
+            "bucket": "pin", "prefix": "pinned/", "pin_seconds": 3600, "concurrency": 1,
+            "bandwidth_bytes_per_second": 4 * MiB})
+        self.assertEqual(st, 202, r)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            pins, _ = self.stats()
+            if pins and pins[0]["bytes"] >= 3 * MiB:
+                break
+            time.sleep(0.1)
+        before = pins[0]["bytes"]
+        self.assertEqual(self.call("GET", "/admin/jobs/" + r["job"])[1]["state"], "warming")
+        self.restart()
+        pins, _ = self.stats()
+        self.assertEqual([p["id"] for p in pins], [r["job"]])
+        self.assertGreaterEqual(pins[0]["bytes"], before)
+        self.assertLess(pins[0]["bytes"], N_PINNED * MiB, "the job should not have finished")
+        self.assertEqual(self.call("GET", "/admin/jobs/" + r["job"])[0], 404)  # not resumed
+
     def test_a_pin_that_expired_while_stopped_is_gone(self):
         info = self.pin_set(4)
         deadline = time.monotonic() + 3      # saved within a second
