@@ -1,18 +1,28 @@
 /*
  * pins.c - the registry of pins (see pins.h): a list under one lock; each
  * pin keeps the ids it pinned so that ending it unpins exactly those.
+ * With a cache directory a saver thread writes each changed pin to its
+ * file once a second (off the event loops: a save fsyncs) and removes
+ * the files of pins that ended.
  */
 #include "gateway/pins.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/buf.h"
+#include "base/file.h"
+#include "base/fnv.h"
 #include "base/log.h"
 #include "store/meta.h"
 #include "store/object.h"
@@ -21,6 +31,7 @@
 
 struct pinned_id {
 	struct chunk_id id;
+	uint64_t len;
 	int tiers;                  /* store_pin's answer */
 };
 
@@ -34,14 +45,34 @@ struct pin {
 	struct pinned_id *ids;
 	size_t n, cap;
 	struct pinset held;         /* the same ids, to pin each once however often it is asked */
+	bool dirty;                 /* changed since its file was written */
 };
 
+/* A pin that ended: its file is to be removed. */
+struct gone {
+	struct gone *next;
+	char id[PIN_ID_MAX];
+};
+
+#define PINS_MAGIC 0x706e7273u /* "pnrs" */
+#define SAVE_EVERY_S 1
+#define PIN_CHUNK_LEN_MAX (1ull << 32)   /* the most a saved chunk length may be */
+
 struct pins {
+	unsigned magic;
 	struct store *store;
 	pthread_mutex_t lock;
 	struct pin *list;       /* newest first */
 	void (*ended)(void *arg, const char *id);
 	void *ended_arg;
+	/* Saving (dir set): the rest is under lock, but io, held by a save. */
+	char *dir;              /* DIR/pins, or NULL: memory only */
+	struct gone *gone;
+	bool frozen;            /* shut down: pins ending now keep their files */
+	bool stop, saver_on;
+	pthread_cond_t wake;
+	pthread_t saver;
+	pthread_mutex_t io;
 };
 
 void pins_on_end(struct pins *p, void (*fn)(void *arg, const char *id), void *arg)
@@ -60,14 +91,20 @@ static void tell_ended(struct pins *p, const struct pin *x)
 		p->ended(p->ended_arg, x->id);
 }
 
-struct pins *pins_create(struct store *s)
+/* Lock held. Pin x ends: its file goes too, unless larder is shutting
+ * down (the pins of warm jobs cancelled by a shutdown are kept). */
+static void forget_file(struct pins *p, const struct pin *x)
 {
-	struct pins *p = calloc(1, sizeof *p);
-	if (!p)
-		return NULL;
-	p->store = s;
-	pthread_mutex_init(&p->lock, NULL);
-	return p;
+	if (!p->dir || p->frozen)
+		return;
+	struct gone *g = calloc(1, sizeof *g);
+	if (!g) {
+		log_error("pins", "pin %s ended, but its file stays (out of memory)", x->id);
+		return;
+	}
+	snprintf(g->id, sizeof g->id, "%s", x->id);
+	g->next = p->gone;
+	p->gone = g;
 }
 
 /* Lock held (the store's calls never call back here). */
@@ -86,12 +123,33 @@ void pins_destroy(struct pins *p)
 {
 	if (!p)
 		return;
+	pins_shutdown(p);
 	for (struct pin *x = p->list, *next; x; x = next) {
 		next = x->next;
 		pin_free(p, x);
 	}
+	for (struct gone *g = p->gone, *next; g; g = next) {
+		next = g->next;
+		free(g);
+	}
+	pthread_cond_destroy(&p->wake);
+	pthread_mutex_destroy(&p->io);
 	pthread_mutex_destroy(&p->lock);
+	free(p->dir);
+	p->magic = 0;
 	free(p);
+}
+
+/* Lock held. */
+static struct pin *find(struct pins *p, const char *id, struct pin ***link)
+{
+	struct pin **pp = &p->list;
+	for (; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->id, id) == 0)
+			break;
+	if (link)
+		*link = pp;
+	return *pp;
 }
 
 int pins_begin(struct pins *p, const char *id, const char *bucket, const char *prefix,
@@ -108,6 +166,7 @@ int pins_begin(struct pins *p, const char *id, const char *bucket, const char *p
 		pin_free(p, x);
 		return -ENOMEM;
 	}
+	x->dirty = true;
 	pthread_mutex_lock(&p->lock);
 	x->next = p->list;
 	p->list = x;
@@ -115,16 +174,14 @@ int pins_begin(struct pins *p, const char *id, const char *bucket, const char *p
 	return 0;
 }
 
-/* Lock held. */
-static struct pin *find(struct pins *p, const char *id, struct pin ***link)
+bool pins_has(struct pins *p, const char *id)
 {
-	struct pin **pp = &p->list;
-	for (; *pp; pp = &(*pp)->next)
-		if (strcmp((*pp)->id, id) == 0)
-			break;
-	if (link)
-		*link = pp;
-	return *pp;
+	if (!p)
+		return false;
+	pthread_mutex_lock(&p->lock);
+	bool found = find(p, id, NULL) != NULL;
+	pthread_mutex_unlock(&p->lock);
+	return found;
 }
 
 /* Lock held. Pins cid for x unless x holds it already. */
@@ -148,8 +205,9 @@ static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid,
 			pinset_remove(&x->held, cid);
 		return tiers;
 	}
-	x->ids[x->n++] = (struct pinned_id){ *cid, tiers };
+	x->ids[x->n++] = (struct pinned_id){ *cid, len, tiers };
 	x->bytes += len;
+	x->dirty = true;
 	return 0;
 }
 
@@ -190,6 +248,7 @@ bool pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
 	if (!x && (x = calloc(1, sizeof *x)) && (x->bucket = strdup(bucket))) {
 		memcpy(x->id, id, n + 1);
 		x->until = until;
+		x->dirty = true;
 		x->next = p->list;
 		p->list = x;
 	} else if (!x || !x->bucket) {
@@ -228,8 +287,10 @@ void pins_add_object(struct pins *p, const char *id)
 {
 	pthread_mutex_lock(&p->lock);
 	struct pin *x = find(p, id, NULL);
-	if (x && !x->prefix)
+	if (x && !x->prefix) {
 		x->n_keys++;
+		x->dirty = true;
+	}
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -242,6 +303,7 @@ int pins_end(struct pins *p, const char *id)
 		*link = x->next;
 		log_info("pins", "pin %s ended: %zu chunks unpinned", x->id, x->n);
 		tell_ended(p, x);
+		forget_file(p, x);
 		pin_free(p, x);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -268,6 +330,7 @@ static size_t end_where(struct pins *p, bool (*fn)(const struct pin *x, const vo
 		log_info("pins", "pin %s %s: %zu chunks unpinned", x->id, why, x->n);
 		if (fn != expired)
 			tell_ended(p, x);
+		forget_file(p, x);
 		pin_free(p, x);
 		n++;
 	}
@@ -317,4 +380,268 @@ size_t pins_list(struct pins *p, struct pin_info *out, size_t max)
 	}
 	pthread_mutex_unlock(&p->lock);
 	return n;
+}
+
+/* ---- files --------------------------------------------------------------- */
+
+/* DIR/pins/HASH.json: pin ids hold '/' (a peer's NODE/JOB), so the file is
+ * named after a hash of the id, which it holds. */
+static void pin_path(const struct pins *p, const char *id, char *out, size_t n)
+{
+	snprintf(out, n, "%s/%016llx.json", p->dir, (unsigned long long)fnv1a64(id));
+}
+
+/* Lock held. Pin x as the text of its file, or NULL (out of memory). */
+static char *encode(const struct pin *x)
+{
+	json_t *chunks = json_array();
+	for (size_t i = 0; chunks && i < x->n; i++) {
+		char hex[2 * CHUNK_ID_LEN + 1];
+		hex_encode(x->ids[i].id.b, CHUNK_ID_LEN, hex);
+		if (json_array_append_new(chunks, json_pack("[s,I]", hex,
+		                                            (json_int_t)x->ids[i].len)) != 0) {
+			json_decref(chunks);
+			chunks = NULL;
+		}
+	}
+	json_t *doc = chunks ? json_pack("{s:i,s:s,s:s,s:s?,s:I,s:I,s:o}", "version", 1, "id", x->id,
+	                                 "bucket", x->bucket, "prefix", x->prefix, "keys",
+	                                 (json_int_t)x->n_keys, "until", (json_int_t)x->until,
+	                                 "chunks", chunks) : NULL;
+	char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+	json_decref(doc);
+	return text;
+}
+
+struct snap {
+	struct snap *next;
+	char id[PIN_ID_MAX];
+	char *text;
+};
+
+/* Writes the pins that changed and removes the files of those that
+ * ended; one save at a time. */
+static void save_changes(struct pins *p)
+{
+	if (!p->dir)
+		return;
+	pthread_mutex_lock(&p->io);
+	pthread_mutex_lock(&p->lock);
+	struct gone *gone = p->gone;
+	p->gone = NULL;
+	struct snap *snaps = NULL;
+	for (struct pin *x = p->list; x; x = x->next) {
+		if (!x->dirty)
+			continue;
+		struct snap *sn = calloc(1, sizeof *sn);
+		if (!sn || !(sn->text = encode(x))) {
+			free(sn);
+			continue; /* out of memory: still dirty, the next save tries again */
+		}
+		snprintf(sn->id, sizeof sn->id, "%s", x->id);
+		sn->next = snaps;
+		snaps = sn;
+		x->dirty = false;
+	}
+	pthread_mutex_unlock(&p->lock);
+	char path[4096];
+	/* Removals first: a pin that ended and began again under its id is written after. */
+	for (struct gone *g = gone, *next; g; g = next) {
+		next = g->next;
+		pin_path(p, g->id, path, sizeof path);
+		if (unlink(path) != 0 && errno != ENOENT)
+			log_error("pins", "removing %s (pin %s ended) failed: %s", path, g->id,
+			          strerror(errno));
+		free(g);
+	}
+	for (struct snap *sn = snaps, *next; sn; sn = next) {
+		next = sn->next;
+		pin_path(p, sn->id, path, sizeof path);
+		int rc = file_replace(path, sn->text, strlen(sn->text));
+		if (rc)
+			log_error("pins", "saving pin %s to %s failed: %s", sn->id, path, strerror(-rc));
+		free(sn->text);
+		free(sn);
+	}
+	pthread_mutex_unlock(&p->io);
+}
+
+static void *saver_main(void *arg)
+{
+	struct pins *p = arg;
+	assert(p->magic == PINS_MAGIC);
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		struct timespec t;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		t.tv_sec += SAVE_EVERY_S;
+		pthread_cond_timedwait(&p->wake, &p->lock, &t);
+		if (p->stop)
+			break;
+		pthread_mutex_unlock(&p->lock);
+		save_changes(p);
+		pthread_mutex_lock(&p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+void pins_shutdown(struct pins *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	bool was = p->frozen, joined = p->saver_on;
+	p->stop = true;
+	p->saver_on = false;
+	pthread_cond_signal(&p->wake);
+	pthread_mutex_unlock(&p->lock);
+	if (was)
+		return;
+	if (joined)
+		pthread_join(p->saver, NULL);
+	pthread_mutex_lock(&p->lock);
+	p->frozen = true;
+	pthread_mutex_unlock(&p->lock);
+	save_changes(p);
+}
+
+/* A saved pin's chunk: [HEX, LEN]; false when it is not one. */
+static bool chunk_entry(json_t *e, struct chunk_id *id, uint64_t *len)
+{
+	const char *hex = json_string_value(json_array_get(e, 0));
+	json_t *l = json_array_get(e, 1);
+	if (json_array_size(e) != 2 || !hex || strlen(hex) != 2 * CHUNK_ID_LEN ||
+	    !json_is_integer(l) || json_integer_value(l) <= 0 ||
+	    (uint64_t)json_integer_value(l) > PIN_CHUNK_LEN_MAX)
+		return false;
+	for (size_t i = 0; i < CHUNK_ID_LEN; i++) {
+		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return false;
+		id->b[i] = (uint8_t)(hi << 4 | lo);
+	}
+	*len = (uint64_t)json_integer_value(l);
+	return true;
+}
+
+/* Whether doc is a saved pin: every field, and every chunk, well formed. */
+static bool pin_doc_ok(json_t *doc)
+{
+	const char *id = json_string_value(json_object_get(doc, "id"));
+	const char *bucket = json_string_value(json_object_get(doc, "bucket"));
+	json_t *prefix = json_object_get(doc, "prefix");
+	json_t *keys = json_object_get(doc, "keys");
+	json_t *until = json_object_get(doc, "until");
+	json_t *chunks = json_object_get(doc, "chunks");
+	if (json_integer_value(json_object_get(doc, "version")) != 1 || !id || !id[0] ||
+	    strlen(id) >= PIN_ID_MAX || !bucket || !bucket[0] || strlen(bucket) >= 256 ||
+	    (prefix && !json_is_string(prefix) && !json_is_null(prefix)) ||
+	    !json_is_integer(keys) ||
+	    json_integer_value(keys) < 0 || !json_is_integer(until) ||
+	    json_integer_value(until) <= 0 || !json_is_array(chunks))
+		return false;
+	size_t i;
+	json_t *e;
+	json_array_foreach(chunks, i, e) {
+		struct chunk_id cid;
+		uint64_t len;
+		if (!chunk_entry(e, &cid, &len))
+			return false;
+	}
+	return true;
+}
+
+/* Loads one saved pin and pins its chunks again: one NVMe recovered is
+ * held from now on, one not there yet is kept when it arrives. An expired
+ * pin's file is removed; a file that is not a pin is logged and left. */
+static void load(void *arg, const char *file)
+{
+	struct pins *p = arg;
+	int64_t now = (int64_t)time(NULL);
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s", p->dir, file);
+	json_error_t jerr;
+	json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (!doc || !pin_doc_ok(doc)) {
+		log_warn("pins", "%s: not a saved pin, ignored%s%s", path, doc ? "" : ": ",
+		         doc ? "" : jerr.text);
+		json_decref(doc);
+		return;
+	}
+	const char *id = json_string_value(json_object_get(doc, "id"));
+	int64_t until = json_integer_value(json_object_get(doc, "until"));
+	if (until <= now) {
+		log_info("pins", "pin %s expired while larder was stopped: dropped", id);
+		unlink(path);
+		json_decref(doc);
+		return;
+	}
+	const char *prefix = json_string_value(json_object_get(doc, "prefix"));
+	if (pins_has(p, id) ||
+	    pins_begin(p, id, json_string_value(json_object_get(doc, "bucket")), prefix, until) != 0) {
+		log_warn("pins", "%s: pin %s not restored (%s)", path, id,
+		         pins_has(p, id) ? "another file holds it" : "out of memory");
+		json_decref(doc);
+		return;
+	}
+	pthread_mutex_lock(&p->lock);
+	struct pin *x = find(p, id, NULL);
+	x->n_keys = (size_t)json_integer_value(json_object_get(doc, "keys"));
+	size_t i, missed = 0;
+	json_t *e;
+	json_array_foreach(json_object_get(doc, "chunks"), i, e) {
+		struct chunk_id cid;
+		uint64_t len;
+		chunk_entry(e, &cid, &len);
+		if (add_locked(p, x, &cid, (size_t)len) != 0)
+			missed++;
+	}
+	x->dirty = missed > 0;
+	log_info("pins", "pin %s restored: %zu chunks, %" PRIu64 " bytes, %lld s left%s", x->id, x->n,
+	         x->bytes, (long long)(until - now), missed ? " (some past the pin limits)" : "");
+	if (missed)
+		log_warn("pins", "pin %s: %zu chunks not pinned again: past the pin limits", x->id,
+		         missed);
+	pthread_mutex_unlock(&p->lock);
+	json_decref(doc);
+}
+
+struct pins *pins_create(struct store *s, const char *dir, char *err, size_t errlen)
+{
+	struct pins *p = calloc(1, sizeof *p);
+	if (!p) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	p->magic = PINS_MAGIC;
+	p->store = s;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_init(&p->io, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->wake, &ca);
+	pthread_condattr_destroy(&ca);
+	if (!dir || !dir[0])
+		return p;
+	size_t n = strlen(dir) + sizeof "/pins";
+	if (!(p->dir = malloc(n))) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	snprintf(p->dir, n, "%s/pins", dir);
+	if (file_dir_each(p->dir, ".json", load, p, err, errlen) != 0)
+		goto fail;
+	if (pthread_create(&p->saver, NULL, saver_main, p) != 0) {
+		snprintf(err, errlen, "cannot start a thread: %s", strerror(errno));
+		goto fail;
+	}
+	p->saver_on = true;
+	return p;
+fail:
+	free(p->dir);
+	p->dir = NULL;
+	pins_destroy(p);
+	return NULL;
 }

@@ -6,8 +6,17 @@
  * (every chunk is unpinned: the policy may evict them again) when its time
  * is up (pins_expire, run every second), when it is ended by id or by
  * bucket and prefix (POST /admin/unpin), or when the job fails or is
- * cancelled. Pins live in memory only: a restart forgets them (the chunks
- * on NVMe stay, unpinned).
+ * cancelled.
+ *
+ * Durability: with a cache directory each pin is saved to a file of its
+ * own under DIR/pins (its id, bucket, prefix, objects, expiry as unix
+ * seconds, and the chunk ids with their lengths), rewritten atomically
+ * (file_replace) by a saver thread within a second of a change, and
+ * removed when the pin ends. At start the unexpired pins found there pin
+ * their chunks again: those the NVMe tier recovered are held from now
+ * on, the rest are kept when a read brings them. Expired pins' files are
+ * removed; a file that is not a saved pin is logged and ignored. Without
+ * a cache directory pins live in memory only.
  *
  * In a cluster a pin holds its chunks on their owners too: a pinned job's
  * chunk fetches to an owner carry the header X-Larder-Pin: "NODE/JOB
@@ -45,9 +54,19 @@ struct pin_info {
 	int64_t until;         /* unix seconds */
 };
 
-struct pins *pins_create(struct store *s);
-/* Unpins everything left. */
+/* The registry, with the pins saved under dir/pins pinned again (dir
+ * NULL: memory only). NULL with err set when dir/pins cannot be made or
+ * read, or out of memory. */
+struct pins *pins_create(struct store *s, const char *dir, char *err, size_t errlen);
+/* Saves every pin as it is now and stops saving: pins that end from now
+ * on (the warm jobs a shutdown cancels) keep their files. Call before the
+ * warm jobs are cancelled; pins_destroy calls it too. */
+void pins_shutdown(struct pins *p);
+/* Unpins everything left (their files stay). */
 void pins_destroy(struct pins *p);
+/* Whether pin id exists (a new warm job takes an id no pin has: pins
+ * restored at start keep theirs). */
+bool pins_has(struct pins *p, const char *id);
 
 /* A new pin until `until` (unix seconds); prefix NULL for keys or a
  * manifest. Returns 0, or -ENOMEM. */

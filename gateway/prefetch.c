@@ -450,7 +450,9 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	j->listed = !rq->keys && !rq->manifest;
 	atomic_store(&j->state, PF_LISTING);
 	pthread_mutex_lock(&p->lock);
-	snprintf(j->id, sizeof j->id, "pf-%u", ++p->next_id);
+	do /* a pin restored at start keeps its job's id */
+		snprintf(j->id, sizeof j->id, "pf-%u", ++p->next_id);
+	while (pins_has(p->gw->pins, j->id));
 	memcpy(id, j->id, sizeof j->id);
 	int64_t until = (int64_t)time(NULL) + (int64_t)rq->pin_seconds;
 	pins_peer_header(j->pin_hdr, p->gw->cfg->node_id ? p->gw->cfg->node_id : "", j->id, until);

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/fnv.h"
 #include "base/log.h"
 
@@ -180,20 +181,6 @@ static int add_read(struct profile *x, const char *bucket, const char *key, uint
 
 /* ---- files ------------------------------------------------------------------ */
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* Lock held. Writes dir/NAME.json atomically: NAME.json.tmp, fsync,
  * rename, fsync of the directory. */
 static int save(struct profiles *p, const struct profile *x)
@@ -214,37 +201,19 @@ static int save(struct profiles *p, const struct profile *x)
 	json_decref(doc);
 	if (!text)
 		return -ENOMEM;
-	char path[4096], tmp[4200];
+	char path[4096];
 	snprintf(path, sizeof path, "%s/%s.json", p->dir, x->name);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	int rc = 0;
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		rc = -errno;
-	rc = rc ? rc : write_all(fd, text, strlen(text));
-	if (!rc && fsync(fd) != 0)
-		rc = -errno;
-	if (fd >= 0 && close(fd) != 0 && !rc)
-		rc = -errno;
-	if (!rc && rename(tmp, path) != 0)
-		rc = -errno;
+	int rc = file_replace(path, text, strlen(text));
 	free(text);
-	if (rc) {
-		unlink(tmp);
+	if (rc)
 		log_error("profiles", "saving profile %s to %s failed: %s", x->name, path, strerror(-rc));
-		return rc;
-	}
-	int dfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
-	return 0;
+	return rc;
 }
 
 /* Loads one saved profile; a file that is not one is skipped, logged. */
-static void load(struct profiles *p, const char *file)
+static void load(void *arg, const char *file)
 {
+	struct profiles *p = arg;
 	char path[4096];
 	snprintf(path, sizeof path, "%s/%s", p->dir, file);
 	json_error_t jerr;
@@ -304,22 +273,8 @@ struct profiles *profiles_open(const char *dir, char *err, size_t errlen)
 		goto fail;
 	}
 	snprintf(p->dir, n, "%s/profiles", dir);
-	if (mkdir(p->dir, 0755) != 0 && errno != EEXIST) {
-		snprintf(err, errlen, "%s: mkdir() failed: %s", p->dir, strerror(errno));
+	if (file_dir_each(p->dir, ".json", load, p, err, errlen) != 0)
 		goto fail;
-	}
-	DIR *d = opendir(p->dir);
-	if (!d) {
-		snprintf(err, errlen, "%s: cannot read: %s", p->dir, strerror(errno));
-		goto fail;
-	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		size_t l = strlen(e->d_name);
-		if (l > 5 && strcmp(e->d_name + l - 5, ".json") == 0)
-			load(p, e->d_name);
-	}
-	closedir(d);
 	return p;
 fail:
 	free(p->dir);

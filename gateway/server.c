@@ -534,8 +534,12 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		goto out;
 	}
 	/* Before the cluster, whose subscriber may end pins, and freed after it. */
-	gw.pins = pins_create(gw.store);
 	char perr[512];
+	gw.pins = pins_create(gw.store, cfg->cache_dir, perr, sizeof perr);
+	if (!gw.pins) {
+		log_error("server", "pins: %s; they are kept in memory only", perr);
+		gw.pins = pins_create(gw.store, NULL, perr, sizeof perr);
+	}
 	gw.profiles = profiles_open(cfg->cache_dir, perr, sizeof perr);
 	if (!gw.profiles) {
 		log_error("server", "access profiles: %s; they are kept in memory only", perr);
@@ -618,6 +622,7 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		pthread_join(gw.workers[i].thread, NULL);
 	lookahead_destroy(gw.lookahead);
 	gw.lookahead = NULL;
+	pins_shutdown(gw.pins); /* before the warm jobs are cancelled: their pins stay saved */
 	prefetch_destroy(gw.prefetch); /* its chunks go before the workers' fetches */
 	gw.prefetch = NULL;
 	for (unsigned i = 0; i < gw.n_workers; i++)
