@@ -232,15 +232,19 @@ void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 	assert(w->magic == WORKER_MAGIC);
 	(void)loop;
 	(void)revents;
-	pthread_mutex_lock(&w->wake_lock);
-	struct req *list = w->wake_head;
-	w->wake_head = NULL;
-	for (struct req *r = list; r; r = req_cread(r)->wake_next)
-		req_cread(r)->wake_queued = false;
-	pthread_mutex_unlock(&w->wake_lock);
-	while (list) {
-		struct req *r = list;
-		list = req_cread(r)->wake_next;
+	/* One at a time under the lock: once off the list a request can be
+	 * queued again from another thread (which rewrites its wake_next), so
+	 * a list taken whole would lose the requests behind it. */
+	for (;;) {
+		pthread_mutex_lock(&w->wake_lock);
+		struct req *r = w->wake_head;
+		if (r) {
+			w->wake_head = req_cread(r)->wake_next;
+			req_cread(r)->wake_queued = false;
+		}
+		pthread_mutex_unlock(&w->wake_lock);
+		if (!r)
+			break;
 		if (!req_alive(r))
 			continue;
 		if (req_cread(r)->ask.waiting) {

@@ -58,7 +58,9 @@
 /* Read jobs each stand for a FILLING chunk already counted in RAM. */
 #define READ_QUEUE_MAX 1024
 /* Write jobs pin chunks the RAM tier may have let go, outside its bound:
- * keep them few, and their bytes within a quarter of the RAM tier. */
+ * keep them few, and their bytes within a quarter of the RAM tier plus one
+ * chunk (a write is queued while the bytes before it are under the quarter:
+ * a chunk larger than the quarter still goes behind a small one). */
 #define WRITE_QUEUE_MAX 64
 
 /* ---- the store --------------------------------------------------------------- */
@@ -247,7 +249,7 @@ static bool job_queue(struct store *s, struct job *j, bool force)
 		ok = !s->stopping && s->reads.n < READ_QUEUE_MAX;
 	else
 		ok = !s->stopping && (force || (s->writes.n < WRITE_QUEUE_MAX &&
-		     (s->writes.n == 0 || s->writes.bytes + j->c->len <= s->write_bytes_max)));
+		     (s->writes.n == 0 || s->writes.bytes < s->write_bytes_max)));
 	if (ok) {
 		list_push(j->kind == JOB_READ ? &s->reads : &s->writes, j);
 		pthread_cond_signal(&s->q_cv);

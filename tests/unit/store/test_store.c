@@ -69,17 +69,22 @@ static struct chunk_origin origin(uint64_t i)
 	                              .etag = "\"0123abcd\"", .index = i };
 }
 
-static void produce(struct store *s, uint64_t i)
+static void produce_len(struct store *s, uint64_t i, size_t len)
 {
 	enum store_role role;
 	struct chunk_id id = cid(i);
-	struct chunk *c = store_acquire(s, &id, CLEN, &role);
+	struct chunk *c = store_acquire(s, &id, len, &role);
 	assert_non_null(c);
 	assert_int_equal(role, STORE_PRODUCE);
 	fill(c, i);
 	struct chunk_origin o = origin(i);
 	store_complete(s, c, true, 0, &o);
 	chunk_unref(c);
+}
+
+static void produce(struct store *s, uint64_t i)
+{
+	produce_len(s, i, CLEN);
 }
 
 static void msleep(int ms)
@@ -801,6 +806,69 @@ static void test_fetch_begun_before_invalidation_not_recovered(void **state)
 	store_close(s);
 }
 
+/* The changed callback of the test below: parks the I/O thread inside its
+ * first write until the test lets it go, so the writes queued meanwhile
+ * wait in the queue. */
+struct gate {
+	pthread_t main;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	bool parked, open;
+};
+
+static void gate_changed(void *arg, const struct chunk_id *id)
+{
+	struct gate *g = arg;
+	(void)id;
+	if (pthread_equal(pthread_self(), g->main))
+		return; /* store_complete's own call, not the I/O thread's */
+	pthread_mutex_lock(&g->m);
+	g->parked = true;
+	pthread_cond_broadcast(&g->cv);
+	while (!g->open)
+		pthread_cond_wait(&g->cv, &g->m);
+	pthread_mutex_unlock(&g->m);
+}
+
+/* A chunk larger than the write queue's byte bound (a quarter of RAM) is
+ * written when little waits before it: a small chunk's write still queued
+ * (the object's 10-byte tail, done first) must not cost chunk 0 its NVMe
+ * copy, and with it the object's metadata after a restart. */
+static void test_big_write_behind_small_one(void **state)
+{
+	(void)state;
+	char dir[600], err[256] = "";
+	snprintf(dir, sizeof dir, "%s/queue", tmpdir);
+	struct gate g = { .main = pthread_self() };
+	pthread_mutex_init(&g.m, NULL);
+	pthread_cond_init(&g.cv, NULL);
+	struct store_config cfg = {
+		.ram_bytes = 8 * CLEN, .disk_bytes = 4 << 20, .dir = dir,
+		.policy = POLICY_LRU, .stale_after_s = 86400, .io_threads = 1,
+		.changed = gate_changed, .changed_arg = &g,
+	};
+	struct store *s = store_open(&cfg, NULL, NULL, err, sizeof err);
+	assert_non_null(s);
+
+	produce_len(s, 5, 10);    /* the I/O thread takes it and parks */
+	pthread_mutex_lock(&g.m);
+	while (!g.parked)
+		pthread_cond_wait(&g.cv, &g.m);
+	pthread_mutex_unlock(&g.m);
+	produce_len(s, 1, 10);    /* waits in the queue */
+	produce_len(s, 0, 4 * CLEN); /* twice the byte bound */
+
+	pthread_mutex_lock(&g.m);
+	g.open = true;
+	pthread_cond_broadcast(&g.cv);
+	pthread_mutex_unlock(&g.m);
+	assert_int_equal(stats(s).disk_writes_dropped, 0);
+	wait_writes(s, 3);
+	store_close(s);
+	pthread_mutex_destroy(&g.m);
+	pthread_cond_destroy(&g.cv);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -819,6 +887,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pins_in_both_tiers, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_fetch_begun_before_invalidation_not_recovered,
 		                                setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_big_write_behind_small_one, setup_dir,
+		                                teardown_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
