@@ -33,18 +33,63 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
+/* SHA-256 fetched once: EVP_sha256() and HMAC() look the algorithm up in
+ * OpenSSL's provider tables (locks, string compares) on every call, which
+ * cost more than hashing a canonical request ("Per-request CPU (issue 15)"
+ * in docs/benchmarks.md). */
+static EVP_MD *sha256_fetched;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+	sha256_fetched = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+static const EVP_MD *sha256_md(void)
+{
+	pthread_once(&sha256_once, sha256_fetch);
+	return sha256_fetched ? sha256_fetched : EVP_sha256();
+}
+
+void sv4_sha256(const void *p, size_t n, unsigned char out[32])
+{
+	unsigned int len = 32;
+	EVP_Digest(p, n, out, &len, sha256_md(), NULL);
+}
+
 static void sha256_hex(const void *p, size_t n, char out[65])
 {
 	unsigned char md[32];
-	unsigned int len = 0;
-	EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
+	sv4_sha256(p, n, md);
 	hex_encode(md, sizeof md, out);
 }
 
+/* HMAC-SHA256 (RFC 2104): H(K ^ opad, H(K ^ ipad, p)), K the key padded
+ * with zeros to the 64-byte block (hashed first when longer). */
 void sv4_hmac256(const void *key, size_t klen, const void *p, size_t n, unsigned char out[32])
 {
+	unsigned char k[64] = { 0 }, pad[64], inner[32];
 	unsigned int len = 32;
-	HMAC(EVP_sha256(), key, (int)klen, p, n, out, &len);
+	if (klen > sizeof k)
+		sv4_sha256(key, klen, k);
+	else if (klen)
+		memcpy(k, key, klen);
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	const EVP_MD *md = sha256_md();
+	for (size_t i = 0; i < sizeof pad; i++)
+		pad[i] = k[i] ^ 0x36;
+	bool ok = ctx && EVP_DigestInit_ex(ctx, md, NULL) && EVP_DigestUpdate(ctx, pad, sizeof pad) &&
+	          EVP_DigestUpdate(ctx, p, n) && EVP_DigestFinal_ex(ctx, inner, &len);
+	for (size_t i = 0; i < sizeof pad; i++)
+		pad[i] = k[i] ^ 0x5c;
+	ok = ok && EVP_DigestInit_ex(ctx, md, NULL) && EVP_DigestUpdate(ctx, pad, sizeof pad) &&
+	     EVP_DigestUpdate(ctx, inner, sizeof inner) && EVP_DigestFinal_ex(ctx, out, &len);
+	EVP_MD_CTX_free(ctx);
+	OPENSSL_cleanse(k, sizeof k);
+	OPENSSL_cleanse(pad, sizeof pad);
+	OPENSSL_cleanse(inner, sizeof inner);
+	if (!ok) /* out of memory: the one-shot call (allocates too, but try) */
+		HMAC(EVP_sha256(), key, (int)klen, p, n, out, &len);
 }
 
 static bool is_unreserved(unsigned char c)
