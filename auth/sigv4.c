@@ -172,12 +172,16 @@ const char *sv4_status_str(enum sv4_status s)
 int sv4_uri_encode(const char *in, size_t len, bool keep_slash, struct buf *out)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)in[i];
-		int rc;
-		if (is_unreserved(c) || (keep_slash && c == '/')) {
-			rc = buf_putc(out, (char)c);
-		} else {
+	for (size_t i = 0; i < len;) {
+		/* A run kept as it is goes in with one append. */
+		size_t run = 0;
+		while (i + run < len && (is_unreserved((unsigned char)in[i + run]) ||
+		                         (keep_slash && in[i + run] == '/')))
+			run++;
+		int rc = run ? buf_append(out, in + i, run) : 0;
+		i += run;
+		if (!rc && i < len) {
+			unsigned char c = (unsigned char)in[i++];
 			char esc[3] = { '%', hex[c >> 4], hex[c & 15] };
 			rc = buf_append(out, esc, 3);
 		}
@@ -189,18 +193,20 @@ int sv4_uri_encode(const char *in, size_t len, bool keep_slash, struct buf *out)
 
 int sv4_uri_decode(const char *in, size_t len, struct buf *out)
 {
-	for (size_t i = 0; i < len; i++) {
-		char c = in[i];
-		if (c == '%') {
+	for (size_t i = 0; i < len;) {
+		const char *pct = memchr(in + i, '%', len - i);
+		size_t run = pct ? (size_t)(pct - (in + i)) : len - i;
+		int rc = run ? buf_append(out, in + i, run) : 0;
+		i += run;
+		if (!rc && i < len) { /* in[i] == '%' */
 			if (len - i < 3)
 				return -EINVAL;
 			int hi = hex_digit((unsigned char)in[i + 1]), lo = hex_digit((unsigned char)in[i + 2]);
 			if (hi < 0 || lo < 0)
 				return -EINVAL;
-			c = (char)(hi << 4 | lo);
-			i += 2;
+			rc = buf_putc(out, (char)(hi << 4 | lo));
+			i += 3;
 		}
-		int rc = buf_putc(out, c);
 		if (rc)
 			return rc;
 	}
@@ -426,18 +432,20 @@ static int canonical_query(const char *query, struct buf *out)
 static int append_value(const char *v, struct buf *out)
 {
 	struct slice s = slice_trim(slice_cstr(v));
-	bool space = false;
 	int rc = 0;
-	for (size_t i = 0; i < s.len && !rc; i++) {
-		if (is_ws(s.p[i])) {
-			space = true;
-			continue;
-		}
-		if (space)
+	/* Words (trimmed, so the first and last are not white space) joined
+	 * by one space, each word in one append. */
+	for (size_t i = 0; i < s.len && !rc;) {
+		if (i)
 			rc = buf_putc(out, ' ');
-		space = false;
+		size_t run = 0;
+		while (i + run < s.len && !is_ws(s.p[i + run]))
+			run++;
 		if (!rc)
-			rc = buf_putc(out, s.p[i]);
+			rc = buf_append(out, s.p + i, run);
+		i += run;
+		while (i < s.len && is_ws(s.p[i]))
+			i++;
 	}
 	return rc;
 }
