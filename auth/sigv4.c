@@ -33,18 +33,63 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
+/* SHA-256 fetched once: EVP_sha256() and HMAC() look the algorithm up in
+ * OpenSSL's provider tables (locks, string compares) on every call, which
+ * cost more than hashing a canonical request ("Per-request CPU (issue 15)"
+ * in docs/benchmarks.md). */
+static EVP_MD *sha256_fetched;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+	sha256_fetched = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+static const EVP_MD *sha256_md(void)
+{
+	pthread_once(&sha256_once, sha256_fetch);
+	return sha256_fetched ? sha256_fetched : EVP_sha256();
+}
+
+void sv4_sha256(const void *p, size_t n, unsigned char out[32])
+{
+	unsigned int len = 32;
+	EVP_Digest(p, n, out, &len, sha256_md(), NULL);
+}
+
 static void sha256_hex(const void *p, size_t n, char out[65])
 {
 	unsigned char md[32];
-	unsigned int len = 0;
-	EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
+	sv4_sha256(p, n, md);
 	hex_encode(md, sizeof md, out);
 }
 
+/* HMAC-SHA256 (RFC 2104): H(K ^ opad, H(K ^ ipad, p)), K the key padded
+ * with zeros to the 64-byte block (hashed first when longer). */
 void sv4_hmac256(const void *key, size_t klen, const void *p, size_t n, unsigned char out[32])
 {
+	unsigned char k[64] = { 0 }, pad[64], inner[32];
 	unsigned int len = 32;
-	HMAC(EVP_sha256(), key, (int)klen, p, n, out, &len);
+	if (klen > sizeof k)
+		sv4_sha256(key, klen, k);
+	else if (klen)
+		memcpy(k, key, klen);
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	const EVP_MD *md = sha256_md();
+	for (size_t i = 0; i < sizeof pad; i++)
+		pad[i] = k[i] ^ 0x36;
+	bool ok = ctx && EVP_DigestInit_ex(ctx, md, NULL) && EVP_DigestUpdate(ctx, pad, sizeof pad) &&
+	          EVP_DigestUpdate(ctx, p, n) && EVP_DigestFinal_ex(ctx, inner, &len);
+	for (size_t i = 0; i < sizeof pad; i++)
+		pad[i] = k[i] ^ 0x5c;
+	ok = ok && EVP_DigestInit_ex(ctx, md, NULL) && EVP_DigestUpdate(ctx, pad, sizeof pad) &&
+	     EVP_DigestUpdate(ctx, inner, sizeof inner) && EVP_DigestFinal_ex(ctx, out, &len);
+	EVP_MD_CTX_free(ctx);
+	OPENSSL_cleanse(k, sizeof k);
+	OPENSSL_cleanse(pad, sizeof pad);
+	OPENSSL_cleanse(inner, sizeof inner);
+	if (!ok) /* out of memory: the one-shot call (allocates too, but try) */
+		HMAC(EVP_sha256(), key, (int)klen, p, n, out, &len);
 }
 
 static bool is_unreserved(unsigned char c)
@@ -127,12 +172,16 @@ const char *sv4_status_str(enum sv4_status s)
 int sv4_uri_encode(const char *in, size_t len, bool keep_slash, struct buf *out)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)in[i];
-		int rc;
-		if (is_unreserved(c) || (keep_slash && c == '/')) {
-			rc = buf_putc(out, (char)c);
-		} else {
+	for (size_t i = 0; i < len;) {
+		/* A run kept as it is goes in with one append. */
+		size_t run = 0;
+		while (i + run < len && (is_unreserved((unsigned char)in[i + run]) ||
+		                         (keep_slash && in[i + run] == '/')))
+			run++;
+		int rc = run ? buf_append(out, in + i, run) : 0;
+		i += run;
+		if (!rc && i < len) {
+			unsigned char c = (unsigned char)in[i++];
 			char esc[3] = { '%', hex[c >> 4], hex[c & 15] };
 			rc = buf_append(out, esc, 3);
 		}
@@ -144,18 +193,20 @@ int sv4_uri_encode(const char *in, size_t len, bool keep_slash, struct buf *out)
 
 int sv4_uri_decode(const char *in, size_t len, struct buf *out)
 {
-	for (size_t i = 0; i < len; i++) {
-		char c = in[i];
-		if (c == '%') {
+	for (size_t i = 0; i < len;) {
+		const char *pct = memchr(in + i, '%', len - i);
+		size_t run = pct ? (size_t)(pct - (in + i)) : len - i;
+		int rc = run ? buf_append(out, in + i, run) : 0;
+		i += run;
+		if (!rc && i < len) { /* in[i] == '%' */
 			if (len - i < 3)
 				return -EINVAL;
 			int hi = hex_digit((unsigned char)in[i + 1]), lo = hex_digit((unsigned char)in[i + 2]);
 			if (hi < 0 || lo < 0)
 				return -EINVAL;
-			c = (char)(hi << 4 | lo);
-			i += 2;
+			rc = buf_putc(out, (char)(hi << 4 | lo));
+			i += 3;
 		}
-		int rc = buf_putc(out, c);
 		if (rc)
 			return rc;
 	}
@@ -381,18 +432,20 @@ static int canonical_query(const char *query, struct buf *out)
 static int append_value(const char *v, struct buf *out)
 {
 	struct slice s = slice_trim(slice_cstr(v));
-	bool space = false;
 	int rc = 0;
-	for (size_t i = 0; i < s.len && !rc; i++) {
-		if (is_ws(s.p[i])) {
-			space = true;
-			continue;
-		}
-		if (space)
+	/* Words (trimmed, so the first and last are not white space) joined
+	 * by one space, each word in one append. */
+	for (size_t i = 0; i < s.len && !rc;) {
+		if (i)
 			rc = buf_putc(out, ' ');
-		space = false;
+		size_t run = 0;
+		while (i + run < s.len && !is_ws(s.p[i + run]))
+			run++;
 		if (!rc)
-			rc = buf_putc(out, s.p[i]);
+			rc = buf_append(out, s.p + i, run);
+		i += run;
+		while (i < s.len && is_ws(s.p[i]))
+			i++;
 	}
 	return rc;
 }
@@ -510,8 +563,14 @@ int sv4_string_to_sign(const char *amz_date, const char *date, const char *regio
 {
 	char h[65];
 	sha256_hex(canonical_request, strlen(canonical_request), h);
-	return buf_printf(out, SV4_ALGORITHM "\n%s\n%s/%s/%s/aws4_request\n%s", amz_date, date,
-	                  region, service, h);
+	/* Appended piece by piece: a printf here cost a verification 6k
+	 * instructions. */
+	const char *part[] = { SV4_ALGORITHM "\n", amz_date, "\n", date, "/", region, "/", service,
+		               "/aws4_request\n", h };
+	int rc = 0;
+	for (size_t i = 0; i < sizeof part / sizeof part[0] && !rc; i++)
+		rc = buf_puts(out, part[i]);
+	return rc;
 }
 
 void sv4_signature(const unsigned char key[32], const char *string_to_sign, char sig[65])
@@ -766,11 +825,15 @@ static enum sv4_status parse_presigned(const struct sv4_request *req, struct qfi
 enum sv4_status sv4_parse(const struct sv4_request *req, struct sv4_auth *out)
 {
 	memset(out, 0, sizeof *out);
-	struct qfield *f = calloc(Q_N, sizeof *f);
+	/* 16 KiB of value space: not zeroed, a value is read only once seen. */
+	struct qfield *f = malloc(Q_N * sizeof *f);
 	if (!f)
 		return SV4_MALFORMED;
-	for (int i = 0; i < Q_N; i++)
+	for (int i = 0; i < Q_N; i++) {
 		f[i].name = q_names[i];
+		f[i].value[0] = '\0';
+		f[i].seen = false;
+	}
 	enum sv4_status qs = scan_query(req->query ? req->query : "", f);
 
 	size_t nauth = 0;

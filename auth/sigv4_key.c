@@ -71,8 +71,7 @@ void sv4_signing_key(const char *access_key, const char *secret, const char *dat
                      const char *region, const char *service, unsigned char key[32])
 {
 	struct key_entry probe = { .used = true };
-	unsigned int len = 0;
-	EVP_Digest(secret, strlen(secret), probe.secret_hash, &len, EVP_sha256(), NULL);
+	sv4_sha256(secret, strlen(secret), probe.secret_hash);
 	bool cacheable = strlen(access_key) < sizeof probe.access_key &&
 	                 strlen(date) < sizeof probe.date && strlen(region) < sizeof probe.region &&
 	                 strlen(service) < sizeof probe.service;

@@ -328,6 +328,39 @@ static void put_fmt(struct line *l, const char *fmt, ...)
 		l->len += (size_t)k < l->cap - l->len ? (size_t)k : l->cap - l->len;
 }
 
+/* Decimal integers and the duration by hand: a vsnprintf of them was the
+ * access line's largest cost (docs/benchmarks.md, "Per-request CPU"). */
+static void put_uint(struct line *l, unsigned long long v, int min_digits)
+{
+	char d[24];
+	int n = 0;
+	do {
+		d[sizeof d - 1 - n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v || n < min_digits);
+	put_bytes(l, d + sizeof d - n, (size_t)n);
+}
+
+static void put_int(struct line *l, int v)
+{
+	if (v < 0)
+		put_bytes(l, "-", 1);
+	put_uint(l, v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v, 1);
+}
+
+/* As %.3f would print it, for the non-negative values a duration has. */
+static void put_ms(struct line *l, double ms)
+{
+	if (!(ms >= 0 && ms < 1e15)) {
+		put_fmt(l, "%.3f", ms);
+		return;
+	}
+	unsigned long long us = (unsigned long long)(ms * 1000.0 + 0.5);
+	put_uint(l, us / 1000, 1);
+	put_bytes(l, ".", 1);
+	put_uint(l, us % 1000, 3);
+}
+
 /* The timestamp: the seconds formatted once a second per thread (gmtime_r
  * and strftime, which need not run for every line), the milliseconds
  * added. */
@@ -344,7 +377,9 @@ static void put_ts(struct line *l)
 		last_sec = ts.tv_sec;
 	}
 	put_str(l, sec_text);
-	put_fmt(l, ".%03ldZ", ts.tv_nsec / 1000000);
+	put_bytes(l, ".", 1);
+	put_uint(l, (unsigned long long)(ts.tv_nsec / 1000000), 3);
+	put_bytes(l, "Z", 1);
 }
 
 void log_access(const struct log_access_rec *r)
@@ -366,9 +401,16 @@ void log_access(const struct log_access_rec *r)
 	put_value(&l, r->bucket);
 	put_str(&l, " key=");
 	put_value(&l, r->key);
-	put_fmt(&l, " status=%d bytes_in=%llu bytes_out=%llu duration_ms=%.3f upstream_status=%d",
-	        r->status, (unsigned long long)r->bytes_in, (unsigned long long)r->bytes_out,
-	        r->duration_ms, r->upstream_status);
+	put_str(&l, " status=");
+	put_int(&l, r->status);
+	put_str(&l, " bytes_in=");
+	put_uint(&l, (unsigned long long)r->bytes_in, 1);
+	put_str(&l, " bytes_out=");
+	put_uint(&l, (unsigned long long)r->bytes_out, 1);
+	put_str(&l, " duration_ms=");
+	put_ms(&l, r->duration_ms);
+	put_str(&l, " upstream_status=");
+	put_int(&l, r->upstream_status);
 	put_str(&l, " error=");
 	put_value(&l, r->error_code);
 	put_str(&l, " cache=");

@@ -389,6 +389,14 @@ const char *req_header(struct req *r, const char *name)
 /* ------------------------------------------------------------------ */
 /* MHD callbacks */
 
+/* The low `digits` hex digits of v, upper case (a snprintf of the request id
+ * cost a request about 1% of its user-space instructions). */
+static void put_hex(char *out, uint64_t v, int digits)
+{
+	for (int i = digits - 1; i >= 0; i--, v >>= 4)
+		out[i] = "0123456789ABCDEF"[v & 15];
+}
+
 void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 {
 	struct worker *w = cls;
@@ -419,8 +427,10 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	 * and counter so ids differ across restarts. */
 	uint64_t mix = splitmix_mix(((uint64_t)time(NULL) << 32) ^ ((uint64_t)w->index << 24) ^
 	                            w->next_id);
-	snprintf(r->id, sizeof r->id, "%02X%06lX%08lX", w->index & 0xff, (w->next_id++) & 0xffffff,
-	         (unsigned long)(mix & 0xffffffffUL));
+	put_hex(r->id, w->index, 2);
+	put_hex(r->id + 2, w->next_id++, 6);
+	put_hex(r->id + 8, mix, 8);
+	r->id[16] = '\0';
 	s3req_init(&r->s3);
 	pass_init(r);
 	list_push_front(&w->live, &r->link);

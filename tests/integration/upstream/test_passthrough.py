@@ -205,6 +205,8 @@ class Passthrough(LarderCase):
             ids.add(r["ResponseMetadata"]["HTTPHeaders"].get("x-amz-request-id"))
         self.assertNotIn(None, ids)
         self.assertEqual(len(ids), 5)
+        for i in ids:  # the worker, its counter, a mix: 16 upper-case hex digits
+            self.assertRegex(i, r"^[0-9A-F]{16}$")
 
 
 class AwsCli(LarderCase):

@@ -47,11 +47,48 @@ static void test_pieces(void **state)
 	}
 }
 
+/* CRC32C one bit at a time, straight from the reflected polynomial: the
+ * reference for the fast paths (tables, the CPU's crc32 instruction). */
+static uint32_t crc32c_bitwise(const unsigned char *p, size_t n)
+{
+	uint32_t c = 0xffffffffu;
+	while (n--) {
+		c ^= *p++;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+	}
+	return ~c;
+}
+
+/* Long inputs go through the three-stream path (steps of 12 KiB) and its
+ * tail; every length around a step's edge, at odd offsets, and in pieces
+ * that split a step, gives the bitwise value. */
+static void test_crc32c_long(void **state)
+{
+	(void)state;
+	static unsigned char big[3 * 12288 + 100];
+	uint64_t x = 0x9E3779B97F4A7C15ull;
+	for (size_t i = 0; i < sizeof big; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		big[i] = (unsigned char)(x >> 56);
+	}
+	const size_t lens[] = { 12287, 12288, 12289, 24576 + 7, 3 * 12288, sizeof big - 1 };
+	for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+		for (size_t off = 0; off < 2; off++)
+			assert_int_equal(crc32c(0, big + off, lens[i]), crc32c_bitwise(big + off, lens[i]));
+	uint32_t want = crc32c_bitwise(big, sizeof big);
+	const size_t cuts[] = { 1, 4095, 12288, 20000, sizeof big - 3 };
+	for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
+		assert_int_equal(crc32c(crc32c(0, big, cuts[i]), big + cuts[i], sizeof big - cuts[i]),
+		                 want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_check_values),
 		cmocka_unit_test(test_pieces),
+		cmocka_unit_test(test_crc32c_long),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
