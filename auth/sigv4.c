@@ -19,8 +19,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #include "auth/sigv4_internal.h"
 #include "base/hdrs.h"
@@ -33,21 +35,34 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
-/* SHA-256 fetched once: EVP_sha256() and HMAC() look the algorithm up in
- * OpenSSL's provider tables (locks, string compares) on every call, which
- * cost more than hashing a canonical request ("Per-request CPU (issue 15)"
- * in docs/benchmarks.md). */
+/* SHA-256 and HMAC-SHA256 fetched once: EVP_sha256() and HMAC() look the
+ * algorithm up in OpenSSL's provider tables (locks, string compares) on
+ * every call, which cost more than hashing a canonical request ("Per-request
+ * CPU (issue 15)" in docs/benchmarks.md). An HMAC is a copy of a context
+ * whose digest is already set, keyed afresh. */
 static EVP_MD *sha256_fetched;
-static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static EVP_MAC_CTX *hmac_template;
+static pthread_once_t fetch_once = PTHREAD_ONCE_INIT;
 
-static void sha256_fetch(void)
+static void fetch_algorithms(void)
 {
 	sha256_fetched = EVP_MD_fetch(NULL, "SHA256", NULL);
+	EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+	OSSL_PARAM params[] = {
+		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+		OSSL_PARAM_construct_end(),
+	};
+	hmac_template = mac ? EVP_MAC_CTX_new(mac) : NULL;
+	if (hmac_template && !EVP_MAC_CTX_set_params(hmac_template, params)) {
+		EVP_MAC_CTX_free(hmac_template);
+		hmac_template = NULL;
+	}
+	EVP_MAC_free(mac); /* the context keeps its own reference */
 }
 
 static const EVP_MD *sha256_md(void)
 {
-	pthread_once(&sha256_once, sha256_fetch);
+	pthread_once(&fetch_once, fetch_algorithms);
 	return sha256_fetched ? sha256_fetched : EVP_sha256();
 }
 
@@ -64,32 +79,19 @@ static void sha256_hex(const void *p, size_t n, char out[65])
 	hex_encode(md, sizeof md, out);
 }
 
-/* HMAC-SHA256 (RFC 2104): H(K ^ opad, H(K ^ ipad, p)), K the key padded
- * with zeros to the 64-byte block (hashed first when longer). */
+/* out may be key: the key is taken in before anything is written. */
 void sv4_hmac256(const void *key, size_t klen, const void *p, size_t n, unsigned char out[32])
 {
-	unsigned char k[64] = { 0 }, pad[64], inner[32];
-	unsigned int len = 32;
-	if (klen > sizeof k)
-		sv4_sha256(key, klen, k);
-	else if (klen)
-		memcpy(k, key, klen);
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	const EVP_MD *md = sha256_md();
-	for (size_t i = 0; i < sizeof pad; i++)
-		pad[i] = k[i] ^ 0x36;
-	bool ok = ctx && EVP_DigestInit_ex(ctx, md, NULL) && EVP_DigestUpdate(ctx, pad, sizeof pad) &&
-	          EVP_DigestUpdate(ctx, p, n) && EVP_DigestFinal_ex(ctx, inner, &len);
-	for (size_t i = 0; i < sizeof pad; i++)
-		pad[i] = k[i] ^ 0x5c;
-	ok = ok && EVP_DigestInit_ex(ctx, md, NULL) && EVP_DigestUpdate(ctx, pad, sizeof pad) &&
-	     EVP_DigestUpdate(ctx, inner, sizeof inner) && EVP_DigestFinal_ex(ctx, out, &len);
-	EVP_MD_CTX_free(ctx);
-	OPENSSL_cleanse(k, sizeof k);
-	OPENSSL_cleanse(pad, sizeof pad);
-	OPENSSL_cleanse(inner, sizeof inner);
-	if (!ok) /* out of memory: the one-shot call (allocates too, but try) */
-		HMAC(EVP_sha256(), key, (int)klen, p, n, out, &len);
+	pthread_once(&fetch_once, fetch_algorithms);
+	EVP_MAC_CTX *ctx = hmac_template ? EVP_MAC_CTX_dup(hmac_template) : NULL;
+	size_t len = 0;
+	bool ok = ctx && EVP_MAC_init(ctx, key, klen, NULL) && EVP_MAC_update(ctx, p, n) &&
+	          EVP_MAC_final(ctx, out, &len, 32) && len == 32;
+	EVP_MAC_CTX_free(ctx);
+	if (!ok) { /* no template, or out of memory: the one-shot call */
+		unsigned int olen = 32;
+		HMAC(EVP_sha256(), key, (int)klen, p, n, out, &olen);
+	}
 }
 
 static bool is_unreserved(unsigned char c)
