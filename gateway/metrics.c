@@ -357,6 +357,19 @@ static int sample(struct buf *b, const char *name, const char *labels, uint64_t 
 	                  labels ? "}" : "", v);
 }
 
+/* A label value as the text format wants it: backslash, double quote and
+ * newline escaped (a pin's id comes from a client or another node). */
+static int label_value(struct buf *b, const char *v)
+{
+	int r = 0;
+	for (; *v && !r; v++)
+		r = *v == '\\' ? buf_puts(b, "\\\\")
+		  : *v == '"'   ? buf_puts(b, "\\\"")
+		  : *v == '\n'  ? buf_puts(b, "\\n")
+		                : buf_putc(b, *v);
+	return r;
+}
+
 /* A family whose samples differ by the value of one label. */
 #define LABELED_MAX 4
 struct labeled {
@@ -565,6 +578,13 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		r = r ? r : family(out, "larder_pins", "gauge",
 		                   "Pins in force (warm jobs with --pin, until they end).");
 		r = r ? r : sample(out, "larder_pins", NULL, g->n_pins);
+		r = r ? r : family(out, "larder_pin_bytes", "gauge",
+		                   "Bytes of the chunks each pin holds so far, by pin id.");
+		for (size_t i = 0; i < g->n_pins && !r; i++) {
+			r = buf_puts(out, "larder_pin_bytes{pin=\"");
+			r = r ? r : label_value(out, g->pins[i].id);
+			r = r ? r : buf_printf(out, "\"} %" PRIu64 "\n", g->pins[i].bytes);
+		}
 		r = r ? r : family(out, "larder_key_resident_bytes", "gauge",
 		                   "Bytes of the RAM tier charged to a client key (the chunks its "
 		                   "misses brought).");

@@ -106,6 +106,7 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
         m = self.metrics()
         self.assertIn('larder_pinned_bytes{tier="ram"} %d\n' % (20 * MiB), m)
         self.assertIn("larder_pins 1\n", m)
+        self.assertIn('larder_pin_bytes{pin="%s"} %d\n' % (info["id"], 20 * MiB), m)
 
         self.stream_twice()
         self.assertEqual(self.gets_of_pinned_set(), [], "the pinned set was evicted")

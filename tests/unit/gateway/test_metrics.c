@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "gateway/metrics.h"
+#include "gateway/pins.h"
 #include "gateway/s3req.h"
 #include "store/store.h"
 
@@ -406,6 +407,21 @@ static void test_threads(void **state)
 	free(text);
 }
 
+/* A pin's bytes by its id; an id is a client's or another node's text, so
+ * its quotes, backslashes and newlines are escaped as the text format says. */
+static void test_pin_bytes_escaped(void **state)
+{
+	(void)state;
+	struct store_stats st = { .ram_capacity = 1 << 30 };
+	struct pin_info pins[2] = { { .id = "pf-1", .bytes = 5 << 20 },
+		                    { .id = "node\"a\\b\nc/pf-2", .bytes = 7 } };
+	struct metrics_gauges g = { .store = &st, .pins = pins, .n_pins = 2 };
+	char *text = render(&g);
+	assert_non_null(strstr(text, "\nlarder_pin_bytes{pin=\"pf-1\"} 5242880\n"));
+	assert_non_null(strstr(text, "\nlarder_pin_bytes{pin=\"node\\\"a\\\\b\\nc/pf-2\"} 7\n"));
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -414,6 +430,7 @@ int main(void)
 		cmocka_unit_test_setup(test_per_bucket, setup),
 		cmocka_unit_test_setup(test_rows_are_bounded, setup),
 		cmocka_unit_test_setup(test_threads, setup),
+		cmocka_unit_test_setup(test_pin_bytes_escaped, setup),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
