@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   meson ninja-build pkg-config gcc clang libclang-rt-14-dev
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjemalloc-dev libev-dev
-  libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libexpat1-dev zlib1g-dev
+  libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libexpat1-dev zlib1g-dev libisal-dev
   redis-server curl procps python3
   s3cmd rclone nodejs openssl docker-compose python3-yaml
   # clients the training workload uses, for Debian's /usr/bin/python3: the AWS

@@ -61,6 +61,7 @@ MESON_DEV_PACKAGES = {
     "jansson": "libjansson-dev",
     "expat": "libexpat1-dev",
     "zlib": "zlib1g-dev",
+    "libisal": "libisal-dev",
     "ev": "libev-dev",
     "jemalloc": "libjemalloc-dev",
     "hiredis": "libhiredis-dev",
