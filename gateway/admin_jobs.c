@@ -31,9 +31,11 @@
 
 static json_t *lookahead_json(const struct lookahead_info *i)
 {
-	return json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:f}", "id", i->id, "state", i->state,
-	                 "bucket", i->bucket, "keys", (json_int_t)i->keys,
+	return json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:I,s:I,s:f}", "id", i->id, "state",
+	                 i->state, "bucket", i->bucket, "keys", (json_int_t)i->keys,
 	                 "position", (json_int_t)i->position, "window", (json_int_t)i->window,
+	                 "window_bytes", i->window_bytes ? json_integer((json_int_t)i->window_bytes)
+	                                                 : json_null(),
 	                 "objects", (json_int_t)i->objects, "bytes", (json_int_t)i->bytes,
 	                 "idle_seconds", i->idle_s);
 }
@@ -347,14 +349,15 @@ enum MHD_Result admin_job_cancel(struct admin *a, struct MHD_Connection *c, stru
 
 /* ---- read-order lookaheads ------------------------------------------------------- */
 
-/* POST /admin/lookahead {"bucket": b, "keys": [...] or "manifest": key, "window": N,
- * optional "concurrency" (1-64), "idle_seconds" (1-86400)} -> 201. */
+/* POST /admin/lookahead {"bucket": b, "keys": [...] or "manifest": key, "window": N
+ * and/or "window_bytes": N, optional "concurrency" (1-64), "idle_seconds" (1-86400)} -> 201. */
 enum MHD_Result admin_lookahead(struct admin *a, struct MHD_Connection *c, struct areq *q)
 {
 	static const char usage[] =
 		"expected {\"bucket\": ..., \"keys\": [keys in read order] or \"manifest\": "
-		"\"key of a newline list\", \"window\": objects (1-4096), optionally "
-		"\"concurrency\" (1-64) and \"idle_seconds\" (1-86400)}";
+		"\"key of a newline list\", \"window\": objects (1-4096) and/or "
+		"\"window_bytes\": bytes (up to 1 PiB), optionally \"concurrency\" (1-64) and "
+		"\"idle_seconds\" (1-86400)}";
 	json_error_t jerr;
 	json_t *doc = q->body.len ? json_loadb(q->body.p, q->body.len, JSON_REJECT_DUPLICATES, &jerr)
 	                          : NULL;
@@ -363,8 +366,8 @@ enum MHD_Result admin_lookahead(struct admin *a, struct MHD_Connection *c, struc
 		                  q->body.len ? ": " : "", q->body.len ? jerr.text : "");
 	enum MHD_Result ret;
 	const char **keys = NULL;
-	static const char *const known[] = { "bucket", "keys", "manifest", "window", "concurrency",
-		"idle_seconds", NULL };
+	static const char *const known[] = { "bucket", "keys", "manifest", "window", "window_bytes",
+		"concurrency", "idle_seconds", NULL };
 	const char *name = unknown_member(doc, known);
 	if (name) {
 		ret = send_error(c, 400, "bad_request", NULL, "unknown field \"%.100s\"; %s", name,
@@ -376,6 +379,7 @@ enum MHD_Result admin_lookahead(struct admin *a, struct MHD_Connection *c, struc
 	const char *manifest = member_str(doc, "manifest", &bad);
 	json_t *jkeys = json_object_get(doc, "keys");
 	json_t *jwin = json_object_get(doc, "window");
+	json_t *jwb = json_object_get(doc, "window_bytes");
 	json_t *jconc = json_object_get(doc, "concurrency");
 	json_t *jidle = json_object_get(doc, "idle_seconds");
 	const char *what = NULL;
@@ -389,9 +393,14 @@ enum MHD_Result admin_lookahead(struct admin *a, struct MHD_Connection *c, struc
 		what = "\"keys\" is empty";
 	else if (manifest && (!*manifest || strlen(manifest) > S3_MAX_KEY_BYTES))
 		what = "\"manifest\" must be a key of 1-1024 bytes";
-	else if (!jwin || !json_is_integer(jwin) || json_integer_value(jwin) < 1 ||
-	         json_integer_value(jwin) > LOOKAHEAD_WINDOW_MAX)
+	else if (!jwin && !jwb)
+		what = "give \"window\", \"window_bytes\" or both";
+	else if (jwin && (!json_is_integer(jwin) || json_integer_value(jwin) < 1 ||
+	                  json_integer_value(jwin) > LOOKAHEAD_WINDOW_MAX))
 		what = "\"window\" must be a number of objects, 1-4096";
+	else if (jwb && (!json_is_integer(jwb) || json_integer_value(jwb) < 1 ||
+	                 (uint64_t)json_integer_value(jwb) > LOOKAHEAD_WINDOW_BYTES_MAX))
+		what = "\"window_bytes\" must be a number of bytes, 1-1125899906842624 (1 PiB)";
 	else if (jconc && (!json_is_integer(jconc) || json_integer_value(jconc) < 1 ||
 	                   json_integer_value(jconc) > 64))
 		what = "\"concurrency\" must be 1-64";
@@ -408,7 +417,8 @@ enum MHD_Result admin_lookahead(struct admin *a, struct MHD_Connection *c, struc
 	char err[512];
 	struct lookahead_req rq = {
 		.bucket = bucket, .keys = keys, .n_keys = n, .manifest = manifest,
-		.window = (size_t)json_integer_value(jwin),
+		.window = jwin ? (size_t)json_integer_value(jwin) : LOOKAHEAD_WINDOW_MAX,
+		.window_bytes = jwb ? (uint64_t)json_integer_value(jwb) : 0,
 		.concurrency = jconc ? (unsigned)json_integer_value(jconc) : 0,
 		.idle_s = jidle ? (double)json_integer_value(jidle) : 0,
 	};

@@ -28,8 +28,9 @@ int cli_profile(int argc, char **argv);
 /* larder jobs [--admin URL] [--json] [--cancel JOB_ID] */
 int cli_jobs(int argc, char **argv);
 
-/* larder lookahead [--admin URL] --window N (--keys-file F | --manifest s3://B/KEY)
- *                  [--concurrency N] [--idle S] s3://BUCKET
+/* larder lookahead [--admin URL] [--window N] [--window-bytes SIZE] (one or both)
+ *                  (--keys-file F | --manifest s3://B/KEY) [--concurrency N] [--idle S]
+ *                  s3://BUCKET
  * larder lookahead [--admin URL] [--json] [--end ID] */
 int cli_lookahead(int argc, char **argv);
 

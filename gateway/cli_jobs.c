@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "config/config.h"
 #include "gateway/s3req.h"
 
 /* ---- warm and jobs -------------------------------------------------------------- */
@@ -275,13 +276,16 @@ int cli_jobs(int argc, char **argv)
 
 static void usage_lookahead(FILE *f)
 {
-	fputs("usage: larder lookahead [--admin URL] --window N [--concurrency N] [--idle SECONDS]\n"
+	fputs("usage: larder lookahead [--admin URL] [--window N] [--window-bytes SIZE]\n"
+	      "                        [--concurrency N] [--idle SECONDS]\n"
 	      "                        --keys-file FILE|--manifest s3://BUCKET/KEY s3://BUCKET\n"
 	      "       larder lookahead [--admin URL] [--json] [--end ID]\n"
 	      "\n"
 	      "Tells a running larder the order in which a job will read the bucket's objects\n"
 	      "(one key a line, in FILE or in the manifest object): as the job reads them,\n"
-	      "larder keeps the next N objects of the list warm ahead of the furthest one read.\n"
+	      "larder keeps the next N objects of the list warm ahead of the furthest one read,\n"
+	      "or as many as fit in SIZE bytes (like 512MiB; at least one), or both (the\n"
+	      "tighter bound holds; give at least one of them).\n"
 	      "It ends when the list is warm to its end, or after SECONDS without a read of one\n"
 	      "of its keys (default: the server's LARDER_LOOKAHEAD_IDLE). Prints its id.\n"
 	      "Without a bucket: lists the lookaheads, or ends one (--end).\n"
@@ -291,8 +295,8 @@ static void usage_lookahead(FILE *f)
 
 static void print_lookaheads(json_t *doc)
 {
-	static const char *const cols[] = { "keys", "position", "window", "objects", "bytes",
-		NULL };
+	static const char *const cols[] = { "keys", "position", "window", "window_bytes",
+		"objects", "bytes", NULL };
 	print_rows(doc, "lookaheads", cols);
 }
 
@@ -378,6 +382,7 @@ int cli_lookahead(int argc, char **argv)
 	struct opts o = { .cmd = "lookahead" };
 	const char *keys_file = NULL, *end_id = NULL;
 	long window = 0, conc = 0, idle = 0;
+	uint64_t window_bytes = 0;
 	char **rest = calloc((size_t)argc + 1, sizeof *rest);
 	int n_rest = 0;
 	if (!rest)
@@ -386,8 +391,9 @@ int cli_lookahead(int argc, char **argv)
 		const char *a = argv[i];
 		bool num_opt = strcmp(a, "--window") == 0 || strcmp(a, "--concurrency") == 0 ||
 		               strcmp(a, "--idle") == 0;
-		if (!num_opt && strcmp(a, "--keys-file") != 0 && strcmp(a, "--manifest") != 0 &&
-		    strcmp(a, "--end") != 0) {
+		bool size_opt = strcmp(a, "--window-bytes") == 0;
+		if (!num_opt && !size_opt && strcmp(a, "--keys-file") != 0 &&
+		    strcmp(a, "--manifest") != 0 && strcmp(a, "--end") != 0) {
 			rest[n_rest++] = argv[i];
 			continue;
 		}
@@ -397,6 +403,15 @@ int cli_lookahead(int argc, char **argv)
 			return 2;
 		}
 		const char *v = argv[++i];
+		if (size_opt) {
+			if (cfg_parse_size(v, &window_bytes) != 0 || !window_bytes) {
+				fprintf(stderr, "larder lookahead: --window-bytes takes a size like "
+				        "512MiB, got \"%s\"\n", v);
+				free(rest);
+				return 2;
+			}
+			continue;
+		}
 		if (!num_opt) {
 			*(strcmp(a, "--keys-file") == 0 ? &keys_file
 			  : strcmp(a, "--manifest") == 0 ? &o.manifest : &end_id) = v;
@@ -429,13 +444,17 @@ int cli_lookahead(int argc, char **argv)
 	const char *bucket = o.target + 5;
 	size_t blen = strcspn(bucket, "/");
 	if (strncmp(o.target, "s3://", 5) != 0 || bucket[blen] || !s3_bucket_name_ok(bucket, blen) ||
-	    !window || !keys_file == !o.manifest) {
-		fprintf(stderr, "larder lookahead: expected s3://BUCKET, --window N and one of "
-		        "--keys-file and --manifest\n");
+	    (!window && !window_bytes) || !keys_file == !o.manifest) {
+		fprintf(stderr, "larder lookahead: expected s3://BUCKET, --window N and/or "
+		        "--window-bytes SIZE, and one of --keys-file and --manifest\n");
 		usage_lookahead(stderr);
 		return 2;
 	}
-	json_t *req = json_pack("{s:s,s:I}", "bucket", bucket, "window", (json_int_t)window);
+	json_t *req = json_pack("{s:s}", "bucket", bucket);
+	if (req && window)
+		json_object_set_new(req, "window", json_integer(window));
+	if (req && window_bytes)
+		json_object_set_new(req, "window_bytes", json_integer((json_int_t)window_bytes));
 	if (o.manifest) {
 		size_t ml = strlen(o.target);
 		if (strncmp(o.manifest, o.target, ml) != 0 || o.manifest[ml] != '/' ||

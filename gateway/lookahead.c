@@ -5,7 +5,9 @@
  * ended ones for their status. Each has its key list and an index from key
  * to its first place in the list, so a read is one hash lookup per running
  * lookahead of the bucket. The warming itself is the gated prefetch job;
- * this file only moves its gate and ends it. A timer on the first worker's
+ * this file only moves its gate and ends it. With a byte window the job
+ * tells it each key's size as it learns it (la_sized), which may move the
+ * gate on. A timer on the first worker's
  * loop ends the idle ones, and those whose list is warm and read to its end.
  */
 #include "gateway/lookahead.h"
@@ -16,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,7 @@
 #define LOOKAHEADS_MAGIC 0x6c6b6168u /* "lkah" */
 #define LA_KEEP_ENDED 16
 #define LA_SWEEP_S 0.25
+#define LA_UNKNOWN UINT64_MAX /* a size not learnt yet */
 
 enum la_state {
 	LA_RUNNING,
@@ -50,6 +54,10 @@ struct la {
 	size_t *slots; /* place + 1 of a key, 0: empty; n_slots a power of 2 */
 	size_t n_slots;
 	size_t window, position;
+	size_t gate;           /* keys [0, gate) may be warmed */
+	uint64_t window_bytes; /* 0: none */
+	uint64_t *sizes;       /* with window_bytes: each key's, or LA_UNKNOWN */
+	uint64_t learnt_bytes, learnt; /* the sizes learnt, for an estimate */
 	double idle_s, last_read;
 	enum la_state state;
 	uint64_t objects, bytes; /* what the job warmed, once it ended */
@@ -76,6 +84,7 @@ static void la_free(struct la *a)
 	for (size_t i = 0; i < a->n_keys; i++)
 		free(a->keys[i]);
 	free(a->keys);
+	free(a->sizes);
 	free(a->slots);
 	free(a->bucket);
 	free(a);
@@ -143,6 +152,57 @@ static int la_parse_manifest(struct la *a, const char *s, size_t len)
 		s = nl ? nl + 1 : end;
 	}
 	return 0;
+}
+
+/* Where a's gate goes: the window past its furthest read, which in a byte
+ * window ends at the first key that starts once the keys before it
+ * (position on) add up to window_bytes. A size not learnt yet counts as the
+ * mean of those learnt, or fills the window before any is. The first key
+ * past the furthest read always may start. */
+static size_t la_gate(const struct la *a)
+{
+	size_t end = a->position + a->window < a->n_keys ? a->position + a->window : a->n_keys;
+	if (!a->window_bytes)
+		return end;
+	uint64_t sum = 0;
+	size_t k = a->position;
+	while (k < end && (k == a->position || sum < a->window_bytes)) {
+		uint64_t size = a->sizes[k++];
+		if (size == LA_UNKNOWN && !a->learnt)
+			break;
+		sum += size == LA_UNKNOWN ? a->learnt_bytes / a->learnt : size;
+	}
+	return k;
+}
+
+/* Moves a's job's gate to where la_gate says (under l->lock). */
+static void la_move(struct lookaheads *l, struct la *a)
+{
+	size_t gate = la_gate(a);
+	if (gate > a->gate)
+		a->gate = gate;
+	prefetch_gate(l->p, a->job, a->gate);
+}
+
+/* The job's sized callback (prefetch.h), on the prefetch loop's thread. */
+static void la_sized(void *arg, const char *job, size_t index, uint64_t size)
+{
+	struct lookaheads *l = arg;
+	assert(l->magic == LOOKAHEADS_MAGIC);
+	pthread_mutex_lock(&l->lock);
+	for (struct la *a = l->list; a; a = a->next) {
+		if (strcmp(a->job, job) != 0)
+			continue;
+		if (a->state == LA_RUNNING && a->sizes && index < a->n_keys &&
+		    a->sizes[index] == LA_UNKNOWN) {
+			a->sizes[index] = size;
+			a->learnt_bytes += size;
+			a->learnt++;
+			la_move(l, a);
+		}
+		break;
+	}
+	pthread_mutex_unlock(&l->lock);
 }
 
 /* Takes a off the running set (under l->lock): keeps what its job warmed. */
@@ -262,6 +322,13 @@ int lookahead_start(struct lookaheads *l, const struct lookahead_req *rq, char i
 	if (la_index(a) != 0)
 		goto oom;
 	a->window = rq->window;
+	a->window_bytes = rq->window_bytes;
+	if (a->window_bytes) {
+		if (!(a->sizes = mem_calloc(a->n_keys, sizeof *a->sizes)))
+			goto oom;
+		for (size_t i = 0; i < a->n_keys; i++)
+			a->sizes[i] = LA_UNKNOWN;
+	}
 	a->idle_s = rq->idle_s > 0 ? rq->idle_s : l->idle_s;
 	a->last_read = clock_mono_s(); /* the idle clock starts now */
 	struct prefetch_req pr = {
@@ -270,22 +337,25 @@ int lookahead_start(struct lookaheads *l, const struct lookahead_req *rq, char i
 		.n_keys = a->n_keys,
 		.concurrency = rq->concurrency ? rq->concurrency : 32,
 		.gated = true,
+		.sized = a->window_bytes ? la_sized : NULL,
+		.sized_arg = l,
 	};
 	if (prefetch_start(l->p, &pr, a->job, err, errlen) != 0) {
 		la_free(a);
 		return -1;
 	}
-	/* Nothing read yet: the first window warms at once. */
-	prefetch_gate(l->p, a->job, a->window < a->n_keys ? a->window : a->n_keys);
 	pthread_mutex_lock(&l->lock);
 	snprintf(a->id, sizeof a->id, "la-%u", ++l->next_id);
 	memcpy(id, a->id, sizeof a->id);
 	a->next = l->list;
 	l->list = a;
 	atomic_fetch_add(&l->running, 1);
+	/* Listed before the gate opens, for la_sized. Nothing read yet: the
+	 * first window warms at once. */
+	la_move(l, a);
 	pthread_mutex_unlock(&l->lock);
-	log_info("lookahead", "%s: bucket %s, %zu keys, window %zu (job %s)", a->id, a->bucket,
-	         a->n_keys, a->window, a->job);
+	log_info("lookahead", "%s: bucket %s, %zu keys, window %zu, %llu bytes (job %s)", a->id,
+	         a->bucket, a->n_keys, a->window, (unsigned long long)a->window_bytes, a->job);
 	return 0;
 oom:
 	la_free(a);
@@ -316,6 +386,7 @@ static void info_of(struct lookaheads *l, const struct la *a, struct lookahead_i
 	out->keys = a->n_keys;
 	out->position = a->position;
 	out->window = a->window;
+	out->window_bytes = a->window_bytes;
 	out->idle_s = a->idle_s;
 	out->objects = a->objects;
 	out->bytes = a->bytes;
@@ -372,12 +443,11 @@ void lookahead_note_read(struct lookaheads *l, const char *bucket, const char *k
 			continue;
 		a->last_read = now;
 		l->reads++;
-		l->reads_ahead += (size_t)at < a->position + a->window;
+		l->reads_ahead += (size_t)at < a->gate;
 		if ((size_t)at < a->position)
 			continue;
 		a->position = (size_t)at + 1;
-		size_t gate = a->position + a->window;
-		prefetch_gate(l->p, a->job, gate < a->n_keys ? gate : a->n_keys);
+		la_move(l, a);
 	}
 	pthread_mutex_unlock(&l->lock);
 }

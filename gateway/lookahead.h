@@ -1,10 +1,12 @@
 /*
  * lookahead.h - read-order lookahead: a job tells larder the order in
  * which it will read a bucket's objects, and larder keeps the next
- * `window` objects of that list warm ahead of the furthest one read so far.
+ * `window` objects of that list warm ahead of the furthest one read so far,
+ * or (window_bytes) the next objects while their bytes stay under a bound.
  *
  * A lookahead is a gated prefetch job (prefetch.h) over its key list: the
- * gate is the furthest key read plus the window, so warming runs at the
+ * gate is the furthest key read plus the window (with window_bytes, as far
+ * as the sizes the job has learnt allow), so warming runs at the
  * prefetch's small concurrency, below client reads, and fetches through
  * the chunk owners in a cluster like any warm job. Reads are noted where
  * the cached read path begins a GET (cache.c). A lookahead ends (done) when
@@ -26,6 +28,7 @@ struct lookaheads;
 
 #define LOOKAHEAD_WINDOW_MAX 4096
 #define LOOKAHEAD_MANIFEST_MAX (64u << 20)
+#define LOOKAHEAD_WINDOW_BYTES_MAX (1ull << 50) /* 1 PiB */
 
 struct lookahead_req {
 	const char *bucket;
@@ -33,6 +36,12 @@ struct lookahead_req {
 	size_t n_keys;
 	const char *manifest; /* else: key of an object listing them, one a line */
 	size_t window;        /* objects kept warm ahead: 1..LOOKAHEAD_WINDOW_MAX */
+	/* 0, or 1..LOOKAHEAD_WINDOW_BYTES_MAX: objects start ahead of the
+	 * furthest read only while those started past it add up to fewer bytes
+	 * (one whose size is not learnt yet counts as the mean of those learnt,
+	 * as the whole window before any is); the first one ahead always starts.
+	 * With both bounds the tighter one holds. */
+	uint64_t window_bytes;
 	unsigned concurrency; /* objects warmed at once; 0: 32 */
 	double idle_s;        /* 0: the setting (LARDER_LOOKAHEAD_IDLE) */
 };
@@ -43,7 +52,7 @@ struct lookahead_info {
 	char bucket[256];
 	uint64_t keys;     /* keys in the list */
 	uint64_t position; /* keys up to the furthest one read */
-	uint64_t window;
+	uint64_t window, window_bytes; /* window_bytes 0: none */
 	uint64_t objects, bytes; /* warmed so far */
 	double idle_s;
 };

@@ -162,6 +162,13 @@ static bool pin_fits(struct pf_job *j)
 	return false;
 }
 
+/* Tells the job's sized callback (prefetch_req) o's size, 0: it failed. */
+static void tell_size(const struct pf_job *j, const struct pf_obj *o, uint64_t size)
+{
+	if (j->sized)
+		j->sized(j->sized_arg, j->id, o->index, size);
+}
+
 /* One step for one object; true when it is finished. */
 static bool obj_step(struct pf_job *j, struct pf_obj *o)
 {
@@ -173,6 +180,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		atomic_store(&o->woken, false);
 		if (o->meta_tries++ > 2) {
 			atomic_fetch_add(&j->errors, 1);
+			tell_size(j, o, 0);
 			return true;
 		}
 		o->waiter.wake = obj_wake;
@@ -191,10 +199,12 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 	}
 	if (o->meta->negative) {
 		atomic_fetch_add(&j->errors, 1);
+		tell_size(j, o, 0);
 		return true;
 	}
 	if (!o->sized) {
 		o->sized = true;
+		tell_size(j, o, o->meta->size);
 		atomic_fetch_add(&j->bytes_total, o->meta->size);
 		o->n_chunks = obj_chunk_count(o->meta->size, ob->chunk_bytes);
 	}
@@ -272,6 +282,7 @@ static bool job_step(struct pf_job *j)
 		    (!j->gated || j->next_key < atomic_load(&j->gate))) {
 			o->magic = PF_OBJ_MAGIC;
 			o->key = strdup(j->keys[j->next_key]);
+			o->index = j->next_key;
 			o->sized = j->sizes[j->next_key] != 0;
 			if (o->sized)
 				o->n_chunks = obj_chunk_count(j->sizes[j->next_key],
@@ -447,6 +458,8 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	}
 	j->listing_done = rq->keys != NULL;
 	j->gated = rq->gated;
+	j->sized = rq->sized;
+	j->sized_arg = rq->sized_arg;
 	j->listed = !rq->keys && !rq->manifest;
 	atomic_store(&j->state, PF_LISTING);
 	pthread_mutex_lock(&p->lock);

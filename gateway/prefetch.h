@@ -35,6 +35,10 @@ struct prefetch_req {
 	bool gated;                     /* a lookahead's: only keys below the gate start
 	                                   (prefetch_gate); not in prefetch_list */
 	uint64_t pin_seconds;           /* > 0: pin what it warms this long (gateway/pins.h) */
+	/* Or NULL. Told each key's size (by its place in keys) once the job has
+	 * learnt it, or 0 when the object failed; on the loop's thread. */
+	void (*sized)(void *arg, const char *job, size_t index, uint64_t size);
+	void *sized_arg;
 };
 
 struct prefetch_info {

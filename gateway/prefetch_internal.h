@@ -30,6 +30,7 @@ enum pf_state { PF_LISTING, PF_WARMING, PF_DONE, PF_FAILED, PF_CANCELLED };
 struct pf_obj {
 	unsigned magic;              /* PF_OBJ_MAGIC while it has a key */
 	char *key;
+	size_t index;                /* its place in the job's keys */
 	struct obj_meta *meta;
 	struct chunk_waiter waiter;
 	struct obj_meta_ask ask;
@@ -67,6 +68,8 @@ struct pf_job {
 	bool pin;                    /* pins what it warms (pins.h; the pin's id is the job's) */
 	char pin_hdr[PIN_HEADER_MAX]; /* its chunk fetches to owners ask them to pin too */
 	_Atomic bool pin_refused;
+	void (*sized)(void *arg, const char *job, size_t index, uint64_t size); /* prefetch_req */
+	void *sized_arg;
 
 	struct transfer x;           /* a listing page or the manifest */
 	struct shaper_slot slot;     /* its place in the S3 prefix's window (background) */

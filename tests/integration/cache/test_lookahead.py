@@ -144,6 +144,48 @@ class Lookahead(AdminCalls, LarderCase):
         st, r = self.call("DELETE", "/admin/lookahead/" + la)
         self.assertEqual((st, r["error"]), (404, "not_found"), r)
 
+    def test_byte_window_keeps_that_many_bytes_ahead(self):
+        size = 20000
+        keys = ["bytes/%03d.bin" % i for i in range(12)]
+        for i, k in enumerate(keys):
+            self.direct.put_object(Bucket=BUCKET, Key=k, Body=bytes([i]) * size)
+        mark = self.upstream.mark()
+
+        def fetched():
+            gets = self.upstream_gets(mark, "bytes")
+            self.assertEqual(set(gets.values()) - {1}, set(), gets)
+            return sorted(gets)
+
+        def want(n):
+            return ["/%s/%s" % (BUCKET, k) for k in keys[:n]]
+        st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "keys": keys,
+                                                       "window_bytes": 3 * size})
+        self.assertEqual(st, 201, r)
+        la = r["id"]
+        # Nothing read yet: three objects' bytes are warmed, and no further.
+        self.wait_for(la, lambda l: l["objects"] == 3, "the first window warm")
+        time.sleep(0.5)
+        l = self.info(la)
+        self.assertEqual((l["objects"], l["bytes"], l["window_bytes"]), (3, 3 * size, 3 * size))
+        self.assertEqual(fetched(), want(3))
+        # The first read: the next three past it, exactly.
+        r = self.read(keys[0])
+        self.assertEqual((r.cache, r.body), ("hit", bytes([0]) * size))
+        self.wait_for(la, lambda l: l["objects"] == 4, "key 3 warm")
+        time.sleep(0.5)
+        self.assertEqual(self.info(la)["objects"], 4)
+        self.assertEqual(fetched(), want(4))
+        # Reading on moves the window.
+        self.read(keys[1])
+        self.read(keys[2])
+        self.wait_for(la, lambda l: l["objects"] == 6, "keys 4 and 5 warm")
+        time.sleep(0.5)
+        self.assertEqual(fetched(), want(6))
+        st, stats = self.call("GET", "/admin/stats")
+        mine = [x for x in stats["lookaheads"] if x["id"] == la]
+        self.assertEqual([(x["position"], x["window_bytes"]) for x in mine], [(3, 3 * size)])
+        self.assertEqual(self.call("DELETE", "/admin/lookahead/" + la)[0], 200)
+
     def lookahead_metrics(self):
         """The larder_lookahead* samples of /metrics, by name and labels."""
         req = urllib.request.Request(self.admin + "/metrics")
@@ -221,10 +263,11 @@ class Lookahead(AdminCalls, LarderCase):
         def cli(*args):
             return subprocess.run([harness.larder_binary(), "lookahead"] + list(args), env=env,
                                   capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
-        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
-            f.write("\n".join(keys[6:]) + "\n")
-            f.flush()
-            p = cli("--window", "2", "--keys-file", f.name, "s3://" + BUCKET)
+        f = tempfile.NamedTemporaryFile("w", suffix=".txt")
+        self.addCleanup(f.close)
+        f.write("\n".join(keys[6:]) + "\n")
+        f.flush()
+        p = cli("--window", "2", "--keys-file", f.name, "s3://" + BUCKET)
         self.assertEqual(p.returncode, 0, p.stderr)
         la = p.stdout.decode().strip()
         self.assertEqual(self.info(la)["keys"], 6)
@@ -239,8 +282,24 @@ class Lookahead(AdminCalls, LarderCase):
         self.assertIn("--keys-file", p.stderr.decode())
         p = cli("--window", "0", "--keys-file", "x", "s3://" + BUCKET)
         self.assertEqual(p.returncode, 2)
+        p = cli("--window-bytes", "512MiB", "--keys-file", f.name, "s3://" + BUCKET)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        l = self.info(p.stdout.decode().strip())
+        self.assertEqual((l["window"], l["window_bytes"]), (4096, 512 << 20), l)
+        p = cli("--window", "3", "--window-bytes", "64k", "--keys-file", f.name,
+                "s3://" + BUCKET)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        l = self.info(p.stdout.decode().strip())
+        self.assertEqual((l["window"], l["window_bytes"]), (3, 64000), l)
+        p = cli("--window-bytes", "lots", "--keys-file", f.name, "s3://" + BUCKET)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--window-bytes", p.stderr.decode())
+        p = cli("--keys-file", "x", "s3://" + BUCKET)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--window-bytes", p.stderr.decode())
 
     def test_bad_input_gets_a_clear_400(self):
+        bad_bytes = '"window_bytes" must be a number of bytes'
         cases = [
             ({"keys": ["a"], "window": 2}, "bucket"),
             ({"bucket": BUCKET, "keys": "a", "window": 2}, "list"),
@@ -255,6 +314,13 @@ class Lookahead(AdminCalls, LarderCase):
             ({"bucket": BUCKET, "keys": ["a"], "window": 2, "concurrency": 65}, "concurrency"),
             ({"bucket": BUCKET, "keys": ["a"], "window": 2, "windows": 2}, "windows"),
             ({"bucket": "bad/bucket", "keys": ["a"], "window": 2}, "bucket name"),
+            ({"bucket": BUCKET, "keys": ["a"], "window_bytes": 0}, bad_bytes),
+            ({"bucket": BUCKET, "keys": ["a"], "window_bytes": -1}, bad_bytes),
+            ({"bucket": BUCKET, "keys": ["a"], "window_bytes": "1MiB"}, bad_bytes),
+            ({"bucket": BUCKET, "keys": ["a"], "window_bytes": 1.5}, bad_bytes),
+            ({"bucket": BUCKET, "keys": ["a"], "window_bytes": 2 ** 51}, bad_bytes),
+            ({"bucket": BUCKET, "keys": ["a"], "window": 0, "window_bytes": 10},
+             '"window" must be'),
         ]
         for body, word in cases:
             st, r = self.call("POST", "/admin/lookahead", body)

@@ -1,7 +1,7 @@
 /*
  * test_lookahead.c - gateway/lookahead.c against a stand-in prefetch (the
  * functions of prefetch.h it calls are defined here): where the gate goes as
- * reads arrive, manifests, the idle and done ends, out-of-memory paths, and
+ * reads arrive, byte windows as sizes are learnt, manifests, the idle and done ends, out-of-memory paths, and
  * reads from two threads at once (run under TSan too).
  */
 #include <setjmp.h>
@@ -33,6 +33,8 @@ static unsigned started_conc, cancels;
 static bool started_gated;
 static char job_state[16] = "warming";
 static const char *manifest_text; /* NULL: the manifest cannot be read */
+static void (*sized_fn)(void *arg, const char *job, size_t index, uint64_t size);
+static void *sized_arg;
 
 int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24], char *err,
                    size_t errlen)
@@ -42,6 +44,8 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	started_keys = rq->n_keys;
 	started_conc = rq->concurrency;
 	started_gated = rq->gated;
+	sized_fn = rq->sized;
+	sized_arg = rq->sized_arg;
 	gate = 0;
 	snprintf(id, 24, "pf-1");
 	pthread_mutex_unlock(&stub_lock);
@@ -95,6 +99,13 @@ static size_t gate_now(void)
 	size_t g = gate;
 	pthread_mutex_unlock(&stub_lock);
 	return g;
+}
+
+/* The job learnt key index's size. */
+static void learn(size_t index, uint64_t size)
+{
+	assert_non_null(sized_fn);
+	sized_fn(sized_arg, "pf-1", index, size);
 }
 
 /* ---- fixtures ---------------------------------------------------------------------- */
@@ -183,6 +194,73 @@ static void test_gate_follows_the_furthest_read(void **state)
 	assert_string_equal(i.bucket, "b");
 }
 
+static void start_bytes(struct fx *f, size_t window, uint64_t window_bytes)
+{
+	struct lookahead_req rq = { .bucket = "b", .keys = ten, .n_keys = 10, .window = window,
+		                    .window_bytes = window_bytes };
+	char id[24], err[256];
+	assert_int_equal(lookahead_start(f->l, &rq, id, err, sizeof err), 0);
+}
+
+static void test_byte_window_follows_the_sizes_learnt(void **state)
+{
+	struct fx *f = *state;
+	start_bytes(f, 10, 300);
+	assert_int_equal(info_of(f).window_bytes, 300);
+	assert_int_equal(gate_now(), 1); /* no size known: one object, until it is */
+	learn(0, 100);
+	assert_int_equal(gate_now(), 3); /* 100 + two more guessed at the mean, 100 */
+	learn(1, 100);
+	learn(2, 100);
+	assert_int_equal(gate_now(), 3); /* 300 bytes past the furthest read: full */
+	double now = clock_mono_s();
+	lookahead_note_read(f->l, "b", "k0", now);
+	assert_int_equal(gate_now(), 4);
+	learn(3, 1000);
+	lookahead_note_read(f->l, "b", "k2", now);
+	assert_int_equal(gate_now(), 4); /* k3 alone is over the window */
+	lookahead_note_read(f->l, "b", "k3", now);
+	assert_int_equal(gate_now(), 5); /* k4 unknown: guessed at 1300 / 4, over, but one ahead */
+	learn(4, 10);
+	assert_int_equal(gate_now(), 7); /* 10, then k5 and k6 guessed at 1310 / 5 = 262 */
+	learn(9, 5);     /* not started: taken, no harm */
+	learn(4, 7);     /* told twice: the first holds */
+	learn(99, 5);    /* not a key */
+	sized_fn(sized_arg, "pf-9", 5, 1); /* another job */
+	assert_int_equal(gate_now(), 7);
+	lookahead_note_read(f->l, "b", "k8", now);
+	assert_int_equal(gate_now(), 10);
+	assert_int_equal(info_of(f).position, 9);
+}
+
+static void test_tighter_of_the_two_windows(void **state)
+{
+	struct fx *f = *state;
+	start_bytes(f, 2, 1u << 30); /* the count is tighter */
+	learn(0, 100);
+	learn(1, 100);
+	assert_int_equal(gate_now(), 2);
+	lookahead_note_read(f->l, "b", "k0", clock_mono_s());
+	assert_int_equal(gate_now(), 3);
+	struct lookahead_info i = info_of(f);
+	assert_int_equal(i.window, 2);
+	assert_int_equal(i.window_bytes, 1u << 30);
+}
+
+static void test_byte_window_smaller_than_an_object(void **state)
+{
+	struct fx *f = *state;
+	start_bytes(f, 10, 1);
+	learn(0, 100);
+	assert_int_equal(gate_now(), 1);
+	lookahead_note_read(f->l, "b", "k0", clock_mono_s());
+	assert_int_equal(gate_now(), 2); /* one ahead all the same */
+	learn(1, 0); /* failed: it takes no room, so the next may start */
+	assert_int_equal(gate_now(), 3);
+	lookahead_note_read(f->l, "b", "k1", clock_mono_s());
+	assert_int_equal(gate_now(), 3); /* k2, guessed at 100 / 2, is over: the one ahead */
+}
+
 static void test_done_only_when_read_to_the_end(void **state)
 {
 	struct fx *f = *state;
@@ -249,26 +327,37 @@ static void test_manifest(void **state)
 	assert_int_equal(info_of(f).keys, 4); /* the failures added nothing */
 }
 
-static void test_out_of_memory(void **state)
+/* Starts rq failing each allocation in turn: each failure says so and adds
+ * nothing to the listed ones, then it starts. */
+static void start_failing_each_allocation(struct fx *f, const struct lookahead_req *rq,
+                                          size_t listed)
 {
-	struct fx *f = *state;
-	struct lookahead_req rq = { .bucket = "b", .keys = ten, .n_keys = 10, .window = 2 };
 	char id[24], err[256];
 	for (unsigned long n = 1;; n++) {
 		alloc_fail_nth(n);
-		int rc = lookahead_start(f->l, &rq, id, err, sizeof err);
+		int rc = lookahead_start(f->l, rq, id, err, sizeof err);
 		bool fired = alloc_fail_fired();
 		alloc_fail_nth(0);
 		if (!fired) {
 			assert_int_equal(rc, 0);
-			break;
+			return;
 		}
 		assert_int_equal(rc, -1);
 		assert_string_equal(err, "out of memory");
 		struct lookahead_info out[4];
-		assert_int_equal(lookahead_list(f->l, out, 4), 0);
+		assert_int_equal(lookahead_list(f->l, out, 4), listed);
 	}
+}
+
+static void test_out_of_memory(void **state)
+{
+	struct fx *f = *state;
+	struct lookahead_req rq = { .bucket = "b", .keys = ten, .n_keys = 10, .window = 2 };
+	start_failing_each_allocation(f, &rq, 0);
 	assert_int_equal(info_of(f).keys, 10);
+	assert_int_equal(info_of(f).window_bytes, 0);
+	rq.window_bytes = 1000; /* its sizes too */
+	start_failing_each_allocation(f, &rq, 1);
 }
 
 struct reader {
@@ -302,10 +391,37 @@ static void test_reads_from_two_threads(void **state)
 	assert_int_equal(gate_now(), 10);
 }
 
+static void *learn_all(void *arg)
+{
+	(void)arg;
+	for (size_t k = 0; k < 10; k++)
+		learn(k, 100 + k);
+	return NULL;
+}
+
+static void test_sizes_and_reads_from_two_threads(void **state)
+{
+	struct fx *f = *state;
+	start_bytes(f, 10, 250);
+	struct reader a = { f->l, 0 };
+	pthread_t ta, tb;
+	pthread_create(&ta, NULL, read_all, &a);
+	pthread_create(&tb, NULL, learn_all, NULL);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	assert_int_equal(info_of(f).position, 9);
+	assert_int_equal(gate_now(), 10);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_gate_follows_the_furthest_read, setup,
+		                                teardown),
+		cmocka_unit_test_setup_teardown(test_byte_window_follows_the_sizes_learnt, setup,
+		                                teardown),
+		cmocka_unit_test_setup_teardown(test_tighter_of_the_two_windows, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_byte_window_smaller_than_an_object, setup,
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_done_only_when_read_to_the_end, setup,
 		                                teardown),
@@ -313,6 +429,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_manifest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_out_of_memory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reads_from_two_threads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sizes_and_reads_from_two_threads, setup,
+		                                teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
