@@ -433,11 +433,17 @@ def compare(a_dirs, b_dirs):
 
 
 def run_config(d):
+    """The run's configuration and whether it was pinned: "defaults unpinned",
+    "tuned pinned", ... (LOADTEST_PIN can turn either way)."""
     p = os.path.join(d, "config.json")
     if not os.path.exists(p):
-        return "tuned"
+        return "tuned pinned"
     with open(p) as fh:
-        return json.load(fh).get("config", "tuned")
+        cfg = json.load(fh)
+    return "%s %s" % (cfg.get("config", "tuned"), "pinned" if cfg.get("sut_cpu") else "unpinned")
+
+
+SIDE_ORDER = ("defaults unpinned", "defaults pinned", "tuned pinned", "tuned unpinned")
 
 
 def side_figures(d):
@@ -493,13 +499,13 @@ SIDE_ROWS = [
 
 
 def sidebyside(dirs):
-    """Issue 15's table: per configuration (defaults, tuned), each figure's
+    """Issue 15's table: per configuration and pinning, each figure's
     median [min-max] over the runs, and the median of its parts."""
     configs = {}
     for d in dirs:
         configs.setdefault(run_config(d), []).append(d)
-    order = [c for c in ("defaults", "tuned") if c in configs] + \
-        sorted(c for c in configs if c not in ("defaults", "tuned"))
+    order = [c for c in SIDE_ORDER if c in configs] + \
+        sorted(c for c in configs if c not in SIDE_ORDER)
     figs = {d: side_figures(d) for d in dirs}
     header = ["figure"] + [f"{c} ({len(configs[c])} runs)" for c in order] + ["target"]
     rows = []

@@ -39,7 +39,7 @@
 # LOADTEST_NETNS (auto|0), LOADTEST_DELAY_MS (20), LOADTEST_RATE (100m),
 # LOADTEST_PEER_DIR (the nginx peer's and files' run and cache directories; default: on
 # /dev/shm, see below), LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU, LOADTEST_CONFIG (tuned|defaults),
-# LOADTEST_NVME (1|0), sizes: LOADTEST_CONCURRENCIES (a: "8 16 32 64"), LOADTEST_STORM_MIB (d),
+# LOADTEST_PIN (1|0: pin or not, whatever the configuration does), LOADTEST_NVME (1|0), sizes: LOADTEST_CONCURRENCIES (a: "8 16 32 64"), LOADTEST_STORM_MIB (d),
 # LOADTEST_SHARDS (c: MiB sizes), LOADTEST_SHARD_READERS (c: "1 8"), LOADTEST_LEAN (1: only the
 # runs of table.sh's figures: e without large objects and files, c without warm reads),
 # LOADTEST_PORT_BASE (18080: larder; +1, +2 the nginx peer and files, +10 the origin, +15
@@ -83,6 +83,13 @@ case "$config" in
   tuned) ;;
   defaults) sut_cpu=""; cli_cpu=""; LOADTEST_NVME=1;;
   *) echo "run.sh: LOADTEST_CONFIG must be tuned or defaults, not $config" >&2; exit 2;;
+esac
+# LOADTEST_PIN overrides the configuration's pinning: 1 pins (tuned's CPUs), 0 does not.
+case "${LOADTEST_PIN:-}" in
+  "") ;;
+  0) sut_cpu=""; cli_cpu="";;
+  1) if ((ncpu >= 2)); then sut_cpu="${LOADTEST_SUT_CPU:-0}"; cli_cpu="${LOADTEST_CLIENT_CPU:-1}"; fi;;
+  *) echo "run.sh: LOADTEST_PIN must be 0 or 1, not $LOADTEST_PIN" >&2; exit 2;;
 esac
 lean="${LOADTEST_LEAN:-0}"
 nvme="${LOADTEST_NVME:-1}"   # defaults: the NVMe tier always
@@ -135,11 +142,11 @@ echo "   larder: $larder_bin; results: $res"
 if [[ "$config" == tuned ]]; then
   nv="RAM tier + NVMe tier in a and b"; ((nvme)) || nv="RAM tier only"
   echo "   configuration: tuned: larder 1 worker, access log off, 8 MiB chunks, metadata immutable,"
-  echo "     $nv; nginx peer 1 worker, access log off; pinned as below"
+  echo "     $nv; nginx peer 1 worker, access log off"
 else
   echo "   configuration: defaults: larder's shipped defaults (workers = cores, access log to stdout,"
   echo "     NVMe tier in LARDER_CACHE_DIR at its default size); nginx peer one worker per core,"
-  echo "     access log on; nothing pinned"
+  echo "     access log on"
 fi
 own="$(env | sed -n 's/^\(LARDER_[A-Z0-9_]*\)=.*/\1/p' | grep -vx 'LARDER_BIN\|LARDER_BUILD_DIR' \
   | paste -sd' ' - || true)"
@@ -158,9 +165,9 @@ else
 fi
 origin="$origin_ip:$origin_port"
 if [[ -n "$sut_cpu" ]]; then
-  echo "   pinning: system under test on CPU $sut_cpu (1 worker); loadgen + origin on CPU $cli_cpu"
-elif [[ "$config" == defaults ]]; then
-  echo "   pinning: none (defaults)"
+  echo "   pinning: system under test on CPU $sut_cpu; loadgen + origin on CPU $cli_cpu"
+elif [[ "$config" == defaults || "${LOADTEST_PIN:-}" == 0 ]]; then
+  echo "   pinning: none ($([[ "${LOADTEST_PIN:-}" == 0 ]] && echo LOADTEST_PIN=0 || echo defaults))"
 else
   echo "   pinning: none (fewer than 2 CPUs)"
 fi

@@ -12,13 +12,16 @@
 #          256 MiB; about 85 s per run, 8.5 minutes for 3 rounds on 2 cores
 #   full:  20,000 objects, 10 s per hit run
 #   smoke: tiny sizes, to prove it runs; the figures mean nothing
+# LOADTEST_TABLE: which configurations, as CONFIG:PIN words (default "defaults:0
+# tuned:1": the shipped defaults unpinned, the tuned set-up pinned); "all" adds
+# defaults pinned and tuned unpinned ("defaults:0 defaults:1 tuned:1 tuned:0").
 # Environment: as run.sh (LARDER_BIN, LOADTEST_BUILD, LOADTEST_WORK, ...).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode=quick
 if [[ "${1:-}" == quick || "${1:-}" == full || "${1:-}" == smoke ]]; then mode="$1"; shift; fi
 rounds="${1:-3}"
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { sed -n '2,17p' "$0" >&2; exit 2; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { sed -n '2,20p' "$0" >&2; exit 2; }
 export LOADTEST_CONCURRENCIES="8 32 64" LOADTEST_SHARD_READERS=1
 export LOADTEST_STORM_MIB=256 LOADTEST_SHARDS=256 LOADTEST_LEAN=1
 if [[ "$mode" == smoke ]]; then
@@ -27,10 +30,16 @@ fi
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
 dirs=()
 t0=$SECONDS
+combos="${LOADTEST_TABLE:-defaults:0 tuned:1}"
+[[ "$combos" != all ]] || combos="defaults:0 defaults:1 tuned:1 tuned:0"
+for combo in $combos; do
+  [[ "$combo" =~ ^(defaults|tuned):[01]$ ]] || { echo "table.sh: LOADTEST_TABLE: $combo?" >&2; exit 2; }
+done
 for ((i = 1; i <= rounds; i++)); do
-  for cfg in defaults tuned; do
-    echo "== round $i/$rounds: $cfg ($((SECONDS - t0)) s so far)"
-    LOADTEST_CONFIG="$cfg" LOADTEST_NVME=0 "$here/run.sh" "$mode" a d e c > /dev/null
+  for combo in $combos; do
+    cfg="${combo%:*}" pin="${combo#*:}"
+    echo "== round $i/$rounds: $cfg, pinned $pin ($((SECONDS - t0)) s so far)"
+    LOADTEST_CONFIG="$cfg" LOADTEST_PIN="$pin" LOADTEST_NVME=0 "$here/run.sh" "$mode" a d e c > /dev/null
     dirs+=("$(readlink -f "$here/results/latest")")
     sleep 1   # results folders are named by the second
   done
