@@ -284,6 +284,18 @@ json_t *cli_json_answer(const struct opts *o, long status, const struct buf *res
 	return NULL;
 }
 
+json_t *cli_ask(const struct opts *o, const char *method, const char *path, const char *body)
+{
+	struct buf resp;
+	buf_init(&resp, RESPONSE_MAX);
+	long status = 0;
+	json_t *doc = cli_call_method(o, method, path, body, &status, &resp) == 0
+	                      ? cli_json_answer(o, status, &resp)
+	                      : NULL;
+	buf_fini(&resp);
+	return doc;
+}
+
 /* ---- stats ---------------------------------------------------------------------- */
 
 uint64_t cli_num(json_t *row, const char *k)
@@ -508,12 +520,8 @@ int cli_purge(int argc, char **argv)
 		fprintf(stderr, "larder purge: out of memory\n");
 		return 1;
 	}
-	struct buf resp;
-	buf_init(&resp, RESPONSE_MAX);
-	long status = 0;
-	rc = cli_call(&o, "/admin/purge", body, &status, &resp);
+	json_t *doc = cli_ask(&o, NULL, "/admin/purge", body);
 	free(body);
-	json_t *doc = rc == 0 ? cli_json_answer(&o, status, &resp) : NULL;
 	if (doc) {
 		uint64_t n = cli_num(doc, "purged_objects");
 		printf("purged %llu object%s %s s3://%.*s/%s\n", (unsigned long long)n,
@@ -523,6 +531,5 @@ int cli_purge(int argc, char **argv)
 		rc = 1;
 	}
 	json_decref(doc);
-	buf_fini(&resp);
 	return rc;
 }

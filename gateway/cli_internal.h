@@ -47,6 +47,10 @@ int cli_call(const struct opts *o, const char *path, const char *post_body, long
  * message (or what came instead) on stderr and returns NULL. */
 json_t *cli_json_answer(const struct opts *o, long status, const struct buf *resp);
 
+/* cli_call_method, then cli_json_answer: the answer's object, or NULL with
+ * the failure reported on stderr. */
+json_t *cli_ask(const struct opts *o, const char *method, const char *path, const char *body);
+
 /* GET path and print the answer: as it is with --json, else with print. */
 int cli_get_and_print(const struct opts *o, const char *path, void (*print)(json_t *doc));
 

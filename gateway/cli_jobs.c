@@ -259,16 +259,11 @@ int cli_jobs(int argc, char **argv)
 		fprintf(stderr, "larder jobs: \"%s\" is not a job id\n", o.cancel);
 		return 2;
 	}
-	struct buf resp;
-	buf_init(&resp, RESPONSE_MAX);
-	long status = 0;
-	rc = cli_call_method(&o, "DELETE", path, NULL, &status, &resp);
-	json_t *doc = rc == 0 ? cli_json_answer(&o, status, &resp) : NULL;
+	json_t *doc = cli_ask(&o, "DELETE", path, NULL);
 	if (doc)
 		printf("cancelling %s\n", o.cancel);
 	rc = doc ? 0 : 1;
 	json_decref(doc);
-	buf_fini(&resp);
 	return rc;
 }
 
@@ -304,16 +299,11 @@ static void print_lookaheads(json_t *doc)
 static int lookahead_call(const struct opts *o, const char *method, const char *path,
                           const char *body)
 {
-	struct buf resp;
-	buf_init(&resp, RESPONSE_MAX);
-	long status = 0;
-	int rc = cli_call_method(o, method, path, body, &status, &resp);
-	json_t *doc = rc == 0 ? cli_json_answer(o, status, &resp) : NULL;
+	json_t *doc = cli_ask(o, method, path, body);
 	if (doc)
 		printf("%s\n", json_string_value(json_object_get(doc, "id")));
-	rc = doc && fflush(stdout) == 0 ? 0 : 1;
+	int rc = doc && fflush(stdout) == 0 ? 0 : 1;
 	json_decref(doc);
-	buf_fini(&resp);
 	return rc;
 }
 
@@ -362,18 +352,13 @@ int cli_unpin(int argc, char **argv)
 		fprintf(stderr, "larder unpin: \"%s\" is not valid UTF-8\n", o.target);
 		return 2;
 	}
-	struct buf resp;
-	buf_init(&resp, RESPONSE_MAX);
-	long status = 0;
-	rc = cli_call(&o, "/admin/unpin", body, &status, &resp);
+	json_t *doc = cli_ask(&o, NULL, "/admin/unpin", body);
 	free(body);
-	json_t *doc = rc == 0 ? cli_json_answer(&o, status, &resp) : NULL;
 	if (doc)
 		printf("unpinned %llu pin%s\n", (unsigned long long)cli_num(doc, "unpinned"),
 		       cli_num(doc, "unpinned") == 1 ? "" : "s");
 	rc = doc ? 0 : 1;
 	json_decref(doc);
-	buf_fini(&resp);
 	return rc;
 }
 
@@ -573,16 +558,11 @@ int cli_profile(int argc, char **argv)
 		fprintf(stderr, "larder profile: the name or the key is not valid UTF-8\n");
 		return 2;
 	}
-	struct buf resp;
-	buf_init(&resp, RESPONSE_MAX);
-	long status = 0;
-	rc = cli_call(&o, path, body ? body : "", &status, &resp);
+	json_t *doc = cli_ask(&o, NULL, path, body ? body : "");
 	free(body);
-	json_t *doc = rc == 0 ? cli_json_answer(&o, status, &resp) : NULL;
 	if (doc)
 		printf("profile %s: %s\n", name, start ? "recording" : "stopped and saved");
 	rc = doc ? 0 : 1;
 	json_decref(doc);
-	buf_fini(&resp);
 	return rc;
 }

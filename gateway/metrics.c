@@ -357,6 +357,13 @@ static int sample(struct buf *b, const char *name, const char *labels, uint64_t 
 	                  labels ? "}" : "", v);
 }
 
+/* A family of one unlabelled sample. */
+static int single(struct buf *b, const char *name, const char *type, uint64_t v, const char *help)
+{
+	int r = family(b, name, type, help);
+	return r ? r : sample(b, name, NULL, v);
+}
+
 /* A label value as the text format wants it: backslash, double quote and
  * newline escaped (a pin's id comes from a client or another node). */
 static int label_value(struct buf *b, const char *v)
@@ -459,21 +466,16 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 	};
 	for (size_t i = 0; i < sizeof per_tier / sizeof per_tier[0]; i++)
 		r = r ? r : render_labeled(b, &per_tier[i]);
-	r = r ? r : family(b, "larder_cache_chunk_misses_total", "counter",
+	r = r ? r : single(b, "larder_cache_chunk_misses_total", "counter", st->misses,
 	                   "Chunk lookups no tier held (an upstream fetch).");
-	r = r ? r : sample(b, "larder_cache_chunk_misses_total", NULL, st->misses);
-	r = r ? r : family(b, "larder_coalesced_waiters_total", "counter",
+	r = r ? r : single(b, "larder_coalesced_waiters_total", "counter", st->coalesced,
 	                   "Chunk lookups that joined a fetch or NVMe read already in flight.");
-	r = r ? r : sample(b, "larder_coalesced_waiters_total", NULL, st->coalesced);
-	r = r ? r : family(b, "larder_inflight_fetches", "gauge",
+	r = r ? r : single(b, "larder_inflight_fetches", "gauge", st->inflight,
 	                   "Chunks being produced right now (upstream fetches and NVMe reads).");
-	r = r ? r : sample(b, "larder_inflight_fetches", NULL, st->inflight);
-	r = r ? r : family(b, "larder_cache_filling_bytes", "gauge",
+	r = r ? r : single(b, "larder_cache_filling_bytes", "gauge", st->ram_filling,
 	                   "RAM reserved by chunks being filled.");
-	r = r ? r : sample(b, "larder_cache_filling_bytes", NULL, st->ram_filling);
-	r = r ? r : family(b, "larder_cache_ram_overcommits_total", "counter",
+	r = r ? r : single(b, "larder_cache_ram_overcommits_total", "counter", st->ram_overcommits,
 	                   "Chunk reservations that took RAM use past its capacity.");
-	r = r ? r : sample(b, "larder_cache_ram_overcommits_total", NULL, st->ram_overcommits);
 	r = r ? r : family(b, "larder_pinned_bytes", "gauge",
 	                   "Bytes of pinned chunks held, by tier.");
 	r = r ? r : sample(b, "larder_pinned_bytes", "tier=\"ram\"", st->ram_pinned);
@@ -486,10 +488,9 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 	if (st->disk_capacity)
 		r = r ? r : sample(b, "larder_pin_limit_bytes", "tier=\"nvme\"", st->nvme_pin_limit);
 	if (st->disk_capacity) { /* no NVMe tier configured: nothing to be up or down */
-		r = r ? r : family(b, "larder_nvme_up", "gauge",
+		r = r ? r : single(b, "larder_nvme_up", "gauge", st->disk_ok ? 1 : 0,
 		                   "1 while the NVMe tier is in use, 0 once disabled after write "
 		                   "failures.");
-		r = r ? r : sample(b, "larder_nvme_up", NULL, st->disk_ok ? 1 : 0);
 	}
 	return r;
 }
@@ -505,21 +506,16 @@ static int render_upstream(struct buf *b)
 			r = buf_printf(b, "larder_upstream_requests_total{status=\"%d\"} %" PRIu64 "\n",
 			               s, v);
 	}
-	r = r ? r : family(b, "larder_upstream_response_bytes_total", "counter",
+	r = r ? r : single(b, "larder_upstream_response_bytes_total", "counter", get(&M.up_bytes),
 	                   "Response body bytes received from upstream.");
-	r = r ? r : sample(b, "larder_upstream_response_bytes_total", NULL, get(&M.up_bytes));
-	r = r ? r : family(b, "larder_upstream_errors_total", "counter",
+	r = r ? r : single(b, "larder_upstream_errors_total", "counter", get(&M.up_errors),
 	                   "Upstream requests that failed: no response, broken off, or a 5xx.");
-	r = r ? r : sample(b, "larder_upstream_errors_total", NULL, get(&M.up_errors));
-	r = r ? r : family(b, "larder_upstream_retries_total", "counter",
+	r = r ? r : single(b, "larder_upstream_retries_total", "counter", get(&M.up_retries),
 	                   "Upstream requests that repeated an earlier attempt.");
-	r = r ? r : sample(b, "larder_upstream_retries_total", NULL, get(&M.up_retries));
-	r = r ? r : family(b, "larder_upstream_throttled_total", "counter",
+	r = r ? r : single(b, "larder_upstream_throttled_total", "counter", get(&M.up_throttled),
 	                   "Upstream answers 503 SlowDown, each one lowering its prefix's window.");
-	r = r ? r : sample(b, "larder_upstream_throttled_total", NULL, get(&M.up_throttled));
-	r = r ? r : family(b, "larder_upstream_shaped_waits_total", "counter",
+	r = r ? r : single(b, "larder_upstream_shaped_waits_total", "counter", get(&M.up_shaped_waits),
 	                   "Upstream requests that waited for a slot in their prefix's window.");
-	r = r ? r : sample(b, "larder_upstream_shaped_waits_total", NULL, get(&M.up_shaped_waits));
 	r = r ? r : family(b, "larder_upstream_request_duration_seconds", "histogram",
 	                   "Time of whole upstream requests.");
 	uint64_t cum = 0;
@@ -536,14 +532,12 @@ static int render_upstream(struct buf *b)
 
 static int render_lookahead(struct buf *b, const struct lookahead_stats *l)
 {
-	int r = family(b, "larder_lookaheads", "gauge", "Read-order lookaheads running.");
-	r = r ? r : sample(b, "larder_lookaheads", NULL, l->running);
-	r = r ? r : family(b, "larder_lookahead_objects_total", "counter",
+	int r = single(b, "larder_lookaheads", "gauge", l->running,
+                    "Read-order lookaheads running.");
+	r = r ? r : single(b, "larder_lookahead_objects_total", "counter", l->objects,
 	                   "Objects warmed ahead of their readers by lookaheads.");
-	r = r ? r : sample(b, "larder_lookahead_objects_total", NULL, l->objects);
-	r = r ? r : family(b, "larder_lookahead_bytes_total", "counter",
+	r = r ? r : single(b, "larder_lookahead_bytes_total", "counter", l->bytes,
 	                   "Bytes warmed ahead of their readers by lookaheads.");
-	r = r ? r : sample(b, "larder_lookahead_bytes_total", NULL, l->bytes);
 	r = r ? r : family(b, "larder_lookahead_reads_total", "counter",
 	                   "Reads of keys a running lookahead lists, by whether the lookahead had "
 	                   "asked for the key before the read (ahead) or not (behind).");
@@ -559,12 +553,10 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 	r = r ? r : render_cache(out, g ? g->store : NULL);
 	r = r ? r : render_upstream(out);
 	if (!r && g) {
-		r = family(out, "larder_metadata_objects", "gauge",
-		           "Objects in the metadata cache.");
-		r = r ? r : sample(out, "larder_metadata_objects", NULL, g->meta_entries);
-		r = r ? r : family(out, "larder_client_connections", "gauge",
+		r = single(out, "larder_metadata_objects", "gauge", g->meta_entries,
+		                   "Objects in the metadata cache.");
+		r = r ? r : single(out, "larder_client_connections", "gauge", g->open_connections,
 		                   "Open client connections.");
-		r = r ? r : sample(out, "larder_client_connections", NULL, g->open_connections);
 		r = r ? r : family(out, "larder_prefetch_jobs", "gauge",
 		                   "Prefetch jobs known, by state (finished ones are kept for a while).");
 		r = r ? r : sample(out, "larder_prefetch_jobs", "state=\"running\"", g->jobs_running);
@@ -572,12 +564,10 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		r = r ? r : sample(out, "larder_prefetch_jobs", "state=\"failed\"", g->jobs_failed);
 		r = r ? r : sample(out, "larder_prefetch_jobs", "state=\"cancelled\"",
 		                   g->jobs_cancelled);
-		r = r ? r : family(out, "larder_prefetch_bytes", "gauge",
+		r = r ? r : single(out, "larder_prefetch_bytes", "gauge", g->prefetch_bytes,
 		                   "Bytes warmed by the prefetch jobs still listed.");
-		r = r ? r : sample(out, "larder_prefetch_bytes", NULL, g->prefetch_bytes);
-		r = r ? r : family(out, "larder_pins", "gauge",
+		r = r ? r : single(out, "larder_pins", "gauge", g->n_pins,
 		                   "Pins in force (warm jobs with --pin, until they end).");
-		r = r ? r : sample(out, "larder_pins", NULL, g->n_pins);
 		r = r ? r : family(out, "larder_pin_bytes", "gauge",
 		                   "Bytes of the chunks each pin holds so far, by pin id.");
 		for (size_t i = 0; i < g->n_pins && !r; i++) {
@@ -602,12 +592,10 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 	if (!r && g && g->lookaheads)
 		r = render_lookahead(out, &g->lookahead);
 	if (!r && g && g->clustered) {
-		r = family(out, "larder_cluster_redis_up", "gauge",
-		           "1 when this node reaches Redis (0: it serves alone).");
-		r = r ? r : sample(out, "larder_cluster_redis_up", NULL, g->redis_up ? 1 : 0);
-		r = r ? r : family(out, "larder_cluster_members", "gauge",
+		r = single(out, "larder_cluster_redis_up", "gauge", g->redis_up ? 1 : 0,
+		                   "1 when this node reaches Redis (0: it serves alone).");
+		r = r ? r : single(out, "larder_cluster_members", "gauge", g->cluster_members,
 		                   "Live nodes this node sees, itself included.");
-		r = r ? r : sample(out, "larder_cluster_members", NULL, g->cluster_members);
 		r = r ? r : family(out, "larder_cluster_invalidations_total", "counter",
 		                   "Invalidations published to and received from the other nodes.");
 		r = r ? r : sample(out, "larder_cluster_invalidations_total", "direction=\"sent\"",
