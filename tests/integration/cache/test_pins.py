@@ -45,6 +45,12 @@ class PinnedSet:
         for i in range(n_big):
             cls.direct.put_object(Bucket="pin", Key="big/%d.bin" % i, Body=blob(2000 + i, 8 * MiB))
 
+    def pin_stats(self):
+        """/admin/stats' pins and cache sections."""
+        st, stats = self.call("GET", "/admin/stats")
+        self.assertEqual(st, 200, stats)
+        return stats["pins"], stats["cache"]
+
     def metrics(self):
         req = urllib.request.Request(self.admin + "/metrics")
         req.add_header("Authorization", "Bearer " + self.ADMIN_TOKEN)
@@ -91,9 +97,8 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
 
 
     def pins(self):
-        st, stats = self.call("GET", "/admin/stats")
-        self.assertEqual(st, 200, stats)
-        return stats["pins"], stats["cache"]["pinned_bytes"]
+        pins, cache = self.pin_stats()
+        return pins, cache["pinned_bytes"]
 
     def test_pinned_set_stays_through_streaming_then_unpin_lets_it_go(self):
         info = self.warm({"prefix": "pinned/", "pin_seconds": 3600})

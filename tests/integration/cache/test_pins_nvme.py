@@ -35,18 +35,13 @@ class PinsNvme(PinnedSet, AdminCalls, CacheCase):
         # 160 MiB streamed: more than both tiers; big/: 72 MiB, more than either cap
         cls.upload(n_pinned=N_PINNED, n_stream=20, n_big=9)
 
-    def cache_stats(self):
-        st, stats = self.call("GET", "/admin/stats")
-        self.assertEqual(st, 200, stats)
-        return stats["pins"], stats["cache"]
-
     def test_a_pin_past_the_ram_cap_stays_on_nvme_then_unpin_lets_it_go(self):
         st, r = self.call("POST", "/admin/prefetch", {"bucket": "pin", "prefix": "pinned/",
                                                       "pin_seconds": 3600})
         self.assertEqual(st, 202, r)
         info = self.wait_job(r["job"])
         self.assertEqual((info["state"], info["errors"]), ("done", 0), info)
-        pins, cache = self.cache_stats()
+        pins, cache = self.pin_stats()
         self.assertEqual([(p["id"], p["bytes"]) for p in pins], [(info["id"], N_PINNED * MiB)])
         self.assertEqual(cache["pinned_bytes"], 16 * MiB)          # the RAM cap's worth
         self.assertEqual(cache["pin_limit_bytes"], 16 * MiB)
@@ -56,7 +51,7 @@ class PinsNvme(PinnedSet, AdminCalls, CacheCase):
         deadline = time.monotonic() + 10
         while cache["nvme"]["pinned_bytes"] < N_PINNED * (MiB + 4096) and time.monotonic() < deadline:
             time.sleep(0.1)
-            _, cache = self.cache_stats()
+            _, cache = self.pin_stats()
         self.assertEqual(cache["nvme"]["pinned_bytes"], N_PINNED * (MiB + 4096))
         m = self.metrics()
         self.assertIn('larder_pinned_bytes{tier="ram"} %d\n' % (16 * MiB), m)
@@ -65,12 +60,12 @@ class PinsNvme(PinnedSet, AdminCalls, CacheCase):
 
         self.stream_twice()
         self.assertEqual(self.gets_of_pinned_set(), [], "the pinned set was evicted")
-        _, cache = self.cache_stats()
+        _, cache = self.pin_stats()
         self.assertGreater(cache["nvme"]["used_bytes"], 64 * MiB, "nothing streamed through NVMe")
 
         st, r = self.call("POST", "/admin/unpin", {"job": info["id"]})
         self.assertEqual((st, r), (200, {"unpinned": 1}))
-        pins, cache = self.cache_stats()
+        pins, cache = self.pin_stats()
         self.assertEqual((pins, cache["pinned_bytes"], cache["nvme"]["pinned_bytes"]), ([], 0, 0))
         self.stream_twice()
         self.assertGreater(len(self.gets_of_pinned_set()), 5, "unpinned, it should be evicted")
@@ -86,5 +81,5 @@ class PinsNvme(PinnedSet, AdminCalls, CacheCase):
             "pin_seconds": 60})[1]["job"])
         self.assertEqual(info["state"], "failed", info)
         self.assertIn("pin refused", info["error"])
-        pins, cache = self.cache_stats()
+        pins, cache = self.pin_stats()
         self.assertEqual((pins, cache["pinned_bytes"], cache["nvme"]["pinned_bytes"]), ([], 0, 0))

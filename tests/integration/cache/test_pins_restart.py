@@ -41,13 +41,8 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
             self.larder.start()
 
     def tearDown(self):
-        for p in self.stats()[0]:
+        for p in self.pin_stats()[0]:
             self.call("POST", "/admin/unpin", {"job": p["id"]})
-
-    def stats(self):
-        st, stats = self.call("GET", "/admin/stats")
-        self.assertEqual(st, 200, stats)
-        return stats["pins"], stats["cache"]
 
     def pin_dir(self):
         return os.path.join(self.cache_dir, "pins")
@@ -64,10 +59,10 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
         self.assertEqual((info["state"], info["errors"]), ("done", 0), info)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if self.stats()[1]["nvme"]["pinned_bytes"] == N_PINNED * (MiB + 4096):
+            if self.pin_stats()[1]["nvme"]["pinned_bytes"] == N_PINNED * (MiB + 4096):
                 break
             time.sleep(0.1)
-        self.assertEqual(self.stats()[1]["nvme"]["pinned_bytes"], N_PINNED * (MiB + 4096))
+        self.assertEqual(self.pin_stats()[1]["nvme"]["pinned_bytes"], N_PINNED * (MiB + 4096))
         return info
 
     def restart(self, kill=False):
@@ -80,20 +75,20 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
 
     def check_held_after_restart(self, kill):
         info = self.pin_set(3600)
-        pins, _ = self.stats()
+        pins, _ = self.pin_stats()
         self.assertEqual(len(pins), 1, pins)
         until = pins[0]["until"]
         if kill:
             time.sleep(1.5)          # the saver writes a change within a second
         self.restart(kill)
-        pins, cache = self.stats()
+        pins, cache = self.pin_stats()
         self.assertEqual([(p["id"], p["bucket"], p["prefix"], p["bytes"], p["until"]) for p in pins],
                          [(info["id"], "pin", "pinned/", N_PINNED * MiB, until)])
         self.assertIn("pin %s restored: %d chunks" % (info["id"], N_PINNED), self.larder.log())
         self.assertEqual(cache["nvme"]["pinned_bytes"], N_PINNED * (MiB + 4096))
 
         self.stream_twice()
-        _, cache = self.stats()
+        _, cache = self.pin_stats()
         self.assertGreater(cache["nvme"]["used_bytes"], 64 * MiB, "nothing streamed through NVMe")
         self.assertEqual(self.gets_of_pinned_set(), [], "the pinned set was evicted")
 
@@ -107,7 +102,7 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
         st, r = self.call("POST", "/admin/unpin", {"job": info["id"]})
         self.assertEqual((st, r), (200, {"unpinned": 1}))
         self.restart()
-        self.assertEqual(self.stats()[0], [])
+        self.assertEqual(self.pin_stats()[0], [])
         self.assertEqual(self.pin_files(), [])
 
     def test_a_pin_holds_its_chunks_after_sigterm(self):
@@ -123,14 +118,14 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
         self.assertEqual(st, 202, r)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            pins, _ = self.stats()
+            pins, _ = self.pin_stats()
             if pins and pins[0]["bytes"] >= 3 * MiB:
                 break
             time.sleep(0.1)
         before = pins[0]["bytes"]
         self.assertEqual(self.call("GET", "/admin/jobs/" + r["job"])[1]["state"], "warming")
         self.restart()
-        pins, _ = self.stats()
+        pins, _ = self.pin_stats()
         self.assertEqual([p["id"] for p in pins], [r["job"]])
         self.assertGreaterEqual(pins[0]["bytes"], before)
         self.assertLess(pins[0]["bytes"], N_PINNED * MiB, "the job should not have finished")
@@ -145,8 +140,8 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
         self.assertEqual(self.larder.stop(), 0)
         time.sleep(4.5)
         self.larder.start()
-        self.assertEqual(self.stats(), ([], self.stats()[1]))
-        _, cache = self.stats()
+        self.assertEqual(self.pin_stats(), ([], self.pin_stats()[1]))
+        _, cache = self.pin_stats()
         self.assertEqual(cache["nvme"]["pinned_bytes"], 0)
         self.assertIn("pin %s expired while larder was stopped" % info["id"], self.larder.log())
         self.assertEqual(self.pin_files(), [])
@@ -169,7 +164,7 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
                 f.write(data)
         try:
             self.larder.start()
-            pins, cache = self.stats()
+            pins, cache = self.pin_stats()
             self.assertEqual((pins, cache["pinned_bytes"], cache["nvme"]["pinned_bytes"]),
                              ([], 0, 0))
             log = self.larder.log()
