@@ -480,7 +480,10 @@ enum MHD_Result cache_respond(struct req *r)
 	 * byte anyway, and its fate decides the answer. A version change seen
 	 * there (412 on If-Match) means learning the object again and
 	 * answering with the new version, rather than cutting a response
-	 * already announced with the old ETag. */
+	 * already announced with the old ETag. A small answer waits for all
+	 * its bytes (cread_small): at most BODY_BLOCK, which the reader
+	 * callback would have gathered before sending anyway. */
+	bool small = !c->head && status != 304 && len > 0 && cread_small(r);
 	if (!c->head && status != 304 && len > 0) {
 		uint64_t first = obj_chunk_index(c->start, cread_chunk_bytes(r));
 		struct chunk *ch = cread_chunk_for(r, first);
@@ -505,7 +508,11 @@ enum MHD_Result cache_respond(struct req *r)
 			return respond_s3(r, reason == FETCH_ERR_SLOWDOWN ? S3E_SLOW_DOWN
 			                                                  : S3E_SERVICE_UNAVAILABLE, NULL);
 		}
-		if (state == CHUNK_FILLING && filled <= off) {
+		if (state == CHUNK_FILLING && filled < off + (small ? len : 1)) {
+			if (!c->waited) {
+				c->waited = true;
+				c->held_when_waited = cread_all_held(r, m);
+			}
 			c->wait_chunk = ch;
 			c->chunk_waiting = true;
 			chunk_wait(ch, &c->waiter, filled);
@@ -513,15 +520,17 @@ enum MHD_Result cache_respond(struct req *r)
 			return MHD_YES;
 		}
 	}
-	/* A full RAM hit goes out as an iovec over the chunks; that it could is
-	 * itself the proof of the hit, so the chunks are looked up once. */
+	/* An answer whose bytes are all in memory goes out as an iovec over
+	 * the chunks. For a full RAM hit, that it could is itself the proof of
+	 * the hit, so the chunks are looked up once. */
 	struct MHD_Response *resp = NULL;
-	bool hit;
-	if (!c->meta_loaded && !c->miss && !c->head && status != 304 && len > 0 &&
-	    (resp = cread_zero_copy(r)) != NULL)
-		hit = true;
+	bool hit = !c->meta_loaded && !c->miss, complete = false;
+	if ((hit || small) && !c->head && status != 304 && len > 0)
+		resp = cread_zero_copy(r, &complete);
+	if (resp)
+		hit = hit && complete && (!c->waited || c->held_when_waited);
 	else
-		hit = !c->meta_loaded && !c->miss && (status == 304 || cread_all_held(r, m));
+		hit = hit && (status == 304 || cread_all_held(r, m));
 	c->miss = !hit;
 
 	if (resp) {

@@ -82,14 +82,22 @@ static void iov_done(void *cls)
 	free(h);
 }
 
-/* A hit whose chunks are all READY in RAM goes out as an iovec over the
- * chunk buffers themselves: MHD writes them with writev, no copy. NULL
- * when some chunk is not in RAM, or the key's reads are shaped (the
- * reader callback serves it). */
-struct MHD_Response *cread_zero_copy(struct req *r)
+bool cread_small(const struct req *r)
+{
+	const struct cread *c = req_cread(r);
+	uint64_t cs = cread_chunk_bytes(r);
+	return !req_shaped(r) && c->end - c->start < BODY_BLOCK &&
+	       obj_chunk_index(c->start, cs) == obj_chunk_index(c->end, cs);
+}
+
+/* The range goes out as an iovec over the chunk buffers themselves: MHD
+ * writes them with writev, no copy. A chunk may still be filling past the
+ * range (the bytes a reader has seen never change). */
+struct MHD_Response *cread_zero_copy(struct req *r, bool *complete)
 {
 	struct cread *c = req_cread(r);
 	uint64_t cs = cread_chunk_bytes(r), first, last;
+	*complete = false;
 	if (req_shaped(r) || !obj_chunk_span(c->meta->size, cs, c->start, c->end, &first, &last) ||
 	    last - first >= 4096)
 		return NULL;
@@ -103,15 +111,17 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 	}
 	h->magic = IOV_HOLD_MAGIC;
 	h->n = 0;
-	bool ok = true;
+	bool ok = true, whole = true;
 	for (uint64_t i = first; i <= last && ok; i++) {
 		struct chunk *ch = get_chunk(r, i);
 		if (!ch)
 			break;
 		h->c[h->n++] = ch;
-		ok = atomic_load(&ch->state) == CHUNK_READY;
 		uint64_t from = i == first ? c->start - obj_chunk_offset(i, cs) : 0;
 		uint64_t to = i == last ? c->end - obj_chunk_offset(i, cs) + 1 : ch->len;
+		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
+		ok = atomic_load(&ch->state) != CHUNK_FAILED && filled >= to;
+		whole = whole && filled == ch->len;
 		iov[i - first].iov_base = ch->data + from;
 		iov[i - first].iov_len = (size_t)(to - from);
 	}
@@ -119,10 +129,12 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 	if (ok && h->n == n)
 		resp = MHD_create_response_from_iovec(iov, n, iov_done, h);
 	free(iov);
-	if (!resp)
+	if (!resp) {
 		iov_done(h);
-	else
-		req_count_out(r, c->end - c->start + 1);
+		return NULL;
+	}
+	req_count_out(r, c->end - c->start + 1);
+	*complete = whole;
 	return resp;
 }
 

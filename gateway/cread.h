@@ -52,6 +52,9 @@ struct cread {
 	uint64_t refetch_index;
 	unsigned restarts;              /* learnt again after a version change */
 	bool miss;                      /* some byte came from upstream */
+	bool waited;                    /* the answer waited for a chunk to fill */
+	bool held_when_waited;          /* ... which was in RAM or on NVMe then, not
+	                                 * on its way from upstream: still a hit */
 	bool pass_through;              /* not cacheable after all: the pass-through serves it */
 	uint32_t part;                  /* ?partNumber=N (0: none): answered once learnt */
 	bool want_checksums;            /* x-amz-checksum-mode: ENABLED */
@@ -65,7 +68,11 @@ struct cread {
 	size_t uerr_len;
 };
 
-/* libmicrohttpd's buffer for a body copied out of the chunks. */
+/* libmicrohttpd's buffer for a body copied out of the chunks. Each
+ * callback response callocs one; jemalloc zeroes a recycled extent that
+ * large by handing its pages back to the kernel (MADV_DONTNEED), so every
+ * page the body touches faults again: why small answers skip it
+ * (cread_small). */
 #define BODY_BLOCK (256 * 1024)
 
 /* ---- cache_body.c ---------------------------------------------------------- */
@@ -81,8 +88,16 @@ bool cread_over_budget(const struct req *r, uint64_t extra);
  * follows). NULL when it could not be had (c->busy: chunk memory is at its
  * bound). */
 struct chunk *cread_chunk_for(struct req *r, uint64_t i);
-/* A full RAM hit as an iovec over the chunks themselves, or NULL. */
-struct MHD_Response *cread_zero_copy(struct req *r);
+/* The range as an iovec over the chunks themselves, or NULL: when every
+ * chunk of it is in memory with the range's bytes filled, and its reads
+ * are not shaped. *complete: every chunk was whole (a hit, unless this
+ * reader fetched one). */
+struct MHD_Response *cread_zero_copy(struct req *r, bool *complete);
+/* Whether the answer waits for all its bytes and goes out as an iovec
+ * (cread_zero_copy) rather than streaming through libmicrohttpd's reader
+ * callback: when the range lies in one chunk and is no longer than
+ * BODY_BLOCK, the one block the callback would have copied it into. */
+bool cread_small(const struct req *r);
 /* libmicrohttpd's reader callback of a body (cls: the request). */
 ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max);
 /* Lets go of the chunks held; gave_up: the reader left before it had

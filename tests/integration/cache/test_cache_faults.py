@@ -372,6 +372,19 @@ class FaultCase(harness.S3Asserts, unittest.TestCase):
         self.assertTrue(r.body == data, "%s: wrong bytes (first difference at %d)"
                         % (what, first_difference(r.body, data)))
 
+    def concurrently(self, n, read):
+        """read(i) for i in 0..n-1, each on its own thread: their results."""
+        results = [None] * n
+
+        def run(i):
+            results[i] = read(i)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
+
     def chunk_gets(self, key, since):
         return [g for g in self.origin.gets(BUCKET, key, since)]
 
@@ -511,22 +524,49 @@ class UpstreamFaults(FaultCase):
         data = blob(14, CHUNK // 2)
         self._drop_case("drop-zero", data, 0, reset=False)
 
+    def test_small_object_dropped_midway(self):
+        # At most 256 KiB in one chunk: the answer waits for all its bytes
+        # and goes out as one iovec over the chunk (cread_small).
+        data = blob(16, 200 * 1024)
+        self._drop_case("drop-small", data, 70000, reset=True)
+
+    def test_small_object_arriving_slowly_reaches_every_reader(self):
+        # 200 KiB in 16 KiB pieces 25 ms apart: readers that come while it
+        # fills get all of it, from the one upstream GET, as misses; none is
+        # answered with the bytes that had arrived when it came.
+        data = blob(17, 200 * 1024)
+        self.origin.put(BUCKET, "small-slow", data)
+        m = self.origin.mark()
+        self.origin.slow_next(16 * 1024, 25, key="small-slow")
+        results = self.concurrently(4, lambda i: (time.sleep(0.06 * i),
+                                                  self.get("small-slow", timeout=30))[1])
+        gets = self.origin.gets(BUCKET, "small-slow", since=m)
+        for i, r in enumerate(results):
+            why = "reader %d; upstream GETs %s" % (i, [(g["range"], g["body_sent"]) for g in gets])
+            self.assertBody(r, data, why)
+            self.assertEqual(r.cache, "miss", "waited on an upstream fetch: " + why)
+        self.assertEqual(len(gets), 1, [(g["range"], g["body_sent"]) for g in gets])
+        # A range of it while another fetch of it trickles in: its bytes only.
+        self.origin.put(BUCKET, "small-slow2", data)
+        self.origin.slow_next(16 * 1024, 25, key="small-slow2")
+        r = self.get("small-slow2", {"Range": "bytes=100000-100999"})
+        self.assertEqual((r.status, r.body), (206, data[100000:101000]), r)
+        again = self.get("small-slow2")
+        self.assertBody(again, data, "whole object after a range of it")
+        deadline = time.monotonic() + 10
+        while again.cache != "hit" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            again = self.get("small-slow2")
+            self.assertBody(again, data, "whole object, again")
+        self.assertEqual(again.cache, "hit")
+
     def test_slow_first_byte_coalesces_readers(self):
         data = blob(15, 4 * CHUNK)
         self.origin.put(BUCKET, "slow", data)
         m = self.origin.mark()
         self.origin.delay_next(1000, n=4, key="slow")
-        results = [None] * 12
-        barrier = threading.Barrier(len(results))
-
-        def reader(i):
-            barrier.wait()
-            results[i] = self.get("slow")
-        threads = [threading.Thread(target=reader, args=(i,)) for i in range(len(results))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        barrier = threading.Barrier(12)
+        results = self.concurrently(12, lambda i: (barrier.wait(), self.get("slow"))[1])
         gets = self.origin.gets(BUCKET, "slow", since=m)
         for i, r in enumerate(results):
             # A stuck reader's story is in larder's log and the origin's.
