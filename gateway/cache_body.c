@@ -285,6 +285,13 @@ static void read_ahead(struct req *r, uint64_t i, unsigned n)
 	}
 }
 
+/* Whether chunk i holds the end of the range: nothing to read ahead, and
+ * no need to ask the kernel how much the client took (most hits). */
+static bool last_of_range(const struct req *r, uint64_t i)
+{
+	return obj_chunk_index(req_cread(r)->end, cread_chunk_bytes(r)) <= i;
+}
+
 /* Moves the reader to chunk i, taking it from the read-ahead if there. */
 struct chunk *cread_chunk_for(struct req *r, uint64_t i)
 {
@@ -292,7 +299,7 @@ struct chunk *cread_chunk_for(struct req *r, uint64_t i)
 	if (c->cur && c->cur_index == i) {
 		/* Handed over by the fetch that learnt the object: start the
 		 * read-ahead now; widen it as the client reads. */
-		if (!c->head) {
+		if (!c->head && !last_of_range(r, i)) {
 			unsigned n = ahead_wanted(r); /* one SIOCOUTQ per body block at most */
 			if (c->ahead_from != i + 1 || n > c->window) {
 				c->ahead_from = i + 1;
@@ -312,7 +319,7 @@ struct chunk *cread_chunk_for(struct req *r, uint64_t i)
 	if (!c->cur)
 		c->cur = get_chunk(r, i);
 	c->cur_index = i;
-	if (c->cur && !c->head) {
+	if (c->cur && !c->head && !last_of_range(r, i)) {
 		c->ahead_from = i + 1;
 		read_ahead(r, i, ahead_wanted(r));
 	}
