@@ -32,6 +32,9 @@
 
 enum { CLEN = 4096 };
 
+/* store.c's WRITE_BATCH: writes an I/O thread wakes for at once. */
+#define WRITE_BATCH_TEST 8
+
 static struct chunk_id cid(uint64_t i)
 {
 	struct chunk_id id;
@@ -830,6 +833,49 @@ static void gate_changed(void *arg, const struct chunk_id *id)
 	pthread_mutex_unlock(&g->m);
 }
 
+/* Parks the I/O thread after its first write until the gate opens. */
+static void gate_wait_parked(struct gate *g)
+{
+	pthread_mutex_lock(&g->m);
+	while (!g->parked)
+		pthread_cond_wait(&g->cv, &g->m);
+	pthread_mutex_unlock(&g->m);
+}
+
+static void gate_open(struct gate *g)
+{
+	pthread_mutex_lock(&g->m);
+	g->open = true;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->m);
+}
+
+/* A store with one I/O thread, its NVMe tier in tmpdir/name, whose writes
+ * go through the gate g (made here; gate_fini when done). */
+static struct store *open_gated(const char *name, uint64_t ram, struct gate *g,
+                                struct store_config *cfg, char *dir, size_t dirlen)
+{
+	char err[256] = "";
+	snprintf(dir, dirlen, "%s/%s", tmpdir, name);
+	*g = (struct gate){ .main = pthread_self() };
+	pthread_mutex_init(&g->m, NULL);
+	pthread_cond_init(&g->cv, NULL);
+	*cfg = (struct store_config){
+		.ram_bytes = ram, .disk_bytes = 4 << 20, .dir = dir,
+		.policy = POLICY_LRU, .stale_after_s = 86400, .io_threads = 1,
+		.changed = gate_changed, .changed_arg = g,
+	};
+	struct store *s = store_open(cfg, NULL, NULL, err, sizeof err);
+	assert_non_null(s);
+	return s;
+}
+
+static void gate_fini(struct gate *g)
+{
+	pthread_mutex_destroy(&g->m);
+	pthread_cond_destroy(&g->cv);
+}
+
 /* A chunk larger than the write queue's byte bound (a quarter of RAM) is
  * written when little waits before it: a small chunk's write still queued
  * (the object's 10-byte tail, done first) must not cost chunk 0 its NVMe
@@ -837,36 +883,63 @@ static void gate_changed(void *arg, const struct chunk_id *id)
 static void test_big_write_behind_small_one(void **state)
 {
 	(void)state;
-	char dir[600], err[256] = "";
-	snprintf(dir, sizeof dir, "%s/queue", tmpdir);
-	struct gate g = { .main = pthread_self() };
-	pthread_mutex_init(&g.m, NULL);
-	pthread_cond_init(&g.cv, NULL);
-	struct store_config cfg = {
-		.ram_bytes = 8 * CLEN, .disk_bytes = 4 << 20, .dir = dir,
-		.policy = POLICY_LRU, .stale_after_s = 86400, .io_threads = 1,
-		.changed = gate_changed, .changed_arg = &g,
-	};
-	struct store *s = store_open(&cfg, NULL, NULL, err, sizeof err);
-	assert_non_null(s);
+	char dir[600];
+	struct gate g;
+	struct store_config cfg;
+	struct store *s = open_gated("queue", 8 * CLEN, &g, &cfg, dir, sizeof dir);
 
 	produce_len(s, 5, 10);    /* the I/O thread takes it and parks */
-	pthread_mutex_lock(&g.m);
-	while (!g.parked)
-		pthread_cond_wait(&g.cv, &g.m);
-	pthread_mutex_unlock(&g.m);
+	gate_wait_parked(&g);
 	produce_len(s, 1, 10);    /* waits in the queue */
 	produce_len(s, 0, 4 * CLEN); /* twice the byte bound */
 
-	pthread_mutex_lock(&g.m);
-	g.open = true;
-	pthread_cond_broadcast(&g.cv);
-	pthread_mutex_unlock(&g.m);
+	gate_open(&g);
 	assert_int_equal(stats(s).disk_writes_dropped, 0);
 	wait_writes(s, 3);
 	store_close(s);
-	pthread_mutex_destroy(&g.m);
-	pthread_cond_destroy(&g.cv);
+	gate_fini(&g);
+}
+
+static void *close_store(void *arg)
+{
+	store_close(arg);
+	return NULL;
+}
+
+/* A stop writes what is queued: chunks fetched just before SIGTERM are on
+ * NVMe after the restart. (Writes wait to be batched, so a stop always
+ * finds some queued.) */
+static void test_close_writes_what_is_queued(void **state)
+{
+	(void)state;
+	char dir[600], err[256] = "";
+	struct gate g;
+	struct store_config cfg;
+	struct store *s = open_gated("close", 64 * CLEN, &g, &cfg, dir, sizeof dir);
+	for (uint64_t i = 0; i < WRITE_BATCH_TEST; i++)
+		produce(s, i); /* a full batch: the I/O thread takes the first and parks */
+	gate_wait_parked(&g);
+	produce(s, 100);
+	produce(s, 101);
+
+	pthread_t closer;
+	assert_int_equal(pthread_create(&closer, NULL, close_store, s), 0);
+	msleep(50); /* store_close has said stop and waits for the thread */
+	gate_open(&g);
+	pthread_join(closer, NULL);
+
+	cfg.changed = NULL;
+	s = store_open(&cfg, NULL, NULL, err, sizeof err);
+	assert_non_null(s);
+	for (uint64_t i = 0; i < WRITE_BATCH_TEST; i++) {
+		struct chunk_id id = cid(i);
+		assert_true(store_holds(s, &id));
+	}
+	struct chunk_id a = cid(100), b = cid(101);
+	assert_true(store_holds(s, &a));
+	assert_true(store_holds(s, &b));
+	store_close(s);
+	gate_fini(&g);
 }
 
 int main(void)
@@ -887,6 +960,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pins_in_both_tiers, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_fetch_begun_before_invalidation_not_recovered,
 		                                setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_close_writes_what_is_queued, setup_dir,
+		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_big_write_behind_small_one, setup_dir,
 		                                teardown_dir),
 	};
