@@ -165,7 +165,8 @@ function renderPins(s) {
                p.until ? new Date(p.until * 1000).toISOString() : "-"]);
   for (const l of s.lookaheads || [])
     rows.push(["lookahead", l.bucket + " (" + count(l.keys) + " keys)", bytes(l.bytes),
-               "window " + count(l.window)]);
+               "window " + count(l.window) + " objects" +
+               (l.window_bytes ? " or " + bytes(l.window_bytes) : "")]);
   fillTable("pins", rows, [(r) => r[0], (r) => r[1], (r) => r[2], (r) => r[3]]);
 }
 

@@ -141,6 +141,11 @@ class Dashboard(AdminCase):
                 break
             time.sleep(0.1)
         self.assertEqual(j["state"], "done", j)
+        # A lookahead with a window in bytes (and the default in objects).
+        st, _, la = self.admin_json("POST", "/admin/lookahead", body=json.dumps(
+            {"bucket": BUCKET, "keys": ["set/obj-0", "set/obj-1"], "window_bytes": 3 << 20,
+             "idle_seconds": 600}))
+        self.assertEqual(st, 201, la)
         _, _, stats = self.admin_json("GET", "/admin/stats")
 
         dom = self.browse("#token=" + self.TOKEN)
@@ -166,6 +171,12 @@ class Dashboard(AdminCase):
         jobs = {r[0]: r for r in dom.rows["jobs"]}
         self.assertEqual(jobs[job][1:3], [BUCKET, "done"])
         self.assertEqual(jobs[job][4], "4 / 4")
+
+        lookaheads = [r for r in dom.rows["pins"] if r[0] == "lookahead"]
+        self.assertEqual([(r[1], r[3]) for r in lookaheads],
+                         [(BUCKET + " (2 keys)", "window 4,096 objects or 3.00 MiB")])
+        st, _, _ = self.admin_json("DELETE", "/admin/lookahead/" + la["id"])
+        self.assertEqual(st, 200)
 
         # Tiers: RAM's size as configured, and the upstream counters.
         self.assertIn("of 1.00 GiB", dom.text_by_id["tiers"])
