@@ -628,7 +628,9 @@ static void test_pins_in_both_tiers(void **state)
 /* Flips one byte of chunk i's data in whichever segment holds it. */
 static bool corrupt(const char *dir, uint64_t i)
 {
-	unsigned char want[64];
+	/* The whole chunk: its first bytes alone also occur inside another
+	 * chunk's pattern, which the file may hold first. */
+	unsigned char want[CLEN];
 	for (size_t k = 0; k < sizeof want; k++)
 		want[k] = pat(i, k);
 	DIR *d = opendir(dir);
