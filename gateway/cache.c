@@ -481,10 +481,11 @@ enum MHD_Result cache_respond(struct req *r)
 	 * there (412 on If-Match) means learning the object again and
 	 * answering with the new version, rather than cutting a response
 	 * already announced with the old ETag. A small answer waits for all
-	 * its bytes (cread_small): at most BODY_BLOCK, which the reader
-	 * callback would have gathered before sending anyway. */
-	bool small = !c->head && status != 304 && len > 0 && cread_small(r);
-	if (!c->head && status != 304 && len > 0) {
+	 * its bytes (cread_small), at most BODY_BLOCK, to go out without the
+	 * reader callback's buffer. */
+	bool body = !c->head && status != 304 && len > 0;
+	bool small = body && cread_small(r);
+	if (body) {
 		uint64_t first = obj_chunk_index(c->start, cread_chunk_bytes(r));
 		struct chunk *ch = cread_chunk_for(r, first);
 		if (!ch)
@@ -509,10 +510,10 @@ enum MHD_Result cache_respond(struct req *r)
 			                                                  : S3E_SERVICE_UNAVAILABLE, NULL);
 		}
 		if (state == CHUNK_FILLING && filled < off + (small ? len : 1)) {
-			if (!c->waited) {
-				c->waited = true;
-				c->held_when_waited = cread_all_held(r, m);
-			}
+			/* Filling but not held: on its way from upstream, not
+			 * being read from NVMe. */
+			if (!c->miss && !cread_all_held(r, m))
+				c->miss = true;
 			c->wait_chunk = ch;
 			c->chunk_waiting = true;
 			chunk_wait(ch, &c->waiter, filled);
@@ -524,13 +525,9 @@ enum MHD_Result cache_respond(struct req *r)
 	 * the chunks. For a full RAM hit, that it could is itself the proof of
 	 * the hit, so the chunks are looked up once. */
 	struct MHD_Response *resp = NULL;
-	bool hit = !c->meta_loaded && !c->miss, complete = false;
-	if ((hit || small) && !c->head && status != 304 && len > 0)
-		resp = cread_zero_copy(r, &complete);
-	if (resp)
-		hit = hit && complete && (!c->waited || c->held_when_waited);
-	else
-		hit = hit && (status == 304 || cread_all_held(r, m));
+	if (body && (small || (!c->meta_loaded && !c->miss)))
+		resp = cread_zero_copy(r);
+	bool hit = !c->meta_loaded && !c->miss && (resp || status == 304 || cread_all_held(r, m));
 	c->miss = !hit;
 
 	if (resp) {

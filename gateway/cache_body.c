@@ -92,12 +92,12 @@ bool cread_small(const struct req *r)
 
 /* The range goes out as an iovec over the chunk buffers themselves: MHD
  * writes them with writev, no copy. A chunk may still be filling past the
- * range (the bytes a reader has seen never change). */
-struct MHD_Response *cread_zero_copy(struct req *r, bool *complete)
+ * range (the bytes a reader has seen never change); it is on its way from
+ * upstream, so the answer is a miss. */
+struct MHD_Response *cread_zero_copy(struct req *r)
 {
 	struct cread *c = req_cread(r);
 	uint64_t cs = cread_chunk_bytes(r), first, last;
-	*complete = false;
 	if (req_shaped(r) || !obj_chunk_span(c->meta->size, cs, c->start, c->end, &first, &last) ||
 	    last - first >= 4096)
 		return NULL;
@@ -134,7 +134,8 @@ struct MHD_Response *cread_zero_copy(struct req *r, bool *complete)
 		return NULL;
 	}
 	req_count_out(r, c->end - c->start + 1);
-	*complete = whole;
+	if (!whole)
+		c->miss = true;
 	return resp;
 }
 

@@ -51,10 +51,8 @@ struct cread {
 	unsigned refetches;             /* of the chunk refetch_index - 1 */
 	uint64_t refetch_index;
 	unsigned restarts;              /* learnt again after a version change */
-	bool miss;                      /* some byte came from upstream */
-	bool waited;                    /* the answer waited for a chunk to fill */
-	bool held_when_waited;          /* ... which was in RAM or on NVMe then, not
-	                                 * on its way from upstream: still a hit */
+	bool miss;                      /* some byte came from upstream (this
+	                                 * reader's fetch or one it waited on) */
 	bool pass_through;              /* not cacheable after all: the pass-through serves it */
 	uint32_t part;                  /* ?partNumber=N (0: none): answered once learnt */
 	bool want_checksums;            /* x-amz-checksum-mode: ENABLED */
@@ -90,9 +88,8 @@ bool cread_over_budget(const struct req *r, uint64_t extra);
 struct chunk *cread_chunk_for(struct req *r, uint64_t i);
 /* The range as an iovec over the chunks themselves, or NULL: when every
  * chunk of it is in memory with the range's bytes filled, and its reads
- * are not shaped. *complete: every chunk was whole (a hit, unless this
- * reader fetched one). */
-struct MHD_Response *cread_zero_copy(struct req *r, bool *complete);
+ * are not shaped. A chunk not whole yet makes the answer a miss (c->miss). */
+struct MHD_Response *cread_zero_copy(struct req *r);
 /* Whether the answer waits for all its bytes and goes out as an iovec
  * (cread_zero_copy) rather than streaming through libmicrohttpd's reader
  * callback: when the range lies in one chunk and is no longer than

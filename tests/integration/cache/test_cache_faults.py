@@ -538,8 +538,10 @@ class UpstreamFaults(FaultCase):
         self.origin.put(BUCKET, "small-slow", data)
         m = self.origin.mark()
         self.origin.slow_next(16 * 1024, 25, key="small-slow")
-        results = self.concurrently(4, lambda i: (time.sleep(0.06 * i),
-                                                  self.get("small-slow", timeout=30))[1])
+        def staggered(i):
+            time.sleep(0.06 * i)
+            return self.get("small-slow", timeout=30)
+        results = self.concurrently(4, staggered)
         gets = self.origin.gets(BUCKET, "small-slow", since=m)
         for i, r in enumerate(results):
             why = "reader %d; upstream GETs %s" % (i, [(g["range"], g["body_sent"]) for g in gets])
@@ -566,7 +568,10 @@ class UpstreamFaults(FaultCase):
         m = self.origin.mark()
         self.origin.delay_next(1000, n=4, key="slow")
         barrier = threading.Barrier(12)
-        results = self.concurrently(12, lambda i: (barrier.wait(), self.get("slow"))[1])
+        def together(i):
+            barrier.wait()
+            return self.get("slow")
+        results = self.concurrently(12, together)
         gets = self.origin.gets(BUCKET, "slow", since=m)
         for i, r in enumerate(results):
             # A stuck reader's story is in larder's log and the origin's.

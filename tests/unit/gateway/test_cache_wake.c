@@ -97,7 +97,7 @@ bool cread_all_held(struct req *r, const struct obj_meta *m) { (void)r; (void)m;
 bool cread_refetch_allowed(struct cread *c, uint64_t i) { (void)c; (void)i; return false; }
 bool cread_over_budget(const struct req *r, uint64_t extra) { (void)r; (void)extra; return true; }
 struct chunk *cread_chunk_for(struct req *r, uint64_t i) { (void)r; (void)i; return NULL; }
-struct MHD_Response *cread_zero_copy(struct req *r, bool *complete) { (void)r; *complete = false; return NULL; }
+struct MHD_Response *cread_zero_copy(struct req *r) { (void)r; return NULL; }
 bool cread_small(const struct req *r) { (void)r; return false; }
 ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 {
