@@ -249,16 +249,22 @@ static struct job *write_job_new(struct chunk *c, const struct chunk_origin *o)
 	return j;
 }
 
-/* Queues j unless its queue is full (force: a write past the bound);
- * returns whether it was queued. */
-/* Whether the queued writes are to be written now (q_lock held). */
-static bool writes_due(const struct store *s, double now)
+/* Whether the queued writes make a batch to write now, whatever their
+ * age (q_lock held). */
+static bool writes_batch_full(const struct store *s)
 {
 	return s->writes_flushing || s->writes.n >= WRITE_BATCH ||
-	       s->writes.bytes >= WRITE_BATCH_BYTES ||
-	       (now > 0 && now >= s->writes_since_s + WRITE_DELAY_MS / 1e3);
+	       s->writes.bytes >= WRITE_BATCH_BYTES;
 }
 
+/* When the queued writes are due however few (q_lock held). */
+static double writes_deadline_s(const struct store *s)
+{
+	return s->writes_since_s + WRITE_DELAY_MS / 1e3;
+}
+
+/* Queues j unless its queue is full (force: a write past the bound);
+ * returns whether it was queued. */
 static bool job_queue(struct store *s, struct job *j, bool force)
 {
 	bool ok;
@@ -277,7 +283,7 @@ static bool job_queue(struct store *s, struct job *j, bool force)
 		list_push(&s->writes, j);
 		/* The first wakes a thread to time the batch; the one that
 		 * fills it wakes one to write it. */
-		if (s->writes.n == 1 || writes_due(s, 0))
+		if (s->writes.n == 1 || writes_batch_full(s))
 			pthread_cond_signal(&s->q_cv);
 	}
 	pthread_mutex_unlock(&s->q_lock);
@@ -352,13 +358,14 @@ static void *io_thread(void *arg)
 		struct job *j = NULL;
 		if (!s->stopping && s->reads.head) {
 			j = list_pop(&s->reads);
-		} else if (s->writes.head && (s->stopping || writes_due(s, clock_mono_s()))) {
+		} else if (s->writes.head && (s->stopping || writes_batch_full(s) ||
+		                              clock_mono_s() >= writes_deadline_s(s))) {
 			s->writes_flushing = true;
 			j = list_pop(&s->writes);
 		} else if (s->stopping) {
 			break;
 		} else if (s->writes.head) {
-			double at = s->writes_since_s + WRITE_DELAY_MS / 1e3;
+			double at = writes_deadline_s(s);
 			struct timespec ts = { (time_t)at, (long)((at - (double)(time_t)at) * 1e9) };
 			pthread_cond_timedwait(&s->q_cv, &s->q_lock, &ts);
 			continue;

@@ -32,9 +32,6 @@
 
 enum { CLEN = 4096 };
 
-/* store.c's WRITE_BATCH: writes an I/O thread wakes for at once. */
-#define WRITE_BATCH_TEST 8
-
 static struct chunk_id cid(uint64_t i)
 {
 	struct chunk_id id;
@@ -909,8 +906,10 @@ static void *close_store(void *arg)
 }
 
 /* A stop writes what is queued: chunks fetched just before SIGTERM are on
- * NVMe after the restart. (Writes wait to be batched, so a stop always
- * finds some queued.) */
+ * NVMe after the restart. (Writes wait to be batched, so a stop often
+ * finds some queued.) If store_close has not said stop when the gate
+ * opens, the queued writes are written anyway: the test passes, it cannot
+ * fail wrongly. */
 static void test_close_writes_what_is_queued(void **state)
 {
 	(void)state;
@@ -918,8 +917,7 @@ static void test_close_writes_what_is_queued(void **state)
 	struct gate g;
 	struct store_config cfg;
 	struct store *s = open_gated("close", 64 * CLEN, &g, &cfg, dir, sizeof dir);
-	for (uint64_t i = 0; i < WRITE_BATCH_TEST; i++)
-		produce(s, i); /* a full batch: the I/O thread takes the first and parks */
+	produce(s, 0); /* the I/O thread takes it (once its batch is due) and parks */
 	gate_wait_parked(&g);
 	produce(s, 100);
 	produce(s, 101);
@@ -933,11 +931,8 @@ static void test_close_writes_what_is_queued(void **state)
 	cfg.changed = NULL;
 	s = store_open(&cfg, NULL, NULL, err, sizeof err);
 	assert_non_null(s);
-	for (uint64_t i = 0; i < WRITE_BATCH_TEST; i++) {
-		struct chunk_id id = cid(i);
-		assert_true(store_holds(s, &id));
-	}
-	struct chunk_id a = cid(100), b = cid(101);
+	struct chunk_id z = cid(0), a = cid(100), b = cid(101);
+	assert_true(store_holds(s, &z));
 	assert_true(store_holds(s, &a));
 	assert_true(store_holds(s, &b));
 	store_close(s);
