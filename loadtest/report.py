@@ -464,6 +464,9 @@ def side_figures(d):
     ls, ns = get(d, "e", "larder-small"), get(d, "e", "nginx-small")
     put("warm_ops", tot(ls, "objects_per_s"), tot(ns, "objects_per_s"))
     put("warm_cpu", cpu(ls), cpu(ns))
+    fs = get(d, "e", "floor-small")
+    put("floor_cpu", cpu(fs), cpu(ns))
+    put("warm_cpu_floor", cpu(ls), cpu(fs))
     for c in (4, 8, 16, 32, 64):
         lc, dc = get(d, "a", f"larder-cold-c{c}"), get(d, "a", f"direct-c{c}")
         put(f"cold_c{c}", tot(lc, "objects_per_s"), tot(dc, "objects_per_s"))
@@ -486,6 +489,10 @@ SIDE_ROWS = [
     # (figure, key, target, how the detail reads)
     ("warm 115 KiB hits, objects/s vs nginx (e, c=32)", "warm_ops", ">= 1.2x", "{:.0f} vs {:.0f} obj/s"),
     ("warm 115 KiB hits, server CPU-s/GB vs nginx (e)", "warm_cpu", "<= 0.8x", "{:.2f} vs {:.2f}"),
+    ("the same hits from the floor (loadtest/floor.c), CPU-s/GB vs nginx (e)", "floor_cpu", "",
+     "{:.2f} vs {:.2f}"),
+    ("warm 115 KiB hits, larder's CPU-s/GB vs the floor's (e)", "warm_cpu_floor", "",
+     "{:.2f} vs {:.2f}"),
 ] + [(f"cold epoch of 115 KiB objects vs direct, c={c} (a)", f"cold_c{c}", ">= 0.95x",
       "{:.0f} vs {:.0f} obj/s") for c in (4, 8, 16, 32, 64)] + [
     (f"cold epoch, server CPU-s/GB vs nginx, c={c} (a)", f"coldcpu_c{c}", "<= 1.0x",

@@ -59,7 +59,8 @@ build="${LOADTEST_BUILD:-$root/build}"
 larder_bin="${LARDER_BIN:-$build/gateway/larder}"
 loadgen_bin="${LOADGEN_BIN:-$build/loadtest/loadgen}"
 policy_sim_bin="${POLICY_SIM_BIN:-$build/loadtest/policy_sim}"
-for b in "$larder_bin" "$loadgen_bin" "$policy_sim_bin"; do
+floor_bin="${FLOOR_BIN:-$build/loadtest/floor}"
+for b in "$larder_bin" "$loadgen_bin" "$policy_sim_bin" "$floor_bin"; do
   [[ -x "$b" ]] || { echo "run.sh: $b is missing; build first (meson setup build && ninja -C build)" >&2; exit 1; }
 done
 "$here/deps.sh"
@@ -98,7 +99,8 @@ delay_ms="${LOADTEST_DELAY_MS:-20}"
 rate="${LOADTEST_RATE:-100m}"
 key="loadtest-key" secret="loadtest-secret-0123456789"
 pb="${LOADTEST_PORT_BASE:-18080}"   # another run on the machine: give it another base
-larder_port=$pb peer_port=$((pb + 1)) static_port=$((pb + 2)) origin_port=$((pb + 10))
+larder_port=$pb peer_port=$((pb + 1)) static_port=$((pb + 2)) floor_port=$((pb + 3))
+origin_port=$((pb + 10))
 admin_port=$((pb + 15))
 admin_token="loadtest-admin-token-0123"
 t_start=$SECONDS
@@ -121,7 +123,7 @@ shard_readers=(1 8)
 storm_mib="${LOADTEST_STORM_MIB:-$storm_mib}"
 
 # ---- cleanup: only what this script started ----
-larder_pid=""
+larder_pid="" floor_pid=""
 nginx_runs=()
 g_pids=()
 netns_used=0
@@ -130,6 +132,7 @@ cleanup() {
   set +e
   for p in "${g_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   [[ -z "$larder_pid" ]] || { kill -TERM "$larder_pid" 2>/dev/null; wait "$larder_pid" 2>/dev/null; }
+  floor_stop
   for r in "${nginx_runs[@]}"; do "$here/origin/stop.sh" "$r"; done
   ((peer_dir_ours == 0)) || rm -rf "$peer_dir"
   ((netns_used == 0)) || "$here/netns.sh" down
@@ -268,6 +271,31 @@ larder_stop() {
   wait "$larder_pid" 2>/dev/null || true
   larder_pid=""
 }
+# The floor (loadtest/floor.c): the same answers with no work behind them, one
+# process per larder worker (defaults: one per core; tuned: one, pinned).
+floor_start() {
+  floor_stop
+  local w=1 how=()
+  [[ "$config" != defaults ]] || w="$ncpu"
+  [[ -z "$sut_cpu" ]] || how=(taskset -c "$sut_cpu")
+  "${how[@]}" "$floor_bin" --listen "$floor_port" --size "$small_bytes" --objects "$n_small" \
+    --workers "$w" &
+  floor_pid=$!
+  local i
+  for ((i = 0; i < 100; i++)); do
+    if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$floor_port/"; then return 0; fi
+    sleep 0.1
+  done
+  echo "run.sh: the floor server did not start" >&2
+  exit 1
+}
+floor_stop() {
+  [[ -n "$floor_pid" ]] || return 0
+  pkill -TERM -P "$floor_pid" 2>/dev/null || true
+  kill -TERM "$floor_pid" 2>/dev/null || true
+  wait "$floor_pid" 2>/dev/null || true
+  floor_pid=""
+}
 nginx_start() { # kind port [extra start.sh options]
   local kind="$1" port="$2"; shift 2
   local dir="$peer_dir/run-$kind" how=(--access-log off)
@@ -295,6 +323,8 @@ measure() {
     larder) url="http://127.0.0.1:$larder_port/bench"; pid="$larder_pid";;
     peer) url="http://127.0.0.1:$peer_port/bench"; pid="$(nginx_workers peer)";;
     static) url="http://127.0.0.1:$static_port/bench"; pid="$(nginx_workers static)";;
+    floor) url="http://127.0.0.1:$floor_port/bench"
+      pid="$(echo "$floor_pid" $(pgrep -P "$floor_pid") | tr ' ' ,)";;
   esac
   [[ -z "$pid" ]] || opts+=(--pid "$pid")
   local out="$res/$scen-$label.json" before after rc=0
@@ -365,6 +395,9 @@ scen_e() {
   ((lean)) || measure e nginx-warmup-large peer "$kl" 8 1
   measure e nginx-small peer "$work/keys-small" 32 50 --duration "$e_secs"
   ((lean)) || measure e nginx-large peer "$kl" 32 50 --duration "$e_secs"
+  floor_start
+  measure e floor-small floor "$work/keys-small" 32 50 --duration "$e_secs"
+  floor_stop
   if ((lean)); then python3 "$here/report.py" table "$res" e; return; fi
   nginx_start static "$static_port"
   measure e files-small static "$work/keys-small" 32 50 --duration "$e_secs"

@@ -20,7 +20,7 @@ def loadtest_env():
     build = os.environ.get("LARDER_BUILD_DIR") or "build"
     if not os.path.isabs(build):
         build = os.path.join(harness.REPO, build)
-    for b in ("gateway/larder", "loadtest/loadgen", "loadtest/policy_sim"):
+    for b in ("gateway/larder", "loadtest/loadgen", "loadtest/policy_sim", "loadtest/floor"):
         if not os.access(os.path.join(build, b), os.X_OK):
             raise unittest.SkipTest("%s is not built" % b)
     if os.geteuid() != 0 and not os.environ.get("CI"):
@@ -54,6 +54,10 @@ class LoadtestSmoke(unittest.TestCase):
                 if scen == "t":  # the DataLoader's epochs: every sample, no errors
                     for e in r["epochs"]:
                         self.assertEqual((e["errors"], e["samples"] > 0), (0, True), f)
+        # e's floor (loadtest/floor.c) answered every request it was sent.
+        floor = json.load(open(os.path.join(res, "e-floor-small.json")))
+        self.assertGreater(floor["total"]["objects"], 0, floor)
+        self.assertEqual((floor["curl_errors"], floor["http_errors"]), (0, 0), floor)
         g = json.load(open(os.path.join(res, "g-cluster.json")))
         # Nodes alone would fetch every chunk three times (3.0).
         self.assertLess(g["upstream_gets_per_chunk"], 1.5, g)

@@ -1,0 +1,232 @@
+/*
+ * floor.c - the least a server can do to answer larder's warm-hit benchmark.
+ *
+ * Answers every HTTP/1.1 request on a keep-alive connection with the same
+ * 200 and a body of --size bytes, without parsing or checking anything but
+ * the blank line that ends a request. What it costs per GB is the floor of
+ * any server on this machine: the kernel's receive, its copy or page
+ * references into the socket, and the TCP stack's work for both ends of a
+ * loopback connection (the receiver's softirq runs on the sender's CPU).
+ * docs/benchmarks.md "The floor of a warm hit" compares it with larder and
+ * with nginx.
+ *
+ *   floor --listen PORT --size BYTES [--objects N] [--sendfile FILE] [--workers N]
+ *
+ * Modes: the body from memory with one sendmsg (header + body, as larder's
+ * hits), or with --sendfile from FILE (header with MSG_MORE, then sendfile;
+ * FILE on tmpfs is what the nginx peer serves hits from). --workers forks N
+ * processes sharing the listening socket, each single-threaded on epoll.
+ * --objects N answers from N bodies in turn (N x BYTES of memory, or of FILE),
+ * so that the bytes sent come from memory as a cache's do, not from a
+ * buffer that stays in the CPU's caches.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_EVENTS 64
+#define INBUF 8192
+
+struct conn {
+	int fd;
+	int pending;     /* requests read, not yet answered */
+	size_t sent;     /* of the answer being sent: header then body */
+	size_t object;   /* which body it is */
+	size_t tail;     /* bytes of inbuf kept: a request's start */
+	char inbuf[INBUF];
+};
+
+static char *body;
+static size_t body_len;
+static size_t objects = 1, next_object;
+static int body_fd = -1;
+static char header[160];
+static size_t header_len;
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(1);
+}
+
+/* Count the requests in what was read; keep the start of an unfinished one. */
+static void take_requests(struct conn *c, size_t len)
+{
+	char *p = c->inbuf, *end = c->inbuf + len, *e;
+	while ((e = memmem(p, (size_t)(end - p), "\r\n\r\n", 4)) != NULL) {
+		c->pending++;
+		p = e + 4;
+	}
+	c->tail = (size_t)(end - p);
+	if (c->tail == INBUF)
+		c->tail = 0; /* a header this long is not a benchmark's: drop it */
+	memmove(c->inbuf, p, c->tail);
+}
+
+/* Send what is due; false when the connection is gone. */
+static bool answer(struct conn *c)
+{
+	size_t total = header_len + body_len;
+	while (c->pending > 0) {
+		ssize_t n;
+		if (c->sent == 0)
+			c->object = next_object++ % objects;
+		size_t at = c->object * body_len;
+		if (body_fd < 0) {
+			struct iovec iov[2];
+			int cnt = 0;
+			if (c->sent < header_len)
+				iov[cnt++] = (struct iovec){ header + c->sent, header_len - c->sent };
+			size_t boff = c->sent > header_len ? c->sent - header_len : 0;
+			iov[cnt++] = (struct iovec){ body + at + boff, body_len - boff };
+			struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
+			n = sendmsg(c->fd, &m, MSG_NOSIGNAL);
+		} else if (c->sent < header_len) {
+			n = send(c->fd, header + c->sent, header_len - c->sent, MSG_NOSIGNAL | MSG_MORE);
+		} else {
+			size_t boff = c->sent - header_len;
+			off_t off = (off_t)(at + boff);
+			n = sendfile(c->fd, body_fd, &off, body_len - boff);
+		}
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR;
+		c->sent += (size_t)n;
+		if (c->sent == total) {
+			c->sent = 0;
+			c->pending--;
+		}
+	}
+	return true;
+}
+
+static void serve(int lfd)
+{
+	int ep = epoll_create1(0);
+	if (ep < 0)
+		die("epoll_create1");
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) < 0)
+		die("epoll_ctl");
+	struct epoll_event evs[MAX_EVENTS];
+	for (;;) {
+		int n = epoll_wait(ep, evs, MAX_EVENTS, -1);
+		for (int i = 0; i < n; i++) {
+			struct conn *c = evs[i].data.ptr;
+			if (c == NULL) {
+				int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+				if (fd < 0)
+					continue;
+				int one = 1;
+				setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+				c = calloc(1, sizeof *c);
+				if (c == NULL)
+					die("calloc");
+				c->fd = fd;
+				ev = (struct epoll_event){ .events = EPOLLIN | EPOLLOUT | EPOLLET, .data.ptr = c };
+				if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0)
+					die("epoll_ctl");
+				continue;
+			}
+			bool alive = true;
+			if (evs[i].events & EPOLLIN) {
+				for (;;) {
+					ssize_t r = recv(c->fd, c->inbuf + c->tail, INBUF - c->tail, 0);
+					if (r > 0) {
+						take_requests(c, c->tail + (size_t)r);
+						if ((size_t)r < INBUF - c->tail)
+							break;
+						continue;
+					}
+					alive = r < 0 && (errno == EAGAIN || errno == EINTR);
+					break;
+				}
+			}
+			if (alive)
+				alive = answer(c);
+			if (!alive) {
+				close(c->fd);
+				free(c);
+			}
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "listen", required_argument, NULL, 'l' },
+		{ "size", required_argument, NULL, 's' },
+		{ "sendfile", required_argument, NULL, 'f' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "objects", required_argument, NULL, 'n' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int port = 0, workers = 1, o;
+	const char *file = NULL;
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'l': port = atoi(optarg); break;
+		case 's': body_len = strtoul(optarg, NULL, 10); break;
+		case 'f': file = optarg; break;
+		case 'w': workers = atoi(optarg); break;
+		case 'n': objects = strtoul(optarg, NULL, 10); break;
+		default:
+			fprintf(stderr, "usage: floor --listen PORT --size BYTES [--objects N] "
+			                "[--sendfile FILE] [--workers N]\n");
+			return 2;
+		}
+	}
+	if (port <= 0 || port > 65535 || body_len == 0 || workers < 1 || objects < 1) {
+		fprintf(stderr, "floor: --listen PORT and --size BYTES are needed\n");
+		return 2;
+	}
+	header_len = (size_t)snprintf(header, sizeof header,
+	                              "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n"
+	                              "Content-Type: application/octet-stream\r\n\r\n",
+	                              body_len);
+	if (file != NULL) {
+		body_fd = open(file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (body_fd < 0 || ftruncate(body_fd, (off_t)(objects * body_len)) < 0)
+			die(file);
+	}
+	body = malloc(objects * body_len);
+	if (body == NULL)
+		die("malloc");
+	memset(body, 'x', objects * body_len);
+	if (body_fd >= 0) {
+		for (size_t i = 0; i < objects; i++)
+			if (pwrite(body_fd, body, body_len, (off_t)(i * body_len)) != (ssize_t)body_len)
+				die("pwrite");
+		free(body);
+		body = NULL;
+	}
+
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int one = 1;
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+		                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 4096) < 0)
+		die("listen");
+	for (int w = 1; w < workers; w++) {
+		pid_t p = fork();
+		if (p < 0)
+			die("fork");
+		if (p == 0)
+			break;
+	}
+	serve(lfd);
+	return 0;
+}
