@@ -27,6 +27,7 @@
 #include "auth/sigv4_internal.h"
 #include "base/hdrs.h"
 #include "base/httpdate.h"
+#include "base/sha256.h"
 
 /* Caps on the scratch buffers used while building a canonical request.
  * The gateway caps the request line and headers well below these. */
@@ -35,18 +36,15 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
-/* SHA-256 and HMAC-SHA256 fetched once: EVP_sha256() and HMAC() look the
- * algorithm up in OpenSSL's provider tables (locks, string compares) on
- * every call, which cost more than hashing a canonical request ("Per-request
+/* HMAC-SHA256 fetched once, as SHA-256 is (base/sha256.h): HMAC() looks
+ * the algorithm up in OpenSSL's provider tables on every call ("Per-request
  * CPU (issue 15)" in docs/benchmarks.md). An HMAC is a copy of a context
  * whose digest is already set, keyed afresh. */
-static EVP_MD *sha256_fetched;
 static EVP_MAC_CTX *hmac_template;
 static pthread_once_t fetch_once = PTHREAD_ONCE_INIT;
 
 static void fetch_algorithms(void)
 {
-	sha256_fetched = EVP_MD_fetch(NULL, "SHA256", NULL);
 	EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
 	OSSL_PARAM params[] = {
 		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
@@ -60,22 +58,10 @@ static void fetch_algorithms(void)
 	EVP_MAC_free(mac); /* the context keeps its own reference */
 }
 
-static const EVP_MD *sha256_md(void)
-{
-	pthread_once(&fetch_once, fetch_algorithms);
-	return sha256_fetched ? sha256_fetched : EVP_sha256();
-}
-
-void sv4_sha256(const void *p, size_t n, unsigned char out[32])
-{
-	unsigned int len = 32;
-	EVP_Digest(p, n, out, &len, sha256_md(), NULL);
-}
-
 static void sha256_hex(const void *p, size_t n, char out[65])
 {
 	unsigned char md[32];
-	sv4_sha256(p, n, md);
+	sha256(p, n, md);
 	hex_encode(md, sizeof md, out);
 }
 

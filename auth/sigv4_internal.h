@@ -7,8 +7,6 @@
 
 #include <stddef.h>
 
-/* out = SHA-256(p). */
-void sv4_sha256(const void *p, size_t n, unsigned char out[32]);
 /* out = HMAC-SHA256(key, p). */
 void sv4_hmac256(const void *key, size_t klen, const void *p, size_t n, unsigned char out[32]);
 

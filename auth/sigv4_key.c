@@ -20,6 +20,7 @@
 
 #include "auth/sigv4_internal.h"
 #include "base/fnv.h"
+#include "base/sha256.h"
 
 #define KEY_SLOTS 256
 
@@ -71,7 +72,7 @@ void sv4_signing_key(const char *access_key, const char *secret, const char *dat
                      const char *region, const char *service, unsigned char key[32])
 {
 	struct key_entry probe = { .used = true };
-	sv4_sha256(secret, strlen(secret), probe.secret_hash);
+	sha256(secret, strlen(secret), probe.secret_hash);
 	bool cacheable = strlen(access_key) < sizeof probe.access_key &&
 	                 strlen(date) < sizeof probe.date && strlen(region) < sizeof probe.region &&
 	                 strlen(service) < sizeof probe.service;

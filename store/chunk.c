@@ -35,6 +35,7 @@
 #include <openssl/evp.h>
 
 #include "base/log.h"
+#include "base/sha256.h"
 
 /* Waiters called per lock release; more are handled in further batches. */
 #define WAKE_BATCH 16
@@ -73,8 +74,8 @@ void chunk_id_make(const char *bucket, const char *key, const char *etag, uint64
 	/* The id has no error path: without a digest context we cannot name
 	 * any chunk, and an id that is not the hash would break coalescing
 	 * and the NVMe index, so out of memory here is fatal. */
-	if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
-		log_error("store", "chunk_id_make: EVP_DigestInit_ex() failed");
+	if (!md || EVP_DigestInit_ex2(md, sha256_md(), NULL) != 1) {
+		log_error("store", "chunk_id_make: EVP_DigestInit_ex2() failed");
 		abort();
 	}
 	digest_field(md, bucket);

@@ -1,0 +1,23 @@
+/*
+ * sha256.h - OpenSSL's SHA-256, looked up once.
+ *
+ * EVP_sha256() and the one-shot calls made with it look the algorithm up in
+ * OpenSSL's provider tables (locks, string compares) on every use, which
+ * costs more than hashing a short input: 310 ns against 140 ns for a chunk
+ * id (docs/benchmarks.md, "The floor of a warm hit"). The digest fetched
+ * here is shared by every thread and never freed. Thread-safe.
+ */
+#ifndef LARDER_SHA256_H
+#define LARDER_SHA256_H
+
+#include <stddef.h>
+
+#include <openssl/evp.h>
+
+/* SHA-256 for EVP_DigestInit_ex2() and EVP_Digest(). */
+const EVP_MD *sha256_md(void);
+
+/* out = SHA-256(p[0..n)). */
+void sha256(const void *p, size_t n, unsigned char out[32]);
+
+#endif
