@@ -142,11 +142,12 @@ static void serve(int lfd)
 			bool alive = true;
 			if (evs[i].events & EPOLLIN) {
 				for (;;) {
-					ssize_t r = recv(c->fd, c->inbuf + c->tail, INBUF - c->tail, 0);
+					size_t room = INBUF - c->tail;
+					ssize_t r = recv(c->fd, c->inbuf + c->tail, room, 0);
 					if (r > 0) {
 						take_requests(c, c->tail + (size_t)r);
-						if ((size_t)r < INBUF - c->tail)
-							break;
+						if ((size_t)r < room)
+							break; /* drained: edge-triggered */
 						continue;
 					}
 					alive = r < 0 && (errno == EAGAIN || errno == EINTR);
