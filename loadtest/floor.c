@@ -164,6 +164,17 @@ static void serve(int lfd)
 	}
 }
 
+/* A whole number from 1 to max, or 0 for anything else. */
+static size_t number(const char *s, size_t max)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-' || v > max)
+		return 0;
+	return (size_t)v;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -174,23 +185,25 @@ int main(int argc, char **argv)
 		{ "objects", required_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int port = 0, workers = 1, o;
+	size_t port = 0, workers = 1;
+	int o;
 	const char *file = NULL;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'l': port = atoi(optarg); break;
-		case 's': body_len = strtoul(optarg, NULL, 10); break;
+		case 'l': port = number(optarg, 65535); break;
+		case 's': body_len = number(optarg, (size_t)1 << 30); break;
 		case 'f': file = optarg; break;
-		case 'w': workers = atoi(optarg); break;
-		case 'n': objects = strtoul(optarg, NULL, 10); break;
+		case 'w': workers = number(optarg, 256); break;
+		case 'n': objects = number(optarg, 1000000); break;
 		default:
 			fprintf(stderr, "usage: floor --listen PORT --size BYTES [--objects N] "
 			                "[--sendfile FILE] [--workers N]\n");
 			return 2;
 		}
 	}
-	if (port <= 0 || port > 65535 || body_len == 0 || workers < 1 || objects < 1) {
-		fprintf(stderr, "floor: --listen PORT and --size BYTES are needed\n");
+	if (port == 0 || body_len == 0 || workers == 0 || objects == 0) {
+		fprintf(stderr, "floor: --listen PORT (1-65535) and --size BYTES (up to 1 GiB) are needed; "
+		                "--workers 1-256, --objects 1-1000000\n");
 		return 2;
 	}
 	header_len = (size_t)snprintf(header, sizeof header,
@@ -221,7 +234,7 @@ int main(int argc, char **argv)
 		                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 4096) < 0)
 		die("listen");
-	for (int w = 1; w < workers; w++) {
+	for (size_t w = 1; w < workers; w++) {
 		pid_t p = fork();
 		if (p < 0)
 			die("fork");
