@@ -11,6 +11,7 @@
 #include <openssl/evp.h>
 
 #include "base/crc.h"
+#include "base/sha256.h"
 
 static const struct {
 	const char *name;
@@ -74,7 +75,7 @@ int cks_init(struct cks *c, enum cks_alg alg)
 		EVP_MD_CTX *md = EVP_MD_CTX_new();
 		if (!md)
 			return -ENOMEM;
-		if (!EVP_DigestInit_ex(md, alg == CKS_SHA1 ? EVP_sha1() : EVP_sha256(), NULL)) {
+		if (!EVP_DigestInit_ex(md, alg == CKS_SHA1 ? EVP_sha1() : sha256_md(), NULL)) {
 			EVP_MD_CTX_free(md);
 			return -ENOMEM;
 		}

@@ -21,6 +21,7 @@
 #include "auth/checksum.h"
 #include "auth/sigv4.h"
 #include "base/buf.h"
+#include "base/sha256.h"
 
 #define LINE_MAX_LEN 4096           /* a chunk header or trailer line */
 #define MAX_CHUNK_SIZE (1ull << 40) /* larger sizes are garbage, not data */
@@ -154,7 +155,7 @@ struct ack_decoder *ack_create(enum ack_mode mode, const unsigned char signing_k
 			d->chunk_md = EVP_MD_CTX_new();
 			d->trailer_md = EVP_MD_CTX_new();
 			ok = d->amz_date && d->scope && d->chunk_md && d->trailer_md &&
-			     EVP_DigestInit_ex(d->trailer_md, EVP_sha256(), NULL);
+			     EVP_DigestInit_ex(d->trailer_md, sha256_md(), NULL);
 		}
 	}
 	if (ok && trailer_names)
@@ -206,7 +207,7 @@ static void stream_signature(const struct ack_decoder *d, const char *kind, bool
 		out[64] = '\0';
 		return;
 	}
-	HMAC(EVP_sha256(), d->key, 32, (const unsigned char *)sts, (size_t)n, mac, &mlen);
+	HMAC(sha256_md(), d->key, 32, (const unsigned char *)sts, (size_t)n, mac, &mlen);
 	hex_encode(mac, sizeof mac, out);
 }
 
@@ -261,7 +262,7 @@ static enum ack_status chunk_header(struct ack_decoder *d, const char *l, size_t
 			return ACK_ERR_FRAMING;
 		memcpy(d->chunk_sig, l + i + sizeof ext - 1, 64);
 		d->chunk_sig[64] = '\0';
-		if (!EVP_DigestInit_ex(d->chunk_md, EVP_sha256(), NULL))
+		if (!EVP_DigestInit_ex(d->chunk_md, sha256_md(), NULL))
 			return ACK_ERR_FRAMING;
 	} else if (i != n) {
 		return ACK_ERR_FRAMING; /* unsigned chunks carry no extensions */

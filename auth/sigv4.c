@@ -76,7 +76,7 @@ void sv4_hmac256(const void *key, size_t klen, const void *p, size_t n, unsigned
 	EVP_MAC_CTX_free(ctx);
 	if (!ok) { /* no template, or out of memory: the one-shot call */
 		unsigned int olen = 32;
-		HMAC(EVP_sha256(), key, (int)klen, p, n, out, &olen);
+		HMAC(sha256_md(), key, (int)klen, p, n, out, &olen);
 	}
 }
 

@@ -14,7 +14,7 @@
 
 #include <openssl/evp.h>
 
-/* SHA-256 for EVP_DigestInit_ex2() and EVP_Digest(). */
+/* SHA-256 for EVP_DigestInit_ex(), EVP_Digest() and HMAC(). */
 const EVP_MD *sha256_md(void);
 
 /* out = SHA-256(p[0..n)). */

@@ -27,6 +27,7 @@
 #include <openssl/hmac.h>
 
 #include "base/buf.h"
+#include "base/sha256.h"
 
 /* An id as read back from Redis: something we could have written. */
 bool cl_id_ok(const char *s, size_t len)
@@ -43,7 +44,7 @@ void cluster_mac(const char *secret, const void *msg, size_t len, char out[65])
 {
 	unsigned char md[32];
 	unsigned mdlen = sizeof md;
-	HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, len, md, &mdlen);
+	HMAC(sha256_md(), secret, (int)strlen(secret), msg, len, md, &mdlen);
 	hex_encode(md, sizeof md, out);
 }
 

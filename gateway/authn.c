@@ -22,6 +22,7 @@
 #include "auth/sigv2.h"
 #include "auth/sigv4.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "cluster/peer.h"
 #include "gateway/passthrough.h"
 #include "gateway/request_internal.h"
@@ -433,7 +434,7 @@ void authn_request(struct req *r)
 			}
 			memcpy(r->want_sha, claimed, 65);
 			r->sha = EVP_MD_CTX_new();
-			if (!r->sha || !EVP_DigestInit_ex(r->sha, EVP_sha256(), NULL)) {
+			if (!r->sha || !EVP_DigestInit_ex(r->sha, sha256_md(), NULL)) {
 				req_fail(r, S3E_INTERNAL, NULL);
 				return;
 			}
