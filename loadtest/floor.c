@@ -33,7 +33,6 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_EVENTS 64
@@ -215,10 +214,12 @@ int main(int argc, char **argv)
 		if (body_fd < 0 || ftruncate(body_fd, (off_t)(objects * body_len)) < 0)
 			die(file);
 	}
-	body = malloc(objects * body_len);
+	/* The bodies in memory, or one body written objects times to FILE. */
+	size_t mem = body_fd >= 0 ? body_len : objects * body_len;
+	body = malloc(mem);
 	if (body == NULL)
 		die("malloc");
-	memset(body, 'x', objects * body_len);
+	memset(body, 'x', mem);
 	if (body_fd >= 0) {
 		for (size_t i = 0; i < objects; i++)
 			if (pwrite(body_fd, body, body_len, (off_t)(i * body_len)) != (ssize_t)body_len)
