@@ -155,6 +155,7 @@ static void *refresh_main(void *arg)
 {
 	struct creds_provider *p = arg;
 	assert(p->magic == CREDS_MAGIC);
+	pthread_setname_np(pthread_self(), "larder-creds");
 	struct src_ctx x = { .env = &p->env, .region = p->region, .stop = &p->stop };
 	struct creds nc;
 	char why[512];

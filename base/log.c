@@ -188,6 +188,7 @@ static void flush_all(bool only_due)
 static void *flusher_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "larder-log");
 	pthread_mutex_lock(&flusher_lock);
 	while (!flusher_stop) {
 		struct timespec until;

@@ -25,6 +25,7 @@
 
 #include <assert.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +259,7 @@ void *cl_heartbeat_main(void *arg)
 {
 	struct cluster *cl = arg;
 	assert(cl->magic == CLUSTER_MAGIC);
+	pthread_setname_np(pthread_self(), "larder-cluster");
 	redisContext *c = NULL;
 	unsigned long dir_gen = 0;
 	unsigned fails = 0;

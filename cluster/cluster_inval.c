@@ -18,6 +18,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,6 +244,7 @@ void *cl_subscriber_main(void *arg)
 {
 	struct cluster *cl = arg;
 	assert(cl->magic == CLUSTER_MAGIC);
+	pthread_setname_np(pthread_self(), "larder-inval");
 	unsigned fails = 0;
 	bool ever = false, lost_logged = false;
 	char why[256];

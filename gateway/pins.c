@@ -470,6 +470,7 @@ static void *saver_main(void *arg)
 {
 	struct pins *p = arg;
 	assert(p->magic == PINS_MAGIC);
+	pthread_setname_np(pthread_self(), "larder-pins");
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop) {
 		struct timespec t;

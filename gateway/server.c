@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <time.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -140,6 +141,8 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	assert(w->magic == WORKER_MAGIC);
+	/* Named for top -H and perf's per-thread views. */
+	pthread_setname_np(pthread_self(), "larder-worker");
 	ev_run(w->loop, 0);
 	return NULL;
 }

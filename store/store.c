@@ -34,6 +34,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,6 +351,7 @@ static void *io_thread(void *arg)
 {
 	struct store *s = arg;
 	assert(s->magic == STORE_MAGIC);
+	pthread_setname_np(pthread_self(), "larder-io");
 
 	pthread_mutex_lock(&s->q_lock);
 	for (;;) {

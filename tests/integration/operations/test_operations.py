@@ -2,8 +2,10 @@
 import hashlib
 import http.client
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
 import unittest
 
@@ -309,9 +311,6 @@ class AccessLogAndHostileInput(LarderCase):
         self.assertEqual(self.s3.get_object(Bucket="logged", Key="final")["Body"].read(), b"ok")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class BadConfiguration(unittest.TestCase):
     """A configuration mistake stops the start, names the setting, exits 2."""
@@ -376,3 +375,29 @@ class AccessLogBuffering(OwnLarder):
             time.sleep(0.05)
         self.assertEqual(len(larder.access_records()), 5)
         self.finish(larder)
+
+
+class ThreadNames(OwnLarder):
+    """Every thread says what it is, so top -H and perf's per-thread views
+    split larder's CPU by role (docs/ARCHITECTURE.md, "Threads and loops")."""
+
+    def test_threads_are_named_by_role(self):
+        cache = tempfile.mkdtemp(prefix="larder-threads-")
+        self.addCleanup(shutil.rmtree, cache, True)
+        larder = self.start_larder(env={"LARDER_WORKERS": "3", "LARDER_CACHE_DIR": cache,
+                                        "LARDER_DISK_CACHE_SIZE": "64MiB",
+                                        "LARDER_ACCESS_LOG_FLUSH_MS": None})
+        names = {}
+        task = "/proc/%d/task" % larder.proc.pid
+        for tid in os.listdir(task):
+            with open(os.path.join(task, tid, "comm")) as f:
+                name = f.read().strip()
+            names[name] = names.get(name, 0) + 1
+        self.assertEqual(names.get("larder-worker"), 3, names)
+        self.assertEqual(names.get("larder-io"), 2, names)   # the store's default
+        self.assertEqual(names.get("larder-log"), 1, names)  # the access log's flusher
+        self.finish(larder)
+
+
+if __name__ == "__main__":
+    unittest.main()
