@@ -90,6 +90,23 @@ bool cread_small(const struct req *r)
 	       obj_chunk_index(c->start, cs) == obj_chunk_index(c->end, cs);
 }
 
+/* Another want of chunk i when this reader holds it already (its current
+ * chunk or one read ahead), else a new acquire. Acquiring it again would
+ * count a second lookup in the store's hits and coalesced waiters, and
+ * touch it twice in the tier's policy, for one read. */
+static struct chunk *want_chunk(struct req *r, uint64_t i)
+{
+	struct cread *c = req_cread(r);
+	struct chunk *held = c->cur && c->cur_index == i ? c->cur : NULL;
+	for (unsigned k = 0; k < READAHEAD_MAX && !held; k++)
+		if (c->ahead[k] && c->ahead_index[k] == i)
+			held = c->ahead[k];
+	if (!held)
+		return get_chunk(r, i);
+	obj_want(held);
+	return held;
+}
+
 /* The range goes out as an iovec over the chunk buffers themselves: MHD
  * writes them with writev, no copy. A chunk may still be filling past the
  * range (the bytes a reader has seen never change); it is on its way from
@@ -113,7 +130,7 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 	h->n = 0;
 	bool ok = true, whole = true;
 	for (uint64_t i = first; i <= last && ok; i++) {
-		struct chunk *ch = get_chunk(r, i);
+		struct chunk *ch = want_chunk(r, i);
 		if (!ch)
 			break;
 		h->c[h->n++] = ch;

@@ -275,6 +275,37 @@ class Admin(AdminCase):
         self.assertEqual(self.get("wb/one", OTHER), (200, "miss", b"1"))
 
     # -- metrics and stats
+    def test_each_chunk_read_is_counted_once(self):
+        # A reader looks a chunk up once: a cold GET of a one-chunk object is one
+        # chunk miss with nobody coalesced, a warm one one RAM hit, and a warm GET
+        # of a three-chunk object three. (Small answers and RAM hits used to look
+        # their chunks up again to build the iovec: two hits per chunk, and a
+        # coalesced waiter on every cold read.)
+        small, big = os.urandom(5000), os.urandom(2 * MiB + 100)
+        self.put("cc/small", small)
+        self.put("cc/big", big)
+        time.sleep(0.3)  # earlier reads' completions settle
+        _, m0 = self.wait_metrics(lambda m: True)
+
+        def counts(pred=lambda d: True):
+            def delta(m):
+                return tuple(int(metric(m, n, **l) - metric(m0, n, **l)) for n, l in (
+                    ("larder_cache_chunk_misses_total", {}),
+                    ("larder_cache_chunk_hits_total", {"tier": "ram"}),
+                    ("larder_coalesced_waiters_total", {})))
+            _, m = self.wait_metrics(lambda m: pred(delta(m)))
+            return delta(m)
+
+        self.assertEqual(self.get("cc/small"), (200, "miss", small))
+        self.assertEqual(counts(lambda d: d[0] >= 1), (1, 0, 0), "misses, RAM hits, coalesced")
+        self.assertEqual(self.get("cc/small"), (200, "hit", small))
+        self.assertEqual(counts(lambda d: d[1] >= 1), (1, 1, 0))
+        self.assertEqual(self.get("cc/big"), (200, "miss", big))
+        self.assertEqual(counts(lambda d: d[0] >= 4)[0], 4)
+        _, m0 = self.wait_metrics(lambda m: True)
+        self.assertEqual(self.get("cc/big"), (200, "hit", big))
+        self.assertEqual(counts(lambda d: d[1] >= 3), (0, 3, 0))
+
     def test_metrics_text_and_counters(self):
         data = os.urandom(2 * MiB + 100)
         self.cached("m/obj", data)
