@@ -293,8 +293,12 @@ out:
 	return rc;
 }
 
-int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len)
+/* disk_read, and with cached_only disk_read_cached: a read that would wait
+ * for the device ends -EAGAIN, with nothing dropped or counted. */
+static int read_entry(struct disk *d, const struct chunk_id *id, void *out, size_t len,
+                      bool cached_only)
 {
+	int (*pread_fn)(int, void *, size_t, uint64_t) = cached_only ? dk_pread_cached : dk_pread_all;
 	uint64_t hash = chunk_id_hash(id);
 	pthread_mutex_lock(&d->lock);
 	struct dent *e = dk_idx_find(d, id, hash);
@@ -313,19 +317,19 @@ int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len)
 	unsigned char b[HDR_LEN];
 	struct hdr h;
 	bool bad = false;
-	int rc = dk_pread_all(s->fd, b, HDR_LEN, off);
+	int rc = pread_fn(s->fd, b, HDR_LEN, off);
 	if (rc == 0)
 		bad = !dk_hdr_decode(b, &h) || !chunk_id_eq(&h.id, id) || h.data_len != len ||
 		      h.data_crc != crc;
 	if (rc == 0 && !bad)
-		rc = dk_pread_all(s->fd, out, len, off + HDR_LEN + vl);
+		rc = pread_fn(s->fd, out, len, off + HDR_LEN + vl);
 	if (rc == 0 && !bad)
 		bad = crc32c(0, out, len) != crc;
 	if (rc == -ENODATA) /* short: the file was cut */
 		bad = true;
-	if (!bad && rc == 0) {
+	if ((!bad && rc == 0) || (cached_only && !bad && rc == -EAGAIN)) {
 		dk_seg_unref(s);
-		return 0;
+		return rc;
 	}
 
 	pthread_mutex_lock(&d->lock);
@@ -346,6 +350,16 @@ int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len)
 		log_warn(TOPIC, "%s: segment %016" PRIx64 ": pread() failed: %s", d->dir, seq,
 		         strerror(-rc));
 	return bad ? -EIO : rc;
+}
+
+int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len)
+{
+	return read_entry(d, id, out, len, false);
+}
+
+int disk_read_cached(struct disk *d, const struct chunk_id *id, void *out, size_t len)
+{
+	return read_entry(d, id, out, len, true);
 }
 
 uint64_t disk_next_gen(struct disk *d)

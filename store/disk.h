@@ -62,6 +62,11 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
  * (checksum failure: the entry is dropped), or another negative errno
  * (the entry is dropped). */
 int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len);
+/* disk_read from the page cache only, for a caller that must not wait on
+ * the device (a worker loop): -EAGAIN when a byte of the entry is not
+ * cached (or the file system cannot tell), with the entry kept and nothing
+ * counted; otherwise as disk_read. */
+int disk_read_cached(struct disk *d, const struct chunk_id *id, void *out, size_t len);
 
 /* Remembers, durably (fdatasync'd before it returns), that the object
  * (bucket, key) changed, or with prefix every key of bucket starting with

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 uint64_t dk_var_len_of(const struct hdr *h)
@@ -62,13 +63,19 @@ bool dk_hdr_decode(const unsigned char *b, struct hdr *h)
 	return h->meta_len <= MAX_META;
 }
 
-int dk_pread_all(int fd, void *buf, size_t n, uint64_t off)
+/* pread until n bytes, with preadv2's flags: -ENODATA at the end of the
+ * file, -EAGAIN where RWF_NOWAIT would have to wait. */
+static int pread_flags(int fd, void *buf, size_t n, uint64_t off, int flags)
 {
 	char *p = buf;
 	while (n > 0) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
+		struct iovec iov = { p, n };
+		ssize_t r = preadv2(fd, &iov, 1, (off_t)off, flags);
 		if (r < 0 && errno == EINTR)
 			continue;
+		/* EOPNOTSUPP: a file system without RWF_NOWAIT; the I/O thread reads it */
+		if (r < 0 && (flags & RWF_NOWAIT) && (errno == EAGAIN || errno == EOPNOTSUPP))
+			return -EAGAIN;
 		if (r < 0)
 			return -errno;
 		if (r == 0)
@@ -78,6 +85,16 @@ int dk_pread_all(int fd, void *buf, size_t n, uint64_t off)
 		off += (uint64_t)r;
 	}
 	return 0;
+}
+
+int dk_pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+	return pread_flags(fd, buf, n, off, 0);
+}
+
+int dk_pread_cached(int fd, void *buf, size_t n, uint64_t off)
+{
+	return pread_flags(fd, buf, n, off, RWF_NOWAIT);
 }
 
 int dk_pwritev_all(int fd, struct iovec *iov, int cnt, uint64_t off)

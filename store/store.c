@@ -68,6 +68,10 @@
  * after the first, and then writes until the queue is empty. One wake-up
  * and its two context switches per cold 115 KiB object were what the
  * write-through cost the workers on two cores (docs/benchmarks.md). */
+/* NVMe chunks up to this size are read in the acquiring thread when the
+ * page cache holds them (store_acquire): at most ~50 us of copy and
+ * checksum on a worker's loop. */
+#define INLINE_READ_MAX ((size_t)512 << 10)
 #define WRITE_BATCH 8
 #define WRITE_BATCH_BYTES ((uint64_t)1 << 20)
 #define WRITE_DELAY_MS 5
@@ -294,10 +298,9 @@ static bool job_queue(struct store *s, struct job *j, bool force)
 static void finish(struct store *s, struct chunk *c, bool ok, int reason,
                    const struct chunk_origin *o, bool write_through);
 
-static void run_read(struct store *s, struct job *j)
+/* The end of a read of c from NVMe, r its result (not -EAGAIN). */
+static void read_done(struct store *s, struct chunk *c, int r)
 {
-	struct chunk *c = j->c;
-	int r = disk_usable(s) ? disk_read(s->disk, &c->id, c->data, c->len) : -ENOENT;
 	if (r == 0) {
 		/* One publish for the whole chunk: NVMe reads are fast next to
 		 * the network the readers send it to. */
@@ -312,6 +315,12 @@ static void run_read(struct store *s, struct job *j)
 	if (s->disk && r != -EIO)
 		tier_drop(&s->nvme, &c->id, NULL);
 	finish(s, c, false, STORE_ERR_REFETCH, NULL, false);
+}
+
+static void run_read(struct store *s, struct job *j)
+{
+	struct chunk *c = j->c;
+	read_done(s, c, disk_usable(s) ? disk_read(s->disk, &c->id, c->data, c->len) : -ENOENT);
 }
 
 static void run_write(struct store *s, struct job *j)
@@ -599,7 +608,24 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 
 	*role = STORE_PRODUCE;
 	size_t dlen;
-	if (disk_usable(s) && tier_holds(&s->nvme, id, &dlen) && dlen == len) {
+	bool on_disk = disk_usable(s) && tier_holds(&s->nvme, id, &dlen) && dlen == len;
+	pthread_mutex_unlock(&sh->lock);
+	tier_release(dead);
+	if (!on_disk) {
+		count(&s->misses);
+		return c;
+	}
+	/* Held on NVMe. A small chunk whose bytes the page cache has is read
+	 * here and now: handing it to an I/O thread and back costs more than
+	 * the copy (two wake-ups and a suspended request; docs/benchmarks.md,
+	 * "NVMe hits from the page cache"). A large one would hold the
+	 * caller's loop for its copy and checksum. Whoever joins meanwhile
+	 * waits on c as on any producer. */
+	int r = len <= INLINE_READ_MAX ? disk_read_cached(s->disk, id, c->data, len) : -EAGAIN;
+	if (r != -EAGAIN) {
+		read_done(s, c, r);
+		*role = r == 0 ? STORE_HIT : STORE_WAIT; /* failed: the caller acquires again */
+	} else {
 		struct job *j = calloc(1, sizeof *j);
 		if (j) {
 			j->kind = JOB_READ;
@@ -611,9 +637,7 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 				job_free(j); /* queue full: the caller fetches it */
 		}
 	}
-	pthread_mutex_unlock(&sh->lock);
-	tier_release(dead);
-	count(*role == STORE_WAIT ? &s->hits_disk : &s->misses);
+	count(*role == STORE_PRODUCE ? &s->misses : &s->hits_disk);
 	return c;
 }
 

@@ -2,7 +2,8 @@
  * store.h - the tiered chunk store: an in-flight table, a RAM tier and an
  * NVMe tier, shared by every worker.
  *
- *   store_acquire(id) -> STORE_HIT      the chunk is READY in RAM
+ *   store_acquire(id) -> STORE_HIT      the chunk is READY: in RAM, or just
+ *                                       read from NVMe through the page cache
  *                     -> STORE_WAIT     someone produces it (an upstream fetch
  *                                       elsewhere, or the store's I/O threads
  *                                       reading it from NVMe): read it as it fills
@@ -19,8 +20,10 @@
  * under a reader (they are counted, and the tier evicts others first).
  * Disk use stays within disk_bytes.
  *
- * Every function is thread-safe. None blocks on disk: NVMe reads and
- * writes run on the store's own I/O threads.
+ * Every function is thread-safe. None waits on the device: NVMe writes,
+ * and reads of bytes the page cache does not hold, run on the store's own
+ * I/O threads; store_acquire reads a small chunk itself only when every
+ * byte of it is in the page cache (preadv2 RWF_NOWAIT).
  */
 #ifndef LARDER_STORE_H
 #define LARDER_STORE_H
