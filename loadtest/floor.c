@@ -10,12 +10,18 @@
  * docs/benchmarks.md "The floor of a warm hit" compares it with larder and
  * with nginx.
  *
- *   floor --listen PORT --size BYTES [--objects N] [--sendfile FILE] [--workers N]
+ *   floor --listen PORT --size BYTES [--objects N] [--workers N]
+ *         [--sendfile FILE | --zerocopy | --uring]
  *
  * Modes: the body from memory with one sendmsg (header + body, as larder's
  * hits), or with --sendfile from FILE (header with MSG_MORE, then sendfile;
- * FILE on tmpfs is what the nginx peer serves hits from). --workers forks N
- * processes sharing the listening socket, each single-threaded on epoll.
+ * FILE on tmpfs is what the nginx peer serves hits from), or --zerocopy
+ * (the same sendmsg with MSG_ZEROCOPY, its completions read back from the
+ * socket's error queue), or --uring (recv and sendmsg as io_uring requests,
+ * one io_uring_enter for every batch of completions, no epoll; only when
+ * built with liburing). Issue 15 asked whether these make hits cheaper:
+ * docs/benchmarks.md "The floor of a warm hit". --workers forks N
+ * processes sharing the listening socket, each single-threaded.
  * --objects N answers from N bodies in turn (N x BYTES of memory, or of FILE),
  * so that the bytes sent come from memory as a cache's do, not from a
  * buffer that stays in the CPU's caches.
@@ -35,6 +41,17 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#ifdef FLOOR_URING
+#include <liburing.h>
+#endif
+
+#ifndef SO_ZEROCOPY
+#define SO_ZEROCOPY 60
+#endif
+#ifndef MSG_ZEROCOPY
+#define MSG_ZEROCOPY 0x4000000
+#endif
+
 #define MAX_EVENTS 64
 #define INBUF 8192
 
@@ -45,6 +62,11 @@ struct conn {
 	size_t object;   /* which body it is */
 	size_t tail;     /* bytes of inbuf kept: a request's start */
 	char inbuf[INBUF];
+	/* --uring: the send in flight (its iovec and msghdr live until it
+	 * completes) and whether the connection is gone */
+	bool sending, dead;
+	struct iovec iov[2];
+	struct msghdr msg;
 };
 
 static char *body;
@@ -53,6 +75,7 @@ static size_t objects = 1, next_object;
 static int body_fd = -1;
 static char header[160];
 static size_t header_len;
+static int send_flags = MSG_NOSIGNAL; /* | MSG_ZEROCOPY with --zerocopy */
 
 static void die(const char *what)
 {
@@ -74,38 +97,66 @@ static void take_requests(struct conn *c, size_t len)
 	memmove(c->inbuf, p, c->tail);
 }
 
+/* The rest of c's answer from memory as c->msg over c->iov. */
+static void answer_msg(struct conn *c)
+{
+	if (c->sent == 0)
+		c->object = next_object++ % objects;
+	size_t at = c->object * body_len;
+	int cnt = 0;
+	if (c->sent < header_len)
+		c->iov[cnt++] = (struct iovec){ header + c->sent, header_len - c->sent };
+	size_t boff = c->sent > header_len ? c->sent - header_len : 0;
+	c->iov[cnt++] = (struct iovec){ body + at + boff, body_len - boff };
+	c->msg = (struct msghdr){ .msg_iov = c->iov, .msg_iovlen = (size_t)cnt };
+}
+
+/* Counts n more bytes of c's answer sent. */
+static void answer_sent(struct conn *c, size_t n)
+{
+	c->sent += n;
+	if (c->sent == header_len + body_len) {
+		c->sent = 0;
+		c->pending--;
+	}
+}
+
+/* --zerocopy: reads the completions the kernel queued; their buffers (the
+ * bodies) never change, so there is nothing to do but take them off. */
+static void drain_errqueue(int fd)
+{
+	char control[128];
+	for (;;) {
+		struct msghdr m = { .msg_control = control, .msg_controllen = sizeof control };
+		if (recvmsg(fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
+			return;
+	}
+}
+
 /* Send what is due; false when the connection is gone. */
 static bool answer(struct conn *c)
 {
-	size_t total = header_len + body_len;
 	while (c->pending > 0) {
 		ssize_t n;
-		if (c->sent == 0)
-			c->object = next_object++ % objects;
-		size_t at = c->object * body_len;
 		if (body_fd < 0) {
-			struct iovec iov[2];
-			int cnt = 0;
-			if (c->sent < header_len)
-				iov[cnt++] = (struct iovec){ header + c->sent, header_len - c->sent };
-			size_t boff = c->sent > header_len ? c->sent - header_len : 0;
-			iov[cnt++] = (struct iovec){ body + at + boff, body_len - boff };
-			struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)cnt };
-			n = sendmsg(c->fd, &m, MSG_NOSIGNAL);
+			answer_msg(c);
+			n = sendmsg(c->fd, &c->msg, send_flags);
+			if (n < 0 && errno == ENOBUFS) { /* completions not yet read */
+				drain_errqueue(c->fd);
+				n = sendmsg(c->fd, &c->msg, send_flags);
+			}
 		} else if (c->sent < header_len) {
+			if (c->sent == 0)
+				c->object = next_object++ % objects;
 			n = send(c->fd, header + c->sent, header_len - c->sent, MSG_NOSIGNAL | MSG_MORE);
 		} else {
 			size_t boff = c->sent - header_len;
-			off_t off = (off_t)(at + boff);
+			off_t off = (off_t)(c->object * body_len + boff);
 			n = sendfile(c->fd, body_fd, &off, body_len - boff);
 		}
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR;
-		c->sent += (size_t)n;
-		if (c->sent == total) {
-			c->sent = 0;
-			c->pending--;
-		}
+		answer_sent(c, (size_t)n);
 	}
 	return true;
 }
@@ -129,6 +180,9 @@ static void serve(int lfd)
 					continue;
 				int one = 1;
 				setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+				if ((send_flags & MSG_ZEROCOPY) &&
+				    setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) < 0)
+					die("setsockopt(SO_ZEROCOPY)");
 				c = calloc(1, sizeof *c);
 				if (c == NULL)
 					die("calloc");
@@ -139,6 +193,8 @@ static void serve(int lfd)
 				continue;
 			}
 			bool alive = true;
+			if (evs[i].events & EPOLLERR)
+				drain_errqueue(c->fd);
 			if (evs[i].events & EPOLLIN) {
 				for (;;) {
 					size_t room = INBUF - c->tail;
@@ -163,6 +219,113 @@ static void serve(int lfd)
 	}
 }
 
+#ifdef FLOOR_URING
+/* --uring: each connection has a recv in flight, and a sendmsg while an
+ * answer is due; user_data is the connection with the low bit set for a
+ * send (NULL: the listening socket's accept). */
+#define URING_DEPTH 512
+#define SEND_BIT ((uintptr_t)1)
+
+static void uring_recv(struct io_uring *ring, struct conn *c)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	if (sqe == NULL) {
+		io_uring_submit(ring);
+		sqe = io_uring_get_sqe(ring);
+	}
+	io_uring_prep_recv(sqe, c->fd, c->inbuf + c->tail, INBUF - c->tail, 0);
+	io_uring_sqe_set_data(sqe, c);
+}
+
+static void uring_send(struct io_uring *ring, struct conn *c)
+{
+	if (c->sending || c->pending == 0)
+		return;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	if (sqe == NULL) {
+		io_uring_submit(ring);
+		sqe = io_uring_get_sqe(ring);
+	}
+	answer_msg(c);
+	io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
+	io_uring_sqe_set_data(sqe, (void *)((uintptr_t)c | SEND_BIT));
+	c->sending = true;
+}
+
+static void uring_accept(struct io_uring *ring, int lfd)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	io_uring_prep_multishot_accept(sqe, lfd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_sqe_set_data(sqe, NULL);
+}
+
+/* A connection's recv or send ended in error or EOF: closed once nothing
+ * of it is in flight. */
+static void uring_gone(struct conn *c)
+{
+	c->dead = true;
+	if (!c->sending && c->fd >= 0) {
+		close(c->fd);
+		c->fd = -1;
+	}
+}
+
+static void serve_uring(int lfd)
+{
+	struct io_uring ring;
+	int r = io_uring_queue_init(URING_DEPTH, &ring, 0);
+	if (r < 0) {
+		errno = -r;
+		die("io_uring_queue_init");
+	}
+	uring_accept(&ring, lfd);
+	for (;;) {
+		r = io_uring_submit_and_wait(&ring, 1);
+		if (r < 0 && r != -EINTR) {
+			errno = -r;
+			die("io_uring_submit_and_wait");
+		}
+		struct io_uring_cqe *cqe;
+		unsigned head, seen = 0;
+		io_uring_for_each_cqe(&ring, head, cqe) {
+			seen++;
+			uintptr_t ud = (uintptr_t)io_uring_cqe_get_data(cqe);
+			struct conn *c = (struct conn *)(ud & ~SEND_BIT);
+			if (c == NULL) {
+				if (!(cqe->flags & IORING_CQE_F_MORE))
+					uring_accept(&ring, lfd); /* the multishot accept ended */
+				if (cqe->res < 0)
+					continue;
+				int one = 1;
+				setsockopt(cqe->res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+				c = calloc(1, sizeof *c);
+				if (c == NULL)
+					die("calloc");
+				c->fd = cqe->res;
+				uring_recv(&ring, c);
+			} else if (ud & SEND_BIT) {
+				c->sending = false;
+				if (cqe->res <= 0 || c->dead) {
+					uring_gone(c);
+				} else {
+					answer_sent(c, (size_t)cqe->res);
+					uring_send(&ring, c);
+				}
+			} else if (cqe->res <= 0 || c->dead) {
+				uring_gone(c);
+			} else {
+				take_requests(c, c->tail + (size_t)cqe->res);
+				uring_send(&ring, c);
+				uring_recv(&ring, c);
+			}
+			/* A closed connection's memory is kept: a benchmark opens
+			 * few, and a completion might still name it. */
+		}
+		io_uring_cq_advance(&ring, seen);
+	}
+}
+#endif
+
 /* A whole number from 1 to max, or 0 for anything else. */
 static size_t number(const char *s, size_t max)
 {
@@ -182,9 +345,12 @@ int main(int argc, char **argv)
 		{ "sendfile", required_argument, NULL, 'f' },
 		{ "workers", required_argument, NULL, 'w' },
 		{ "objects", required_argument, NULL, 'n' },
+		{ "zerocopy", no_argument, NULL, 'z' },
+		{ "uring", no_argument, NULL, 'u' },
 		{ NULL, 0, NULL, 0 },
 	};
 	size_t port = 0, workers = 1;
+	bool uring = false;
 	int o;
 	const char *file = NULL;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -194,12 +360,24 @@ int main(int argc, char **argv)
 		case 'f': file = optarg; break;
 		case 'w': workers = number(optarg, 256); break;
 		case 'n': objects = number(optarg, 1000000); break;
+		case 'z': send_flags |= MSG_ZEROCOPY; break;
+		case 'u': uring = true; break;
 		default:
-			fprintf(stderr, "usage: floor --listen PORT --size BYTES [--objects N] "
-			                "[--sendfile FILE] [--workers N]\n");
+			fprintf(stderr, "usage: floor --listen PORT --size BYTES [--objects N] [--workers N] "
+			                "[--sendfile FILE | --zerocopy | --uring]\n");
 			return 2;
 		}
 	}
+	if ((file != NULL) + !!(send_flags & MSG_ZEROCOPY) + uring > 1) {
+		fprintf(stderr, "floor: --sendfile, --zerocopy and --uring are separate modes\n");
+		return 2;
+	}
+#ifndef FLOOR_URING
+	if (uring) {
+		fprintf(stderr, "floor: built without liburing: no --uring\n");
+		return 2;
+	}
+#endif
 	if (port == 0 || body_len == 0 || workers == 0 || objects == 0) {
 		fprintf(stderr, "floor: --listen PORT (1-65535) and --size BYTES (up to 1 GiB) are needed; "
 		                "--workers 1-256, --objects 1-1000000\n");
@@ -235,6 +413,8 @@ int main(int argc, char **argv)
 		                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 4096) < 0)
 		die("listen");
+	if (uring && fcntl(lfd, F_SETFL, 0) < 0) /* io_uring waits for a connection itself */
+		die("fcntl");
 	for (size_t w = 1; w < workers; w++) {
 		pid_t p = fork();
 		if (p < 0)
@@ -242,6 +422,12 @@ int main(int argc, char **argv)
 		if (p == 0)
 			break;
 	}
+#ifdef FLOOR_URING
+	if (uring) {
+		serve_uring(lfd);
+		return 0;
+	}
+#endif
 	serve(lfd);
 	return 0;
 }
