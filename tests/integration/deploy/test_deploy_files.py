@@ -66,6 +66,7 @@ MESON_DEV_PACKAGES = {
     "jemalloc": "libjemalloc-dev",
     "hiredis": "libhiredis-dev",
     "m": None,  # libm: part of libc6-dev, already in the build stage
+    "liburing": None,  # optional (required : false): only loadtest/floor's --uring mode
 }
 # In debian:12-slim already (a NEEDED library may come from these).
 BASE_IMAGE_PACKAGES = {"libc6", "libgcc-s1"}
