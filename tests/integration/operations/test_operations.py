@@ -19,8 +19,9 @@ def signed(larder, method, path, key=CLIENT_KEY, secret=CLIENT_SECRET, body=b"",
     return harness.sign_headers(method, larder.url + path, key, secret, headers=headers, body=body)
 
 
-class OwnLarder(harness.S3Asserts, unittest.TestCase):
-    """Tests that start (and stop) their own larder against a shared upstream."""
+class OwnLarderCase(harness.S3Asserts, unittest.TestCase):
+    """Tests that start (and stop) their own larder against a shared upstream.
+    A base without tests of its own, so that subclasses run only theirs."""
 
     @classmethod
     def setUpClass(cls):
@@ -47,6 +48,10 @@ class OwnLarder(harness.S3Asserts, unittest.TestCase):
         larder.check_sanitizers(self)
         self.upstream.assert_signed_correctly(self)
         return time.monotonic() - t0
+
+
+class OwnLarder(OwnLarderCase):
+    """Signals and connection limits, each test with a larder of its own."""
 
     def test_sigterm_drains_slow_download(self):
         size = 64 * MiB
@@ -343,7 +348,7 @@ class BadConfiguration(unittest.TestCase):
 
 
 
-class AccessLogBuffering(OwnLarder):
+class AccessLogBuffering(OwnLarderCase):
     """The access log as shipped: each worker gathers lines and writes them
     in batches (LARDER_ACCESS_LOG_BUFFER, LARDER_ACCESS_LOG_FLUSH_MS), so a
     request costs no write of its own; no line is lost or torn."""
@@ -377,7 +382,7 @@ class AccessLogBuffering(OwnLarder):
         self.finish(larder)
 
 
-class ThreadNames(OwnLarder):
+class ThreadNames(OwnLarderCase):
     """Every thread says what it is, so top -H and perf's per-thread views
     split larder's CPU by role (docs/ARCHITECTURE.md, "Threads and loops")."""
 
