@@ -298,7 +298,7 @@ out:
 static int read_entry(struct disk *d, const struct chunk_id *id, void *out, size_t len,
                       bool cached_only)
 {
-	int (*pread_fn)(int, void *, size_t, uint64_t) = cached_only ? dk_pread_cached : dk_pread_all;
+	int flags = cached_only ? RWF_NOWAIT : 0;
 	uint64_t hash = chunk_id_hash(id);
 	pthread_mutex_lock(&d->lock);
 	struct dent *e = dk_idx_find(d, id, hash);
@@ -317,17 +317,17 @@ static int read_entry(struct disk *d, const struct chunk_id *id, void *out, size
 	unsigned char b[HDR_LEN];
 	struct hdr h;
 	bool bad = false;
-	int rc = pread_fn(s->fd, b, HDR_LEN, off);
+	int rc = dk_pread_flags(s->fd, b, HDR_LEN, off, flags);
 	if (rc == 0)
 		bad = !dk_hdr_decode(b, &h) || !chunk_id_eq(&h.id, id) || h.data_len != len ||
 		      h.data_crc != crc;
 	if (rc == 0 && !bad)
-		rc = pread_fn(s->fd, out, len, off + HDR_LEN + vl);
+		rc = dk_pread_flags(s->fd, out, len, off + HDR_LEN + vl, flags);
 	if (rc == 0 && !bad)
 		bad = crc32c(0, out, len) != crc;
 	if (rc == -ENODATA) /* short: the file was cut */
 		bad = true;
-	if ((!bad && rc == 0) || (cached_only && !bad && rc == -EAGAIN)) {
+	if (!bad && (rc == 0 || rc == -EAGAIN)) { /* -EAGAIN: RWF_NOWAIT only */
 		dk_seg_unref(s);
 		return rc;
 	}

@@ -63,9 +63,7 @@ bool dk_hdr_decode(const unsigned char *b, struct hdr *h)
 	return h->meta_len <= MAX_META;
 }
 
-/* pread until n bytes, with preadv2's flags: -ENODATA at the end of the
- * file, -EAGAIN where RWF_NOWAIT would have to wait. */
-static int pread_flags(int fd, void *buf, size_t n, uint64_t off, int flags)
+int dk_pread_flags(int fd, void *buf, size_t n, uint64_t off, int flags)
 {
 	char *p = buf;
 	while (n > 0) {
@@ -89,12 +87,7 @@ static int pread_flags(int fd, void *buf, size_t n, uint64_t off, int flags)
 
 int dk_pread_all(int fd, void *buf, size_t n, uint64_t off)
 {
-	return pread_flags(fd, buf, n, off, 0);
-}
-
-int dk_pread_cached(int fd, void *buf, size_t n, uint64_t off)
-{
-	return pread_flags(fd, buf, n, off, RWF_NOWAIT);
+	return dk_pread_flags(fd, buf, n, off, 0);
 }
 
 int dk_pwritev_all(int fd, struct iovec *iov, int cnt, uint64_t off)

@@ -135,9 +135,9 @@ bool dk_hdr_decode(const unsigned char *b, struct hdr *h);
 
 /* Reads n bytes at off. Returns 0, -errno, or -ENODATA at end of file. */
 int dk_pread_all(int fd, void *buf, size_t n, uint64_t off);
-/* The same from the page cache only (preadv2 RWF_NOWAIT): -EAGAIN when a
- * byte of it would have to come from the device. */
-int dk_pread_cached(int fd, void *buf, size_t n, uint64_t off);
+/* The same with preadv2's flags; with RWF_NOWAIT (the page cache only),
+ * -EAGAIN when a byte would have to come from the device. */
+int dk_pread_flags(int fd, void *buf, size_t n, uint64_t off, int flags);
 
 /* Writes the iovecs at off, resuming after short writes; modifies iov. */
 int dk_pwritev_all(int fd, struct iovec *iov, int cnt, uint64_t off);

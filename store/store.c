@@ -58,6 +58,10 @@
 #define DISK_RETRY_MAX_MS 60000u  /* doubling up to this while it keeps failing */
 /* Read jobs each stand for a FILLING chunk already counted in RAM. */
 #define READ_QUEUE_MAX 1024
+/* NVMe chunks up to this size are read in the acquiring thread when the
+ * page cache holds all of them (store_acquire); a larger one's copy and
+ * checksum would hold a worker's loop, so the I/O threads read it. */
+#define INLINE_READ_MAX ((size_t)512 << 10)
 /* Write jobs pin chunks the RAM tier may have let go, outside its bound:
  * keep them few, and their bytes within a quarter of the RAM tier plus one
  * chunk (a write is queued while the bytes before it are under the quarter:
@@ -68,10 +72,6 @@
  * after the first, and then writes until the queue is empty. One wake-up
  * and its two context switches per cold 115 KiB object were what the
  * write-through cost the workers on two cores (docs/benchmarks.md). */
-/* NVMe chunks up to this size are read in the acquiring thread when the
- * page cache holds them (store_acquire): at most ~50 us of copy and
- * checksum on a worker's loop. */
-#define INLINE_READ_MAX ((size_t)512 << 10)
 #define WRITE_BATCH 8
 #define WRITE_BATCH_BYTES ((uint64_t)1 << 20)
 #define WRITE_DELAY_MS 5
@@ -618,9 +618,8 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 	/* Held on NVMe. A small chunk whose bytes the page cache has is read
 	 * here and now: handing it to an I/O thread and back costs more than
 	 * the copy (two wake-ups and a suspended request; docs/benchmarks.md,
-	 * "NVMe hits from the page cache"). A large one would hold the
-	 * caller's loop for its copy and checksum. Whoever joins meanwhile
-	 * waits on c as on any producer. */
+	 * "NVMe hits from the page cache"). Whoever joins meanwhile waits on
+	 * c as on any producer. */
 	int r = len <= INLINE_READ_MAX ? disk_read_cached(s->disk, id, c->data, len) : -EAGAIN;
 	if (r != -EAGAIN) {
 		read_done(s, c, r);
