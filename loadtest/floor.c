@@ -226,13 +226,20 @@ static void serve(int lfd)
 #define URING_DEPTH 512
 #define SEND_BIT ((uintptr_t)1)
 
-static void uring_recv(struct io_uring *ring, struct conn *c)
+/* A free submission entry, submitting what is queued when there is none. */
+static struct io_uring_sqe *uring_sqe(struct io_uring *ring)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 	if (sqe == NULL) {
 		io_uring_submit(ring);
 		sqe = io_uring_get_sqe(ring);
 	}
+	return sqe;
+}
+
+static void uring_recv(struct io_uring *ring, struct conn *c)
+{
+	struct io_uring_sqe *sqe = uring_sqe(ring);
 	io_uring_prep_recv(sqe, c->fd, c->inbuf + c->tail, INBUF - c->tail, 0);
 	io_uring_sqe_set_data(sqe, c);
 }
@@ -241,11 +248,7 @@ static void uring_send(struct io_uring *ring, struct conn *c)
 {
 	if (c->sending || c->pending == 0)
 		return;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-	if (sqe == NULL) {
-		io_uring_submit(ring);
-		sqe = io_uring_get_sqe(ring);
-	}
+	struct io_uring_sqe *sqe = uring_sqe(ring);
 	answer_msg(c);
 	io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
 	io_uring_sqe_set_data(sqe, (void *)((uintptr_t)c | SEND_BIT));
@@ -254,7 +257,7 @@ static void uring_send(struct io_uring *ring, struct conn *c)
 
 static void uring_accept(struct io_uring *ring, int lfd)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	struct io_uring_sqe *sqe = uring_sqe(ring);
 	io_uring_prep_multishot_accept(sqe, lfd, NULL, NULL, SOCK_CLOEXEC);
 	io_uring_sqe_set_data(sqe, NULL);
 }
