@@ -279,8 +279,8 @@ class Admin(AdminCase):
         # A reader looks a chunk up once: a cold GET of a one-chunk object is one
         # chunk miss with nobody coalesced, a warm one one RAM hit, and a warm GET
         # of a three-chunk object three. (Small answers and RAM hits used to look
-        # their chunks up again to build the iovec: two hits per chunk, and a
-        # coalesced waiter on every cold read.)
+        # their chunks up again to build the iovec: two RAM hits per chunk, and a
+        # RAM hit on every cold read.)
         small, big = os.urandom(5000), os.urandom(2 * MiB + 100)
         self.put("cc/small", small)
         self.put("cc/big", big)

@@ -545,7 +545,7 @@ static void test_disk_roundtrip(void **state)
 		struct chunk_id id = cid(i);
 		struct chunk *c = store_acquire(s, &id, CLEN, &role);
 		/* Read in this thread: the page cache has what was just written
-		 * (test_disk_uncached_read_goes_to_io_threads has it not). */
+		 * (test_disk_uncached_read_goes_to_io_threads drops it). */
 		assert_int_equal(role, STORE_HIT);
 		assert_int_equal(atomic_load(&c->state), CHUNK_READY);
 		assert_true(data_ok(c, i));
@@ -625,13 +625,10 @@ static void test_pins_in_both_tiers(void **state)
 }
 
 /* Flips one byte of chunk i's data in whichever segment holds it. */
-static bool corrupt(const char *dir, uint64_t i)
+/* fn(fd, size, arg) for every regular file in dir (opened read-write)
+ * until it returns true; returns whether one did. */
+static bool each_file(const char *dir, bool (*fn)(int fd, size_t size, void *arg), void *arg)
 {
-	/* The whole chunk: its first bytes alone also occur inside another
-	 * chunk's pattern, which the file may hold first. */
-	unsigned char want[CLEN];
-	for (size_t k = 0; k < sizeof want; k++)
-		want[k] = pat(i, k);
 	DIR *d = opendir(dir);
 	struct dirent *e;
 	bool done = false;
@@ -640,26 +637,42 @@ static bool corrupt(const char *dir, uint64_t i)
 		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
 		int fd = open(path, O_RDWR);
 		struct stat st;
-		if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-			if (fd >= 0)
-				close(fd);
-			continue;
-		}
-		unsigned char *buf = malloc((size_t)st.st_size + 1);
-		ssize_t n = pread(fd, buf, (size_t)st.st_size, 0);
-		for (ssize_t off = 0; n > 0 && off + (ssize_t)sizeof want <= n; off++) {
-			if (memcmp(buf + off, want, sizeof want) == 0) {
-				unsigned char b = buf[off + 10] ^ 0xff;
-				done = pwrite(fd, &b, 1, off + 10) == 1;
-				break;
-			}
-		}
-		free(buf);
-		close(fd);
+		if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+			done = fn(fd, (size_t)st.st_size, arg);
+		if (fd >= 0)
+			close(fd);
 	}
 	if (d)
 		closedir(d);
 	return done;
+}
+
+/* each_file: flips a byte of chunk *arg's data if this file holds it. */
+static bool corrupt_in(int fd, size_t size, void *arg)
+{
+	/* The whole chunk: its first bytes alone also occur inside another
+	 * chunk's pattern, which the file may hold first. */
+	uint64_t i = *(const uint64_t *)arg;
+	unsigned char want[CLEN];
+	for (size_t k = 0; k < sizeof want; k++)
+		want[k] = pat(i, k);
+	unsigned char *buf = malloc(size + 1);
+	ssize_t n = buf ? pread(fd, buf, size, 0) : -1;
+	bool done = false;
+	for (ssize_t off = 0; n > 0 && off + (ssize_t)sizeof want <= n; off++) {
+		if (memcmp(buf + off, want, sizeof want) == 0) {
+			unsigned char b = buf[off + 10] ^ 0xff;
+			done = pwrite(fd, &b, 1, off + 10) == 1;
+			break;
+		}
+	}
+	free(buf);
+	return done;
+}
+
+static bool corrupt(const char *dir, uint64_t i)
+{
+	return each_file(dir, corrupt_in, &i);
 }
 
 static void test_disk_corrupt_refetch(void **state)
@@ -698,41 +711,33 @@ static void test_disk_corrupt_refetch(void **state)
 	store_close(s);
 }
 
-/* Drops the page cache of every file in dir (written back first); false
- * where the file system keeps it (tmpfs: its pages are the files). */
+/* each_file: writes the file back and drops its page cache; *arg turns
+ * false if a page stays (tmpfs: its pages are the file). */
+static bool drop_cache_of(int fd, size_t size, void *arg)
+{
+	bool *dropped = arg;
+	if (size == 0)
+		return false;
+	fsync(fd);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = (size + page - 1) / page;
+	void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	unsigned char *in = malloc(pages);
+	if (m == MAP_FAILED || !in || mincore(m, size, in) < 0)
+		*dropped = false;
+	for (size_t k = 0; *dropped && k < pages; k++)
+		*dropped = !(in[k] & 1);
+	if (m != MAP_FAILED)
+		munmap(m, size);
+	free(in);
+	return false; /* on to the next file */
+}
+
+/* Drops the page cache of every file in dir; false where it stays. */
 static bool drop_page_cache(const char *dir)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	bool dropped = d != NULL;
-	while (d && (e = readdir(d))) {
-		char path[1024];
-		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-		int fd = open(path, O_RDONLY);
-		struct stat st;
-		if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
-			if (fd >= 0)
-				close(fd);
-			continue;
-		}
-		fsync(fd);
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-		size_t pages = ((size_t)st.st_size + 4095) / 4096;
-		unsigned char *in = malloc(pages);
-		if (m == MAP_FAILED || !in || mincore(m, (size_t)st.st_size, in) < 0) {
-			dropped = false;
-		} else {
-			for (size_t k = 0; k < pages; k++)
-				dropped = dropped && !(in[k] & 1);
-		}
-		if (m != MAP_FAILED)
-			munmap(m, (size_t)st.st_size);
-		free(in);
-		close(fd);
-	}
-	if (d)
-		closedir(d);
+	bool dropped = true;
+	each_file(dir, drop_cache_of, &dropped);
 	return dropped;
 }
 
