@@ -103,8 +103,8 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 	d->min_gen = UINT64_MAX;
 	d->capacity = capacity;
 	d->seg_bytes = segment_bytes;
-	uint64_t reserve = segment_bytes < capacity / 4 ? segment_bytes : capacity / 4;
-	d->limit = capacity - reserve;
+	d->reserve = segment_bytes < capacity / 4 ? segment_bytes : capacity / 4;
+	d->limit = capacity - d->reserve;
 	d->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (d->dirfd < 0) {
 		snprintf(err, errlen, "cache directory %s: open() failed: %s", dir, strerror(errno));
@@ -164,6 +164,8 @@ void disk_close(struct disk *d)
 	for (size_t i = 0; i < d->nslots; i++)
 		free(d->slots[i]);
 	free(d->slots);
+	if (d->head)
+		dk_seg_trim(d->head);
 	while (d->first) {
 		struct seg *s = d->first;
 		d->first = s->next;

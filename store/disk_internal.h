@@ -61,7 +61,7 @@ struct seg {
 struct disk {
 	int dirfd;
 	char *dir;
-	uint64_t capacity, limit, seg_bytes;
+	uint64_t capacity, limit, reserve, seg_bytes;
 	pthread_mutex_t lock, wlock;
 	struct policy *pol;
 	struct dent **slots;
@@ -172,8 +172,12 @@ struct seg *dk_seg_add(struct disk *d, uint64_t seq, int fd, uint64_t size);
  * list's reference (the fd closes when no reader has it pinned). */
 void dk_seg_remove(struct disk *d, struct seg *s);
 
+/* Gives back the blocks past the end of s's file (its preallocation). */
+void dk_seg_trim(struct seg *s);
+
 /* Makes d->head able to take esz more bytes: starts a new segment when
- * there is none or the entry would overflow a non-empty one. */
+ * there is none or the entry would overflow a non-empty one. The old head
+ * is trimmed; the new one is preallocated. */
 int dk_head_ensure(struct disk *d, uint64_t esz);
 
 /* Gives back a reservation of esz bytes at off in s after a failed write:

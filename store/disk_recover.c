@@ -161,6 +161,8 @@ int dk_scan_segment(struct disk *d, uint64_t seq, double now, unsigned char **va
 			fsize = off;
 		else
 			log_warn(TOPIC, "%s/%s: ftruncate() failed: %s", d->dir, name, strerror(errno));
+	} else if ((uint64_t)st.st_blocks * 512 > fsize) {
+		(void)ftruncate(fd, (off_t)fsize); /* a head's preallocation, left by a crash */
 	}
 	s->size = fsize;
 	d->used += fsize;
