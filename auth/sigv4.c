@@ -207,10 +207,25 @@ void sv4_amz_date(time_t t, char out[17])
 {
 	struct tm tm;
 	gmtime_r(&t, &tm);
-	snprintf(out, 17, "%04u%02u%02uT%02u%02u%02uZ", (unsigned)(tm.tm_year + 1900) % 10000u,
-	         (unsigned)(tm.tm_mon + 1) % 100u, (unsigned)tm.tm_mday % 100u,
-	         (unsigned)tm.tm_hour % 100u, (unsigned)tm.tm_min % 100u,
-	         (unsigned)tm.tm_sec % 100u);
+	/* YYYYMMDDTHHMMSSZ, written out: it is made for every upstream request. */
+	const unsigned v[6] = {
+		(unsigned)(tm.tm_year + 1900) % 10000u, (unsigned)(tm.tm_mon + 1) % 100u,
+		(unsigned)tm.tm_mday % 100u, (unsigned)tm.tm_hour % 100u,
+		(unsigned)tm.tm_min % 100u, (unsigned)tm.tm_sec % 100u,
+	};
+	char *p = out;
+	for (int i = 0; i < 6; i++) {
+		if (i == 0) {
+			*p++ = (char)('0' + v[0] / 1000);
+			*p++ = (char)('0' + v[0] / 100 % 10);
+		}
+		if (i == 3)
+			*p++ = 'T';
+		*p++ = (char)('0' + v[i] / 10 % 10);
+		*p++ = (char)('0' + v[i] % 10);
+	}
+	*p++ = 'Z';
+	*p = '\0';
 }
 
 static bool digits(const char *s, size_t n, int *v)
@@ -1099,10 +1114,12 @@ int sv4_sign(const struct sv4_request *req, const struct sv4_creds *creds, const
 		sv4_signature(key, buf_cstr(&sts), sig);
 		OPENSSL_cleanse(key, sizeof key);
 		buf_reset(authz);
-		rc = buf_printf(authz,
-		                SV4_ALGORITHM " Credential=%s/%s/%s/%s/aws4_request, "
-		                "SignedHeaders=%s, Signature=%s",
-		                creds->access_key, date, region, service, buf_cstr(&sh), sig);
+		const char *parts[] = {
+			SV4_ALGORITHM " Credential=", creds->access_key, "/", date, "/", region, "/",
+			service, "/aws4_request, SignedHeaders=", buf_cstr(&sh), ", Signature=", sig,
+		};
+		for (size_t i = 0; i < sizeof parts / sizeof parts[0] && !rc; i++)
+			rc = buf_puts(authz, parts[i]);
 	}
 	buf_fini(&sh);
 	buf_fini(&creq);

@@ -68,6 +68,14 @@ void buf_reset(struct buf *b)
 		b->p[0] = '\0';
 }
 
+void buf_truncate(struct buf *b, size_t len)
+{
+	if (len < b->len) {
+		b->len = len;
+		b->p[len] = '\0';
+	}
+}
+
 /* Makes room for n more bytes plus the NUL. */
 static int reserve(struct buf *b, size_t n)
 {
@@ -107,6 +115,32 @@ int buf_puts(struct buf *b, const char *s)
 int buf_putc(struct buf *b, char c)
 {
 	return buf_append(b, &c, 1);
+}
+
+char *u64_dec(char *out, uint64_t v)
+{
+	char tmp[U64_DEC_MAX];
+	size_t n = 0;
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		*out++ = tmp[--n];
+	return out;
+}
+
+int buf_put_u64(struct buf *b, uint64_t v)
+{
+	char d[U64_DEC_MAX];
+	return buf_append(b, d, (size_t)(u64_dec(d, v) - d));
+}
+
+void str_copy(char *out, size_t n, const char *s)
+{
+	size_t len = strnlen(s, n - 1);
+	memcpy(out, s, len);
+	out[len] = '\0';
 }
 
 int buf_printf(struct buf *b, const char *fmt, ...)

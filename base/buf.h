@@ -37,17 +37,30 @@ struct buf {
 void buf_init(struct buf *b, size_t max);
 void buf_fini(struct buf *b);
 void buf_reset(struct buf *b);
+/* Cuts the string back to its first len bytes (len <= b->len). */
+void buf_truncate(struct buf *b, size_t len);
 /* Append functions return 0, or -E2BIG when the cap would be passed
  * (the buffer is left unchanged), or -ENOMEM. */
 int buf_append(struct buf *b, const void *p, size_t n);
 int buf_puts(struct buf *b, const char *s);
 int buf_putc(struct buf *b, char c);
 int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends v in decimal (without printf: for paths run per request). */
+int buf_put_u64(struct buf *b, uint64_t v);
 /* Returns the string (never NULL: "" when empty). */
 const char *buf_cstr(const struct buf *b);
 /* Hands the string to the caller (free() it); the buffer becomes empty.
  * NULL only when the buffer was empty and memory is short. */
 char *buf_steal(struct buf *b);
+
+/* The decimal digits of v at out, which has room for U64_DEC_MAX; no
+ * terminator. Returns the end of the digits. */
+#define U64_DEC_MAX 20
+char *u64_dec(char *out, uint64_t v);
+
+/* Copies the string s into out (n bytes, n > 0), cut to fit, terminated;
+ * snprintf(out, n, "%s", s) without the format parser. */
+void str_copy(char *out, size_t n, const char *s);
 
 /* The value of a hex digit (either case), or -1. */
 int hex_digit(int c);

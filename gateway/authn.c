@@ -21,6 +21,7 @@
 #include "auth/policy.h"
 #include "auth/sigv2.h"
 #include "auth/sigv4.h"
+#include "base/buf.h"
 #include "base/log.h"
 #include "base/sha256.h"
 #include "cluster/peer.h"
@@ -300,7 +301,7 @@ void authn_request(struct req *r)
 		if (!(k = cfg_find_key(keys, v2.access_key))) {
 			req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
 		} else {
-			snprintf(r->key_id, sizeof r->key_id, "%s", v2.access_key);
+			str_copy(r->key_id, sizeof r->key_id, v2.access_key);
 			struct buf resource;
 			buf_init(&resource, strlen(r->path) + sizeof r->s3.bucket + 2);
 			buf_printf(&resource, "%s%s%s", r->s3.virtual_host ? "/" : "",
@@ -329,7 +330,7 @@ void authn_request(struct req *r)
 	} else if (!(k = cfg_find_key(keys, auth.access_key))) {
 		req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
 	} else {
-		snprintf(r->key_id, sizeof r->key_id, "%s", auth.access_key);
+		str_copy(r->key_id, sizeof r->key_id, auth.access_key);
 		r->presigned = auth.presigned;
 		st = sv4_verify(&sreq, &auth, k->secret, time(NULL), gw->cfg->max_skew_s, signing_key);
 		if (st != SV4_OK) {

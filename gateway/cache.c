@@ -197,9 +197,7 @@ void cache_learn(struct req *r)
 	const char *count = hdrs_get(req_upstream_headers(r), "x-amz-mp-parts-count");
 	uint64_t first, last, size;
 	unsigned long n = count ? strtoul(count, NULL, 10) : 0;
-	if (!cr || !etag || n > 10000 ||
-	    sscanf(cr, "bytes %" SCNu64 "-%" SCNu64 "/%" SCNu64, &first, &last, &size) != 3 ||
-	    first > last || last >= size)
+	if (!etag || n > 10000 || !content_range_parse(cr, &first, &last, &size))
 		return;
 	meta_learn_part(gw->meta, req_bucket(r), req_key(r), etag, size, req_cread(r)->part,
 	                first, last, (uint32_t)n);

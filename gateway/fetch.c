@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "auth/sigv4.h"
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/hdrs.h"
 #include "base/httpdate.h"
@@ -34,6 +35,7 @@
 #include "cluster/peer.h"
 #include "cluster/placement.h"
 #include "gateway/pins.h"
+#include "gateway/range.h"
 #include "gateway/upstream.h"
 #include "cluster/cluster.h"
 #include "cluster/directory.h"
@@ -155,19 +157,6 @@ static const char *resp_header(const struct fetch *f, const char *name)
 	return transfer_header(&f->x, name);
 }
 
-/* "bytes a-b/size" -> a, b, size; */
-static bool parse_content_range(const char *v, uint64_t *a, uint64_t *b, uint64_t *size)
-{
-	unsigned long long x, y, z;
-	char tail;
-	if (!v || sscanf(v, "bytes %llu-%llu/%llu%c", &x, &y, &z, &tail) != 3 || y < x || y >= z)
-		return false;
-	*a = x;
-	*b = y;
-	*size = z;
-	return true;
-}
-
 /* The response headers a hit replays: everything that describes the object,
  * nothing that describes this one response or connection. */
 static bool replayed_header(const char *name)
@@ -243,7 +232,7 @@ static void asked_cb(void *arg, const char *addr)
 	assert(f->magic == FETCH_MAGIC);
 	f->ask = NULL;
 	if (addr)
-		snprintf(f->holder, sizeof f->holder, "%s", addr);
+		str_copy(f->holder, sizeof f->holder, addr);
 	start_or_fail(f);
 }
 
@@ -332,7 +321,7 @@ static void learn(struct fetch *f)
 	uint64_t a = 0, b = 0, size = 0;
 	bool ok = false;
 	if (status == 206)
-		ok = parse_content_range(resp_header(f, "Content-Range"), &a, &b, &size) && a == 0;
+		ok = content_range_parse(resp_header(f, "Content-Range"), &a, &b, &size) && a == 0;
 	else if (status == 200 && resp_header(f, "Content-Length"))
 		ok = (size = strtoull(resp_header(f, "Content-Length"), NULL, 10), true);
 	const char *etag = resp_header(f, "ETag");
@@ -351,8 +340,12 @@ static void learn(struct fetch *f)
 	buf_init(&hb, RESP_HEADERS_MAX);
 	const struct hdrs *resp = &f->x.resp;
 	for (size_t i = 0; i < resp->n; i++)
-		if (replayed_header(resp->v[i].name))
-			buf_printf(&hb, "%s: %s\n", resp->v[i].name, resp->v[i].value);
+		if (replayed_header(resp->v[i].name)) {
+			size_t len = hb.len; /* a line that does not fit is left out whole */
+			if (buf_puts(&hb, resp->v[i].name) || buf_append(&hb, ": ", 2) ||
+			    buf_puts(&hb, resp->v[i].value) || buf_putc(&hb, '\n'))
+				buf_truncate(&hb, len);
+		}
 	f->size = size;
 	time_t lm = 0; /* 0: unknown */
 	httpdate_parse(resp_header(f, "Last-Modified"), &lm);
@@ -364,7 +357,7 @@ static void learn(struct fetch *f)
 		f->failed_headers = true;
 		return;
 	}
-	snprintf(f->etag, sizeof f->etag, "%s", etag);
+	str_copy(f->etag, sizeof f->etag, etag);
 	if (f->whole && (status == 200 || (status == 206 && f->to_peer)))
 		learn_checksums(f);
 	/* Chunk 0 under its real id, claimed before the metadata is published:
@@ -410,7 +403,7 @@ static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 	} else {
 		uint64_t a, b, total;
 		const char *etag = resp_header(f, "ETag");
-		if (!parse_content_range(resp_header(f, "Content-Range"), &a, &b, &total) ||
+		if (!content_range_parse(resp_header(f, "Content-Range"), &a, &b, &total) ||
 		    a != f->start + atomic_load(&f->c->filled) || b + 1 != f->start + f->c->len) {
 			f->discard = true;
 			f->failed_headers = true;
@@ -502,22 +495,21 @@ static int start_transfer(struct fetch *f)
 	char peer[CLUSTER_NAME_MAX];
 	f->to_holder = f->holder[0] && !f->holder_failed && f->hop < PEER_MAX_HOP;
 	if (f->to_holder)
-		snprintf(peer, sizeof peer, "%s", f->holder);
+		str_copy(peer, sizeof peer, f->holder);
 	f->to_peer = f->to_holder ||
 	             (gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
 	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer) &&
 	              !(f->holder_failed && strcmp(peer, f->holder) == 0));
 	struct hdrs h;
 	hdrs_init(&h);
-	char range[80];
+	char range[CONTENT_RANGE_SIZE];
 	range[0] = '\0';
 	if (f->meta_kind && !f->c && !f->no_range && (!f->whole || f->to_peer))
-		snprintf(range, sizeof range, "bytes=0-%" PRIu64, chunk_bytes(f) - 1);
+		range_format(range, 0, chunk_bytes(f) - 1);
 	else if (f->meta_kind && !f->c)
 		; /* the whole object (an empty one, or for its checksums) */
 	else
-		snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64,
-		         f->start + atomic_load(&f->c->filled), f->start + f->c->len - 1);
+		range_format(range, f->start + atomic_load(&f->c->filled), f->start + f->c->len - 1);
 	int rc = range[0] ? hdrs_add(&h, "Range", range) : 0;
 	if (f->whole && f->meta_kind && !f->c)
 		rc = rc ? rc : hdrs_add(&h, "x-amz-checksum-mode", "ENABLED");
@@ -556,7 +548,7 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 	struct fetch *f = fetch_new(w, bucket, key, !ops); /* no reader: a warm job's */
 	if (!f)
 		return NULL;
-	snprintf(f->pin, sizeof f->pin, "%s", pin ? pin : "");
+	str_copy(f->pin, sizeof f->pin, pin ? pin : "");
 	f->meta_kind = true;
 	f->whole = whole;
 	f->owner_ops = ops;
@@ -604,12 +596,12 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 		return -ENOMEM;
 	f->hop = hop;
 	f->charge = charge;
-	snprintf(f->pin, sizeof f->pin, "%s", pin ? pin : "");
+	str_copy(f->pin, sizeof f->pin, pin ? pin : "");
 	chunk_ref(c);
 	f->c = c;
 	f->index = index;
 	f->start = obj_chunk_offset(index, chunk_bytes(f));
-	snprintf(f->etag, sizeof f->etag, "%s", m->etag);
+	str_copy(f->etag, sizeof f->etag, m->etag);
 	f->size = m->size;
 	if (index == 0) {
 		meta_ref((struct obj_meta *)m);

@@ -4,8 +4,6 @@
  */
 #include "gateway/objreply.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -13,6 +11,7 @@
 
 #include "base/buf.h"
 #include "base/httpdate.h"
+#include "gateway/range.h"
 #include "gateway/req.h"
 #include "gateway/s3req.h"
 
@@ -159,16 +158,15 @@ void objreply_headers(struct MHD_Response *resp, const char *query, const struct
 	if (a->status != 304)
 		MHD_add_response_header(resp, "Accept-Ranges", "bytes");
 	if (a->status == 206) {
-		char cr[96];
-		snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, a->first, a->last,
-		         m->size);
+		char cr[CONTENT_RANGE_SIZE];
+		content_range_format(cr, a->first, a->last, m->size);
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
 	if ((a->status == 200 || a->status == 206) && a->checksums && !a->part && m->checksums)
 		add_header_lines(resp, m->checksums, NULL, 0); /* the checksums learnt */
 	if (a->part && m->parts_count) {
-		char n[16];
-		snprintf(n, sizeof n, "%" PRIu32, m->parts_count);
+		char n[U64_DEC_MAX + 1];
+		*u64_dec(n, m->parts_count) = '\0';
 		MHD_add_response_header(resp, "x-amz-mp-parts-count", n);
 	}
 }

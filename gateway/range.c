@@ -1,11 +1,13 @@
 /*
  * range.c - the Range header (see range.h). Digits are read by hand:
  * strtoull would accept a sign ("0--5" as 0 to 2^64 - 5) and leading
- * blanks where S3 accepts neither.
+ * blanks where S3 accepts neither. The same holds for an upstream's
+ * Content-Range, which sscanf's %llu would read "-1" in as 2^64 - 1.
  */
 #include "gateway/range.h"
 
 #include <stddef.h>
+#include <string.h>
 #include <strings.h>
 
 static const char *skip_spaces(const char *p)
@@ -82,4 +84,44 @@ enum range_fit range_resolve(const struct byte_range *r, uint64_t size, uint64_t
 	*start = r->a;
 	*end = r->b < size ? r->b : size - 1;
 	return RANGE_PART;
+}
+
+bool content_range_parse(const char *v, uint64_t *first, uint64_t *last, uint64_t *size)
+{
+	if (!v)
+		return false;
+	const char *p = skip_spaces(v);
+	uint64_t a, b, n;
+	if (strncasecmp(p, "bytes ", 6) != 0)
+		return false;
+	p += 6;
+	if (!read_number(&p, &a) || *p++ != '-' || !read_number(&p, &b) || *p++ != '/' ||
+	    !read_number(&p, &n) || *skip_spaces(p) != '\0' || a > b || b >= n)
+		return false;
+	*first = a;
+	*last = b;
+	*size = n;
+	return true;
+}
+
+void content_range_format(char out[CONTENT_RANGE_SIZE], uint64_t first, uint64_t last,
+                          uint64_t size)
+{
+	memcpy(out, "bytes ", 6);
+	char *p = u64_dec(out + 6, first);
+	*p++ = '-';
+	p = u64_dec(p, last);
+	*p++ = '/';
+	p = u64_dec(p, size);
+	*p = '\0';
+}
+
+void range_format(char out[CONTENT_RANGE_SIZE], uint64_t first, uint64_t last)
+{
+	memcpy(out, "bytes=", 6);
+	char *p = u64_dec(out + 6, first);
+	*p++ = '-';
+	if (last != UINT64_MAX)
+		p = u64_dec(p, last);
+	*p = '\0';
 }

@@ -12,12 +12,17 @@
  * [start, end], end clamped to the last byte) or not (416 InvalidRange):
  * a first byte at or past the end, a suffix of 0 bytes, any range of an
  * empty object.
+ *
+ * Also here: the Content-Range of an upstream's 206, read strictly, and the
+ * Range and Content-Range headers larder writes, without printf.
  */
 #ifndef LARDER_RANGE_H
 #define LARDER_RANGE_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "base/buf.h" /* U64_DEC_MAX */
 
 struct byte_range {
 	bool suffix;    /* "-n": the last b bytes */
@@ -33,5 +38,19 @@ enum range_fit { RANGE_PART, RANGE_UNSATISFIABLE };
  * sets start <= end < size. */
 enum range_fit range_resolve(const struct byte_range *r, uint64_t size, uint64_t *start,
                              uint64_t *end);
+
+/* Content-Range of a 206 as S3 sends it: "bytes first-last/size", with
+ * first <= last < size, digits only (no signs, no "*"). True when v is
+ * that (v may be NULL). */
+bool content_range_parse(const char *v, uint64_t *first, uint64_t *last, uint64_t *size);
+
+/* "bytes first-last/size", terminated, into out. */
+#define CONTENT_RANGE_SIZE (6 + 3 * U64_DEC_MAX + 3)
+void content_range_format(char out[CONTENT_RANGE_SIZE], uint64_t first, uint64_t last,
+                          uint64_t size);
+
+/* "bytes=first-last" (last = UINT64_MAX: "bytes=first-"), terminated, into
+ * out: the Range header of a request. */
+void range_format(char out[CONTENT_RANGE_SIZE], uint64_t first, uint64_t last);
 
 #endif

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "auth/chunked.h"
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/httpdate.h"
 #include "base/log.h"
@@ -452,7 +453,7 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		return MHD_NO;
 	if (!r->started) {
 		r->started = true;
-		snprintf(r->method, sizeof r->method, "%s", method);
+		str_copy(r->method, sizeof r->method, method);
 		if (atomic_load(&w->gw->open_connections) > w->gw->cfg->max_connections)
 			req_fail(r, S3E_SLOW_DOWN, NULL);
 		else

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "auth/sigv4.h"
+#include "base/buf.h"
 #include "base/log.h"
 #include "gateway/s3req.h"
 
@@ -154,16 +155,16 @@ static void bucket_region(struct upstream *u, const char *bucket, char out[64])
 {
 	for (size_t i = 0; bucket && i < u->n_configured; i++)
 		if (strcmp(u->configured[i].bucket, bucket) == 0) {
-			snprintf(out, 64, "%s", u->configured[i].region);
+			str_copy(out, 64, u->configured[i].region);
 			return;
 		}
-	snprintf(out, 64, "%s", u->default_region);
+	str_copy(out, 64, u->default_region);
 	if (!bucket || !*bucket)
 		return;
 	pthread_mutex_lock(&u->lock);
 	for (size_t i = 0; i < REGION_SLOTS; i++)
 		if (u->regions[i].used && strcmp(u->regions[i].bucket, bucket) == 0) {
-			snprintf(out, 64, "%s", u->regions[i].region);
+			str_copy(out, 64, u->regions[i].region);
 			u->regions[i].used = ++u->tick;
 			break;
 		}
@@ -208,12 +209,6 @@ int upstream_target(struct upstream *u, const char *bucket, const char *key, con
 	bool has_bucket = bucket && *bucket;
 	bucket_region(u, has_bucket ? bucket : NULL, t->region);
 
-	char endpoint[320];
-	if (u->fixed_host)
-		snprintf(endpoint, sizeof endpoint, "%s", u->host);
-	else
-		snprintf(endpoint, sizeof endpoint, "s3.%s.amazonaws.com", t->region);
-
 	/* Virtual-hosted style needs a DNS-safe bucket; over TLS a dot in the
 	 * name breaks the wildcard certificate, so such buckets go path style,
 	 * as the AWS SDKs do. */
@@ -225,10 +220,17 @@ int upstream_target(struct upstream *u, const char *bucket, const char *key, con
 			virtual = s3_bucket_name_dns_ok(bucket) && !(u->https && strchr(bucket, '.'));
 	}
 	int rc = 0;
-	if (virtual)
-		rc = buf_printf(&t->host, "%s.%s", bucket, endpoint);
-	else
-		rc = buf_puts(&t->host, endpoint);
+	if (virtual) {
+		rc = buf_puts(&t->host, bucket);
+		rc = rc ? rc : buf_putc(&t->host, '.');
+	}
+	if (u->fixed_host) {
+		rc = rc ? rc : buf_puts(&t->host, u->host);
+	} else {
+		rc = rc ? rc : buf_puts(&t->host, "s3.");
+		rc = rc ? rc : buf_puts(&t->host, t->region);
+		rc = rc ? rc : buf_puts(&t->host, ".amazonaws.com");
+	}
 
 	rc = rc ? rc : buf_puts(&t->path, u->base_path);
 	if (has_bucket && !virtual) {
@@ -242,8 +244,9 @@ int upstream_target(struct upstream *u, const char *bucket, const char *key, con
 	if (has_key)
 		rc = rc ? rc : sv4_uri_encode(key, strlen(key), true, &t->path);
 
-	rc = rc ? rc : buf_printf(&t->url, "%s://%s%s", u->https ? "https" : "http",
-	                          buf_cstr(&t->host), buf_cstr(&t->path));
+	rc = rc ? rc : buf_puts(&t->url, u->https ? "https://" : "http://");
+	rc = rc ? rc : buf_append(&t->url, t->host.p, t->host.len);
+	rc = rc ? rc : buf_append(&t->url, t->path.p, t->path.len);
 	if (query && *query) {
 		rc = rc ? rc : buf_putc(&t->url, '?');
 		rc = rc ? rc : buf_puts(&t->url, query);
@@ -300,8 +303,10 @@ struct curl_slist *hdrs_to_curl(const struct hdrs *h)
 		buf_reset(&line);
 		has_accept |= strcasecmp(h->v[i].name, "Accept") == 0;
 		/* "Name;" is curl's form for a header with an empty value. */
-		ok = (h->v[i].value[0] ? buf_printf(&line, "%s: %s", h->v[i].name, h->v[i].value)
-		                       : buf_printf(&line, "%s;", h->v[i].name)) == 0 &&
+		ok = buf_puts(&line, h->v[i].name) == 0 &&
+		     (h->v[i].value[0] ? buf_append(&line, ": ", 2) == 0 &&
+		                         buf_puts(&line, h->v[i].value) == 0
+		                       : buf_putc(&line, ';') == 0) &&
 		     (s = curl_slist_append(list, buf_cstr(&line))) != NULL;
 		if (ok)
 			list = s;

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/buf.h"
 #include "base/fnv.h"
 #include "base/list.h"
 
@@ -72,7 +73,7 @@ struct obj_meta *meta_new(uint64_t size, const char *etag, time_t last_modified,
 	}
 	atomic_init(&m->refs, 1);
 	m->size = size;
-	snprintf(m->etag, sizeof m->etag, "%s", etag ? etag : "");
+	str_copy(m->etag, sizeof m->etag, etag ? etag : "");
 	m->last_modified = last_modified;
 	m->learnt = now;
 	m->learnt_wall = time(NULL);
@@ -104,11 +105,25 @@ void meta_unref(struct obj_meta *m)
 
 /* Blob: "larder-meta 2\n" size "\n" last_modified "\n" etag "\n"
  * learnt_wall "\n" headers. */
+static int put_time(struct buf *out, time_t t)
+{
+	int rc = t < 0 ? buf_putc(out, '-') : 0;
+	return rc ? rc : buf_put_u64(out, t < 0 ? 0 - (uint64_t)t : (uint64_t)t);
+}
+
 int meta_encode(const struct obj_meta *m, struct buf *out)
 {
-	return buf_printf(out, "larder-meta 2\n%" PRIu64 "\n%lld\n%s\n%lld\n%s", m->size,
-	                  (long long)m->last_modified, m->etag, (long long)m->learnt_wall,
-	                  m->headers);
+	/* Piece by piece, not printf: it runs for every object fetched. */
+	int rc = buf_puts(out, "larder-meta 2\n");
+	rc = rc ? rc : buf_put_u64(out, m->size);
+	rc = rc ? rc : buf_putc(out, '\n');
+	rc = rc ? rc : put_time(out, m->last_modified);
+	rc = rc ? rc : buf_putc(out, '\n');
+	rc = rc ? rc : buf_puts(out, m->etag);
+	rc = rc ? rc : buf_putc(out, '\n');
+	rc = rc ? rc : put_time(out, m->learnt_wall);
+	rc = rc ? rc : buf_putc(out, '\n');
+	return rc ? rc : buf_puts(out, m->headers);
 }
 
 struct obj_meta *meta_decode(const void *blob, size_t len, double now)

@@ -248,6 +248,20 @@ class PassThrough(TrustCase):
             self.assertEqual((r.status, r.body), (200, data), r)
             self.assertEqual(r.cache, "bypass", r)
 
+    def test_bad_content_range_is_not_cached(self):
+        """An upstream 206 whose Content-Range is not S3's form is not believed. Its
+        size "-1" was read (sscanf's %llu) as 2^64 - 1 and cached as the object's size."""
+        data = blob(34, 1000)
+        for i, bad in enumerate(("bytes 0-999/-1", "bytes 0-999/+1000", "bytes 0-999/*")):
+            key = "bad-content-range-%d" % i
+            self.origin.put(BUCKET, key, data)
+            self.origin.content_range[(BUCKET, key)] = bad
+            for _ in range(2):
+                r = self.get(key)
+                self.assertEqual((r.status, r.body), (200, data), (bad, r))
+                self.assertEqual(r.headers.get("content-length"), "1000", (bad, r))
+                self.assertEqual(r.cache, "bypass", (bad, r))
+
 
 # ------------------------------------------------------------------ memory
 

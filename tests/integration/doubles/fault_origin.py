@@ -13,6 +13,7 @@
     origin.ignore_if_match = True            # a broken upstream/proxy: If-Match not evaluated
     origin.answer_etag[("bkt", "obj")] = None   # GET/HEAD of obj answer this ETag (None: none)
     origin.extra_headers[("bkt", "obj")] = {"x-amz-...": "v"}  # added to GET/HEAD answers
+    origin.content_range[("bkt", "obj")] = "bytes 0-9/-1"     # a broken one on its 206s
     origin.stop()
 
 What it serves, as S3 does (and as moto does not always do):
@@ -213,6 +214,7 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         self.ignore_if_match = False
         self.answer_etag = {}
         self.extra_headers = {}
+        self.content_range = {}
         self.log = []
         self.throttle_k = None
         self.service_ms = 0
@@ -573,6 +575,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if base["ETag"] is None:
                     del base["ETag"]
             base.update(srv.extra_headers.get((bucket, key), {}))
+            bad_range = srv.content_range.get((bucket, key))
             ignore_if_match = srv.ignore_if_match
         # Preconditions first, as S3 evaluates them before the range.
         im, ius = hdrs.get("if-match"), hdrs.get("if-unmodified-since")
@@ -637,6 +640,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if r is not None:
                 status, (first, last) = 206, r
                 headers["Content-Range"] = "bytes %d-%d/%d" % (first, last, size)
+        if status == 206 and bad_range is not None:
+            headers["Content-Range"] = bad_range
         payload = obj.data[first:last + 1]
         self._send(status, headers, length=len(payload))
         if self.command == "HEAD":

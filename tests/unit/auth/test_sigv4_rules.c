@@ -241,6 +241,10 @@ static void test_parse_dates(void **state)
 	char s[17];
 	sv4_amz_date(T0 + 3661, s);
 	assert_string_equal(s, "20130524T010101Z");
+	sv4_amz_date(946684799, s);
+	assert_string_equal(s, "19991231T235959Z");
+	sv4_amz_date(951782400, s);
+	assert_string_equal(s, "20000229T000000Z");
 	assert_int_equal(sv4_parse_amz_date("20130231T000000Z", &t), -EINVAL);
 	assert_int_equal(sv4_parse_amz_date("20130524T240000Z", &t), -EINVAL);
 	assert_int_equal(sv4_parse_amz_date("20130524 000000Z", &t), -EINVAL);

@@ -201,6 +201,11 @@ static void test_encode_decode(void **state)
 	struct buf b;
 	buf_init(&b, 1 << 16);
 	assert_int_equal(meta_encode(m, &b), 0);
+	/* The on-disk form, byte for byte (NVMe entries written before hold it). */
+	char want[256];
+	snprintf(want, sizeof want, "larder-meta 2\n123456789012\n1700000000\n\"abc-3\"\n%lld\n%s",
+	         (long long)m->learnt_wall, m->headers);
+	assert_string_equal(buf_cstr(&b), want);
 	struct obj_meta *d = meta_decode(b.p, b.len, 5);
 	assert_non_null(d);
 	assert_true(d->learnt <= 5.0 && d->learnt > 3.0); /* written a moment ago */
@@ -212,6 +217,15 @@ static void test_encode_decode(void **state)
 	assert_null(meta_decode(b.p, 20, 5));
 	assert_null(meta_decode("larder-meta 1\n1\n0\n\"e\"\n", 22, 0));
 	assert_null(meta_decode("junk", 4, 0));
+	meta_unref(d);
+	meta_unref(m);
+	/* A Last-Modified before 1970 comes back as it went. */
+	m = meta_new(0, "\"e\"", -86400, "", 0);
+	buf_reset(&b);
+	assert_int_equal(meta_encode(m, &b), 0);
+	d = meta_decode(b.p, b.len, 5);
+	assert_non_null(d);
+	assert_int_equal(d->last_modified, -86400);
 	meta_unref(d);
 	meta_unref(m);
 	buf_fini(&b);
