@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import subprocess
+import tempfile
 import unittest
 
 import harness
@@ -25,7 +26,11 @@ def loadtest_env():
             raise unittest.SkipTest("%s is not built" % b)
     if os.geteuid() != 0 and not os.environ.get("CI"):
         raise unittest.SkipTest("the load tests install nginx with apt-get: run as root")
-    return dict(os.environ, LOADTEST_BUILD=build)
+    env = dict(os.environ, LOADTEST_BUILD=build)
+    # Data and caches of its own: the default work directory holds a developer's
+    # quick or full data, which a smoke run would replace with its small files.
+    env.setdefault("LOADTEST_WORK", os.path.join(tempfile.gettempdir(), "larder-loadtest-smoke"))
+    return env
 
 
 class LoadtestSmoke(unittest.TestCase):
