@@ -29,6 +29,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -475,6 +476,14 @@ int main(int argc, char **argv)
 		{ "label", required_argument, 0, 'l' },    { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
+	/* libcurl mallocs each transfer's 512 KiB receive buffer and frees it at
+	 * the transfer's end. With glibc's defaults a free at the top of the heap
+	 * gives the pages back (trim), and the next transfer faults them in again:
+	 * whether that happens depends on the heap's layout, so a run's client
+	 * cost moved by a fifth from one run to the next (docs/benchmarks.md,
+	 * "The client's allocator"). Keep the memory instead. */
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	int c;
 	while ((c = getopt_long(argc, argv, "u:k:c:e:s:r:S:R:p:j:d:t:l:h", lo, NULL)) != -1) {
 		switch (c) {
