@@ -20,6 +20,7 @@
 #define SHAPER_SLOTS 4096
 #define SHAPER_PROBE 16
 #define SHAPER_GROW_S 0.2
+#define SHAPER_FAIR_S 1.0   /* a waiter this old goes before younger ones */
 
 struct entry {
 	uint64_t key;           /* 0: free */
@@ -29,6 +30,7 @@ struct entry {
 	double window;
 	double credit;          /* successes since it last grew, in windows */
 	double grown_at;        /* when it last grew or was cut */
+	struct list queue;      /* waiting requests (shaper_slot.link), oldest first */
 };
 
 struct shaper {
@@ -79,7 +81,41 @@ static uint64_t prefix_key(const char *bucket, const char *key)
 
 static bool entry_idle(const struct shaper *sh, const struct entry *e)
 {
-	return e->inflight == 0 && e->demand_waiting == 0 && e->window >= sh->set.window_max;
+	return e->inflight == 0 && e->demand_waiting == 0 && list_empty(&e->queue) &&
+	       e->window >= sh->set.window_max;
+}
+
+static void enqueue(struct entry *e, struct shaper_slot *s)
+{
+	list_push_back(&e->queue, &s->link);
+	s->queued = true;
+}
+
+static void dequeue(struct entry *e, struct shaper_slot *s)
+{
+	if (s->queued)
+		list_unlink(&e->queue, &s->link);
+	s->queued = false;
+}
+
+/* Whether fewer than free requests of slot's kind that have waited long
+ * (SHAPER_FAIR_S) wait ahead of it (all of them, when it does not wait
+ * yet): then one of the free slots may be its. Those who have not waited
+ * long do not hold anyone up: waiters ask every SHAPER_POLL_S, and a slot
+ * kept for one of them would stand idle until it asks. */
+static bool first_in_line(const struct shaper *sh, const struct entry *e,
+                          const struct shaper_slot *slot, unsigned free, double now)
+{
+	double fair = sh->set.wait_s / 2 < SHAPER_FAIR_S ? sh->set.wait_s / 2 : SHAPER_FAIR_S;
+	unsigned ahead = 0;
+	for (const struct list_node *n = e->queue.first; n && n != &slot->link; n = n->next) {
+		const struct shaper_slot *s = list_item(n, const struct shaper_slot, link);
+		if (now - s->since < fair)
+			break; /* the rest of the line waited less */
+		if (s->background == slot->background && ++ahead >= free)
+			return false;
+	}
+	return true;
 }
 
 /* The entry of key; with create, a new one if there is room. Under the lock. */
@@ -124,7 +160,9 @@ enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
 	if (!e) { /* the table is full: not shaped */
 		slot->key = 0;
 		slot->held = true;
-	} else if (e->inflight < limit_of(slot, e)) {
+	} else if (e->inflight < limit_of(slot, e) &&
+	           first_in_line(sh, e, slot, limit_of(slot, e) - e->inflight, now)) {
+		dequeue(e, slot);
 		e->inflight++;
 		if (slot->waiting)
 			e->demand_waiting--;
@@ -133,6 +171,7 @@ enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
 		slot->held = true;
 		slot->waiting = false;
 	} else if (slot->since >= 0 && now - slot->since >= sh->set.wait_s) {
+		dequeue(e, slot);
 		if (slot->waiting)
 			e->demand_waiting--;
 		slot->waiting = false;
@@ -147,8 +186,10 @@ enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
 		if (!slot->background && !slot->waiting) {
 			e->demand_waiting++;
 			slot->waiting = true;
-			slot->key = k;
 		}
+		if (!slot->queued)
+			enqueue(e, slot);
+		slot->key = k;
 		v = SHAPER_WAIT;
 	}
 	pthread_mutex_unlock(&sh->lock);
@@ -164,15 +205,17 @@ static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool 
 		atomic_fetch_add(&sh->throttled, 1);
 		metrics_upstream_throttled();
 	}
-	if ((!slot->held && !slot->waiting) || slot->key == 0) {
-		slot->held = slot->waiting = false;
+	if ((!slot->held && !slot->waiting && !slot->queued) || slot->key == 0) {
+		slot->held = slot->waiting = slot->queued = false;
 		return;
 	}
 	pthread_mutex_lock(&sh->lock);
 	struct entry *e = find(sh, slot->key, false);
+	if (e)
+		dequeue(e, slot);
 	if (e && slot->waiting) {
 		e->demand_waiting--;
-	} else if (e) {
+	} else if (e && slot->held) {
 		unsigned before = e->inflight--;
 		double max = sh->set.window_max, min = sh->set.window_min;
 		if (outcome && status == 503 && slot->epoch == e->epoch) {

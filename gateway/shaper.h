@@ -11,6 +11,14 @@
  * jobs, lookahead) gets a slot only while no demand read waits for one,
  * and leaves a quarter of the window to demand reads.
  *
+ * A request that has waited a second (or half of wait_s, if less) goes
+ * before younger ones, in the order they began to wait, demand reads among
+ * demand reads and background among background. Younger waiters take a
+ * freed slot as they ask for it: keeping it for the oldest, which asks only
+ * every SHAPER_POLL_S, would leave it idle meanwhile (a quarter of the
+ * throughput at 1,000 waiters). Without the rule, under such a burst some
+ * readers waited out wait_s (503 SlowDown) while later ones went ahead.
+ *
  * Shared by all workers; thread-safe (one lock; the table is bounded: a
  * prefix that finds it full is not shaped).
  */
@@ -20,6 +28,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/list.h"
 
 struct shaper;
 
@@ -35,8 +45,10 @@ struct shaper_slot {
 	unsigned epoch;         /* the window's epoch when it got the slot */
 	bool held;              /* it holds a slot */
 	bool waiting;           /* a demand read counted as waiting */
+	bool queued;            /* in its prefix's queue of waiting requests */
 	bool background;
 	double since;           /* when it first asked, for the wait bound; < 0: not yet */
+	struct list_node link;  /* on its prefix's queue, oldest first */
 };
 
 enum shaper_verdict {

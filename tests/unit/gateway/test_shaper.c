@@ -1,4 +1,5 @@
-/* test_shaper.c - the per-prefix AIMD windows of gateway/shaper.c. */
+/* test_shaper.c - the per-prefix AIMD windows of gateway/shaper.c, and the order
+ * in which waiting requests get a slot. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -224,6 +225,82 @@ static void test_threads(void **state)
 	shaper_destroy(sh);
 }
 
+/* A freed slot goes to the request that has waited longest, not to the
+ * first to ask: under a burst, no reader waits out wait_s while later ones
+ * go ahead. */
+/* A freed slot goes to the request that has waited longest (a second or
+ * more), not to the first to ask: under a burst, no reader waits out wait_s
+ * while later ones go ahead. Waiters younger than that hold nobody up. */
+static void test_waiters_served_in_order(void **state)
+{
+	(void)state;
+	struct shaper *sh = make(2, 1); /* wait_s 2: the line counts from 1 s */
+	struct shaper_slot held[2], w[4];
+	for (int i = 0; i < 2; i++) {
+		shaper_slot_init(&held[i], false);
+		assert_int_equal(shaper_acquire(sh, &held[i], "b", "p/k", 0), SHAPER_GO);
+	}
+	for (int i = 0; i < 4; i++) {
+		shaper_slot_init(&w[i], false);
+		assert_int_equal(shaper_acquire(sh, &w[i], "b", "p/k", 0.1 * i), SHAPER_WAIT);
+	}
+	shaper_release(sh, &held[0], 200, 1.5);
+	assert_int_equal(shaper_acquire(sh, &w[3], "b", "p/k", 1.5), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[2], "b", "p/k", 1.5), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[0], "b", "p/k", 1.5), SHAPER_GO);
+	/* A newcomer queues behind the three still waiting. */
+	struct shaper_slot late;
+	shaper_slot_init(&late, false);
+	shaper_release(sh, &held[1], 200, 1.6);
+	assert_int_equal(shaper_acquire(sh, &late, "b", "p/k", 1.6), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[2], "b", "p/k", 1.6), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[1], "b", "p/k", 1.6), SHAPER_GO);
+	/* One that gives up while it waits is out of the line. */
+	shaper_cancel(sh, &w[2]);
+	shaper_release(sh, &w[0], 200, 1.7);
+	assert_int_equal(shaper_acquire(sh, &late, "b", "p/k", 1.7), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[3], "b", "p/k", 1.7), SHAPER_GO);
+	/* Only young waiters ahead: the first to ask takes the slot. */
+	shaper_release(sh, &w[1], 200, 1.8);
+	struct shaper_slot quick;
+	shaper_slot_init(&quick, false);
+	assert_int_equal(shaper_acquire(sh, &quick, "b", "p/k", 1.8), SHAPER_GO);
+	shaper_release(sh, &quick, 200, 1.9);
+	assert_int_equal(shaper_acquire(sh, &late, "b", "p/k", 1.9), SHAPER_GO);
+	shaper_release(sh, &w[3], 200, 2.0);
+	shaper_release(sh, &late, 200, 2.0);
+	shaper_destroy(sh);
+}
+
+/* The line is per kind: a background request waiting ahead does not hold
+ * up a demand read, and giving up its place frees no slot. */
+static void test_background_in_line(void **state)
+{
+	(void)state;
+	struct shaper *sh = make(4, 1);
+	struct shaper_slot held[4], bg, d;
+	for (int i = 0; i < 4; i++) {
+		shaper_slot_init(&held[i], false);
+		assert_int_equal(shaper_acquire(sh, &held[i], "b", "p/k", 0), SHAPER_GO);
+	}
+	shaper_slot_init(&bg, true);
+	shaper_slot_init(&d, false);
+	assert_int_equal(shaper_acquire(sh, &bg, "b", "p/k", 0), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &d, "b", "p/k", 0.1), SHAPER_WAIT);
+	shaper_release(sh, &held[0], 200, 0.2);
+	assert_int_equal(shaper_acquire(sh, &bg, "b", "p/k", 0.2), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &d, "b", "p/k", 0.2), SHAPER_GO);
+	shaper_cancel(sh, &bg); /* it held nothing: still 4 in flight */
+	struct shaper_slot more;
+	shaper_slot_init(&more, false);
+	assert_int_equal(shaper_acquire(sh, &more, "b", "p/k", 0.3), SHAPER_WAIT);
+	shaper_cancel(sh, &more);
+	for (int i = 1; i < 4; i++)
+		shaper_release(sh, &held[i], 200, 0.4);
+	shaper_release(sh, &d, 200, 0.4);
+	shaper_destroy(sh);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -232,6 +309,8 @@ int main(void)
 		cmocka_unit_test(test_aimd),
 		cmocka_unit_test(test_demand_first),
 		cmocka_unit_test(test_wait_times_out),
+		cmocka_unit_test(test_waiters_served_in_order),
+		cmocka_unit_test(test_background_in_line),
 		cmocka_unit_test(test_many_prefixes),
 		cmocka_unit_test(test_threads),
 	};
