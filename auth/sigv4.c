@@ -207,25 +207,15 @@ void sv4_amz_date(time_t t, char out[17])
 {
 	struct tm tm;
 	gmtime_r(&t, &tm);
-	/* YYYYMMDDTHHMMSSZ, written out: it is made for every upstream request. */
-	const unsigned v[6] = {
-		(unsigned)(tm.tm_year + 1900) % 10000u, (unsigned)(tm.tm_mon + 1) % 100u,
-		(unsigned)tm.tm_mday % 100u, (unsigned)tm.tm_hour % 100u,
-		(unsigned)tm.tm_min % 100u, (unsigned)tm.tm_sec % 100u,
-	};
-	char *p = out;
-	for (int i = 0; i < 6; i++) {
-		if (i == 0) {
-			*p++ = (char)('0' + v[0] / 1000);
-			*p++ = (char)('0' + v[0] / 100 % 10);
-		}
-		if (i == 3)
-			*p++ = 'T';
-		*p++ = (char)('0' + v[i] / 10 % 10);
-		*p++ = (char)('0' + v[i] % 10);
-	}
-	*p++ = 'Z';
-	*p = '\0';
+	/* YYYYMMDDTHHMMSSZ without printf: it is made for every upstream request. */
+	char *p = u64_dec(out, (unsigned)(tm.tm_year + 1900) % 10000u, 4);
+	p = u64_dec(p, (unsigned)(tm.tm_mon + 1), 2);
+	p = u64_dec(p, (unsigned)tm.tm_mday, 2);
+	*p++ = 'T';
+	p = u64_dec(p, (unsigned)tm.tm_hour, 2);
+	p = u64_dec(p, (unsigned)tm.tm_min, 2);
+	p = u64_dec(p, (unsigned)tm.tm_sec, 2);
+	memcpy(p, "Z", 2);
 }
 
 static bool digits(const char *s, size_t n, int *v)

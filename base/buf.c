@@ -117,23 +117,22 @@ int buf_putc(struct buf *b, char c)
 	return buf_append(b, &c, 1);
 }
 
-char *u64_dec(char *out, uint64_t v)
+char *u64_dec(char *out, uint64_t v, unsigned width)
 {
-	char tmp[U64_DEC_MAX];
-	size_t n = 0;
-	do {
-		tmp[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	while (n)
-		*out++ = tmp[--n];
-	return out;
+	unsigned n = 1;
+	for (uint64_t x = v; x >= 10; x /= 10)
+		n++;
+	if (n < width)
+		n = width;
+	for (unsigned i = n; i > 0; i--, v /= 10)
+		out[i - 1] = (char)('0' + v % 10);
+	return out + n;
 }
 
 int buf_put_u64(struct buf *b, uint64_t v)
 {
 	char d[U64_DEC_MAX];
-	return buf_append(b, d, (size_t)(u64_dec(d, v) - d));
+	return buf_append(b, d, (size_t)(u64_dec(d, v, 1) - d));
 }
 
 void str_copy(char *out, size_t n, const char *s)

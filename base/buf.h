@@ -53,10 +53,11 @@ const char *buf_cstr(const struct buf *b);
  * NULL only when the buffer was empty and memory is short. */
 char *buf_steal(struct buf *b);
 
-/* The decimal digits of v at out, which has room for U64_DEC_MAX; no
- * terminator. Returns the end of the digits. */
+/* The decimal digits of v at out, zero-padded to at least width digits
+ * (width <= U64_DEC_MAX; out has room for U64_DEC_MAX); no terminator.
+ * Returns the end of the digits. For paths run per request: no printf. */
 #define U64_DEC_MAX 20
-char *u64_dec(char *out, uint64_t v);
+char *u64_dec(char *out, uint64_t v, unsigned width);
 
 /* Copies the string s into out (n bytes, n > 0), cut to fit, terminated;
  * snprintf(out, n, "%s", s) without the format parser. */

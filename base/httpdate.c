@@ -16,13 +16,6 @@
 static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
 static const char days[] = "SunMonTueWedThuFriSat";
 
-static char *put_num(char *p, int v, int width)
-{
-	for (int i = width - 1; i >= 0; i--, v /= 10)
-		p[i] = (char)('0' + v % 10);
-	return p + width;
-}
-
 void httpdate_format(time_t t, char out[HTTPDATE_SIZE])
 {
 	/* Four-digit years only: what no HTTP date can say is clamped. */
@@ -35,17 +28,17 @@ void httpdate_format(time_t t, char out[HTTPDATE_SIZE])
 	char *p = out;
 	memcpy(p, days + 3 * tm.tm_wday, 3);
 	memcpy(p + 3, ", ", 2);
-	p = put_num(p + 5, tm.tm_mday, 2);
+	p = u64_dec(p + 5, (uint64_t)tm.tm_mday, 2);
 	*p++ = ' ';
 	memcpy(p, months + 3 * tm.tm_mon, 3);
 	p[3] = ' ';
-	p = put_num(p + 4, tm.tm_year + 1900, 4);
+	p = u64_dec(p + 4, (uint64_t)tm.tm_year + 1900, 4);
 	*p++ = ' ';
-	p = put_num(p, tm.tm_hour, 2);
+	p = u64_dec(p, (uint64_t)tm.tm_hour, 2);
 	*p++ = ':';
-	p = put_num(p, tm.tm_min, 2);
+	p = u64_dec(p, (uint64_t)tm.tm_min, 2);
 	*p++ = ':';
-	p = put_num(p, tm.tm_sec, 2);
+	p = u64_dec(p, (uint64_t)tm.tm_sec, 2);
 	memcpy(p, " GMT", 5);
 }
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/buf.h"
 
 int log_current_level = LOG_INFO;
 
@@ -331,15 +332,10 @@ static void put_fmt(struct line *l, const char *fmt, ...)
 
 /* Decimal integers and the duration by hand: a vsnprintf of them was the
  * access line's largest cost (docs/benchmarks.md, "Per-request CPU"). */
-static void put_uint(struct line *l, unsigned long long v, int min_digits)
+static void put_uint(struct line *l, unsigned long long v, unsigned min_digits)
 {
-	char d[24];
-	int n = 0;
-	do {
-		d[sizeof d - 1 - n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v || n < min_digits);
-	put_bytes(l, d + sizeof d - n, (size_t)n);
+	char d[U64_DEC_MAX];
+	put_bytes(l, d, (size_t)(u64_dec(d, v, min_digits) - d));
 }
 
 static void put_int(struct line *l, int v)

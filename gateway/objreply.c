@@ -166,7 +166,7 @@ void objreply_headers(struct MHD_Response *resp, const char *query, const struct
 		add_header_lines(resp, m->checksums, NULL, 0); /* the checksums learnt */
 	if (a->part && m->parts_count) {
 		char n[U64_DEC_MAX + 1];
-		*u64_dec(n, m->parts_count) = '\0';
+		*u64_dec(n, m->parts_count, 1) = '\0';
 		MHD_add_response_header(resp, "x-amz-mp-parts-count", n);
 	}
 }

@@ -108,20 +108,20 @@ void content_range_format(char out[CONTENT_RANGE_SIZE], uint64_t first, uint64_t
                           uint64_t size)
 {
 	memcpy(out, "bytes ", 6);
-	char *p = u64_dec(out + 6, first);
+	char *p = u64_dec(out + 6, first, 1);
 	*p++ = '-';
-	p = u64_dec(p, last);
+	p = u64_dec(p, last, 1);
 	*p++ = '/';
-	p = u64_dec(p, size);
+	p = u64_dec(p, size, 1);
 	*p = '\0';
 }
 
 void range_format(char out[CONTENT_RANGE_SIZE], uint64_t first, uint64_t last)
 {
 	memcpy(out, "bytes=", 6);
-	char *p = u64_dec(out + 6, first);
+	char *p = u64_dec(out + 6, first, 1);
 	*p++ = '-';
 	if (last != UINT64_MAX)
-		p = u64_dec(p, last);
+		p = u64_dec(p, last, 1);
 	*p = '\0';
 }

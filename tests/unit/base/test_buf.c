@@ -1,6 +1,7 @@
 /*
  * test_buf.c - base/buf.c's helpers that replace printf on per-request
- * paths: decimal digits, bounded string copies, cutting a buffer back.
+ * paths: decimal digits (also zero-padded), bounded string copies, cutting a
+ * buffer back.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,10 +22,20 @@ static void test_u64_dec(void **state)
 	for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
 		char want[32], got[U64_DEC_MAX + 1];
 		snprintf(want, sizeof want, "%llu", (unsigned long long)values[i]);
-		char *end = u64_dec(got, values[i]);
+		char *end = u64_dec(got, values[i], 1);
 		assert_true(end - got <= U64_DEC_MAX);
 		*end = '\0';
 		assert_string_equal(got, want);
+	}
+	/* Zero-padded to a width, as %0Nllu; a longer number is not cut. */
+	static const struct { uint64_t v; unsigned width; const char *want; } padded[] = {
+		{ 7, 3, "007" }, { 0, 4, "0000" }, { 12345, 2, "12345" }, { 2026, 4, "2026" },
+		{ 5, 20, "00000000000000000005" },
+	};
+	for (size_t i = 0; i < sizeof padded / sizeof padded[0]; i++) {
+		char got[U64_DEC_MAX + 1];
+		*u64_dec(got, padded[i].v, padded[i].width) = '\0';
+		assert_string_equal(got, padded[i].want);
 	}
 }
 
