@@ -25,7 +25,7 @@
 struct entry {
 	uint64_t key;           /* 0: free */
 	unsigned inflight;
-	unsigned demand_waiting;
+	unsigned demand_waiting; /* the demand reads on queue */
 	unsigned epoch;
 	double window;
 	double credit;          /* successes since it last grew, in windows */
@@ -35,6 +35,7 @@ struct entry {
 
 struct shaper {
 	struct shaper_settings set;
+	double fair_s;          /* SHAPER_FAIR_S, or half of wait_s if less */
 	pthread_mutex_t lock;
 	struct entry table[SHAPER_SLOTS];
 	atomic_uint_fast64_t throttled, waits;
@@ -49,6 +50,7 @@ struct shaper *shaper_create(const struct shaper_settings *s, char *err, size_t 
 	}
 	struct shaper *sh = xcalloc(1, sizeof *sh);
 	sh->set = *s;
+	sh->fair_s = s->wait_s / 2 < SHAPER_FAIR_S ? s->wait_s / 2 : SHAPER_FAIR_S;
 	pthread_mutex_init(&sh->lock, NULL);
 	return sh;
 }
@@ -81,21 +83,25 @@ static uint64_t prefix_key(const char *bucket, const char *key)
 
 static bool entry_idle(const struct shaper *sh, const struct entry *e)
 {
-	return e->inflight == 0 && e->demand_waiting == 0 && list_empty(&e->queue) &&
-	       e->window >= sh->set.window_max;
+	return e->inflight == 0 && list_empty(&e->queue) && e->window >= sh->set.window_max;
 }
 
 static void enqueue(struct entry *e, struct shaper_slot *s)
 {
 	list_push_back(&e->queue, &s->link);
 	s->queued = true;
+	if (!s->background)
+		e->demand_waiting++;
 }
 
 static void dequeue(struct entry *e, struct shaper_slot *s)
 {
-	if (s->queued)
-		list_unlink(&e->queue, &s->link);
+	if (!s->queued)
+		return;
+	list_unlink(&e->queue, &s->link);
 	s->queued = false;
+	if (!s->background)
+		e->demand_waiting--;
 }
 
 /* Whether fewer than free requests of slot's kind that have waited long
@@ -106,11 +112,10 @@ static void dequeue(struct entry *e, struct shaper_slot *s)
 static bool first_in_line(const struct shaper *sh, const struct entry *e,
                           const struct shaper_slot *slot, unsigned free, double now)
 {
-	double fair = sh->set.wait_s / 2 < SHAPER_FAIR_S ? sh->set.wait_s / 2 : SHAPER_FAIR_S;
 	unsigned ahead = 0;
 	for (const struct list_node *n = e->queue.first; n && n != &slot->link; n = n->next) {
 		const struct shaper_slot *s = list_item(n, const struct shaper_slot, link);
-		if (now - s->since < fair)
+		if (now - s->since < sh->fair_s)
 			break; /* the rest of the line waited less */
 		if (s->background == slot->background && ++ahead >= free)
 			return false;
@@ -157,24 +162,18 @@ enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
 	pthread_mutex_lock(&sh->lock);
 	struct entry *e = find(sh, k, true);
 	enum shaper_verdict v = SHAPER_GO;
+	unsigned limit = e ? limit_of(slot, e) : 0;
 	if (!e) { /* the table is full: not shaped */
 		slot->key = 0;
 		slot->held = true;
-	} else if (e->inflight < limit_of(slot, e) &&
-	           first_in_line(sh, e, slot, limit_of(slot, e) - e->inflight, now)) {
+	} else if (e->inflight < limit && first_in_line(sh, e, slot, limit - e->inflight, now)) {
 		dequeue(e, slot);
 		e->inflight++;
-		if (slot->waiting)
-			e->demand_waiting--;
 		slot->key = k;
 		slot->epoch = e->epoch;
 		slot->held = true;
-		slot->waiting = false;
 	} else if (slot->since >= 0 && now - slot->since >= sh->set.wait_s) {
 		dequeue(e, slot);
-		if (slot->waiting)
-			e->demand_waiting--;
-		slot->waiting = false;
 		slot->since = -1;
 		v = SHAPER_TIMEOUT;
 	} else {
@@ -182,10 +181,6 @@ enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
 			slot->since = now;
 			atomic_fetch_add(&sh->waits, 1);
 			metrics_upstream_shaped_wait();
-		}
-		if (!slot->background && !slot->waiting) {
-			e->demand_waiting++;
-			slot->waiting = true;
 		}
 		if (!slot->queued)
 			enqueue(e, slot);
@@ -205,16 +200,14 @@ static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool 
 		atomic_fetch_add(&sh->throttled, 1);
 		metrics_upstream_throttled();
 	}
-	if ((!slot->held && !slot->waiting && !slot->queued) || slot->key == 0) {
-		slot->held = slot->waiting = slot->queued = false;
+	if ((!slot->held && !slot->queued) || slot->key == 0) {
+		slot->held = false;
 		return;
 	}
 	pthread_mutex_lock(&sh->lock);
 	struct entry *e = find(sh, slot->key, false);
-	if (e)
+	if (e && slot->queued) {
 		dequeue(e, slot);
-	if (e && slot->waiting) {
-		e->demand_waiting--;
 	} else if (e && slot->held) {
 		unsigned before = e->inflight--;
 		double max = sh->set.window_max, min = sh->set.window_min;
@@ -242,7 +235,7 @@ static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool 
 		}
 	}
 	pthread_mutex_unlock(&sh->lock);
-	slot->held = slot->waiting = false;
+	slot->held = false;
 	slot->since = -1;
 }
 

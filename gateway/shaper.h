@@ -44,8 +44,7 @@ struct shaper_slot {
 	uint64_t key;           /* the prefix's hash; 0: not shaped */
 	unsigned epoch;         /* the window's epoch when it got the slot */
 	bool held;              /* it holds a slot */
-	bool waiting;           /* a demand read counted as waiting */
-	bool queued;            /* in its prefix's queue of waiting requests */
+	bool queued;            /* it waits: on its prefix's queue */
 	bool background;
 	double since;           /* when it first asked, for the wait bound; < 0: not yet */
 	struct list_node link;  /* on its prefix's queue, oldest first */
