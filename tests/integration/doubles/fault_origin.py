@@ -12,8 +12,8 @@
     origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
     origin.ignore_if_match = True            # a broken upstream/proxy: If-Match not evaluated
     origin.answer_etag[("bkt", "obj")] = None   # GET/HEAD of obj answer this ETag (None: none)
-    origin.extra_headers[("bkt", "obj")] = {"x-amz-...": "v"}  # added to GET/HEAD answers
-    origin.content_range[("bkt", "obj")] = "bytes 0-9/-1"     # a broken one on its 206s
+    origin.extra_headers[("bkt", "obj")] = {"x-amz-...": "v"}  # added to GET/HEAD answers,
+                                             # in place of what it would send (Content-Range ...)
     origin.stop()
 
 What it serves, as S3 does (and as moto does not always do):
@@ -214,7 +214,6 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         self.ignore_if_match = False
         self.answer_etag = {}
         self.extra_headers = {}
-        self.content_range = {}
         self.log = []
         self.throttle_k = None
         self.service_ms = 0
@@ -574,8 +573,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 base["ETag"] = srv.answer_etag[(bucket, key)]
                 if base["ETag"] is None:
                     del base["ETag"]
-            base.update(srv.extra_headers.get((bucket, key), {}))
-            bad_range = srv.content_range.get((bucket, key))
+            extra = dict(srv.extra_headers.get((bucket, key), {}))
+            base.update(extra)
             ignore_if_match = srv.ignore_if_match
         # Preconditions first, as S3 evaluates them before the range.
         im, ius = hdrs.get("if-match"), hdrs.get("if-unmodified-since")
@@ -640,8 +639,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if r is not None:
                 status, (first, last) = 206, r
                 headers["Content-Range"] = "bytes %d-%d/%d" % (first, last, size)
-        if status == 206 and bad_range is not None:
-            headers["Content-Range"] = bad_range
+        headers.update(extra)
         payload = obj.data[first:last + 1]
         self._send(status, headers, length=len(payload))
         if self.command == "HEAD":
