@@ -646,9 +646,12 @@ static void complete_ok(struct fetch *f)
 	struct gw *gw = f->w->gw;
 	struct buf blob;
 	buf_init(&blob, 2 * RESP_HEADERS_MAX);
+	/* A reader's copy streamed from the chunk's owner is kept after the
+	 * chunks this node owns (store/policy.h: policy_rank). */
+	bool as_owner = !f->to_peer || f->to_holder;
 	struct chunk_origin o = {
 		.bucket = f->bucket, .key = f->key, .etag = f->etag, .index = f->index,
-		.charge = f->charge,
+		.charge = f->charge, .copy = !as_owner,
 	};
 	if (f->index == 0 && f->meta && meta_encode(f->meta, &blob) == 0) {
 		o.meta = blob.p;
@@ -661,7 +664,6 @@ static void complete_ok(struct fetch *f)
 	 * or from a holder), or as a reader's copy from its owner. Chunk 0
 	 * goes by its object's metadata key. */
 	if (gw->dir) {
-		bool as_owner = !f->to_peer || f->to_holder;
 		dir_fetched(gw->dir, chunk_id_hash(&f->c->id), f->index == 0 ? dir_key_of(f) : 0,
 		            &f->c->id, as_owner,
 		            as_owner ? 0 : cluster_member_tag(gw->cluster, buf_cstr(&f->target.host)));

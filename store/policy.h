@@ -13,7 +13,8 @@
  * seconds are evicted first, oldest first, so a finished job's data
  * gives way to the next job's.
  *
- * POLICY_LRU is plain LRU, kept for comparison in benchmarks.
+ * POLICY_LRU is plain LRU, kept for comparison in benchmarks; it ignores
+ * ranks.
  *
  * Not thread-safe: the tier that owns a policy serialises calls.
  */
@@ -30,7 +31,24 @@ enum policy_kind { POLICY_SUBSET = 0, POLICY_LRU = 1 };
 int policy_kind_parse(const char *s);
 const char *policy_kind_name(enum policy_kind k);
 
-/* Embedded in each tier entry; the policy owns its fields. */
+/*
+ * The rank a tier keeps a chunk by: POLICY_SUBSET keeps the smallest.
+ * A chunk's rank is its chunk_id_hash(), except that a copy (a cluster
+ * node's copy of a chunk another node owns, struct chunk_origin) ranks
+ * after every chunk that is not: a node's tier holds the chunks it owns
+ * first and copies only in the room they leave, so the copies a node's
+ * readers make never push out the chunks the other nodes come to it for
+ * (each would be fetched from S3 again). Among each kind, hash order, so
+ * each is a consistent subset.
+ */
+static inline uint64_t policy_rank(uint64_t hash, bool copy)
+{
+	return copy ? hash | UINT64_C(1) << 63 : hash >> 1;
+}
+
+/* Embedded in each tier entry; the policy owns its fields. hash is the
+ * rank it was inserted with (policy_rank), kept while it is out of the
+ * policy (a pinned entry goes back in with it). */
 struct policy_entry {
 	uint64_t hash;
 	uint64_t bytes;

@@ -144,10 +144,9 @@ static void entry_pin(struct ram_tier *r, struct ram_entry *e, bool on, double n
 		r->pinned += e->c->len;
 	} else {
 		r->pinned -= e->c->len;
-		policy_insert(r->policy, &e->pe, chunk_id_hash(&e->c->id), e->c->len, now);
+		policy_insert(r->policy, &e->pe, e->pe.hash, e->c->len, now);
 		if (e->charge)
-			policy_insert(r->charges[e->charge].policy, &e->ce,
-			              chunk_id_hash(&e->c->id), e->c->len, now);
+			policy_insert(r->charges[e->charge].policy, &e->ce, e->pe.hash, e->c->len, now);
 	}
 	e->pinned = on;
 }
@@ -275,7 +274,7 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 {
 	struct ram_tier *r = t;
 	double now = clock_mono_s();
-	uint64_t hash = chunk_id_hash(&c->id);
+	uint64_t hash = policy_rank(chunk_id_hash(&c->id), o && o->copy);
 
 	pthread_mutex_lock(&r->lock);
 	r->filling -= c->len;
@@ -302,6 +301,7 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 	}
 	chunk_ref(c);
 	c->tier_priv = e;
+	e->pe.hash = hash; /* for a pinned one's unpin */
 	if (pinned) {
 		e->pinned = true;
 		r->pinned += c->len;

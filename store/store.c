@@ -249,6 +249,7 @@ static struct job *write_job_new(struct chunk *c, const struct chunk_origin *o)
 		j->o.meta_len = lm;
 	}
 	j->o.index = o ? o->index : 0;
+	j->o.copy = o && o->copy;
 	chunk_ref(c);
 	j->c = c;
 	return j;

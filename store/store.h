@@ -65,6 +65,8 @@ struct chunk_origin {
 	size_t meta_len;
 	uint64_t gen;                /* NVMe time order; 0: the store assigns it */
 	unsigned charge;             /* who its RAM bytes count against (store_charge_limit) */
+	bool copy;                   /* a reader's copy of a chunk another cluster node owns:
+	                              * the tiers keep it after their own (policy_rank) */
 };
 
 /* Called once per chunk-0 entry found on NVMe at store_open, so the

@@ -447,6 +447,36 @@ class ClusterLoss(ClusterBase):
         self.assertEqual(self.gets(m, key), [], "node-2 went to S3 for chunks node-1 holds")
 
 
+class ClusterOwnFirst(ClusterBase):
+    """A node's RAM tier holds the chunks it owns before its readers' copies
+    of other nodes' chunks: a dataset the cluster holds but one node does
+    not is read from S3 once, however often every node reads it."""
+    NODES = 2
+    CHUNK = 64 * 1024
+
+    @classmethod
+    def extra_env(cls):
+        # 160 chunks; each node owns about 80 and holds 120: its own and
+        # about 40 copies. Before, its tier kept the 120 smallest hashes of
+        # all 160, so each node dropped about 20 of its own chunks, and the
+        # other node's reads of them went to S3 again.
+        return {"LARDER_CHUNK_SIZE": "64KiB", "LARDER_RAM_CACHE_SIZE": str(120 * cls.CHUNK)}
+
+    def test_copies_do_not_push_out_owned_chunks(self):
+        data = blob(50, 160 * self.CHUNK)
+        key = "own/first.bin"
+        self.direct.put_object(Bucket="shared", Key=key, Body=data)
+        for n in self.nodes:
+            self.assertEqual(self.read(n, key), data)
+        self.assertEqual(len(self.gets(0, key)), 160, "one S3 GET per chunk")
+        m = self.upstream.mark()
+        for _ in range(2):
+            for n in self.nodes:
+                self.assertEqual(self.read(n, key), data)
+        self.assertEqual(self.gets(m, key), [],
+                         "chunks the cluster held were fetched from S3 again")
+
+
 class TlsCluster(ClusterBase):
     """Two nodes whose client ports serve TLS talk https to each other,
     verifying each other's certificate (LARDER_CLUSTER_CA_FILE)."""

@@ -126,14 +126,21 @@ static struct disk *open_ok(const char *dir, uint64_t cap, uint64_t seg, store_r
 	return d;
 }
 
-static void put(struct disk *d, uint64_t n, uint64_t idx, unsigned v, size_t len)
+/* copy: a cluster node's copy of a chunk another node owns. */
+static void put_as(struct disk *d, uint64_t n, uint64_t idx, unsigned v, size_t len, bool copy)
 {
 	struct names nm;
 	struct chunk_origin o = origin_of(&nm, n, idx, v);
+	o.copy = copy;
 	unsigned char *p = data_of(n, v, len);
 	struct chunk_id id = id_of(n);
 	assert_int_equal(disk_write(d, &id, &o, p, len), 0);
 	free(p);
+}
+
+static void put(struct disk *d, uint64_t n, uint64_t idx, unsigned v, size_t len)
+{
+	put_as(d, n, idx, v, len, false);
 }
 
 /* Object n version v is held with length len and reads back intact. */
@@ -628,6 +635,31 @@ static void test_eviction_order(void **state)
 	disk_close(d);
 }
 
+/* Copies of other nodes' chunks go before this node's own, whatever their
+ * hashes, and are not written over them (store/policy.h: policy_rank). */
+static void test_copies_after_own(void **state)
+{
+	struct fx *f = *state;
+	char err[256] = "";
+	struct disk *d = disk_open(f->dir, 1 * MiB, 128 * KiB, POLICY_SUBSET, 3600, NULL, NULL, err,
+	                           sizeof err);
+	if (!d)
+		fail_msg("disk_open: %s", err);
+	const size_t len = 64 * KiB - 200; /* 14 fit (test_eviction_order) */
+	for (uint64_t n = 100; n < 108; n++)
+		put_as(d, n, 1, 0, len, true);
+	for (uint64_t n = 0; n < 14; n++)
+		put_as(d, n, 1, 0, len, false);
+	for (uint64_t n = 100; n < 108; n++)
+		put_as(d, n + 8, 1, 0, len, true); /* declined: no room left by own */
+	for (uint64_t n = 0; n < 14; n++)
+		expect_held(d, n, 0, len);
+	for (uint64_t n = 100; n < 116; n++)
+		expect_gone(d, n);
+	assert_int_equal(disk_check(d), 0);
+	disk_close(d);
+}
+
 /* An entry that cannot fit is declined, not an error, and nothing is written. */
 /* Whether dir's file system preallocates (fallocate, FALLOC_FL_KEEP_SIZE). */
 static bool fallocate_works(const char *dir)
@@ -900,6 +932,7 @@ int main(void)
 		T(test_reclaim_keeps_live),
 		T(test_pinned_entries),
 		T(test_eviction_order),
+		T(test_copies_after_own),
 		T(test_preallocation),
 		T(test_too_big),
 		T(test_write_error),
