@@ -118,6 +118,13 @@ static int parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
+/* A word that switches something on or off, other than "off" itself. */
+static bool switch_word(const char *s)
+{
+	bool b;
+	return parse_bool(s, &b) == 0 && strcmp(s, "off") != 0;
+}
+
 /* "host:port" or "[v6addr]:port" into *host_out and *port_out. */
 static int set_listen(struct load *L, const char *v, const char *where, char **host_out,
                       uint16_t *port_out)
@@ -257,6 +264,13 @@ int load_setting(struct load *L, const struct setting *s, const char *v, const c
 	case K_PATH:
 		if (!*v && s->kind == K_LOGDEST)
 			return load_fail(L, "%s: expected \"-\", \"off\" or a file path, got nothing", where);
+		/* A switch's word is a mistake for "-" or "off", not the name of
+		 * a file in the working directory (a file so named: ./on). */
+		if (s->kind == K_LOGDEST && switch_word(v))
+			return load_fail(L,
+			                 "%s: \"%s\" is not a destination: use \"-\" for standard "
+			                 "output, \"off\" for none, or a file path (./%s for a file so named)",
+			                 where, v, v);
 		return load_set_str(L, field, *v ? v : NULL);
 	case K_DOMAIN: {
 		if (!*v)

@@ -428,6 +428,10 @@ static const struct bad bad_cases[] = {
 	{ "[server]\nlog_level = verbose\n", { 0 }, { "log_level", "\"verbose\"" } },
 	{ NULL, { "LARDER_LOG_LEVEL=loud", 0 }, { "LARDER_LOG_LEVEL:", "\"loud\"" } },
 	{ "[server]\naccess_log =\n", { 0 }, { "access_log", "got nothing" } },
+	{ NULL, { "LARDER_ACCESS_LOG=on", 0 }, { "LARDER_ACCESS_LOG:", "\"on\" is not a destination", "./on" } },
+	{ "[server]\naccess_log = true\n", { 0 }, { "access_log", "\"true\"", "\"-\" for standard output" } },
+	{ NULL, { "LARDER_ACCESS_LOG=OFF", 0 }, { "LARDER_ACCESS_LOG:", "\"off\" for none" } },
+	{ NULL, { "LARDER_ACCESS_LOG=0", 0 }, { "LARDER_ACCESS_LOG:", "\"0\"" } },
 	{ "[server]\nbase_domain = bad_domain.com\n", { 0 }, { "base_domain", "\"bad_domain.com\"" } },
 	{ NULL, { "LARDER_BASE_DOMAIN=.example.com", 0 }, { "LARDER_BASE_DOMAIN:", "host name" } },
 	/* [upstream] values */
