@@ -472,6 +472,9 @@ def side_figures(d):
         put(f"cold_c{c}", tot(lc, "objects_per_s"), tot(dc, "objects_per_s"))
         nc = get(d, "a", f"nginx-cold-c{c}")
         put(f"coldcpu_c{c}", cpu(lc), cpu(nc), (cpu(dc),))
+        st = get(d, "a", f"larder-steady-c{c}")
+        put(f"steady_c{c}", tot(st, "objects_per_s"), tot(dc, "objects_per_s"))
+        put(f"steadycpu_c{c}", cpu(st), cpu(nc), (cpu(dc),))
     sl, sn = get(d, "d", "larder"), get(d, "d", "nginx")
     if sl and sn:
         put("storm", tot(sl, "max_ms") / 1000, tot(sn, "max_ms") / 1000,
@@ -496,6 +499,10 @@ SIDE_ROWS = [
 ] + [(f"cold epoch of 115 KiB objects vs direct, c={c} (a)", f"cold_c{c}", ">= 0.95x",
       "{:.0f} vs {:.0f} obj/s") for c in (4, 8, 16, 32, 64)] + [
     (f"cold epoch, server CPU-s/GB vs nginx, c={c} (a)", f"coldcpu_c{c}", "<= 1.0x",
+     "{:.2f} vs {:.2f}; the origin's own {:.2f}") for c in (4, 8, 16, 32, 64)] + [
+    (f"cold epoch through a full RAM tier (a cache that has been running) vs direct, c={c} (a)",
+     f"steady_c{c}", "", "{:.0f} vs {:.0f} obj/s") for c in (4, 8, 16, 32, 64)] + [
+    (f"the same epoch, server CPU-s/GB vs nginx's cold epoch, c={c} (a)", f"steadycpu_c{c}", "",
      "{:.2f} vs {:.2f}; the origin's own {:.2f}") for c in (4, 8, 16, 32, 64)] + [
     ("64 clients x one cold object, last byte vs nginx (d)", "storm", "<= 0.7x",
      "{:.2f} vs {:.2f} s; {:.0f} GETs for {:.0f} chunks; upstream fill {:.2f} vs {:.2f} s"),

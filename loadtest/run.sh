@@ -4,7 +4,9 @@
 #
 # Scenarios (default: all, in this order): a d e c b f m g t l
 #   a  random reads of small objects, one epoch, concurrency 8/16/32/64:
-#      direct vs larder cold vs larder warm vs nginx proxy_cache (cold, warm)
+#      direct vs larder cold vs larder warm vs nginx proxy_cache (cold, warm); at c=32
+#      (or the last concurrency) also a cold epoch of other objects through a larder
+#      whose RAM tier is full, as in a cache that has been running (LOADTEST_STEADY=0: not)
 #   d  coalescing storm: 64 clients read one cold object at once
 #   e  hit-path ceiling, concurrency 32: larder vs nginx proxy_cache vs nginx files
 #   c  sequential shards, 1 and 8 readers, origin capped per connection
@@ -93,6 +95,7 @@ case "${LOADTEST_PIN:-}" in
   *) echo "run.sh: LOADTEST_PIN must be 0 or 1, not $LOADTEST_PIN" >&2; exit 2;;
 esac
 lean="${LOADTEST_LEAN:-0}"
+steady="${LOADTEST_STEADY:-1}"
 nvme="${LOADTEST_NVME:-1}"   # defaults: the NVMe tier always
 
 delay_ms="${LOADTEST_DELAY_MS:-20}"
@@ -199,6 +202,23 @@ for s in "${shard_sizes[@]}"; do
   make_objects "$data/bench/shard-$s" "$n" $((s << 20))
 done
 keys_for small > "$work/keys-small"
+# Other names for the small objects (hard links: the same bytes and sizes, no more disk), for
+# a's epoch through a full RAM tier: small-b is the epoch, fill-N fill a's 1 GiB tier first.
+link_objects() { # subdir
+  local dir="$data/bench/$1" mark=".done-$n_small-$small_bytes"
+  [[ -f "$dir/$mark" && "$dir/$mark" -nt "$data/bench/small/$mark" ]] && return 0
+  rm -rf "$dir"; mkdir -p "$dir"
+  (cd "$data/bench/small" && find . -name 'obj-*' -print0 | xargs -0 ln -t "$dir")
+  touch "$dir/$mark"
+}
+if ((steady)); then
+  link_objects small-b
+  keys_for small-b > "$work/keys-small-b"
+  n_fill=$(((5 << 28) / (n_small * small_bytes) + 1))   # 1.25 GiB and more
+  [[ "$mode" != smoke ]] || n_fill=1
+  : > "$work/keys-fill"
+  for ((i = 1; i <= n_fill; i++)); do link_objects "fill-$i"; keys_for "fill-$i" >> "$work/keys-fill"; done
+fi
 small_total=$((n_small * small_bytes))
 
 "$here/origin/start.sh" --kind origin --run "$work/run-origin" --listen "$origin" --root "$data" \
@@ -261,6 +281,22 @@ larder_start() {
   echo "run.sh: larder did not start; see $dir/larder.log" >&2
   cat "$dir/larder.log" >&2
   exit 1
+}
+# larder_settle LABEL: waits (at most 30 s) for larder's NVMe write queue to drain (its count
+# of writes done and dropped stands still for half a second), says how many writes came after
+# LABEL's epoch ended, and flushes the page cache: the kernel would write the dirty pages back
+# about 30 s later and charge the completions' interrupt time to whatever runs then.
+larder_settle() {
+  local first="" prev="" cur i
+  for ((i = 0; i < 60; i++)); do
+    cur="$(curl -s -H "Authorization: Bearer $admin_token" "http://127.0.0.1:$admin_port/metrics" |
+      awk '/^larder_nvme_writes_total/ {s += $2} END {print s + 0}')"
+    [[ -n "$first" ]] || first="$cur"
+    [[ "$cur" != "$prev" ]] || break
+    prev="$cur"; sleep 0.5
+  done
+  ((cur == first)) || echo "   $1: $((cur - first)) NVMe writes were still queued when its epoch ended"
+  sync
 }
 larder_stop() {
   [[ -z "$larder_pid" ]] && return 0
@@ -345,15 +381,25 @@ measure() {
 # ---- scenarios ----
 scen_a() {
   echo; echo "== a: random reads of ${n_small} x 115 KiB objects, one epoch"
-  local c
+  local c steady_c="${concurrencies[-1]}"
+  for c in "${concurrencies[@]}"; do ((c != 32)) || steady_c=32; done
   for c in "${concurrencies[@]}"; do
     measure a "direct-c$c" direct "$work/keys-small" "$c" 1
     larder_start 1GiB 4GiB
     measure a "larder-cold-c$c" larder "$work/keys-small" "$c" 1
+    larder_settle "larder-cold-c$c"   # its NVMe writes land here, not in the runs after
     measure a "larder-warm-c$c" larder "$work/keys-small" "$c" 1
     nginx_start peer "$peer_port"
     measure a "nginx-cold-c$c" peer "$work/keys-small" "$c" 1
     measure a "nginx-warm-c$c" peer "$work/keys-small" "$c" 1
+    if ((steady && c == steady_c)); then
+      # A cache that has been running: its RAM tier is full of other chunks, and a new
+      # epoch's chunks take the memory of those it evicts instead of fresh pages.
+      measure a "larder-fill-c$c" larder "$work/keys-fill" 64 1
+      larder_settle "larder-fill-c$c"
+      measure a "larder-steady-c$c" larder "$work/keys-small-b" "$c" 1
+      larder_settle "larder-steady-c$c"
+    fi
   done
   larder_stop
   python3 "$here/report.py" table "$res" a

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Issue 15's side-by-side table: loadtest/table.sh [quick|full|smoke] [ROUNDS]
 #
-# Runs run.sh's scenarios a (c = 8, 32, 64), d, e and c (one reader of a cold
-# 256 MiB shard) in the two configurations of run.sh, interleaved: defaults,
+# Runs run.sh's scenarios a (c = 8, 32, 64, and at 32 the epoch through a full
+# RAM tier), d, e and c (one reader of a cold 256 MiB shard) in the two
+# configurations of run.sh, interleaved: defaults,
 # tuned, defaults, tuned, ... ROUNDS times each (default 3), then prints each
 # figure's median [min-max] per configuration (report.py sidebyside); a ratio
 # is larder's over its peer's (nginx proxy_cache + slice, or the origin
 # direct) measured in the same run. The table is saved as
 # loadtest/results/table-<mode>-<UTC time>.md.
 #   quick: 2,000 x 115 KiB objects, 4 s per hit run, the storm and the shard at
-#          256 MiB; about 85 s per run, 8.5 minutes for 3 rounds on 2 cores
+#          256 MiB; about 90 s per run, 9.5 minutes for 3 rounds on 2 cores
 #   full:  20,000 objects, 10 s per hit run
 #   smoke: tiny sizes, to prove it runs; the figures mean nothing
 # LOADTEST_TABLE: which configurations, as CONFIG:PIN words (default "defaults:0
