@@ -274,7 +274,7 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 {
 	struct ram_tier *r = t;
 	double now = clock_mono_s();
-	uint64_t hash = policy_rank(chunk_id_hash(&c->id), o && o->copy);
+	uint64_t rank = policy_rank(chunk_id_hash(&c->id), o && o->copy);
 
 	pthread_mutex_lock(&r->lock);
 	r->filling -= c->len;
@@ -283,8 +283,8 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 	bool pinned = pinset_has(&r->pins, &c->id);
 	struct ram_charge *ch = pinned || !o ? NULL : charge_get(r, o->charge);
 	if (idmap_get(&r->map, &c->id) ||
-	    (!pinned && !policy_admit_reserved(r->policy, hash, c->len, outside_policy(r), now)) ||
-	    (ch && ch->max && !policy_admit(ch->policy, hash, c->len, now)))
+	    (!pinned && !policy_admit_reserved(r->policy, rank, c->len, outside_policy(r), now)) ||
+	    (ch && ch->max && !policy_admit(ch->policy, rank, c->len, now)))
 		goto out;
 	struct ram_entry *e = calloc(1, sizeof *e);
 	if (!e)
@@ -301,15 +301,15 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 	}
 	chunk_ref(c);
 	c->tier_priv = e;
-	e->pe.hash = hash; /* for a pinned one's unpin */
+	e->pe.hash = rank; /* for a pinned one's unpin */
 	if (pinned) {
 		e->pinned = true;
 		r->pinned += c->len;
 	} else {
-		policy_insert(r->policy, &e->pe, hash, c->len, now);
+		policy_insert(r->policy, &e->pe, rank, c->len, now);
 		if (ch) {
 			e->charge = o->charge;
-			policy_insert(ch->policy, &e->ce, hash, c->len, now);
+			policy_insert(ch->policy, &e->ce, rank, c->len, now);
 		}
 	}
 out:
