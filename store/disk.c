@@ -204,6 +204,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 		.meta_len = (uint32_t)ml, .data_len = (uint32_t)len,
 		.data_crc = crc32c(0, data, len),
 		.gen = o && o->gen ? o->gen : disk_next_gen(d),
+		.flags = o && o->copy ? HDR_F_COPY : 0,
 	};
 	size_t vl = bl + kl + el + ml;
 	uint64_t esz = dk_entry_size(vl, len);
@@ -223,7 +224,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 	dk_hdr_encode(&h, hb, v);
 	e->id = *id;
 	e->hash = chunk_id_hash(id);
-	e->pe.hash = policy_rank(e->hash, o && o->copy);
+	e->pe.hash = policy_rank(e->hash, h.flags & HDR_F_COPY);
 	e->esz = esz;
 	e->var_len = (uint32_t)vl;
 	e->data_len = (uint32_t)len;

@@ -5,6 +5,22 @@
  * Entry. Starts at a multiple of ENTRY_ALIGN (4 KiB), so appending never
  * rewrites a page holding an earlier entry, and is padded with zeros to
  * the next multiple. The fixed header is HDR_LEN (72) bytes, little-endian:
+ *
+ *     0  magic "LRDR"          28  index u64           48  data_len u32
+ *     4  version u16 (2)       36  bucket_len u16      52  data_crc32c u32
+ *     6  header_len u16 (72)   38  key_len u16         56  generation u64
+ *     8  reserved u32 (0)      40  etag_len u16        64  reserved u32 (0)
+ *    12  chunk id [16]         42  flags u16           68  header_crc32c u32
+ *                              44  meta_len u32
+ *
+ * then bucket, key, etag (no NULs), the metadata blob, the data, padding.
+ * header_crc32c covers bytes [0, 68) and then the names and metadata; the
+ * data has its own CRC, checked on every read. flags: bit 0 (HDR_F_COPY) a
+ * cluster node's copy of a chunk another node owns (store/policy.h:
+ * policy_rank), so a restart ranks it as before; no other bit is used.
+ * Entries from before the flag have 0 there and read as before; a larder
+ * from before it stops its scan of a segment at an entry with the flag, as
+ * at a torn tail (the rest of that segment is fetched again).
  */
 #include "store/disk_internal.h"
 
@@ -38,6 +54,7 @@ void dk_hdr_encode(const struct hdr *h, unsigned char *b, const unsigned char *v
 	put16(b + 36, h->bucket_len);
 	put16(b + 38, h->key_len);
 	put16(b + 40, h->etag_len);
+	put16(b + 42, h->flags);
 	put32(b + 44, h->meta_len);
 	put32(b + 48, h->data_len);
 	put32(b + 52, h->data_crc);
@@ -49,13 +66,14 @@ void dk_hdr_encode(const struct hdr *h, unsigned char *b, const unsigned char *v
 bool dk_hdr_decode(const unsigned char *b, struct hdr *h)
 {
 	if (memcmp(b, "LRDR", 4) != 0 || get16(b + 4) != HDR_VERSION || get16(b + 6) != HDR_LEN ||
-	    get32(b + 8) != 0 || get16(b + 42) != 0 || get32(b + 64) != 0)
+	    get32(b + 8) != 0 || (get16(b + 42) & ~HDR_F_COPY) != 0 || get32(b + 64) != 0)
 		return false;
 	memcpy(h->id.b, b + 12, CHUNK_ID_LEN);
 	h->index = get64(b + 28);
 	h->bucket_len = get16(b + 36);
 	h->key_len = get16(b + 38);
 	h->etag_len = get16(b + 40);
+	h->flags = get16(b + 42);
 	h->meta_len = get32(b + 44);
 	h->data_len = get32(b + 48);
 	h->data_crc = get32(b + 52);

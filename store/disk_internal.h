@@ -24,6 +24,7 @@
 #define HDR_LEN 72u
 #define HDR_CRC_OFF 68u
 #define HDR_VERSION 2u
+#define HDR_F_COPY 1u              /* struct hdr flags: a copy (disk_format.c) */
 #define TOMB_NAME "tombstones.log"
 #define TOMB_TMP "tombstones.tmp"
 #define TOMB_HDR 24u
@@ -84,7 +85,7 @@ struct disk {
 struct hdr {
 	struct chunk_id id;
 	uint64_t index, gen;
-	uint16_t bucket_len, key_len, etag_len;
+	uint16_t bucket_len, key_len, etag_len, flags;
 	uint32_t meta_len, data_len, data_crc;
 };
 

@@ -660,6 +660,37 @@ static void test_copies_after_own(void **state)
 	disk_close(d);
 }
 
+/* Whether an entry is a copy is written with it: after a restart the
+ * copies still go first. */
+static void test_copy_flag_survives_restart(void **state)
+{
+	struct fx *f = *state;
+	char err[256] = "";
+	const size_t len = 64 * KiB - 200; /* 14 fit (test_eviction_order) */
+	struct disk *d = disk_open(f->dir, 1 * MiB, 128 * KiB, POLICY_SUBSET, 3600, NULL, NULL, err,
+	                           sizeof err);
+	if (!d)
+		fail_msg("disk_open: %s", err);
+	for (uint64_t n = 0; n < 7; n++) {
+		put_as(d, 100 + n, 1, 0, len, true);
+		put_as(d, n, 1, 0, len, false);
+	}
+	disk_close(d);
+
+	d = disk_open(f->dir, 1 * MiB, 128 * KiB, POLICY_SUBSET, 3600, NULL, NULL, err, sizeof err);
+	if (!d)
+		fail_msg("disk_open: %s", err);
+	assert_int_equal(stats(d).entries, 14);
+	for (uint64_t n = 7; n < 14; n++)
+		put_as(d, n, 1, 0, len, false);
+	for (uint64_t n = 0; n < 14; n++)
+		expect_held(d, n, 0, len);
+	for (uint64_t n = 100; n < 107; n++)
+		expect_gone(d, n);
+	assert_int_equal(disk_check(d), 0);
+	disk_close(d);
+}
+
 /* An entry that cannot fit is declined, not an error, and nothing is written. */
 /* Whether dir's file system preallocates (fallocate, FALLOC_FL_KEEP_SIZE). */
 static bool fallocate_works(const char *dir)
@@ -933,6 +964,7 @@ int main(void)
 		T(test_pinned_entries),
 		T(test_eviction_order),
 		T(test_copies_after_own),
+		T(test_copy_flag_survives_restart),
 		T(test_preallocation),
 		T(test_too_big),
 		T(test_write_error),
