@@ -635,16 +635,23 @@ static void test_eviction_order(void **state)
 	disk_close(d);
 }
 
+/* 1 MiB in 128 KiB segments under POLICY_SUBSET: 14 entries of 64 KiB. */
+static struct disk *open_subset(const char *dir)
+{
+	char err[256] = "";
+	struct disk *d = disk_open(dir, 1 * MiB, 128 * KiB, POLICY_SUBSET, 3600, NULL, NULL, err,
+	                           sizeof err);
+	if (!d)
+		fail_msg("disk_open(%s): %s", dir, err);
+	return d;
+}
+
 /* Copies of other nodes' chunks go before this node's own, whatever their
  * hashes, and are not written over them (store/policy.h: policy_rank). */
 static void test_copies_after_own(void **state)
 {
 	struct fx *f = *state;
-	char err[256] = "";
-	struct disk *d = disk_open(f->dir, 1 * MiB, 128 * KiB, POLICY_SUBSET, 3600, NULL, NULL, err,
-	                           sizeof err);
-	if (!d)
-		fail_msg("disk_open: %s", err);
+	struct disk *d = open_subset(f->dir);
 	const size_t len = 64 * KiB - 200; /* 14 fit (test_eviction_order) */
 	for (uint64_t n = 100; n < 108; n++)
 		put_as(d, n, 1, 0, len, true);
@@ -665,21 +672,15 @@ static void test_copies_after_own(void **state)
 static void test_copy_flag_survives_restart(void **state)
 {
 	struct fx *f = *state;
-	char err[256] = "";
 	const size_t len = 64 * KiB - 200; /* 14 fit (test_eviction_order) */
-	struct disk *d = disk_open(f->dir, 1 * MiB, 128 * KiB, POLICY_SUBSET, 3600, NULL, NULL, err,
-	                           sizeof err);
-	if (!d)
-		fail_msg("disk_open: %s", err);
+	struct disk *d = open_subset(f->dir);
 	for (uint64_t n = 0; n < 7; n++) {
 		put_as(d, 100 + n, 1, 0, len, true);
 		put_as(d, n, 1, 0, len, false);
 	}
 	disk_close(d);
 
-	d = disk_open(f->dir, 1 * MiB, 128 * KiB, POLICY_SUBSET, 3600, NULL, NULL, err, sizeof err);
-	if (!d)
-		fail_msg("disk_open: %s", err);
+	d = open_subset(f->dir);
 	assert_int_equal(stats(d).entries, 14);
 	for (uint64_t n = 7; n < 14; n++)
 		put_as(d, n, 1, 0, len, false);
