@@ -224,7 +224,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 	dk_hdr_encode(&h, hb, v);
 	e->id = *id;
 	e->hash = chunk_id_hash(id);
-	e->pe.hash = policy_rank(e->hash, h.flags & HDR_F_COPY);
+	e->copy = h.flags & HDR_F_COPY;
 	e->esz = esz;
 	e->var_len = (uint32_t)vl;
 	e->data_len = (uint32_t)len;
@@ -242,7 +242,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 	/* A pinned chunk is always admitted (its cap bounds them); pinned
 	 * entries take their bytes out of what the policy may hold. */
 	if (esz > d->limit || (!pinset_has(&d->pins, id) &&
-	                       !policy_admit_reserved(d->pol, e->pe.hash, esz, d->pinned, now)))
+	                       !policy_admit_reserved(d->pol, dk_rank(e), esz, d->pinned, now)))
 		goto out;
 	struct policy_entry *victim;
 	while (policy_used(d->pol) + d->pinned + esz > policy_capacity(d->pol) &&
@@ -281,7 +281,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 		d->count++;
 		dk_seg_link_entry(s, e);
 		d->live += esz;
-		policy_insert(d->pol, &e->pe, e->pe.hash, esz, now);
+		policy_insert(d->pol, &e->pe, dk_rank(e), esz, now);
 		if (pinset_has(&d->pins, id)) /* pinned now, not when the write began */
 			dk_entry_pin(d, e, true, now);
 		e = NULL;

@@ -241,7 +241,7 @@ void dk_entry_pin(struct disk *d, struct dent *e, bool on, double now)
 	} else {
 		d->pinned -= e->esz;
 		d->npinned--;
-		policy_insert(d->pol, &e->pe, e->pe.hash, e->esz, now);
+		policy_insert(d->pol, &e->pe, dk_rank(e), e->esz, now);
 	}
 }
 

@@ -46,6 +46,7 @@ struct dent {
 	uint32_t var_len, data_len, data_crc;
 	uint64_t gen;
 	bool chunk0;
+	bool copy;                  /* a cluster node's copy of another node's chunk (HDR_F_COPY) */
 	bool pinned;                /* out of the policy: never a victim (reclaim still moves it) */
 	struct dent *sprev, *snext; /* seg's live list */
 };
@@ -196,6 +197,12 @@ void dk_entry_drop(struct disk *d, struct dent *e);
 void dk_evict(struct disk *d, struct dent *e);
 
 struct dent *dk_entry_of(struct policy_entry *pe);
+
+/* What the policy ranks e by (store/policy.h). */
+static inline uint64_t dk_rank(const struct dent *e)
+{
+	return policy_rank(e->hash, e->copy);
+}
 
 /*
  * Frees file bytes until esz more fit under d->limit. Returns 1 when they

@@ -89,7 +89,7 @@ static int scan_add(struct disk *d, struct seg *s, uint64_t off, const struct hd
 	}
 	e->id = h->id;
 	e->hash = hash;
-	e->pe.hash = policy_rank(hash, h->flags & HDR_F_COPY);
+	e->copy = h->flags & HDR_F_COPY;
 	e->off = off;
 	e->var_len = (uint32_t)dk_var_len_of(h);
 	e->esz = dk_entry_size(e->var_len, h->data_len);
@@ -101,7 +101,7 @@ static int scan_add(struct disk *d, struct seg *s, uint64_t off, const struct hd
 	d->count++;
 	dk_seg_link_entry(s, e);
 	d->live += e->esz;
-	policy_insert(d->pol, &e->pe, e->pe.hash, e->esz, now);
+	policy_insert(d->pol, &e->pe, dk_rank(e), e->esz, now);
 	return 0;
 }
 

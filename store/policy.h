@@ -46,9 +46,8 @@ static inline uint64_t policy_rank(uint64_t hash, bool copy)
 	return copy ? hash | UINT64_C(1) << 63 : hash >> 1;
 }
 
-/* Embedded in each tier entry; the policy owns its fields. hash is the
- * rank it was inserted with (policy_rank), kept while it is out of the
- * policy (a pinned entry goes back in with it). */
+/* Embedded in each tier entry; the policy owns its fields (hash: the rank
+ * it was inserted with, policy_rank). */
 struct policy_entry {
 	uint64_t hash;
 	uint64_t bytes;

@@ -21,6 +21,7 @@ struct ram_entry {
 	struct chunk *c;
 	struct tier_gone gone;      /* on a release list after eviction */
 	unsigned charge;            /* who its bytes count against (ram.h); 0: nobody */
+	bool copy;                  /* a cluster node's copy of another node's chunk */
 	bool pinned;                /* held outside the policy: never a victim */
 };
 
@@ -144,9 +145,10 @@ static void entry_pin(struct ram_tier *r, struct ram_entry *e, bool on, double n
 		r->pinned += e->c->len;
 	} else {
 		r->pinned -= e->c->len;
-		policy_insert(r->policy, &e->pe, e->pe.hash, e->c->len, now);
+		uint64_t rank = policy_rank(chunk_id_hash(&e->c->id), e->copy);
+		policy_insert(r->policy, &e->pe, rank, e->c->len, now);
 		if (e->charge)
-			policy_insert(r->charges[e->charge].policy, &e->ce, e->pe.hash, e->c->len, now);
+			policy_insert(r->charges[e->charge].policy, &e->ce, rank, e->c->len, now);
 	}
 	e->pinned = on;
 }
@@ -301,7 +303,7 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 	}
 	chunk_ref(c);
 	c->tier_priv = e;
-	e->pe.hash = rank; /* for a pinned one's unpin */
+	e->copy = o && o->copy;
 	if (pinned) {
 		e->pinned = true;
 		r->pinned += c->len;
