@@ -283,9 +283,10 @@ larder_start() {
   exit 1
 }
 # larder_settle LABEL: waits (at most 30 s) for larder's NVMe write queue to drain (its count
-# of writes done and dropped stands still for half a second), says how many writes came after
-# LABEL's epoch ended, and flushes the page cache: the kernel would write the dirty pages back
-# about 30 s later and charge the completions' interrupt time to whatever runs then.
+# of writes done and dropped stands still for half a second), says how many were done while it
+# waited (after LABEL's run was measured), and flushes the page cache: the kernel would write
+# the dirty pages back about 30 s later and charge the completions' interrupt time to whatever
+# runs then.
 larder_settle() {
   local first="" prev="" cur i
   for ((i = 0; i < 60; i++)); do
@@ -295,7 +296,7 @@ larder_settle() {
     [[ "$cur" != "$prev" ]] || break
     prev="$cur"; sleep 0.5
   done
-  ((cur == first)) || echo "   $1: $((cur - first)) NVMe writes were still queued when its epoch ended"
+  ((cur == first)) || echo "   $1: $((cur - first)) NVMe writes were done after its run was measured"
   sync
 }
 larder_stop() {

@@ -10,7 +10,7 @@
 # direct) measured in the same run. The table is saved as
 # loadtest/results/table-<mode>-<UTC time>.md.
 #   quick: 2,000 x 115 KiB objects, 4 s per hit run, the storm and the shard at
-#          256 MiB; about 90 s per run, 9.5 minutes for 3 rounds on 2 cores
+#          256 MiB; about 80 s per run, 8 minutes for 3 rounds on 2 cores
 #   full:  20,000 objects, 10 s per hit run
 #   smoke: tiny sizes, to prove it runs; the figures mean nothing
 # LOADTEST_TABLE: which configurations, as CONFIG:PIN words (default "defaults:0

@@ -103,14 +103,15 @@ void meta_unref(struct obj_meta *m)
 	}
 }
 
-/* Blob: "larder-meta 2\n" size "\n" last_modified "\n" etag "\n"
- * learnt_wall "\n" headers. */
+/* A time in decimal, with its sign. */
 static int put_time(struct buf *out, time_t t)
 {
 	int rc = t < 0 ? buf_putc(out, '-') : 0;
 	return rc ? rc : buf_put_u64(out, t < 0 ? 0 - (uint64_t)t : (uint64_t)t);
 }
 
+/* Blob: "larder-meta 2\n" size "\n" last_modified "\n" etag "\n"
+ * learnt_wall "\n" headers. */
 int meta_encode(const struct obj_meta *m, struct buf *out)
 {
 	/* Piece by piece, not printf: it runs for every object fetched. */

@@ -574,7 +574,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if base["ETag"] is None:
                     del base["ETag"]
             extra = dict(srv.extra_headers.get((bucket, key), {}))
-            base.update(extra)
             ignore_if_match = srv.ignore_if_match
         # Preconditions first, as S3 evaluates them before the range.
         im, ius = hdrs.get("if-match"), hdrs.get("if-unmodified-since")
@@ -600,7 +599,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             t = parse_http_date(ims)
             not_modified = t is not None and obj.mtime <= t
         if not_modified:
-            return self._finish(304, base)
+            return self._finish(304, {**base, **extra})
         headers = dict(base)
         headers["Content-Type"] = obj.content_type
         headers["Accept-Ranges"] = "bytes"
