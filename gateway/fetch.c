@@ -118,6 +118,7 @@ static void fetch_free(struct fetch *f)
 
 static const struct transfer_ops fetch_ops;
 static void slot_cb(struct ev_loop *loop, ev_timer *t, int revents);
+static void slot_placed(struct shaper_slot *slot);
 
 static struct fetch *fetch_new(struct worker *w, const char *bucket, const char *key,
                                bool background)
@@ -133,7 +134,7 @@ static struct fetch *fetch_new(struct worker *w, const char *bucket, const char 
 	transfer_init(&f->x, &fetch_ops, f, w->curl, &policy);
 	up_target_init(&f->target);
 	buf_init(&f->errbody, ERRBODY_MAX);
-	shaper_slot_init(&f->slot, background);
+	shaper_slot_init(&f->slot, background, &w->slot_waker, slot_placed);
 	ev_timer_init(&f->slot_timer, slot_cb, 0, 0);
 	f->slot_timer.data = f;
 	list_push_front(&w->fetches, &f->link);
@@ -212,17 +213,26 @@ static void start_or_fail(struct fetch *f)
 	}
 }
 
-/* Waited SHAPER_POLL_S for a place in the prefix's window: ask again. */
+/* It has its place in the prefix's window, or waited as long as it may
+ * (then start_transfer answers SlowDown): ask again. */
 static void slot_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct fetch *f = t->data;
 	assert(f->magic == FETCH_MAGIC);
+	(void)revents;
+	ev_timer_stop(loop, t);
 	if (f->c && !obj_wanted(f->c)) { /* its readers gave up while it waited */
 		store_complete(f->w->gw->store, f->c, false, FETCH_ERR_CANCELLED, NULL);
 		fetch_free(f);
 		return;
 	}
 	start_or_fail(f);
+}
+
+static void slot_placed(struct shaper_slot *slot)
+{
+	struct fetch *f = list_item(slot, struct fetch, slot);
+	slot_cb(f->w->loop, &f->slot_timer, 0);
 }
 
 /* The directory answered: a holder to ask first, or nobody. */
@@ -524,9 +534,10 @@ static int start_transfer(struct fetch *f)
 	enum shaper_verdict v = SHAPER_GO;
 	if (!rc && !f->to_peer)
 		v = shaper_acquire(gw->shaper, &f->slot, f->bucket, f->key, ev_now(f->w->loop));
-	if (v == SHAPER_WAIT) { /* slot_cb comes back here */
+	if (v == SHAPER_WAIT) { /* slot_cb comes back here, told or timed out */
 		hdrs_fini(&h);
-		ev_timer_set(&f->slot_timer, SHAPER_POLL_S, 0);
+		ev_timer_set(&f->slot_timer,
+		             shaper_wait_left(gw->shaper, &f->slot, ev_now(f->w->loop)), 0);
 		ev_timer_start(f->w->loop, &f->slot_timer);
 		return 0;
 	}

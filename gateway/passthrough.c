@@ -256,8 +256,9 @@ static int submit(struct req *r)
 	if (r->s3.bucket[0])
 		v = shaper_acquire(r->w->gw->shaper, &r->slot, r->s3.bucket, slot_key(r),
 		                   ev_now(r->w->loop));
-	if (v == SHAPER_WAIT) {
-		ev_timer_set(&r->slot_timer, SHAPER_POLL_S, 0);
+	if (v == SHAPER_WAIT) { /* slot_cb comes back here, told or timed out */
+		ev_timer_set(&r->slot_timer,
+		             shaper_wait_left(r->w->gw->shaper, &r->slot, ev_now(r->w->loop)), 0);
 		ev_timer_start(r->w->loop, &r->slot_timer);
 		return 0;
 	}
@@ -272,8 +273,8 @@ static void slot_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct req *r = w->data;
 	assert(r->magic == REQ_MAGIC);
-	(void)loop;
 	(void)revents;
+	ev_timer_stop(loop, w);
 	if (submit(r) == 0)
 		return;
 	req_fail(r, S3E_INTERNAL, NULL); /* unless SlowDown came first */
@@ -281,6 +282,12 @@ static void slot_cb(struct ev_loop *loop, ev_timer *w, int revents)
 	r->uresult = CURLE_ABORTED_BY_CALLBACK;
 	req_wake(r);
 	req_unref(r); /* the upstream exchange's */
+}
+
+static void slot_placed(struct shaper_slot *slot)
+{
+	struct req *r = list_item(slot, struct req, slot);
+	slot_cb(r->w->loop, &r->slot_timer, 0);
 }
 
 /* A 503 (SlowDown) to a request without a body, before the client heard
@@ -620,7 +627,7 @@ void pass_init(struct req *r)
 	up_target_init(&r->target);
 	struct transfer_retry retry = upstream_retry_policy(r->w->gw->up);
 	transfer_init(&r->up, &upstream_ops, r, r->w->curl, &retry);
-	shaper_slot_init(&r->slot, false);
+	shaper_slot_init(&r->slot, false, &r->w->slot_waker, slot_placed);
 	ev_timer_init(&r->slot_timer, slot_cb, 0, 0);
 	r->slot_timer.data = r;
 	r->resp_len = MHD_SIZE_UNKNOWN;

@@ -445,7 +445,7 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	j->manifest = rq->manifest ? strdup(rq->manifest) : NULL;
 	struct transfer_retry policy = upstream_retry_policy(p->gw->up);
 	transfer_init(&j->x, &pf_list_ops, j, p->w->curl, &policy);
-	shaper_slot_init(&j->slot, true);
+	shaper_slot_init(&j->slot, true, NULL, NULL); /* pf_list_step asks on every tick */
 	up_target_init(&j->target);
 	buf_init(&j->body, LIST_BODY_MAX);
 	bool ok = j->active && j->bucket && j->prefix && (!rq->manifest || j->manifest);

@@ -123,6 +123,22 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* SIGTERM reached this worker: stop accepting, let requests finish. */
+/* shaper_waker.wake: on whichever thread freed a place in a window. */
+static void slot_wake(struct shaper_waker *wk)
+{
+	struct worker *w = list_item(wk, struct worker, slot_waker);
+	ev_async_send(w->loop, &w->slot_async);
+}
+
+static void slot_async_cb(struct ev_loop *loop, ev_async *a, int revents)
+{
+	struct worker *w = a->data;
+	assert(w->magic == WORKER_MAGIC);
+	(void)loop;
+	(void)revents;
+	shaper_tell(w->gw->shaper, &w->slot_waker);
+}
+
 static void stop_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct worker *w = a->data;
@@ -226,6 +242,10 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	ev_async_init(&w->wake_async, cache_wake_cb);
 	w->wake_async.data = w;
 	ev_async_start(w->loop, &w->wake_async);
+	shaper_waker_init(&w->slot_waker, slot_wake);
+	ev_async_init(&w->slot_async, slot_async_cb);
+	w->slot_async.data = w;
+	ev_async_start(w->loop, &w->slot_async);
 	return 0;
 }
 

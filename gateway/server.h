@@ -92,6 +92,10 @@ struct worker {
 	pthread_mutex_t wake_lock;
 	struct req *wake_head;
 	ev_async wake_async;
+	/* Upstream requests given their place in an S3 prefix's window by
+	 * another thread (gateway/shaper.h): told on this loop by slot_async. */
+	struct shaper_waker slot_waker;
+	ev_async slot_async;
 	unsigned long next_id;
 };
 

@@ -20,12 +20,12 @@
 #define SHAPER_SLOTS 4096
 #define SHAPER_PROBE 16
 #define SHAPER_GROW_S 0.2
-#define SHAPER_FAIR_S 1.0   /* a waiter this old goes before younger ones */
 
 struct entry {
 	uint64_t key;           /* 0: free */
 	unsigned inflight;
-	unsigned demand_waiting; /* the demand reads on queue */
+	unsigned waiting;       /* on queue */
+	unsigned demand_waiting; /* the demand reads among them */
 	unsigned epoch;
 	double window;
 	double credit;          /* successes since it last grew, in windows */
@@ -35,7 +35,6 @@ struct entry {
 
 struct shaper {
 	struct shaper_settings set;
-	double fair_s;          /* SHAPER_FAIR_S, or half of wait_s if less */
 	pthread_mutex_t lock;
 	struct entry table[SHAPER_SLOTS];
 	atomic_uint_fast64_t throttled, waits;
@@ -50,7 +49,6 @@ struct shaper *shaper_create(const struct shaper_settings *s, char *err, size_t 
 	}
 	struct shaper *sh = xcalloc(1, sizeof *sh);
 	sh->set = *s;
-	sh->fair_s = s->wait_s / 2 < SHAPER_FAIR_S ? s->wait_s / 2 : SHAPER_FAIR_S;
 	pthread_mutex_init(&sh->lock, NULL);
 	return sh;
 }
@@ -63,11 +61,20 @@ void shaper_destroy(struct shaper *sh)
 	free(sh);
 }
 
-void shaper_slot_init(struct shaper_slot *slot, bool background)
+void shaper_slot_init(struct shaper_slot *slot, bool background, struct shaper_waker *waker,
+                      void (*placed)(struct shaper_slot *slot))
 {
 	memset(slot, 0, sizeof *slot);
 	slot->background = background;
 	slot->since = -1;
+	slot->waker = waker;
+	slot->placed = placed;
+}
+
+void shaper_waker_init(struct shaper_waker *wk, void (*wake)(struct shaper_waker *wk))
+{
+	memset(wk, 0, sizeof *wk);
+	wk->wake = wake;
 }
 
 /* The prefix S3 throttles by, as far as larder can tell: the bucket and
@@ -90,6 +97,7 @@ static void enqueue(struct entry *e, struct shaper_slot *s)
 {
 	list_push_back(&e->queue, &s->link);
 	s->queued = true;
+	e->waiting++;
 	if (!s->background)
 		e->demand_waiting++;
 }
@@ -100,27 +108,9 @@ static void dequeue(struct entry *e, struct shaper_slot *s)
 		return;
 	list_unlink(&e->queue, &s->link);
 	s->queued = false;
+	e->waiting--;
 	if (!s->background)
 		e->demand_waiting--;
-}
-
-/* Whether fewer than free requests of slot's kind that have waited long
- * (SHAPER_FAIR_S) wait ahead of it (all of them, when it does not wait
- * yet): then one of the free slots may be its. Those who have not waited
- * long do not hold anyone up: waiters ask every SHAPER_POLL_S, and a slot
- * kept for one of them would stand idle until it asks. */
-static bool first_in_line(const struct shaper *sh, const struct entry *e,
-                          const struct shaper_slot *slot, unsigned free, double now)
-{
-	unsigned ahead = 0;
-	for (const struct list_node *n = e->queue.first; n && n != &slot->link; n = n->next) {
-		const struct shaper_slot *s = list_item(n, const struct shaper_slot, link);
-		if (now - s->since < sh->fair_s)
-			break; /* the rest of the line waited less */
-		if (s->background == slot->background && ++ahead >= free)
-			return false;
-	}
-	return true;
 }
 
 /* The entry of key; with create, a new one if there is room. Under the lock. */
@@ -153,29 +143,72 @@ static unsigned limit_of(const struct shaper_slot *slot, const struct entry *e)
 	return bg ? bg : 1;
 }
 
+/* Whether slot may take a place now: the window has room for its kind,
+ * and nobody of its kind waits ahead of it. Under the lock. */
+static bool may_go(const struct entry *e, const struct shaper_slot *slot)
+{
+	if (e->inflight >= limit_of(slot, e))
+		return false;
+	if (slot->queued)
+		return true; /* only grant_waiters asks for those */
+	return slot->background ? e->waiting == 0 : e->demand_waiting == 0;
+}
+
+static void take_place(struct entry *e, struct shaper_slot *slot)
+{
+	dequeue(e, slot);
+	e->inflight++;
+	slot->epoch = e->epoch;
+	slot->held = true;
+}
+
+/* Gives the places e has room for to its oldest waiters that may take
+ * them, and tells their wakers. A background waiter that may not go
+ * (demand reads wait, or background's share is taken) is passed over.
+ * Under the lock. */
+static void grant_waiters(struct entry *e)
+{
+	struct list_node *n = e->queue.first;
+	while (n && e->inflight < (unsigned)e->window) {
+		struct list_node *next = n->next;
+		struct shaper_slot *s = list_item(n, struct shaper_slot, link);
+		if (may_go(e, s)) {
+			take_place(e, s);
+			if (s->waker) {
+				list_push_back(&s->waker->granted, &s->link);
+				s->granted = true;
+				s->waker->wake(s->waker);
+			}
+		} else if (!s->background || e->demand_waiting == 0) {
+			break; /* the window, or background's share of it, is full */
+		}
+		n = next;
+	}
+}
+
 enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
                                    const char *bucket, const char *key, double now)
 {
-	if (slot->held)
-		return SHAPER_GO;
 	uint64_t k = prefix_key(bucket, key);
 	pthread_mutex_lock(&sh->lock);
-	struct entry *e = find(sh, k, true);
 	enum shaper_verdict v = SHAPER_GO;
-	unsigned limit = e ? limit_of(slot, e) : 0;
-	if (!e) { /* the table is full: not shaped */
+	struct entry *e = slot->held ? NULL : find(sh, k, true);
+	if (slot->held) { /* it asks again after it was given its place */
+		if (slot->granted) {
+			list_unlink(&slot->waker->granted, &slot->link);
+			slot->granted = false;
+		}
+	} else if (!e) { /* the table is full: not shaped */
 		slot->key = 0;
 		slot->held = true;
-	} else if (e->inflight < limit && first_in_line(sh, e, slot, limit - e->inflight, now)) {
-		dequeue(e, slot);
-		e->inflight++;
+	} else if (may_go(e, slot)) {
 		slot->key = k;
-		slot->epoch = e->epoch;
-		slot->held = true;
+		take_place(e, slot);
 	} else if (slot->since >= 0 && now - slot->since >= sh->set.wait_s) {
 		dequeue(e, slot);
 		slot->since = -1;
 		v = SHAPER_TIMEOUT;
+		grant_waiters(e); /* background may go now */
 	} else {
 		if (slot->since < 0) {
 			slot->since = now;
@@ -187,25 +220,66 @@ enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
 		slot->key = k;
 		v = SHAPER_WAIT;
 	}
-	pthread_mutex_unlock(&sh->lock);
 	if (v == SHAPER_GO)
 		slot->since = -1;
+	pthread_mutex_unlock(&sh->lock);
 	return v;
 }
 
+double shaper_wait_left(struct shaper *sh, const struct shaper_slot *slot, double now)
+{
+	pthread_mutex_lock(&sh->lock);
+	double left = slot->since < 0 ? sh->set.wait_s : slot->since + sh->set.wait_s - now;
+	pthread_mutex_unlock(&sh->lock);
+	return left > 0.001 ? left : 0.001;
+}
+
+void shaper_tell(struct shaper *sh, struct shaper_waker *wk)
+{
+	for (;;) {
+		pthread_mutex_lock(&sh->lock);
+		struct list_node *n = wk->granted.first;
+		struct shaper_slot *s = n ? list_item(n, struct shaper_slot, link) : NULL;
+		if (s) {
+			list_unlink(&wk->granted, n);
+			s->granted = false;
+		}
+		pthread_mutex_unlock(&sh->lock);
+		if (!s)
+			return;
+		s->placed(s); /* it acquires again: SHAPER_GO */
+	}
+}
+
+static void count_throttled(struct shaper *sh)
+{
+	atomic_fetch_add(&sh->throttled, 1);
+	metrics_upstream_throttled();
+}
+
+/* The slot's request is over (outcome: with upstream's status) or given
+ * up: its place, or its place in the line, goes to the next waiters. */
 static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool outcome,
                  double now)
 {
-	if (outcome && status == 503) {
-		atomic_fetch_add(&sh->throttled, 1);
-		metrics_upstream_throttled();
-	}
-	if ((!slot->held && !slot->queued) || slot->key == 0) {
+	if (slot->key == 0) { /* not shaped: only its owner's thread knows it */
+		if (outcome && slot->held && status == 503)
+			count_throttled(sh);
 		slot->held = false;
 		return;
 	}
 	pthread_mutex_lock(&sh->lock);
-	struct entry *e = find(sh, slot->key, false);
+	if (outcome && !slot->held) {
+		pthread_mutex_unlock(&sh->lock);
+		return;
+	}
+	if (outcome && status == 503)
+		count_throttled(sh);
+	if (slot->granted) { /* given up before it heard of its place */
+		list_unlink(&slot->waker->granted, &slot->link);
+		slot->granted = false;
+	}
+	struct entry *e = slot->held || slot->queued ? find(sh, slot->key, false) : NULL;
 	if (e && slot->queued) {
 		dequeue(e, slot);
 	} else if (e && slot->held) {
@@ -234,15 +308,16 @@ static void done(struct shaper *sh, struct shaper_slot *slot, long status, bool 
 			}
 		}
 	}
-	pthread_mutex_unlock(&sh->lock);
+	if (e)
+		grant_waiters(e);
 	slot->held = false;
 	slot->since = -1;
+	pthread_mutex_unlock(&sh->lock);
 }
 
 void shaper_release(struct shaper *sh, struct shaper_slot *slot, long status, double now)
 {
-	if (slot->held)
-		done(sh, slot, status, true, now);
+	done(sh, slot, status, true, now);
 }
 
 void shaper_cancel(struct shaper *sh, struct shaper_slot *slot)

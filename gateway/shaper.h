@@ -11,13 +11,11 @@
  * jobs, lookahead) gets a slot only while no demand read waits for one,
  * and leaves a quarter of the window to demand reads.
  *
- * A request that has waited a second (or half of wait_s, if less) goes
- * before younger ones, in the order they began to wait, demand reads among
- * demand reads and background among background. Younger waiters take a
- * freed slot as they ask for it: keeping it for the oldest, which asks only
- * every SHAPER_POLL_S, would leave it idle meanwhile (a quarter of the
- * throughput at 1,000 waiters). Without the rule, under such a burst some
- * readers waited out wait_s (503 SlowDown) while later ones went ahead.
+ * Waiting requests get their places in the order they began to wait,
+ * demand reads before background ones: a place that frees (or a window
+ * that grows) goes at once to the oldest waiter that may take it, which is
+ * then told through its waker (below). A newcomer waits behind waiters of
+ * its kind.
  *
  * Shared by all workers; thread-safe (one lock; the table is bounded: a
  * prefix that finds it full is not shaped).
@@ -39,35 +37,59 @@ struct shaper_settings {
 	double wait_s;          /* how long a request waits for a slot */
 };
 
-/* One request's place: shaper_slot_init before its first acquire. */
+/* How a slot that waits hears that it has its place: wake runs under the
+ * shaper's lock on whichever thread freed the place, so it only arranges
+ * for shaper_tell(sh, waker) to run on the waiters' own thread (the
+ * gateway's is an ev_async per worker). */
+struct shaper_waker {
+	void (*wake)(struct shaper_waker *wk);
+	struct list granted;    /* slots given their place, not yet taken (under the lock) */
+};
+
+/* One request's place: shaper_slot_init before its first acquire. Its
+ * fields are the shaper's, under its lock. */
 struct shaper_slot {
 	uint64_t key;           /* the prefix's hash; 0: not shaped */
 	unsigned epoch;         /* the window's epoch when it got the slot */
 	bool held;              /* it holds a slot */
 	bool queued;            /* it waits: on its prefix's queue */
+	bool granted;           /* given a place while it waited: on its waker's list */
 	bool background;
 	double since;           /* when it first asked, for the wait bound; < 0: not yet */
-	struct list_node link;  /* on its prefix's queue, oldest first */
+	struct shaper_waker *waker; /* NULL: it finds its place when it asks again */
+	void (*placed)(struct shaper_slot *slot); /* with a waker: told by shaper_tell */
+	struct list_node link;  /* on its prefix's queue, oldest first, or its waker's list */
 };
 
 enum shaper_verdict {
 	SHAPER_GO,              /* it holds a slot: send the request */
-	SHAPER_WAIT,            /* ask again in SHAPER_POLL_S */
+	SHAPER_WAIT,            /* wait: the waker says when it has its place; ask
+	                         * again then, or after shaper_wait_left */
 	SHAPER_TIMEOUT,         /* waited wait_s: answer 503 SlowDown */
 };
-
-#define SHAPER_POLL_S 0.01
 
 /* NULL only with a message in err (bad settings). */
 struct shaper *shaper_create(const struct shaper_settings *s, char *err, size_t errlen);
 void shaper_destroy(struct shaper *sh);
 
-void shaper_slot_init(struct shaper_slot *slot, bool background);
+/* waker and placed: how the slot hears of its place while it waits; or
+ * NULL, NULL for a caller that asks again on a tick of its own. */
+void shaper_slot_init(struct shaper_slot *slot, bool background, struct shaper_waker *waker,
+                      void (*placed)(struct shaper_slot *slot));
+void shaper_waker_init(struct shaper_waker *wk, void (*wake)(struct shaper_waker *wk));
 
 /* Asks for a slot to bucket's prefix of key at time now (monotonic
  * seconds). After SHAPER_TIMEOUT the slot starts over. */
 enum shaper_verdict shaper_acquire(struct shaper *sh, struct shaper_slot *slot,
                                    const char *bucket, const char *key, double now);
+
+/* The seconds until a slot that waits (SHAPER_WAIT) would time out: when
+ * to ask again if its waker has not said anything by then. */
+double shaper_wait_left(struct shaper *sh, const struct shaper_slot *slot, double now);
+
+/* Calls placed for each of wk's slots that has its place now (whose
+ * acquire will say SHAPER_GO). On the waiters' thread, after wk->wake. */
+void shaper_tell(struct shaper *sh, struct shaper_waker *wk);
 
 /* The request is over with upstream's status (0: no answer) at time now:
  * frees the slot and updates the window. A no-op for a slot not held. */

@@ -267,6 +267,7 @@ TITLES = {
     "b": "b: three epochs in new random orders (concurrency 32)",
     "f": "f: dataset twice the RAM cache, three epochs",
     "m": "m: memory at 1,000 open connections",
+    "w": "w: 1,000 readers of cold objects at once, one prefix with a window of 16",
     "t": "t: PyTorch DataLoader (boto3 per worker), epochs 1 and 2",
     "l": "l: a reader of cold small objects in a known order, with and without lookahead",
 }
@@ -274,7 +275,7 @@ TITLES = {
 
 def summary(d):
     out = []
-    for s in "adecbfmtl":
+    for s in "adecbfmwtl":
         t = table(d, s, markdown=True)
         if t:
             out.append(f"### {TITLES[s]}\n\n{t}\n")
@@ -396,7 +397,7 @@ def compare(a_dirs, b_dirs):
     figures = [("obj/s", lambda r: r["total"]["objects_per_s"], 1),
                ("CPU s/GB", lambda r: r.get("target_cpu_s_per_gb"), 2)]
     out = []
-    for scen in "adecbfmgt":
+    for scen in "adecbfmwgt":
         names = []
         for d in a_dirs + b_dirs:
             for n in load(d, scen):

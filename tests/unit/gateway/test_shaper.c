@@ -8,6 +8,9 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
 
 #include "gateway/shaper.h"
 
@@ -37,16 +40,16 @@ static void test_window_bounds_inflight(void **state)
 	struct shaper *sh = make(4, 1);
 	struct shaper_slot s[5];
 	for (int i = 0; i < 5; i++)
-		shaper_slot_init(&s[i], false);
+		shaper_slot_init(&s[i], false, NULL, NULL);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(shaper_acquire(sh, &s[i], "b", "p/k", 0), SHAPER_GO);
 	assert_int_equal(shaper_acquire(sh, &s[4], "b", "p/other", 0), SHAPER_WAIT);
 	/* another prefix, another bucket: their own windows */
 	struct shaper_slot o;
-	shaper_slot_init(&o, false);
+	shaper_slot_init(&o, false, NULL, NULL);
 	assert_int_equal(shaper_acquire(sh, &o, "b", "q/k", 0), SHAPER_GO);
 	shaper_release(sh, &o, 200, 0);
-	shaper_slot_init(&o, false);
+	shaper_slot_init(&o, false, NULL, NULL);
 	assert_int_equal(shaper_acquire(sh, &o, "c", "p/k", 0), SHAPER_GO);
 	shaper_release(sh, &o, 200, 0);
 	shaper_release(sh, &s[0], 200, 0);
@@ -65,7 +68,7 @@ static void test_aimd(void **state)
 	struct shaper *sh = make(64, 2);
 	struct shaper_slot s[12];
 	for (int i = 0; i < 12; i++) {
-		shaper_slot_init(&s[i], false);
+		shaper_slot_init(&s[i], false, NULL, NULL);
 		assert_int_equal(shaper_acquire(sh, &s[i], "b", "p/k", 0), SHAPER_GO);
 	}
 	shaper_release(sh, &s[0], 503, 0);
@@ -78,7 +81,7 @@ static void test_aimd(void **state)
 	/* a new burst throttled: halved again, down to the floor */
 	for (int round = 0; round < 3; round++) {
 		struct shaper_slot t;
-		shaper_slot_init(&t, false);
+		shaper_slot_init(&t, false, NULL, NULL);
 		assert_int_equal(shaper_acquire(sh, &t, "b", "p/k", 1), SHAPER_GO);
 		shaper_release(sh, &t, 503, 1);
 	}
@@ -88,7 +91,7 @@ static void test_aimd(void **state)
 	 * worth within 200 ms of that does not */
 	for (int i = 0; i < 4; i++) {
 		struct shaper_slot t;
-		shaper_slot_init(&t, false);
+		shaper_slot_init(&t, false, NULL, NULL);
 		assert_int_equal(shaper_acquire(sh, &t, "b", "p/k", 2), SHAPER_GO);
 		shaper_release(sh, &t, 200, 2 + i * 0.01);
 		assert_true(shaper_window(sh, "b", "p/x") == (i == 0 ? 2 : 3));
@@ -96,7 +99,7 @@ static void test_aimd(void **state)
 	/* later it does, and never past the maximum */
 	for (int i = 0; i < 10000; i++) {
 		struct shaper_slot t;
-		shaper_slot_init(&t, false);
+		shaper_slot_init(&t, false, NULL, NULL);
 		assert_int_equal(shaper_acquire(sh, &t, "b", "p/k", 3), SHAPER_GO);
 		shaper_release(sh, &t, 404, 3 + i * 0.05);
 		if (i == 0)
@@ -114,9 +117,9 @@ static void test_demand_first(void **state)
 	struct shaper *sh = make(4, 1);
 	struct shaper_slot bg[4], d[2];
 	for (int i = 0; i < 4; i++)
-		shaper_slot_init(&bg[i], true);
+		shaper_slot_init(&bg[i], true, NULL, NULL);
 	for (int i = 0; i < 2; i++)
-		shaper_slot_init(&d[i], false);
+		shaper_slot_init(&d[i], false, NULL, NULL);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(shaper_acquire(sh, &bg[i], "b", "k", 0), SHAPER_GO);
 	assert_int_equal(shaper_acquire(sh, &bg[3], "b", "k", 0), SHAPER_WAIT);
@@ -143,9 +146,9 @@ static void test_wait_times_out(void **state)
 	(void)state;
 	struct shaper *sh = make(1, 1);
 	struct shaper_slot a, b, c;
-	shaper_slot_init(&a, false);
-	shaper_slot_init(&b, false);
-	shaper_slot_init(&c, true);
+	shaper_slot_init(&a, false, NULL, NULL);
+	shaper_slot_init(&b, false, NULL, NULL);
+	shaper_slot_init(&c, true, NULL, NULL);
 	assert_int_equal(shaper_acquire(sh, &a, "b", "k", 10), SHAPER_GO);
 	assert_int_equal(shaper_acquire(sh, &b, "b", "k", 10), SHAPER_WAIT);
 	assert_int_equal(shaper_acquire(sh, &b, "b", "k", 11), SHAPER_WAIT);
@@ -156,11 +159,11 @@ static void test_wait_times_out(void **state)
 	shaper_release(sh, &c, 200, 0);
 	/* a cancelled waiter too */
 	assert_int_equal(shaper_acquire(sh, &a, "b", "k", 13), SHAPER_GO);
-	shaper_slot_init(&b, false);
+	shaper_slot_init(&b, false, NULL, NULL);
 	assert_int_equal(shaper_acquire(sh, &b, "b", "k", 13), SHAPER_WAIT);
 	shaper_cancel(sh, &b);
 	shaper_release(sh, &a, 200, 0);
-	shaper_slot_init(&c, true);
+	shaper_slot_init(&c, true, NULL, NULL);
 	assert_int_equal(shaper_acquire(sh, &c, "b", "k", 13), SHAPER_GO);
 	shaper_release(sh, &c, 200, 0);
 	shaper_destroy(sh);
@@ -174,7 +177,7 @@ static void test_many_prefixes(void **state)
 	char key[32];
 	for (int i = 0; i < 100000; i++) {
 		struct shaper_slot t;
-		shaper_slot_init(&t, false);
+		shaper_slot_init(&t, false, NULL, NULL);
 		snprintf(key, sizeof key, "p%d/k", i);
 		assert_int_equal(shaper_acquire(sh, &t, "b", key, 0), SHAPER_GO);
 		shaper_release(sh, &t, 200, 0);
@@ -192,7 +195,7 @@ static void *race(void *arg)
 	struct racer *r = arg;
 	for (int i = 0; i < r->n; i++) {
 		struct shaper_slot t;
-		shaper_slot_init(&t, i % 3 == 0);
+		shaper_slot_init(&t, i % 3 == 0, NULL, NULL);
 		double now = 0;
 		enum shaper_verdict v;
 		while ((v = shaper_acquire(r->sh, &t, "b", "p/k", now)) == SHAPER_WAIT)
@@ -217,7 +220,7 @@ static void test_threads(void **state)
 	struct shaper_slot s[4];
 	double w = shaper_window(sh, "b", "p/k");
 	for (unsigned i = 0; i < (unsigned)w; i++) {
-		shaper_slot_init(&s[i], false);
+		shaper_slot_init(&s[i], false, NULL, NULL);
 		assert_int_equal(shaper_acquire(sh, &s[i], "b", "p/k", 0), SHAPER_GO);
 	}
 	for (unsigned i = 0; i < (unsigned)w; i++)
@@ -225,50 +228,186 @@ static void test_threads(void **state)
 	shaper_destroy(sh);
 }
 
-/* A freed slot goes to the request that has waited longest, not to the
- * first to ask: under a burst, no reader waits out wait_s while later ones
- * go ahead. */
-/* A freed slot goes to the request that has waited longest (a second or
- * more), not to the first to ask: under a burst, no reader waits out wait_s
- * while later ones go ahead. Waiters younger than that hold nobody up. */
+/* Threads that wait to be told, as workers do: each holds one place at a
+ * time in a window of one, so every other acquire waits for the other
+ * thread's release to hand its place over. */
+struct teller {
+	struct shaper_waker wk;
+	struct shaper *sh;
+	atomic_int wakes;
+	bool placed;
+	struct shaper_slot slot;
+};
+
+static void teller_wake(struct shaper_waker *wk)
+{
+	struct teller *t = (struct teller *)(void *)wk;
+	atomic_fetch_add(&t->wakes, 1);
+}
+
+static void teller_placed(struct shaper_slot *slot)
+{
+	struct teller *t = list_item(slot, struct teller, slot);
+	t->placed = true;
+}
+
+static void *tell_race(void *arg)
+{
+	struct teller *t = arg;
+	for (int i = 0; i < 20000; i++) {
+		shaper_slot_init(&t->slot, false, &t->wk, teller_placed);
+		t->placed = false;
+		enum shaper_verdict v = shaper_acquire(t->sh, &t->slot, "b", "p/k", 0);
+		while (v == SHAPER_WAIT && !t->placed) {
+			shaper_tell(t->sh, &t->wk);
+			if (!t->placed)
+				sched_yield();
+		}
+		assert_int_equal(shaper_acquire(t->sh, &t->slot, "b", "p/k", 0), SHAPER_GO);
+		shaper_release(t->sh, &t->slot, 200, 0);
+	}
+	return NULL;
+}
+
+static void test_threads_told(void **state)
+{
+	(void)state;
+	struct shaper *sh = make(1, 1);
+	struct teller t[2];
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++) {
+		memset(&t[i], 0, sizeof t[i]);
+		t[i].sh = sh;
+		shaper_waker_init(&t[i].wk, teller_wake);
+		pthread_create(&th[i], NULL, tell_race, &t[i]);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	/* the place came back */
+	struct shaper_slot x;
+	shaper_slot_init(&x, false, NULL, NULL);
+	assert_int_equal(shaper_acquire(sh, &x, "b", "p/k", 0), SHAPER_GO);
+	shaper_release(sh, &x, 200, 0);
+	shaper_destroy(sh);
+}
+
+/* A place that frees goes at once to the oldest waiter; a newcomer waits
+ * behind the line; one that gives up is out of it. */
 static void test_waiters_served_in_order(void **state)
 {
 	(void)state;
-	struct shaper *sh = make(2, 1); /* wait_s 2: the line counts from 1 s */
+	struct shaper *sh = make(2, 1);
 	struct shaper_slot held[2], w[4];
 	for (int i = 0; i < 2; i++) {
-		shaper_slot_init(&held[i], false);
+		shaper_slot_init(&held[i], false, NULL, NULL);
 		assert_int_equal(shaper_acquire(sh, &held[i], "b", "p/k", 0), SHAPER_GO);
 	}
 	for (int i = 0; i < 4; i++) {
-		shaper_slot_init(&w[i], false);
+		shaper_slot_init(&w[i], false, NULL, NULL);
 		assert_int_equal(shaper_acquire(sh, &w[i], "b", "p/k", 0.1 * i), SHAPER_WAIT);
 	}
-	shaper_release(sh, &held[0], 200, 1.5);
-	assert_int_equal(shaper_acquire(sh, &w[3], "b", "p/k", 1.5), SHAPER_WAIT);
-	assert_int_equal(shaper_acquire(sh, &w[2], "b", "p/k", 1.5), SHAPER_WAIT);
-	assert_int_equal(shaper_acquire(sh, &w[0], "b", "p/k", 1.5), SHAPER_GO);
-	/* A newcomer queues behind the three still waiting. */
+	shaper_release(sh, &held[0], 200, 0.5);
+	assert_int_equal(shaper_acquire(sh, &w[3], "b", "p/k", 0.5), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[2], "b", "p/k", 0.5), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[0], "b", "p/k", 0.5), SHAPER_GO);
+	/* A newcomer queues behind the three still waiting, though it asks
+	 * before the one whose place it is. */
 	struct shaper_slot late;
-	shaper_slot_init(&late, false);
-	shaper_release(sh, &held[1], 200, 1.6);
-	assert_int_equal(shaper_acquire(sh, &late, "b", "p/k", 1.6), SHAPER_WAIT);
-	assert_int_equal(shaper_acquire(sh, &w[2], "b", "p/k", 1.6), SHAPER_WAIT);
-	assert_int_equal(shaper_acquire(sh, &w[1], "b", "p/k", 1.6), SHAPER_GO);
+	shaper_slot_init(&late, false, NULL, NULL);
+	shaper_release(sh, &held[1], 200, 0.6);
+	assert_int_equal(shaper_acquire(sh, &late, "b", "p/k", 0.6), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[2], "b", "p/k", 0.6), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[1], "b", "p/k", 0.6), SHAPER_GO);
 	/* One that gives up while it waits is out of the line. */
 	shaper_cancel(sh, &w[2]);
-	shaper_release(sh, &w[0], 200, 1.7);
-	assert_int_equal(shaper_acquire(sh, &late, "b", "p/k", 1.7), SHAPER_WAIT);
-	assert_int_equal(shaper_acquire(sh, &w[3], "b", "p/k", 1.7), SHAPER_GO);
-	/* Only young waiters ahead: the first to ask takes the slot. */
-	shaper_release(sh, &w[1], 200, 1.8);
+	shaper_release(sh, &w[0], 200, 0.7);
+	assert_int_equal(shaper_acquire(sh, &late, "b", "p/k", 0.7), SHAPER_WAIT);
+	assert_int_equal(shaper_acquire(sh, &w[3], "b", "p/k", 0.7), SHAPER_GO);
+	shaper_release(sh, &w[1], 200, 0.8);
+	assert_int_equal(shaper_acquire(sh, &late, "b", "p/k", 0.8), SHAPER_GO);
+	/* Nobody waits: the first to ask goes. */
+	shaper_release(sh, &w[3], 200, 0.9);
 	struct shaper_slot quick;
-	shaper_slot_init(&quick, false);
-	assert_int_equal(shaper_acquire(sh, &quick, "b", "p/k", 1.8), SHAPER_GO);
-	shaper_release(sh, &quick, 200, 1.9);
-	assert_int_equal(shaper_acquire(sh, &late, "b", "p/k", 1.9), SHAPER_GO);
-	shaper_release(sh, &w[3], 200, 2.0);
-	shaper_release(sh, &late, 200, 2.0);
+	shaper_slot_init(&quick, false, NULL, NULL);
+	assert_int_equal(shaper_acquire(sh, &quick, "b", "p/k", 0.9), SHAPER_GO);
+	shaper_release(sh, &quick, 200, 1.0);
+	shaper_release(sh, &late, 200, 1.0);
+	assert_int_equal(shaper_waits(sh), 5);
+	shaper_destroy(sh);
+}
+
+/* A waker per thread, as the gateway has one per worker: it counts its
+ * wakes, and shaper_tell says which slots have their places. */
+struct test_waker {
+	struct shaper_waker wk;
+	int wakes;
+	struct shaper *sh;
+	int told[8];
+	int n_told;
+};
+
+static struct shaper_slot tslots[8];
+
+static void test_wake(struct shaper_waker *wk)
+{
+	struct test_waker *t = (struct test_waker *)(void *)wk;
+	t->wakes++;
+}
+
+static struct test_waker *told_to;
+
+static void test_placed(struct shaper_slot *slot)
+{
+	/* a placed slot asks again, as the gateway's fetches do: it goes */
+	assert_int_equal(shaper_acquire(told_to->sh, slot, "b", "p/k", 1), SHAPER_GO);
+	told_to->told[told_to->n_told++] = (int)(slot - tslots);
+}
+
+/* A waiter hears of its place from the thread that freed it: its waker is
+ * woken under the release, before anybody asks again, and the places go
+ * out in the order the waiters came. A waiter that gives up after it was
+ * given its place, before it heard, passes the place on. */
+static void test_waiters_told(void **state)
+{
+	(void)state;
+	struct shaper *sh = make(2, 1);
+	struct test_waker a = { .sh = sh }, b = { .sh = sh };
+	shaper_waker_init(&a.wk, test_wake);
+	shaper_waker_init(&b.wk, test_wake);
+	for (int i = 0; i < 6; i++) {
+		shaper_slot_init(&tslots[i], false, i % 2 ? &b.wk : &a.wk, test_placed);
+		assert_int_equal(shaper_acquire(sh, &tslots[i], "b", "p/k", 0),
+		                 i < 2 ? SHAPER_GO : SHAPER_WAIT);
+	}
+	assert_true(shaper_wait_left(sh, &tslots[2], 0.5) > 1.49 &&
+	            shaper_wait_left(sh, &tslots[2], 0.5) < 1.51);
+	assert_int_equal(a.wakes + b.wakes, 0);
+	shaper_release(sh, &tslots[0], 200, 0.5); /* to 2 (a's) */
+	shaper_release(sh, &tslots[1], 200, 0.5); /* to 3 (b's) */
+	assert_int_equal(a.wakes, 1);
+	assert_int_equal(b.wakes, 1);
+	/* 4 comes next, but gives up before 2's place is passed on */
+	shaper_release(sh, &tslots[2], 200, 0.6);
+	assert_int_equal(a.wakes, 2);
+	shaper_cancel(sh, &tslots[4]); /* a's 4 had the place: now 5 (b's) */
+	assert_int_equal(b.wakes, 2);
+	told_to = &a;
+	shaper_tell(sh, &a.wk);
+	assert_int_equal(a.n_told, 0); /* 2 was released, 4 gave up: nothing */
+	told_to = &b;
+	shaper_tell(sh, &b.wk);
+	assert_int_equal(b.n_told, 2);
+	assert_int_equal(b.told[0], 3);
+	assert_int_equal(b.told[1], 5);
+	shaper_release(sh, &tslots[3], 200, 1);
+	shaper_release(sh, &tslots[5], 200, 1);
+	/* all back: two go at once */
+	struct shaper_slot x[2];
+	for (int i = 0; i < 2; i++) {
+		shaper_slot_init(&x[i], false, NULL, NULL);
+		assert_int_equal(shaper_acquire(sh, &x[i], "b", "p/k", 2), SHAPER_GO);
+		shaper_release(sh, &x[i], 200, 2);
+	}
 	shaper_destroy(sh);
 }
 
@@ -280,11 +419,11 @@ static void test_background_in_line(void **state)
 	struct shaper *sh = make(4, 1);
 	struct shaper_slot held[4], bg, d;
 	for (int i = 0; i < 4; i++) {
-		shaper_slot_init(&held[i], false);
+		shaper_slot_init(&held[i], false, NULL, NULL);
 		assert_int_equal(shaper_acquire(sh, &held[i], "b", "p/k", 0), SHAPER_GO);
 	}
-	shaper_slot_init(&bg, true);
-	shaper_slot_init(&d, false);
+	shaper_slot_init(&bg, true, NULL, NULL);
+	shaper_slot_init(&d, false, NULL, NULL);
 	assert_int_equal(shaper_acquire(sh, &bg, "b", "p/k", 0), SHAPER_WAIT);
 	assert_int_equal(shaper_acquire(sh, &d, "b", "p/k", 0.1), SHAPER_WAIT);
 	shaper_release(sh, &held[0], 200, 0.2);
@@ -292,7 +431,7 @@ static void test_background_in_line(void **state)
 	assert_int_equal(shaper_acquire(sh, &d, "b", "p/k", 0.2), SHAPER_GO);
 	shaper_cancel(sh, &bg); /* it held nothing: still 4 in flight */
 	struct shaper_slot more;
-	shaper_slot_init(&more, false);
+	shaper_slot_init(&more, false, NULL, NULL);
 	assert_int_equal(shaper_acquire(sh, &more, "b", "p/k", 0.3), SHAPER_WAIT);
 	shaper_cancel(sh, &more);
 	for (int i = 1; i < 4; i++)
@@ -310,9 +449,11 @@ int main(void)
 		cmocka_unit_test(test_demand_first),
 		cmocka_unit_test(test_wait_times_out),
 		cmocka_unit_test(test_waiters_served_in_order),
+		cmocka_unit_test(test_waiters_told),
 		cmocka_unit_test(test_background_in_line),
 		cmocka_unit_test(test_many_prefixes),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_threads_told),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
