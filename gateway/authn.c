@@ -54,6 +54,19 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
 	return MHD_YES;
 }
 
+/* strlen(v); *control set when v holds a control byte other than HTAB.
+ * libmicrohttpd keeps a bare CR inside a value, and an upstream that takes
+ * it for a line end would read what follows as another header: one that
+ * larder never checked (x-amz-copy-source) nor signed. */
+static size_t value_len(const char *v, bool *control)
+{
+	const unsigned char *p = (const unsigned char *)v;
+	for (; *p; p++)
+		if ((*p < ' ' && *p != '\t') || *p == 0x7f)
+			*control = true;
+	return (size_t)(p - (const unsigned char *)v);
+}
+
 static enum s3err sv4_to_s3err(enum sv4_status s, bool presigned)
 {
 	switch (s) {
@@ -70,16 +83,16 @@ static enum s3err sv4_to_s3err(enum sv4_status s, bool presigned)
 	}
 }
 
-/* The x-amz-copy-source of CopyObject / UploadPartCopy: "bucket/key" or
- * "/bucket/key", URL-encoded, optionally "?versionId=...". The key needs
- * read access there too. */
-static bool copy_source_allowed(const struct client_key *k, const char *src)
+/* A source header's value: "bucket/key" or "/bucket/key", URL-encoded,
+ * optionally "?versionId=...". Whether k has access there (a NUL in the
+ * decoded name would cut the name checked short of the one S3 sees: no). */
+static bool source_allowed(const struct client_key *k, const char *src, enum pol_access access)
 {
 	struct buf dec;
 	buf_init(&dec, 8192);
 	size_t len = strcspn(src, "?");
 	bool ok = false;
-	if (sv4_uri_decode(src, len, &dec) == 0) {
+	if (sv4_uri_decode(src, len, &dec) == 0 && strlen(buf_cstr(&dec)) == dec.len) {
 		const char *s = buf_cstr(&dec);
 		if (*s == '/')
 			s++;
@@ -90,12 +103,50 @@ static bool copy_source_allowed(const struct client_key *k, const char *src)
 			if (bl < sizeof bucket) {
 				memcpy(bucket, s, bl);
 				bucket[bl] = '\0';
-				ok = pol_allows(k, POL_READ, bucket, slash + 1, NULL);
+				ok = pol_allows(k, access, bucket, slash + 1, NULL);
 			}
 		}
 	}
 	buf_fini(&dec);
 	return ok;
+}
+
+/* Headers that name another object S3 acts on, and what the key needs
+ * there: CopyObject and UploadPartCopy read their source; RenameObject
+ * (directory buckets) reads and removes it. */
+static const struct {
+	const char *name;
+	bool write;
+	const char *twice; /* the message when a request names two */
+} source_headers[] = {
+	{ "x-amz-copy-source", false, "Only one x-amz-copy-source header is allowed" },
+	{ "x-amz-rename-source", true, "Only one x-amz-rename-source header is allowed" },
+};
+
+/* Whether every source r names is within k's grants. A source counts as
+ * a header, or in a presigned URL as the query parameter passthrough
+ * forwards as that header (pass_query_headers); one of each kind at most,
+ * so the policy checks the one S3 sees. Fails r when not. */
+static bool sources_allowed(struct req *r, const struct client_key *k,
+                            const struct sv4_request *sreq)
+{
+	struct buf q;
+	buf_init(&q, S3_MAX_QUERY_BYTES);
+	for (size_t i = 0; !r->has_err && i < sizeof source_headers / sizeof source_headers[0]; i++) {
+		const char *name = source_headers[i].name;
+		size_t n = 0;
+		const char *src = sv4_header(sreq, slice_cstr(name), &n);
+		unsigned nq = r->presigned ? pass_query_header(r, name, &q) : 0;
+		if (n + nq > 1)
+			req_fail(r, S3E_INVALID_ARGUMENT, source_headers[i].twice);
+		else if (nq)
+			src = buf_cstr(&q);
+		if (!r->has_err && src && (!source_allowed(k, src, POL_READ) ||
+		                           (source_headers[i].write && !source_allowed(k, src, POL_WRITE))))
+			req_fail(r, S3E_ACCESS_DENIED, NULL);
+	}
+	buf_fini(&q);
+	return !r->has_err;
 }
 
 static const char *peer_header(void *r, const char *name)
@@ -258,11 +309,17 @@ void authn_request(struct req *r)
 	/* LARDER_MAX_HEADER_SIZE bounds the request line plus headers as sent
 	 * ("Name: value\r\n"); MHD's memory pool is only the hard backstop. */
 	size_t header_bytes = strlen(r->method) + strlen(r->uri) + 12;
+	bool control = false;
 	for (size_t i = 0; i < hc.n; i++)
-		header_bytes += strlen(hc.v[i].name) + strlen(hc.v[i].value) + 4;
+		header_bytes += strlen(hc.v[i].name) + value_len(hc.v[i].value, &control) + 4;
 	if (header_bytes > gw->cfg->max_header_bytes) {
 		free(hc.v);
 		req_fail(r, S3E_HEADER_TOO_LARGE, NULL);
+		return;
+	}
+	if (control) { /* RFC 9110 5.5: reject, or it may reach S3 as a header of its own */
+		free(hc.v);
+		req_fail(r, S3E_INVALID_ARGUMENT, "A header value contains a control character.");
 		return;
 	}
 	if (!s3_query_names_plain(r->query)) {
@@ -338,13 +395,6 @@ void authn_request(struct req *r)
 			k = NULL;
 		}
 	}
-	size_t n_copy = 0;
-	sv4_header(&sreq, SLICE_LIT("x-amz-copy-source"), &n_copy);
-	if (k && !r->has_err && n_copy > 1) {
-		/* The policy would check one source and upstream see another. */
-		req_fail(r, S3E_INVALID_ARGUMENT, "Only one x-amz-copy-source header is allowed");
-		k = NULL;
-	}
 	if (k && !r->has_err && r->presigned && pass_query_headers(r, NULL) != 0) {
 		req_fail(r, S3E_INVALID_ARGUMENT, "A header carried in the query is not a valid "
 		         "header");
@@ -359,7 +409,6 @@ void authn_request(struct req *r)
 		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
 		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
 		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
-		const char *copy = req_header(r, "x-amz-copy-source");
 		bool allowed = pol_allows(k, r->s3.access, bucket, key, list_prefix);
 		/* A key with a prefix grant may delete many objects at once when
 		 * each is under its grant: decided once the body is in. */
@@ -367,9 +416,9 @@ void authn_request(struct req *r)
 			r->check_delete = allowed = true;
 			buf_init(&r->delete_body, DELETE_BODY_MAX);
 		}
-		if (!allowed || (copy && !copy_source_allowed(k, copy)))
+		if (!allowed)
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
-		else
+		else if (sources_allowed(r, k, &sreq))
 			r->authorized = true;
 		r->max_upstream = k->max_upstream_requests;
 		r->max_rate = k->max_bytes_per_second;
@@ -383,6 +432,13 @@ void authn_request(struct req *r)
 	const char *cl = req_header(r, "Content-Length");
 	const char *te = req_header(r, "Transfer-Encoding");
 	const char *claimed = st == SV4_OK && !auth.presigned ? auth.payload_hash : SV4_UNSIGNED_PAYLOAD;
+	/* A presigned URL (and SigV2) signs no payload hash, but the request
+	 * may still send a digest in x-amz-content-sha256 (a presigned URL can
+	 * sign that header to fix the body): S3 holds the body to it, and so
+	 * does larder, which sends it upstream for S3 to check again. */
+	const char *sent = auth.presigned ? req_header(r, "x-amz-content-sha256") : NULL;
+	if (sent && strlen(sent) == 64 && strspn(sent, "0123456789abcdefABCDEF") == 64)
+		claimed = sent;
 	int64_t len = 0;
 	if (cl) {
 		char *end;

@@ -199,6 +199,29 @@ int pass_query_headers(struct req *r, struct hdrs *h)
 	return rc;
 }
 
+unsigned pass_query_header(struct req *r, const char *name, struct buf *value)
+{
+	const char *q = r->query;
+	struct buf n;
+	buf_init(&n, 256);
+	unsigned found = 0;
+	buf_reset(value);
+	while (*q) {
+		size_t len = strcspn(q, "&");
+		const char *eq = memchr(q, '=', len);
+		size_t klen = eq ? (size_t)(eq - q) : len;
+		buf_reset(&n);
+		if (klen > 6 && strncasecmp(q, "x-amz-", 6) == 0 && sv4_uri_decode(q, klen, &n) == 0 &&
+		    strcasecmp(buf_cstr(&n), name) == 0 && found++ == 0 && eq)
+			sv4_uri_decode(eq + 1, len - klen - 1, value);
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	buf_fini(&n);
+	return found;
+}
+
 static bool is_v2_presign_param(const char *q, size_t len)
 {
 	static const char *const names[] = { "AWSAccessKeyId", "Signature", "Expires", NULL };

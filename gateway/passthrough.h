@@ -43,6 +43,11 @@ enum MHD_Result pass_respond(struct req *r);
  * cannot be a header, or -ENOMEM. */
 int pass_query_headers(struct req *r, struct hdrs *h);
 
+/* How many of those query parameters pass_query_headers would send as the
+ * header name (matched as it matches them: decoded, in any case); the
+ * first one's decoded value in value. */
+unsigned pass_query_header(struct req *r, const char *name, struct buf *value);
+
 /* The aws-chunked decoder's sink (auth/chunked.h): decoded payload bytes
  * on their way upstream; arg is the request. */
 int pass_chunk_sink(void *arg, const char *data, size_t len);

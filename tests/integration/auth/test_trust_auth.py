@@ -14,6 +14,9 @@ import harness
 from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase
 
 PFX_KEY, PFX_SECRET = "LARDERTRUSTPREFIX001", "trust-prefix-secret-00000000000000000001"
+# read-write on trust/uploads/ only: it may copy within that prefix, never
+# from trust/datasets/
+W_KEY, W_SECRET = "LARDERTRUSTWRITER001", "trust-writer-secret-00000000000000000001"
 ADMIN_TOKEN = "trust-admin-token-0123456789abcdef"
 
 CONFIG = """
@@ -22,9 +25,14 @@ secret = %s
 access = read-only
 buckets = trust/pub/
 
+[key %s]
+secret = %s
+access = read-write
+buckets = trust/uploads/
+
 [anonymous]
 buckets = trust/pub/
-""" % (PFX_KEY, PFX_SECRET)
+""" % (PFX_KEY, PFX_SECRET, W_KEY, W_SECRET)
 
 BODY = b"private model bytes " * 50
 
@@ -50,16 +58,18 @@ def send(url, method, headers=None, body=None, extra=()):
         c.close()
 
 
-def presign_v4(method, url):
+def presign_v4(method, url, key=CLIENT_KEY, secret=CLIENT_SECRET, headers=None):
     """url presigned with SigV4 as it is, query included (botocore leaves
-    x-amz-* parameters already in the query where they are)."""
+    x-amz-* parameters already in the query where they are); headers are
+    signed too."""
     from botocore.auth import S3SigV4QueryAuth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
-    req = AWSRequest(method=method, url=url)
-    S3SigV4QueryAuth(Credentials(CLIENT_KEY, CLIENT_SECRET), "s3", harness.REGION,
+    req = AWSRequest(method=method, url=url, headers=dict(headers or {}))
+    S3SigV4QueryAuth(Credentials(key, secret), "s3", harness.REGION,
                      expires=300).add_auth(req)
     return req.url
+
 
 
 def error_of(body):
@@ -316,6 +326,115 @@ class TrustAuth(LarderCase):
         before = self.upstream.mark()
         self.expect_error(send(signed, "PUT", body=b"x"), 400, "InvalidArgument")
         self.assertEqual(self.upstream.from_larder(before), [])
+
+
+    # -- the second review (2026-11-25): sources named in the query, control
+    # bytes in header values, a presigned URL that signs the body's digest
+    def writer_v2(self):
+        return boto3.session.Session().client(
+            "s3", endpoint_url=self.larder.url, region_name=harness.REGION,
+            aws_access_key_id=W_KEY, aws_secret_access_key=W_SECRET,
+            config=Config(signature_version="s3", retries={"max_attempts": 1},
+                          s3={"addressing_style": "path"}))
+
+    def test_copy_source_in_a_presigned_query_is_checked(self):
+        # S3 applies a presigned URL's x-amz-* parameters as headers, so a
+        # copy source there is as much a read of the source as the header.
+        private = "trust/datasets/private/model.bin"
+        v4 = presign_v4("PUT", self.larder.url + "/trust/uploads/stolen-v4?x-amz-copy-source=" +
+                        urllib.parse.quote(private, safe=""), W_KEY, W_SECRET)
+        v2 = self.writer_v2().generate_presigned_url(
+            "copy_object", Params={"Bucket": "trust", "Key": "uploads/stolen-v2",
+                                   "CopySource": private}, ExpiresIn=300)
+        self.assertIn("x-amz-copy-source=", v2)
+        for url in (v4, v2):
+            before = self.upstream.mark()
+            self.expect_error(send(url, "PUT", body=b""), 403, "AccessDenied")
+            self.assertEqual(self.upstream.from_larder(before), [])
+        for key in ("uploads/stolen-v4", "uploads/stolen-v2"):
+            with self.assertRaises(Exception):
+                self.direct.head_object(Bucket="trust", Key=key)
+        # from a source the key may read, the same URL copies
+        self.direct.put_object(Bucket="trust", Key="uploads/src", Body=b"mine")
+        url = presign_v4("PUT", self.larder.url + "/trust/uploads/copied?x-amz-copy-source=" +
+                         urllib.parse.quote("trust/uploads/src", safe=""), W_KEY, W_SECRET)
+        st, _, body = send(url, "PUT", body=b"")
+        self.assertEqual(st, 200, body)
+        got = self.direct.get_object(Bucket="trust", Key="uploads/copied")["Body"].read()
+        self.assertEqual(got, b"mine")
+
+    def test_copy_source_in_both_header_and_query_is_refused(self):
+        url = presign_v4("PUT", self.larder.url + "/trust/uploads/both?x-amz-copy-source=" +
+                         urllib.parse.quote("trust/datasets/private/model.bin", safe=""),
+                         W_KEY, W_SECRET, headers={"x-amz-copy-source": "trust/pub/open.txt"})
+        before = self.upstream.mark()
+        self.expect_error(send(url, "PUT", {"x-amz-copy-source": "trust/pub/open.txt"}, b""),
+                          400, "InvalidArgument", "Only one x-amz-copy-source header is allowed")
+        self.assertEqual(self.upstream.from_larder(before), [])
+
+    def test_copy_source_with_a_nul_is_refused(self):
+        # Cut at the NUL, the name checked ("uploads/a") would be inside the
+        # grant while S3 is asked for the whole one.
+        url = self.larder.url + "/trust/uploads/b"
+        h = harness.sign_headers("PUT", url, W_KEY, W_SECRET, headers={
+            "x-amz-copy-source": "trust/uploads/a%00/../../datasets/private/model.bin"})
+        before = self.upstream.mark()
+        self.expect_error(send(url, "PUT", h, b""), 403, "AccessDenied")
+        self.assertEqual(self.upstream.from_larder(before), [])
+
+    def test_rename_source_needs_read_and_write_there(self):
+        url = self.larder.url + "/trust/uploads/renamed?renameObject"
+        for source in ("/trust/datasets/private/model.bin", "/trust/pub/open.txt"):
+            h = harness.sign_headers("PUT", url, W_KEY, W_SECRET,
+                                     headers={"x-amz-rename-source": source})
+            before = self.upstream.mark()
+            self.expect_error(send(url, "PUT", h, b""), 403, "AccessDenied")
+            self.assertEqual(self.upstream.from_larder(before), [])
+        # within the grant it goes upstream (whatever S3 makes of it there)
+        h = harness.sign_headers("PUT", url, W_KEY, W_SECRET,
+                                 headers={"x-amz-rename-source": "/trust/uploads/old-name"})
+        before = self.upstream.mark()
+        st, _, body = send(url, "PUT", h, b"")
+        self.assertNotEqual(st, 403, body)
+        self.assertEqual(len(self.upstream.from_larder(before)), 1)
+
+    def test_header_value_with_a_bare_cr_is_refused(self):
+        # libmicrohttpd keeps a bare CR inside the value; an upstream that
+        # ends the line there would see a header larder never checked.
+        url = self.larder.url + "/trust/uploads/smuggled"
+        h = harness.sign_headers("PUT", url, W_KEY, W_SECRET, body=b"")
+        port = int(self.larder.url.rsplit(":", 1)[1])
+        req = (b"PUT /trust/uploads/smuggled HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % port +
+               b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in h.items()) +
+               b"Content-Length: 0\r\n"
+               b"User-Agent: x\rx-amz-copy-source: trust/datasets/private/model.bin\r\n"
+               b"Connection: close\r\n\r\n")
+        before = self.upstream.mark()
+        head, _, body = harness.raw_exchange(port, req).partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 400 "), head)
+        self.assertEqual(error_of(body)["Code"], "InvalidArgument")
+        self.assertEqual(self.upstream.from_larder(before), [])
+        with self.assertRaises(Exception):
+            self.direct.head_object(Bucket="trust", Key="uploads/smuggled")
+
+    def test_presigned_put_that_signs_the_digest_keeps_the_body_to_it(self):
+        import hashlib
+        good, other = b"approved content", b"another body altogether"
+        digest = hashlib.sha256(good).hexdigest()
+        url = presign_v4("PUT", self.larder.url + "/trust/uploads/pinned", W_KEY, W_SECRET,
+                         headers={"X-Amz-Content-SHA256": digest})
+        self.assertIn("x-amz-content-sha256", urllib.parse.unquote(url).lower())
+        self.expect_error(send(url, "PUT", {"X-Amz-Content-SHA256": digest}, other), 400,
+                          "XAmzContentSHA256Mismatch")
+        with self.assertRaises(Exception):
+            self.direct.head_object(Bucket="trust", Key="uploads/pinned")
+        before = self.upstream.mark()
+        st, _, body = send(url, "PUT", {"X-Amz-Content-SHA256": digest}, good)
+        self.assertEqual(st, 200, body)
+        sent = self.upstream.from_larder(before)
+        self.assertEqual(dict(sent[0]["headers"]).get("x-amz-content-sha256"), digest)
+        got = self.direct.get_object(Bucket="trust", Key="uploads/pinned")["Body"].read()
+        self.assertEqual(got, good)
 
 
 class TrustAuthRegion(LarderCase):
