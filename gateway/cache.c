@@ -104,9 +104,12 @@ bool cache_wants(struct req *r)
 	long part = part_number(r);
 	if (part < 0)
 		return false;
+	/* SSE-C reads are never cached; a hit knows nothing of the bucket's
+	 * owner or of who pays, which S3 checks against these. */
 	if (req_header(r, "x-amz-server-side-encryption-customer-algorithm") ||
 	    req_header(r, "x-amz-server-side-encryption-customer-key") ||
-	    req_header(r, "x-amz-server-side-encryption-customer-key-MD5"))
+	    req_header(r, "x-amz-server-side-encryption-customer-key-MD5") ||
+	    req_header(r, "x-amz-expected-bucket-owner") || req_header(r, "x-amz-request-payer"))
 		return false;
 	struct cread *c = calloc(1, sizeof *c);
 	if (!c)

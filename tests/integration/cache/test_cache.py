@@ -505,6 +505,26 @@ class CacheReads(CacheCase):
             self.assertEqual(dict(seen[0]["headers"]).get(
                 "x-amz-server-side-encryption-customer-algorithm"), "AES256")
 
+    def test_owner_and_payer_headers_go_to_s3(self):
+        # S3 answers these by the bucket (its owner, whether the requester
+        # pays), which a hit knows nothing of: a wrong expected owner is
+        # 403 there, and a hit must not answer it with the bytes.
+        data = blob(41, 2000)
+        key = "owner/obj"
+        self.put(key, data)
+        self.read_all(key)
+        for hdrs in ({"x-amz-expected-bucket-owner": "111122223333"},
+                     {"x-amz-request-payer": "requester"}):
+            for method in ("GET", "HEAD"):
+                with self.subTest(hdrs=hdrs, method=method):
+                    m = self.upstream.mark()
+                    r = self.via_larder(key, hdrs, method)
+                    self.assertEqual(r.cache, "bypass", r)
+                    seen = self.upstream_for(key, m)
+                    self.assertEqual([s["method"] for s in seen], [method])
+                    name, value = next(iter(hdrs.items()))
+                    self.assertEqual(dict(seen[0]["headers"]).get(name), value)
+
     def test_uncacheable_requests_bypass(self):
         data = blob(40, 2000)
         key = "bypass/obj"
