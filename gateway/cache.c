@@ -62,9 +62,11 @@
 #include "gateway/listcache.h"
 #include "gateway/lookahead.h"
 #include "gateway/objreply.h"
+#include "gateway/passthrough.h"
 #include "gateway/pins.h"
 #include "gateway/range.h"
 #include "gateway/req.h"
+#include "gateway/s3req.h"
 #include "cluster/cluster.h"
 #include "store/object.h"
 #include "store/store.h"
@@ -91,6 +93,21 @@ static long part_number(struct req *r)
 	return n;
 }
 
+/* Whether r carries header name: sent as one, or in a presigned URL as the
+ * query parameter S3 takes for it (gateway/passthrough.h). */
+static bool sends_header(struct req *r, const char *name)
+{
+	if (req_header(r, name))
+		return true;
+	if (!req_presigned(r) || !strcasestr(req_query(r), name))
+		return false;
+	struct buf v;
+	buf_init(&v, S3_MAX_QUERY_BYTES);
+	bool found = pass_query_header(r, name, &v) > 0;
+	buf_fini(&v);
+	return found;
+}
+
 bool cache_wants(struct req *r)
 {
 	struct gw *gw = req_gw(r);
@@ -106,11 +123,15 @@ bool cache_wants(struct req *r)
 		return false;
 	/* SSE-C reads are never cached; a hit knows nothing of the bucket's
 	 * owner or of who pays, which S3 checks against these. */
-	if (req_header(r, "x-amz-server-side-encryption-customer-algorithm") ||
-	    req_header(r, "x-amz-server-side-encryption-customer-key") ||
-	    req_header(r, "x-amz-server-side-encryption-customer-key-MD5") ||
-	    req_header(r, "x-amz-expected-bucket-owner") || req_header(r, "x-amz-request-payer"))
-		return false;
+	static const char *const bypass[] = {
+		"x-amz-server-side-encryption-customer-algorithm",
+		"x-amz-server-side-encryption-customer-key",
+		"x-amz-server-side-encryption-customer-key-MD5",
+		"x-amz-expected-bucket-owner", "x-amz-request-payer",
+	};
+	for (size_t i = 0; i < sizeof bypass / sizeof bypass[0]; i++)
+		if (sends_header(r, bypass[i]))
+			return false;
 	struct cread *c = calloc(1, sizeof *c);
 	if (!c)
 		return false; /* the pass-through serves it */

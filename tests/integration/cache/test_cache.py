@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.request
 import unittest
 from urllib.parse import quote
 
@@ -524,6 +525,21 @@ class CacheReads(CacheCase):
                     self.assertEqual([s["method"] for s in seen], [method])
                     name, value = next(iter(hdrs.items()))
                     self.assertEqual(dict(seen[0]["headers"]).get(name), value)
+        # A presigned URL may carry them as query parameters, which S3 takes
+        # as the headers.
+        from botocore.auth import S3SigV4QueryAuth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+        req = AWSRequest(method="GET", url=self.larder.url + harness.key_path(BUCKET, key) +
+                         "?x-amz-expected-bucket-owner=111122223333")
+        S3SigV4QueryAuth(Credentials(harness.CLIENT_KEY, harness.CLIENT_SECRET), "s3",
+                         harness.REGION, expires=300).add_auth(req)
+        m = self.upstream.mark()
+        with urllib.request.urlopen(req.url, timeout=30) as resp:
+            self.assertEqual(resp.headers.get("x-larder-cache"), "bypass")
+        seen = self.upstream_for(key, m)
+        self.assertEqual(dict(seen[0]["headers"]).get("x-amz-expected-bucket-owner"),
+                         "111122223333")
 
     def test_uncacheable_requests_bypass(self):
         data = blob(40, 2000)

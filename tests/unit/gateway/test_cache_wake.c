@@ -22,6 +22,7 @@
 #include "gateway/listcache.h"
 #include "gateway/lookahead.h"
 #include "gateway/pins.h"
+#include "gateway/passthrough.h"
 #include "gateway/req.h"
 #include "gateway/server.h"
 #include "store/chunk.h"
@@ -74,6 +75,7 @@ const char *req_key(const struct req *r) { (void)r; return "k"; }
 const char *req_method(const struct req *r) { (void)r; return "GET"; }
 unsigned req_peer_hop(const struct req *r) { (void)r; return 0; }
 const char *req_query(const struct req *r) { (void)r; return ""; }
+bool req_presigned(const struct req *r) { (void)r; return false; }
 enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Response *resp)
 {
 	(void)r; (void)status; (void)resp;
@@ -91,6 +93,13 @@ const struct hdrs *req_upstream_headers(const struct req *r) { (void)r; return N
 uint64_t req_upstream_length(const struct req *r) { (void)r; return 0; }
 long req_upstream_status(const struct req *r) { (void)r; return 0; }
 bool req_upstream_take(struct req *r) { (void)r; return false; }
+unsigned pass_query_header(struct req *r, const char *name, struct buf *value)
+{
+	(void)r;
+	(void)name;
+	(void)value;
+	return 0;
+}
 
 uint64_t cread_chunk_bytes(const struct req *r) { (void)r; return 1; }
 bool cread_all_held(struct req *r, const struct obj_meta *m) { (void)r; (void)m; return false; }
