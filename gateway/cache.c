@@ -309,6 +309,24 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 }
 
 /* Finds the object's metadata, or starts learning it, or waits. */
+/* Chunk 0 handed over by the fetch that learnt the object (cache_owner_
+ * learnt) is of the version that fetch saw. A write meanwhile drops what
+ * that fetch learnt (store/meta.c), and the reader may learn another
+ * version: then the chunk is not this version's, and is let go. */
+static void drop_other_version(struct req *r)
+{
+	struct cread *c = req_cread(r);
+	if (!c->meta || !c->cur)
+		return;
+	struct obj_ref ref = { req_bucket(r), req_key(r), c->meta };
+	struct chunk_id id;
+	obj_chunk_id(&ref, c->cur_index, &id);
+	if (!chunk_id_eq(&id, &c->cur->id)) {
+		obj_unwant(c->cur, false);
+		c->cur = NULL;
+	}
+}
+
 static void resolve(struct req *r)
 {
 	struct gw *gw = req_gw(r);
@@ -319,6 +337,7 @@ static void resolve(struct req *r)
 		switch (obj_meta_step(&gw->objects, req_bucket(r), req_key(r), &c->ask,
 		                      start_meta_fetch, r, clock_mono_s(), &c->meta, &st)) {
 		case OBJ_META_READY:
+			drop_other_version(r);
 			return;
 		case OBJ_META_WAIT:
 			c->meta_loaded = true;

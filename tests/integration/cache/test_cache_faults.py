@@ -372,6 +372,19 @@ class FaultCase(harness.S3Asserts, unittest.TestCase):
         self.assertTrue(r.body == data, "%s: wrong bytes (first difference at %d)"
                         % (what, first_difference(r.body, data)))
 
+    def assertOneVersion(self, r, v1, v2):
+        """r is all of v1 or v2 under that version's ETag, or cut short
+        within one of them: never a mix."""
+        if r.complete and r.status == 200:
+            self.assertTrue(r.body in (v1, v2), "a whole answer must be one version, not a mix "
+                            "(ETag %s; v1 %s, v2 %s; first chunk v1's: %s)"
+                            % (r.headers.get("etag"), md5_etag(v1), md5_etag(v2),
+                               r.body[:CHUNK] == v1[:CHUNK]))
+            self.assertEqual(r.headers.get("etag"), md5_etag(r.body))
+        else:
+            self.assertTrue(v1.startswith(r.body) or v2.startswith(r.body),
+                            "a cut-short answer must be a prefix of one version: %r" % r)
+
     def concurrently(self, n, read):
         """read(i) for i in 0..n-1, each on its own thread: their results."""
         results = [None] * n
@@ -648,15 +661,27 @@ class UpstreamFaults(FaultCase):
         self.assertEqual(r.status, 206, r)
         # v2 appears once chunk 1 of v1 was served: chunk 2 then gets 412.
         self.origin.replace_after(BUCKET, "swap-mid", v2, after_gets=1)
-        r = self.get("swap-mid")
-        if r.complete and r.status == 200:
-            self.assertIn(r.body, (v1, v2), "a whole answer must be one version, not a mix")
-            self.assertEqual(r.headers.get("etag"), md5_etag(r.body))
-        else:
-            self.assertTrue(v1.startswith(r.body) or v2.startswith(r.body),
-                            "a cut-short answer must be a prefix of one version: %r" % r)
+        self.assertOneVersion(self.get("swap-mid"), v1, v2)
         r = self.get("swap-mid")
         self.assertBody(r, v2, "the read after the change")
+        self.assertEqual(r.headers.get("etag"), md5_etag(v2))
+
+    def test_object_written_while_it_is_learnt_is_never_mixed(self):
+        # The first read's GET is answered with v1, which larder hears only
+        # after a PUT of v2 through larder dropped what it was learning: the
+        # reader then learns v2, and must not serve v1's chunk 0 under it.
+        v1, v2 = blob(20, 3 * CHUNK), blob(21, 3 * CHUNK)
+        self.origin.put(BUCKET, "learnt", v1)
+        self.origin.late_next(1500, key="learnt")
+        res = {}
+        reader = threading.Thread(target=lambda: res.setdefault("r", self.get("learnt")))
+        reader.start()
+        time.sleep(0.5)
+        self.larder.client().put_object(Bucket=BUCKET, Key="learnt", Body=v2)
+        reader.join(60)
+        self.assertOneVersion(res["r"], v1, v2)
+        r = self.get("learnt")
+        self.assertBody(r, v2, "the read after the write")
         self.assertEqual(r.headers.get("etag"), md5_etag(v2))
 
 

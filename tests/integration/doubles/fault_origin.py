@@ -5,6 +5,7 @@
     origin.fail_next(2, key="obj")           # next 2 GETs of obj: 503 SlowDown
     origin.drop_next(300000, key="obj")      # next GET: 300000 body bytes, then hang up
     origin.delay_next(1500, key="obj")       # next GET: first byte after 1.5 s
+    origin.late_next(1500, key="obj")        # next GET: answered now, heard 1.5 s later
     origin.slow_next(65536, 20, key="obj")   # next GET: body in 64 KiB pieces, 20 ms apart
     origin.replace_after("bkt", "obj", new)  # new bytes (new ETag) from the next request on
     origin.throttle_above(4, service_ms=30)  # > 4 requests in flight to a prefix: 503 SlowDown
@@ -287,6 +288,13 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         """The next n matching requests wait ms milliseconds before the first byte."""
         return self._add(Fault("delay", n, tuple(methods), bucket, key, ms=ms))
 
+    def late_next(self, ms, n=1, bucket=None, key=None):
+        """The next n matching GETs are answered from the object as it is when
+        they arrive, but their first byte goes out ms milliseconds later: an
+        answer on its way while the object changes (delay_next waits first
+        and answers with the object as it is then)."""
+        return self._add(Fault("late", n, ("GET",), bucket, key, ms=ms))
+
     def slow_next(self, piece=65536, pause_ms=20, n=1, bucket=None, key=None):
         """The next n matching GETs write their body `piece` bytes at a time
         with pause_ms between pieces."""
@@ -536,7 +544,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._error(501, "NotImplemented", "ListBuckets is not scripted")
         if self.command in ("GET", "HEAD") and key:
             return self._get_object(bucket, key, hdrs, query, faults.get("drop"),
-                                    faults.get("slow"))
+                                    faults.get("slow"), faults.get("late"))
         if self.command == "PUT" and key:
             return self._put_object(bucket, key, hdrs, query, body)
         if self.command == "DELETE" and key:
@@ -556,11 +564,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     do_GET = do_HEAD = do_PUT = do_DELETE = do_POST = handle_any
 
-    def _get_object(self, bucket, key, hdrs, query, drop=None, slow=None):
+    def _get_object(self, bucket, key, hdrs, query, drop=None, slow=None, late=None):
         srv = self.server
         with srv.lock:
             obj = srv.objects.get((bucket, key))
             has_bucket = bucket in srv.buckets
+        if late:  # a PUT meanwhile stores a new object: this answer stays obj's
+            time.sleep(late.params["ms"] / 1000.0)
         if obj is None:
             if not has_bucket:
                 return self._error(404, "NoSuchBucket", "The specified bucket does not exist")
