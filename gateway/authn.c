@@ -327,14 +327,18 @@ void authn_request(struct req *r)
 		req_fail(r, S3E_INVALID_ARGUMENT, "Query parameter names must not be percent-encoded.");
 		return;
 	}
+	/* Peers always ask path style (fetch.c), with this node's advertised
+	 * address as Host: read as a virtual host under LARDER_BASE_DOMAIN, it
+	 * would name a bucket of the node's own name. */
+	bool peer = req_header(r, "X-Larder-Peer-Auth") != NULL;
 	enum s3err e;
 	if (s3req_parse(&r->s3, r->method, req_header(r, "Host"), r->path, r->query,
-	                gw->cfg->base_domain, &e) != 0) {
+	                peer ? NULL : gw->cfg->base_domain, &e) != 0) {
 		free(hc.v);
 		req_fail(r, e, NULL);
 		return;
 	}
-	if (req_header(r, "X-Larder-Peer-Auth")) {
+	if (peer) {
 		free(hc.v);
 		authenticate_peer(r);
 		return;

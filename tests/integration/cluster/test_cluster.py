@@ -477,6 +477,41 @@ class ClusterOwnFirst(ClusterBase):
                          "chunks the cluster held were fetched from S3 again")
 
 
+class ClusterUnderBaseDomain(ClusterBase):
+    """Nodes that advertise host names under LARDER_BASE_DOMAIN (as a
+    StatefulSet's under a cluster domain might): a peer's path-style request
+    names this node's host, which must not be read as a virtual-hosted
+    bucket of the node's own name."""
+    NODES = 2
+
+    @classmethod
+    def extra_env(cls):
+        return {"LARDER_BASE_DOMAIN": "localhost"}
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        n.env["LARDER_ADVERTISE"] = "node%d.localhost:%d" % (i, n.port)  # curl: *.localhost is loopback
+        return n
+
+    def test_peer_requests_are_path_style(self):
+        for b in ("node0", "node1"):
+            self.direct.create_bucket(Bucket=b)
+        keys = ["base/obj-%d" % i for i in range(8)]
+        for k in keys:
+            self.direct.put_object(Bucket="shared", Key=k, Body=b"right " + k.encode())
+            for b in ("node0", "node1"):
+                self.direct.put_object(Bucket=b, Key="shared/" + k, Body=b"wrong bucket " + b.encode())
+        m = self.upstream.mark()
+        for n in self.nodes:
+            for k in keys:
+                self.assertEqual(self.read(n, k), b"right " + k.encode())
+        # One S3 GET per object: the node that does not own it read it from
+        # its owner, so peer requests were made and answered right.
+        for k in keys:
+            self.assertEqual(len(self.gets(m, k)), 1, k)
+
+
 class TlsCluster(ClusterBase):
     """Two nodes whose client ports serve TLS talk https to each other,
     verifying each other's certificate (LARDER_CLUSTER_CA_FILE)."""
