@@ -342,6 +342,7 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->redis_reconnects = cl->reconnects;
 	out->invalidations_sent = cl->sent;
 	out->invalidations_received = cl->received;
+	out->invalidations_rejected = cl->inval_rejected;
 	out->invalidations_dropped = cl->dropped;
 	out->members_rejected = cl->rejected;
 	for (size_t i = 0; i < cl->snap->n; i++)

@@ -132,6 +132,8 @@ struct cluster_view {
 	unsigned long redis_reconnects;        /* connections made again after a loss (both threads) */
 	unsigned long invalidations_sent;
 	unsigned long invalidations_received;  /* from other nodes, handed to cb */
+	unsigned long invalidations_rejected;  /* on the channel, not signed with the secret
+	                                        * or expired: dropped */
 	unsigned long invalidations_dropped;   /* queue overflow while Redis was down */
 	unsigned long members_rejected;        /* entries in Redis ignored: not signed with the
 	                                        * secret, expired or malformed (each heartbeat

@@ -41,7 +41,7 @@ static int member_cmp(const void *a, const void *b)
 	return strcmp(((const struct member *)a)->id, ((const struct member *)b)->id);
 }
 
-static double wall_ms(void)
+double cl_wall_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -64,7 +64,7 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 	struct dir_stats ds;
 	dir_get_stats(cl->dir, &ds);
 	char val[MEMBER_VAL_MAX + 1];
-	double now_ms = wall_ms();
+	double now_ms = cl_wall_ms();
 	int body = snprintf(val, sizeof val, "%s\t%" PRIu64 "\t%.0f", cl->node_val, ds.entries,
 	                    now_ms + cl->ttl_ms);
 	if (body > 0 && (size_t)body + 65 < sizeof val) {

@@ -26,6 +26,8 @@
 #define QUEUE_MAX 4096
 #define MEMBER_SKEW_MS 30000 /* how far apart nodes' clocks may be */
 #define MEMBER_VAL_MAX 512   /* longer entries are not ours */
+#define INVAL_VALID_MS 60000 /* a signed invalidation message is good this long */
+#define INVAL_MSG_MAX 8192   /* sender, bucket and key (S3 keys: 1,024 bytes at most) */
 
 struct member {
 	char id[CLUSTER_NAME_MAX];
@@ -86,6 +88,7 @@ struct cluster {
 	bool dup_warned;
 	size_t rejected_last;     /* entries rejected at the last heartbeat */
 	unsigned long reconnects, sent, received, dropped, rejected;
+	unsigned long inval_rejected; /* invalidation messages not signed with the secret */
 };
 
 /* ---- snapshots (cluster_snapshot.c) ---- */
@@ -118,6 +121,13 @@ void cl_went_up(struct cluster *cl, struct snapshot *s);
 /* An id or address as we could have written it: 1 to CLUSTER_NAME_MAX - 1
  * printable characters, no spaces. */
 bool cl_id_ok(const char *s, size_t len);
+/* Unix milliseconds, now. */
+double cl_wall_ms(void);
+
+/* hex HMAC-SHA256(secret, "larder-inval-v1\n" body): the mac of an
+ * invalidation message's body (cluster_inval.c). */
+void cl_inval_mac(const char *secret, const char *body, size_t len, char out[65]);
+
 /* hex HMAC-SHA256(secret, "larder-member-v1\n" id "\n" body): the mac of
  * a membership entry. */
 void cl_member_mac(const char *secret, const char *id, const char *body, size_t len,

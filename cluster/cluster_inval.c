@@ -9,9 +9,19 @@
  * so a read never blocks. A silent connection is probed with PING every
  * ttl_ms; no answer by the next probe means the connection is dead.
  *
- * Message on larder:invalidate: "<sender id>\n<bucket>\n<key>". Ids and
- * bucket names hold no newline (checked); the key is the rest, whatever it
- * holds. Receivers skip their own messages.
+ * Message on larder:invalidate: "<mac>\n<expiry>\n<sender id>\n<bucket>\n<key>".
+ * Ids and bucket names hold no newline (checked); the key is the rest,
+ * whatever it holds. Receivers skip their own messages.
+ *
+ * Trust. Anyone who can write to Redis can PUBLISH, and the channel carries
+ * more than invalidations: pins ending (CLUSTER_UNPIN) and access profiles
+ * (CLUSTER_PROFILE), which choose what warm jobs fetch and make nodes
+ * report reads. So a message counts only when its mac is hex
+ * HMAC-SHA256(cluster secret, "larder-inval-v1\n" + everything after the
+ * mac's newline), and its expiry (unix ms, the sender's clock at sending +
+ * INVAL_VALID_MS) has not passed by more than MEMBER_SKEW_MS. A copy can be
+ * replayed within that time: an invalidation or a profile's read again,
+ * nothing new. Others are counted (invalidations_rejected) and dropped.
  */
 #include "cluster/cluster_internal.h"
 
@@ -23,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/log.h"
 #include "cluster/redis_util.h"
 
@@ -63,8 +74,24 @@ int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen
 	if (!batch)
 		return 0;
 
-	for (struct inval *e = batch; e; e = e->next)
-		redisAppendCommand(c, "PUBLISH " INVAL_CHANNEL " %b", e->msg, e->len);
+	/* Signed now, not when queued: a batch that waited out a Redis outage
+	 * is as good as a new one. */
+	char head[32];
+	snprintf(head, sizeof head, "%.0f\n", cl_wall_ms() + INVAL_VALID_MS);
+	size_t hl = strlen(head);
+	struct buf body;
+	buf_init(&body, sizeof head + INVAL_MSG_MAX);
+	for (struct inval *e = batch; e; e = e->next) {
+		char mac[65] = "";
+		buf_reset(&body);
+		if (buf_append(&body, head, hl) == 0 && buf_append(&body, e->msg, e->len) == 0)
+			cl_inval_mac(cl->secret, body.p, body.len, mac);
+		else
+			buf_reset(&body); /* out of memory: an empty message, which receivers drop */
+		redisAppendCommand(c, "PUBLISH " INVAL_CHANNEL " %s\n%b", mac, body.p ? body.p : "",
+		                   body.len);
+	}
+	buf_fini(&body);
 	int rc = redis_read_replies(c, n, why, whylen);
 	pthread_mutex_lock(&cl->lock);
 	if (rc == 0) {
@@ -88,6 +115,8 @@ void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const ch
 	if (!key)
 		key = "";
 	size_t il = strlen(cl->self.id), bl = strlen(bucket), kl = strlen(key);
+	if (il + bl + kl + 2 > INVAL_MSG_MAX)
+		return;
 	struct inval *e = malloc(sizeof *e + il + bl + kl + 2);
 	if (!e)
 		return;
@@ -116,8 +145,41 @@ void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const ch
 	pthread_mutex_unlock(&cl->lock);
 }
 
-static void on_message(struct cluster *cl, const char *msg, size_t len)
+/* The part of a signed message after its mac and expiry (Trust above), or
+ * NULL when it is not signed with our secret or has expired. */
+static const char *verified(struct cluster *cl, const char *msg, size_t *len)
 {
+	if (*len < 66 || msg[64] != '\n')
+		return NULL;
+	char want[65];
+	cl_inval_mac(cl->secret, msg + 65, *len - 65, want);
+	if (!ct_equal(want, 64, msg, 64))
+		return NULL;
+	const char *nl = memchr(msg + 65, '\n', *len - 65);
+	char exp[24];
+	size_t el = nl ? (size_t)(nl - (msg + 65)) : 0;
+	if (!nl || el == 0 || el >= sizeof exp)
+		return NULL;
+	memcpy(exp, msg + 65, el);
+	exp[el] = '\0';
+	char *end;
+	double expiry = strtod(exp, &end);
+	if (*end || expiry + MEMBER_SKEW_MS < cl_wall_ms())
+		return NULL;
+	*len -= (size_t)(nl + 1 - msg);
+	return nl + 1;
+}
+
+static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
+{
+	const char *msg = verified(cl, signed_msg, &len);
+	if (!msg) {
+		pthread_mutex_lock(&cl->lock);
+		cl->inval_rejected++;
+		pthread_mutex_unlock(&cl->lock);
+		log_debug(TOPIC, "an invalidation message not signed with the cluster secret ignored");
+		return;
+	}
 	const char *nl1 = memchr(msg, '\n', len);
 	const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', len - (size_t)(nl1 + 1 - msg)) : NULL;
 	if (!nl2 || nl2 == nl1 + 1) {

@@ -166,6 +166,7 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		g->cluster_members = v.members;
 		g->invalidations_sent = v.invalidations_sent;
 		g->invalidations_received = v.invalidations_received;
+		g->invalidations_rejected = v.invalidations_rejected;
 		g->redis_reconnects = v.redis_reconnects;
 		g->members_rejected = v.members_rejected;
 		g->directory_entries = v.directory_entries;
@@ -369,7 +370,7 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                        "lookups", "found", (json_int_t)pc.found, "none",
 	                        (json_int_t)pc.none, "failed", (json_int_t)pc.failed, "skipped",
 	                        (json_int_t)pc.skipped);
-	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:o,s:I,s:o,s:I,s:I,s:I}", "clustered",
+	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:o,s:I,s:o,s:I,s:I,s:I,s:I}", "clustered",
 	                                   1, "self", v.self, "redis_up", v.redis_up, "members",
 	                                   members, "members_rejected",
 	                                   (json_int_t)v.members_rejected, "directory", dir,
@@ -377,7 +378,9 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                                   (json_int_t)v.redis_reconnects, "invalidations_sent",
 	                                   (json_int_t)v.invalidations_sent,
 	                                   "invalidations_received",
-	                                   (json_int_t)v.invalidations_received), NULL);
+	                                   (json_int_t)v.invalidations_received,
+	                                   "invalidations_rejected",
+	                                   (json_int_t)v.invalidations_rejected), NULL);
 }
 
 /* GET /ui and /ui/{file}: the dashboard. No token: the page holds no data;

@@ -602,6 +602,8 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   g->invalidations_sent);
 		r = r ? r : sample(out, "larder_cluster_invalidations_total",
 		                   "direction=\"received\"", g->invalidations_received);
+		r = r ? r : sample(out, "larder_cluster_invalidations_total",
+		                   "direction=\"rejected\"", g->invalidations_rejected);
 		r = r ? r : family(out, "larder_cluster_redis_reconnects_total", "counter",
 		                   "Reconnections to Redis.");
 		r = r ? r : sample(out, "larder_cluster_redis_reconnects_total", NULL,

@@ -85,7 +85,8 @@ struct metrics_gauges {
 	bool clustered;                   /* in a cluster: the cluster_* figures below count */
 	bool redis_up;
 	uint64_t cluster_members;         /* live nodes this node sees, itself included */
-	uint64_t invalidations_sent, invalidations_received, redis_reconnects;
+	uint64_t invalidations_sent, invalidations_received, invalidations_rejected;
+	uint64_t redis_reconnects;
 	uint64_t members_rejected;        /* membership entries not signed with the secret */
 	uint64_t directory_entries;       /* placement entries of all members */
 	struct dir_stats dir;             /* this node's directory publishing */

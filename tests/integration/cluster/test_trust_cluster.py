@@ -155,12 +155,14 @@ class AdminBodies(unittest.TestCase):
         self.assertTrue(head.startswith(b"HTTP/1.1 413"), head)
 
 
+def hmac_hex(secret, msg):
+    return hmac.new(secret.encode(), msg.encode(), hashlib.sha256).hexdigest()
+
+
 def member_value(addr, cap, entries, expiry_ms, secret, node_id):
     """A membership entry as a node with secret writes it (docs/cluster.md)."""
     body = "%s\t%s\t%d\t%d" % (addr, cap, entries, expiry_ms)
-    mac = hmac.new(secret.encode(), ("larder-member-v1\n%s\n%s" % (node_id, body)).encode(),
-                   hashlib.sha256).hexdigest()
-    return "%s\t%s" % (body, mac)
+    return "%s\t%s" % (body, hmac_hex(secret, "larder-member-v1\n%s\n%s" % (node_id, body)))
 
 
 class Rogue:
@@ -249,6 +251,42 @@ class RedisTrust(ClusterBase):
             time.sleep(0.2)
         self.redis_cmd("DEL", "larder:node:signed-node")
         self.assertTrue(seen, "a correctly signed entry was not accepted")
+
+
+    def test_forged_channel_messages_are_ignored(self):
+        # larder:invalidate carries invalidations, pin ends and access
+        # profiles; whoever can PUBLISH there without the secret is heard
+        # by nobody.
+        data = blob(52, MiB + 5)
+        self.direct.put_object(Bucket="shared", Key="trust/inval.bin", Body=data)
+        a = self.nodes[0]
+        self.assertEqual(self.read(a, "trust/inval.bin"), data)
+        before = self.view(a).get("invalidations_rejected", 0)
+        far = int(time.time() * 1000) + 60000
+        body = "%d\nnode-1\nshared\ntrust/inval.bin" % far
+        forged = ["node-1\nshared\ntrust/inval.bin",  # the unsigned format of before
+                  hmac_hex("not-the-cluster-secret-00", "larder-inval-v1\n" + body) + "\n" + body,
+                  "node-1\n!profile\nstart\nnode-1\nspy\nkey\n" + harness.CLIENT_KEY]
+        for msg in forged:
+            self.redis_cmd("PUBLISH", "larder:invalidate", msg)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and \
+                self.view(a).get("invalidations_rejected", 0) < before + len(forged):
+            time.sleep(0.1)
+        self.assertEqual(self.view(a).get("invalidations_rejected", 0), before + len(forged))
+        m = self.upstream.mark()
+        self.assertEqual(self.read(a, "trust/inval.bin"), data)
+        self.assertEqual(self.gets(m, "trust/inval.bin"), [],
+                         "a forged invalidation made the node learn the object again")
+        # Signed with the secret, the same invalidation is heard.
+        self.redis_cmd("PUBLISH", "larder:invalidate",
+                       hmac_hex(SECRET, "larder-inval-v1\n" + body) + "\n" + body)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not self.gets(m, "trust/inval.bin"):
+            self.read(a, "trust/inval.bin")
+            time.sleep(0.1)
+        self.assertNotEqual(self.gets(m, "trust/inval.bin"), [],
+                            "a signed invalidation was not heard")
 
 
 class RedisPassword(ClusterBase):
