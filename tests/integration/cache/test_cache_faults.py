@@ -800,6 +800,31 @@ class NvmeTier(harness.S3Asserts, unittest.TestCase):
         self.assertEqual(self.origin.requests(since=m), [], "origin saw requests after restart")
         finish_larder(self, b)
 
+    def test_write_during_a_first_read_is_not_undone_by_a_restart(self):
+        # The first read's GET is answered with v1, heard after a PUT of v2
+        # through larder wrote its tombstone. That read's chunk 0 (with v1's
+        # metadata) reaches the NVMe tier after the tombstone; it must still
+        # count as older, or a restart brings v1 back (immutable metadata:
+        # never revalidated).
+        v1, v2 = blob(22, 5000), blob(23, 6000)
+        self.origin.put(BUCKET, "undone", v1)
+        a = self.start(LARDER_METADATA_TTL="immutable")
+        self.origin.late_next(1500, key="undone")
+        res = {}
+        reader = threading.Thread(target=lambda: res.setdefault("r", self.get(a, "undone")))
+        reader.start()
+        time.sleep(0.5)
+        a.client().put_object(Bucket=BUCKET, Key="undone", Body=v2)
+        reader.join(60)
+        self.assertTrue(wait_on_disk(self.cache_dir, [v1[1000:1064]]),
+                        "v1's chunk 0 never reached the NVMe tier: the test proves nothing")
+        finish_larder(self, a)
+        b = self.start(LARDER_METADATA_TTL="immutable")
+        r = self.get(b, "undone")
+        self.assertEqual((r.status, r.headers.get("etag")), (200, md5_etag(v2)), r)
+        self.assertTrue(r.body == v2, "the restart brought back the version a write replaced")
+        finish_larder(self, b)
+
     def test_corrupt_byte_is_refetched(self):
         data = blob(22, 3 * CHUNK)
         self.origin.put(BUCKET, "corrupt", data)
