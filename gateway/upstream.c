@@ -171,9 +171,19 @@ static void bucket_region(struct upstream *u, const char *bucket, char out[64])
 	pthread_mutex_unlock(&u->lock);
 }
 
+/* An AWS region's name ("us-east-1", "us-gov-west-1"): it goes into the
+ * upstream host name, so an answer may only ever name a region, not a host. */
+static bool region_name_ok(const char *r)
+{
+	size_t n = strlen(r);
+	if (n == 0 || n >= 64 || r[0] == '-' || r[n - 1] == '-')
+		return false;
+	return strspn(r, "abcdefghijklmnopqrstuvwxyz0123456789-") == n;
+}
+
 bool upstream_learn_region(struct upstream *u, const char *bucket, const char *region)
 {
-	if (!bucket || !*bucket || !region || !*region || strlen(bucket) >= 256 || strlen(region) >= 64)
+	if (!bucket || !*bucket || !region || !region_name_ok(region) || strlen(bucket) >= 256)
 		return false;
 	char cur[64];
 	bucket_region(u, bucket, cur);

@@ -61,7 +61,8 @@ int upstream_sign(struct upstream *u, const char *method, const struct up_target
 
 /* Records a bucket's region, learnt from x-amz-bucket-region. Returns true
  * if that changed what larder knew (a request signed for the old region
- * may be retried). */
+ * may be retried). Only a region's name is taken (lower-case letters,
+ * digits, inner hyphens): it becomes part of the upstream host name. */
 bool upstream_learn_region(struct upstream *u, const char *bucket, const char *region);
 
 /* The headers as a curl list, plus the empty "Expect:" (and "Accept:"

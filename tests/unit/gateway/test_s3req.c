@@ -193,6 +193,15 @@ static void test_upstream_targets(void **state)
 	upstream_learn_region(u, "bkt", "us-west-2");
 	assert_int_equal(upstream_target(u, "bkt", NULL, "location", &t), 0);
 	assert_string_equal(buf_cstr(&t.url), "https://bkt.s3.us-west-2.amazonaws.com/?location");
+	/* A region goes into the host name: only a region's name is learnt,
+	 * never a host of the answer's choosing. */
+	static const char *const bad[] = { "evil.example.com/x", "us-west-2.evil.com", "a b",
+	                                   "x@y", "-us", "us-", "US-WEST-2", "a/b", "a#b" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		assert_false(upstream_learn_region(u, "bkt", bad[i]));
+	assert_int_equal(upstream_target(u, "bkt", "k", "", &t), 0);
+	assert_string_equal(buf_cstr(&t.url), "https://bkt.s3.us-west-2.amazonaws.com/k");
+	assert_true(upstream_learn_region(u, "bkt", "us-gov-west-1"));
 	upstream_destroy(u);
 
 	u = upstream_create(test_cfg("ftp://x", CFG_ADDR_AUTO), NULL, err, sizeof err);
