@@ -61,7 +61,8 @@ bool s3_query_names_plain(const char *raw_query);
  * returns nonzero. Returns 0 when every key was handed over, what each
  * returned when it stopped early, or -1 when the body is not such a
  * document (not XML, no <Delete> root, an <Object> without a <Key>, more
- * than 1,000 objects): S3's MalformedXML.
+ * than 1,000 objects, a document type declaration, whose entities an
+ * upstream might read otherwise): S3's MalformedXML.
  */
 int s3_delete_keys(const char *body, size_t len, int (*each)(void *arg, const char *key),
                    void *arg);
