@@ -456,6 +456,13 @@ void authn_request(struct req *r)
 	} else if (te) {
 		len = -1; /* chunked: the length is known when the body ends */
 	}
+	if (cl && te) {
+		/* libmicrohttpd reads the body by Transfer-Encoding (RFC 9112):
+		 * planned by Content-Length, it would go upstream as another. */
+		req_fail(r, S3E_INVALID_REQUEST,
+		     "Content-Length and Transfer-Encoding must not both be sent.");
+		return;
+	}
 	if (!claimed[0]) {
 		req_fail(r, S3E_INVALID_REQUEST,
 		     "Missing required header for this request: x-amz-content-sha256");
@@ -482,6 +489,7 @@ void authn_request(struct req *r)
 		}
 		r->body = BODY_CHUNKED;
 		r->up_len = v;
+		r->start_verified = v == 0;
 	} else if (len != 0) {
 		/* A Transfer-Encoding: chunked body of unknown length (S3 takes it)
 		 * goes upstream chunked too: up_len < 0. */

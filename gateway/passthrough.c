@@ -548,7 +548,9 @@ size_t pass_take_body(struct req *r, const char *data, size_t len)
 void pass_finish_body(struct req *r)
 {
 	r->client_body_done = true;
-	if (r->has_err || r->body == BODY_NONE)
+	/* Upstream answered before the whole body went (it never gets the
+	 * held-back last byte, so it stored nothing): its answer is the one. */
+	if (r->has_err || r->body == BODY_NONE || r->udone)
 		return;
 	if (r->body == BODY_CHUNKED) {
 		if (!r->body_verified && ack_finish(r->ack) != ACK_DONE)
@@ -571,6 +573,8 @@ void pass_finish_body(struct req *r)
 		r->body_verified = true;
 	}
 	if (r->check_delete && !r->has_err && authn_check_delete(r) == 0 && pass_start(r) != 0)
+		req_fail(r, S3E_INTERNAL, NULL);
+	if (r->start_verified && !r->has_err && pass_start(r) != 0)
 		req_fail(r, S3E_INTERNAL, NULL);
 	if (r->has_err)
 		pass_stop(r);

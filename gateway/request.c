@@ -466,7 +466,7 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		}
 		if (listcache_begin(r))
 			return MHD_YES; /* answered from the LIST cache below */
-		if (r->check_delete)
+		if (r->check_delete || r->start_verified)
 			return MHD_YES; /* upstream once the body is in and checked */
 		if (pass_start(r) != 0) {
 			req_fail(r, S3E_INTERNAL, NULL);

@@ -79,6 +79,10 @@ struct req {
 	struct ack_decoder *ack;
 	bool client_body_done;
 	bool body_verified; /* the last byte may go upstream */
+	/* Upstream starts only once the body is verified: an aws-chunked body
+	 * of no bytes leaves no last byte to hold back, and curl would send
+	 * the empty upload at once. */
+	bool start_verified;
 	/* DeleteObjects under a prefix grant: the body is held whole until
 	 * every key in it is checked against the grants (delete_body). */
 	bool check_delete;

@@ -510,11 +510,19 @@ def http_request(base, method, path, headers=None, body=None, timeout=30):
         c.close()
 
 
-def raw_exchange(port, data, timeout=10, shutdown_write=False):
-    """Sends raw bytes, returns everything read until close or timeout."""
+def raw_exchange(port, data, timeout=10, shutdown_write=False, later=None, pause=0.0):
+    """Sends raw bytes (and `later` bytes `pause` seconds after them, as a
+    slow client sends its body), returns everything read until close or
+    timeout."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
         s.sendall(data)
+        if later is not None:
+            time.sleep(pause)
+            try:
+                s.sendall(later)
+            except OSError:
+                pass  # answered and closed before it: the answer says why
         if shutdown_write:
             s.shutdown(socket.SHUT_WR)
         chunks = []

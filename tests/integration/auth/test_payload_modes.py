@@ -75,6 +75,16 @@ def chunked_unsigned_trailer(data, crc_b64, chunk=50000):
     return b"".join(out)
 
 
+def send_late(port, path, headers, body, pause=0.5):
+    """A PUT whose body follows its headers pause seconds later, as a slow
+    client's does; (status, body) of the answer."""
+    head = "PUT %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n" % (path, port)
+    head += "".join("%s: %s\r\n" % kv for kv in headers.items()) + "\r\n"
+    out = harness.raw_exchange(port, head.encode(), timeout=30, later=body, pause=pause)
+    status = int(out.split(b" ", 2)[1])
+    return status, out.partition(b"\r\n\r\n")[2]
+
+
 def crc32_b64(data):
     return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
 
@@ -137,6 +147,43 @@ class PayloadModes(LarderCase):
             else:
                 self.assertEqual(s3_error(resp)[0], "BadDigest")
                 self.assertIsNone(self.stored(key))
+
+    def test_empty_streaming_upload_is_verified_before_upstream(self):
+        # With no bytes to hold back, the upload went upstream at once: a
+        # bad final-chunk signature still emptied the object (and a good
+        # empty upload that came late was answered IncompleteBody).
+        self.s3.put_object(Bucket="modes", Key="zero", Body=b"original")
+        url = self.larder.url + "/modes/zero"
+        base = {"Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": "0"}
+        h = signed_headers(url, base, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+        good = chunked_signed(b"", h)  # "0;chunk-signature=<sig>\r\n\r\n"
+        at = good.index(b"=") + 1
+        bad = good[:at] + (b"1" if good[at:at + 1] == b"0" else b"0") + good[at + 1:]
+        h["Content-Length"] = str(len(bad))
+        before = self.upstream.mark()
+        st, resp = send_late(self.larder.port, "/modes/zero", h, bad)
+        self.assertEqual((st, s3_error(resp)[0]), (403, "SignatureDoesNotMatch"), resp)
+        self.assertEqual(self.stored("zero"), b"original")
+        self.assertEqual([r for r in self.upstream.from_larder(before) if r["method"] == "PUT"],
+                         [])
+        h["Content-Length"] = str(len(good))
+        st, resp = send_late(self.larder.port, "/modes/zero", h, good)
+        self.assertEqual(st, 200, resp)
+        self.assertEqual(self.stored("zero"), b"")
+
+    def test_content_length_with_transfer_encoding_refused(self):
+        # libmicrohttpd reads such a body by its chunks; planned by its
+        # Content-Length of 0, it went upstream empty, answered 200.
+        self.s3.put_object(Bucket="modes", Key="both", Body=b"original")
+        url = self.larder.url + "/modes/both"
+        h = signed_headers(url, {}, "UNSIGNED-PAYLOAD")
+        h["Content-Length"] = "0"
+        h["Transfer-Encoding"] = "chunked"
+        before = self.upstream.mark()
+        st, resp = send_late(self.larder.port, "/modes/both", h, b"5\r\nhello\r\n0\r\n\r\n")
+        self.assertEqual((st, s3_error(resp)[0]), (400, "InvalidRequest"), resp)
+        self.assertEqual(self.stored("both"), b"original")
+        self.assertEqual(self.upstream.from_larder(before), [])
 
     def test_signed_and_unsigned_single_part(self):
         url = self.larder.url + "/modes/single-signed"

@@ -666,6 +666,19 @@ class UpstreamFaults(FaultCase):
         self.assertBody(r, v2, "the read after the change")
         self.assertEqual(r.headers.get("etag"), md5_etag(v2))
 
+    def test_upload_refused_before_its_body_gets_the_refusal(self):
+        # S3 may answer a refused upload before it reads the body. larder
+        # then drops the rest of the client's body, and answered 400
+        # IncompleteBody for the bytes it had not sent, hiding S3's 403.
+        data = blob(24, 4 * MiB)
+        self.origin.refuse_next(1, 403, "AccessDenied", "Access Denied", key="refused")
+        with self.assertRaises(Exception) as cm:
+            self.larder.client().put_object(Bucket=BUCKET, Key="refused", Body=data)
+        err = cm.exception.response
+        self.assertEqual((err["ResponseMetadata"]["HTTPStatusCode"], err["Error"]["Code"]),
+                         (403, "AccessDenied"), err)
+        self.assertIsNone(self.origin.get(BUCKET, "refused"))
+
     def test_object_written_while_it_is_learnt_is_never_mixed(self):
         # The first read's GET is answered with v1, which larder hears only
         # after a PUT of v2 through larder dropped what it was learning: the

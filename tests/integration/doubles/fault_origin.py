@@ -279,6 +279,15 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         return self._add(Fault("error", n, tuple(methods), bucket, key, status=status, code=code,
                                message=message))
 
+    def refuse_next(self, n, status=403, code="AccessDenied", message="Access Denied",
+                    methods=("PUT",), bucket=None, key=None):
+        """The next n matching requests get this S3 error as soon as their
+        headers are in, before any body byte is read (S3 may answer a
+        refused upload so); the connection is then closed. Their signature
+        is not checked."""
+        return self._add(Fault("refuse", n, tuple(methods), bucket, key, status=status, code=code,
+                               message=message))
+
     def drop_next(self, after_bytes, n=1, reset=False, bucket=None, key=None):
         """The next n matching GETs send their headers and after_bytes of the
         body, then close the connection (reset=True: with a TCP RST)."""
@@ -331,12 +340,23 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         with self.lock:
             self.faults = []
 
+    def _take_refusal(self, method, bucket, key):
+        """A refuse_next fault this request gets (consumed), or None."""
+        with self.lock:
+            for f in self.faults:
+                if f.kind == "refuse" and f.matches(method, bucket, key):
+                    f.remaining -= 1
+                    self.faults = [g for g in self.faults if g.remaining > 0]
+                    return f
+        return None
+
     def _take(self, method, bucket, key):
         """The faults this request gets, one per kind; consumes them."""
         taken = {}
         with self.lock:
             for f in self.faults:
-                if f.kind != "replace" and f.kind not in taken and f.matches(method, bucket, key):
+                if f.kind not in ("replace", "refuse") and f.kind not in taken and \
+                        f.matches(method, bucket, key):
                     f.remaining -= 1
                     taken[f.kind] = f
             self.faults = [f for f in self.faults if f.remaining > 0]
@@ -518,17 +538,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _handle(self):
         srv = self.server
         hdrs = {k.lower(): v for k, v in self.headers.items()}
-        body = self._body()
         path, _, qs = self.path.partition("?")
         parts = path.split("/", 2)
         bucket = urllib.parse.unquote(parts[1]) if len(parts) > 1 else ""
         key = urllib.parse.unquote(parts[2]) if len(parts) > 2 else ""
         query = dict(urllib.parse.parse_qsl(qs, keep_blank_values=True))
+        refuse = srv._take_refusal(self.command, bucket, key)
+        body = b"" if refuse else self._body()
         self.rec = {"t": time.time(), "method": self.command, "target": self.path,
                     "bucket": bucket, "key": key, "query": query, "headers": hdrs,
                     "range": hdrs.get("range"), "if_match": hdrs.get("if-match"),
                     "status": None, "faults": [], "body_sent": 0, "done": False}
         srv._record(self.rec)
+        if refuse:
+            self.rec["faults"] = ["refuse"]
+            self.close_connection = True  # its body was never read
+            p = refuse.params
+            return self._error(p["status"], p["code"], p["message"], headers={"Connection": "close"})
         bad = self._authenticate(hdrs, body)
         if bad:
             self.rec["auth_error"] = bad[1]
