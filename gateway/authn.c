@@ -490,6 +490,7 @@ void authn_request(struct req *r)
 		r->body = BODY_CHUNKED;
 		r->up_len = v;
 		r->start_verified = v == 0;
+		pass_plan_trailer(r, req_header(r, "x-amz-trailer"));
 	} else if (len != 0) {
 		/* A Transfer-Encoding: chunked body of unknown length (S3 takes it)
 		 * goes upstream chunked too: up_len < 0. */

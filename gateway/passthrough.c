@@ -8,7 +8,9 @@
 #include "gateway/passthrough.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +128,8 @@ struct fwd_ctx {
 	struct hdrs *h;
 	bool chunked;
 	int rc;
+	bool reframed;     /* the body goes upstream aws-chunked again (pass_plan_trailer) */
+	bool encoding_set; /* Content-Encoding added */
 };
 
 static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -136,10 +140,15 @@ static enum MHD_Result forward_header(void *cls, enum MHD_ValueKind kind, const 
 	if (f->rc || dropped_request_header(key, f->chunked))
 		return MHD_YES;
 	if (f->chunked && strcasecmp(key, "content-encoding") == 0) {
-		char ce[256];
+		char ce[256], both[270];
 		strip_aws_chunked(value ? value : "", ce, sizeof ce);
-		if (ce[0])
+		if (f->reframed && !f->encoding_set) {
+			snprintf(both, sizeof both, "aws-chunked%s%s", ce[0] ? "," : "", ce);
+			f->rc = hdrs_add(f->h, key, both);
+			f->encoding_set = true;
+		} else if (ce[0]) {
 			f->rc = hdrs_add(f->h, key, ce);
+		}
 		return MHD_YES;
 	}
 	f->rc = hdrs_add(f->h, key, value ? value : "");
@@ -364,6 +373,128 @@ static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, 
 	return len;
 }
 
+/* ---- a trailing checksum forwarded (pass_plan_trailer) ---------------- */
+
+#define REFRAME_CHUNK (64 * 1024)
+
+/* The base64 length of a checksum trailer's value, or 0 for another name. */
+static unsigned checksum_b64_len(const char *name)
+{
+	static const struct { const char *name; unsigned len; } known[] = {
+		{ "x-amz-checksum-crc32", 8 }, { "x-amz-checksum-crc32c", 8 },
+		{ "x-amz-checksum-crc64nvme", 12 }, { "x-amz-checksum-sha1", 28 },
+		{ "x-amz-checksum-sha256", 44 },
+	};
+	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+		if (strcasecmp(name, known[i].name) == 0)
+			return known[i].len;
+	return 0;
+}
+
+static unsigned hex_digits(uint64_t v)
+{
+	unsigned n = 1;
+	while (v >>= 4)
+		n++;
+	return n;
+}
+
+void pass_plan_trailer(struct req *r, const char *names)
+{
+	r->trailer[0] = '\0';
+	if (!names || r->up_len < 0)
+		return;
+	while (*names == ' ' || *names == '\t')
+		names++;
+	size_t n = strcspn(names, " \t,");
+	if (n == 0 || n >= sizeof r->trailer || names[n + strspn(names + n, " \t")] != '\0')
+		return; /* none, or more than one name */
+	char name[sizeof r->trailer];
+	memcpy(name, names, n);
+	name[n] = '\0';
+	unsigned b64 = checksum_b64_len(name);
+	if (!b64)
+		return;
+	for (size_t i = 0; i < n; i++)
+		name[i] = (char)tolower((unsigned char)name[i]);
+	/* "<hex size>\r\n<bytes>\r\n" per chunk of REFRAME_CHUNK, the last one
+	 * shorter; then "0\r\n<name>:<value>\r\n\r\n". */
+	uint64_t len = (uint64_t)r->up_len, full = len / REFRAME_CHUNK, rest = len % REFRAME_CHUNK;
+	r->wire_len = full * (hex_digits(REFRAME_CHUNK) + 4 + REFRAME_CHUNK) +
+	              (rest ? hex_digits(rest) + 4 + rest : 0) + 3 + n + 1 + b64 + 4;
+	memcpy(r->trailer, name, n + 1);
+}
+
+/* The framing bytes due next into r->frame: a chunk's header, the CRLF
+ * after its bytes, or (once the body is verified) the end with the
+ * trailer. False when nothing is due yet (the body is not verified). */
+static bool next_frame(struct req *r)
+{
+	r->frame_off = 0;
+	r->frame_len = 0;
+	uint64_t left = (uint64_t)r->up_len - r->up_sent;
+	if (left > 0) {
+		uint64_t size = left < REFRAME_CHUNK ? left : REFRAME_CHUNK;
+		r->frame_len = (unsigned)snprintf(r->frame, sizeof r->frame, "%" PRIx64 "\r\n", size);
+		r->chunk_left = size;
+		return true;
+	}
+	if (r->trailer_sent || !r->body_verified)
+		return false;
+	const char *v = ack_trailer_checksum(r->ack); /* "<name>: <value>" */
+	const char *colon = v ? strchr(v, ':') : NULL;
+	if (!colon)
+		return false;
+	int n = snprintf(r->frame, sizeof r->frame, "0\r\n%s:%s\r\n\r\n", r->trailer, colon + 2);
+	if (n < 0 || (size_t)n >= sizeof r->frame)
+		return false;
+	r->frame_len = (unsigned)n;
+	r->trailer_sent = true;
+	return true;
+}
+
+/* on_upstream_read for a reframed body: the decoded bytes in chunks, the
+ * trailer only once the body is verified, so upstream cannot complete an
+ * upload whose body was not. */
+static size_t reframed_read(struct req *r, char *out, size_t max)
+{
+	size_t got = 0;
+	while (got < max) {
+		if (r->frame_off < r->frame_len) {
+			size_t n = r->frame_len - r->frame_off;
+			n = n < max - got ? n : max - got;
+			memcpy(out + got, r->frame + r->frame_off, n);
+			r->frame_off += (unsigned)n;
+			got += n;
+			continue;
+		}
+		if (r->chunk_left > 0) {
+			size_t avail = pbuf_used(&r->upbuf);
+			size_t n = avail < max - got ? avail : max - got;
+			n = n < r->chunk_left ? n : (size_t)r->chunk_left;
+			if (n == 0)
+				break;
+			pbuf_take(&r->upbuf, out + got, n);
+			got += n;
+			r->up_sent += n;
+			r->chunk_left -= n;
+			if (r->chunk_left == 0) {
+				memcpy(r->frame, "\r\n", 2);
+				r->frame_len = 2;
+				r->frame_off = 0;
+			}
+			continue;
+		}
+		if (!next_frame(r))
+			break;
+	}
+	if (got)
+		req_wake(r); /* the upload may have been waiting for room */
+	else if (r->trailer_sent)
+		return 0; /* the end */
+	return got ? got : CURL_READFUNC_PAUSE;
+}
+
 static size_t on_upstream_read(struct transfer *t, void *arg, char *out, size_t max)
 {
 	struct req *r = arg;
@@ -371,6 +502,8 @@ static size_t on_upstream_read(struct transfer *t, void *arg, char *out, size_t 
 	(void)t;
 	if (r->has_err)
 		return CURL_READFUNC_ABORT;
+	if (r->trailer[0])
+		return reframed_read(r, out, max);
 	size_t avail = pbuf_used(&r->upbuf);
 	/* Hold back the last byte until the body is verified: upstream stores
 	 * nothing from a request whose body stops short. */
@@ -409,10 +542,27 @@ int pass_start(struct req *r)
 	int rc = 0;
 	if (!r->up_query && !(r->up_query = upstream_query(r->query, r->presigned_v2)))
 		rc = -ENOMEM;
-	struct fwd_ctx f = { &h, r->body == BODY_CHUNKED, 0 };
+	bool reframed = r->trailer[0] != '\0';
+	struct fwd_ctx f = { &h, r->body == BODY_CHUNKED, 0, reframed, false };
 	if (!rc) {
 		MHD_get_connection_values(r->conn, MHD_HEADER_KIND, forward_header, &f);
 		rc = f.rc;
+	}
+	if (!rc && reframed) {
+		char alg[16], dlen[24];
+		size_t i = 0;
+		for (const char *s = r->trailer + 15; *s && i + 1 < sizeof alg; s++) /* "x-amz-checksum-" */
+			alg[i++] = (char)toupper((unsigned char)*s);
+		alg[i] = '\0';
+		*u64_dec(dlen, (uint64_t)r->up_len, 0) = '\0';
+		rc = f.encoding_set ? 0 : hdrs_add(&h, "Content-Encoding", "aws-chunked");
+		rc = rc ? rc : hdrs_add(&h, "x-amz-decoded-content-length", dlen);
+		rc = rc ? rc : hdrs_add(&h, "x-amz-trailer", r->trailer);
+		rc = rc ? rc : hdrs_add(&h, "x-amz-sdk-checksum-algorithm", alg);
+		r->up_sent = 0;
+		r->chunk_left = 0;
+		r->frame_len = r->frame_off = 0;
+		r->trailer_sent = false;
 	}
 	if (!rc && r->presigned)
 		rc = pass_query_headers(r, &h);
@@ -424,11 +574,12 @@ int pass_start(struct req *r)
 		.key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL,
 		.query = r->up_query,
 		.payload_hash = r->sha ? r->want_sha
-		              : r->body == BODY_NONE ? SV4_EMPTY_SHA256 : SV4_UNSIGNED_PAYLOAD,
+		              : r->body == BODY_NONE ? SV4_EMPTY_SHA256
+		              : reframed ? "STREAMING-UNSIGNED-PAYLOAD-TRAILER" : SV4_UNSIGNED_PAYLOAD,
 		.headers = &h,
 		.upload = r->body != BODY_NONE || strcmp(r->method, "PUT") == 0 ||
 		          strcmp(r->method, "POST") == 0,
-		.upload_len = r->up_len,
+		.upload_len = reframed ? (int64_t)r->wire_len : r->up_len,
 	};
 	rc = rc ? rc : upstream_prepare(gw->up, &r->up, &rq, &r->target);
 	hdrs_fini(&h);

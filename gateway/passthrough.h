@@ -48,6 +48,12 @@ int pass_query_headers(struct req *r, struct hdrs *h);
  * first one's decoded value in value. */
 unsigned pass_query_header(struct req *r, const char *name, struct buf *value);
 
+/* An aws-chunked body (r->up_len decoded bytes) whose x-amz-trailer is
+ * names: when that is one x-amz-checksum-* trailer, the body goes upstream
+ * framed again with that checksum as its trailer (the decoder verifies it;
+ * S3 stores it), else as plain bytes. */
+void pass_plan_trailer(struct req *r, const char *names);
+
 /* The aws-chunked decoder's sink (auth/chunked.h): decoded payload bytes
  * on their way upstream; arg is the request. */
 int pass_chunk_sink(void *arg, const char *data, size_t len);

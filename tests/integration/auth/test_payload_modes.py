@@ -140,10 +140,15 @@ class PayloadModes(LarderCase):
             h = signed_headers(url, base, "STREAMING-UNSIGNED-PAYLOAD-TRAILER")
             body = chunked_unsigned_trailer(self.data, crc)
             h["Content-Length"] = str(len(body))
-            st, _, resp = self.put(key, h, body)
+            st, hdrs, resp = self.put(key, h, body)
             self.assertEqual(st, want, resp)
             if want == 200:
                 self.assertEqual(self.stored(key), self.data)
+                # The checksum reaches S3 and is stored with the object: a
+                # multipart upload's parts need theirs at completion.
+                head = self.direct.head_object(Bucket="modes", Key=key, ChecksumMode="ENABLED")
+                self.assertEqual(head.get("ChecksumCRC32"), crc)
+                self.assertEqual(hdrs.get("x-amz-checksum-crc32"), crc)
             else:
                 self.assertEqual(s3_error(resp)[0], "BadDigest")
                 self.assertIsNone(self.stored(key))
