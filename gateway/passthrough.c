@@ -377,6 +377,15 @@ static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, 
 
 #define REFRAME_CHUNK (64 * 1024)
 
+struct reframe {
+	char trailer[32];      /* the checksum trailer's name, lower case */
+	uint64_t wire_len;     /* the framed body's length upstream */
+	uint64_t chunk_left;   /* data bytes of the current upstream chunk still due */
+	char frame[112];       /* framing bytes due before more data */
+	unsigned frame_len, frame_off;
+	bool trailer_sent;
+};
+
 /* The base64 length of a checksum trailer's value, or 0 for another name. */
 static unsigned checksum_b64_len(const char *name)
 {
@@ -401,55 +410,56 @@ static unsigned hex_digits(uint64_t v)
 
 void pass_plan_trailer(struct req *r, const char *names)
 {
-	r->trailer[0] = '\0';
-	if (!names || r->up_len < 0)
+	if (!names || r->up_len < 0 || r->reframe)
 		return;
 	while (*names == ' ' || *names == '\t')
 		names++;
 	size_t n = strcspn(names, " \t,");
-	if (n == 0 || n >= sizeof r->trailer || names[n + strspn(names + n, " \t")] != '\0')
+	char name[sizeof r->reframe->trailer];
+	if (n == 0 || n >= sizeof name || names[n + strspn(names + n, " \t")] != '\0')
 		return; /* none, or more than one name */
-	char name[sizeof r->trailer];
 	memcpy(name, names, n);
 	name[n] = '\0';
 	unsigned b64 = checksum_b64_len(name);
-	if (!b64)
-		return;
-	for (size_t i = 0; i < n; i++)
-		name[i] = (char)tolower((unsigned char)name[i]);
+	struct reframe *f = b64 ? calloc(1, sizeof *f) : NULL;
+	if (!f)
+		return; /* sent as plain bytes, as for any other trailer */
+	for (size_t i = 0; i <= n; i++)
+		f->trailer[i] = (char)tolower((unsigned char)name[i]);
 	/* "<hex size>\r\n<bytes>\r\n" per chunk of REFRAME_CHUNK, the last one
 	 * shorter; then "0\r\n<name>:<value>\r\n\r\n". */
 	uint64_t len = (uint64_t)r->up_len, full = len / REFRAME_CHUNK, rest = len % REFRAME_CHUNK;
-	r->wire_len = full * (hex_digits(REFRAME_CHUNK) + 4 + REFRAME_CHUNK) +
+	f->wire_len = full * (hex_digits(REFRAME_CHUNK) + 4 + REFRAME_CHUNK) +
 	              (rest ? hex_digits(rest) + 4 + rest : 0) + 3 + n + 1 + b64 + 4;
-	memcpy(r->trailer, name, n + 1);
+	r->reframe = f;
 }
 
-/* The framing bytes due next into r->frame: a chunk's header, the CRLF
+/* The framing bytes due next into r->reframe->frame: a chunk's header, the CRLF
  * after its bytes, or (once the body is verified) the end with the
  * trailer. False when nothing is due yet (the body is not verified). */
 static bool next_frame(struct req *r)
 {
-	r->frame_off = 0;
-	r->frame_len = 0;
+	struct reframe *f = r->reframe;
+	f->frame_off = 0;
+	f->frame_len = 0;
 	uint64_t left = (uint64_t)r->up_len - r->up_sent;
 	if (left > 0) {
 		uint64_t size = left < REFRAME_CHUNK ? left : REFRAME_CHUNK;
-		r->frame_len = (unsigned)snprintf(r->frame, sizeof r->frame, "%" PRIx64 "\r\n", size);
-		r->chunk_left = size;
+		f->frame_len = (unsigned)snprintf(f->frame, sizeof f->frame, "%" PRIx64 "\r\n", size);
+		f->chunk_left = size;
 		return true;
 	}
-	if (r->trailer_sent || !r->body_verified)
+	if (f->trailer_sent || !r->body_verified)
 		return false;
 	const char *v = ack_trailer_checksum(r->ack); /* "<name>: <value>" */
 	const char *colon = v ? strchr(v, ':') : NULL;
 	if (!colon)
 		return false;
-	int n = snprintf(r->frame, sizeof r->frame, "0\r\n%s:%s\r\n\r\n", r->trailer, colon + 2);
-	if (n < 0 || (size_t)n >= sizeof r->frame)
+	int n = snprintf(f->frame, sizeof f->frame, "0\r\n%s:%s\r\n\r\n", f->trailer, colon + 2);
+	if (n < 0 || (size_t)n >= sizeof f->frame)
 		return false;
-	r->frame_len = (unsigned)n;
-	r->trailer_sent = true;
+	f->frame_len = (unsigned)n;
+	f->trailer_sent = true;
 	return true;
 }
 
@@ -458,30 +468,31 @@ static bool next_frame(struct req *r)
  * upload whose body was not. */
 static size_t reframed_read(struct req *r, char *out, size_t max)
 {
+	struct reframe *f = r->reframe;
 	size_t got = 0;
 	while (got < max) {
-		if (r->frame_off < r->frame_len) {
-			size_t n = r->frame_len - r->frame_off;
+		if (f->frame_off < f->frame_len) {
+			size_t n = f->frame_len - f->frame_off;
 			n = n < max - got ? n : max - got;
-			memcpy(out + got, r->frame + r->frame_off, n);
-			r->frame_off += (unsigned)n;
+			memcpy(out + got, f->frame + f->frame_off, n);
+			f->frame_off += (unsigned)n;
 			got += n;
 			continue;
 		}
-		if (r->chunk_left > 0) {
+		if (f->chunk_left > 0) {
 			size_t avail = pbuf_used(&r->upbuf);
 			size_t n = avail < max - got ? avail : max - got;
-			n = n < r->chunk_left ? n : (size_t)r->chunk_left;
+			n = n < f->chunk_left ? n : (size_t)f->chunk_left;
 			if (n == 0)
 				break;
 			pbuf_take(&r->upbuf, out + got, n);
 			got += n;
 			r->up_sent += n;
-			r->chunk_left -= n;
-			if (r->chunk_left == 0) {
-				memcpy(r->frame, "\r\n", 2);
-				r->frame_len = 2;
-				r->frame_off = 0;
+			f->chunk_left -= n;
+			if (f->chunk_left == 0) {
+				memcpy(f->frame, "\r\n", 2);
+				f->frame_len = 2;
+				f->frame_off = 0;
 			}
 			continue;
 		}
@@ -490,7 +501,7 @@ static size_t reframed_read(struct req *r, char *out, size_t max)
 	}
 	if (got)
 		req_wake(r); /* the upload may have been waiting for room */
-	else if (r->trailer_sent)
+	else if (f->trailer_sent)
 		return 0; /* the end */
 	return got ? got : CURL_READFUNC_PAUSE;
 }
@@ -502,7 +513,7 @@ static size_t on_upstream_read(struct transfer *t, void *arg, char *out, size_t 
 	(void)t;
 	if (r->has_err)
 		return CURL_READFUNC_ABORT;
-	if (r->trailer[0])
+	if (r->reframe)
 		return reframed_read(r, out, max);
 	size_t avail = pbuf_used(&r->upbuf);
 	/* Hold back the last byte until the body is verified: upstream stores
@@ -542,7 +553,8 @@ int pass_start(struct req *r)
 	int rc = 0;
 	if (!r->up_query && !(r->up_query = upstream_query(r->query, r->presigned_v2)))
 		rc = -ENOMEM;
-	bool reframed = r->trailer[0] != '\0';
+	struct reframe *rf = r->reframe;
+	bool reframed = rf != NULL;
 	struct fwd_ctx f = { &h, r->body == BODY_CHUNKED, 0, reframed, false };
 	if (!rc) {
 		MHD_get_connection_values(r->conn, MHD_HEADER_KIND, forward_header, &f);
@@ -551,18 +563,18 @@ int pass_start(struct req *r)
 	if (!rc && reframed) {
 		char alg[16], dlen[24];
 		size_t i = 0;
-		for (const char *s = r->trailer + 15; *s && i + 1 < sizeof alg; s++) /* "x-amz-checksum-" */
+		for (const char *s = rf->trailer + 15; *s && i + 1 < sizeof alg; s++) /* "x-amz-checksum-" */
 			alg[i++] = (char)toupper((unsigned char)*s);
 		alg[i] = '\0';
 		*u64_dec(dlen, (uint64_t)r->up_len, 0) = '\0';
 		rc = f.encoding_set ? 0 : hdrs_add(&h, "Content-Encoding", "aws-chunked");
 		rc = rc ? rc : hdrs_add(&h, "x-amz-decoded-content-length", dlen);
-		rc = rc ? rc : hdrs_add(&h, "x-amz-trailer", r->trailer);
+		rc = rc ? rc : hdrs_add(&h, "x-amz-trailer", rf->trailer);
 		rc = rc ? rc : hdrs_add(&h, "x-amz-sdk-checksum-algorithm", alg);
 		r->up_sent = 0;
-		r->chunk_left = 0;
-		r->frame_len = r->frame_off = 0;
-		r->trailer_sent = false;
+		rf->chunk_left = 0;
+		rf->frame_len = rf->frame_off = 0;
+		rf->trailer_sent = false;
 	}
 	if (!rc && r->presigned)
 		rc = pass_query_headers(r, &h);
@@ -579,7 +591,7 @@ int pass_start(struct req *r)
 		.headers = &h,
 		.upload = r->body != BODY_NONE || strcmp(r->method, "PUT") == 0 ||
 		          strcmp(r->method, "POST") == 0,
-		.upload_len = reframed ? (int64_t)r->wire_len : r->up_len,
+		.upload_len = reframed ? (int64_t)rf->wire_len : r->up_len,
 	};
 	rc = rc ? rc : upstream_prepare(gw->up, &r->up, &rq, &r->target);
 	hdrs_fini(&h);
@@ -814,6 +826,7 @@ void pass_init(struct req *r)
 void pass_fini(struct req *r)
 {
 	assert(!r->up.running);
+	free(r->reframe);
 	transfer_fini(&r->up);
 	up_target_fini(&r->target);
 	free(r->upbuf.p);

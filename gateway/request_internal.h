@@ -85,14 +85,9 @@ struct req {
 	bool start_verified;
 	/* An aws-chunked body whose trailer names a checksum goes upstream
 	 * framed again as STREAMING-UNSIGNED-PAYLOAD-TRAILER, with that
-	 * checksum in its trailer (passthrough.c, pass_plan_trailer): the
-	 * trailer's name ("" otherwise), and the framing under way. */
-	char trailer[32];
-	uint64_t wire_len;     /* the framed body's length upstream */
-	uint64_t chunk_left;   /* data bytes of the current upstream chunk still due */
-	char frame[112];       /* framing bytes due before more data */
-	unsigned frame_len, frame_off;
-	bool trailer_sent;
+	 * checksum in its trailer (passthrough.c, pass_plan_trailer); NULL
+	 * for every other body. */
+	struct reframe *reframe;
 	/* DeleteObjects under a prefix grant: the body is held whole until
 	 * every key in it is checked against the grants (delete_body). */
 	bool check_delete;
