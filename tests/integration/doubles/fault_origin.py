@@ -283,8 +283,8 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
                     methods=("PUT",), bucket=None, key=None):
         """The next n matching requests get this S3 error as soon as their
         headers are in, before any body byte is read (S3 may answer a
-        refused upload so); the connection is then closed. Their signature
-        is not checked."""
+        refused upload so); the body is then read and dropped, and the
+        connection closed. Their signature is not checked."""
         return self._add(Fault("refuse", n, tuple(methods), bucket, key, status=status, code=code,
                                message=message))
 
@@ -552,9 +552,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         srv._record(self.rec)
         if refuse:
             self.rec["faults"] = ["refuse"]
-            self.close_connection = True  # its body was never read
+            self.close_connection = True
             p = refuse.params
-            return self._error(p["status"], p["code"], p["message"], headers={"Connection": "close"})
+            self._error(p["status"], p["code"], p["message"], headers={"Connection": "close"})
+            # Then read and drop the body, as S3 does, rather than close on
+            # unread bytes: that would reset the connection, and the
+            # client might lose the answer it was sent.
+            self.wfile.flush()
+            try:
+                self.connection.settimeout(10)
+                self._body()
+            except (OSError, ValueError):
+                pass
+            return None
         bad = self._authenticate(hdrs, body)
         if bad:
             self.rec["auth_error"] = bad[1]
