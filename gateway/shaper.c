@@ -150,7 +150,8 @@ static bool may_go(const struct entry *e, const struct shaper_slot *slot)
 	if (e->inflight >= limit_of(slot, e))
 		return false;
 	if (slot->queued)
-		return true; /* only grant_waiters asks for those */
+		return true; /* grant_waiters passes them oldest first; a queued
+		              * slot asking again found none of this room */
 	return slot->background ? e->waiting == 0 : e->demand_waiting == 0;
 }
 

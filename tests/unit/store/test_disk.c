@@ -646,6 +646,18 @@ static struct disk *open_subset(const char *dir)
 	return d;
 }
 
+/* The 14 own chunks 0..13 are held, the copies [gone_from, gone_to) are
+ * not; then the tier checks out and closes. */
+static void expect_own_kept(struct disk *d, size_t len, uint64_t gone_from, uint64_t gone_to)
+{
+	for (uint64_t n = 0; n < 14; n++)
+		expect_held(d, n, 0, len);
+	for (uint64_t n = gone_from; n < gone_to; n++)
+		expect_gone(d, n);
+	assert_int_equal(disk_check(d), 0);
+	disk_close(d);
+}
+
 /* Copies of other nodes' chunks go before this node's own, whatever their
  * hashes, and are not written over them (store/policy.h: policy_rank). */
 static void test_copies_after_own(void **state)
@@ -659,12 +671,7 @@ static void test_copies_after_own(void **state)
 		put_as(d, n, 1, 0, len, false);
 	for (uint64_t n = 100; n < 108; n++)
 		put_as(d, n + 8, 1, 0, len, true); /* declined: no room left by own */
-	for (uint64_t n = 0; n < 14; n++)
-		expect_held(d, n, 0, len);
-	for (uint64_t n = 100; n < 116; n++)
-		expect_gone(d, n);
-	assert_int_equal(disk_check(d), 0);
-	disk_close(d);
+	expect_own_kept(d, len, 100, 116);
 }
 
 /* Whether an entry is a copy is written with it: after a restart the
@@ -684,12 +691,7 @@ static void test_copy_flag_survives_restart(void **state)
 	assert_int_equal(stats(d).entries, 14);
 	for (uint64_t n = 7; n < 14; n++)
 		put_as(d, n, 1, 0, len, false);
-	for (uint64_t n = 0; n < 14; n++)
-		expect_held(d, n, 0, len);
-	for (uint64_t n = 100; n < 107; n++)
-		expect_gone(d, n);
-	assert_int_equal(disk_check(d), 0);
-	disk_close(d);
+	expect_own_kept(d, len, 100, 107);
 }
 
 /* An entry that cannot fit is declined, not an error, and nothing is written. */
