@@ -308,7 +308,6 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	return c->meta_fetch ? 0 : -EIO;
 }
 
-/* Finds the object's metadata, or starts learning it, or waits. */
 /* Chunk 0 handed over by the fetch that learnt the object (cache_owner_
  * learnt) is of the version that fetch saw. A write meanwhile drops what
  * that fetch learnt (store/meta.c), and the reader may learn another
@@ -327,6 +326,7 @@ static void drop_other_version(struct req *r)
 	}
 }
 
+/* Finds the object's metadata, or starts learning it, or waits. */
 static void resolve(struct req *r)
 {
 	struct gw *gw = req_gw(r);

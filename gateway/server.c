@@ -122,7 +122,6 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	ev_break(loop, EVBREAK_ALL);
 }
 
-/* SIGTERM reached this worker: stop accepting, let requests finish. */
 /* shaper_waker.wake: on whichever thread freed a place in a window. */
 static void slot_wake(struct shaper_waker *wk)
 {
@@ -139,6 +138,7 @@ static void slot_async_cb(struct ev_loop *loop, ev_async *a, int revents)
 	shaper_tell(w->gw->shaper, &w->slot_waker);
 }
 
+/* SIGTERM reached this worker: stop accepting, let requests finish. */
 static void stop_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
 	struct worker *w = a->data;
