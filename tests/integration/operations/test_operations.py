@@ -392,16 +392,34 @@ class ThreadNames(OwnLarderCase):
         larder = self.start_larder(env={"LARDER_WORKERS": "3", "LARDER_CACHE_DIR": cache,
                                         "LARDER_DISK_CACHE_SIZE": "64MiB",
                                         "LARDER_ACCESS_LOG_FLUSH_MS": None})
-        names = {}
-        task = "/proc/%d/task" % larder.proc.pid
-        for tid in os.listdir(task):
-            with open(os.path.join(task, tid, "comm")) as f:
-                name = f.read().strip()
-            names[name] = names.get(name, 0) + 1
+        # The port accepts once it is bound, before the workers' threads are
+        # started and have named themselves: wait for them (a person's top -H
+        # a moment after the start sees the same).
+        want = {"larder-worker": 3, "larder-io": 2, "larder-log": 1}
+        deadline = time.monotonic() + 10
+        while True:
+            names = self.thread_names(larder.proc.pid)
+            if time.monotonic() > deadline or all(names.get(k) == v for k, v in want.items()):
+                break
+            time.sleep(0.05)
         self.assertEqual(names.get("larder-worker"), 3, names)
         self.assertEqual(names.get("larder-io"), 2, names)   # the store's default
         self.assertEqual(names.get("larder-log"), 1, names)  # the access log's flusher
         self.finish(larder)
+
+    @staticmethod
+    def thread_names(pid):
+        """{name: how many threads of pid have it}; threads that end while read are skipped."""
+        names = {}
+        task = "/proc/%d/task" % pid
+        for tid in os.listdir(task):
+            try:
+                with open(os.path.join(task, tid, "comm")) as f:
+                    name = f.read().strip()
+            except FileNotFoundError:
+                continue
+            names[name] = names.get(name, 0) + 1
+        return names
 
 
 if __name__ == "__main__":
