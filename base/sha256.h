@@ -5,7 +5,9 @@
  * OpenSSL's provider tables (locks, string compares) on every use, which
  * costs more than hashing a short input: 310 ns against 140 ns for a chunk
  * id (docs/benchmarks.md, "The floor of a warm hit"). The digest fetched
- * here is shared by every thread and never freed. Thread-safe.
+ * here is shared by every thread and never freed. Each thread also keeps
+ * one digest context, begun afresh for every hash, rather than allocating
+ * and freeing one per hash. Thread-safe.
  */
 #ifndef LARDER_SHA256_H
 #define LARDER_SHA256_H
@@ -16,6 +18,11 @@
 
 /* SHA-256 for EVP_DigestInit_ex(), EVP_Digest() and HMAC(). */
 const EVP_MD *sha256_md(void);
+
+/* The calling thread's context, begun for SHA-256; NULL when none can be
+ * had (out of memory). Valid until this thread's next sha256_begin() or
+ * sha256(): hash with it, finish it, then let it be (never free it). */
+EVP_MD_CTX *sha256_begin(void);
 
 /* out = SHA-256(p[0..n)). */
 void sha256(const void *p, size_t n, unsigned char out[32]);

@@ -14,8 +14,10 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 
+#include "base/sha256.h"
 #include "store/chunk.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -87,6 +89,86 @@ static void msleep(int ms)
 }
 
 /* ---- identity ------------------------------------------------------------ */
+
+/* The id as its definition says, with OpenSSL's one-shot digest: SHA-256 of
+ * bucket, key and etag, each after its length as 8 bytes big-endian, then
+ * the index as 8 bytes big-endian, truncated to CHUNK_ID_LEN bytes. */
+static void id_by_hand(const char *bucket, const char *key, const char *etag, uint64_t index,
+                       struct chunk_id *out)
+{
+	unsigned char msg[1024], md[32];
+	size_t n = 0;
+	const char *f[] = { bucket, key, etag };
+	for (int i = 0; i < 3; i++) {
+		size_t l = strlen(f[i]);
+		for (int b = 7; b >= 0; b--)
+			msg[n++] = (unsigned char)((uint64_t)l >> (8 * b));
+		memcpy(msg + n, f[i], l);
+		n += l;
+	}
+	for (int b = 7; b >= 0; b--)
+		msg[n++] = (unsigned char)(index >> (8 * b));
+	unsigned int ml = 0;
+	assert_int_equal(EVP_Digest(msg, n, md, &ml, EVP_sha256(), NULL), 1);
+	memcpy(out->b, md, CHUNK_ID_LEN);
+}
+
+/* Ids and sha256() share each thread's one digest context: hashes made
+ * between ids, of other lengths, leave no trace in the next. */
+static void test_id_is_its_definition(void **state)
+{
+	(void)state;
+	static const char two_blocks[] = "a much longer key, past one block of SHA-256's "
+	                                 "64 bytes, so that it takes two";
+	static const char *const keys[] = { "", "k", "dir/object", two_blocks };
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		for (uint64_t index = 0; index < 3; index++) {
+			struct chunk_id got, want;
+			chunk_id_make("bucket", keys[i], "\"0123\"", index * 1000003, &got);
+			id_by_hand("bucket", keys[i], "\"0123\"", index * 1000003, &want);
+			assert_memory_equal(got.b, want.b, CHUNK_ID_LEN);
+
+			unsigned char a[32], b[32];
+			unsigned int bl = 0;
+			sha256(keys[i], strlen(keys[i]) + index, a); /* the NUL too, past the first */
+			EVP_Digest(keys[i], strlen(keys[i]) + index, b, &bl, EVP_sha256(), NULL);
+			assert_memory_equal(a, b, 32);
+		}
+	}
+}
+
+#define ID_THREADS 4
+#define ID_ROUNDS 2000
+
+static void *make_ids(void *arg)
+{
+	const struct chunk_id *want = arg;
+	for (int r = 0; r < 3; r++)
+		for (uint64_t i = 0; i < ID_ROUNDS; i++) {
+			struct chunk_id id;
+			chunk_id_make("b", "threads", "\"e\"", i, &id);
+			if (!chunk_id_eq(&id, &want[i]))
+				return (void *)1;
+		}
+	return NULL;
+}
+
+/* Threads making ids at once each get the ids one thread makes alone. */
+static void test_ids_across_threads(void **state)
+{
+	(void)state;
+	static struct chunk_id want[ID_ROUNDS];
+	for (uint64_t i = 0; i < ID_ROUNDS; i++)
+		id_by_hand("b", "threads", "\"e\"", i, &want[i]);
+	pthread_t t[ID_THREADS];
+	for (int i = 0; i < ID_THREADS; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, make_ids, want), 0);
+	for (int i = 0; i < ID_THREADS; i++) {
+		void *bad = (void *)1;
+		pthread_join(t[i], &bad);
+		assert_null(bad);
+	}
+}
 
 static void test_id(void **state)
 {
@@ -451,6 +533,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_id),
+		cmocka_unit_test(test_id_is_its_definition),
+		cmocka_unit_test(test_ids_across_threads),
 		cmocka_unit_test(test_new_unref),
 		cmocka_unit_test(test_live_bytes),
 		cmocka_unit_test(test_wake_on_append_and_state),
