@@ -128,10 +128,12 @@ static void test_id_is_its_definition(void **state)
 			id_by_hand("bucket", keys[i], "\"0123\"", index * 1000003, &want);
 			assert_memory_equal(got.b, want.b, CHUNK_ID_LEN);
 
-			unsigned char a[32], b[32];
+			unsigned char in[sizeof two_blocks + 2] = { 0 }, a[32], b[32];
 			unsigned int bl = 0;
-			sha256(keys[i], strlen(keys[i]) + index, a); /* the NUL too, past the first */
-			EVP_Digest(keys[i], strlen(keys[i]) + index, b, &bl, EVP_sha256(), NULL);
+			size_t n = strlen(keys[i]) + index; /* 0-2 zero bytes past the key */
+			memcpy(in, keys[i], strlen(keys[i]));
+			sha256(in, n, a);
+			EVP_Digest(in, n, b, &bl, EVP_sha256(), NULL);
 			assert_memory_equal(a, b, 32);
 		}
 	}
