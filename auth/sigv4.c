@@ -13,18 +13,13 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include <openssl/core_names.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/params.h>
+#include <openssl/crypto.h>
 
-#include "auth/sigv4_internal.h"
 #include "base/hdrs.h"
 #include "base/httpdate.h"
 #include "base/sha256.h"
@@ -36,73 +31,11 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
-/* HMAC-SHA256 fetched once, as SHA-256 is (base/sha256.h): HMAC() looks
- * the algorithm up in OpenSSL's provider tables on every call ("Per-request
- * CPU (issue 15)" in docs/benchmarks.md). Each thread keeps one copy of a
- * context whose digest is set and keys it afresh for every HMAC: a copy
- * made and freed per HMAC cost 0.3 us more (an allocation, and the locks
- * of OpenSSL's reference counts). */
-static EVP_MAC_CTX *hmac_template;
-static pthread_key_t hmac_ctx_key; /* the calling thread's copy */
-static bool hmac_ctx_key_ok;
-static pthread_once_t fetch_once = PTHREAD_ONCE_INIT;
-
-static void hmac_ctx_free(void *ctx)
-{
-	EVP_MAC_CTX_free(ctx);
-}
-
-static void fetch_algorithms(void)
-{
-	EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-	OSSL_PARAM params[] = {
-		OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
-		OSSL_PARAM_construct_end(),
-	};
-	hmac_template = mac ? EVP_MAC_CTX_new(mac) : NULL;
-	if (hmac_template && !EVP_MAC_CTX_set_params(hmac_template, params)) {
-		EVP_MAC_CTX_free(hmac_template);
-		hmac_template = NULL;
-	}
-	EVP_MAC_free(mac); /* the context keeps its own reference */
-	hmac_ctx_key_ok = pthread_key_create(&hmac_ctx_key, hmac_ctx_free) == 0;
-}
-
-/* This thread's HMAC context, made on first use; NULL when it cannot be. */
-static EVP_MAC_CTX *thread_hmac_ctx(void)
-{
-	if (!hmac_template || !hmac_ctx_key_ok)
-		return NULL;
-	EVP_MAC_CTX *ctx = pthread_getspecific(hmac_ctx_key);
-	if (!ctx) {
-		ctx = EVP_MAC_CTX_dup(hmac_template);
-		if (ctx && pthread_setspecific(hmac_ctx_key, ctx) != 0) {
-			EVP_MAC_CTX_free(ctx);
-			ctx = NULL;
-		}
-	}
-	return ctx;
-}
-
 static void sha256_hex(const void *p, size_t n, char out[65])
 {
 	unsigned char md[32];
 	sha256(p, n, md);
 	hex_encode(md, sizeof md, out);
-}
-
-/* out may be key: the key is taken in before anything is written. */
-void sv4_hmac256(const void *key, size_t klen, const void *p, size_t n, unsigned char out[32])
-{
-	pthread_once(&fetch_once, fetch_algorithms);
-	EVP_MAC_CTX *ctx = thread_hmac_ctx();
-	size_t len = 0;
-	bool ok = ctx && EVP_MAC_init(ctx, key, klen, NULL) && EVP_MAC_update(ctx, p, n) &&
-	          EVP_MAC_final(ctx, out, &len, 32) && len == 32;
-	if (!ok) { /* no template, or out of memory: the one-shot call */
-		unsigned int olen = 32;
-		HMAC(sha256_md(), key, (int)klen, p, n, out, &olen);
-	}
 }
 
 static bool is_unreserved(unsigned char c)
@@ -594,7 +527,7 @@ int sv4_string_to_sign(const char *amz_date, const char *date, const char *regio
 void sv4_signature(const unsigned char key[32], const char *string_to_sign, char sig[65])
 {
 	unsigned char mac[32];
-	sv4_hmac256(key, 32, string_to_sign, strlen(string_to_sign), mac);
+	sha256_hmac(key, 32, string_to_sign, strlen(string_to_sign), mac);
 	hex_encode(mac, sizeof mac, sig);
 }
 

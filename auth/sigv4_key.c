@@ -18,7 +18,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
-#include "auth/sigv4_internal.h"
 #include "base/fnv.h"
 #include "base/sha256.h"
 
@@ -47,7 +46,7 @@ static void derive_key(const char *secret, const char *date, const char *region,
 	if (ks) {
 		memcpy(ks, "AWS4", 4);
 		memcpy(ks + 4, secret, slen + 1);
-		sv4_hmac256(ks, slen + 4, date, strlen(date), k);
+		sha256_hmac(ks, slen + 4, date, strlen(date), k);
 		OPENSSL_cleanse(ks, slen + 4);
 		free(ks);
 	} else {
@@ -59,12 +58,12 @@ static void derive_key(const char *secret, const char *date, const char *region,
 		} else {
 			memset(small, 0, sizeof small);
 		}
-		sv4_hmac256(small, slen + 4 < sizeof small ? slen + 4 : 4, date, strlen(date), k);
+		sha256_hmac(small, slen + 4 < sizeof small ? slen + 4 : 4, date, strlen(date), k);
 		OPENSSL_cleanse(small, sizeof small);
 	}
-	sv4_hmac256(k, 32, region, strlen(region), k);
-	sv4_hmac256(k, 32, service, strlen(service), k);
-	sv4_hmac256(k, 32, "aws4_request", 12, key);
+	sha256_hmac(k, 32, region, strlen(region), k);
+	sha256_hmac(k, 32, service, strlen(service), k);
+	sha256_hmac(k, 32, "aws4_request", 12, key);
 	OPENSSL_cleanse(k, sizeof k);
 }
 

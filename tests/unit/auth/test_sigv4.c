@@ -20,7 +20,7 @@
 #include <openssl/hmac.h>
 
 #include "auth/sigv4.h"
-#include "auth/sigv4_internal.h"
+#include "base/sha256.h"
 
 static const char *datadir;
 
@@ -621,7 +621,7 @@ static void hex32(const unsigned char *mac, char out[65])
 		snprintf(out + 2 * i, 3, "%02x", mac[i]);
 }
 
-/* sv4_hmac256 is HMAC-SHA256: RFC 4231's cases 1, 2 and 6 (a key longer
+/* sha256_hmac is HMAC-SHA256: RFC 4231's cases 1, 2 and 6 (a key longer
  * than the block), and OpenSSL's HMAC() for every key length around the
  * 64-byte block and a message of every length up to two blocks. */
 static void test_hmac256(void **state)
@@ -630,15 +630,15 @@ static void test_hmac256(void **state)
 	unsigned char mac[32], want[32], key[200], msg[130];
 	char hex[65];
 	memset(key, 0x0b, 20);
-	sv4_hmac256(key, 20, "Hi There", 8, mac);
+	sha256_hmac(key, 20, "Hi There", 8, mac);
 	hex32(mac, hex);
 	assert_string_equal(hex, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
-	sv4_hmac256("Jefe", 4, "what do ya want for nothing?", 28, mac);
+	sha256_hmac("Jefe", 4, "what do ya want for nothing?", 28, mac);
 	hex32(mac, hex);
 	assert_string_equal(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 	memset(key, 0xaa, 131);
 	const char *m6 = "Test Using Larger Than Block-Size Key - Hash Key First";
-	sv4_hmac256(key, 131, m6, strlen(m6), mac);
+	sha256_hmac(key, 131, m6, strlen(m6), mac);
 	hex32(mac, hex);
 	assert_string_equal(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 	for (size_t i = 0; i < sizeof key; i++)
@@ -648,7 +648,7 @@ static void test_hmac256(void **state)
 	for (size_t kl = 0; kl <= sizeof key; kl++) {
 		size_t ml = kl % sizeof msg;
 		unsigned int len = 32;
-		sv4_hmac256(key, kl, msg, ml, mac);
+		sha256_hmac(key, kl, msg, ml, mac);
 		HMAC(EVP_sha256(), key, (int)kl, msg, ml, want, &len);
 		assert_memory_equal(mac, want, 32);
 	}
