@@ -191,6 +191,19 @@ static bool is_delete_objects(const struct req *r)
 	return yes;
 }
 
+/* CreateSession (GET /bucket?session, directory buckets) answers with
+ * temporary credentials of whoever signed it: upstream, that is larder's
+ * own identity, read-write by default. A client holding them would act on
+ * the bucket past its grant and past larder. No key gets them. */
+static bool is_create_session(const struct req *r)
+{
+	struct buf v;
+	buf_init(&v, S3_MAX_QUERY_BYTES);
+	bool yes = r->s3.target == S3T_BUCKET && s3_query_get(r->query, "session", &v) != 0;
+	buf_fini(&v);
+	return yes;
+}
+
 struct delete_check {
 	const struct client_key *k;
 	const char *bucket;
@@ -422,6 +435,9 @@ void authn_request(struct req *r)
 		}
 		if (!allowed)
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
+		else if (is_create_session(r))
+			req_fail(r, S3E_ACCESS_DENIED, "CreateSession would hand out larder's own "
+			         "credentials");
 		else if (sources_allowed(r, k, &sreq))
 			r->authorized = true;
 		r->max_upstream = k->max_upstream_requests;

@@ -183,6 +183,18 @@ class Refusals(LarderCase):
         self.refused(lambda: c.get_object(Bucket="ref-a", Key="plain"), 403, "AccessDenied")
         self.refused(lambda: c.head_object(Bucket="ref-a", Key="database/x"), 403, "403")
 
+    def test_create_session_refused(self):
+        # CreateSession (directory buckets) answers with credentials of the
+        # identity that signed it upstream: larder's own, read-write. A key,
+        # even one with the whole bucket, never gets them.
+        for key, secret in ((RO_KEY, RO_SECRET), (BKA_KEY, BKA_SECRET)):
+            with self.subTest(key=key):
+                h = harness.sign_headers("GET", self.larder.url + "/ref-a?session", key, secret)
+                self.raw_refused("GET", "/ref-a?session", h, 403, "AccessDenied")
+        # the same keys still list the bucket
+        ro = self.larder.client(key=RO_KEY, secret=RO_SECRET)
+        self.assertIn("plain", [o["Key"] for o in ro.list_objects_v2(Bucket="ref-a")["Contents"]])
+
     def test_delete_objects_under_a_prefix_grant(self):
         # DeleteObjects names its keys in the body: a key granted ref-a/rw/
         # may delete many at once when every one is under rw/, and nothing
