@@ -427,6 +427,11 @@ void authn_request(struct req *r)
 		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
 		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
 		bool allowed = pol_allows(k, r->s3.access, bucket, key, list_prefix);
+		/* "c+d/" is "c d/" to a reader that takes '+' for a space: the
+		 * grant must cover the prefix whichever way upstream reads it. */
+		if (allowed && r->s3.listing && r->s3.list_prefix_plus)
+			allowed = pol_allows(k, r->s3.access, bucket, NULL,
+			                     buf_cstr(&r->s3.list_prefix_spaced));
 		/* A key with a prefix grant may delete many objects at once when
 		 * each is under its grant: decided once the body is in. */
 		if (!allowed && is_delete_objects(r)) {

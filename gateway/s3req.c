@@ -14,12 +14,14 @@ void s3req_init(struct s3req *r)
 	memset(r, 0, sizeof *r);
 	buf_init(&r->key, 4 * S3_MAX_KEY_BYTES);
 	buf_init(&r->list_prefix, S3_MAX_QUERY_BYTES);
+	buf_init(&r->list_prefix_spaced, S3_MAX_QUERY_BYTES);
 }
 
 void s3req_fini(struct s3req *r)
 {
 	buf_fini(&r->key);
 	buf_fini(&r->list_prefix);
+	buf_fini(&r->list_prefix_spaced);
 }
 
 bool s3_bucket_name_ok(const char *b, size_t len)
@@ -78,6 +80,41 @@ bool s3_query_names_plain(const char *q)
 			q++;
 	}
 	return true;
+}
+
+/* The raw value of the first parameter called name, with each '+' read as
+ * a space and the rest percent-decoded, into out. *plus: whether the raw
+ * value holds a '+'. Returns as s3_query_get. */
+static int query_get_spaced(const char *q, const char *name, struct buf *out, bool *plus)
+{
+	size_t nlen = strlen(name);
+	*plus = false;
+	buf_reset(out);
+	while (q && *q) {
+		size_t len = strcspn(q, "&"), klen = strcspn(q, "=&");
+		if (klen == nlen && memcmp(q, name, nlen) == 0) {
+			const char *v = q + klen + (klen < len), *end = q + len;
+			while (v < end) {
+				size_t run = strcspn(v, "+&");
+				if (v + run > end)
+					run = (size_t)(end - v);
+				if (sv4_uri_decode(v, run, out) != 0)
+					return -1;
+				v += run;
+				if (v < end) { /* a '+' */
+					*plus = true;
+					if (buf_putc(out, ' ') != 0)
+						return -1;
+					v++;
+				}
+			}
+			return 1;
+		}
+		q += len;
+		if (*q == '&')
+			q++;
+	}
+	return 0;
 }
 
 /* How many times the parameter name appears in a raw query. */
@@ -195,11 +232,14 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
 	}
 	r->target = r->key.len ? S3T_OBJECT : S3T_BUCKET;
 	r->listing = false;
+	r->list_prefix_plus = false;
 	if (r->target == S3T_BUCKET && strcmp(method, "GET") == 0 && is_listing_query(raw_query)) {
 		r->listing = true;
 		buf_reset(&r->list_prefix);
 		/* Two prefixes: the policy would check one and upstream use another. */
 		if (s3_query_get(raw_query, "prefix", &r->list_prefix) < 0 ||
+		    query_get_spaced(raw_query, "prefix", &r->list_prefix_spaced,
+		                     &r->list_prefix_plus) < 0 ||
 		    query_count(raw_query, "prefix") > 1) {
 			*err = S3E_INVALID_ARGUMENT;
 			return -1;

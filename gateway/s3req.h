@@ -29,6 +29,11 @@ struct s3req {
 	enum pol_access access;   /* GET/HEAD read, all else write */
 	bool listing;             /* a bucket GET that lists (objects, versions, uploads) */
 	struct buf list_prefix;   /* the listing's decoded prefix parameter */
+	/* When the raw prefix holds a '+': the prefix with each such '+' read
+	 * as a space, as a form decoder (moto, and S3 for all we can tell)
+	 * reads it. The policy must allow both readings. Empty otherwise. */
+	bool list_prefix_plus;
+	struct buf list_prefix_spaced;
 };
 
 void s3req_init(struct s3req *r);

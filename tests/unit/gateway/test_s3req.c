@@ -117,6 +117,15 @@ static void test_listing(void **state)
 	assert_true(parsed.listing);
 	assert_int_equal(parse("DELETE", "h", "/bkt", "", &err), 0);
 	assert_false(parsed.listing);
+	/* A raw '+' may be a space upstream: both readings are kept. */
+	assert_int_equal(parse("GET", "h", "/bkt", "list-type=2&prefix=c+d%2Be%2F+", &err), 0);
+	assert_string_equal(buf_cstr(&parsed.list_prefix), "c+d+e/+");
+	assert_true(parsed.list_prefix_plus);
+	assert_string_equal(buf_cstr(&parsed.list_prefix_spaced), "c d+e/ ");
+	assert_int_equal(parse("GET", "h", "/bkt", "prefix=c%2Bd&list-type=2", &err), 0);
+	assert_false(parsed.list_prefix_plus);
+	assert_int_equal(parse("GET", "h", "/bkt", "prefix=c+%zz", &err), -1);
+	assert_int_equal(err, S3E_INVALID_ARGUMENT);
 }
 
 static void test_query_get(void **state)
