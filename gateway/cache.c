@@ -175,6 +175,12 @@ bool cache_passes(struct req *r)
 	struct cread *c = req_cread(r);
 	const struct obj_meta *m = c->meta;
 	uint64_t first, last;
+	/* S3 answers the HEAD of an object whose GET it refuses with a 403
+	 * (an archived object's InvalidObjectState, a KMS key the caller may
+	 * not decrypt with): the GET that tried to learn the object is not
+	 * the HEAD's answer. */
+	if (c->has_uerr && c->head && c->uerr_status == 403)
+		c->pass_through = true;
 	if (!m || m->negative || c->has_uerr || req_failed(r))
 		return c->pass_through;
 	bool part_unknown = c->part && !meta_part(m, c->part, &first, &last);

@@ -560,6 +560,25 @@ class CacheReads(CacheCase):
                     if method == "GET" and r.status == 200:
                         self.assertTrue(r.body == data)
 
+    def test_head_of_archived_object_is_s3s_answer(self):
+        # S3 refuses a GET of an object in an archive class (403
+        # InvalidObjectState) but answers its HEAD (200, with its storage
+        # class): the GET that learns an object must not answer a HEAD.
+        key = "archived/obj"
+        self.put(key, blob(41, 3000), StorageClass="GLACIER")
+        for method in ("HEAD", "GET", "HEAD"):
+            with self.subTest(method=method):
+                r = self.via_larder(key, method=method)
+                theirs = self.via_moto(key, method=method)
+                self.assertEqual(r.status, theirs.status, "larder %r, moto %r" % (r, theirs))
+                self.assertEqual(r.status, 200 if method == "HEAD" else 403, r)
+                if method == "HEAD":
+                    self.assertEqual(r.headers.get("x-amz-storage-class"), "GLACIER", r)
+                    self.assertEqual(r.headers.get("content-length"), "3000", r)
+                    self.assertEqual(r.headers.get("etag"), theirs.headers.get("etag"))
+                else:
+                    self.assertEqual(harness.s3_error(r.body)[0], "InvalidObjectState", r)
+
     def test_checksum_mode_is_served_from_cache(self):
         """Current SDKs send x-amz-checksum-mode: ENABLED on every GetObject;
         larder answers it from the cache, without x-amz-checksum-* headers
