@@ -681,6 +681,14 @@ static void complete_ok(struct fetch *f)
 	}
 }
 
+/* Whether a meta fetch's 404 says the key is missing, which a negative
+ * entry answers (NoSuchKey) for a while; not a missing bucket, whose
+ * NoSuchBucket is S3's answer to every read of it. */
+static bool no_such_key(const struct fetch *f)
+{
+	return strstr(buf_cstr(&f->errbody), "<Code>NoSuchKey</Code>") != NULL;
+}
+
 static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 {
 	struct fetch *f = arg;
@@ -730,7 +738,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		if ((upstream_retryable(status) || result != CURLE_OK) && status != 304 &&
 		    !f->failed_headers && schedule_retry(f))
 			return;
-		if (status == 404 && gw->cfg->negative_ttl_s > 0) {
+		if (status == 404 && gw->cfg->negative_ttl_s > 0 && no_such_key(f)) {
 			struct obj_meta *neg = meta_new_negative(clock_mono_s());
 			if (neg) {
 				meta_publish(gw->meta, f->bucket, f->key, neg);

@@ -733,5 +733,29 @@ class CacheRevalidation(CacheCase):
         self.assertEqual(harness.s3_error(r.body)[0], "NoSuchKey")
 
 
+class CacheNegative(CacheCase):
+    """404s remembered (LARDER_NEGATIVE_TTL): a remembered one answers as S3 does."""
+    EXTRA_ENV = {"LARDER_NEGATIVE_TTL": "60"}
+
+    def test_missing_key_is_remembered(self):
+        key = "neg/missing"
+        for attempt in range(2):
+            m = self.upstream.mark()
+            r = self.via_larder(key)
+            self.assertEqual((r.status, harness.s3_error(r.body)[0]), (404, "NoSuchKey"), r)
+            self.assertEqual(len(self.upstream_for(key, m)), 1 if attempt == 0 else 0)
+
+    def test_missing_bucket_is_not_a_missing_key(self):
+        # A 404 NoSuchBucket is no news of the key: every read gets S3's code.
+        bucket = "cache-no-such-bucket"
+        for attempt in range(2):
+            with self.subTest(attempt=attempt):
+                r = self.via_larder("neg/obj", bucket=bucket)
+                theirs = self.via_moto("neg/obj", bucket=bucket)
+                self.assertEqual((r.status, harness.s3_error(r.body)[0]),
+                                 (404, "NoSuchBucket"), r)
+                self.assertEqual(harness.s3_error(theirs.body)[0], "NoSuchBucket")
+
+
 if __name__ == "__main__":
     unittest.main()
