@@ -50,10 +50,15 @@ int hdrs_add(struct hdrs *h, const char *name, const char *value)
 int hdrs_add_line(struct hdrs *h, const char *line, size_t len)
 {
 	const char *colon = memchr(line, ':', len);
-	char name[256];
 	size_t nl = colon ? (size_t)(colon - line) : 0;
-	if (nl == 0 || nl >= sizeof name)
+	if (nl == 0)
 		return 0;
+	/* Names have no bound of their own (an x-amz-meta- name may take
+	 * most of S3's 2 KB of user metadata): most fit on the stack. */
+	char small[256];
+	char *name = nl < sizeof small ? small : mem_malloc(nl + 1);
+	if (!name)
+		return -ENOMEM;
 	memcpy(name, line, nl);
 	name[nl] = '\0';
 	const char *v = colon + 1, *end = line + len;
@@ -64,6 +69,8 @@ int hdrs_add_line(struct hdrs *h, const char *line, size_t len)
 	char *value = mem_strndup(v, (size_t)(end - v));
 	int rc = value ? hdrs_add(h, name, value) : -ENOMEM;
 	free(value);
+	if (name != small)
+		free(name);
 	return rc;
 }
 

@@ -93,23 +93,20 @@ static void add_header_lines(struct MHD_Response *resp, const char *lines,
 		const char *nl = strchr(p, '\n');
 		size_t len = nl ? (size_t)(nl - p) : strlen(p);
 		const char *colon = memchr(p, ':', len);
-		if (colon) {
-			char name[256];
-			size_t n = (size_t)(colon - p);
-			bool skipped = n >= sizeof name;
-			if (!skipped) {
-				memcpy(name, p, n);
-				name[n] = '\0';
-				for (size_t i = 0; i < nskip; i++)
-					skipped |= skip[i] && strcasecmp(name, skip[i]) == 0;
-			}
-			const char *val = colon + 1;
+		/* One copy of the line holds both name and value: a name has
+		 * no bound of its own (S3 bounds user metadata as a whole). */
+		char *name = colon ? strndup(p, len) : NULL;
+		if (name) {
+			name[colon - p] = '\0';
+			const char *val = name + (colon - p) + 1;
 			while (*val == ' ')
 				val++;
-			char *value = strndup(val, len - (size_t)(val - p));
-			if (!skipped && value)
-				req_add_response_header(resp, name, value);
-			free(value);
+			bool skipped = false;
+			for (size_t i = 0; i < nskip; i++)
+				skipped |= skip[i] && strcasecmp(name, skip[i]) == 0;
+			if (!skipped)
+				req_add_response_header(resp, name, val);
+			free(name);
 		}
 		p += len + (nl ? 1 : 0);
 	}

@@ -560,6 +560,22 @@ class CacheReads(CacheCase):
                     if method == "GET" and r.status == 200:
                         self.assertTrue(r.body == data)
 
+    def test_long_metadata_names_are_replayed(self):
+        # S3 bounds user metadata as a whole (2 KB), not each name.
+        key = "meta/long-names"
+        data = blob(42, 1000)
+        names = {"n" * 300: "a", "m" * 1500: "b"}
+        self.put(key, data, Metadata=names)
+        for method in ("GET", "HEAD", "GET"):
+            with self.subTest(method=method):
+                r = self.via_larder(key, method=method)
+                theirs = self.via_moto(key, method=method)
+                self.assertEqual(r.status, 200, r)
+                for name, value in names.items():
+                    self.assertEqual(theirs.headers.get("x-amz-meta-" + name), value)
+                    self.assertEqual(r.headers.get("x-amz-meta-" + name), value,
+                                     "x-amz-meta- of %d characters: %r" % (len(name), r))
+
     def test_head_of_archived_object_is_s3s_answer(self):
         # S3 refuses a GET of an object in an archive class (403
         # InvalidObjectState) but answers its HEAD (200, with its storage

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -41,11 +42,31 @@ static void test_list(void **state)
 	hdrs_fini(&h);
 }
 
+/* A name longer than any fixed buffer is kept whole (S3 sends user
+ * metadata names of up to about 2 KB). */
+static void test_long_name(void **state)
+{
+	(void)state;
+	char line[2100], name[2001];
+	memset(name, 'n', sizeof name - 1);
+	name[sizeof name - 1] = '\0';
+	memcpy(name, "x-amz-meta-", 11);
+	int len = snprintf(line, sizeof line, "%s: v\r\n", name);
+	struct hdrs h;
+	hdrs_init(&h);
+	assert_int_equal(hdrs_add_line(&h, line, (size_t)len), 0);
+	assert_int_equal(h.n, 1);
+	assert_string_equal(h.v[0].name, name);
+	assert_string_equal(hdrs_get(&h, name), "v");
+	hdrs_fini(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hop_by_hop),
 		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_long_name),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
