@@ -66,6 +66,8 @@ struct fetch {
 	bool discard;                /* the body is not wanted */
 	bool cancelled;              /* stopped because nobody wanted the chunk */
 	bool no_range;               /* meta fetch of an empty object: a plain GET */
+	bool relearn;                /* meta fetch: a 304 for another object of the same
+	                                ETag; asked again without If-None-Match */
 	bool whole;                  /* meta fetch: the whole object with checksum mode */
 	unsigned hop;                /* 0: for this node's clients; 1+: for a peer's request */
 	bool to_peer;                /* this attempt asks another node, not S3 */
@@ -324,7 +326,12 @@ static void learn(struct fetch *f)
 	double now = clock_mono_s();
 	long status = f->x.status;
 	if (status == 304 && f->revalidate) {
-		meta_refresh(gw->meta, f->bucket, f->key, now);
+		/* The same ETag is the same bytes, not the same headers: an
+		 * object copied onto itself with a new Content-Type or metadata
+		 * keeps its ETag. Its Last-Modified tells. */
+		time_t lm = 0;
+		httpdate_parse(resp_header(f, "Last-Modified"), &lm);
+		f->relearn = !meta_refresh(gw->meta, f->bucket, f->key, lm, now);
 		f->discard = true;
 		return;
 	}
@@ -718,6 +725,18 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 			return;
 	}
 
+	if (meta_only && !f->meta && f->relearn) {
+		/* Revalidated, but the object is another one: learn it whole
+		 * again (its chunks, named by the same ETag, stay). */
+		f->relearn = false;
+		free(f->revalidate);
+		f->revalidate = NULL;
+		if (start_transfer(f) == 0)
+			return;
+		meta_publish(gw->meta, f->bucket, f->key, NULL);
+		fetch_free(f);
+		return;
+	}
 	if (meta_only && !f->meta && status == 416 && !f->no_range) {
 		/* No byte 0: an empty object (or one that just became empty).
 		 * Ask for it whole to learn its ETag and headers. */

@@ -398,12 +398,18 @@ bool meta_load_failed(struct meta_cache *mc, const char *bucket, const char *key
 	return hit;
 }
 
-void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, double now)
+bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
+                  time_t last_modified, double now)
 {
 	uint64_t h = name_hash(bucket, key);
 	struct shard *sh = shard_of(mc, h);
 	pthread_mutex_lock(&sh->lock);
 	struct mentry *e = find(sh, h, bucket, key);
+	if (e && e->m && !e->dropped && last_modified && e->m->last_modified &&
+	    e->m->last_modified != last_modified) {
+		pthread_mutex_unlock(&sh->lock); /* still loading: learnt again */
+		return false;
+	}
 	if (e && e->m && !e->dropped) {
 		e->m->learnt = now;
 		e->m->learnt_wall = time(NULL);
@@ -411,6 +417,7 @@ void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, do
 	if (e)
 		e->loading = false;
 	wake_all_and_unlock(sh, e);
+	return true;
 }
 
 /* A copy of m with everything learnt so far, refs = 1. */

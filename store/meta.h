@@ -110,8 +110,14 @@ void meta_publish_failure(struct meta_cache *mc, const char *bucket, const char 
 bool meta_load_failed(struct meta_cache *mc, const char *bucket, const char *key, double since,
                       long *status);
 
-/* Revalidated unchanged (a 304): the entry's clock restarts. */
-void meta_refresh(struct meta_cache *mc, const char *bucket, const char *key, double now);
+/* Revalidated unchanged (a 304): the entry's clock restarts, and its
+ * waiters are woken. last_modified: the 304's Last-Modified (0: none).
+ * Returns false, and leaves the entry loading, when that names another
+ * time than the entry's: the same ETag (the same bytes), but another
+ * object (copied onto itself with new headers, or put again), which the
+ * caller learns again (then meta_publish). */
+bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
+                  time_t last_modified, double now);
 
 /* Cancels a META_WAIT registration; after it returns w is not woken. */
 void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,

@@ -737,6 +737,26 @@ class CacheRevalidation(CacheCase):
                 r = self.via_larder(key)
                 self.assertTrue(r.complete and r.body == v2, "after the TTL: %r" % r)
 
+    def test_metadata_replaced_in_place_served_after_ttl(self):
+        # A copy of an object onto itself with new metadata (how one changes
+        # a Content-Type) keeps its bytes, so its ETag, but is a new object:
+        # S3 answers the revalidation's If-None-Match with 304 and the new
+        # Last-Modified. After the TTL a read must show the new headers.
+        key = "reval/recopied"
+        data = blob(81, C + 7)
+        self.put(key, data, ContentType="text/before", Metadata={"v": "1"})
+        self.assertEqual(self.read_all(key).headers.get("content-type"), "text/before")
+        time.sleep(1.1)  # Last-Modified has whole seconds
+        self.direct.copy_object(Bucket=BUCKET, Key=key, CopySource={"Bucket": BUCKET, "Key": key},
+                                MetadataDirective="REPLACE", ContentType="text/after",
+                                Metadata={"v": "2"})
+        time.sleep(1.2)
+        for method in ("GET", "HEAD"):
+            r = self.assertSameAsMoto(key, method=method, data=data)
+            self.assertEqual((r.status, r.headers.get("etag")), (200, etag_of(data)), r)
+            self.assertEqual(r.headers.get("content-type"), "text/after", r)
+            self.assertEqual(r.headers.get("x-amz-meta-v"), "2", r)
+
     def test_deleted_upstream_is_404_after_ttl(self):
         key = "reval/deleted"
         data = blob(80, C + 1)

@@ -134,6 +134,31 @@ def read_ranges_in_place():
     responses.S3Response.key_response = key_response
 
 
+def last_modified_on_304():
+    """Give moto's 304 to a conditional GET or HEAD the object's Last-Modified.
+
+    S3's 304 carries the object's ETag and Last-Modified. moto (5.x) puts
+    both in its answer, but werkzeug drops Last-Modified from a 304 as an
+    entity header; it is kept here and put back in Logged's start_response.
+    larder tells an object copied onto itself with new headers (same bytes,
+    so the same ETag) from the one it cached by that Last-Modified.
+    """
+    from moto.s3 import responses
+
+    original = responses.S3Response.key_response
+    if getattr(original, "_larder_lm", False):
+        return
+
+    def key_response(self, *args, **kwargs):
+        status, headers, body = original(self, *args, **kwargs)
+        if status == 304:
+            _current.last_modified_304 = next(
+                (v for k, v in headers.items() if k.lower() == "last-modified"), None)
+        return status, headers, body
+
+    key_response._larder_lm = True
+    responses.S3Response.key_response = key_response
+
 def _s3_canonical_query(target):
     """path?query with each query name and value encoded as SigV4 wants."""
     from urllib.parse import quote, unquote
@@ -238,8 +263,13 @@ class Logged:
         environ["wsgi.input"] = hin
         status_box = {}
 
+        _current.last_modified_304 = None
+
         def sr(status, response_headers, exc_info=None):
             status_box["status"] = int(status.split(" ", 1)[0])
+            lm = getattr(_current, "last_modified_304", None)
+            if status_box["status"] == 304 and lm:
+                response_headers = list(response_headers) + [("Last-Modified", lm)]
             return start_response(status, response_headers, exc_info)
 
         sent = 0
@@ -276,6 +306,7 @@ def main():
     if args.moto_canonical_uri == "raw":
         fix_moto_canonical_uri()
     read_ranges_in_place()
+    last_modified_on_304()
     os.environ.setdefault("MOTO_PORT", str(args.port))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     app = DomainDispatcherApplication(create_backend_app)

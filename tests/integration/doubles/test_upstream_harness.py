@@ -128,6 +128,20 @@ class UpstreamEnforces(unittest.TestCase):
             with self.subTest(key=key, range="whole"):
                 self.assertEqual(self.good.get_object(Bucket="harness", Key=key)["Body"].read(), data)
 
+    def test_not_modified_carries_last_modified(self):
+        # As S3's does (moto_upstream.py puts back what werkzeug drops).
+        from botocore.exceptions import ClientError
+        head = self.good.head_object(Bucket="harness", Key="obj")
+        lm = head["ResponseMetadata"]["HTTPHeaders"]["last-modified"]
+        for op in (self.good.get_object, self.good.head_object):
+            with self.subTest(op=op.__name__):
+                with self.assertRaises(ClientError) as cm:
+                    op(Bucket="harness", Key="obj", IfNoneMatch=head["ETag"])
+                r = cm.exception.response["ResponseMetadata"]
+                self.assertEqual(r["HTTPStatusCode"], 304)
+                self.assertEqual(r["HTTPHeaders"].get("last-modified"), lm)
+                self.assertEqual(r["HTTPHeaders"].get("etag"), head["ETag"])
+
     def test_verifier_flags_skewed_clock_that_moto_accepts(self):
         when = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=20)
         url = self.up.url + "/harness/obj"

@@ -87,11 +87,50 @@ static void test_ttl_and_revalidation(void **state)
 	assert_non_null(out);
 	assert_string_equal(out->etag, "\"e\"");
 	meta_unref(out);
-	meta_refresh(mc, "b", "k", 5.1);
+	meta_refresh(mc, "b", "k", 0, 5.1);
 	assert_int_equal(meta_lookup(mc, "b", "k", 9, 5, 0, &w, &out), META_FRESH);
 	meta_unref(out);
 	/* Immutable never expires. */
 	assert_int_equal(meta_lookup(mc, "b", "k", 1e9, -1, 0, &w, &out), META_FRESH);
+	meta_unref(out);
+	meta_cache_destroy(mc);
+}
+
+/* An expired entry at now: the caller revalidates it (META_LOAD). */
+static void expect_revalidation(struct meta_cache *mc, double now, struct chunk_waiter *w)
+{
+	struct obj_meta *out;
+	assert_int_equal(meta_lookup(mc, "b", "k", now, 5, 0, w, &out), META_LOAD);
+	meta_unref(out);
+}
+
+/* A 304 that names another Last-Modified than the entry's is another
+ * object with the same bytes: the entry is not refreshed and stays loading
+ * (its readers wait) until what is learnt instead is published. */
+static void test_revalidation_with_another_last_modified(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out;
+	struct chunk_waiter w = { .wake = wake, .arg = &woken };
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 5, 0, &w, &out), META_LOAD);
+	struct obj_meta *m = meta_new(1, "\"e\"", 1000, "Content-Type: a\n", 0);
+	meta_publish(mc, "b", "k", m);
+	meta_unref(m);
+	/* the same time, or none given: refreshed */
+	expect_revalidation(mc, 6, &w);
+	assert_true(meta_refresh(mc, "b", "k", 1000, 6));
+	expect_revalidation(mc, 12, &w);
+	assert_true(meta_refresh(mc, "b", "k", 0, 12));
+	expect_revalidation(mc, 18, &w);
+	/* another time: still loading, a reader waits */
+	assert_false(meta_refresh(mc, "b", "k", 1002, 18));
+	struct chunk_waiter w2 = { .wake = wake, .arg = &woken };
+	assert_int_equal(meta_lookup(mc, "b", "k", 18, 5, 0, &w2, &out), META_WAIT);
+	struct obj_meta *n = meta_new(1, "\"e\"", 1002, "Content-Type: b\n", 18);
+	meta_publish(mc, "b", "k", n);
+	meta_unref(n);
+	assert_int_equal(meta_lookup(mc, "b", "k", 19, 5, 0, &w, &out), META_FRESH);
+	assert_string_equal(out->headers, "Content-Type: b\n");
 	meta_unref(out);
 	meta_cache_destroy(mc);
 }
@@ -308,6 +347,7 @@ int main(void)
 		cmocka_unit_test(test_load_wait_publish),
 		cmocka_unit_test(test_failure_shared),
 		cmocka_unit_test(test_ttl_and_revalidation),
+		cmocka_unit_test(test_revalidation_with_another_last_modified),
 		cmocka_unit_test(test_negative),
 		cmocka_unit_test(test_drops),
 		cmocka_unit_test(test_unwait_and_bound),
