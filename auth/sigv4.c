@@ -759,13 +759,14 @@ static enum sv4_status parse_presigned(const struct sv4_request *req, struct qfi
 	    !copy_field(out->security_token, sizeof out->security_token, f[Q_TOKEN].value,
 	                strlen(f[Q_TOKEN].value)))
 		return SV4_MALFORMED;
-	/* The payload is unsigned unless the client signed a hash: as a query
-	 * parameter, or as an x-amz-content-sha256 header it listed. */
+	/* The payload is unsigned unless the client signed a hash as an
+	 * x-amz-content-sha256 header it listed. An X-Amz-Content-Sha256 query
+	 * parameter is not one: S3 signs such a URL over UNSIGNED-PAYLOAD and
+	 * never holds the body to the parameter, and neither can larder (it
+	 * checks the header), so a URL signed over that hash must not verify. */
 	const char *ph = SV4_UNSIGNED_PAYLOAD;
 	const char *hdr = find_header(req, "x-amz-content-sha256", NULL);
-	if (f[Q_SHA].seen)
-		ph = f[Q_SHA].value;
-	else if (hdr && lists_header(out->signed_headers, "x-amz-content-sha256"))
+	if (hdr && lists_header(out->signed_headers, "x-amz-content-sha256"))
 		ph = hdr;
 	struct slice phs = slice_trim(slice_cstr(ph));
 	if (!copy_field(out->payload_hash, sizeof out->payload_hash, phs.p, phs.len))

@@ -436,6 +436,29 @@ class TrustAuth(LarderCase):
         got = self.direct.get_object(Bucket="trust", Key="uploads/pinned")["Body"].read()
         self.assertEqual(got, good)
 
+    def test_presigned_url_signed_over_a_query_digest_does_not_verify(self):
+        # S3 signs a presigned URL over UNSIGNED-PAYLOAD and never holds
+        # the body to an X-Amz-Content-Sha256 query parameter: a URL signed
+        # over that digest fails there, and must here, or anyone holding it
+        # could upload any body while the signer thought it pinned one.
+        import hashlib
+        from botocore.auth import S3SigV4QueryAuth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+        good, other = b"approved content", b"another body altogether"
+        digest = hashlib.sha256(good).hexdigest()
+        req = AWSRequest(method="PUT", url=self.larder.url + "/trust/uploads/qpinned?"
+                         "X-Amz-Content-Sha256=" + digest)
+        auth = S3SigV4QueryAuth(Credentials(W_KEY, W_SECRET), "s3", harness.REGION,
+                                expires=300)
+        auth.payload = lambda request: digest
+        auth.add_auth(req)
+        before = self.upstream.mark()
+        self.expect_error(send(req.url, "PUT", body=other), 403, "SignatureDoesNotMatch")
+        self.assertEqual(self.upstream.from_larder(before), [])
+        with self.assertRaises(Exception):
+            self.direct.head_object(Bucket="trust", Key="uploads/qpinned")
+
 
 class TrustAuthRegion(LarderCase):
     """Which regions a client may sign for when larder's upstream region is

@@ -295,6 +295,12 @@ static void test_parse_presigned(void **state)
 	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=604800&X-Amz-Signature=" SIG64
 	                             "&X-Amz-Security-Token=tok%2Ben", &a), SV4_OK);
 	assert_string_equal(a.security_token, "tok+en");
+	/* An X-Amz-Content-Sha256 query parameter does not make the payload
+	 * signed: S3 signs the URL over UNSIGNED-PAYLOAD and never holds the
+	 * body to it, so a URL signed over that hash must not verify. */
+	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=60&X-Amz-Signature=" SIG64
+	                             "&X-Amz-Content-Sha256=" SV4_EMPTY_SHA256, &a), SV4_OK);
+	assert_string_equal(a.payload_hash, SV4_UNSIGNED_PAYLOAD);
 	/* Out of range parses (sv4_verify refuses it: S3's AccessDenied);
 	 * not a number does not. */
 	assert_int_equal(parse_query(QBASE "&X-Amz-Expires=604801&X-Amz-Signature=" SIG64, &a),
