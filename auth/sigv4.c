@@ -985,9 +985,9 @@ enum sv4_status sv4_verify(const struct sv4_request *req, const struct sv4_auth 
 	char sig[65];
 	if (sv4_canonical_request(req, auth->signed_headers, auth->payload_hash, false, &creq) ||
 	    sv4_string_to_sign(auth->amz_date, auth->date, auth->region, auth->service,
-	                       buf_cstr(&creq), &sts))
-		goto done;
-	sv4_signing_key(auth->access_key, secret, auth->date, auth->region, auth->service, key);
+	                       buf_cstr(&creq), &sts) ||
+	    sv4_signing_key(auth->access_key, secret, auth->date, auth->region, auth->service, key))
+		goto done; /* as when the canonical request cannot be built: no key, no match */
 	sv4_signature(key, buf_cstr(&sts), sig);
 	if (ct_equal(sig, 64, auth->signature, strnlen(auth->signature, sizeof auth->signature))) {
 		st = SV4_OK;
@@ -1059,10 +1059,13 @@ int sv4_sign(const struct sv4_request *req, const struct sv4_creds *creds, const
 	if (!rc) {
 		unsigned char key[32];
 		char sig[65];
-		sv4_signing_key(creds->access_key, creds->secret_key, date, region, service, key);
-		sv4_signature(key, buf_cstr(&sts), sig);
+		rc = sv4_signing_key(creds->access_key, creds->secret_key, date, region, service,
+		                     key);
+		if (!rc)
+			sv4_signature(key, buf_cstr(&sts), sig);
 		OPENSSL_cleanse(key, sizeof key);
-		buf_reset(authz);
+		if (!rc)
+			buf_reset(authz);
 		const char *parts[] = {
 			SV4_ALGORITHM " Credential=", creds->access_key, "/", date, "/", region, "/",
 			service, "/aws4_request, SignedHeaders=", buf_cstr(&sh), ", Signature=", sig,

@@ -95,9 +95,10 @@ enum sv4_status sv4_parse(const struct sv4_request *req, struct sv4_auth *out);
 
 /* Derives the signing key for (secret, date YYYYMMDD, region, service).
  * Keys are cached per (access key, date, region, service): the cache is
- * process-wide, thread-safe and bounded. */
-void sv4_signing_key(const char *access_key, const char *secret, const char *date,
-                     const char *region, const char *service, unsigned char key[32]);
+ * process-wide, thread-safe and bounded. Returns 0, or -ENOMEM (key
+ * zeroed: never sign or verify with it) when no digest can be had. */
+int sv4_signing_key(const char *access_key, const char *secret, const char *date,
+                    const char *region, const char *service, unsigned char key[32]);
 
 /*
  * Builds the canonical request (S3 rules when normalize is false; the
@@ -157,7 +158,7 @@ struct sv4_creds {
  * keep-alive, proxy-*, te, trailer, transfer-encoding, upgrade), which a
  * proxy on the way may change.
  * Returns 0, -EINVAL (missing host/x-amz-date/x-amz-content-sha256, bad
- * path encoding), or -E2BIG.
+ * path encoding), -E2BIG or -ENOMEM.
  */
 int sv4_sign(const struct sv4_request *req, const struct sv4_creds *creds,
              const char *region, const char *service, struct buf *authz);

@@ -9,6 +9,7 @@
  */
 #include "auth/sigv4.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,49 +37,53 @@ struct key_entry {
 static struct key_entry key_cache[KEY_SLOTS];
 static pthread_mutex_t key_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void derive_key(const char *secret, const char *date, const char *region,
-                       const char *service, unsigned char key[32])
+/* kSecret = "AWS4" + secret; kDate, kRegion, kService, kSigning. HMAC
+ * hashes a key longer than SHA-256's 64-byte block before it uses it
+ * (RFC 2104), so a long kSecret is hashed here, in pieces, and nothing is
+ * allocated: there is no out-of-memory fallback to get wrong (one once
+ * derived the key from four zero bytes, a key anyone could sign with).
+ * Returns 0, or -ENOMEM (key zeroed) when no digest context can be had. */
+static int derive_key(const char *secret, const char *date, const char *region,
+                      const char *service, unsigned char key[32])
 {
-	/* kSecret = "AWS4" + secret; kDate, kRegion, kService, kSigning. */
 	size_t slen = strlen(secret);
-	unsigned char k[32];
-	char *ks = malloc(slen + 5);
-	if (ks) {
+	unsigned char ks[64], k[32];
+	size_t klen = slen + 4;
+	bool ok = true;
+	if (klen <= sizeof ks) {
 		memcpy(ks, "AWS4", 4);
-		memcpy(ks + 4, secret, slen + 1);
-		sha256_hmac(ks, slen + 4, date, strlen(date), k);
-		OPENSSL_cleanse(ks, slen + 4);
-		free(ks);
+		memcpy(ks + 4, secret, slen);
 	} else {
-		/* Out of memory: stream the key through a fixed buffer instead. */
-		char small[256];
-		if (slen + 4 < sizeof small) {
-			memcpy(small, "AWS4", 4);
-			memcpy(small + 4, secret, slen);
-		} else {
-			memset(small, 0, sizeof small);
-		}
-		sha256_hmac(small, slen + 4 < sizeof small ? slen + 4 : 4, date, strlen(date), k);
-		OPENSSL_cleanse(small, sizeof small);
+		EVP_MD_CTX *md = sha256_begin();
+		unsigned int n = 0;
+		ok = md && EVP_DigestUpdate(md, "AWS4", 4) && EVP_DigestUpdate(md, secret, slen) &&
+		     EVP_DigestFinal_ex(md, ks, &n) && n == 32;
+		klen = 32;
 	}
+	if (!ok) {
+		OPENSSL_cleanse(ks, sizeof ks);
+		memset(key, 0, 32);
+		return -ENOMEM;
+	}
+	sha256_hmac(ks, klen, date, strlen(date), k);
+	OPENSSL_cleanse(ks, sizeof ks);
 	sha256_hmac(k, 32, region, strlen(region), k);
 	sha256_hmac(k, 32, service, strlen(service), k);
 	sha256_hmac(k, 32, "aws4_request", 12, key);
 	OPENSSL_cleanse(k, sizeof k);
+	return 0;
 }
 
-void sv4_signing_key(const char *access_key, const char *secret, const char *date,
-                     const char *region, const char *service, unsigned char key[32])
+int sv4_signing_key(const char *access_key, const char *secret, const char *date,
+                    const char *region, const char *service, unsigned char key[32])
 {
 	struct key_entry probe = { .used = true };
 	sha256(secret, strlen(secret), probe.secret_hash);
 	bool cacheable = strlen(access_key) < sizeof probe.access_key &&
 	                 strlen(date) < sizeof probe.date && strlen(region) < sizeof probe.region &&
 	                 strlen(service) < sizeof probe.service;
-	if (!cacheable) {
-		derive_key(secret, date, region, service, key);
-		return;
-	}
+	if (!cacheable)
+		return derive_key(secret, date, region, service, key);
 	/* Lengths checked above: each fits with its terminator. */
 	memcpy(probe.access_key, access_key, strlen(access_key) + 1);
 	memcpy(probe.date, date, strlen(date) + 1);
@@ -101,12 +106,17 @@ void sv4_signing_key(const char *access_key, const char *secret, const char *dat
 		memcpy(key, e->key, 32);
 	pthread_mutex_unlock(&key_lock);
 	if (hit)
-		return;
+		return 0;
 
-	derive_key(secret, date, region, service, key);
+	int rc = derive_key(secret, date, region, service, key);
+	if (rc < 0) {
+		OPENSSL_cleanse(&probe, sizeof probe);
+		return rc; /* not a key to keep */
+	}
 	memcpy(probe.key, key, 32);
 	pthread_mutex_lock(&key_lock);
 	*e = probe;
 	pthread_mutex_unlock(&key_lock);
 	OPENSSL_cleanse(&probe, sizeof probe);
+	return 0;
 }

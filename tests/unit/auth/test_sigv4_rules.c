@@ -17,6 +17,7 @@
 #include <openssl/hmac.h>
 
 #include "auth/sigv4.h"
+#include "base/alloc.h"
 
 #define AK "AKIAIOSFODNN7EXAMPLE"
 #define SK "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -539,6 +540,56 @@ static void test_signing_key_cache(void **state)
 	assert_memory_equal(k1, k3, 32);
 }
 
+/* The key chain of sigv4.h, computed here with OpenSSL alone. */
+static void reference_key(const char *secret, const char *date, const char *region,
+                          unsigned char out[32])
+{
+	char ks[512];
+	unsigned int l = 32;
+	int n = snprintf(ks, sizeof ks, "AWS4%s", secret);
+	assert_true(n > 0 && (size_t)n < sizeof ks);
+	HMAC(EVP_sha256(), ks, n, (const unsigned char *)date, strlen(date), out, &l);
+	HMAC(EVP_sha256(), out, 32, (const unsigned char *)region, strlen(region), out, &l);
+	HMAC(EVP_sha256(), out, 32, (const unsigned char *)"s3", 2, out, &l);
+	HMAC(EVP_sha256(), out, 32, (const unsigned char *)"aws4_request", 12, out, &l);
+}
+
+/* A secret longer than the HMAC block, with memory short: the key must
+ * still come from the secret. It once fell back to a key derived from
+ * four zero bytes, which anyone could compute and sign with. */
+static void test_signing_key_long_secret(void **state)
+{
+	(void)state;
+	char secret[301];
+	memset(secret, 's', sizeof secret - 1);
+	secret[sizeof secret - 1] = '\0';
+	unsigned char want[32], got[32];
+	reference_key(secret, "20130524", "long-1", want);
+	assert_int_equal(sv4_signing_key(AK, secret, "20130524", "long-1", "s3", got), 0);
+	assert_memory_equal(got, want, 32);
+	/* Either side of the 64-byte block, "AWS4" included. */
+	static const size_t lens[] = { 59, 60, 61, 62, 127 };
+	for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+		char s[128];
+		memset(s, 'a' + (int)i, lens[i]);
+		s[lens[i]] = '\0';
+		reference_key(s, "20130524", "edge", want);
+		assert_int_equal(sv4_signing_key(AK, s, "20130524", "edge", "s3", got), 0);
+		assert_memory_equal(got, want, 32);
+	}
+	/* Not cached yet (another region), and the allocator failing. */
+	for (unsigned long nth = 1; nth <= 4; nth++) {
+		char region[16];
+		snprintf(region, sizeof region, "long-%lu", nth + 1);
+		reference_key(secret, "20130524", region, want);
+		alloc_fail_nth(nth);
+		int rc = sv4_signing_key(AK, secret, "20130524", region, "s3", got);
+		alloc_fail_nth(0);
+		assert_int_equal(rc, 0);
+		assert_memory_equal(got, want, 32);
+	}
+}
+
 static void test_uri_codec(void **state)
 {
 	(void)state;
@@ -578,6 +629,7 @@ int main(void)
 		cmocka_unit_test(test_unsigned_amz_headers),
 		cmocka_unit_test(test_presigned_expires_range),
 		cmocka_unit_test(test_signing_key_cache),
+		cmocka_unit_test(test_signing_key_long_secret),
 		cmocka_unit_test(test_uri_codec),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
