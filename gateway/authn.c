@@ -83,14 +83,14 @@ static enum s3err sv4_to_s3err(enum sv4_status s, bool presigned)
 	}
 }
 
-/* A source header's value: "bucket/key" or "/bucket/key", URL-encoded,
- * optionally "?versionId=...". Whether k has access there (a NUL in the
+/* One reading of a source's first len bytes, "bucket/key" or
+ * "/bucket/key", URL-encoded: whether k has access there (a NUL in the
  * decoded name would cut the name checked short of the one S3 sees: no). */
-static bool source_allowed(const struct client_key *k, const char *src, enum pol_access access)
+static bool source_reading_allowed(const struct client_key *k, const char *src, size_t len,
+                                   enum pol_access access)
 {
 	struct buf dec;
 	buf_init(&dec, 8192);
-	size_t len = strcspn(src, "?");
 	bool ok = false;
 	if (sv4_uri_decode(src, len, &dec) == 0 && strlen(buf_cstr(&dec)) == dec.len) {
 		const char *s = buf_cstr(&dec);
@@ -108,6 +108,29 @@ static bool source_allowed(const struct client_key *k, const char *src, enum pol
 		}
 	}
 	buf_fini(&dec);
+	return ok;
+}
+
+/* Whether k may act (access) on the object a copy or rename source names:
+ * "bucket/key" percent-encoded, up to an optional "?versionId=". S3 may
+ * read a raw '+' there as a space, as a form decoder does ("c+d/x" as
+ * "c d/x"): the grant must cover the source read both ways. SDKs send
+ * '+' as %2B. */
+static bool source_allowed(const struct client_key *k, const char *src, enum pol_access access)
+{
+	size_t len = strcspn(src, "?");
+	if (!source_reading_allowed(k, src, len, access))
+		return false;
+	if (!memchr(src, '+', len))
+		return true;
+	char *spaced = strndup(src, len);
+	if (!spaced)
+		return false;
+	for (char *p = spaced; *p; p++)
+		if (*p == '+')
+			*p = ' ';
+	bool ok = source_reading_allowed(k, spaced, len, access);
+	free(spaced);
 	return ok;
 }
 

@@ -13,6 +13,7 @@ PFX_KEY, PFX_SECRET = "LARDERPREFIXDATA0001", "prefix-data-secret-00000000000000
 BKA_KEY, BKA_SECRET = "LARDERBUCKETA0000001", "bucket-a-secret-000000000000000000000001"
 RWP_KEY, RWP_SECRET = "LARDERPREFIXRW000001", "prefix-rw-secret-00000000000000000000001"
 PLUS_KEY, PLUS_SECRET = "LARDERPREFIXPLUS0001", "prefix-plus-secret-000000000000000000001"
+PLUSRW_KEY, PLUSRW_SECRET = "LARDERPREFIXPLUSRW01", "prefix-plus-rw-secret-000000000000000001"
 
 CONFIG = """
 [key %s]
@@ -39,8 +40,13 @@ buckets = ref-a/rw/
 secret = %s
 access = read-only
 buckets = ref-a/c+d/
+
+[key %s]
+secret = %s
+access = read-write
+buckets = ref-a/p+q/
 """ % (RO_KEY, RO_SECRET, PFX_KEY, PFX_SECRET, BKA_KEY, BKA_SECRET, RWP_KEY, RWP_SECRET,
-       PLUS_KEY, PLUS_SECRET)
+       PLUS_KEY, PLUS_SECRET, PLUSRW_KEY, PLUSRW_SECRET)
 
 
 class Refusals(LarderCase):
@@ -205,6 +211,22 @@ class Refusals(LarderCase):
         self.assertEqual([o["Key"] for o in c.list_objects_v2(Bucket="ref-a",
                                                               Prefix="c+d/")["Contents"]],
                          ["c+d/mine"])
+
+    def test_prefix_grant_copy_source_with_a_plus(self):
+        # S3 may read a raw '+' in x-amz-copy-source as a space: a key granted
+        # p+q/ copying "ref-a/p+q/src" could be reading "p q/src". The grant
+        # must cover both readings; the source sent as SDKs send it (%2B)
+        # still copies.
+        self.direct.put_object(Bucket="ref-a", Key="p+q/src", Body=b"mine")
+        self.direct.put_object(Bucket="ref-a", Key="p q/src", Body=b"not mine")
+        url = self.larder.url + "/ref-a/p%2Bq/dst"
+        h = harness.sign_headers("PUT", url, PLUSRW_KEY, PLUSRW_SECRET,
+                                 headers={"x-amz-copy-source": "ref-a/p+q/src"})
+        self.raw_refused("PUT", "/ref-a/p%2Bq/dst", h, 403, "AccessDenied")
+        c = self.larder.client(key=PLUSRW_KEY, secret=PLUSRW_SECRET)
+        c.copy_object(Bucket="ref-a", Key="p+q/dst", CopySource="ref-a/p+q/src")
+        self.assertEqual(self.direct.get_object(Bucket="ref-a", Key="p+q/dst")["Body"].read(),
+                         b"mine")
 
     def test_create_session_refused(self):
         # CreateSession (directory buckets) answers with credentials of the
