@@ -177,7 +177,10 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
                 const char *raw_query, const char *base_domain, enum s3err *err)
 {
 	r->access = (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) ? POL_READ : POL_WRITE;
-	if (raw_path[0] != '/') {
+	/* A '#' starts a fragment, which no client sends: curl would end the
+	 * target there on its way upstream, after the policy had read past it
+	 * (a listing prefix upstream never sees). */
+	if (raw_path[0] != '/' || strchr(raw_path, '#') || (raw_query && strchr(raw_query, '#'))) {
 		*err = S3E_INVALID_URI;
 		return -1;
 	}

@@ -228,6 +228,17 @@ class Refusals(LarderCase):
         self.assertEqual(self.direct.get_object(Bucket="ref-a", Key="p+q/dst")["Body"].read(),
                          b"mine")
 
+    def test_fragment_in_the_target_refused(self):
+        # No client sends a '#' (it starts a fragment), and curl cuts the
+        # target there on its way upstream: the policy would have read a
+        # prefix that upstream never sees, and listed the whole bucket.
+        # Signed as S3 canonicalises the query: a raw '#' is "%23" there.
+        h = harness.sign_headers("GET", self.larder.url + "/ref-a?list-type=2%23&prefix=data%2F",
+                                 PFX_KEY, PFX_SECRET)
+        self.raw_refused("GET", "/ref-a?list-type=2#&prefix=data%2F", h, 400, "InvalidURI")
+        h = harness.sign_headers("GET", self.larder.url + "/ref-a/data/x%23y", PFX_KEY, PFX_SECRET)
+        self.raw_refused("GET", "/ref-a/data/x#y", h, 400, "InvalidURI")
+
     def test_create_session_refused(self):
         # CreateSession (directory buckets) answers with credentials of the
         # identity that signed it upstream: larder's own, read-write. A key,

@@ -84,6 +84,12 @@ static void test_bad_input(void **state)
 	assert_int_equal(err, S3E_INVALID_BUCKET_NAME);
 	assert_int_equal(parse("GET", "h", "/bad$name/x", "", &err), -1);
 	assert_int_equal(err, S3E_INVALID_BUCKET_NAME);
+	/* a fragment, in the path or the query */
+	assert_int_equal(parse("GET", "h", "/bucket/a#b", "", &err), -1);
+	assert_int_equal(err, S3E_INVALID_URI);
+	assert_int_equal(parse("GET", "h", "/bucket", "list-type=2#&prefix=a%2F", &err), -1);
+	assert_int_equal(err, S3E_INVALID_URI);
+	assert_int_equal(parse("GET", "h", "/bucket/a%23b", "", &err), 0);
 }
 
 static void test_virtual_hosted(void **state)
