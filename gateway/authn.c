@@ -4,8 +4,8 @@
  * the key's grants), the principal (key_id, authorized) and the body plan
  * out (how the body is framed, how long, how it is verified). Everything
  * here runs once, on the first access callback, before any byte of the
- * body; DeleteObjects under a prefix grant is decided again when its body
- * is in (authn_check_delete).
+ * body; DeleteObjects under a prefix grant and RestoreObject are decided
+ * again when their body is in (authn_check_body).
  */
 #include "gateway/authn.h"
 
@@ -203,13 +203,16 @@ static void authenticate_peer(struct req *r)
 	r->body_verified = true;
 }
 
-/* DeleteObjects: POST ?delete on a bucket. Its keys are in the body. */
-static bool is_delete_objects(const struct req *r)
+/* Whether r is a POST on a target of kind t carrying the subresource
+ * param: DeleteObjects (POST /bucket?delete), whose keys are in the body,
+ * and RestoreObject (POST /bucket/key?restore), whose body may name where
+ * a SELECT restore writes. Both bodies are checked (authn_check_body). */
+static bool is_post_of(const struct req *r, enum s3_target t, const char *param)
 {
 	struct buf v;
 	buf_init(&v, 64);
-	bool yes = r->s3.target == S3T_BUCKET && strcmp(r->method, "POST") == 0 &&
-	           s3_query_get(r->query, "delete", &v) == 1;
+	bool yes = r->s3.target == t && strcmp(r->method, "POST") == 0 &&
+	           s3_query_get(r->query, param, &v) == 1;
 	buf_fini(&v);
 	return yes;
 }
@@ -238,7 +241,7 @@ static int delete_key_allowed(void *arg, const char *key)
 	return pol_allows(dc->k, POL_WRITE, dc->bucket, key, NULL) ? 0 : 1;
 }
 
-int authn_check_delete(struct req *r)
+static int check_delete(struct req *r)
 {
 	struct gw *gw = r->w->gw;
 	pthread_rwlock_rdlock(&gw->keys_lock);
@@ -247,7 +250,7 @@ int authn_check_delete(struct req *r)
 		.k = r->key_id[0] ? cfg_find_key(keys, r->key_id) : &keys->anonymous,
 		.bucket = r->s3.bucket,
 	};
-	int rc = dc.k ? s3_delete_keys(r->delete_body.p, r->delete_body.len, delete_key_allowed, &dc)
+	int rc = dc.k ? s3_delete_keys(r->held_body.p, r->held_body.len, delete_key_allowed, &dc)
 	              : 1; /* the key went away in a reload */
 	pthread_rwlock_unlock(&gw->keys_lock);
 	if (rc < 0)
@@ -257,6 +260,19 @@ int authn_check_delete(struct req *r)
 	return rc == 0 ? 0 : -EACCES;
 }
 
+
+int authn_check_body(struct req *r)
+{
+	if (r->body_check == CHECK_DELETE)
+		return check_delete(r);
+	int rc = s3_restore_output(r->held_body.p, r->held_body.len);
+	if (rc < 0)
+		req_fail(r, S3E_MALFORMED_XML, NULL);
+	else if (rc > 0)
+		req_fail(r, S3E_ACCESS_DENIED, "larder does not forward a restore with an "
+		         "OutputLocation: it would write where no grant was checked");
+	return rc == 0 ? 0 : -EACCES;
+}
 
 /* Why a verification failed, in S3's words where S3 has them. */
 static void fail_verify(struct req *r, enum sv4_status st, const struct sv4_request *sreq,
@@ -457,10 +473,13 @@ void authn_request(struct req *r)
 			                     buf_cstr(&r->s3.list_prefix_spaced));
 		/* A key with a prefix grant may delete many objects at once when
 		 * each is under its grant: decided once the body is in. */
-		if (!allowed && is_delete_objects(r)) {
-			r->check_delete = allowed = true;
-			buf_init(&r->delete_body, DELETE_BODY_MAX);
+		if (!allowed && is_post_of(r, S3T_BUCKET, "delete")) {
+			r->body_check = CHECK_DELETE;
+			allowed = true;
 		}
+		if (allowed && is_post_of(r, S3T_OBJECT, "restore"))
+			r->body_check = CHECK_RESTORE;
+		buf_init(&r->held_body, HELD_BODY_MAX);
 		if (!allowed)
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
 		else if (is_create_session(r))
@@ -562,12 +581,15 @@ void authn_request(struct req *r)
 			return;
 		}
 	}
-	if (r->check_delete && (r->body != BODY_RAW || r->up_len < 0 || r->up_len > DELETE_BODY_MAX)) {
-		req_fail(r, S3E_ACCESS_DENIED, "DeleteObjects under a key prefix grant needs a plain "
-		         "body of at most 2 MiB");
+	if (r->body_check == CHECK_RESTORE && r->body == BODY_NONE)
+		r->body_check = CHECK_NONE; /* no body: S3's defaults, nothing written elsewhere */
+	if (r->body_check && (r->body != BODY_RAW || r->up_len < 0 || r->up_len > HELD_BODY_MAX)) {
+		req_fail(r, S3E_ACCESS_DENIED, r->body_check == CHECK_DELETE ?
+		         "DeleteObjects under a key prefix grant needs a plain body of at most 2 MiB" :
+		         "RestoreObject needs a plain body of at most 2 MiB");
 		return;
 	}
 	/* A body of unknown length is whole (so verified) only when it ends. */
 	r->body_verified = r->body == BODY_NONE ||
-	                   (r->body == BODY_RAW && !r->sha && !r->check_delete && r->up_len >= 0);
+	                   (r->body == BODY_RAW && !r->sha && !r->body_check && r->up_len >= 0);
 }

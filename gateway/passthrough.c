@@ -327,7 +327,7 @@ static void slot_placed(struct shaper_slot *slot)
  * (the policy's retries), so the client sees it only when S3 keeps saying it. */
 static bool retry_slowdown(struct req *r, struct transfer *t)
 {
-	return t->status == 503 && r->body == BODY_NONE && !r->check_delete && r->conn &&
+	return t->status == 503 && r->body == BODY_NONE && !r->body_check && r->conn &&
 	       t->retries < t->retry.max;
 }
 
@@ -518,10 +518,10 @@ static size_t on_upstream_read(struct transfer *t, void *arg, char *out, size_t 
 	size_t avail = pbuf_used(&r->upbuf);
 	/* Hold back the last byte until the body is verified: upstream stores
 	 * nothing from a request whose body stops short. */
-	if (r->check_delete) { /* the whole body, checked, waits in delete_body */
-		size_t left = r->delete_body.len - (size_t)r->up_sent;
+	if (r->body_check) { /* the whole body, checked, waits in held_body */
+		size_t left = r->held_body.len - (size_t)r->up_sent;
 		size_t got = left < max ? left : max;
-		memcpy(out, r->delete_body.p + r->up_sent, got);
+		memcpy(out, r->held_body.p + r->up_sent, got);
 		r->up_sent += got;
 		return got;
 	}
@@ -690,8 +690,8 @@ size_t pass_take_body(struct req *r, const char *data, size_t len)
 		}
 		if (r->sha)
 			EVP_DigestUpdate(r->sha, data, n);
-		if (r->check_delete) {
-			buf_append(&r->delete_body, data, n); /* fits: up_len <= its max */
+		if (r->body_check) {
+			buf_append(&r->held_body, data, n); /* fits: up_len <= its max */
 		} else if (pbuf_put(&r->upbuf, data, n) != 0) {
 			/* Out of memory: upstream must not get a body with a hole. */
 			req_fail(r, S3E_INTERNAL, NULL);
@@ -735,7 +735,7 @@ void pass_finish_body(struct req *r)
 	} else {
 		r->body_verified = true;
 	}
-	if (r->check_delete && !r->has_err && authn_check_delete(r) == 0 && pass_start(r) != 0)
+	if (r->body_check && !r->has_err && authn_check_body(r) == 0 && pass_start(r) != 0)
 		req_fail(r, S3E_INTERNAL, NULL);
 	if (r->start_verified && !r->has_err && pass_start(r) != 0)
 		req_fail(r, S3E_INTERNAL, NULL);

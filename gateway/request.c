@@ -213,7 +213,7 @@ void req_unref(struct req *r)
 	if (r->sha)
 		EVP_MD_CTX_free(r->sha);
 	ack_destroy(r->ack);
-	buf_fini(&r->delete_body);
+	buf_fini(&r->held_body);
 	buf_fini(&r->err_extra);
 	listcache_end(r);
 	cache_free(r);
@@ -466,7 +466,7 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		}
 		if (listcache_begin(r))
 			return MHD_YES; /* answered from the LIST cache below */
-		if (r->check_delete || r->start_verified)
+		if (r->body_check || r->start_verified)
 			return MHD_YES; /* upstream once the body is in and checked */
 		if (pass_start(r) != 0) {
 			req_fail(r, S3E_INTERNAL, NULL);

@@ -23,7 +23,7 @@
 
 #define REQ_MAGIC 0x6c617272u
 #define PIPE_CAP (256 * 1024)
-#define DELETE_BODY_MAX (2 * 1024 * 1024) /* 1,000 keys of 1,024 bytes, in XML */
+#define HELD_BODY_MAX (2 * 1024 * 1024) /* DeleteObjects: 1,000 keys of 1,024 bytes, in XML */
 #define MAX_UPSTREAM_HEADER_BYTES (64 * 1024)
 
 /* A bounded byte queue: data lives in [off, len). */
@@ -88,10 +88,11 @@ struct req {
 	 * checksum in its trailer (passthrough.c, pass_plan_trailer); NULL
 	 * for every other body. */
 	struct reframe *reframe;
-	/* DeleteObjects under a prefix grant: the body is held whole until
-	 * every key in it is checked against the grants (delete_body). */
-	bool check_delete;
-	struct buf delete_body;
+	/* A body held whole (held_body) until it is checked: DeleteObjects
+	 * under a prefix grant (every key in it against the grants), and
+	 * RestoreObject (no output location: authn_check_body). */
+	enum body_check { CHECK_NONE, CHECK_DELETE, CHECK_RESTORE } body_check;
+	struct buf held_body;
 	struct pbuf upbuf;
 
 	/* upstream: the pass-through's exchange (its response headers in up.resp) */

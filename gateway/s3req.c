@@ -255,10 +255,33 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
 
 #define DELETE_MAX_OBJECTS 1000
 
-struct delparse {
+/* The first member of each parser's state below, for the handler they
+ * share. */
+struct xml_guard {
 	XML_Parser xp;
+	bool bad;
+};
+
+/* A document type declaration: its entities would make what is checked
+ * here differ from what an upstream that does not expand them reads
+ * (a DeleteObjects key, a restore's output location). S3's bodies have
+ * none: refused. */
+static void XMLCALL refuse_doctype(void *ud, const XML_Char *name, const XML_Char *sysid,
+                                   const XML_Char *pubid, int has_internal_subset)
+{
+	(void)name;
+	(void)sysid;
+	(void)pubid;
+	(void)has_internal_subset;
+	struct xml_guard *g = ud;
+	g->bad = true;
+	XML_StopParser(g->xp, XML_FALSE);
+}
+
+struct delparse {
+	struct xml_guard g;
 	int depth;               /* 1: <Delete>, 2: <Object>, 3: <Key> */
-	bool in_key, has_key, bad;
+	bool in_key, has_key;
 	unsigned objects;
 	struct buf key;
 	int (*each)(void *, const char *);
@@ -280,26 +303,26 @@ static void XMLCALL del_start(void *ud, const XML_Char *name, const XML_Char **a
 	struct delparse *d = ud;
 	d->depth++;
 	if (d->depth == 1 && !local_is(name, "Delete"))
-		d->bad = true;
+		d->g.bad = true;
 	if (d->depth == 2 && local_is(name, "Object")) {
 		d->has_key = false;
 		if (++d->objects > DELETE_MAX_OBJECTS)
-			d->bad = true;
+			d->g.bad = true;
 	}
 	if (d->depth == 3 && local_is(name, "Key")) {
 		d->in_key = true;
 		buf_reset(&d->key);
 	}
-	if (d->bad || d->stopped)
-		XML_StopParser(d->xp, XML_FALSE);
+	if (d->g.bad || d->stopped)
+		XML_StopParser(d->g.xp, XML_FALSE);
 }
 
 static void XMLCALL del_text(void *ud, const XML_Char *s, int len)
 {
 	struct delparse *d = ud;
 	if (d->in_key && buf_append(&d->key, s, (size_t)len) != 0) {
-		d->bad = true; /* over S3's 1,024-byte key limit */
-		XML_StopParser(d->xp, XML_FALSE);
+		d->g.bad = true; /* over S3's 1,024-byte key limit */
+		XML_StopParser(d->g.xp, XML_FALSE);
 	}
 }
 
@@ -311,26 +334,11 @@ static void XMLCALL del_end(void *ud, const XML_Char *name)
 		d->has_key = true;
 		d->stopped = d->each(d->arg, d->key.len ? d->key.p : "");
 	} else if (d->depth == 2 && local_is(name, "Object") && !d->has_key) {
-		d->bad = true;
+		d->g.bad = true;
 	}
 	d->depth--;
-	if (d->bad || d->stopped)
-		XML_StopParser(d->xp, XML_FALSE);
-}
-
-/* A document type declaration: its entities would make the keys checked
- * here differ from the keys an upstream that does not expand them reads.
- * DeleteObjects bodies have none: refused. */
-static void XMLCALL del_doctype(void *ud, const XML_Char *name, const XML_Char *sysid,
-                                const XML_Char *pubid, int has_internal_subset)
-{
-	(void)name;
-	(void)sysid;
-	(void)pubid;
-	(void)has_internal_subset;
-	struct delparse *d = ud;
-	d->bad = true;
-	XML_StopParser(d->xp, XML_FALSE);
+	if (d->g.bad || d->stopped)
+		XML_StopParser(d->g.xp, XML_FALSE);
 }
 
 int s3_delete_keys(const char *body, size_t len, int (*each)(void *arg, const char *key),
@@ -338,19 +346,63 @@ int s3_delete_keys(const char *body, size_t len, int (*each)(void *arg, const ch
 {
 	struct delparse d = { .each = each, .arg = arg };
 	buf_init(&d.key, 1024);
-	d.xp = XML_ParserCreateNS(NULL, ' ');
-	if (!d.xp) {
+	d.g.xp = XML_ParserCreateNS(NULL, ' ');
+	if (!d.g.xp) {
 		buf_fini(&d.key);
 		return -1;
 	}
-	XML_SetUserData(d.xp, &d);
-	XML_SetElementHandler(d.xp, del_start, del_end);
-	XML_SetCharacterDataHandler(d.xp, del_text);
-	XML_SetStartDoctypeDeclHandler(d.xp, del_doctype);
-	enum XML_Status st = XML_Parse(d.xp, body, (int)len, XML_TRUE);
-	XML_ParserFree(d.xp);
+	XML_SetUserData(d.g.xp, &d);
+	XML_SetElementHandler(d.g.xp, del_start, del_end);
+	XML_SetCharacterDataHandler(d.g.xp, del_text);
+	XML_SetStartDoctypeDeclHandler(d.g.xp, refuse_doctype);
+	enum XML_Status st = XML_Parse(d.g.xp, body, (int)len, XML_TRUE);
+	XML_ParserFree(d.g.xp);
 	buf_fini(&d.key);
 	if (d.stopped)
 		return d.stopped;
-	return st == XML_STATUS_OK && !d.bad && d.objects > 0 ? 0 : -1;
+	return st == XML_STATUS_OK && !d.g.bad && d.objects > 0 ? 0 : -1;
+}
+
+/* ---- RestoreObject bodies ---- */
+
+struct restparse {
+	struct xml_guard g;
+	int depth;
+	bool output;
+};
+
+static void XMLCALL rest_start(void *ud, const XML_Char *name, const XML_Char **attrs)
+{
+	(void)attrs;
+	struct restparse *p = ud;
+	if (++p->depth == 1 && !local_is(name, "RestoreRequest"))
+		p->g.bad = true;
+	if (local_is(name, "OutputLocation"))
+		p->output = true;
+	if (p->g.bad || p->output)
+		XML_StopParser(p->g.xp, XML_FALSE);
+}
+
+static void XMLCALL rest_end(void *ud, const XML_Char *name)
+{
+	(void)name;
+	((struct restparse *)ud)->depth--;
+}
+
+int s3_restore_output(const char *body, size_t len)
+{
+	if (len == 0)
+		return 0; /* S3's defaults: nothing is written elsewhere */
+	struct restparse p = { 0 };
+	p.g.xp = XML_ParserCreateNS(NULL, ' ');
+	if (!p.g.xp)
+		return -1;
+	XML_SetUserData(p.g.xp, &p);
+	XML_SetElementHandler(p.g.xp, rest_start, rest_end);
+	XML_SetStartDoctypeDeclHandler(p.g.xp, refuse_doctype);
+	enum XML_Status st = XML_Parse(p.g.xp, body, (int)len, XML_TRUE);
+	XML_ParserFree(p.g.xp);
+	if (p.output && !p.g.bad)
+		return 1;
+	return st == XML_STATUS_OK && !p.g.bad ? 0 : -1;
 }

@@ -72,6 +72,15 @@ bool s3_query_names_plain(const char *raw_query);
 int s3_delete_keys(const char *body, size_t len, int (*each)(void *arg, const char *key),
                    void *arg);
 
+/*
+ * Whether a RestoreObject body (<RestoreRequest>...) names an
+ * <OutputLocation>: a SELECT restore writes its results to the bucket and
+ * prefix named there, with larder's credentials. Returns 1 if it does, 0
+ * if not, -1 when the body is not such a document (not XML, another root,
+ * a document type declaration): S3's MalformedXML.
+ */
+int s3_restore_output(const char *body, size_t len);
+
 /* True if the bucket name is acceptable for path-style addressing
  * (3-255 of A-Z a-z 0-9 . - _; S3's legacy rules, which moto and older
  * regions accept). */

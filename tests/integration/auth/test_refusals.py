@@ -239,6 +239,21 @@ class Refusals(LarderCase):
         h = harness.sign_headers("GET", self.larder.url + "/ref-a/data/x%23y", PFX_KEY, PFX_SECRET)
         self.raw_refused("GET", "/ref-a/data/x#y", h, 400, "InvalidURI")
 
+    def test_restore_with_an_output_location_refused(self):
+        # A SELECT restore writes its results, with larder's credentials, to
+        # the bucket its body names: a key with write access to rw/ only
+        # could write into ref-b. A plain restore still goes through.
+        c = self.larder.client(key=RWP_KEY, secret=RWP_SECRET)
+        self.direct.put_object(Bucket="ref-a", Key="rw/cold", Body=b"cold", StorageClass="GLACIER")
+        body = (b"<RestoreRequest><Days>1</Days><Type>SELECT</Type><OutputLocation><S3>"
+                b"<BucketName>ref-b</BucketName><Prefix>out/</Prefix></S3></OutputLocation>"
+                b"</RestoreRequest>")
+        url = self.larder.url + "/ref-a/rw/cold?restore"
+        h = harness.sign_headers("POST", url, RWP_KEY, RWP_SECRET, body=body)
+        self.raw_refused("POST", "/ref-a/rw/cold?restore", h, 403, "AccessDenied", body=body)
+        r = c.restore_object(Bucket="ref-a", Key="rw/cold", RestoreRequest={"Days": 1})
+        self.assertIn(r["ResponseMetadata"]["HTTPStatusCode"], (200, 202))
+
     def test_create_session_refused(self):
         # CreateSession (directory buckets) answers with credentials of the
         # identity that signed it upstream: larder's own, read-write. A key,

@@ -337,6 +337,28 @@ static void test_delete_keys(void **state)
 	buf_fini(&b);
 }
 
+static void test_restore_output(void **state)
+{
+	(void)state;
+	static const char plain[] = "<RestoreRequest xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+	                            "<Days>1</Days><GlacierJobParameters><Tier>Bulk</Tier>"
+	                            "</GlacierJobParameters></RestoreRequest>";
+	assert_int_equal(s3_restore_output(plain, strlen(plain)), 0);
+	assert_int_equal(s3_restore_output("", 0), 0);
+	static const char select[] = "<RestoreRequest><Type>SELECT</Type><OutputLocation><S3>"
+	                             "<BucketName>other</BucketName><Prefix>out/</Prefix></S3>"
+	                             "</OutputLocation></RestoreRequest>";
+	assert_int_equal(s3_restore_output(select, strlen(select)), 1);
+	static const char *const bad[] = {
+		"not xml", "<Other/>", "<RestoreRequest>",
+		/* the element hidden in an entity an upstream might expand */
+		"<!DOCTYPE RestoreRequest [<!ENTITY o \"<OutputLocation/>\">]>"
+		"<RestoreRequest>&o;</RestoreRequest>", NULL,
+	};
+	for (int i = 0; bad[i]; i++)
+		assert_int_equal(s3_restore_output(bad[i], strlen(bad[i])), -1);
+}
+
 int main(void)
 {
 	s3req_init(&parsed);
@@ -351,6 +373,7 @@ int main(void)
 		cmocka_unit_test(test_error_xml),
 		cmocka_unit_test(test_upstream_targets),
 		cmocka_unit_test(test_upstream_sign_roundtrip),
+		cmocka_unit_test(test_restore_output),
 	};
 	int rc = cmocka_run_group_tests_name("gateway", tests, NULL, NULL);
 	s3req_fini(&parsed);
