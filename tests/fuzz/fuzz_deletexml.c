@@ -1,7 +1,8 @@
 /*
- * fuzz_deletexml.c - the DeleteObjects body parser (s3_delete_keys) on
- * arbitrary bytes: a client with a prefix grant sends this body, and
- * larder parses it before deciding whether to forward it.
+ * fuzz_deletexml.c - the request bodies larder reads before it forwards
+ * them, on arbitrary bytes: DeleteObjects (s3_delete_keys; a client with a
+ * prefix grant sends it) and RestoreObject (s3_restore_output; any client
+ * with write access).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +27,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	unsigned n = 0;
 	int rc = s3_delete_keys((const char *)data, size, each, &n);
 	if (rc != 0 && rc != -1 && rc != 5)
+		__builtin_trap();
+	rc = s3_restore_output((const char *)data, size);
+	if (rc != 0 && rc != -1 && rc != 1)
 		__builtin_trap();
 	return 0;
 }
