@@ -26,6 +26,7 @@ UP_KEY, UP_SECRET = "AKIDSTANDIN", "standin/secret"
 REGIONS = {"eu-bucket": "eu-west-1", "us-bucket": "us-east-1", "slow-bucket": "us-east-1",
            "eu-listed": "eu-west-1"}
 OBJECT = bytes(range(256)) * 4096  # 1 MiB
+FRAMED = b"framed-twice-0123456789"
 
 
 def expected_signature(method, path, headers, region):
@@ -110,6 +111,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.error(400, "XAmzContentSHA256Mismatch")
         if bucket == "slow-bucket":
             return self.slow()
+        if path.startswith("/us-bucket/framed-"):
+            return self.framed_twice(path.split("?")[0].rsplit("-", 1)[1])
         if path.startswith("/us-bucket/slowdown"):
             return self.error(503, "SlowDown")
         if bucket == "eu-listed" and "list-type=2" in path:
@@ -150,6 +153,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.server.aborted.set()
             self.close_connection = True
+
+    def framed_twice(self, how):
+        """An answer whose length is stated two ways, as a broken origin or
+        a box on the way may send it: curl reads the body by the
+        Transfer-Encoding, or by the last of two Content-Lengths."""
+        if how == "chunked":
+            head = "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"
+            body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(FRAMED), FRAMED)
+        else:
+            head = "Content-Length: 5\r\nContent-Length: %d\r\n" % len(FRAMED)
+            body = FRAMED
+        self.wfile.write(("HTTP/1.1 200 OK\r\nx-amz-request-id: STANDIN\r\n%s"
+                          "Connection: close\r\n\r\n" % head).encode() + body)
+        self.close_connection = True
 
     do_GET = do_HEAD = do_PUT = do_DELETE = do_POST = handle_one
 
@@ -238,6 +255,18 @@ class UpstreamBehaviour(StandInLarder, harness.S3Asserts, unittest.TestCase):
         self.assertEqual(status, 503)
         self.assertEqual(harness.s3_error(body), ("SlowDown", "STANDIN"))
         self.assertEqual(rh.get("x-amz-request-id"), "STANDIN")
+
+    def test_answer_framed_twice_is_never_cut_short(self):
+        # larder took the first Content-Length for the client's answer
+        # while curl read the body by the Transfer-Encoding (or the last
+        # Content-Length): the client got 5 of its bytes, complete-looking.
+        r = harness.signed_request(self.larder.url, "GET", "/us-bucket/framed-chunked?versionId=v")
+        self.assertEqual((r.status, r.body, r.complete), (200, FRAMED, True), r)
+        r = harness.signed_request(self.larder.url, "GET", "/us-bucket/framed-twice?versionId=v")
+        self.assertEqual(r.status, 200, r)
+        self.assertFalse(r.complete and r.body != FRAMED,
+                         "a short body delivered as the whole answer: %r" % r.body)
+        self.assertNotEqual(r.headers.get("content-length"), "5")
 
     def test_client_disconnect_cancels_upstream(self):
         self.origin.aborted.clear()
