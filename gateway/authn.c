@@ -526,6 +526,15 @@ void authn_request(struct req *r)
 		     "Content-Length and Transfer-Encoding must not both be sent.");
 		return;
 	}
+	if (te && strcasecmp(te, "chunked") != 0) {
+		/* libmicrohttpd decodes "chunked" alone; any other coding it
+		 * reads as raw bytes until the client closes, which would go
+		 * upstream as the body, framing and all. S3 takes no
+		 * Transfer-Encoding at all; its answer: */
+		req_fail(r, S3E_NOT_IMPLEMENTED, NULL);
+		req_err_element(r, "Header", "Transfer-Encoding");
+		return;
+	}
 	if (!claimed[0]) {
 		req_fail(r, S3E_INVALID_REQUEST,
 		     "Missing required header for this request: x-amz-content-sha256");

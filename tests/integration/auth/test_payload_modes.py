@@ -190,6 +190,26 @@ class PayloadModes(LarderCase):
         self.assertEqual(self.stored("both"), b"original")
         self.assertEqual(self.upstream.from_larder(before), [])
 
+    def test_transfer_coding_other_than_chunked_refused(self):
+        # libmicrohttpd decodes "chunked" alone: it read these bodies as raw
+        # bytes until the client hung up, larder streamed them upstream
+        # (chunk sizes and all) and the client never got an answer.
+        self.s3.put_object(Bucket="modes", Key="coded", Body=b"original")
+        for coding in ("gzip, chunked", "identity"):
+            h = signed_headers(self.larder.url + "/modes/coded", {}, "UNSIGNED-PAYLOAD")
+            h["Transfer-Encoding"] = coding
+            head = "PUT /modes/coded HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % self.larder.port
+            head += "".join("%s: %s\r\n" % kv for kv in h.items()) + "\r\n"
+            before = self.upstream.mark()
+            out = harness.raw_exchange(self.larder.port, head.encode() + b"5\r\nhello\r\n0\r\n\r\n",
+                                       timeout=10, shutdown_write=True)
+            self.assertTrue(out.startswith(b"HTTP/1.1 501 "), (coding, out[:300]))
+            body = out.partition(b"\r\n\r\n")[2]
+            self.assertEqual(s3_error(body)[0], "NotImplemented", body)
+            self.assertIn(b"<Header>Transfer-Encoding</Header>", body)
+            self.assertEqual(self.upstream.from_larder(before), [])
+        self.assertEqual(self.stored("coded"), b"original")
+
     def test_signed_and_unsigned_single_part(self):
         url = self.larder.url + "/modes/single-signed"
         h = signed_headers(url, {}, hashlib.sha256(self.data).hexdigest())
