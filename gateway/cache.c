@@ -658,7 +658,8 @@ void cache_invalidate(struct req *r)
 {
 	struct gw *gw = req_gw(r);
 	long status = req_upstream_status(r);
-	if (status < 200 || status >= 300 || req_s3(r)->access != POL_WRITE)
+	/* 0: no answer was heard (passthrough.c), so the write may have landed. */
+	if ((status != 0 && (status < 200 || status >= 300)) || req_s3(r)->access != POL_WRITE)
 		return;
 	/* Any write to a bucket may change its listings: a key under their
 	 * prefix, or (bucket-level requests, DeleteObjects) any of them. */

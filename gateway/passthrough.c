@@ -66,16 +66,29 @@ int pass_chunk_sink(void *arg, const char *data, size_t len)
 	return pbuf_put(&r->upbuf, data, len);
 }
 
+/* A write whose answer larder never heard (the exchange failed or was
+ * stopped once upstream may have had all of it: the client's whole body,
+ * verified) may have taken effect: what the cache knows of the key goes,
+ * as after a success. cache_invalidate skips what S3 was heard refusing. */
+static void forget_unheard_write(struct req *r)
+{
+	if (r->client_body_done && !r->has_err)
+		cache_invalidate(r);
+}
+
 void pass_stop(struct req *r)
 {
 	if (!r->up.running && !ev_is_active(&r->slot_timer) && !ev_is_active(&r->up.retry_timer))
 		return;
+	bool sent = r->up.running;
 	ev_timer_stop(r->w->loop, &r->slot_timer);
 	shaper_cancel(r->w->gw->shaper, &r->slot);
 	transfer_stop(&r->up);
 	r->udone = true;
 	if (r->uresult == CURLE_OK)
 		r->uresult = CURLE_ABORTED_BY_CALLBACK;
+	if (sent)
+		forget_unheard_write(r);
 	req_unref(r);
 }
 
@@ -657,6 +670,8 @@ static void upstream_done(struct transfer *t, void *arg, CURLcode result)
 	if (result == CURLE_OK) {
 		cache_invalidate(r);
 		listcache_store(r);
+	} else {
+		forget_unheard_write(r);
 	}
 	if (result != CURLE_OK)
 		log_warn("upstream", "id=%s %s %s: %s", r->id, r->method, buf_cstr(&r->target.url),

@@ -679,6 +679,24 @@ class UpstreamFaults(FaultCase):
                          (403, "AccessDenied"), err)
         self.assertIsNone(self.origin.get(BUCKET, "refused"))
 
+    def test_write_whose_answer_was_lost_drops_the_cached_object(self):
+        # The origin stored the new bytes, then the connection went before
+        # its answer: larder dropped what it knew of the key only on an
+        # answer it heard, and went on serving the old object from its
+        # cache (until LARDER_METADATA_TTL, or for ever with "immutable").
+        v1, v2 = blob(30, 300 * 1024), blob(31, 300 * 1024)
+        self.origin.put(BUCKET, "lost-answer", v1)
+        self.assertBody(self.get("lost-answer"), v1, "the first read")
+        self.assertEqual(self.get("lost-answer").cache, "hit")
+        self.origin.lose_answer_next(1, key="lost-answer")
+        path = harness.key_path(BUCKET, "lost-answer")
+        h = harness.sign_headers("PUT", self.larder.url + path, harness.CLIENT_KEY,
+                                 harness.CLIENT_SECRET, body=v2)
+        status, _, body = harness.http_request(self.larder.url, "PUT", path, h, v2)
+        self.assertGreaterEqual(status, 500, body)  # the client heard no success
+        self.assertEqual(self.origin.get(BUCKET, "lost-answer").data, v2, "the origin has v2")
+        self.assertBody(self.get("lost-answer"), v2, "the read after the write")
+
     def test_object_written_while_it_is_learnt_is_never_mixed(self):
         # The first read's GET is answered with v1, which larder hears only
         # after a PUT of v2 through larder dropped what it was learning: the

@@ -9,6 +9,7 @@
     origin.slow_next(65536, 20, key="obj")   # next GET: body in 64 KiB pieces, 20 ms apart
     origin.replace_after("bkt", "obj", new)  # new bytes (new ETag) from the next request on
     origin.throttle_above(4, service_ms=30)  # > 4 requests in flight to a prefix: 503 SlowDown
+    origin.lose_answer_next(key="obj")       # next PUT: stored, then hang up with no answer
     ...
     origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
     origin.ignore_if_match = True            # a broken upstream/proxy: If-Match not evaluated
@@ -309,6 +310,12 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         with pause_ms between pieces."""
         return self._add(Fault("slow", n, ("GET",), bucket, key, piece=piece, pause_ms=pause_ms))
 
+    def lose_answer_next(self, n=1, methods=("PUT",), bucket=None, key=None):
+        """The next n matching requests are carried out (a PUT stores its
+        object), then the connection is closed instead of answering: a write
+        that took effect, its answer lost on the way."""
+        return self._add(Fault("lose_answer", n, tuple(methods), bucket, key))
+
     def replace_after(self, bucket, key, data, after_gets=0, **attrs):
         """Replaces the object's bytes (new ETag, Last-Modified one second later
         at least) once `after_gets` more GETs of it have been answered with a
@@ -444,6 +451,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.rec["status"] = status
 
     def _finish(self, status, headers, body=b""):
+        if getattr(self, "lose_answer", False):
+            self.lose_answer = False
+            self.rec["done"] = True
+            return self._hang_up(False)
         self._send(status, headers, body)
         if self.command != "HEAD" and body:
             self.wfile.write(body)
@@ -571,6 +582,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._error(*bad)
         faults = srv._take(self.command, bucket, key)
         self.rec["faults"] = sorted(faults)
+        self.lose_answer = "lose_answer" in faults
         if "delay" in faults:
             time.sleep(faults["delay"].params["ms"] / 1000.0)
         if "error" in faults:
