@@ -526,6 +526,13 @@ void authn_request(struct req *r)
 		     "Content-Length and Transfer-Encoding must not both be sent.");
 		return;
 	}
+	if (!cl && !te && strcmp(r->method, "PUT") == 0) {
+		/* No framing, so no body: S3 answers a PUT without a length 411,
+		 * where forwarded (with a length of 0) it would store an empty
+		 * object in place of the one the client meant to send. */
+		req_fail(r, S3E_MISSING_CONTENT_LENGTH, NULL);
+		return;
+	}
 	if (te && strcasecmp(te, "chunked") != 0) {
 		/* libmicrohttpd decodes "chunked" alone; any other coding it
 		 * reads as raw bytes until the client closes, which would go

@@ -210,6 +210,21 @@ class PayloadModes(LarderCase):
             self.assertEqual(self.upstream.from_larder(before), [])
         self.assertEqual(self.stored("coded"), b"original")
 
+    def test_put_without_a_length_refused(self):
+        # No Content-Length and no Transfer-Encoding: no body at all. S3
+        # answers such a PUT 411 MissingContentLength; forwarded with a
+        # length of 0 it would replace the object with an empty one.
+        self.s3.put_object(Bucket="modes", Key="unframed", Body=b"original")
+        h = signed_headers(self.larder.url + "/modes/unframed", {}, "UNSIGNED-PAYLOAD")
+        head = "PUT /modes/unframed HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % self.larder.port
+        head += "".join("%s: %s\r\n" % kv for kv in h.items()) + "Connection: close\r\n\r\n"
+        before = self.upstream.mark()
+        out = harness.raw_exchange(self.larder.port, head.encode(), timeout=10)
+        self.assertTrue(out.startswith(b"HTTP/1.1 411 "), out[:300])
+        self.assertEqual(s3_error(out.partition(b"\r\n\r\n")[2])[0], "MissingContentLength")
+        self.assertEqual(self.upstream.from_larder(before), [])
+        self.assertEqual(self.stored("unframed"), b"original")
+
     def test_signed_and_unsigned_single_part(self):
         url = self.larder.url + "/modes/single-signed"
         h = signed_headers(url, {}, hashlib.sha256(self.data).hexdigest())
