@@ -186,18 +186,24 @@ class CachedHeaders(LarderCase):
     def test_empty_value_kept_on_miss_and_hit(self):
         up = (self.upstream.url, self.upstream.access_key, self.upstream.secret_key)
         me = (self.larder.url, CLIENT_KEY, CLIENT_SECRET)
+        # A GET after a first HEAD may find chunk 0 still arriving (the HEAD
+        # is answered from the headers of the fetch that fills it), and is
+        # then rightly a miss: so one key is read GET first, another HEAD
+        # first and then only by HEAD.
         for who, (base, access, secret) in (("direct", up), ("larder", me)):
-            key = "empty-meta-" + who
-            st, body = self.put_with_empty_meta(base, key, access, secret)
-            self.assertEqual(st, 200, body)
-            want, _ = self.meta_of(self.upstream.url, "HEAD", key, *up[1:])
-            self.assertEqual(want, {"x-amz-meta-meta1": "", "x-amz-meta-other": "v"},
-                             "what the upstream answers")
-            for n, method in enumerate(("HEAD", "GET", "HEAD", "GET")):
-                got, hdrs = self.meta_of(self.larder.url, method, key, CLIENT_KEY, CLIENT_SECRET)
-                self.assertEqual(got, want, (who, method, hdrs))
-                cache = {k.lower(): v for k, v in hdrs}.get("x-larder-cache")
-                self.assertEqual(cache, "hit" if n else "miss", (who, method, hdrs))
+            for first, methods in (("get", ("GET", "HEAD", "GET", "HEAD")),
+                                   ("head", ("HEAD", "HEAD"))):
+                key = "empty-meta-%s-%s" % (who, first)
+                st, body = self.put_with_empty_meta(base, key, access, secret)
+                self.assertEqual(st, 200, body)
+                want, _ = self.meta_of(self.upstream.url, "HEAD", key, *up[1:])
+                self.assertEqual(want, {"x-amz-meta-meta1": "", "x-amz-meta-other": "v"},
+                                 "what the upstream answers")
+                for n, method in enumerate(methods):
+                    got, hdrs = self.meta_of(self.larder.url, method, key, CLIENT_KEY, CLIENT_SECRET)
+                    self.assertEqual(got, want, (who, method, hdrs))
+                    cache = {k.lower(): v for k, v in hdrs}.get("x-larder-cache")
+                    self.assertEqual(cache, "hit" if n else "miss", (who, method, hdrs))
             # The pass-through (a versionId request is not cached) keeps it too.
             vid = self.direct.head_object(Bucket=BUCKET, Key=key)["VersionId"]
             got, hdrs = self.meta_of(self.larder.url, "HEAD", key + "?versionId=" + vid,
