@@ -117,7 +117,10 @@ int peer_verify(const char *secret, const char *self, const char *method, const 
 	char *end;
 	long long t = strtoll(date, &end, 10);
 	unsigned long h = strtoul(hop, NULL, 10);
-	if (*end || llabs((long long)now - t) > PEER_SKEW_S) {
+	/* Compared without a subtraction that a date near LLONG_MIN, which
+	 * anybody may send, would overflow. */
+	if (*end || end == date || t < (long long)now - PEER_SKEW_S ||
+	    t > (long long)now + PEER_SKEW_S) {
 		snprintf(why, whylen, "peer request dated %s, too far from now", date);
 		return -1;
 	}

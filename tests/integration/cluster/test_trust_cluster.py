@@ -347,6 +347,23 @@ class PeerBinding(ClusterBase):
         self.assertEqual(self.read(a, "bind/y.bin"), data)
         self.assertNotIn("refused a peer request from node-", a.log() + b.log())
 
+    def test_date_at_the_ends_of_the_range_refused(self):
+        """Anyone may send the peer headers: a date no clock can be near is
+        refused like any other, before the signature is even looked at."""
+        a = self.nodes[0]
+        self.direct.put_object(Bucket="shared", Key="bind/date.txt", Body=b"dated")
+        path = "/shared/bind/date.txt"
+        target = "127.0.0.1:%d" % a.port
+        for i, date in enumerate(("-9223372036854775808", "-9223372036854775000",
+                                  "9223372036854775807", "-99999999999999999999")):
+            h = peer_headers(path, "dater", target, "%x" % (i + 4) * 32, date=date)
+            st, body = self.raw_get(a, path, h)
+            self.assertEqual(st, 403, "date %s: %r" % (date, body))
+            self.assertEqual(harness.s3_error(body)[0], "AccessDenied")
+        self.assertTrue(a.alive(), a.log()[-2000:])
+        st, body = self.raw_get(a, path, peer_headers(path, "dater", target, "9" * 32))
+        self.assertEqual((st, body), (200, b"dated"))
+
     def test_tampered_pin_refused(self):
         """X-Larder-Pin makes the owner hold chunks: it is signed with the request."""
         a = self.nodes[0]
