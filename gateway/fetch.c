@@ -706,16 +706,20 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	shaper_release(gw->shaper, &f->slot, status, ev_now(f->w->loop));
 	if (f->to_peer && !f->cancelled &&
 	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
-	     status == 401 || status == 403) &&
+	     status == 401 || status == 403 || (f->c && status != 412)) &&
 	    !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
 		/* The node is gone, refused, or broke off: a holder's failure
 		 * sends us to the owner, the owner's to S3, from the bytes
 		 * already received. So does a node that answered for another
 		 * ETag or size: a node honours If-Match (412), so that answer
-		 * is the node's fault, not news of a version change; S3 tells. */
+		 * is the node's fault, not news of a version change; S3 tells.
+		 * And so does any other answer that left the chunk short (a
+		 * body that ended cleanly before the range did, a status that
+		 * is not 206): asking the same node again would get the same. */
 		log_info("fetch", "%s/%s: %s node failed (%ld, %s); fetching from %s", f->bucket,
 		         f->key, f->to_holder ? "holder" : "owner", status,
-		         f->changed ? "answered for another ETag or size" : curl_easy_strerror(result),
+		         f->changed ? "answered for another ETag or size"
+		         : result == CURLE_OK ? "left the chunk short" : curl_easy_strerror(result),
 		         f->to_holder ? "its owner" : "S3");
 		if (f->to_holder)
 			f->holder_failed = true;

@@ -398,6 +398,7 @@ class RoguePeer:
     def __init__(self):
         self.objects = {}  # path -> (bytes it serves, ETag it names, total size it names)
         self.lies = {}     # path -> chunk answers of another version sent
+        self.short = set() # paths whose chunk answers stop halfway
         rogue = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -433,12 +434,15 @@ class RoguePeer:
         data, etag, total = obj
         a, b = int(rng.group(1)), int(rng.group(2))
         self.lies[h.path] = self.lies.get(h.path, 0) + 1
+        # short: the range's headers, but a body (and Content-Length) of
+        # half of it, ended cleanly
+        n = (b + 1 - a) // 2 if h.path in self.short else b + 1 - a
         h.send_response(206)
         h.send_header("ETag", etag)
         h.send_header("Content-Range", "bytes %d-%d/%d" % (a, b, total))
-        h.send_header("Content-Length", str(b + 1 - a))
+        h.send_header("Content-Length", str(n))
         h.end_headers()
-        h.wfile.write(data[a:b + 1])
+        h.wfile.write(data[a:a + n])
 
     def close(self):
         self.server.shutdown()
@@ -521,6 +525,28 @@ class PeerAnswerChecks(ClusterBase):
     def test_peer_answer_with_other_size_is_not_served(self):
         self.assert_s3_bytes("rogue/size.bin", 56, lambda etag, other: etag,
                              lambda size: size + MiB)
+
+    def test_peer_answer_cut_short_is_fetched_from_s3(self):
+        """The right ETag and size, but the body ends cleanly (its
+        Content-Length honest) halfway through the range: the rest of the
+        chunk comes from S3, and the client gets every byte."""
+        key = "rogue/short.bin"
+        path = "/shared/" + key
+        data = blob(58, 3 * MiB + 17)  # 4 chunks
+        etag = self.direct.put_object(Bucket="shared", Key=key, Body=data)["ETag"]
+        self.rogue.objects[path] = (data, etag, len(data))  # S3's bytes, but short
+        self.rogue.short.add(path)
+        self.addCleanup(self.rogue.short.discard, path)
+        self.rogue_joins()
+        lo, hi = MiB + 5, 2 * MiB + 10
+        r = self.get(path, "bytes=%d-%d" % (lo, hi))
+        self.assertEqual((r.status, r.headers.get("etag")), (206, etag), r)
+        self.assertTrue(r.complete and r.body == data[lo:hi + 1], "range read: %r" % r)
+        self.assertGreater(self.rogue.lies.get(path, 0), 0,
+                           "the rogue was never asked for a chunk: this test shows nothing")
+        r = self.get(path)
+        self.assertEqual((r.status, r.headers.get("etag")), (200, etag), r)
+        self.assertTrue(r.complete and r.body == data, "whole read: %r" % r)
 
 
 class ClientPort(unittest.TestCase):
