@@ -677,6 +677,10 @@ void cache_invalidate(struct req *r)
 	 * DeleteObjects names its keys in the body: the whole bucket goes. */
 	if (gw->store && changes_object(r))
 		store_invalidate(gw->store, req_bucket(r), key, bucket_wide);
+	/* Before the drop: a load that starts after it must not learn the
+	 * old version from a node the invalidation has not reached yet. */
+	if (gw->cluster)
+		fetch_written(req_bucket(r), key, clock_mono_s());
 	if (bucket_wide)
 		meta_drop_bucket(gw->meta, req_bucket(r));
 	else

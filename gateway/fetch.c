@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,8 @@ struct fetch {
 	bool whole;                  /* meta fetch: the whole object with checksum mode */
 	unsigned hop;                /* 0: for this node's clients; 1+: for a peer's request */
 	bool to_peer;                /* this attempt asks another node, not S3 */
-	bool peer_failed;            /* the owner did not answer: S3 from now on */
+	bool peer_failed;            /* the owner did not answer, or must not be asked (a
+	                                meta fetch of an object written here lately): S3 */
 	struct placement_ask *ask;   /* a directory lookup under way, before the first try */
 	char holder[CLUSTER_NAME_MAX]; /* a node the directory says holds it, or "" */
 	bool to_holder;              /* this attempt asks that holder */
@@ -93,6 +95,56 @@ static uint64_t object_hash(const char *bucket, const char *key)
 	struct chunk_id oid;
 	chunk_id_make(bucket, key, "", 0, &oid);
 	return chunk_id_hash(&oid);
+}
+
+/* Objects written through this node lately (fetch_written): a hash table
+ * of fixed size, an object looked for in the few slots its hash names. */
+#define WRITTEN_SLOTS 4096
+#define WRITTEN_PROBES 4
+
+static struct {
+	pthread_mutex_t lock;
+	uint64_t h[WRITTEN_SLOTS];
+	double when[WRITTEN_SLOTS];
+} written = { .lock = PTHREAD_MUTEX_INITIALIZER };
+static atomic_bool any_written; /* read-only nodes never look in the table */
+
+void fetch_written(const char *bucket, const char *key, double now)
+{
+	uint64_t h = object_hash(bucket, key);
+	size_t victim = h % WRITTEN_SLOTS;
+	pthread_mutex_lock(&written.lock);
+	for (size_t k = 0; k < WRITTEN_PROBES; k++) {
+		size_t i = (h + k) % WRITTEN_SLOTS;
+		if (written.h[i] == h) {
+			victim = i;
+			break;
+		}
+		if (written.when[i] < written.when[victim])
+			victim = i;
+	}
+	written.h[victim] = h;
+	written.when[victim] = now;
+	pthread_mutex_unlock(&written.lock);
+	atomic_store(&any_written, true);
+}
+
+/* Whether (bucket, key), or its whole bucket, was written through this
+ * node less than FETCH_WRITTEN_S ago. */
+static bool written_lately(const char *bucket, const char *key, double now)
+{
+	if (!atomic_load(&any_written))
+		return false;
+	uint64_t hk = object_hash(bucket, key), hb = object_hash(bucket, "");
+	bool yes = false;
+	pthread_mutex_lock(&written.lock);
+	for (size_t k = 0; k < WRITTEN_PROBES && !yes; k++) {
+		size_t i = (hk + k) % WRITTEN_SLOTS, j = (hb + k) % WRITTEN_SLOTS;
+		yes = (written.h[i] == hk && now - written.when[i] < FETCH_WRITTEN_S) ||
+		      (written.h[j] == hb && now - written.when[j] < FETCH_WRITTEN_S);
+	}
+	pthread_mutex_unlock(&written.lock);
+	return yes;
 }
 
 static void fetch_free(struct fetch *f)
@@ -268,7 +320,7 @@ static uint64_t dir_key_of(const struct fetch *f)
  * who looks. */
 static int begin(struct fetch *f)
 {
-	if (f->w->placement && f->hop < PEER_MAX_HOP) {
+	if (f->w->placement && f->hop < PEER_MAX_HOP && !f->peer_failed) {
 		uint64_t key = dir_key_of(f);
 		if (!cluster_owner(f->w->gw->cluster, key, NULL, 0) &&
 		    (f->ask = placement_ask(f->w->placement, key, asked_cb, f)))
@@ -572,6 +624,9 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 	f->owner_ops = ops;
 	f->owner = owner;
 	f->hop = hop;
+	/* Written through this node lately: from S3, neither the owner nor a
+	 * holder (fetch_written). */
+	f->peer_failed = w->gw->cluster && written_lately(bucket, key, clock_mono_s());
 	if (revalidate && !(f->revalidate = strdup(revalidate))) {
 		f->owner = NULL;
 		fetch_free(f);

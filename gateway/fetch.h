@@ -77,6 +77,15 @@ struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_ow
                                          void *owner, unsigned hop, const char *bucket,
                                          const char *key, const char *revalidate);
 
+/* A write through this node changed (bucket, key) at now (monotonic
+ * seconds); key "": any key of the bucket (DeleteObjects). Until
+ * FETCH_WRITTEN_S later, a meta fetch of it learns the object from S3, not
+ * from another node: the invalidation may not have reached that node yet,
+ * and what it still holds is the old version, which this node would keep.
+ * Thread-safe; a bounded table (a mark it overwrites is forgotten). */
+#define FETCH_WRITTEN_S 90.0
+void fetch_written(const char *bucket, const char *key, double now);
+
 /* The object version a reader's chunk fetches are for. */
 struct fetch_producer {
 	struct worker *w;

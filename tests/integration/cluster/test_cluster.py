@@ -447,6 +447,65 @@ class ClusterLoss(ClusterBase):
         self.assertEqual(self.gets(m, key), [], "node-2 went to S3 for chunks node-1 holds")
 
 
+class ClusterReadAfterWrite(ClusterBase):
+    """A client that writes through a node and reads back through it gets
+    what it wrote, even before the other nodes have heard the invalidation
+    (Redis slow to deliver it: paused here for less than the nodes' 500 ms
+    command timeout, so nobody takes Redis for down). The object's owner may
+    still hold the old version then; the writer must not learn it from there."""
+    NODES = 2
+    KEYS = 8  # the owner is the other node for about half of them
+
+    def pause_redis_writes(self, ms):
+        # PUBLISH waits out the pause like any write.
+        out = subprocess.run(["redis-cli", "-p", str(self.redis.port), "CLIENT", "PAUSE",
+                              str(ms), "WRITE"], capture_output=True, text=True, timeout=10)
+        self.assertEqual(out.stdout.strip(), "OK", out)
+
+    def warm(self, keys):
+        for k in keys:
+            self.direct.put_object(Bucket="shared", Key=k, Body=b"old " + k.encode())
+            for n in self.nodes:
+                self.assertEqual(self.read(n, k), b"old " + k.encode())
+
+    def test_read_own_write_through_the_same_node(self):
+        writer, other = self.nodes
+        keys = ["raw/put-%d" % i for i in range(self.KEYS)]
+        self.warm(keys)
+        c = writer.client()
+        stale = []
+        for k in keys:
+            self.pause_redis_writes(300)
+            c.put_object(Bucket="shared", Key=k, Body=b"new " + k.encode())
+            got = c.get_object(Bucket="shared", Key=k)["Body"].read()
+            if got != b"new " + k.encode():
+                stale.append((k, got))
+        self.assertEqual(stale, [], "the writer served what it had overwritten")
+        # And the other node hears of it (the nodes keep metadata for ever).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            got = [self.read(other, k) for k in keys]
+            if got == [b"new " + k.encode() for k in keys]:
+                break
+            time.sleep(0.2)
+        self.assertEqual(got, [b"new " + k.encode() for k in keys])
+
+    def test_read_after_delete_objects_through_the_same_node(self):
+        writer = self.nodes[0]
+        keys = ["raw/del-%d" % i for i in range(self.KEYS)]
+        self.warm(keys)
+        c = writer.client()
+        self.pause_redis_writes(300)
+        c.delete_objects(Bucket="shared", Delete={"Objects": [{"Key": k} for k in keys]})
+        served = []
+        for k in keys:
+            try:
+                served.append((k, c.get_object(Bucket="shared", Key=k)["Body"].read()))
+            except c.exceptions.NoSuchKey:
+                pass
+        self.assertEqual(served, [], "the node that deleted them served them")
+
+
 class ClusterOwnFirst(ClusterBase):
     """A node's RAM tier holds the chunks it owns before its readers' copies
     of other nodes' chunks: a dataset the cluster holds but one node does

@@ -118,6 +118,10 @@ void cread_release(struct req *r) { (void)r; }
 
 void fetch_charge(struct fetch *f, unsigned charge) { (void)f; (void)charge; }
 void fetch_disown(struct fetch *f) { (void)f; }
+void fetch_written(const char *bucket, const char *key, double now)
+{
+	(void)bucket; (void)key; (void)now;
+}
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, const char *bucket, const char *key,
                                const char *revalidate)
