@@ -82,6 +82,8 @@ struct fetch {
 	bool changed;                /* an answer for another version: as good as a 412 */
 	bool uncacheable;            /* meta fetch: an answer the cache cannot keep */
 	bool fills_chunk0;           /* meta fetch: its answer is chunk 0 whole */
+	uint64_t gen;                /* meta fetch: NVMe time order when it began, for
+	                                chunk 0, claimed only once the answer is in */
 	struct shaper_slot slot;     /* its place in the prefix's window (gateway/shaper.h) */
 	ev_timer slot_timer;         /* waiting for that place */
 	bool no_slot;                /* it waited too long for one: SlowDown */
@@ -627,6 +629,9 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 	/* Written through this node lately: from S3, neither the owner nor a
 	 * holder (fetch_written). */
 	f->peer_failed = w->gw->cluster && written_lately(bucket, key, clock_mono_s());
+	/* Before anything is asked: its answer may be of a version a write
+	 * through larder replaces before the answer is heard. */
+	f->gen = w->gw->store ? store_next_gen(w->gw->store) : 0;
 	if (revalidate && !(f->revalidate = strdup(revalidate))) {
 		f->owner = NULL;
 		fetch_free(f);
@@ -724,7 +729,7 @@ static void complete_ok(struct fetch *f)
 	bool as_owner = !f->to_peer || f->to_holder;
 	struct chunk_origin o = {
 		.bucket = f->bucket, .key = f->key, .etag = f->etag, .index = f->index,
-		.charge = f->charge, .copy = !as_owner,
+		.charge = f->charge, .copy = !as_owner, .gen = f->meta_kind ? f->gen : 0,
 	};
 	if (f->index == 0 && f->meta && meta_encode(f->meta, &blob) == 0) {
 		o.meta = blob.p;

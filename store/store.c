@@ -232,7 +232,9 @@ static struct job *write_job_new(struct chunk *c, const struct chunk_origin *o)
 		return NULL;
 	memset(j, 0, sizeof *j);
 	j->kind = JOB_WRITE;
-	j->o.gen = c->gen; /* taken at store_acquire, whenever there is a disk */
+	/* Taken at store_acquire, whenever there is a disk; or earlier, when
+	 * the request for its bytes was sent before it was acquired. */
+	j->o.gen = o && o->gen && o->gen < c->gen ? o->gen : c->gen;
 	char *p = j->names;
 	memcpy(p, bucket, lb);
 	j->o.bucket = p;
@@ -797,6 +799,11 @@ int store_charge_limit(struct store *s, unsigned charge, uint64_t max)
 uint64_t store_charged(struct store *s, unsigned charge)
 {
 	return ram_charged(s->ram_t, charge);
+}
+
+uint64_t store_next_gen(struct store *s)
+{
+	return s->disk ? disk_next_gen(s->disk) : 0;
 }
 
 int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix)

@@ -63,7 +63,9 @@ struct chunk_origin {
 	uint64_t index;
 	const void *meta;            /* opaque object metadata (chunk 0 only), or NULL */
 	size_t meta_len;
-	uint64_t gen;                /* NVMe time order; 0: the store assigns it */
+	uint64_t gen;                /* NVMe time order (store_next_gen) when the bytes were
+	                              * asked for, if before the chunk was acquired; 0: the
+	                              * store's, taken at store_acquire */
 	unsigned charge;             /* who its RAM bytes count against (store_charge_limit) */
 	bool copy;                   /* a reader's copy of a chunk another cluster node owns:
 	                              * the tiers keep it after their own (policy_rank) */
@@ -119,6 +121,13 @@ void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
  * store_acquire would answer HIT or read it from NVMe. A snapshot: it may
  * be evicted the next moment. Does not count as an access. */
 bool store_holds(struct store *s, const struct chunk_id *id);
+
+/* A place in NVMe time order, now (0 without an NVMe tier). A fetch that
+ * learns an object names its chunk 0 only once the answer is in, after
+ * store_acquire; it takes one before it asks and passes it in chunk 0's
+ * origin, so an invalidation that lands meanwhile counts as newer than
+ * that chunk (store_invalidate). Any thread. */
+uint64_t store_next_gen(struct store *s);
 
 /* An object (or with prefix, every key of bucket under key) changed: its
  * metadata on NVMe is made unrecoverable, durably, before this returns

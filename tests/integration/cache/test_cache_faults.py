@@ -856,6 +856,37 @@ class NvmeTier(harness.S3Asserts, unittest.TestCase):
         self.assertTrue(r.body == v2, "the restart brought back the version a write replaced")
         finish_larder(self, b)
 
+    def test_delete_during_a_first_read_is_not_undone_by_a_restart(self):
+        # As above, but the write is a DELETE: no newer version is learnt
+        # whose chunk 0 would outrank v1's on NVMe. v1's chunk 0 is claimed
+        # when its answer is heard, after the DELETE's tombstone; it must
+        # still count as older than the tombstone (its answer was made
+        # before the DELETE), or a restart serves the deleted object.
+        v1 = blob(25, 5000)
+        self.origin.put(BUCKET, "deleted", v1)
+        a = self.start()
+        self.origin.late_next(1500, key="deleted")
+        m = self.origin.mark()
+        res = {}
+        reader = threading.Thread(target=lambda: res.setdefault("r", self.get(a, "deleted")))
+        reader.start()
+        deadline = time.monotonic() + 10
+        while not self.origin.gets(BUCKET, "deleted", since=m) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertTrue(self.origin.gets(BUCKET, "deleted", since=m), "the read never came")
+        a.client().delete_object(Bucket=BUCKET, Key="deleted")
+        reader.join(60)
+        self.assertIn(res["r"].status, (200, 404), res["r"])
+        self.assertTrue(wait_on_disk(self.cache_dir, [v1[1000:1064]]),
+                        "v1's chunk 0 never reached the NVMe tier: the test proves nothing")
+        a.proc.kill()
+        a.proc.wait()
+        b = self.start()
+        r = self.get(b, "deleted")
+        self.assertEqual(r.status, 404, "the restart served an object deleted through larder: %r"
+                         % r)
+        finish_larder(self, b)
+
     def test_corrupt_byte_is_refetched(self):
         data = blob(22, 3 * CHUNK)
         self.origin.put(BUCKET, "corrupt", data)
