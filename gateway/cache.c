@@ -56,6 +56,7 @@
 #include "base/clock.h"
 #include "base/hdrs.h"
 #include "base/log.h"
+#include "auth/sigv4.h"
 #include "gateway/cache.h"
 #include "gateway/cread.h"
 #include "gateway/fetch.h"
@@ -654,6 +655,56 @@ static bool changes_object(const struct req *r)
 	return !part;
 }
 
+/* Forgets (bucket, key) everywhere a write through this node must. */
+static void invalidate_key(struct gw *gw, const char *bucket, const char *key)
+{
+	listcache_invalidate(gw->lists, bucket, key);
+	if (gw->store)
+		store_invalidate(gw->store, bucket, key, false);
+	meta_drop(gw->meta, bucket, key);
+	if (gw->cluster)
+		cluster_publish_invalidate(gw->cluster, bucket, key);
+}
+
+/* RenameObject (directory buckets) removes its source, named by
+ * x-amz-rename-source ("bucket/key" or "/bucket/key", URL-encoded; in a
+ * presigned URL, a parameter of that name): forget it as well. S3 may
+ * read a raw '+' there as a space (gateway/authn.c): both readings go. */
+static void invalidate_rename_source(struct req *r)
+{
+	struct gw *gw = req_gw(r);
+	struct buf q, dec;
+	buf_init(&q, S3_MAX_QUERY_BYTES);
+	buf_init(&dec, 8192);
+	const char *src = req_header(r, "x-amz-rename-source");
+	if (!src && s3_query_get(req_query(r), "x-amz-rename-source", &q) == 1)
+		src = buf_cstr(&q);
+	size_t len = src ? strcspn(src, "?") : 0;
+	for (int spaced = 0; len > 0 && spaced < 2; spaced++) {
+		if (spaced && !memchr(src, '+', len))
+			break;
+		char *s = strndup(src, len);
+		if (!s)
+			break;
+		for (char *p = s; spaced && *p; p++)
+			if (*p == '+')
+				*p = ' ';
+		buf_truncate(&dec, 0);
+		if (sv4_uri_decode(s, len, &dec) == 0 && strlen(buf_cstr(&dec)) == dec.len) {
+			const char *d = buf_cstr(&dec);
+			d += *d == '/';
+			const char *slash = strchr(d, '/');
+			char *b = slash && slash > d && slash[1] ? strndup(d, (size_t)(slash - d)) : NULL;
+			if (b)
+				invalidate_key(gw, b, slash + 1);
+			free(b);
+		}
+		free(s);
+	}
+	buf_fini(&dec);
+	buf_fini(&q);
+}
+
 void cache_invalidate(struct req *r)
 {
 	struct gw *gw = req_gw(r);
@@ -687,6 +738,9 @@ void cache_invalidate(struct req *r)
 		meta_drop(gw->meta, req_bucket(r), key);
 	if (gw->cluster) /* every node forgets it too */
 		cluster_publish_invalidate(gw->cluster, req_bucket(r), key);
+	if (req_s3(r)->target == S3T_OBJECT && strcmp(req_method(r), "PUT") == 0 &&
+	    changes_object(r))
+		invalidate_rename_source(r);
 }
 
 struct purge_ctx {

@@ -887,6 +887,30 @@ class NvmeTier(harness.S3Asserts, unittest.TestCase):
                          % r)
         finish_larder(self, b)
 
+    def test_rename_through_larder_forgets_the_source(self):
+        # RenameObject (directory buckets) writes its destination and
+        # removes its source: a read of the source must then be S3's 404,
+        # not the cached object, before and after a restart.
+        data = blob(26, 5000)
+        self.origin.put(BUCKET, "ren/old name", data)
+        a = self.start()
+        self.warm(a, "ren/old name", data)
+        self.assertEqual(self.get(a, "ren/old name").cache, "hit")
+        r = fetch(a.url, "PUT", harness.key_path(BUCKET, "ren/new") + "?renameObject",
+                  {"x-amz-rename-source": "/%s/ren/old%%20name" % BUCKET})
+        self.assertEqual(r.status, 200, r)
+        self.assertIsNone(self.origin.get(BUCKET, "ren/old name"))
+        r = self.get(a, "ren/old name")
+        self.assertEqual(r.status, 404, "the renamed-away object was served: %r" % r)
+        r = self.get(a, "ren/new")
+        self.assertEqual((r.status, r.body == data), (200, True), r)
+        a.proc.kill()
+        a.proc.wait()
+        b = self.start()
+        r = self.get(b, "ren/old name")
+        self.assertEqual(r.status, 404, "a restart served the renamed-away object: %r" % r)
+        finish_larder(self, b)
+
     def test_corrupt_byte_is_refetched(self):
         data = blob(22, 3 * CHUNK)
         self.origin.put(BUCKET, "corrupt", data)

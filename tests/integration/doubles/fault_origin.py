@@ -36,6 +36,7 @@ What it serves, as S3 does (and as moto does not always do):
 * response-content-type/-language/-expires/-cache-control/-disposition/-encoding
   query overrides on GET.
 * PUT object (plain, or aws-chunked with its chunk signatures not checked),
+  RenameObject (PUT ?renameObject with x-amz-rename-source, same bucket),
   PUT bucket, DELETE object, HEAD bucket. Everything else: 501 NotImplemented.
 * Every request must be signed with SigV4 for this origin's access key and
   region: botocore recomputes the signature from what arrived (raw path and
@@ -612,6 +613,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     do_GET = do_HEAD = do_PUT = do_DELETE = do_POST = handle_any
 
+    def _rename_object(self, bucket, key, source):
+        # RenameObject (directory buckets): "/bucket/key" or "bucket/key",
+        # URL-encoded, within the same bucket; the source is gone after.
+        src_bucket, _, src_key = urllib.parse.unquote(source).lstrip("/").partition("/")
+        srv = self.server
+        with srv.lock:
+            obj = srv.objects.get((src_bucket, src_key)) if src_bucket == bucket else None
+            if obj is not None:
+                srv.objects[(bucket, key)] = srv.objects.pop((src_bucket, src_key))
+        if obj is None:
+            return self._error(404, "NoSuchKey", "The specified key does not exist.",
+                               "<Key>%s</Key>" % escape(src_key))
+        return self._finish(200, {})
+
     def _get_object(self, bucket, key, hdrs, query, drop=None, slow=None, late=None):
         srv = self.server
         with srv.lock:
@@ -742,6 +757,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _put_object(self, bucket, key, hdrs, query, body):
         srv = self.server
+        if query == {"renameObject": ""} and "x-amz-rename-source" in hdrs:
+            return self._rename_object(bucket, key, hdrs["x-amz-rename-source"])
         if query:
             return self._error(501, "NotImplemented", "not scripted: PUT ?" + "&".join(query))
         if "x-amz-copy-source" in hdrs:
