@@ -851,6 +851,9 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	} else if (status == 412 || f->changed) {
 		log_info("fetch", "%s/%s changed upstream (%s, asked If-Match %s)", f->bucket, f->key,
 		         f->changed ? "answer for another ETag or size" : "412", f->etag);
+		/* Its chunk 0 on NVMe names the old version: a restart must not
+		 * bring that back (the new one's may never reach NVMe). */
+		store_invalidate_seen(gw->store, f->bucket, f->key);
 		meta_drop(gw->meta, f->bucket, f->key);
 		if (gw->cluster)
 			cluster_publish_invalidate(gw->cluster, f->bucket, f->key);

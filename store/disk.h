@@ -75,6 +75,13 @@ int disk_read_cached(struct disk *d, const struct chunk_id *id, void *out, size_
  * negative errno. */
 int disk_invalidate(struct disk *d, const char *bucket, const char *key, bool prefix);
 
+/* The same without the fdatasync: the record is in the page cache when it
+ * returns, so it outlives the process (kill -9) but not the machine
+ * (until the kernel writes it back, or the next disk_invalidate syncs the
+ * file). For a change a reader's thread sees, which must not wait for
+ * the device. Returns 0 or negative errno. */
+int disk_invalidate_unsynced(struct disk *d, const char *bucket, const char *key);
+
 /* A generation (chunk_origin.gen): the store takes one when a chunk is
  * created, before its fetch begins, so a tombstone written while the fetch
  * runs or the write waits in the queue counts as newer than the chunk. */

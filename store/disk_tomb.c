@@ -10,7 +10,8 @@
  * for object metadata, which chunk-0 entries carry: invalidations (a
  * write through larder, a purge, another node's write) are therefore
  * written, as tombstones, to TOMB_NAME, and fdatasync'd before
- * disk_invalidate returns. A tombstone (generation, bucket, key or key
+ * disk_invalidate returns (disk_invalidate_unsynced, for a version change
+ * a reader saw, leaves that to the kernel or the next synced one). A tombstone (generation, bucket, key or key
  * prefix) makes recovery drop every chunk-0 entry it names with an older
  * generation. It is kept while any entry on disk is older than it: each
  * open rewrites the file without the ones no entry needs any more.
@@ -238,7 +239,8 @@ bool dk_tombstoned(const struct tomb *t, size_t n, size_t nexact, const char *bu
 	return false;
 }
 
-int disk_invalidate(struct disk *d, const char *bucket, const char *key, bool prefix)
+static int tomb_append(struct disk *d, const char *bucket, const char *key, bool prefix,
+                       bool sync)
 {
 	size_t bl = strlen(bucket), kl = strlen(key);
 	if (bl > UINT16_MAX || kl > UINT16_MAX)
@@ -251,7 +253,7 @@ int disk_invalidate(struct disk *d, const char *bucket, const char *key, bool pr
 	size_t n = tomb_encode(b, disk_next_gen(d), prefix, bucket, bl, key, kl);
 	struct iovec iov = { b, n };
 	int rc = d->tfd < 0 ? -EBADF : dk_pwritev_all(d->tfd, &iov, 1, d->tsize);
-	if (rc == 0 && fdatasync(d->tfd) < 0)
+	if (rc == 0 && sync && fdatasync(d->tfd) < 0)
 		rc = -errno;
 	if (rc == 0) {
 		d->tsize += n;
@@ -268,4 +270,14 @@ int disk_invalidate(struct disk *d, const char *bucket, const char *key, bool pr
 		log_warn(TOPIC, "%s/%s: writing a tombstone for %s/%s%s failed: %s", d->dir, TOMB_NAME,
 		         bucket, key, prefix ? "*" : "", strerror(-rc));
 	return rc;
+}
+
+int disk_invalidate(struct disk *d, const char *bucket, const char *key, bool prefix)
+{
+	return tomb_append(d, bucket, key, prefix, true);
+}
+
+int disk_invalidate_unsynced(struct disk *d, const char *bucket, const char *key)
+{
+	return tomb_append(d, bucket, key, false, false);
 }

@@ -813,6 +813,11 @@ int store_invalidate(struct store *s, const char *bucket, const char *key, bool 
 	return s->disk ? disk_invalidate(s->disk, bucket, key, prefix) : 0;
 }
 
+int store_invalidate_seen(struct store *s, const char *bucket, const char *key)
+{
+	return s->disk ? disk_invalidate_unsynced(s->disk, bucket, key) : 0;
+}
+
 void store_get_stats(struct store *s, struct store_stats *out)
 {
 	memset(out, 0, sizeof *out);

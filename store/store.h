@@ -135,6 +135,12 @@ uint64_t store_next_gen(struct store *s);
  * Chunks stay (they name one version). Returns 0, or negative errno. */
 int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix);
 
+/* A read found the object (bucket, key) changed upstream (a 412 on
+ * If-Match): as store_invalidate, but the caller (a worker) waits for no
+ * device: the record outlives a crash of the process, not of the machine
+ * (disk_invalidate_unsynced). Returns 0, or negative errno. */
+int store_invalidate_seen(struct store *s, const char *bucket, const char *key);
+
 /* Forgets a chunk in every tier (readers holding it keep their bytes).
  * A chunk being produced leaves the in-flight table (its waiters still get
  * its bytes) and is not stored when it completes; a pending NVMe write of

@@ -887,6 +887,36 @@ class NvmeTier(harness.S3Asserts, unittest.TestCase):
                          % r)
         finish_larder(self, b)
 
+    def test_version_change_seen_by_a_412_outlives_a_restart(self):
+        # An object replaced at S3 (not through larder) within its TTL: a
+        # chunk fetch's 412 tells larder, which then serves the new
+        # version. A restart must not bring back the old version's
+        # metadata from its chunk 0 on NVMe (the new version, empty, has
+        # no chunk 0 that would outrank it there).
+        v1 = blob(27, 2 * CHUNK + 10)
+        self.origin.put(BUCKET, "replaced", v1)
+        a = self.start()
+        r = self.get(a, "replaced", {"Range": "bytes=0-99"})
+        self.assertEqual((r.status, r.body), (206, v1[:100]), r)
+        self.assertTrue(wait_on_disk(self.cache_dir, [v1[1000:1064]]),
+                        "v1's chunk 0 never reached the NVMe tier: the test proves nothing")
+        v2_etag = self.origin.put(BUCKET, "replaced", b"")
+        m = self.origin.mark()
+        r = self.get(a, "replaced", {"Range": "bytes=%d-%d" % (CHUNK, CHUNK + 9)})
+        self.assertIn(412, [g["status"] for g in self.origin.gets(BUCKET, "replaced", since=m)],
+                      "no 412: the test proves nothing")
+        r = self.get(a, "replaced")
+        self.assertEqual((r.status, r.body, r.headers.get("etag")), (200, b"", v2_etag), r)
+        a.proc.kill()
+        a.proc.wait()
+        b = self.start()
+        r = self.get(b, "replaced", method="HEAD")
+        self.assertEqual((r.status, r.headers.get("etag")), (200, v2_etag),
+                         "a restart brought back the version a 412 had shown replaced: %r" % r)
+        r = self.get(b, "replaced")
+        self.assertEqual((r.status, r.body), (200, b""), r)
+        finish_larder(self, b)
+
     def test_rename_through_larder_forgets_the_source(self):
         # RenameObject (directory buckets) writes its destination and
         # removes its source: a read of the source must then be S3's 404,
