@@ -83,55 +83,23 @@ static enum s3err sv4_to_s3err(enum sv4_status s, bool presigned)
 	}
 }
 
-/* One reading of a source's first len bytes, "bucket/key" or
- * "/bucket/key", URL-encoded: whether k has access there (a NUL in the
- * decoded name would cut the name checked short of the one S3 sees: no). */
-static bool source_reading_allowed(const struct client_key *k, const char *src, size_t len,
-                                   enum pol_access access)
+struct source_check {
+	const struct client_key *k;
+	enum pol_access access;
+};
+
+static int source_object_allowed(void *arg, const char *bucket, const char *key)
 {
-	struct buf dec;
-	buf_init(&dec, 8192);
-	bool ok = false;
-	if (sv4_uri_decode(src, len, &dec) == 0 && strlen(buf_cstr(&dec)) == dec.len) {
-		const char *s = buf_cstr(&dec);
-		if (*s == '/')
-			s++;
-		const char *slash = strchr(s, '/');
-		if (slash && slash > s && slash[1]) {
-			char bucket[256];
-			size_t bl = (size_t)(slash - s);
-			if (bl < sizeof bucket) {
-				memcpy(bucket, s, bl);
-				bucket[bl] = '\0';
-				ok = pol_allows(k, access, bucket, slash + 1, NULL);
-			}
-		}
-	}
-	buf_fini(&dec);
-	return ok;
+	const struct source_check *sc = arg;
+	return pol_allows(sc->k, sc->access, bucket, key, NULL) ? 0 : 1;
 }
 
-/* Whether k may act (access) on the object a copy or rename source names:
- * "bucket/key" percent-encoded, up to an optional "?versionId=". S3 may
- * read a raw '+' there as a space, as a form decoder does ("c+d/x" as
- * "c d/x"): the grant must cover the source read both ways. SDKs send
- * '+' as %2B. */
+/* Whether k may act (access) on every object a copy or rename source
+ * names, however S3 reads it (s3_source_objects). */
 static bool source_allowed(const struct client_key *k, const char *src, enum pol_access access)
 {
-	size_t len = strcspn(src, "?");
-	if (!source_reading_allowed(k, src, len, access))
-		return false;
-	if (!memchr(src, '+', len))
-		return true;
-	char *spaced = strndup(src, len);
-	if (!spaced)
-		return false;
-	for (char *p = spaced; *p; p++)
-		if (*p == '+')
-			*p = ' ';
-	bool ok = source_reading_allowed(k, spaced, len, access);
-	free(spaced);
-	return ok;
+	struct source_check sc = { k, access };
+	return s3_source_objects(src, source_object_allowed, &sc) == 0;
 }
 
 /* Headers that name another object S3 acts on, and what the key needs

@@ -56,7 +56,6 @@
 #include "base/clock.h"
 #include "base/hdrs.h"
 #include "base/log.h"
-#include "auth/sigv4.h"
 #include "gateway/cache.h"
 #include "gateway/cread.h"
 #include "gateway/fetch.h"
@@ -666,42 +665,24 @@ static void invalidate_key(struct gw *gw, const char *bucket, const char *key)
 		cluster_publish_invalidate(gw->cluster, bucket, key);
 }
 
+static int forget_source(void *arg, const char *bucket, const char *key)
+{
+	invalidate_key(arg, bucket, key);
+	return 0;
+}
+
 /* RenameObject (directory buckets) removes its source, named by
- * x-amz-rename-source ("bucket/key" or "/bucket/key", URL-encoded; in a
- * presigned URL, a parameter of that name): forget it as well. S3 may
- * read a raw '+' there as a space (gateway/authn.c): both readings go. */
+ * x-amz-rename-source (in a presigned URL, a parameter of that name):
+ * forget it as well, however S3 reads it (s3_source_objects). */
 static void invalidate_rename_source(struct req *r)
 {
-	struct gw *gw = req_gw(r);
-	struct buf q, dec;
+	struct buf q;
 	buf_init(&q, S3_MAX_QUERY_BYTES);
-	buf_init(&dec, 8192);
 	const char *src = req_header(r, "x-amz-rename-source");
 	if (!src && s3_query_get(req_query(r), "x-amz-rename-source", &q) == 1)
 		src = buf_cstr(&q);
-	size_t len = src ? strcspn(src, "?") : 0;
-	for (int spaced = 0; len > 0 && spaced < 2; spaced++) {
-		if (spaced && !memchr(src, '+', len))
-			break;
-		char *s = strndup(src, len);
-		if (!s)
-			break;
-		for (char *p = s; spaced && *p; p++)
-			if (*p == '+')
-				*p = ' ';
-		buf_truncate(&dec, 0);
-		if (sv4_uri_decode(s, len, &dec) == 0 && strlen(buf_cstr(&dec)) == dec.len) {
-			const char *d = buf_cstr(&dec);
-			d += *d == '/';
-			const char *slash = strchr(d, '/');
-			char *b = slash && slash > d && slash[1] ? strndup(d, (size_t)(slash - d)) : NULL;
-			if (b)
-				invalidate_key(gw, b, slash + 1);
-			free(b);
-		}
-		free(s);
-	}
-	buf_fini(&dec);
+	if (src)
+		s3_source_objects(src, forget_source, req_gw(r));
 	buf_fini(&q);
 }
 

@@ -251,6 +251,49 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
 	return 0;
 }
 
+/* ---- copy and rename sources ---- */
+
+/* One reading of a source's first len bytes. */
+static int source_object(const char *src, size_t len,
+                         int (*each)(void *, const char *, const char *), void *arg)
+{
+	struct buf dec;
+	buf_init(&dec, 8192);
+	int rc = -1;
+	if (sv4_uri_decode(src, len, &dec) == 0 && strlen(buf_cstr(&dec)) == dec.len) {
+		const char *s = buf_cstr(&dec);
+		s += *s == '/';
+		const char *slash = strchr(s, '/');
+		char bucket[sizeof ((struct s3req *)0)->bucket];
+		size_t bl = slash ? (size_t)(slash - s) : 0;
+		if (bl > 0 && bl < sizeof bucket && slash[1]) {
+			memcpy(bucket, s, bl);
+			bucket[bl] = '\0';
+			rc = each(arg, bucket, slash + 1);
+		}
+	}
+	buf_fini(&dec);
+	return rc;
+}
+
+int s3_source_objects(const char *src, int (*each)(void *arg, const char *bucket, const char *key),
+                      void *arg)
+{
+	size_t len = strcspn(src, "?");
+	int rc = source_object(src, len, each, arg);
+	if (rc != 0 || !memchr(src, '+', len))
+		return rc;
+	char *spaced = strndup(src, len);
+	if (!spaced)
+		return -1;
+	for (char *p = spaced; *p; p++)
+		if (*p == '+')
+			*p = ' ';
+	rc = source_object(spaced, len, each, arg);
+	free(spaced);
+	return rc;
+}
+
 /* ---- DeleteObjects bodies ---- */
 
 #define DELETE_MAX_OBJECTS 1000

@@ -73,6 +73,19 @@ int s3_delete_keys(const char *body, size_t len, int (*each)(void *arg, const ch
                    void *arg);
 
 /*
+ * The objects a copy or rename source names ("bucket/key" or "/bucket/key",
+ * URL-encoded, up to an optional "?versionId=..."), handed to
+ * each(arg, bucket, key) in turn. S3 may read a raw '+' there as a space,
+ * as a form decoder does ("c+d/x" as "c d/x"): a source with one names an
+ * object for each reading, and both are handed over (SDKs send %2B).
+ * Returns 0; what each returned, when nonzero (it stops there); or -1 for
+ * a reading that names no object (no bucket or key, a bad escape, a NUL
+ * that would cut the name short of the one S3 reads).
+ */
+int s3_source_objects(const char *src, int (*each)(void *arg, const char *bucket, const char *key),
+                      void *arg);
+
+/*
  * Whether a RestoreObject body (<RestoreRequest>...) names an
  * <OutputLocation>: a SELECT restore writes its results to the bucket and
  * prefix named there, with larder's credentials. Returns 1 if it does, 0

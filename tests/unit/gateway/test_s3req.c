@@ -337,6 +337,48 @@ static void test_delete_keys(void **state)
 	buf_fini(&b);
 }
 
+struct sources_seen {
+	int n;
+	char seen[2][64];
+	int answer;
+};
+
+static int collect_source(void *arg, const char *bucket, const char *key)
+{
+	struct sources_seen *s = arg;
+	snprintf(s->seen[s->n++ % 2], sizeof s->seen[0], "%s|%s", bucket, key);
+	return s->answer;
+}
+
+static void test_source_objects(void **state)
+{
+	(void)state;
+	struct sources_seen s = { 0 };
+	assert_int_equal(s3_source_objects("/b/a%20b/c?versionId=x+y", collect_source, &s), 0);
+	assert_int_equal(s.n, 1);
+	assert_string_equal(s.seen[0], "b|a b/c");
+	/* A raw '+' names two objects, one per reading. */
+	s = (struct sources_seen){ 0 };
+	assert_int_equal(s3_source_objects("b/c+d/x", collect_source, &s), 0);
+	assert_int_equal(s.n, 2);
+	assert_string_equal(s.seen[0], "b|c+d/x");
+	assert_string_equal(s.seen[1], "b|c d/x");
+	/* %2B is a '+' only. */
+	s = (struct sources_seen){ 0 };
+	assert_int_equal(s3_source_objects("b/c%2Bd", collect_source, &s), 0);
+	assert_int_equal(s.n, 1);
+	/* The callback's answer stops the walk. */
+	s = (struct sources_seen){ .answer = 3 };
+	assert_int_equal(s3_source_objects("b/c+d", collect_source, &s), 3);
+	assert_int_equal(s.n, 1);
+	static const char *const bad[] = { "", "b", "b/", "/b/", "/k", "b/a%zz", "b/a%00b", NULL };
+	for (int i = 0; bad[i]; i++) {
+		s = (struct sources_seen){ 0 };
+		assert_int_equal(s3_source_objects(bad[i], collect_source, &s), -1);
+		assert_int_equal(s.n, 0);
+	}
+}
+
 static void test_restore_output(void **state)
 {
 	(void)state;
@@ -374,6 +416,7 @@ int main(void)
 		cmocka_unit_test(test_upstream_targets),
 		cmocka_unit_test(test_upstream_sign_roundtrip),
 		cmocka_unit_test(test_restore_output),
+		cmocka_unit_test(test_source_objects),
 	};
 	int rc = cmocka_run_group_tests_name("gateway", tests, NULL, NULL);
 	s3req_fini(&parsed);
