@@ -125,8 +125,9 @@ bool cl_id_ok(const char *s, size_t len);
 double cl_wall_ms(void);
 
 /* hex HMAC-SHA256(secret, "larder-inval-v1\n" body): the mac of an
- * invalidation message's body (cluster_inval.c). */
-void cl_inval_mac(const char *secret, const char *body, size_t len, char out[65]);
+ * invalidation message's body (cluster_inval.c). Returns 0, or -ENOMEM
+ * with out empty: no mac, which a receiver must take as a mismatch. */
+int cl_inval_mac(const char *secret, const char *body, size_t len, char out[65]);
 
 /* hex HMAC-SHA256(secret, "larder-member-v1\n" id "\n" body): the mac of
  * a membership entry. */

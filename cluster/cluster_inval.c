@@ -84,9 +84,8 @@ int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen
 	for (struct inval *e = batch; e; e = e->next) {
 		char mac[65] = "";
 		buf_reset(&body);
-		if (buf_append(&body, head, hl) == 0 && buf_append(&body, e->msg, e->len) == 0)
-			cl_inval_mac(cl->secret, body.p, body.len, mac);
-		else
+		if (buf_append(&body, head, hl) != 0 || buf_append(&body, e->msg, e->len) != 0 ||
+		    cl_inval_mac(cl->secret, body.p, body.len, mac) != 0)
 			buf_reset(&body); /* out of memory: an empty message, which receivers drop */
 		redisAppendCommand(c, "PUBLISH " INVAL_CHANNEL " %s\n%b", mac, body.p ? body.p : "",
 		                   body.len);
@@ -152,8 +151,7 @@ static const char *verified(struct cluster *cl, const char *msg, size_t *len)
 	if (*len < 66 || msg[64] != '\n')
 		return NULL;
 	char want[65];
-	cl_inval_mac(cl->secret, msg + 65, *len - 65, want);
-	if (!ct_equal(want, 64, msg, 64))
+	if (cl_inval_mac(cl->secret, msg + 65, *len - 65, want) != 0 || !ct_equal(want, 64, msg, 64))
 		return NULL;
 	const char *nl = memchr(msg + 65, '\n', *len - 65);
 	char exp[24];

@@ -48,16 +48,21 @@ void cluster_mac(const char *secret, const void *msg, size_t len, char out[65])
 	hex_encode(md, sizeof md, out);
 }
 
-void cl_inval_mac(const char *secret, const char *body, size_t len, char out[65])
+int cl_inval_mac(const char *secret, const char *body, size_t len, char out[65])
 {
 	static const char tag[] = "larder-inval-v1\n";
 	struct buf m;
+	int rc = 0;
 	buf_init(&m, sizeof tag + len);
-	if (buf_append(&m, tag, sizeof tag - 1) != 0 || buf_append(&m, body, len) != 0)
-		memset(out, 0, 65); /* out of memory: equal to no mac */
-	else
+	if (buf_append(&m, tag, sizeof tag - 1) != 0 || buf_append(&m, body, len) != 0) {
+		/* Out of memory. Not 64 zeros, which a forged message could carry. */
+		out[0] = '\0';
+		rc = -ENOMEM;
+	} else {
 		cluster_mac(secret, m.p, m.len, out);
+	}
 	buf_fini(&m);
+	return rc;
 }
 
 /* hex HMAC-SHA256(secret, "larder-member-v1\n" id "\n" body): the mac of

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
@@ -29,7 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "cluster/cluster.h"
+#include "cluster/cluster_internal.h"
 #include "cluster/directory.h"
 
 #define HB_MS 200
@@ -838,6 +841,22 @@ static void test_start_without_redis(void **state)
 	assert_true(now_s() - t0 < 1.0);
 }
 
+/* Out of memory, an invalidation's mac is no mac: not 64 zeros, which a
+ * message forged by anyone who can publish to Redis could carry. */
+static void test_inval_mac_out_of_memory(void **state)
+{
+	(void)state;
+	char mac[65], again[65];
+	assert_int_equal(cl_inval_mac(SECRET, "body", 4, mac), 0);
+	assert_int_equal(strlen(mac), 64);
+	assert_int_equal(cl_inval_mac(SECRET, "body", 4, again), 0);
+	assert_string_equal(mac, again);
+	alloc_fail_nth(1);
+	assert_int_equal(cl_inval_mac(SECRET, "body", 4, again), -ENOMEM);
+	assert_true(alloc_fail_fired());
+	assert_int_equal(strlen(again), 0);
+}
+
 static void test_config(void **state)
 {
 	char err[256];
@@ -887,6 +906,7 @@ static void test_config(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_inval_mac_out_of_memory),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_start_without_redis),
 		cmocka_unit_test_setup_teardown(test_members_and_ownership, setup, teardown),
