@@ -85,8 +85,11 @@ static int serve(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!path)
+	if (!path) {
 		path = getenv("LARDER_CONFIG");
+		if (path && !*path)
+			path = NULL; /* empty counts as unset, as for every LARDER_* variable */
+	}
 	char err[512];
 	struct cfg *cfg = cfg_load(path, err, sizeof err);
 	if (!cfg) {

@@ -346,6 +346,15 @@ class BadConfiguration(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn(b"configuration ok", out.stdout)
 
+    def test_empty_config_variable_is_unset(self):
+        # An empty environment variable counts as unset, LARDER_CONFIG too:
+        # no file, not a file named "".
+        out = self.run_larder({"LARDER_CONFIG": "", "LARDER_CLIENT_KEY": "k",
+                               "LARDER_CLIENT_SECRET": "s"}, "--check")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(b"configuration ok", out.stdout)
+        self.assertIn(b"1 client keys", out.stdout)
+
 
 
 class AccessLogBuffering(OwnLarderCase):
