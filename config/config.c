@@ -130,14 +130,30 @@ static int set_defaults(struct load *L)
 	return 0;
 }
 
+/* url with its user and password (before the last '@') shown as "***":
+ * the Redis password is written in the URL and never goes into a message. */
+static void url_for_message(const char *url, char *out, size_t n)
+{
+	const char *at = strrchr(url, '@');
+	if (!at) {
+		snprintf(out, n, "%s", url);
+		return;
+	}
+	const char *scheme = strstr(url, "://");
+	int keep = scheme && scheme < at ? (int)(scheme + 3 - url) : 0;
+	snprintf(out, n, "%.*s***%s", keep, url, at);
+}
+
 /* A node in a cluster: Redis URL, how peers reach it, a shared secret;
  * its id defaults to the host name. */
 static int cluster_check(struct load *L)
 {
 	struct cfg *c = L->c;
-	if (strncmp(c->redis_url, "redis://", 8) != 0 || !c->redis_url[8])
-		return load_fail(L, "LARDER_REDIS_URL: expected redis://host:port, got \"%s\"",
-		            c->redis_url);
+	if (strncmp(c->redis_url, "redis://", 8) != 0 || !c->redis_url[8]) {
+		char shown[300];
+		url_for_message(c->redis_url, shown, sizeof shown);
+		return load_fail(L, "LARDER_REDIS_URL: expected redis://host:port, got \"%s\"", shown);
+	}
 	if (!c->cluster_secret)
 		return load_fail(L, "LARDER_CLUSTER_SECRET: a cluster (LARDER_REDIS_URL) needs a shared "
 		            "secret of 16-256 characters, the same on every node");

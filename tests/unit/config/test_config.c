@@ -789,6 +789,14 @@ static void test_cluster_settings(void **state)
 	const char *nosecret[] = { "LARDER_REDIS_URL=redis://r:6379",
 		"LARDER_ADVERTISE=10.0.0.1:8080", NULL };
 	expect_error(NULL, nosecret, (const char *[]){ "LARDER_CLUSTER_SECRET", NULL });
+
+	/* The Redis password lives in the URL: a refused URL is named without it. */
+	const char *tls[] = { "LARDER_REDIS_URL=rediss://:hunter2hunter2@r:6379",
+		"LARDER_ADVERTISE=10.0.0.1:8080", "LARDER_CLUSTER_SECRET=0123456789abcdef", NULL };
+	expect_error(NULL, tls, (const char *[]){ "LARDER_REDIS_URL: expected redis://host:port",
+	                                          "rediss://", "@r:6379", NULL });
+	assert_null(cfg_load_text(NULL, tls, err, sizeof err));
+	assert_null(strstr(err, "hunter2"));
 }
 
 /* [bucket NAME] list_cache_ttl, list_cache_prefixes; [cache] list_cache_size */
