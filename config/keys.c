@@ -173,6 +173,10 @@ int load_bucket(struct load *L, const char *name, const char *at)
 	for (size_t i = 0; i < c->n_bucket_regions; i++)
 		if (strcmp(c->bucket_regions[i].bucket, name) == 0)
 			return load_fail(L, "%s: %s appears twice", at, L->label);
+	/* A section with a list cache and no region left no entry above. */
+	for (size_t i = 0; i < c->n_list_caches; i++)
+		if (strcmp(c->list_caches[i].bucket, name) == 0)
+			return load_fail(L, "%s: %s appears twice", at, L->label);
 	if (load_grow(L, (void **)&c->bucket_regions, c->n_bucket_regions,
 	         sizeof *c->bucket_regions) != 0)
 		return -1;

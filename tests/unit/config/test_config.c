@@ -839,6 +839,12 @@ static void test_list_cache_settings(void **state)
 	             (const char *[]){ "region is missing", NULL });
 	expect_error("[bucket abc]\nlist_cache_ttl = 5\nlist_cache_ttl = 6\n", NULL,
 	             (const char *[]){ "line 3:", "set twice", NULL });
+	/* A bucket's second section is refused even when its first set no region. */
+	expect_error("[bucket abc]\nlist_cache_ttl = 5\n[bucket abc]\nlist_cache_ttl = 10\n", NULL,
+	             (const char *[]){ "line 3:", "[bucket abc] appears twice", NULL });
+	expect_error("[bucket abc]\nlist_cache_ttl = 5\n[bucket xyz]\nregion = eu-west-1\n"
+	             "[bucket abc]\nregion = eu-west-2\n", NULL,
+	             (const char *[]){ "line 5:", "[bucket abc] appears twice", NULL });
 }
 
 int main(int argc, char **argv)
