@@ -63,7 +63,8 @@ const struct setting load_settings[] = {
 	    1, 100000000),
 	SET("cache", "metadata_ttl", "LARDER_METADATA_TTL", K_TTL, metadata_ttl_s, 0, 100000000),
 	SET("cache", "negative_ttl", "LARDER_NEGATIVE_TTL", K_UINT, negative_ttl_s, 0, 86400),
-	SET("cache", "readahead", "LARDER_READAHEAD", K_UINT, readahead_chunks, 0, 64),
+	/* At most READAHEAD_MAX (gateway/cread.h): a reader has that many slots. */
+	SET("cache", "readahead", "LARDER_READAHEAD", K_UINT, readahead_chunks, 0, 16),
 	SET("cache", "inflight_size", "LARDER_INFLIGHT_SIZE", K_SIZE, inflight_bytes, 0,
 	    1ul << 50),
 	SET("cache", "lookahead_idle", "LARDER_LOOKAHEAD_IDLE", K_UINT, lookahead_idle_s, 1,

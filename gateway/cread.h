@@ -21,7 +21,8 @@
 struct req;
 struct fetch;
 
-/* The cached read path's part of a request. */
+/* The cached read path's part of a request. READAHEAD_MAX is also the
+ * largest LARDER_READAHEAD config/settings.c accepts. */
 #define READAHEAD_MAX 16
 struct cread {
 	bool active;                    /* this GET/HEAD is answered from the cache */

@@ -670,6 +670,16 @@ static void test_cache_settings(void **state)
 		"LARDER_PIN_MAX_NVME=2GiB", NULL };
 	static const char *const want5[] = { "LARDER_PIN_MAX_NVME", "more than the NVMe tier", NULL };
 	expect_error(NULL, bad5, want5);
+	/* A reader keeps at most 16 chunks ahead (gateway/cread.h): more is refused,
+	 * not quietly read as 16. */
+	c = load_ok(NULL, (const char *[]){ "LARDER_READAHEAD=16", NULL });
+	assert_int_equal(c->readahead_chunks, 16);
+	cfg_free(c);
+	expect_error(NULL, (const char *[]){ "LARDER_READAHEAD=17", NULL },
+	             (const char *[]){ "LARDER_READAHEAD: \"17\" is out of range (0-16)", NULL });
+	expect_error("[cache]\nreadahead = 64\n", NULL,
+	             (const char *[]){ "line 2: [cache] readahead: \"64\" is out of range (0-16)",
+	                               NULL });
 }
 
 /* Upstream shaping windows: defaults, both ways of setting, the floor under the ceiling. */
