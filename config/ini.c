@@ -117,7 +117,7 @@ static int begin_section(struct load *L, const char *text)
 		         word == 3 ? "ACCESS_KEY_ID" : "bucket-name");
 	} else {
 		r = load_fail(L, "%s: unknown section [%s] (expected [server], [upstream], [cache], "
-		         "[admin], [key <ACCESS_KEY_ID>], [anonymous] or [bucket <name>])", at, name);
+		         "[admin], [cluster], [key <ACCESS_KEY_ID>], [anonymous] or [bucket <name>])", at, name);
 	}
 	free(name);
 	return r;

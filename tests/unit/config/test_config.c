@@ -358,6 +358,7 @@ struct bad {
 static const struct bad bad_cases[] = {
 	/* sections and setting names */
 	{ "[sever]\n", { 0 }, { "line 1:", "unknown section [sever]" } },
+	{ "[clustr]\n", { 0 }, { "unknown section [clustr]", "[admin], [cluster], [key" } },
 	{ "[server]\nlisten_addr = 1.2.3.4:5\n", { 0 }, { "line 2:", "unknown setting \"listen_addr\"" } },
 	{ "[upstream]\nurll = http://x\n", { 0 }, { "[upstream]", "\"urll\"" } },
 	{ "[key AK1]\nsecret = s\nbuckets = abc\nacess = read-only\n", { 0 }, { "line 4:", "\"acess\"" } },
