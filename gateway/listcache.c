@@ -269,6 +269,22 @@ void listcache_capture(struct req *r, const char *data, size_t len)
 		l->too_big = true;
 }
 
+/* The prefix a write must start with to drop this listing. A raw '+' is
+ * a space to upstream ("c+d/" lists "c d/"): keep only what both
+ * readings share, so a write under either drops it. */
+static char *invalidation_prefix(const struct s3req *s3)
+{
+	const char *p = buf_cstr(&s3->list_prefix);
+	size_t n = strlen(p);
+	if (s3->list_prefix_plus) {
+		const char *spaced = buf_cstr(&s3->list_prefix_spaced);
+		n = 0;
+		while (p[n] && p[n] == spaced[n])
+			n++;
+	}
+	return strndup(p, n);
+}
+
 void listcache_store(struct req *r)
 {
 	struct list_req *l = req_list(r);
@@ -285,7 +301,7 @@ void listcache_store(struct req *r)
 	e->key = strdup(l->key);
 	e->h = fnv1a64(l->key);
 	e->bucket = strdup(req_bucket(r));
-	e->prefix = strdup(buf_cstr(&req_s3(r)->list_prefix));
+	e->prefix = invalidation_prefix(req_s3(r));
 	e->len = l->body.len;
 	e->body = malloc(e->len ? e->len : 1);
 	if (!e->key || !e->bucket || !e->prefix || !e->body) {

@@ -9,7 +9,9 @@ the key's policy is checked before the cache is consulted.
 import re
 import time
 import urllib.request
+import xml.etree.ElementTree as ET
 
+import harness
 from harness import LarderCase, free_port, make_s3_client
 from test_cluster import ClusterBase
 
@@ -108,6 +110,27 @@ buckets = lc-on/allowed/
         self.assertEqual(self.lookup("lc-on", "d"), ([], ["d/x/"]))
         self.s3.delete_object(Bucket="lc-on", Key="d/x/old.bin")
         self.assertEqual(self.lookup("lc-on", "d"), ([], []))
+
+    def raw_list(self, raw_query, signed_query):
+        """(keys, x-larder-cache) of GET /lc-on?raw_query, signed as S3
+        canonicalises it (signed_query)."""
+        h = harness.sign_headers("GET", self.larder.url + "/lc-on?" + signed_query,
+                                 harness.CLIENT_KEY, harness.CLIENT_SECRET)
+        st, hdrs, body = harness.http_request(self.larder.url, "GET", "/lc-on?" + raw_query, h)
+        self.assertEqual(st, 200, body[:500])
+        ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
+        keys = [k.text for k in ET.fromstring(body).findall("s3:Contents/s3:Key", ns)]
+        return keys, hdrs.get("x-larder-cache")
+
+    def test_write_under_a_spaced_prefix_drops_a_plus_listing(self):
+        # A raw '+' in the query is a space to upstream: "prefix=c+d%2F"
+        # lists "c d/", so a write of "c d/b" must drop that listing.
+        self.s3.put_object(Bucket="lc-on", Key="c d/a", Body=b"a")
+        raw, signed = "list-type=2&prefix=c+d%2F", "list-type=2&prefix=c%2Bd%2F"
+        self.assertEqual(self.raw_list(raw, signed)[0], ["c d/a"])
+        self.assertEqual(self.raw_list(raw, signed), (["c d/a"], "hit"))
+        self.s3.put_object(Bucket="lc-on", Key="c d/b", Body=b"b")
+        self.assertEqual(self.raw_list(raw, signed)[0], ["c d/a", "c d/b"])
 
     def test_write_elsewhere_keeps_cached_list(self):
         self.s3.put_object(Bucket="lc-on", Key="keep/a", Body=b"a")
