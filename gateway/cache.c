@@ -701,7 +701,11 @@ void cache_invalidate(struct req *r)
 	if (!gw->meta)
 		return;
 	const char *key = req_s3(r)->target == S3T_OBJECT ? req_key(r) : "";
-	bool bucket_wide = req_s3(r)->target == S3T_BUCKET && strcmp(req_method(r), "POST") == 0;
+	/* DeleteBucket too (DELETE with no subresource): the other nodes'
+	 * cached listings of it must go, and it held nothing else. */
+	bool bucket_wide = req_s3(r)->target == S3T_BUCKET &&
+	                   (strcmp(req_method(r), "POST") == 0 ||
+	                    (strcmp(req_method(r), "DELETE") == 0 && !req_query(r)[0]));
 	if (req_s3(r)->target != S3T_OBJECT && !bucket_wide)
 		return;
 	/* On NVMe first, so a restart cannot bring the old version back (an

@@ -213,7 +213,8 @@ class ListCacheCluster(ClusterBase):
     @classmethod
     def make_node(cls, i, port=None, admin=None):
         n = super().make_node(i, port, admin)
-        n.write_config("[bucket shared]\nlist_cache_ttl = 60\n")
+        n.write_config("[bucket shared]\nlist_cache_ttl = 60\n\n"
+                       "[bucket lc-doomed]\nlist_cache_ttl = 60\n")
         n.env["LARDER_CONFIG"] = n.config_path
         return n
 
@@ -234,3 +235,23 @@ class ListCacheCluster(ClusterBase):
         while self.keys(reader) != ["c/new", "c/old"] and time.monotonic() < deadline:
             time.sleep(0.1)
         self.assertEqual(self.keys(reader), ["c/new", "c/old"])
+
+    def test_bucket_deleted_on_one_node_is_gone_on_the_others(self):
+        self.direct.create_bucket(Bucket="lc-doomed")
+        reader, writer = self.nodes
+        c = reader.client()
+        mark = self.upstream.mark()
+        for _ in range(2):  # the second from the reader's LIST cache
+            self.assertEqual(c.list_objects_v2(Bucket="lc-doomed", Prefix="x/")["KeyCount"], 0)
+        self.assertEqual(len([r for r in self.upstream.from_larder(mark)
+                              if r["target"].startswith("/lc-doomed?")]), 1)
+        writer.client().delete_bucket(Bucket="lc-doomed")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                c.list_objects_v2(Bucket="lc-doomed", Prefix="x/")
+            except c.exceptions.NoSuchBucket:
+                break
+            time.sleep(0.1)
+        self.assertS3Error(lambda: c.list_objects_v2(Bucket="lc-doomed", Prefix="x/"),
+                           404, "NoSuchBucket")
