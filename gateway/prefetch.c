@@ -399,6 +399,7 @@ static void job_free(struct pf_job *j)
 	up_target_fini(&j->target);
 	buf_fini(&j->body);
 	free(j->token);
+	free(j->token_seen);
 	free(j->active);
 	free(j->bucket);
 	free(j->prefix);

@@ -77,6 +77,8 @@ struct pf_job {
 	struct up_target target;
 	struct buf body;
 	char *token;                 /* ListObjectsV2 continuation */
+	char *token_seen;            /* a token of an earlier page, to catch a loop */
+	size_t pages, pages_seen;    /* pages listed; the page token_seen came with */
 
 	struct pf_obj *active;
 	unsigned concurrency;

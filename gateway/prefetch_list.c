@@ -159,6 +159,28 @@ static void XMLCALL lx_end(void *arg, const XML_Char *name)
 	buf_reset(&x->text);
 }
 
+/*
+ * Whether token, the next page's, was given before: a listing that would
+ * go round for ever, adding the same keys again. Brent's cycle finding:
+ * each token is compared with the one kept, which moves to the latest
+ * whenever the page count reaches a power of two, so a loop of any length
+ * is caught within a few times its length, in constant memory.
+ */
+static bool token_loops(struct pf_job *j, const char *token)
+{
+	if (j->token_seen && strcmp(token, j->token_seen) == 0)
+		return true;
+	if (++j->pages >= 2 * j->pages_seen) {
+		char *t = strdup(token);
+		if (t) {
+			free(j->token_seen);
+			j->token_seen = t;
+			j->pages_seen = j->pages;
+		}
+	}
+	return false;
+}
+
 static void parse_listing(struct pf_job *j)
 {
 	struct lx x = { .j = j };
@@ -178,6 +200,9 @@ static void parse_listing(struct pf_job *j)
 		snprintf(msg, sizeof msg, "ListObjectsV2 answer not understood: %s",
 		         XML_ErrorString(XML_GetErrorCode(xp)));
 		pf_job_fail(j, msg);
+	} else if (x.truncated && x.token && token_loops(j, x.token)) {
+		pf_job_fail(j, "ListObjectsV2 answer not understood: upstream gave a continuation "
+		            "token it gave before, so the listing would never end");
 	} else if (x.truncated && x.token) {
 		free(j->token);
 		j->token = x.token;

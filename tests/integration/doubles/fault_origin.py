@@ -16,6 +16,8 @@
     origin.answer_etag[("bkt", "obj")] = None   # GET/HEAD of obj answer this ETag (None: none)
     origin.extra_headers[("bkt", "obj")] = {"x-amz-...": "v"}  # added to GET/HEAD answers,
                                              # in place of what it would send (Content-Range ...)
+    origin.list_pages["bkt"] = fn            # ListObjectsV2 of bkt answers fn(query) (the
+                                             # query a dict): the XML text, as scripted
     origin.stop()
 
 What it serves, as S3 does (and as moto does not always do):
@@ -37,7 +39,8 @@ What it serves, as S3 does (and as moto does not always do):
   query overrides on GET.
 * PUT object (plain, or aws-chunked with its chunk signatures not checked),
   RenameObject (PUT ?renameObject with x-amz-rename-source, same bucket),
-  PUT bucket, DELETE object, HEAD bucket. Everything else: 501 NotImplemented.
+  PUT bucket, DELETE object, HEAD bucket, and ListObjectsV2 of a bucket given
+  list_pages. Everything else: 501 NotImplemented.
 * Every request must be signed with SigV4 for this origin's access key and
   region: botocore recomputes the signature from what arrived (raw path and
   query, the signed headers) and a mismatch is 403 SignatureDoesNotMatch, an
@@ -217,6 +220,7 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         self.ignore_if_match = False
         self.answer_etag = {}
         self.extra_headers = {}
+        self.list_pages = {}
         self.log = []
         self.throttle_k = None
         self.service_ms = 0
@@ -600,6 +604,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             with srv.lock:
                 srv.objects.pop((bucket, key), None)
             return self._finish(204, {})
+        if self.command == "GET" and not key and query.get("list-type") == "2":
+            with srv.lock:
+                page = srv.list_pages.get(bucket)
+            if page is None:
+                return self._error(501, "NotImplemented", "no listing scripted for " + bucket)
+            return self._finish(200, {"Content-Type": "application/xml"},
+                                page(query).encode())
         if self.command == "PUT" and not key and not query:
             srv.create_bucket(bucket)
             return self._finish(200, {"Location": "/" + bucket})
