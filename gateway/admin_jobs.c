@@ -554,7 +554,11 @@ enum MHD_Result admin_profile_stop(struct admin *a, struct MHD_Connection *c, st
 {
 	char name[PROFILE_NAME_MAX + 1];
 	size_t n = strcspn(q->rest, "/");
-	snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), q->rest);
+	/* A longer segment is no profile's name: cut short, it could be another's. */
+	if (n >= sizeof name)
+		return send_error(c, 404, "no_such_profile", NULL, "no profile %.*s",
+		                  (int)(n < 200 ? n : 200), q->rest);
+	snprintf(name, sizeof name, "%.*s", (int)n, q->rest);
 	int r = profiles_stop(a->gw->profiles, name);
 	if (r == -ENOENT)
 		return send_error(c, 404, "no_such_profile", NULL, "no profile %s", name);

@@ -143,3 +143,14 @@ class Profiles(AdminCalls, LarderCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(self.cli("profile", "start", "clip").returncode, 2)
         self.assertEqual(self.cli("warm", "--profile", "missing").returncode, 1)
+
+    def test_stop_with_a_longer_name_stops_nothing(self):
+        name = "long-" + "n" * 59                      # 64 bytes, the longest a name may be
+        st, r = self.call("POST", "/admin/profiles", {"name": name, "tag": "long-job"})
+        self.assertEqual(st, 201, r)
+        st, r = self.call("POST", "/admin/profiles/%sX/stop" % name)
+        self.assertEqual((st, r.get("error")), (404, "no_such_profile"), r)
+        self.assertIn(name + "X", r["message"])
+        self.assertTrue(self.profile(name)["recording"], "another profile was stopped")
+        st, r = self.call("POST", "/admin/profiles/%s/stop" % name)
+        self.assertEqual((st, r), (200, {"name": name, "recording": False}))
