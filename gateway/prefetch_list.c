@@ -200,10 +200,13 @@ static void parse_listing(struct pf_job *j)
 		snprintf(msg, sizeof msg, "ListObjectsV2 answer not understood: %s",
 		         XML_ErrorString(XML_GetErrorCode(xp)));
 		pf_job_fail(j, msg);
-	} else if (x.truncated && x.token && token_loops(j, x.token)) {
+	} else if (x.truncated && (!x.token || !*x.token)) {
+		pf_job_fail(j, "ListObjectsV2 answer not understood: a truncated page without a "
+		            "NextContinuationToken, so the rest of the prefix cannot be listed");
+	} else if (x.truncated && token_loops(j, x.token)) {
 		pf_job_fail(j, "ListObjectsV2 answer not understood: upstream gave a continuation "
 		            "token it gave before, so the listing would never end");
-	} else if (x.truncated && x.token) {
+	} else if (x.truncated) {
 		free(j->token);
 		j->token = x.token;
 		x.token = NULL;

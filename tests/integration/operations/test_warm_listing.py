@@ -23,7 +23,8 @@ def page(keys, truncated, token=None):
     """A ListObjectsV2 answer listing keys (each 3 bytes long)."""
     contents = "".join("<Contents><Key>%s</Key><Size>3</Size></Contents>" % escape(k)
                        for k in keys)
-    nxt = "<NextContinuationToken>%s</NextContinuationToken>" % escape(token) if token else ""
+    nxt = ("<NextContinuationToken>%s</NextContinuationToken>" % escape(token)
+           if token is not None else "")
     return ('<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult>'
             "<Name>%s</Name><KeyCount>%d</KeyCount><MaxKeys>1000</MaxKeys>"
             "<IsTruncated>%s</IsTruncated>%s%s</ListBucketResult>"
@@ -89,6 +90,17 @@ class WarmListing(AdminCalls, unittest.TestCase):
             info = self.warm("d/")
             self.assertEqual(info["state"], "failed", info)
             self.assertIn("continuation token it gave before", info["error"])
+
+
+    def test_a_truncated_page_without_a_token_fails_the_job(self):
+        # S3 always says where to go on: without that, the rest of the prefix
+        # would go unwarmed while the job said "done".
+        for token in (None, ""):
+            self.origin.list_pages[BUCKET] = lambda q, token=token: \
+                page(["d/0", "d/1"], True, token)
+            info = self.warm("d/")
+            self.assertEqual(info["state"], "failed", info)
+            self.assertIn("truncated page without a NextContinuationToken", info["error"])
 
 
 if __name__ == "__main__":
