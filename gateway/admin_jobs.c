@@ -157,9 +157,6 @@ static enum MHD_Result start_job(struct admin *a, struct MHD_Connection *c,
 {
 	char err[256];
 	*started = false;
-	if (prefetch_check_bucket(a->gw, rq->bucket, err, sizeof err) != 0)
-		return send_error(c, strstr(err, "does not exist") ? 404 : 403, "bucket_unreadable",
-		                  NULL, "%s", err);
 	if (prefetch_start(a->gw->prefetch, rq, id, err, sizeof err) != 0)
 		return send_error(c, 500, "internal", NULL, "%s", err);
 	*started = true;
@@ -212,6 +209,19 @@ static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *
 	json_t *jobs = json_array();
 	const char **sel = calloc(n ? n : 1, sizeof *sel);
 	bool ok = jobs && sel;
+	/* Every bucket is checked before any job starts: a refusal changes
+	 * nothing. */
+	for (size_t i = 0; ok && i < n; i++) {
+		bool first = true;
+		for (size_t k = 0; k < i && first; k++)
+			first = strcmp(buckets[k], buckets[i]) != 0;
+		char err[256];
+		if (first && prefetch_check_bucket(a->gw, buckets[i], err, sizeof err) != 0) {
+			ret = send_error(c, strstr(err, "does not exist") ? 404 : 403,
+			                 "bucket_unreadable", NULL, "%s", err);
+			ok = false;
+		}
+	}
 	/* One job per bucket, each in the order the profile read its keys. */
 	for (size_t i = 0; ok && i < n; i++) {
 		bool first = true;

@@ -154,3 +154,25 @@ class Profiles(AdminCalls, LarderCase):
         self.assertTrue(self.profile(name)["recording"], "another profile was stopped")
         st, r = self.call("POST", "/admin/profiles/%s/stop" % name)
         self.assertEqual((st, r), (200, {"name": name, "recording": False}))
+
+    def test_replay_with_an_unreadable_bucket_starts_nothing(self):
+        self.direct.create_bucket(Bucket="prof-gone")
+        self.direct.put_object(Bucket="prof-gone", Key="x", Body=b"x")
+        st, r = self.call("POST", "/admin/profiles", {"name": "two", "tag": "two-job"})
+        self.assertEqual(st, 201, r)
+        self.get("ds/00.jpg", "two-job")
+        r = harness.signed_request(self.larder.url, "GET", harness.key_path("prof-gone", "x"),
+                                   headers={"x-larder-job": "two-job"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.call("POST", "/admin/profiles/two/stop")[0], 200)
+        self.direct.delete_object(Bucket="prof-gone", Key="x")
+        self.direct.delete_bucket(Bucket="prof-gone")
+
+        def job_ids():
+            st, r = self.call("GET", "/admin/jobs")
+            self.assertEqual(st, 200, r)
+            return [j["id"] for j in r["jobs"]]
+        before = job_ids()
+        st, r = self.call("POST", "/admin/prefetch", {"profile": "two"})
+        self.assertEqual((st, r.get("error")), (404, "bucket_unreadable"), r)
+        self.assertEqual(job_ids(), before, "a refused replay started a job")
