@@ -655,19 +655,33 @@ static bool changes_object(const struct req *r)
 }
 
 /* Forgets (bucket, key) everywhere a write through this node must. */
-static void invalidate_key(struct gw *gw, const char *bucket, const char *key)
+/* What a write through this node changed, (bucket, key) or with
+ * bucket_wide the whole bucket, forgotten: on NVMe first when on_disk, so
+ * a restart cannot bring the old version back (an fdatasync of one small
+ * record; the upstream write took far longer); marked written before the
+ * metadata drop, so a load that starts after it does not learn the old
+ * version from a node the invalidation has not reached yet; then every
+ * node is told. */
+static void forget_object(struct gw *gw, const char *bucket, const char *key, bool bucket_wide,
+                          bool on_disk)
 {
-	listcache_invalidate(gw->lists, bucket, key);
-	if (gw->store)
-		store_invalidate(gw->store, bucket, key, false);
-	meta_drop(gw->meta, bucket, key);
+	if (gw->store && on_disk)
+		store_invalidate(gw->store, bucket, key, bucket_wide);
+	if (gw->cluster)
+		fetch_written(bucket, key, clock_mono_s());
+	if (bucket_wide)
+		meta_drop_bucket(gw->meta, bucket);
+	else
+		meta_drop(gw->meta, bucket, key);
 	if (gw->cluster)
 		cluster_publish_invalidate(gw->cluster, bucket, key);
 }
 
 static int forget_source(void *arg, const char *bucket, const char *key)
 {
-	invalidate_key(arg, bucket, key);
+	struct gw *gw = arg;
+	listcache_invalidate(gw->lists, bucket, key);
+	forget_object(gw, bucket, key, false, true);
 	return 0;
 }
 
@@ -708,21 +722,9 @@ void cache_invalidate(struct req *r)
 	                    (strcmp(req_method(r), "DELETE") == 0 && !req_query(r)[0]));
 	if (req_s3(r)->target != S3T_OBJECT && !bucket_wide)
 		return;
-	/* On NVMe first, so a restart cannot bring the old version back (an
-	 * fdatasync of one small record; the upstream write took far longer).
-	 * DeleteObjects names its keys in the body: the whole bucket goes. */
-	if (gw->store && changes_object(r))
-		store_invalidate(gw->store, req_bucket(r), key, bucket_wide);
-	/* Before the drop: a load that starts after it must not learn the
-	 * old version from a node the invalidation has not reached yet. */
-	if (gw->cluster)
-		fetch_written(req_bucket(r), key, clock_mono_s());
-	if (bucket_wide)
-		meta_drop_bucket(gw->meta, req_bucket(r));
-	else
-		meta_drop(gw->meta, req_bucket(r), key);
-	if (gw->cluster) /* every node forgets it too */
-		cluster_publish_invalidate(gw->cluster, req_bucket(r), key);
+	/* DeleteObjects names its keys in the body: the whole bucket goes. A
+	 * part upload changes no object on NVMe. */
+	forget_object(gw, req_bucket(r), key, bucket_wide, changes_object(r));
 	if (req_s3(r)->target == S3T_OBJECT && strcmp(req_method(r), "PUT") == 0 &&
 	    changes_object(r))
 		invalidate_rename_source(r);
