@@ -344,6 +344,7 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->invalidations_received = cl->received;
 	out->invalidations_rejected = cl->inval_rejected;
 	out->invalidations_dropped = cl->dropped;
+	out->resyncs = cl->resyncs;
 	out->members_rejected = cl->rejected;
 	for (size_t i = 0; i < cl->snap->n; i++)
 		out->directory_entries += cl->snap->m[i].dir_entries;

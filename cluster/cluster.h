@@ -123,6 +123,11 @@ void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const ch
  * "bucket" no S3 bucket can be named: CLUSTER_UNPIN with key "NODE/JOB"
  * ends the pin NODE/JOB on every other node. */
 #define CLUSTER_UNPIN "!unpin"
+/* cb gets CLUSTER_RESYNC (key "") when this node may have missed
+ * invalidations: each time its subscription starts (at start, after a
+ * Redis outage), and when another node dropped some it had queued. What
+ * it caches may be stale: revalidate before trusting it again. */
+#define CLUSTER_RESYNC "!resync"
 
 struct cluster_view {
 	bool redis_up;      /* the heartbeat connection works */
@@ -135,6 +140,7 @@ struct cluster_view {
 	unsigned long invalidations_rejected;  /* on the channel, not signed with the secret
 	                                        * or expired: dropped */
 	unsigned long invalidations_dropped;   /* queue overflow while Redis was down */
+	unsigned long resyncs;                 /* CLUSTER_RESYNC handed to cb */
 	unsigned long members_rejected;        /* entries in Redis ignored: not signed with the
 	                                        * secret, expired or malformed (each heartbeat
 	                                        * that reads one counts it) */

@@ -85,9 +85,10 @@ struct cluster {
 	size_t q_len;
 	enum redis_state state;
 	bool subscribed;
+	bool resync_due;          /* queued invalidations were dropped: tell the others */
 	bool dup_warned;
 	size_t rejected_last;     /* entries rejected at the last heartbeat */
-	unsigned long reconnects, sent, received, dropped, rejected;
+	unsigned long reconnects, sent, received, dropped, rejected, resyncs;
 	unsigned long inval_rejected; /* invalidation messages not signed with the secret */
 };
 

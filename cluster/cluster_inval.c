@@ -13,6 +13,12 @@
  * Ids and bucket names hold no newline (checked); the key is the rest,
  * whatever it holds. Receivers skip their own messages.
  *
+ * Redis keeps no history: what is published while a node is not
+ * subscribed never reaches it, and a queue that overflowed while Redis was
+ * down lost messages for everybody. Both end in CLUSTER_RESYNC for the
+ * callback: the first at each SUBSCRIBE, the second as a message the
+ * dropping node publishes after its queue.
+ *
  * Trust. Anyone who can write to Redis can PUBLISH, and the channel carries
  * more than invalidations: pins ending (CLUSTER_UNPIN) and access profiles
  * (CLUSTER_PROFILE), which choose what warm jobs fetch and make nodes
@@ -37,6 +43,26 @@
 #include "base/log.h"
 #include "cluster/redis_util.h"
 
+/* A message "sender \n bucket \n key" to queue, or NULL (too long, or no
+ * memory). */
+static struct inval *inval_new(const struct cluster *cl, const char *bucket, const char *key)
+{
+	size_t il = strlen(cl->self.id), bl = strlen(bucket), kl = strlen(key);
+	if (il + bl + kl + 2 > INVAL_MSG_MAX)
+		return NULL;
+	struct inval *e = malloc(sizeof *e + il + bl + kl + 2);
+	if (!e)
+		return NULL;
+	e->next = NULL;
+	e->len = il + bl + kl + 2;
+	memcpy(e->msg, cl->self.id, il);
+	e->msg[il] = '\n';
+	memcpy(e->msg + il + 1, bucket, bl);
+	e->msg[il + 1 + bl] = '\n';
+	memcpy(e->msg + il + bl + 2, key, kl);
+	return e;
+}
+
 /* Puts a batch back at the head of the queue (after a failed send), dropping
  * the oldest beyond QUEUE_MAX. Call with cl->lock held. */
 static void queue_requeue(struct cluster *cl, struct inval *batch)
@@ -56,6 +82,7 @@ static void queue_requeue(struct cluster *cl, struct inval *batch)
 		free(e);
 		cl->q_len--;
 		cl->dropped++;
+		cl->resync_due = true;
 	}
 	if (!cl->q_head)
 		cl->q_tail = NULL;
@@ -65,12 +92,22 @@ static void queue_requeue(struct cluster *cl, struct inval *batch)
  * (the batch is back in the queue: a resend is harmless). */
 int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen)
 {
+	/* Made before the lock is taken; freed if not needed. */
+	struct inval *resync = inval_new(cl, CLUSTER_RESYNC, "");
 	pthread_mutex_lock(&cl->lock);
 	struct inval *batch = cl->q_head;
 	size_t n = cl->q_len;
+	if (cl->resync_due && resync) {
+		/* Some of ours were dropped: the others revalidate everything. */
+		*(batch ? &cl->q_tail->next : &batch) = resync;
+		resync = NULL;
+		n++;
+		cl->resync_due = false;
+	}
 	cl->q_head = cl->q_tail = NULL;
 	cl->q_len = 0;
 	pthread_mutex_unlock(&cl->lock);
+	free(resync);
 	if (!batch)
 		return 0;
 
@@ -111,22 +148,9 @@ void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const ch
 {
 	if (!cl || !bucket || !bucket[0] || strchr(bucket, '\n'))
 		return;
-	if (!key)
-		key = "";
-	size_t il = strlen(cl->self.id), bl = strlen(bucket), kl = strlen(key);
-	if (il + bl + kl + 2 > INVAL_MSG_MAX)
-		return;
-	struct inval *e = malloc(sizeof *e + il + bl + kl + 2);
+	struct inval *e = inval_new(cl, bucket, key ? key : "");
 	if (!e)
 		return;
-	e->next = NULL;
-	e->len = il + bl + kl + 2;
-	memcpy(e->msg, cl->self.id, il);
-	e->msg[il] = '\n';
-	memcpy(e->msg + il + 1, bucket, bl);
-	e->msg[il + 1 + bl] = '\n';
-	memcpy(e->msg + il + bl + 2, key, kl);
-
 	pthread_mutex_lock(&cl->lock);
 	if (cl->q_tail)
 		cl->q_tail->next = e;
@@ -139,6 +163,7 @@ void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const ch
 		free(old);
 		cl->q_len--;
 		cl->dropped++;
+		cl->resync_due = true;
 	}
 	pthread_cond_signal(&cl->cond);
 	pthread_mutex_unlock(&cl->lock);
@@ -195,8 +220,10 @@ static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
 	bk[blen] = '\0';
 	memcpy(bk + blen + 1, nl2 + 1, klen);
 	bk[blen + 1 + klen] = '\0';
+	bool resync = strcmp(bk, CLUSTER_RESYNC) == 0;
 	pthread_mutex_lock(&cl->lock);
 	cl->received++;
+	cl->resyncs += resync;
 	pthread_mutex_unlock(&cl->lock);
 	if (cl->cb)
 		cl->cb(cl->cb_arg, bk, bk + blen + 1);
@@ -291,13 +318,19 @@ static bool sub_serve(struct cluster *cl, redisContext *c, char *why, size_t why
 	}
 }
 
+/* Listening from now on, or no longer. What was published while this node
+ * was not listening is lost (Redis keeps no history): on each start, the
+ * callback hears CLUSTER_RESYNC, before any message that follows it. */
 static void set_subscribed(struct cluster *cl, bool on, bool again)
 {
 	pthread_mutex_lock(&cl->lock);
 	cl->subscribed = on;
 	if (on && again)
 		cl->reconnects++;
+	cl->resyncs += on;
 	pthread_mutex_unlock(&cl->lock);
+	if (on && cl->cb)
+		cl->cb(cl->cb_arg, CLUSTER_RESYNC, "");
 }
 
 void *cl_subscriber_main(void *arg)

@@ -167,6 +167,8 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		g->invalidations_sent = v.invalidations_sent;
 		g->invalidations_received = v.invalidations_received;
 		g->invalidations_rejected = v.invalidations_rejected;
+		g->invalidations_dropped = v.invalidations_dropped;
+		g->resyncs = v.resyncs;
 		g->redis_reconnects = v.redis_reconnects;
 		g->members_rejected = v.members_rejected;
 		g->directory_entries = v.directory_entries;
@@ -370,8 +372,9 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                        "lookups", "found", (json_int_t)pc.found, "none",
 	                        (json_int_t)pc.none, "failed", (json_int_t)pc.failed, "skipped",
 	                        (json_int_t)pc.skipped);
-	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:o,s:I,s:o,s:I,s:I,s:I,s:I}", "clustered",
-	                                   1, "self", v.self, "redis_up", v.redis_up, "members",
+	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:b,s:o,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I}",
+	                                   "clustered", 1, "self", v.self, "redis_up", v.redis_up,
+	                                   "subscribed", v.subscribed, "members",
 	                                   members, "members_rejected",
 	                                   (json_int_t)v.members_rejected, "directory", dir,
 	                                   "redis_reconnects",
@@ -380,7 +383,10 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                                   "invalidations_received",
 	                                   (json_int_t)v.invalidations_received,
 	                                   "invalidations_rejected",
-	                                   (json_int_t)v.invalidations_rejected), NULL);
+	                                   (json_int_t)v.invalidations_rejected,
+	                                   "invalidations_dropped",
+	                                   (json_int_t)v.invalidations_dropped, "resyncs",
+	                                   (json_int_t)v.resyncs), NULL);
 }
 
 /* GET /ui and /ui/{file}: the dashboard. No token: the page holds no data;

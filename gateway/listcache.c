@@ -116,7 +116,7 @@ void listcache_invalidate(struct listcache *lc, const char *bucket, const char *
 	atomic_fetch_add(&lc->generation, 1);
 	for (struct lc_entry *e = age_entry(lc->ages.first), *next; e; e = next) {
 		next = age_entry(e->age.next);
-		if (strcmp(e->bucket, bucket) == 0 &&
+		if ((!bucket || strcmp(e->bucket, bucket) == 0) &&
 		    (!key || !*key || strncmp(key, e->prefix, strlen(e->prefix)) == 0))
 			unlink_entry(lc, e);
 	}

@@ -27,7 +27,8 @@ struct listcache *listcache_create(size_t max_bytes);
 void listcache_destroy(struct listcache *lc);
 
 /* Drops the cached listings of bucket that could show key (those whose
- * prefix it starts with), or all of the bucket's when key is NULL or "". */
+ * prefix it starts with), or all of the bucket's when key is NULL or "";
+ * with bucket NULL, every listing. */
 void listcache_invalidate(struct listcache *lc, const char *bucket, const char *key);
 
 /* The proxy's side, on the request's worker. listcache_begin, after the

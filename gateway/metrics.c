@@ -597,13 +597,21 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		r = r ? r : single(out, "larder_cluster_members", "gauge", g->cluster_members,
 		                   "Live nodes this node sees, itself included.");
 		r = r ? r : family(out, "larder_cluster_invalidations_total", "counter",
-		                   "Invalidations published to and received from the other nodes.");
+		                   "Invalidations published to and received from the other nodes, "
+		                   "rejected (not signed), and dropped unsent (queued past the bound "
+		                   "while Redis was down).");
 		r = r ? r : sample(out, "larder_cluster_invalidations_total", "direction=\"sent\"",
 		                   g->invalidations_sent);
 		r = r ? r : sample(out, "larder_cluster_invalidations_total",
 		                   "direction=\"received\"", g->invalidations_received);
 		r = r ? r : sample(out, "larder_cluster_invalidations_total",
 		                   "direction=\"rejected\"", g->invalidations_rejected);
+		r = r ? r : sample(out, "larder_cluster_invalidations_total",
+		                   "direction=\"dropped\"", g->invalidations_dropped);
+		r = r ? r : single(out, "larder_cluster_resyncs_total", "counter", g->resyncs,
+		                   "Times this node revalidated all it caches because it may have "
+		                   "missed invalidations (it subscribed again, or another node "
+		                   "dropped some).");
 		r = r ? r : family(out, "larder_cluster_redis_reconnects_total", "counter",
 		                   "Reconnections to Redis.");
 		r = r ? r : sample(out, "larder_cluster_redis_reconnects_total", NULL,

@@ -86,6 +86,8 @@ struct metrics_gauges {
 	bool redis_up;
 	uint64_t cluster_members;         /* live nodes this node sees, itself included */
 	uint64_t invalidations_sent, invalidations_received, invalidations_rejected;
+	uint64_t invalidations_dropped;   /* queued while Redis was down, past the bound */
+	uint64_t resyncs;                 /* all metadata revalidated: invalidations maybe missed */
 	uint64_t redis_reconnects;
 	uint64_t members_rejected;        /* membership entries not signed with the secret */
 	uint64_t directory_entries;       /* placement entries of all members */

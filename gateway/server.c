@@ -370,6 +370,14 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 		cluster_profiles_message(gw, key);
 		return;
 	}
+	if (strcmp(bucket, CLUSTER_RESYNC) == 0) {
+		/* Invalidations may have been missed: every object is
+		 * revalidated (a conditional request, to the owner or S3)
+		 * before it is served again, and every listing asked again. */
+		meta_expire_all(gw->meta);
+		listcache_invalidate(gw->lists, NULL, NULL);
+		return;
+	}
 	/* Durable too, like a write through this node (this is the cluster's
 	 * subscriber thread: blocking for the write is fine here). */
 	store_invalidate(gw->store, bucket, key ? key : "", !(key && *key));
@@ -454,6 +462,11 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 		snprintf(err, errlen, "LARDER_CACHE_DIR: %s", serr);
 		return -1;
 	}
+	/* In a cluster, other nodes' writes while this one was down were
+	 * published to nobody: what the disk kept is revalidated before it is
+	 * served (as again when the subscription starts: CLUSTER_RESYNC). */
+	if (cfg->redis_url)
+		meta_expire_all(gw->meta);
 	objects_init(&gw->objects, gw->store, gw->meta, cfg->chunk_bytes, cfg->metadata_ttl_s,
 	             cfg->negative_ttl_s);
 	limits_resident_apply(gw->store, cfg->keys, cfg->n_keys);

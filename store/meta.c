@@ -33,6 +33,8 @@ struct mentry {
 	struct obj_meta *m;    /* NULL while the first load runs */
 	bool loading;
 	bool dropped;          /* dropped while loading: do not keep what is published */
+	uint64_t gen;          /* the cache's generation m was learnt or checked in */
+	uint64_t load_gen;     /* the generation when the running load began */
 	bool failed;           /* a load failed (meta_publish_failure): */
 	double failed_at;      /* when, */
 	long failed_status;    /* and why */
@@ -55,6 +57,7 @@ struct shard {
 
 struct meta_cache {
 	size_t max_per_shard;
+	_Atomic uint64_t gen;  /* meta_expire_all: entries of older ones are not fresh */
 	struct shard shards[SHARDS];
 };
 
@@ -278,10 +281,11 @@ static struct mentry *insert(struct meta_cache *mc, struct shard *sh, uint64_t h
 	return e;
 }
 
-static bool fresh(const struct obj_meta *m, double now, double ttl, double negative_ttl)
+static bool fresh(const struct mentry *e, uint64_t gen, double now, double ttl,
+                  double negative_ttl)
 {
-	double limit = m->negative ? negative_ttl : ttl;
-	return limit < 0 || now - m->learnt < limit;
+	double limit = e->m->negative ? negative_ttl : ttl;
+	return e->gen == gen && (limit < 0 || now - e->m->learnt < limit);
 }
 
 enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char *key,
@@ -293,22 +297,26 @@ enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char
 	enum meta_role role;
 	*out = NULL;
 	pthread_mutex_lock(&sh->lock);
+	uint64_t gen = atomic_load(&mc->gen);
 	struct mentry *e = find(sh, h, bucket, key);
 	if (!e) {
 		e = insert(mc, sh, h, bucket, key);
-		if (e)
+		if (e) {
 			e->loading = true;
+			e->load_gen = gen;
+		}
 		role = META_LOAD; /* out of memory: load without coalescing */
 	} else if (e->loading) {
 		list_push_front(&e->waiters, &w->link);
 		w->queued = true;
 		role = META_WAIT;
-	} else if (e->m && fresh(e->m, now, ttl, negative_ttl)) {
+	} else if (e->m && fresh(e, gen, now, ttl, negative_ttl)) {
 		meta_ref(e->m);
 		*out = e->m;
 		role = META_FRESH;
 	} else {
 		e->loading = true;
+		e->load_gen = gen;
 		e->dropped = false;
 		if (e->m && !e->m->negative) {
 			meta_ref(e->m);
@@ -347,14 +355,15 @@ static void publish(struct meta_cache *mc, const char *bucket, const char *key,
 	struct shard *sh = shard_of(mc, h);
 	pthread_mutex_lock(&sh->lock);
 	struct mentry *e = find(sh, h, bucket, key);
-	if (!e && m)
-		e = insert(mc, sh, h, bucket, key);
+	if (!e && m && (e = insert(mc, sh, h, bucket, key)))
+		e->load_gen = atomic_load(&mc->gen); /* no load ran: learnt at start */
 	if (e) {
 		e->loading = false;
 		if (m && !e->dropped) {
 			meta_ref(m);
 			meta_unref(e->m);
 			e->m = m;
+			e->gen = e->load_gen;
 		}
 		e->dropped = false;
 		if (failure) {
@@ -413,6 +422,7 @@ bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
 	if (e && e->m && !e->dropped) {
 		e->m->learnt = now;
 		e->m->learnt_wall = time(NULL);
+		e->gen = e->load_gen;
 	}
 	if (e)
 		e->loading = false;
@@ -579,6 +589,11 @@ void meta_drop_bucket(struct meta_cache *mc, const char *bucket)
 		}
 		pthread_mutex_unlock(&sh->lock);
 	}
+}
+
+void meta_expire_all(struct meta_cache *mc)
+{
+	atomic_fetch_add(&mc->gen, 1);
 }
 
 struct found {

@@ -148,6 +148,11 @@ bool meta_part(const struct obj_meta *m, uint32_t n, uint64_t *first, uint64_t *
  * if no drop happened since it began. */
 void meta_drop(struct meta_cache *mc, const char *bucket, const char *key);
 void meta_drop_bucket(struct meta_cache *mc, const char *bucket);
+/* Every entry, negative ones included, is revalidated before it is trusted
+ * again, whatever its TTL (immutable too), and so is what a load running
+ * now publishes: for when invalidations may have been missed. The entries
+ * stay, so a revalidation is a conditional request and keeps the chunks. */
+void meta_expire_all(struct meta_cache *mc);
 
 /* Calls cb for every settled entry of bucket whose key starts with prefix
  * (exact: equals it), outside the cache's locks, each with a reference the

@@ -11,8 +11,6 @@ import hashlib
 import http.client
 import json
 import os
-import shutil
-import tempfile
 import time
 import unittest
 import urllib.request
@@ -239,24 +237,7 @@ class DurableClusterInvalidation(test_cluster.ClusterBase):
     """Two nodes with NVMe tiers: an invalidation a node receives from the
     other one survives its restart."""
     NODES = 2
-
-    @classmethod
-    def make_node(cls, i, port=None, admin=None):
-        n = super().make_node(i, port, admin)
-        if not hasattr(cls, "cache_dirs"):
-            cls.cache_dirs = {}
-        if i not in cls.cache_dirs:
-            cls.cache_dirs[i] = tempfile.mkdtemp(prefix="larder-durable-node-")
-        n.env.update({"LARDER_CACHE_DIR": cls.cache_dirs[i], "LARDER_DISK_CACHE_SIZE": "64MiB"})
-        return n
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            for d in getattr(cls, "cache_dirs", {}).values():
-                shutil.rmtree(d, ignore_errors=True)
+    NVME = True
 
     def received(self, node):
         req = urllib.request.Request("http://127.0.0.1:%d/metrics" % node.admin_port,

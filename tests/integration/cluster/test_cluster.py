@@ -80,6 +80,7 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
     """N nodes on loopback, one redis-server, the moto upstream; no tests."""
     NODES = 3
     REDIS_PASSWORD = None
+    NVME = False  # True: node i has an NVMe tier of 64 MiB in its own folder, kept across restarts
 
     @classmethod
     def extra_env(cls):
@@ -108,6 +109,12 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
             "LARDER_METADATA_TTL": "immutable",
             "LARDER_ADMIN_TOKEN": TOKEN,
         }
+        if cls.NVME:
+            if "cache_dirs" not in cls.__dict__:
+                cls.cache_dirs = {}
+            if i not in cls.cache_dirs:
+                cls.cache_dirs[i] = tempfile.mkdtemp(prefix="larder-cache-node-%d-" % i)
+            env.update({"LARDER_CACHE_DIR": cls.cache_dirs[i], "LARDER_DISK_CACHE_SIZE": "64MiB"})
         env.update(cls.extra_env())
         n = harness.Larder(cls.upstream, env=env)
         if port:
@@ -154,6 +161,8 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
             n.cleanup()
         cls.upstream.cleanup()
         cls.redis.cleanup()
+        for d in cls.__dict__.get("cache_dirs", {}).values():
+            shutil.rmtree(d, ignore_errors=True)
         if problems:
             raise AssertionError("\n".join(problems))
 
@@ -504,6 +513,91 @@ class ClusterReadAfterWrite(ClusterBase):
             except c.exceptions.NoSuchKey:
                 pass
         self.assertEqual(served, [], "the node that deleted them served them")
+
+
+class ClusterMissedInvalidations(ClusterBase):
+    """Redis keeps no history: what is published while a node is not subscribed never reaches it.
+    So a node that listens again, or starts with what its disk kept, revalidates everything it
+    caches (metadata here is kept for ever, LARDER_METADATA_TTL=immutable). Node 1 talks to Redis
+    as its own user, so the test can lock it out alone."""
+    NODES = 2
+    NVME = True
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        n.write_config("[bucket shared]\nlist_cache_ttl = 600\n")
+        n.env["LARDER_CONFIG"] = n.config_path
+        if i == 1:
+            cls.redis_cli("ACL", "SETUSER", "node-1", "on", ">pw-node-1", "~*", "&*", "+@all")
+            n.env["LARDER_REDIS_URL"] = "redis://node-1:pw-node-1@127.0.0.1:%d" % cls.redis.port
+        return n
+
+    @classmethod
+    def redis_cli(cls, *args):
+        out = subprocess.run(["redis-cli", "-p", str(cls.redis.port)] + list(args),
+                             capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0 and not out.stdout.startswith("ERR"), out
+        return out.stdout.strip()
+
+    def wait_view(self, node, pred, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = self.view(node)
+            if pred(v):
+                return v
+            time.sleep(0.1)
+        self.fail("%s: %r" % (what, v))
+
+    def cached_everywhere(self, key, body):
+        self.direct.put_object(Bucket="shared", Key=key, Body=body)
+        for n in self.nodes:
+            self.assertEqual(self.read(n, key), body)
+
+    def listed(self, node):
+        got = node.client().list_objects_v2(Bucket="shared", Prefix="missed/")
+        return [o["Key"] for o in got.get("Contents", [])]
+
+    def test_node_that_was_not_listening_revalidates(self):
+        writer, late = self.nodes
+        self.cached_everywhere("missed/a", b"old a")
+        self.assertNotIn("missed/new", self.listed(late))  # cached for 600 s
+        before = self.view(late)["resyncs"]
+        self.redis_cli("ACL", "SETUSER", "node-1", "off")
+        self.redis_cli("CLIENT", "KILL", "USER", "node-1")
+        self.wait_view(late, lambda v: not v["subscribed"], "node-1 still subscribed")
+        sent = self.view(writer)["invalidations_sent"]
+        writer.client().put_object(Bucket="shared", Key="missed/a", Body=b"new a")
+        writer.client().put_object(Bucket="shared", Key="missed/new", Body=b"")
+        self.wait_view(writer, lambda v: v["invalidations_sent"] >= sent + 2, "not published")
+        self.redis_cli("ACL", "SETUSER", "node-1", "on")
+        v = self.wait_view(late, lambda v: v["subscribed"] and len(v["members"]) == 2,
+                           "node-1 did not come back")
+        self.assertEqual(v["resyncs"], before + 1)
+        m = self.upstream.mark()
+        self.assertEqual(self.read(late, "missed/a"), b"new a")
+        self.assertEqual(self.read(late, "missed/a"), b"new a")
+        self.assertIn("missed/new", self.listed(late))
+        # What did not change costs a conditional request (to S3 or the node that owns it),
+        # not its bytes again.
+        self.cached_everywhere("missed/b", b"same b")
+        self.redis_cli("CLIENT", "KILL", "USER", "node-1")
+        self.wait_view(late, lambda v: v["resyncs"] == before + 2 and v["subscribed"],
+                       "node-1 did not subscribe again")
+        m = self.upstream.mark()
+        self.assertEqual(self.read(late, "missed/b"), b"same b")
+        statuses = [r["status"] for r in self.upstream.from_larder(m)]
+        self.assertEqual([s for s in statuses if s != 304], [], self.upstream.from_larder(m))
+
+    def test_restarted_node_revalidates_what_its_disk_kept(self):
+        writer, restarted = self.nodes
+        self.cached_everywhere("missed/c", b"old c")
+        self.assertEqual(restarted.stop(), 0)
+        writer.client().put_object(Bucket="shared", Key="missed/c", Body=b"new c")
+        restarted.start()
+        self.assertEqual(self.read(restarted, "missed/c"), b"new c")
+        self.wait_members(2)
+        self.assertEqual(self.read(restarted, "missed/c"), b"new c")
 
 
 class ClusterOwnFirst(ClusterBase):

@@ -5,9 +5,6 @@ makes node 1 pin its share under node-0/JOB. Node 1 restarted shows that pin
 again, with its bytes and time; an unpin on node 0 ends it there, and a
 second restart does not bring it back.
 """
-import shutil
-import tempfile
-
 import test_cluster_pins
 from test_cluster import ClusterBase
 
@@ -20,25 +17,11 @@ class ClusterPinsRestart(ClusterBase):
     wait_pins = test_cluster_pins.ClusterPins.wait_pins
     warm_pinned = test_cluster_pins.ClusterPins.warm_pinned
 
+    NVME = True
+
     @classmethod
     def extra_env(cls):
-        return {"LARDER_RAM_CACHE_SIZE": "64MiB", "LARDER_DISK_CACHE_SIZE": "64MiB",
-                "LARDER_READAHEAD": "2"}
-
-    @classmethod
-    def make_node(cls, i, port=None, admin=None):
-        n = super().make_node(i, port, admin)
-        n.cache_dir = tempfile.mkdtemp(prefix="larder-cache-")
-        n.env["LARDER_CACHE_DIR"] = n.cache_dir
-        return n
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            for n in getattr(cls, "nodes", []):
-                shutil.rmtree(n.cache_dir, ignore_errors=True)
+        return {"LARDER_RAM_CACHE_SIZE": "64MiB", "LARDER_READAHEAD": "2"}
 
     def restart_owner(self):
         node = self.nodes[1]

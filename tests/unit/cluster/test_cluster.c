@@ -196,6 +196,7 @@ static int teardown(void **state)
 struct rec {
 	pthread_mutex_t lock;
 	int n;
+	int resyncs; /* CLUSTER_RESYNC: counted here, not in n */
 	char bucket[64], key[128];
 };
 
@@ -203,6 +204,12 @@ static void on_inval(void *arg, const char *bucket, const char *key)
 {
 	struct rec *r = arg;
 	pthread_mutex_lock(&r->lock);
+	if (strcmp(bucket, CLUSTER_RESYNC) == 0) {
+		assert_string_equal(key, "");
+		r->resyncs++;
+		pthread_mutex_unlock(&r->lock);
+		return;
+	}
 	r->n++;
 	snprintf(r->bucket, sizeof r->bucket, "%s", bucket);
 	snprintf(r->key, sizeof r->key, "%s", key);
@@ -213,6 +220,14 @@ static int rec_n(struct rec *r)
 {
 	pthread_mutex_lock(&r->lock);
 	int n = r->n;
+	pthread_mutex_unlock(&r->lock);
+	return n;
+}
+
+static int rec_resyncs(struct rec *r)
+{
+	pthread_mutex_lock(&r->lock);
+	int n = r->resyncs;
 	pthread_mutex_unlock(&r->lock);
 	return n;
 }
@@ -336,6 +351,10 @@ static void test_invalidation(void **state)
 	struct cluster *a = node("node-a", "10.0.0.1:8080", 1, &ra);
 	struct cluster *b = node("node-b", "10.0.0.2:8080", 1, &rb);
 	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
+	/* Each node revalidates what it has once it listens: at start, that is
+	 * what it recovered from its disk. */
+	assert_int_equal(rec_resyncs(&ra), 1);
+	assert_int_equal(rec_resyncs(&rb), 1);
 
 	cluster_publish_invalidate(a, "bucket-1", "dir/obj.bin");
 	ASSERT_WITHIN(2, rec_n(&rb) == 1);
@@ -367,6 +386,8 @@ static void test_invalidation(void **state)
 	assert_int_equal(va.invalidations_received, 1);
 	assert_int_equal(vb.invalidations_sent, 1);
 	assert_int_equal(vb.invalidations_received, 2);
+	assert_int_equal(va.resyncs, 1);
+	assert_int_equal(rec_resyncs(&ra), 1);
 	cluster_stop(a);
 	cluster_stop(b);
 }
@@ -496,12 +517,74 @@ static void test_redis_outage(void **state)
 	print_message("both rejoined %.2f s after redis came back\n", now_s() - t0);
 	cluster_get_view(a, &v);
 	assert_true(v.redis_reconnects >= 1);
+	/* What was published while a node was not subscribed is lost to it,
+	 * so each revalidates everything once it listens again. */
+	assert_int_equal(rec_resyncs(&ra), 2);
+	assert_int_equal(rec_resyncs(&rb), 2);
+	assert_int_equal(v.resyncs, 2);
 
 	/* The queued one went out after the heartbeat thread reconnected;
 	 * b hears it if it was subscribed again by then, and in any case
 	 * hears new ones. */
 	cluster_publish_invalidate(a, "bucket-1", "after");
 	ASSERT_WITHIN(2, rec_key_is(&rb, "after"));
+	cluster_stop(a);
+	cluster_stop(b);
+}
+
+static void redis_do(const char *cmd)
+{
+	redisContext *c = redis_connect();
+	assert_non_null(c);
+	redisReply *r = redisCommand(c, cmd);
+	if (!r || r->type == REDIS_REPLY_ERROR)
+		fail_msg("%s: %s", cmd, r ? r->str : c->errstr);
+	freeReplyObject(r);
+	redisFree(c);
+}
+
+/* Node a alone loses Redis (its user is locked out; b stays subscribed)
+ * and drops queued invalidations past the bound: b cannot know which,
+ * so a's return tells b to revalidate everything. */
+static void test_dropped_invalidations_resync_the_others(void **state)
+{
+	NEED_REDIS();
+	redis_do("ACL SETUSER node-a on >pw-a ~* &* +@all");
+	char url[96];
+	snprintf(url, sizeof url, "redis://node-a:pw-a@127.0.0.1:%d", redis_port);
+	struct cluster_config ca = {
+		.redis_url = url, .node_id = "node-a", .advertise = "10.0.0.1:8080", .capacity = 1,
+		.heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .secret = SECRET,
+	};
+	struct rec ra = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct rec rb = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	char err[256];
+	struct cluster *a = cluster_start(&ca, on_inval, &ra, err, sizeof err);
+	assert_non_null(a);
+	struct cluster *b = node("node-b", "10.0.0.2:8080", 1, &rb);
+	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
+	assert_int_equal(rec_resyncs(&rb), 1);
+
+	redis_do("ACL SETUSER node-a off");
+	redis_do("CLIENT KILL USER node-a");
+	struct cluster_view v;
+	ASSERT_WITHIN(2, (cluster_get_view(a, &v), !v.redis_up && !v.subscribed));
+	for (int i = 0; i < 4096 + 10; i++)
+		cluster_publish_invalidate(a, "bucket-1", "k");
+	cluster_get_view(a, &v);
+	assert_int_equal(v.invalidations_dropped, 10);
+	ASSERT_WITHIN(3, ready(b, 1)); /* a's entry expired; b never lost Redis */
+	assert_int_equal(rec_n(&rb), 0);
+
+	redis_do("ACL SETUSER node-a on");
+	ASSERT_WITHIN(5, rec_n(&rb) == 4096 && rec_resyncs(&rb) == 2);
+	cluster_get_view(b, &v);
+	assert_int_equal(v.resyncs, 2);
+	assert_int_equal(v.redis_reconnects, 0);
+	/* Once said, not again. */
+	cluster_publish_invalidate(a, "bucket-1", "after");
+	ASSERT_WITHIN(2, rec_key_is(&rb, "after"));
+	assert_int_equal(rec_resyncs(&rb), 2);
 	cluster_stop(a);
 	cluster_stop(b);
 }
@@ -914,6 +997,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forged_members_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_outage, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dropped_invalidations_resync_the_others, setup,
+		                                teardown),
 		cmocka_unit_test_setup_teardown(test_directory_lists_what_hashing_cannot_tell, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_many_entries, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_lists_copies_of_a_dead_owner, setup,

@@ -181,6 +181,49 @@ static void test_drops(void **state)
 	meta_cache_destroy(mc);
 }
 
+/* After meta_expire_all every entry is revalidated once, immutable and
+ * negative ones too, with the old entry in hand; a load that began before
+ * it publishes an entry that is revalidated too. */
+static void test_expire_all(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out;
+	struct chunk_waiter w = { .wake = wake, .arg = &woken };
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, -1, -1, &w, &out), META_LOAD);
+	struct obj_meta *m = meta_new(1, "\"e\"", 0, NULL, 0);
+	meta_publish(mc, "b", "k", m);
+	assert_int_equal(meta_lookup(mc, "b", "gone", 0, -1, -1, &w, &out), META_LOAD);
+	struct obj_meta *n = meta_new_negative(0);
+	meta_publish(mc, "b", "gone", n);
+	meta_unref(n);
+	assert_int_equal(meta_lookup(mc, "b", "k", 1, -1, -1, &w, &out), META_FRESH);
+	meta_unref(out);
+
+	meta_expire_all(mc);
+	assert_int_equal(meta_lookup(mc, "b", "k", 2, -1, -1, &w, &out), META_LOAD);
+	assert_ptr_equal(out, m); /* a conditional request can revalidate it */
+	meta_unref(out);
+	assert_true(meta_refresh(mc, "b", "k", 0, 2));
+	assert_int_equal(meta_lookup(mc, "b", "k", 3, -1, -1, &w, &out), META_FRESH);
+	meta_unref(out);
+	assert_int_equal(meta_lookup(mc, "b", "gone", 3, -1, -1, &w, &out), META_LOAD);
+	assert_null(out);
+
+	/* "gone" is loading across another expiry: what it publishes is stale. */
+	meta_expire_all(mc);
+	struct obj_meta *m2 = meta_new(2, "\"e2\"", 0, NULL, 3);
+	meta_publish(mc, "b", "gone", m2);
+	meta_unref(m2);
+	assert_int_equal(meta_lookup(mc, "b", "gone", 4, -1, -1, &w, &out), META_LOAD);
+	assert_non_null(out);
+	meta_unref(out);
+	assert_true(meta_refresh(mc, "b", "gone", 0, 4));
+	assert_int_equal(meta_lookup(mc, "b", "gone", 5, -1, -1, &w, &out), META_FRESH);
+	meta_unref(out);
+	meta_unref(m);
+	meta_cache_destroy(mc);
+}
+
 static void test_unwait_and_bound(void **state)
 {
 	struct meta_cache *mc = meta_cache_create(64); /* one entry per shard */
@@ -350,6 +393,7 @@ int main(void)
 		cmocka_unit_test(test_revalidation_with_another_last_modified),
 		cmocka_unit_test(test_negative),
 		cmocka_unit_test(test_drops),
+		cmocka_unit_test(test_expire_all),
 		cmocka_unit_test(test_unwait_and_bound),
 		cmocka_unit_test(test_collect),
 		cmocka_unit_test(test_encode_decode),
