@@ -465,8 +465,8 @@ static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 			learn(f);
 		else
 			f->discard = true; /* an error: kept for the owner, below */
-	} else if (status == 412) {
-		f->discard = true;
+	} else if (status == 412 || !f->c) {
+		f->discard = true; /* !f->c: learnt already, chunk 0 is another's */
 	} else if (status != 206) {
 		f->discard = true;
 		if (!upstream_retryable(status))
@@ -764,7 +764,10 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	bool meta_only = f->meta_kind && !f->c;
 	long status = t->status;
 	shaper_release(gw->shaper, &f->slot, status, ev_now(f->w->loop));
-	if (f->to_peer && !f->cancelled &&
+	/* A metadata fetch that learnt the object and fills no chunk stopped
+	 * its transfer on purpose (on_body): done, not a failure. */
+	bool learnt_only = meta_only && f->meta;
+	if (f->to_peer && !f->cancelled && !learnt_only &&
 	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
 	     status == 401 || status == 403 || (f->c && status != 412)) &&
 	    !(f->c && atomic_load(&f->c->filled) == f->c->len)) {

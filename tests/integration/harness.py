@@ -377,6 +377,13 @@ class Larder:
         for name in sorted(os.listdir(self.san_dir)) if os.path.isdir(self.san_dir) else []:
             with open(os.path.join(self.san_dir, name), "rb") as f:
                 out.append("== %s ==\n%s" % (name, f.read().decode("utf-8", "replace")))
+        # UBSan in the ASan build writes to stderr whatever its log_path says.
+        log = self.log()
+        at = min((i for i in (log.find(": runtime error: "), log.find("Sanitizer:")) if i >= 0),
+                 default=-1)
+        if at >= 0:
+            start = log.rfind("\n", 0, at) + 1
+            out.append("== stderr ==\n%s" % log[start:start + 8000])
         return "\n".join(out)
 
     def check_sanitizers(self, testcase=None):
