@@ -120,6 +120,57 @@ static void cluster_free(struct cluster *cl)
 	free(cl);
 }
 
+/* The checks of cluster_start that need no Redis, but the URL's. */
+static int check_config(const struct cluster_config *c, char *err, size_t errlen)
+{
+	if (!c->node_id || !cl_id_ok(c->node_id, strlen(c->node_id))) {
+		set_err(err, errlen, "cluster: node id \"%s\" must be 1-127 printable characters "
+		        "without spaces", c->node_id ? c->node_id : "");
+		return -1;
+	}
+	if (!c->advertise || !cl_id_ok(c->advertise, strlen(c->advertise))) {
+		set_err(err, errlen, "cluster: advertise address \"%s\" must be a host:port of "
+		        "1-127 characters", c->advertise ? c->advertise : "");
+		return -1;
+	}
+	if (!(c->capacity > 0) || !isfinite(c->capacity)) {
+		set_err(err, errlen, "cluster: capacity of %s must be positive", c->node_id);
+		return -1;
+	}
+	if (!c->secret || strlen(c->secret) < 16 || strlen(c->secret) > 256) {
+		set_err(err, errlen, "cluster: the cluster secret (16-256 characters) is needed: it "
+		        "signs membership entries");
+		return -1;
+	}
+	unsigned hb = c->heartbeat_ms ? c->heartbeat_ms : 1000;
+	unsigned ttl = c->ttl_ms ? c->ttl_ms : 5000;
+	if (ttl <= hb || hb > 60000) {
+		set_err(err, errlen, "cluster: ttl_ms must exceed heartbeat_ms (node %s), and a "
+		        "heartbeat be at most a minute", c->node_id);
+		return -1;
+	}
+	return 0;
+}
+
+int cluster_check(const struct cluster_config *c, char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+	if (!c->redis_url || !c->redis_url[0])
+		return 0;
+	if (check_config(c, err, errlen) < 0)
+		return -1;
+	struct cluster *cl = calloc(1, sizeof *cl);
+	if (!cl) {
+		set_err(err, errlen, "cluster: %s", "out of memory");
+		return -1;
+	}
+	int rc = parse_url(cl, c->redis_url, err, errlen);
+	explicit_bzero(cl->password, sizeof cl->password);
+	free(cl);
+	return rc;
+}
+
 struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate_cb cb,
                               void *arg, char *err, size_t errlen)
 {
@@ -127,32 +178,10 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 		err[0] = '\0';
 	if (!c->redis_url || !c->redis_url[0])
 		return NULL;
-	if (!c->node_id || !cl_id_ok(c->node_id, strlen(c->node_id))) {
-		set_err(err, errlen, "cluster: node id \"%s\" must be 1-127 printable characters "
-		        "without spaces", c->node_id ? c->node_id : "");
+	if (check_config(c, err, errlen) < 0)
 		return NULL;
-	}
-	if (!c->advertise || !cl_id_ok(c->advertise, strlen(c->advertise))) {
-		set_err(err, errlen, "cluster: advertise address \"%s\" must be a host:port of "
-		        "1-127 characters", c->advertise ? c->advertise : "");
-		return NULL;
-	}
-	if (!(c->capacity > 0) || !isfinite(c->capacity)) {
-		set_err(err, errlen, "cluster: capacity of %s must be positive", c->node_id);
-		return NULL;
-	}
-	if (!c->secret || strlen(c->secret) < 16 || strlen(c->secret) > 256) {
-		set_err(err, errlen, "cluster: the cluster secret (16-256 characters) is needed: it "
-		        "signs membership entries");
-		return NULL;
-	}
 	unsigned hb = c->heartbeat_ms ? c->heartbeat_ms : 1000;
 	unsigned ttl = c->ttl_ms ? c->ttl_ms : 5000;
-	if (ttl <= hb || hb > 60000) {
-		set_err(err, errlen, "cluster: ttl_ms must exceed heartbeat_ms (node %s), and a "
-		        "heartbeat be at most a minute", c->node_id);
-		return NULL;
-	}
 
 	struct cluster *cl = calloc(1, sizeof *cl);
 	if (!cl) {

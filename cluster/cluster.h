@@ -68,6 +68,9 @@ struct cluster;
  */
 struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate_cb cb,
                               void *arg, char *err, size_t errlen);
+/* What cluster_start would refuse, without starting anything: 0, or -1
+ * with the message in err (no redis_url: 0). */
+int cluster_check(const struct cluster_config *c, char *err, size_t errlen);
 
 /* Publishes invalidations still queued, deregisters this node (its key
  * and set entry are deleted, so peers drop it at their next heartbeat

@@ -145,6 +145,13 @@ struct cfg *cfg_load_text(const char *text, const char *const *envp, char *err, 
 
 void cfg_free(struct cfg *c);
 
+/* The first "LARDER_*=" entry of envp that names nothing larder, its CLI,
+ * its container entrypoint or its tests read (a misspelt setting, which
+ * would be ignored), from *from on; *from is left after it. NULL: none
+ * left. Unknown settings in the file are errors; here a warning is all a
+ * caller can give, since shells export many variables. */
+const char *cfg_env_unknown(const char *const *envp, size_t *from);
+
 /* The key with this id, or NULL. */
 const struct client_key *cfg_find_key(const struct cfg *c, const char *id);
 

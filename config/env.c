@@ -3,6 +3,7 @@
  * AWS_REGION / AWS_DEFAULT_REGION, LARDER_CLIENT_KEY/SECRET (one
  * read-write key on every bucket) and LARDER_ANONYMOUS (grants).
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,37 @@ static char *env_trimmed(struct load *L, const char *const *envp, const char *na
 		t = NULL;
 	}
 	return t;
+}
+
+/* Variables larder reads besides the settings': the loader's own, the
+ * CLI's, the container entrypoint's, and the test and benchmark tools'. */
+static const char *const other_vars[] = {
+	"LARDER_CONFIG", "LARDER_CLIENT_KEY", "LARDER_CLIENT_SECRET", "LARDER_ANONYMOUS",
+	"LARDER_ADMIN_URL", "LARDER_ALLOW_ROOT", "LARDER_BIN", "LARDER_BUILD_DIR",
+	"LARDER_ASAN_BUILD_DIR", "LARDER_TSAN_BUILD_DIR", "LARDER_REDIS_SERVER", NULL,
+};
+
+static bool known(const char *name, size_t n)
+{
+	for (size_t i = 0; i < N_SETTINGS; i++)
+		if (strlen(load_settings[i].env) == n && memcmp(load_settings[i].env, name, n) == 0)
+			return true;
+	for (size_t i = 0; other_vars[i]; i++)
+		if (strlen(other_vars[i]) == n && memcmp(other_vars[i], name, n) == 0)
+			return true;
+	return n > 11 && memcmp(name, "LARDER_TEST", 11) == 0;
+}
+
+const char *cfg_env_unknown(const char *const *envp, size_t *from)
+{
+	for (size_t i = *from; envp && envp[i]; i++) {
+		const char *eq = strchr(envp[i], '=');
+		if (strncmp(envp[i], "LARDER_", 7) == 0 && eq && !known(envp[i], (size_t)(eq - envp[i]))) {
+			*from = i + 1;
+			return envp[i];
+		}
+	}
+	return NULL;
 }
 
 int load_env(struct load *L, const char *const *envp)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/config.h"
 #include "base/log.h"
@@ -98,6 +99,15 @@ static int serve(int argc, char **argv)
 	}
 	int level = log_level_parse(cfg->log_level ? cfg->log_level : "info");
 	log_set_level(level < 0 ? LOG_INFO : (enum log_level)level);
+	/* A misspelt variable would be ignored silently. */
+	const char *var;
+	for (size_t at = 0; (var = cfg_env_unknown((const char *const *)environ, &at)) != NULL;)
+		log_warn("config", "%.*s is not a variable larder reads: ignored",
+		         (int)strcspn(var, "="), var);
+	if (check && gw_check(cfg) != 0) {
+		cfg_free(cfg);
+		return 2;
+	}
 	if (check) {
 		printf("configuration ok: listen %s:%u, upstream %s (%s), %zu client keys%s\n",
 		       cfg->listen_host, cfg->listen_port,

@@ -15,6 +15,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <time.h>
 #include <netdb.h>
@@ -500,6 +501,68 @@ static void reload_keys(struct gw *gw, struct cfg **owned)
 	         fresh->anonymous.n_grants ? ", anonymous access on" : "");
 }
 
+/* This node's cluster settings (redis_url NULL: no cluster). */
+static struct cluster_config cluster_config_of(const struct cfg *cfg, struct directory *dir)
+{
+	return (struct cluster_config){
+		.redis_url = cfg->redis_url,
+		.node_id = cfg->node_id,
+		.secret = cfg->cluster_secret,
+		.advertise = cfg->advertise,
+		.capacity = (double)cfg->ram_cache_bytes +
+		            (cfg->cache_dir ? (double)cfg->disk_cache_bytes : 0.0),
+		.dir = dir,
+	};
+}
+
+/* 0 when an access log at path could be opened for appending (checked
+ * without creating it), else why not (an errno). */
+static int access_log_check(const char *path)
+{
+	if (!path || strcmp(path, "-") == 0 || strcmp(path, "off") == 0)
+		return 0;
+	int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (errno != ENOENT)
+		return errno;
+	char *dir = strdup(path);
+	if (!dir)
+		return ENOMEM;
+	char *slash = strrchr(dir, '/');
+	const char *d = !slash ? "." : slash == dir ? "/" : (*slash = '\0', dir);
+	int e = access(d, W_OK | X_OK) == 0 ? 0 : errno;
+	free(dir);
+	return e;
+}
+
+int gw_check(const struct cfg *cfg)
+{
+	char *cert = NULL, *key = NULL, err[512];
+	int rc = 0;
+	if (cfg->tls_cert && (load_pem(cfg->tls_cert, "LARDER_TLS_CERT", &cert) != 0 ||
+	                      load_pem(cfg->tls_key, "LARDER_TLS_KEY", &key) != 0))
+		rc = -1;
+	free(cert);
+	if (key)
+		explicit_bzero(key, strlen(key));
+	free(key);
+	struct cluster_config cc = cluster_config_of(cfg, NULL);
+	if (cluster_check(&cc, err, sizeof err) != 0) {
+		log_error("config", "LARDER_REDIS_URL: %s", err);
+		rc = -1;
+	}
+	int e = access_log_check(cfg->access_log);
+	if (e) {
+		log_error("config", "LARDER_ACCESS_LOG: cannot open \"%s\" for writing: %s",
+		          cfg->access_log, strerror(e));
+		rc = -1;
+	}
+	return rc;
+}
+
 int gw_run(struct cfg *cfg, const char *config_path)
 {
 	struct gw gw = { .magic = GW_MAGIC, .cfg = cfg, .keys = cfg, .config_path = config_path };
@@ -582,15 +645,7 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		gw.profiles = profiles_open(NULL, perr, sizeof perr);
 	}
 	if (cfg->redis_url) {
-		struct cluster_config cc = {
-			.redis_url = cfg->redis_url,
-			.node_id = cfg->node_id,
-			.secret = cfg->cluster_secret,
-			.advertise = cfg->advertise,
-			.capacity = (double)cfg->ram_cache_bytes +
-			            (cfg->cache_dir ? (double)cfg->disk_cache_bytes : 0.0),
-			.dir = gw.dir,
-		};
+		struct cluster_config cc = cluster_config_of(cfg, gw.dir);
 		gw.cluster = cluster_start(&cc, cluster_invalidated, &gw, err, sizeof err);
 		if (!gw.cluster) {
 			log_error("config", "LARDER_REDIS_URL: %s", err);

@@ -106,6 +106,11 @@ struct addrinfo *gw_resolve(const char *setting, const char *host, unsigned port
 /* Runs larder until SIGTERM/SIGINT (drain, exit 0); SIGHUP reloads keys
  * from config_path (or the environment). Returns the process exit code. */
 int gw_run(struct cfg *cfg, const char *config_path);
+/* What gw_run would refuse at start that loading the configuration does
+ * not check, without binding or starting anything: the TLS files, the
+ * cluster settings, the access log's path. Logs each problem; returns 0
+ * or -1. For larder serve --check. */
+int gw_check(const struct cfg *cfg);
 
 
 #endif

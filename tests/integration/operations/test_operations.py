@@ -346,6 +346,46 @@ class BadConfiguration(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn(b"configuration ok", out.stdout)
 
+    def test_check_mode_finds_what_the_start_would_refuse(self):
+        # Each of these passed --check and then failed the start.
+        key = {"LARDER_CLIENT_KEY": "k", "LARDER_CLIENT_SECRET": "s"}
+        d = tempfile.mkdtemp(prefix="larder-check-")
+        self.addCleanup(shutil.rmtree, d, True)
+        not_pem = os.path.join(d, "cert.pem")
+        with open(not_pem, "w") as f:
+            f.write("not a certificate\n")
+        cluster = {"LARDER_NODE_ID": "n1", "LARDER_ADVERTISE": "127.0.0.1:8080",
+                   "LARDER_CLUSTER_SECRET": "0123456789abcdef0123"}
+        for env, needle in (
+                ({"LARDER_ACCESS_LOG": os.path.join(d, "no-such-dir", "access.log")},
+                 b"LARDER_ACCESS_LOG"),
+                ({"LARDER_TLS_CERT": os.path.join(d, "missing.pem"),
+                  "LARDER_TLS_KEY": not_pem}, b"LARDER_TLS_CERT"),
+                ({"LARDER_TLS_CERT": not_pem, "LARDER_TLS_KEY": not_pem}, b"not a PEM file"),
+                (dict(cluster, LARDER_REDIS_URL="redis://user@127.0.0.1:6379"),
+                 b"LARDER_REDIS_URL"),
+                (dict(cluster, LARDER_REDIS_URL="redis://127.0.0.1:6379/x"), b"LARDER_REDIS_URL")):
+            out = self.run_larder(dict(key, **env), "--check")
+            self.assertEqual(out.returncode, 2, (env, out.stdout, out.stderr))
+            self.assertIn(needle, out.stderr, env)
+            self.assertNotIn(b"configuration ok", out.stdout)
+        # And what the start takes, --check takes: a log file not there yet, in a folder that is.
+        out = self.run_larder(dict(key, LARDER_ACCESS_LOG=os.path.join(d, "new.log")), "--check")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertFalse(os.path.exists(os.path.join(d, "new.log")), "--check created the log")
+        out = self.run_larder(dict(cluster, LARDER_REDIS_URL="redis://:pw@127.0.0.1:6379/2",
+                                   **key), "--check")
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+    def test_misspelt_variable_is_warned_of(self):
+        out = self.run_larder({"LARDER_CLIENT_KEY": "k", "LARDER_CLIENT_SECRET": "s",
+                               "LARDER_RAM_CACHE_SZE": "1GiB", "LARDER_ADMIN_URL": "http://x"},
+                              "--check")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(b"LARDER_RAM_CACHE_SZE is not a variable larder reads", out.stderr)
+        self.assertNotIn(b"LARDER_ADMIN_URL", out.stderr)  # the CLI's
+        self.assertNotIn(b"LARDER_UPSTREAM_URL", out.stderr)
+
     def test_empty_config_variable_is_unset(self):
         # An empty environment variable counts as unset, LARDER_CONFIG too:
         # no file, not a file named "".
