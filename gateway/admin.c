@@ -626,7 +626,12 @@ int admin_start(struct gw *gw)
 	}
 	a->magic = ADMIN_MAGIC;
 	a->gw = gw;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
+	/* A thread per connection: some routes block (a warm job's bucket
+	 * HEAD, up to the upstream timeout; a prefix pin's listing, up to
+	 * PIN_WAIT_S), and /healthz, which liveness probes ask, must not wait
+	 * behind them. Every route's calls are thread-safe. */
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+	                 MHD_USE_AUTO | MHD_USE_ERROR_LOG |
 	                 (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
 	a->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a,
 	                          MHD_OPTION_EXTERNAL_LOGGER, log_mhd, (void *)"admin",

@@ -11,7 +11,9 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
+import threading
 import time
 import unittest
 
@@ -474,6 +476,47 @@ class Admin(AdminCase):
         r = self.cli("stats", "--admin", self.larder.url)
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"unexpected answer", r.stderr)
+
+
+class AdminBlockingRoute(unittest.TestCase):
+    """A route that waits on the upstream (a warm job's bucket check, here against an upstream
+    that accepts and never answers) holds its own connection only: /healthz, which liveness
+    probes ask, and the other routes still answer at once."""
+
+    def test_healthz_answers_while_a_warm_job_waits_on_upstream(self):
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections complete in the backlog; nothing is ever read
+        self.addCleanup(silent.close)
+        port = harness.free_port()
+        larder = harness.Larder(env={
+            "LARDER_UPSTREAM_URL": "http://127.0.0.1:%d" % silent.getsockname()[1],
+            "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
+            "LARDER_UPSTREAM_TIMEOUT": "6", "LARDER_UPSTREAM_RETRIES": "0",
+            "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % port, "LARDER_ADMIN_TOKEN": TOKEN})
+        larder.start()
+        self.addCleanup(larder.cleanup)
+        self.assertTrue(harness.wait_port(port, 10))
+        answer = {}
+
+        def warm():
+            answer["warm"] = admin_request(port, "POST", "/admin/prefetch",
+                                           body=json.dumps({"bucket": "data", "prefix": ""}))
+        t = threading.Thread(target=warm)
+        t.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        status, _, _ = admin_request(port, "GET", "/healthz", token=None, timeout=20)
+        took = time.monotonic() - t0
+        self.assertEqual(status, 200)
+        self.assertLess(took, 2.0, "/healthz waited %.1f s behind the warm job" % took)
+        self.assertTrue(t.is_alive(), "the warm job did not wait on the upstream: %r" % answer)
+        status, _, _ = admin_request(port, "GET", "/admin/stats", timeout=20)
+        self.assertEqual(status, 200)
+        t.join(30)
+        self.assertGreaterEqual(answer["warm"][0], 400, answer)  # the upstream never answered
+        self.assertEqual(larder.stop(), 0)
+        larder.check_sanitizers(self)
 
 
 class AdminWithoutToken(AdminCase):
