@@ -82,9 +82,31 @@ bool s3_query_names_plain(const char *q)
 	return true;
 }
 
-/* The raw value of the first parameter called name, with each '+' read as
- * a space and the rest percent-decoded, into out. *plus: whether the raw
- * value holds a '+'. Returns as s3_query_get. */
+/* n raw bytes at v, percent-decoded and with each '+' read as a space (as
+ * S3 may read a '+' where it expects form encoding), appended to out.
+ * *plus: whether they hold a '+'. Returns 0, or -1 (bad escape, no memory). */
+static int decode_spaced(const char *v, size_t n, struct buf *out, bool *plus)
+{
+	const char *end = v + n;
+	*plus = false;
+	while (v < end) {
+		const char *p = memchr(v, '+', (size_t)(end - v));
+		size_t run = p ? (size_t)(p - v) : (size_t)(end - v);
+		if (sv4_uri_decode(v, run, out) != 0)
+			return -1;
+		v += run;
+		if (v < end) { /* a '+' */
+			*plus = true;
+			if (buf_putc(out, ' ') != 0)
+				return -1;
+			v++;
+		}
+	}
+	return 0;
+}
+
+/* The raw value of the first parameter called name, decoded by
+ * decode_spaced, into out. Returns as s3_query_get. */
 static int query_get_spaced(const char *q, const char *name, struct buf *out, bool *plus)
 {
 	size_t nlen = strlen(name);
@@ -93,22 +115,8 @@ static int query_get_spaced(const char *q, const char *name, struct buf *out, bo
 	while (q && *q) {
 		size_t len = strcspn(q, "&"), klen = strcspn(q, "=&");
 		if (klen == nlen && memcmp(q, name, nlen) == 0) {
-			const char *v = q + klen + (klen < len), *end = q + len;
-			while (v < end) {
-				size_t run = strcspn(v, "+&");
-				if (v + run > end)
-					run = (size_t)(end - v);
-				if (sv4_uri_decode(v, run, out) != 0)
-					return -1;
-				v += run;
-				if (v < end) { /* a '+' */
-					*plus = true;
-					if (buf_putc(out, ' ') != 0)
-						return -1;
-					v++;
-				}
-			}
-			return 1;
+			const char *v = q + klen + (klen < len);
+			return decode_spaced(v, (size_t)(q + len - v), out, plus) == 0 ? 1 : -1;
 		}
 		q += len;
 		if (*q == '&')
@@ -253,14 +261,17 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
 
 /* ---- copy and rename sources ---- */
 
-/* One reading of a source's first len bytes. */
-static int source_object(const char *src, size_t len,
+/* One reading of a source's first len bytes: '+' as itself, or (spaced)
+ * as a space. */
+static int source_object(const char *src, size_t len, bool spaced,
                          int (*each)(void *, const char *, const char *), void *arg)
 {
 	struct buf dec;
 	buf_init(&dec, 8192);
+	bool plus;
 	int rc = -1;
-	if (sv4_uri_decode(src, len, &dec) == 0 && strlen(buf_cstr(&dec)) == dec.len) {
+	int d = spaced ? decode_spaced(src, len, &dec, &plus) : sv4_uri_decode(src, len, &dec);
+	if (d == 0 && strlen(buf_cstr(&dec)) == dec.len) {
 		const char *s = buf_cstr(&dec);
 		s += *s == '/';
 		const char *slash = strchr(s, '/');
@@ -280,18 +291,10 @@ int s3_source_objects(const char *src, int (*each)(void *arg, const char *bucket
                       void *arg)
 {
 	size_t len = strcspn(src, "?");
-	int rc = source_object(src, len, each, arg);
+	int rc = source_object(src, len, false, each, arg);
 	if (rc != 0 || !memchr(src, '+', len))
 		return rc;
-	char *spaced = strndup(src, len);
-	if (!spaced)
-		return -1;
-	for (char *p = spaced; *p; p++)
-		if (*p == '+')
-			*p = ' ';
-	rc = source_object(spaced, len, each, arg);
-	free(spaced);
-	return rc;
+	return source_object(src, len, true, each, arg);
 }
 
 /* ---- DeleteObjects bodies ---- */
