@@ -3,6 +3,7 @@
  */
 #include "base/hdrs.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,26 @@ const char *hdrs_get(const struct hdrs *h, const char *name)
 		if (strcasecmp(h->v[i].name, name) == 0)
 			return h->v[i].value;
 	return NULL;
+}
+
+uint64_t hdrs_body_length(const struct hdrs *h, bool head)
+{
+	uint64_t len = HDRS_LENGTH_UNKNOWN;
+	for (size_t i = 0; i < h->n; i++) {
+		const char *name = h->v[i].name, *v = h->v[i].value;
+		if (!head && strcasecmp(name, "transfer-encoding") == 0)
+			return HDRS_LENGTH_UNKNOWN;
+		if (strcasecmp(name, "content-length") != 0)
+			continue;
+		char *end;
+		errno = 0;
+		unsigned long long n = strtoull(v, &end, 10);
+		if (!isdigit((unsigned char)v[0]) || *end || errno || n == HDRS_LENGTH_UNKNOWN ||
+		    (len != HDRS_LENGTH_UNKNOWN && len != n))
+			return HDRS_LENGTH_UNKNOWN;
+		len = n;
+	}
+	return len;
 }
 
 bool hdr_hop_by_hop(const char *name)

@@ -393,8 +393,8 @@ static void learn(struct fetch *f)
 	bool ok = false;
 	if (status == 206)
 		ok = content_range_parse(resp_header(f, "Content-Range"), &a, &b, &size) && a == 0;
-	else if (status == 200 && resp_header(f, "Content-Length"))
-		ok = (size = strtoull(resp_header(f, "Content-Length"), NULL, 10), true);
+	else if (status == 200) /* the whole object: its size is its body's length */
+		ok = (size = hdrs_body_length(&f->x.resp, false)) != HDRS_LENGTH_UNKNOWN;
 	const char *etag = resp_header(f, "ETag");
 	if (!ok || !etag || !*etag || strlen(etag) >= sizeof f->etag ||
 	    resp_header(f, "x-amz-server-side-encryption-customer-algorithm")) {

@@ -344,32 +344,6 @@ static bool retry_slowdown(struct req *r, struct transfer *t)
 	       t->retries < t->retry.max;
 }
 
-/* The length of upstream's answer as curl reads its body (RFC 9112 6.3),
- * or MHD_SIZE_UNKNOWN: a Transfer-Encoding overrides Content-Length, and
- * Content-Length values that disagree state no length. Taken as the
- * client's Content-Length, any other number would end the client's answer
- * early, complete-looking, or never. A HEAD answer has no body to frame: its
- * Content-Length is the object's. */
-static uint64_t response_length(const struct hdrs *h, bool head)
-{
-	uint64_t len = MHD_SIZE_UNKNOWN;
-	for (size_t i = 0; i < h->n; i++) {
-		const char *name = h->v[i].name, *v = h->v[i].value;
-		if (!head && strcasecmp(name, "transfer-encoding") == 0)
-			return MHD_SIZE_UNKNOWN;
-		if (strcasecmp(name, "content-length") != 0)
-			continue;
-		char *end;
-		errno = 0;
-		unsigned long long n = strtoull(v, &end, 10);
-		if (!isdigit((unsigned char)v[0]) || *end || errno ||
-		    (len != MHD_SIZE_UNKNOWN && len != n))
-			return MHD_SIZE_UNKNOWN;
-		len = n;
-	}
-	return len;
-}
-
 static enum transfer_verdict on_upstream_headers(struct transfer *t, void *arg)
 {
 	struct req *r = arg;
@@ -380,7 +354,11 @@ static enum transfer_verdict on_upstream_headers(struct transfer *t, void *arg)
 	if ((r->slowed = retry_slowdown(r, t)))
 		return TRANSFER_GO; /* its body is dropped */
 	r->ustatus = t->status;
-	r->resp_len = response_length(&t->resp, strcmp(r->method, "HEAD") == 0);
+	/* The length as curl reads the body: taken as the client's
+	 * Content-Length, any other number would end the client's answer
+	 * early, complete-looking, or never. */
+	_Static_assert(HDRS_LENGTH_UNKNOWN == MHD_SIZE_UNKNOWN, "one unknown length");
+	r->resp_len = hdrs_body_length(&t->resp, strcmp(r->method, "HEAD") == 0);
 	r->uhdrs_done = true;
 	cache_learn(r);
 	req_wake(r);

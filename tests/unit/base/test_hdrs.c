@@ -61,12 +61,50 @@ static void test_long_name(void **state)
 	hdrs_fini(&h);
 }
 
+/* A body's length from its framing: a Transfer-Encoding, or Content-Lengths
+ * that disagree or are not plain numbers, state none. */
+static void test_body_length(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *lines;
+		bool head;
+		uint64_t want;
+	} cases[] = {
+		{ "Content-Length: 42\r\n", false, 42 },
+		{ "Content-Length: 0\r\n", false, 0 },
+		{ "", false, HDRS_LENGTH_UNKNOWN },
+		{ "Content-Length: 42\r\nTransfer-Encoding: chunked\r\n", false, HDRS_LENGTH_UNKNOWN },
+		{ "transfer-encoding: chunked\r\ncontent-length: 42\r\n", false, HDRS_LENGTH_UNKNOWN },
+		{ "Content-Length: 42\r\nTransfer-Encoding: chunked\r\n", true, 42 },
+		{ "Content-Length: 42\r\nContent-Length: 42\r\n", false, 42 },
+		{ "Content-Length: 42\r\nContent-Length: 43\r\n", false, HDRS_LENGTH_UNKNOWN },
+		{ "Content-Length: -1\r\n", false, HDRS_LENGTH_UNKNOWN },
+		{ "Content-Length: 4x\r\n", false, HDRS_LENGTH_UNKNOWN },
+		{ "Content-Length: 99999999999999999999\r\n", false, HDRS_LENGTH_UNKNOWN },
+		{ "Content-Length: 18446744073709551615\r\n", false, HDRS_LENGTH_UNKNOWN },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct hdrs h;
+		hdrs_init(&h);
+		for (const char *p = cases[i].lines; *p;) {
+			const char *nl = strstr(p, "\r\n");
+			assert_int_equal(hdrs_add_line(&h, p, (size_t)(nl + 2 - p)), 0);
+			p = nl + 2;
+		}
+		if (hdrs_body_length(&h, cases[i].head) != cases[i].want)
+			fail_msg("case %zu: %s", i, cases[i].lines);
+		hdrs_fini(&h);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hop_by_hop),
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_long_name),
+		cmocka_unit_test(test_body_length),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
