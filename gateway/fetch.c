@@ -769,13 +769,15 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	bool learnt_only = meta_only && f->meta;
 	if (f->to_peer && !f->cancelled && !learnt_only &&
 	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
-	     status == 401 || status == 403 || (f->c && status != 412)) &&
+	     status == 401 || status == 403 || f->c) &&
 	    !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
 		/* The node is gone, refused, or broke off: a holder's failure
 		 * sends us to the owner, the owner's to S3, from the bytes
 		 * already received. So does a node that answered for another
 		 * ETag or size: a node honours If-Match (412), so that answer
 		 * is the node's fault, not news of a version change; S3 tells.
+		 * A node's 412 is not that news either: its metadata may be
+		 * the older one (an invalidation on its way), and S3 tells.
 		 * And so does any other answer that left the chunk short (a
 		 * body that ended cleanly before the range did, a status that
 		 * is not 206): asking the same node again would get the same. */
@@ -858,8 +860,12 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		 * bring that back (the new one's may never reach NVMe). */
 		store_invalidate_seen(gw->store, f->bucket, f->key);
 		meta_drop(gw->meta, f->bucket, f->key);
-		if (gw->cluster)
+		if (gw->cluster) {
 			cluster_publish_invalidate(gw->cluster, f->bucket, f->key);
+			/* The owner may not have heard yet: learn it from S3,
+			 * as after a write here. */
+			fetch_written(f->bucket, f->key, clock_mono_s());
+		}
 		store_complete(gw->store, f->c, false, FETCH_ERR_CHANGED, NULL);
 	} else if (f->cancelled) {
 		store_complete(gw->store, f->c, false, FETCH_ERR_CANCELLED, NULL);

@@ -78,7 +78,8 @@ struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_ow
                                          const char *key, const char *revalidate);
 
 /* A write through this node changed (bucket, key) at now (monotonic
- * seconds); key "": any key of the bucket (DeleteObjects). Until
+ * seconds), or a fetch here saw it changed upstream (a 412); key "": any
+ * key of the bucket (DeleteObjects). Until
  * FETCH_WRITTEN_S later, a meta fetch of it learns the object from S3, not
  * from another node: the invalidation may not have reached that node yet,
  * and what it still holds is the old version, which this node would keep.

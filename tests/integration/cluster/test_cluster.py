@@ -525,6 +525,7 @@ class ClusterReadAfterWrite(ClusterBase):
         once took that answer for a peer failure, retried it at S3 with no chunk, and crashed."""
         reader = self.nodes[1]
         failed = []
+        mark = self.upstream.mark()
         for i in range(self.KEYS):
             k = "raw/changed-%d" % i
             self.direct.put_object(Bucket="shared", Key=k, Body=blob(i, 4 * MiB))
@@ -544,6 +545,16 @@ class ClusterReadAfterWrite(ClusterBase):
                     failed.append((k, c, body))
             time.sleep(0.3)
         self.assertEqual(failed, [])
+        # The reader published the invalidation itself, so it never hears it: what it learnt
+        # after the 412 is what it keeps (for ever here, LARDER_METADATA_TTL=immutable).
+        stale = [i for i in range(self.KEYS)
+                 if self.read(reader, "raw/changed-%d" % i) != blob(100 + i, 4 * MiB)]
+        self.assertEqual(stale, [])
+        # Learning the old version again from the other node only to be told 412 again by S3:
+        # a node that saw a 412 learns the object from S3. At most one 412 for each node that
+        # fetched a chunk of the old version.
+        refused = [r for r in self.upstream.from_larder(mark) if r["status"] == 412]
+        self.assertLessEqual(len(refused), 2 * self.KEYS, [r["target"] for r in refused])
 
 
 class ClusterMissedInvalidations(ClusterBase):
