@@ -151,14 +151,23 @@ static bool pin_refused(struct prefetch *p, const char *id, char *err, size_t er
 	return true;
 }
 
+/* The answer to prefetch_start's (or lookahead_start's) refusal rc. */
+static enum MHD_Result job_refused(struct MHD_Connection *c, int rc, const char *err)
+{
+	if (rc == -EBUSY)
+		return send_error(c, 429, "too_many_jobs", NULL, "%s", err);
+	return send_error(c, 500, "internal", NULL, "%s", err);
+}
+
 /* Starts a warm job of the keys, or answers the error; id gets its id. */
 static enum MHD_Result start_job(struct admin *a, struct MHD_Connection *c,
                                  const struct prefetch_req *rq, char id[24], bool *started)
 {
 	char err[256];
 	*started = false;
-	if (prefetch_start(a->gw->prefetch, rq, id, err, sizeof err) != 0)
-		return send_error(c, 500, "internal", NULL, "%s", err);
+	int rc = prefetch_start(a->gw->prefetch, rq, id, err, sizeof err);
+	if (rc != 0)
+		return job_refused(c, rc, err);
 	*started = true;
 	return MHD_YES;
 }
@@ -221,6 +230,20 @@ static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *
 			                 "bucket_unreadable", NULL, "%s", err);
 			ok = false;
 		}
+	}
+	/* Room for all its jobs, or none starts. */
+	size_t distinct = 0;
+	for (size_t i = 0; ok && i < n; i++) {
+		bool first = true;
+		for (size_t k = 0; k < i && first; k++)
+			first = strcmp(buckets[k], buckets[i]) != 0;
+		distinct += first;
+	}
+	if (ok && distinct > prefetch_room(a->gw->prefetch)) {
+		ret = send_error(c, 429, "too_many_jobs", NULL, "profile %.64s needs %zu warm jobs; "
+		                 "%d may run at once: wait for some to end, or cancel some", name,
+		                 distinct, PREFETCH_RUNNING_MAX);
+		ok = false;
 	}
 	/* One job per bucket, each in the order the profile read its keys. */
 	for (size_t i = 0; ok && i < n; i++) {
@@ -308,8 +331,9 @@ enum MHD_Result admin_prefetch(struct admin *a, struct MHD_Connection *c, struct
 	rq.n_keys = n;
 	rq.manifest = manifest;
 	char id[24];
-	if (prefetch_start(a->gw->prefetch, &rq, id, err, sizeof err) != 0) {
-		ret = send_error(c, 500, "internal", NULL, "%s", err);
+	int rc = prefetch_start(a->gw->prefetch, &rq, id, err, sizeof err);
+	if (rc != 0) {
+		ret = job_refused(c, rc, err);
 		goto out;
 	}
 	if (rq.pin_seconds && pin_refused(a->gw->prefetch, id, err, sizeof err)) {
@@ -437,7 +461,12 @@ enum MHD_Result admin_lookahead(struct admin *a, struct MHD_Connection *c, struc
 		ret = send_error(c, 503, "unavailable", NULL, "lookahead is not running");
 		goto out;
 	}
-	if (lookahead_start(a->gw->lookahead, &rq, id, err, sizeof err) != 0) {
+	int rc = lookahead_start(a->gw->lookahead, &rq, id, err, sizeof err);
+	if (rc == -EBUSY) {
+		ret = job_refused(c, rc, err);
+		goto out;
+	}
+	if (rc != 0) {
 		ret = send_error(c, strstr(err, "out of memory") ? 500 : 400,
 		                 strstr(err, "out of memory") ? "internal" : "bad_manifest", NULL, "%s",
 		                 err);

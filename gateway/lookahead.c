@@ -340,9 +340,10 @@ int lookahead_start(struct lookaheads *l, const struct lookahead_req *rq, char i
 		.sized = a->window_bytes ? la_sized : NULL,
 		.sized_arg = l,
 	};
-	if (prefetch_start(l->p, &pr, a->job, err, errlen) != 0) {
+	int rc = prefetch_start(l->p, &pr, a->job, err, errlen);
+	if (rc != 0) {
 		la_free(a);
-		return -1;
+		return rc == -EBUSY ? -EBUSY : -1;
 	}
 	pthread_mutex_lock(&l->lock);
 	snprintf(a->id, sizeof a->id, "la-%u", ++l->next_id);

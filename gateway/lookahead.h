@@ -76,7 +76,8 @@ struct lookaheads *lookahead_create(struct gw *gw, struct worker *w, struct pref
 void lookahead_destroy(struct lookaheads *l);
 
 /* Starts one (reads a manifest first: blocking, not for worker threads);
- * its id goes to id. Returns 0, or -1 with a message. */
+ * its id goes to id. Returns 0, or -EBUSY (too many warm jobs running:
+ * prefetch_start) or -1, with a message. */
 int lookahead_start(struct lookaheads *l, const struct lookahead_req *rq, char id[24], char *err,
                     size_t errlen);
 /* 0, or -1 when no running lookahead has that id. */

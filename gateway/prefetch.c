@@ -425,6 +425,23 @@ void prefetch_destroy(struct prefetch *p)
 	free(p);
 }
 
+/* Jobs not finished. Call with p->lock held. */
+static size_t running(const struct prefetch *p)
+{
+	size_t n = 0;
+	for (const struct pf_job *j = p->jobs; j; j = j->next)
+		n += atomic_load(&j->state) < PF_DONE;
+	return n;
+}
+
+size_t prefetch_room(struct prefetch *p)
+{
+	pthread_mutex_lock(&p->lock);
+	size_t n = running(p);
+	pthread_mutex_unlock(&p->lock);
+	return n < PREFETCH_RUNNING_MAX ? PREFETCH_RUNNING_MAX - n : 0;
+}
+
 int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24], char *err,
                    size_t errlen)
 {
@@ -464,6 +481,13 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	j->listed = !rq->keys && !rq->manifest;
 	atomic_store(&j->state, PF_LISTING);
 	pthread_mutex_lock(&p->lock);
+	if (running(p) >= PREFETCH_RUNNING_MAX) {
+		pthread_mutex_unlock(&p->lock);
+		job_free(j);
+		snprintf(err, errlen, "%d warm jobs and lookaheads are running, the most at once: "
+		         "wait for one to end, or cancel one", PREFETCH_RUNNING_MAX);
+		return -EBUSY;
+	}
 	do /* a pin restored at start keeps its job's id */
 		snprintf(j->id, sizeof j->id, "pf-%u", ++p->next_id);
 	while (pins_has(p->gw->pins, j->id));

@@ -60,9 +60,16 @@ void prefetch_destroy(struct prefetch *p);
  * blocking HEAD; not for worker threads). Returns 0, or -1 with a message. */
 int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t errlen);
 
-/* Queues a job; its id goes to id. Returns 0 or -1 with a message. */
+/* Jobs that have not finished (gated ones, lookaheads', included) at once:
+ * each holds its keys and up to 64 fetches, and an admin call starts one. */
+#define PREFETCH_RUNNING_MAX 64
+
+/* Queues a job; its id goes to id. Returns 0, -EBUSY (PREFETCH_RUNNING_MAX
+ * jobs are running), or -1, each with a message. */
 int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24], char *err,
                    size_t errlen);
+/* How many more jobs prefetch_start would take now. */
+size_t prefetch_room(struct prefetch *p);
 /* 0, or -1 when no such job. */
 int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out);
 int prefetch_cancel(struct prefetch *p, const char *id);

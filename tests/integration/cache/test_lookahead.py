@@ -334,3 +334,53 @@ class Lookahead(AdminCalls, LarderCase):
         st, doc = self.call("GET", "/admin/lookahead")
         self.assertEqual(st, 200)
         self.assertEqual([l for l in doc["lookaheads"] if l["keys"] == 1], [])
+
+
+class JobLimit(AdminCalls, LarderCase):
+    """Warm jobs and lookaheads running at once are bounded (64): each holds its keys and up to 64
+    fetches. Past it, a new one is 429 too_many_jobs, and starts nothing; once one ends, the next
+    is taken."""
+    ADMIN_TOKEN = TOKEN
+    LIMIT = 64
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ADMIN_PORT = harness.free_port()
+        cls.LARDER_ENV = dict(Lookahead.LARDER_ENV,
+                              LARDER_ADMIN_LISTEN="127.0.0.1:%d" % cls.ADMIN_PORT)
+        super().setUpClass()
+        cls.admin = "http://127.0.0.1:%d" % cls.ADMIN_PORT
+        cls.direct.create_bucket(Bucket=BUCKET)
+        for k in ("limit/a", "limit/b"):
+            cls.direct.put_object(Bucket=BUCKET, Key=k, Body=b"a" * 100)
+
+    def test_past_the_limit_is_429_and_starts_nothing(self):
+        ids = []
+        keys = ["limit/a", "limit/b"]
+        for _ in range(self.LIMIT):  # lookaheads: their jobs wait at the gate (nothing read)
+            st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "keys": keys,
+                                                           "window": 1})
+            self.assertEqual(st, 201, r)
+            ids.append(r["id"])
+        st, jobs = self.call("GET", "/admin/jobs")
+        before = len(jobs["jobs"])
+        for path, body in (("/admin/lookahead", {"bucket": BUCKET, "keys": keys, "window": 1}),
+                           ("/admin/prefetch", {"bucket": BUCKET, "keys": ["limit/a"]}),
+                           ("/admin/prefetch", {"bucket": BUCKET, "prefix": "limit/"})):
+            st, r = self.call("POST", path, body)
+            self.assertEqual((st, r.get("error")), (429, "too_many_jobs"), (path, r))
+            self.assertIn("64", r.get("message", ""))
+        st, jobs = self.call("GET", "/admin/jobs")
+        self.assertEqual(len(jobs["jobs"]), before)
+        st, r = self.call("DELETE", "/admin/lookahead/" + ids.pop())
+        self.assertIn(st, (200, 202, 204), r)
+        deadline = time.monotonic() + 10
+        while True:
+            st, r = self.call("POST", "/admin/prefetch", {"bucket": BUCKET, "keys": ["limit/a"]})
+            if st != 429 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(st, 202, r)
+        for la in ids:
+            self.call("DELETE", "/admin/lookahead/" + la)
+
