@@ -357,6 +357,14 @@ class JobLimit(AdminCalls, LarderCase):
     def test_past_the_limit_is_429_and_starts_nothing(self):
         ids = []
         keys = ["limit/a", "limit/b"]
+        # A profile of one read, to replay.
+        st, r = self.call("POST", "/admin/profiles", {"name": "limit", "tag": "limit-job"})
+        self.assertEqual(st, 201, r)
+        r = harness.signed_request(self.larder.url, "GET", harness.key_path(BUCKET, "limit/a"),
+                                   headers={"x-larder-job": "limit-job"})
+        self.assertEqual(r.status, 200, r)
+        st, r = self.call("POST", "/admin/profiles/limit/stop")
+        self.assertEqual(st, 200, r)
         for _ in range(self.LIMIT):  # lookaheads: their jobs wait at the gate (nothing read)
             st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "keys": keys,
                                                            "window": 1})
@@ -366,7 +374,8 @@ class JobLimit(AdminCalls, LarderCase):
         before = len(jobs["jobs"])
         for path, body in (("/admin/lookahead", {"bucket": BUCKET, "keys": keys, "window": 1}),
                            ("/admin/prefetch", {"bucket": BUCKET, "keys": ["limit/a"]}),
-                           ("/admin/prefetch", {"bucket": BUCKET, "prefix": "limit/"})):
+                           ("/admin/prefetch", {"bucket": BUCKET, "prefix": "limit/"}),
+                           ("/admin/prefetch", {"profile": "limit"})):
             st, r = self.call("POST", path, body)
             self.assertEqual((st, r.get("error")), (429, "too_many_jobs"), (path, r))
             self.assertIn("64", r.get("message", ""))
