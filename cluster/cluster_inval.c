@@ -92,22 +92,26 @@ static void queue_requeue(struct cluster *cl, struct inval *batch)
  * (the batch is back in the queue: a resend is harmless). */
 int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen)
 {
-	/* Made before the lock is taken; freed if not needed. */
-	struct inval *resync = inval_new(cl, CLUSTER_RESYNC, "");
 	pthread_mutex_lock(&cl->lock);
-	struct inval *batch = cl->q_head;
+	struct inval *batch = cl->q_head, *tail = cl->q_tail;
 	size_t n = cl->q_len;
-	if (cl->resync_due && resync) {
-		/* Some of ours were dropped: the others revalidate everything. */
-		*(batch ? &cl->q_tail->next : &batch) = resync;
-		resync = NULL;
-		n++;
-		cl->resync_due = false;
-	}
+	bool resync = cl->resync_due;
+	cl->resync_due = false;
 	cl->q_head = cl->q_tail = NULL;
 	cl->q_len = 0;
 	pthread_mutex_unlock(&cl->lock);
-	free(resync);
+	if (resync) {
+		/* Some of ours were dropped: the others revalidate everything. */
+		struct inval *e = inval_new(cl, CLUSTER_RESYNC, "");
+		if (e) {
+			*(batch ? &tail->next : &batch) = e;
+			n++;
+		} else {
+			pthread_mutex_lock(&cl->lock);
+			cl->resync_due = true; /* the next flush tries again */
+			pthread_mutex_unlock(&cl->lock);
+		}
+	}
 	if (!batch)
 		return 0;
 

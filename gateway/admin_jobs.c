@@ -192,6 +192,15 @@ static bool job_options(json_t *doc, struct prefetch_req *rq)
 	return true;
 }
 
+/* Whether buckets[i] is the first of its name among buckets[0..i]. */
+static bool first_of(char **buckets, size_t i)
+{
+	for (size_t k = 0; k < i; k++)
+		if (strcmp(buckets[k], buckets[i]) == 0)
+			return false;
+	return true;
+}
+
 /* {"profile": NAME, optional "concurrency", "bandwidth_bytes_per_second",
  * "pin_seconds"}: a warm job of the profile's reads in recorded order, one
  * per bucket it read -> 202 {"job": the first, "jobs": all}. */
@@ -218,26 +227,19 @@ static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *
 	json_t *jobs = json_array();
 	const char **sel = calloc(n ? n : 1, sizeof *sel);
 	bool ok = jobs && sel;
-	/* Every bucket is checked before any job starts: a refusal changes
-	 * nothing. */
+	/* Every bucket is checked, and room made sure of for all its jobs,
+	 * before any job starts: a refusal changes nothing. */
+	size_t distinct = 0;
 	for (size_t i = 0; ok && i < n; i++) {
-		bool first = true;
-		for (size_t k = 0; k < i && first; k++)
-			first = strcmp(buckets[k], buckets[i]) != 0;
+		if (!first_of(buckets, i))
+			continue;
+		distinct++;
 		char err[256];
-		if (first && prefetch_check_bucket(a->gw, buckets[i], err, sizeof err) != 0) {
+		if (prefetch_check_bucket(a->gw, buckets[i], err, sizeof err) != 0) {
 			ret = send_error(c, strstr(err, "does not exist") ? 404 : 403,
 			                 "bucket_unreadable", NULL, "%s", err);
 			ok = false;
 		}
-	}
-	/* Room for all its jobs, or none starts. */
-	size_t distinct = 0;
-	for (size_t i = 0; ok && i < n; i++) {
-		bool first = true;
-		for (size_t k = 0; k < i && first; k++)
-			first = strcmp(buckets[k], buckets[i]) != 0;
-		distinct += first;
 	}
 	if (ok && distinct > prefetch_room(a->gw->prefetch)) {
 		ret = send_error(c, 429, "too_many_jobs", NULL, "profile %.64s needs %zu warm jobs; "
@@ -247,10 +249,7 @@ static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *
 	}
 	/* One job per bucket, each in the order the profile read its keys. */
 	for (size_t i = 0; ok && i < n; i++) {
-		bool first = true;
-		for (size_t k = 0; k < i && first; k++)
-			first = strcmp(buckets[k], buckets[i]) != 0;
-		if (!first)
+		if (!first_of(buckets, i))
 			continue;
 		size_t m = 0;
 		for (size_t k = i; k < n; k++)

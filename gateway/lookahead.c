@@ -340,10 +340,10 @@ int lookahead_start(struct lookaheads *l, const struct lookahead_req *rq, char i
 		.sized = a->window_bytes ? la_sized : NULL,
 		.sized_arg = l,
 	};
-	int rc = prefetch_start(l->p, &pr, a->job, err, errlen);
+	int rc = prefetch_start(l->p, &pr, a->job, err, errlen); /* -EBUSY, -1 */
 	if (rc != 0) {
 		la_free(a);
-		return rc == -EBUSY ? -EBUSY : -1;
+		return rc;
 	}
 	pthread_mutex_lock(&l->lock);
 	snprintf(a->id, sizeof a->id, "la-%u", ++l->next_id);

@@ -621,7 +621,8 @@ class ClusterMissedInvalidations(ClusterBase):
         self.assertEqual(self.read(late, "missed/a"), b"new a")
         self.assertIn("missed/new", self.listed(late))
         # What did not change costs a conditional request (to S3 or the node that owns it),
-        # not its bytes again.
+        # not its bytes again. Only a request that reaches S3 is seen here: node-1 owns this key
+        # (S3 sees its one 304); were node-0 the owner, it would answer node-1 itself.
         self.cached_everywhere("missed/b", b"same b")
         self.redis_cli("CLIENT", "KILL", "USER", "node-1")
         self.wait_view(late, lambda v: v["resyncs"] == before + 2 and v["subscribed"],
