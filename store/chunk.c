@@ -31,6 +31,8 @@
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 
@@ -110,6 +112,24 @@ static _Atomic uint64_t live_bytes;
 uint64_t chunk_live_bytes(void)
 {
 	return atomic_load_explicit(&live_bytes, memory_order_relaxed);
+}
+
+/* Chunks smaller than this are left to fault in: a few pages, often
+ * reused from jemalloc's slabs. */
+#define POPULATE_MIN (64 * 1024)
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
+void chunk_populate(struct chunk *c)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t mask = (uintptr_t)(pg > 0 ? pg : 4096) - 1;
+	uintptr_t a = ((uintptr_t)c->data + mask) & ~mask;
+	uintptr_t e = ((uintptr_t)c->data + c->len) & ~mask;
+	if (c->len >= POPULATE_MIN && e > a)
+		(void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
 }
 
 struct chunk *chunk_new(const struct chunk_id *id, size_t len)

@@ -614,6 +614,7 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 	bool on_disk = disk_usable(s) && tier_holds(&s->nvme, id, &dlen) && dlen == len;
 	pthread_mutex_unlock(&sh->lock);
 	tier_release(dead);
+	chunk_populate(c);
 	if (!on_disk) {
 		count(&s->misses);
 		return c;
