@@ -494,8 +494,10 @@ enum MHD_Result cache_respond(struct req *r)
 		return MHD_YES;
 	}
 	const struct obj_meta *m = c->meta;
-	if (m->negative)
+	if (m->negative) { /* with what S3's 404 said of it (a delete marker) */
+		req_err_headers(r, m->headers);
 		return respond_s3(r, S3E_NO_SUCH_KEY, NULL);
+	}
 
 	int pre = objreply_preconditions(m, req_header(r, "If-Match"), req_header(r, "If-None-Match"),
 	                                 req_header(r, "If-Unmodified-Since"),

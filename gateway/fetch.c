@@ -756,6 +756,17 @@ static bool no_such_key(const struct fetch *f)
 	return strstr(buf_cstr(&f->errbody), "<Code>NoSuchKey</Code>") != NULL;
 }
 
+/* What of a 404 a remembered one must say too: a key whose newest version
+ * is a delete marker is answered with x-amz-delete-marker: true and the
+ * marker's version id. Lines for meta_new_negative; "" when none. */
+static void negative_headers(const struct hdrs *resp, struct buf *out)
+{
+	const char *dm = hdrs_get(resp, "x-amz-delete-marker");
+	const char *vid = hdrs_get(resp, "x-amz-version-id");
+	if (dm && buf_printf(out, "x-amz-delete-marker: %s\n", dm) == 0 && vid)
+		buf_printf(out, "x-amz-version-id: %s\n", vid);
+}
+
 static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 {
 	struct fetch *f = arg;
@@ -827,7 +838,11 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		    !f->failed_headers && schedule_retry(f))
 			return;
 		if (status == 404 && gw->cfg->negative_ttl_s > 0 && no_such_key(f)) {
-			struct obj_meta *neg = meta_new_negative(clock_mono_s());
+			struct buf lines;
+			buf_init(&lines, 4096);
+			negative_headers(&t->resp, &lines);
+			struct obj_meta *neg = meta_new_negative(buf_cstr(&lines), clock_mono_s());
+			buf_fini(&lines);
 			if (neg) {
 				meta_publish(gw->meta, f->bucket, f->key, neg);
 				meta_unref(neg);

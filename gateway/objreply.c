@@ -84,34 +84,6 @@ int objreply_preconditions(const struct obj_meta *m, const char *im, const char 
 	return 0;
 }
 
-/* Stored header lines ("name: value\n": obj_meta.headers, .checksums) as
- * headers of resp, but for the names in skip (NULL entries ignored). */
-static void add_header_lines(struct MHD_Response *resp, const char *lines,
-                             const char *const *skip, size_t nskip)
-{
-	for (const char *p = lines; *p;) {
-		const char *nl = strchr(p, '\n');
-		size_t len = nl ? (size_t)(nl - p) : strlen(p);
-		const char *colon = memchr(p, ':', len);
-		/* One copy of the line holds both name and value: a name has
-		 * no bound of its own (S3 bounds user metadata as a whole). */
-		char *name = colon ? strndup(p, len) : NULL;
-		if (name) {
-			name[colon - p] = '\0';
-			const char *val = name + (colon - p) + 1;
-			while (*val == ' ')
-				val++;
-			bool skipped = false;
-			for (size_t i = 0; i < nskip; i++)
-				skipped |= skip[i] && strcasecmp(name, skip[i]) == 0;
-			if (!skipped)
-				req_add_response_header(resp, name, val);
-			free(name);
-		}
-		p += len + (nl ? 1 : 0);
-	}
-}
-
 /* The object's headers, replayed; response-* overrides win. */
 static void add_object_headers(struct MHD_Response *resp, const char *query,
                                const struct obj_meta *m, bool full)
@@ -139,7 +111,7 @@ static void add_object_headers(struct MHD_Response *resp, const char *query,
 		const char *skip[6] = { NULL };
 		for (size_t i = 0; i < 6; i++)
 			skip[i] = overridden[i] ? overrides[i].header : NULL;
-		add_header_lines(resp, m->headers, skip, 6);
+		req_add_header_lines(resp, m->headers, skip, 6);
 	} else if (m->last_modified) {
 		char date[HTTPDATE_SIZE];
 		httpdate_format(m->last_modified, date);
@@ -160,7 +132,7 @@ void objreply_headers(struct MHD_Response *resp, const char *query, const struct
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
 	if ((a->status == 200 || a->status == 206) && a->checksums && !a->part && m->checksums)
-		add_header_lines(resp, m->checksums, NULL, 0); /* the checksums learnt */
+		req_add_header_lines(resp, m->checksums, NULL, 0); /* the checksums learnt */
 	if (a->part && m->parts_count) {
 		char n[U64_DEC_MAX + 1];
 		*u64_dec(n, m->parts_count, 1) = '\0';

@@ -322,6 +322,37 @@ void req_add_response_header(struct MHD_Response *resp, const char *name, const 
 	MHD_add_response_header(resp, name, value[0] ? value : " ");
 }
 
+void req_add_header_lines(struct MHD_Response *resp, const char *lines,
+                          const char *const *skip, size_t nskip)
+{
+	for (const char *p = lines; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		const char *colon = memchr(p, ':', len);
+		/* One copy of the line holds both name and value: a name has
+		 * no bound of its own (S3 bounds user metadata as a whole). */
+		char *name = colon ? strndup(p, len) : NULL;
+		if (name) {
+			name[colon - p] = '\0';
+			const char *val = name + (colon - p) + 1;
+			while (*val == ' ')
+				val++;
+			bool skipped = false;
+			for (size_t i = 0; i < nskip; i++)
+				skipped |= skip[i] && strcasecmp(name, skip[i]) == 0;
+			if (!skipped)
+				req_add_response_header(resp, name, val);
+			free(name);
+		}
+		p += len + (nl ? 1 : 0);
+	}
+}
+
+void req_err_headers(struct req *r, const char *lines)
+{
+	r->err_headers = lines;
+}
+
 void req_add_common_headers(struct req *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "x-larder-request-id", r->id);
@@ -358,6 +389,9 @@ enum MHD_Result req_respond_error(struct req *r)
 	MHD_add_response_header(resp, "Date", date);
 	MHD_add_response_header(resp, "Server", "larder");
 	MHD_add_response_header(resp, "x-amz-request-id", r->id);
+	if (r->err_headers)
+		req_add_header_lines(resp, r->err_headers, NULL, 0);
+	r->err_headers = NULL;
 	if (r->err_sized) {
 		char cr[64];
 		snprintf(cr, sizeof cr, "bytes */%" PRIu64, r->err_object_size);

@@ -67,6 +67,7 @@ struct req {
 	struct buf err_extra;     /* XML elements S3 adds to this error (<Region>...) */
 	bool err_sized;           /* a 416 that names the object's size: */
 	uint64_t err_object_size; /* sent as Content-Range and <ActualObjectSize> */
+	const char *err_headers;  /* req_err_headers: borrowed, NULL when none */
 
 	/* request body */
 	enum body_mode body;

@@ -83,9 +83,9 @@ struct obj_meta *meta_new(uint64_t size, const char *etag, time_t last_modified,
 	return m;
 }
 
-struct obj_meta *meta_new_negative(double now)
+struct obj_meta *meta_new_negative(const char *headers, double now)
 {
-	struct obj_meta *m = meta_new(0, "", 0, NULL, now);
+	struct obj_meta *m = meta_new(0, "", 0, headers, now);
 	if (m)
 		m->negative = true;
 	return m;

@@ -59,7 +59,10 @@ struct obj_meta {
 /* A new entry with refs = 1. headers is copied (NULL means none). */
 struct obj_meta *meta_new(uint64_t size, const char *etag, time_t last_modified,
                           const char *headers, double now);
-struct obj_meta *meta_new_negative(double now);
+/* A remembered 404 NoSuchKey. headers: "Name: value\n" lines S3's answer
+ * carried that every answer given for it must carry too (a delete marker's
+ * x-amz-delete-marker and x-amz-version-id), or NULL. */
+struct obj_meta *meta_new_negative(const char *headers, double now);
 void meta_ref(struct obj_meta *m);
 void meta_unref(struct obj_meta *m);
 

@@ -26,6 +26,7 @@ UP_KEY, UP_SECRET = "AKIDSTANDIN", "standin/secret"
 REGIONS = {"eu-bucket": "eu-west-1", "us-bucket": "us-east-1", "slow-bucket": "us-east-1",
            "eu-listed": "eu-west-1"}
 OBJECT = bytes(range(256)) * 4096  # 1 MiB
+MARKER = "delete-marker-version-1"
 FRAMED = b"framed-twice-0123456789"
 
 
@@ -115,6 +116,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.framed_twice(path.split("?")[0].rsplit("-", 1)[1])
         if path.startswith("/us-bucket/slowdown"):
             return self.error(503, "SlowDown")
+        if path.startswith("/us-bucket/delete-marked"):
+            # What S3 answers a read of a key whose newest version is a delete marker.
+            return self.error(404, "NoSuchKey", {"x-amz-delete-marker": "true",
+                                                 "x-amz-version-id": MARKER})
         if bucket == "eu-listed" and "list-type=2" in path:
             with self.server.lock:
                 fail = self.server.list_failures > 0
@@ -185,23 +190,41 @@ class StandInLarder:
         assert code == 0 and not san, "larder exit %r; sanitizers: %s" % (code, san)
 
 
-class UpstreamBehaviour(StandInLarder, harness.S3Asserts, unittest.TestCase):
+class StandInCase(StandInLarder, harness.S3Asserts, unittest.TestCase):
+    """A larder with EXTRA_ENV in front of the stand-in; the tests are the subclasses'."""
     CONFIG = "[bucket us-bucket]\nregion = us-east-1\n"
+    EXTRA_ENV = {}
 
     @classmethod
     def setUpClass(cls):
         cls.origin = StandIn()
-        cls.larder = harness.Larder(env={
+        cls.larder = harness.Larder(env=dict({
             "LARDER_UPSTREAM_URL": cls.origin.url,
             "AWS_ACCESS_KEY_ID": UP_KEY,
             "AWS_SECRET_ACCESS_KEY": UP_SECRET,
             "LARDER_UPSTREAM_REGION": "us-east-1",
             "LARDER_UPSTREAM_TIMEOUT": "3",
-        }, config_text=cls.CONFIG).start()
+        }, **cls.EXTRA_ENV), config_text=cls.CONFIG).start()
         cls.s3 = cls.larder.client()
 
     def since(self, mark):
         return self.origin.requests()[mark:]
+
+    def delete_marker_answers(self):
+        """Three reads of a key whose newest version is a delete marker, each answered as S3
+        does (404 NoSuchKey naming the marker); returns the stand-in's requests for it."""
+        mark = len(self.origin.requests())
+        for attempt in range(3):
+            with self.subTest(attempt=attempt):
+                r = harness.signed_request(self.larder.url, "GET", "/us-bucket/delete-marked")
+                self.assertEqual((r.status, harness.s3_error(r.body)[0]), (404, "NoSuchKey"), r)
+                self.assertEqual(r.headers.get("x-amz-delete-marker"), "true", r.headers)
+                self.assertEqual(r.headers.get("x-amz-version-id"), MARKER, r.headers)
+        return [q for q in self.since(mark) if q[1].startswith("/us-bucket/delete-marked")]
+
+
+class UpstreamBehaviour(StandInCase):
+    """404s not remembered (the default): every answer is S3's own."""
 
     def test_region_learnt_and_retried(self):
         mark = len(self.origin.requests())
@@ -257,6 +280,9 @@ class UpstreamBehaviour(StandInLarder, harness.S3Asserts, unittest.TestCase):
         self.assertEqual(harness.s3_error(body), ("SlowDown", "STANDIN"))
         self.assertEqual(rh.get("x-amz-request-id"), "STANDIN")
 
+    def test_delete_marker_is_told(self):
+        self.assertEqual(len(self.delete_marker_answers()), 3)
+
     def framed_answers(self, query):
         """larder's answer to the chunked one of the objects framed twice, checked whole, then
         its answer to the one with two Content-Lengths, checked never cut short and returned."""
@@ -296,6 +322,15 @@ class UpstreamBehaviour(StandInLarder, harness.S3Asserts, unittest.TestCase):
         self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:300])
         # The origin needs about 0.8 s to send it all; it must see the hang-up first.
         self.assertTrue(self.origin.aborted.wait(5), "upstream transfer was not cancelled")
+
+
+class RememberedDeleteMarker(StandInCase):
+    """With 404s remembered (LARDER_NEGATIVE_TTL), a remembered delete marker is
+    still told: S3's answer names it, and so must every answer given for it."""
+    EXTRA_ENV = {"LARDER_NEGATIVE_TTL": "60"}
+
+    def test_delete_marker_is_told(self):
+        self.assertEqual(len(self.delete_marker_answers()), 1)
 
 
 class PrefetchListing(StandInLarder, unittest.TestCase):

@@ -67,6 +67,12 @@ unsigned req_charge(const struct req *r) { (void)r; return 0; }
 struct MHD_Connection *req_connection(const struct req *r) { (void)r; return NULL; }
 void req_err_element(struct req *r, const char *n, const char *t) { (void)r; (void)n; (void)t; }
 void req_err_object_size(struct req *r, uint64_t size) { (void)r; (void)size; }
+void req_err_headers(struct req *r, const char *lines) { (void)r; (void)lines; }
+void req_add_header_lines(struct MHD_Response *resp, const char *lines, const char *const *skip,
+                          size_t nskip)
+{
+	(void)resp; (void)lines; (void)skip; (void)nskip;
+}
 void req_fail(struct req *r, enum s3err e, const char *msg) { (void)r; (void)e; (void)msg; }
 bool req_has_body(const struct req *r) { (void)r; return false; }
 const char *req_header(struct req *r, const char *name) { (void)r; (void)name; return NULL; }

@@ -141,7 +141,7 @@ static void test_negative(void **state)
 	struct obj_meta *out;
 	struct chunk_waiter w = { .wake = wake, .arg = &woken };
 	assert_int_equal(meta_lookup(mc, "b", "gone", 0, 60, 2, &w, &out), META_LOAD);
-	struct obj_meta *n = meta_new_negative(0);
+	struct obj_meta *n = meta_new_negative(NULL, 0);
 	meta_publish(mc, "b", "gone", n);
 	meta_unref(n);
 	assert_int_equal(meta_lookup(mc, "b", "gone", 1, 60, 2, &w, &out), META_FRESH);
@@ -193,7 +193,7 @@ static void test_expire_all(void **state)
 	struct obj_meta *m = meta_new(1, "\"e\"", 0, NULL, 0);
 	meta_publish(mc, "b", "k", m);
 	assert_int_equal(meta_lookup(mc, "b", "gone", 0, -1, -1, &w, &out), META_LOAD);
-	struct obj_meta *n = meta_new_negative(0);
+	struct obj_meta *n = meta_new_negative(NULL, 0);
 	meta_publish(mc, "b", "gone", n);
 	meta_unref(n);
 	assert_int_equal(meta_lookup(mc, "b", "k", 1, -1, -1, &w, &out), META_FRESH);

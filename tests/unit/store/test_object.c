@@ -341,7 +341,7 @@ static void test_meta_ttls(void **state)
 	meta_unref(m);
 	meta_unref(e);
 	/* a remembered 404 lasts negative_ttl_s (5 s here) */
-	struct obj_meta *neg = meta_new_negative(100);
+	struct obj_meta *neg = meta_new_negative(NULL, 100);
 	meta_publish(f->mc, "b", "gone", neg);
 	assert_int_equal(obj_meta_step(&f->o, "b", "gone", &a, load, &l, 104, &m, &st),
 	                 OBJ_META_READY);
