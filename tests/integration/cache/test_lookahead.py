@@ -393,3 +393,57 @@ class JobLimit(AdminCalls, LarderCase):
         for la in ids:
             self.call("DELETE", "/admin/lookahead/" + la)
 
+    def running_jobs(self):
+        """Warm jobs and lookaheads running (each lookahead runs a job not listed as one)."""
+        st, jobs = self.call("GET", "/admin/jobs")
+        self.assertEqual(st, 200, jobs)
+        st, las = self.call("GET", "/admin/lookahead")
+        self.assertEqual(st, 200, las)
+        return (sum(j["state"] in ("listing", "warming") for j in jobs["jobs"]) +
+                sum(la["state"] == "running" for la in las["lookaheads"]))
+
+    def wait_running(self, n):
+        deadline = time.monotonic() + 10
+        while self.running_jobs() != n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.running_jobs(), n)
+
+    def test_a_replay_needs_room_for_a_job_per_bucket(self):
+        # A profile that read two buckets is replayed as two jobs. With room for one it is 429
+        # and starts neither: started one by one, the first would run and the second fail.
+        other = "limit-other"
+        self.direct.create_bucket(Bucket=other)
+        self.direct.put_object(Bucket=other, Key="limit/c", Body=b"c" * 100)
+        st, r = self.call("POST", "/admin/profiles", {"name": "two", "tag": "two-job"})
+        self.assertEqual(st, 201, r)
+        for bucket, key in ((BUCKET, "limit/a"), (other, "limit/c")):
+            r = harness.signed_request(self.larder.url, "GET", harness.key_path(bucket, key),
+                                       headers={"x-larder-job": "two-job"})
+            self.assertEqual(r.status, 200, r)
+        st, r = self.call("POST", "/admin/profiles/two/stop")
+        self.assertEqual(st, 200, r)
+        self.wait_running(0)
+        ids = []
+        try:
+            for _ in range(self.LIMIT - 1):
+                st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "window": 1,
+                                                               "keys": ["limit/a", "limit/b"]})
+                self.assertEqual(st, 201, r)
+                ids.append(r["id"])
+            self.wait_running(self.LIMIT - 1)
+            st, r = self.call("POST", "/admin/prefetch", {"profile": "two"})
+            self.assertEqual((st, r.get("error")), (429, "too_many_jobs"), r)
+            self.assertIn("needs 2", r.get("message", ""))
+            self.assertEqual(self.running_jobs(), self.LIMIT - 1)
+            # The one place left is there: a job of one bucket takes it.
+            st, r = self.call("POST", "/admin/prefetch", {"bucket": BUCKET, "keys": ["limit/a"]})
+            self.assertEqual(st, 202, r)
+            self.call("DELETE", "/admin/lookahead/" + ids.pop())
+            self.wait_running(self.LIMIT - 2)
+            st, r = self.call("POST", "/admin/prefetch", {"profile": "two"})
+            self.assertEqual(st, 202, r)
+            self.assertEqual(len(r["jobs"]), 2, r)
+        finally:
+            for la in ids:
+                self.call("DELETE", "/admin/lookahead/" + la)
+
