@@ -100,8 +100,8 @@ struct chunk *chunk_new(const struct chunk_id *id, size_t len);
  * Make a new chunk's pages present before its bytes are written, by one
  * madvise(MADV_POPULATE_WRITE) rather than a page fault per 4 KiB as the
  * bytes arrive (docs/benchmarks.md, "Fresh chunk memory in one call").
- * Its producer calls it, outside any lock: for an 8 MiB chunk it takes a
- * millisecond or two. Memory already present (a freed chunk's, reused)
+ * store_acquire calls it for the producer, after the shard's lock is
+ * dropped: for an 8 MiB chunk it takes a millisecond or two. Memory already present (a freed chunk's, reused)
  * costs only the call; chunks under 64 KiB are skipped. Best effort: on a
  * kernel without it (before 5.14) the pages fault in as before.
  */

@@ -29,6 +29,10 @@
 
 #include "store/store.h"
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; glibc before 2.35 does not name it */
+#endif
+
 /* ---- helpers ------------------------------------------------------------ */
 
 enum { CLEN = 4096 };
@@ -250,7 +254,7 @@ static void test_produced_chunk_is_present(void **state)
 	void *probe = malloc(BIG);
 	assert_non_null(probe);
 	if (madvise((void *)(((uintptr_t)probe + 4095) & ~(uintptr_t)4095), 4096,
-	            23 /* MADV_POPULATE_WRITE */) != 0) {
+	            MADV_POPULATE_WRITE) != 0) {
 		free(probe);
 		skip(); /* a kernel before 5.14 */
 	}
