@@ -1118,7 +1118,6 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ram_only_roles),
 		cmocka_unit_test(test_failure_fanout),
-		cmocka_unit_test(test_produced_chunk_is_present),
 		cmocka_unit_test(test_ram_bound_subset),
 		cmocka_unit_test(test_ram_bound_lru),
 		cmocka_unit_test(test_copies_kept_after_own),
@@ -1139,6 +1138,7 @@ int main(void)
 		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_big_write_behind_small_one, setup_dir,
 		                                teardown_dir),
+		cmocka_unit_test(test_produced_chunk_is_present),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
