@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <unistd.h>
 #include <linux/sockios.h>
 
 #include "gateway/cread.h"
@@ -107,10 +108,32 @@ static struct chunk *want_chunk(struct req *r, uint64_t i)
 	return held;
 }
 
-/* The range goes out as an iovec over the chunk buffers themselves: MHD
- * writes them with writev, no copy. A chunk may still be filling past the
- * range (the bytes a reader has seen never change); it is on its way from
- * upstream, so the answer is a miss. */
+/* A range within one chunk whose bytes are in the arena goes out with
+ * sendfile from it (libmicrohttpd's fd response, on a dup of the arena's
+ * fd, which it closes). Such a response has no callback for its end: the
+ * chunk stays wanted as the reader's current chunk (c->cur) until the
+ * request ends (cache_end), which keeps its range from being punched out
+ * while sendfile reads it. */
+static struct MHD_Response *from_arena(struct req *r, struct chunk *ch, uint64_t from, uint64_t to)
+{
+	assert(req_cread(r)->cur == ch);
+	uint64_t off;
+	int fd = chunk_fd(ch, &off);
+	int dfd = fd >= 0 ? dup(fd) : -1;
+	struct MHD_Response *resp =
+		dfd >= 0 ? MHD_create_response_from_fd_at_offset64(to - from, dfd, off + from) : NULL;
+	if (!resp && dfd >= 0)
+		close(dfd);
+	return resp;
+}
+
+/* The range goes out without a copy in user space: from the arena with
+ * sendfile when it is within one chunk there (the common hit: a small
+ * object's only chunk), else as an iovec over the chunk buffers, which
+ * MHD writes with writev. A chunk may still be filling past the range
+ * (the bytes a reader has seen never change); it is on its way from
+ * upstream, so the answer is a miss. NULL when it cannot: the reader
+ * callback (cread_read) copies the bytes instead. */
 struct MHD_Response *cread_zero_copy(struct req *r)
 {
 	struct cread *c = req_cread(r);
@@ -128,28 +151,39 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 	}
 	h->magic = IOV_HOLD_MAGIC;
 	h->n = 0;
-	bool ok = true, whole = true;
+	bool ok = true, whole = true, arena = false;
 	for (uint64_t i = first; i <= last && ok; i++) {
 		struct chunk *ch = want_chunk(r, i);
 		if (!ch)
 			break;
 		h->c[h->n++] = ch;
+		if (!ch->data && n > 1) { /* chunk.h: in the arena; no iovec over several */
+			ok = false;
+			break; /* the first is c->cur: no lookup counted for the callback's */
+		}
 		uint64_t from = i == first ? c->start - obj_chunk_offset(i, cs) : 0;
 		uint64_t to = i == last ? c->end - obj_chunk_offset(i, cs) + 1 : ch->len;
 		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
 		ok = atomic_load(&ch->state) != CHUNK_FAILED && filled >= to;
 		whole = whole && filled == ch->len;
-		iov[i - first].iov_base = ch->data + from;
+		arena = arena || !ch->data;
+		iov[i - first].iov_base = ch->data ? ch->data + from : NULL;
 		iov[i - first].iov_len = (size_t)(to - from);
 	}
 	struct MHD_Response *resp = NULL;
-	if (ok && h->n == n)
-		resp = MHD_create_response_from_iovec(iov, n, iov_done, h);
-	free(iov);
-	if (!resp) {
-		iov_done(h);
-		return NULL;
+	if (ok && h->n == n && !arena) {
+		resp = MHD_create_response_from_iovec(iov, n, iov_done, h); /* h is its */
+		if (!resp)
+			iov_done(h);
+	} else {
+		if (ok && n == 1 && h->n == 1)
+			resp = from_arena(r, h->c[0], c->start - obj_chunk_offset(first, cs),
+			                  c->end + 1 - obj_chunk_offset(first, cs));
+		iov_done(h); /* the chunk is still wanted as c->cur */
 	}
+	free(iov);
+	if (!resp)
+		return NULL;
 	req_count_out(r, c->end - c->start + 1);
 	if (!whole)
 		c->miss = true;
@@ -368,7 +402,8 @@ ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 				n = c->end + 1 - c->pos;
 			if (!(n = req_shape(r, (size_t)n)))
 				return 0; /* the key's max_bytes_per_second: wait for tokens */
-			memcpy(out, ch->data + off, (size_t)n);
+			if (chunk_read(ch, (size_t)off, out, (size_t)n) != 0)
+				return MHD_CONTENT_READER_END_WITH_ERROR;
 			c->pos += n;
 			req_count_out(r, n);
 			return (ssize_t)n;

@@ -42,7 +42,8 @@ struct cread {
 	struct byte_range range;        /* as asked (gateway/range.h) */
 	uint64_t start, end;            /* resolved; end < size */
 	uint64_t pos;                   /* next byte to send */
-	struct chunk *cur;
+	struct chunk *cur;              /* wanted until the reader moves on or the request
+	                                 * ends: an arena hit's sendfile reads it till then */
 	uint64_t cur_index;
 	uint64_t ahead_from;            /* 1 + the chunk read-ahead last started from */
 	unsigned window;                /* chunks read ahead now: grows as the client reads */

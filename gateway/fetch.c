@@ -66,6 +66,7 @@ struct fetch {
 	struct up_target target;
 	bool discard;                /* the body is not wanted */
 	bool cancelled;              /* stopped because nobody wanted the chunk */
+	bool no_memory;              /* the chunk's bytes found no memory (chunk_append) */
 	bool no_range;               /* meta fetch of an empty object: a plain GET */
 	bool relearn;                /* meta fetch: a 304 for another object of the same
 	                                ETag; asked again without If-None-Match */
@@ -511,12 +512,16 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
 	if (len > room && f->whole && f->index == 0 && f->meta) {
 		/* a whole object's answer: chunk 0 is its first bytes, and this
 		 * fetch stops once it has them (a short count aborts the transfer) */
-		chunk_append(f->c, data, room);
+		if (chunk_append(f->c, data, room) != 0)
+			f->no_memory = true;
 		return 0;
 	}
 	if (len > room)
 		return 0; /* more than the range asked for: refuse it all */
-	chunk_append(f->c, data, len);
+	if (chunk_append(f->c, data, len) != 0) {
+		f->no_memory = true; /* the arena is at the memory cgroup's limit */
+		return 0;
+	}
 	return len;
 }
 
@@ -884,6 +889,10 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		store_complete(gw->store, f->c, false, FETCH_ERR_CHANGED, NULL);
 	} else if (f->cancelled) {
 		store_complete(gw->store, f->c, false, FETCH_ERR_CANCELLED, NULL);
+	} else if (f->no_memory) {
+		log_warn("fetch", "%s/%s chunk %" PRIu64 ": no memory for its bytes", f->bucket,
+		         f->key, f->index);
+		store_complete(gw->store, f->c, false, FETCH_ERR_SLOWDOWN, NULL);
 	} else if (!f->failed_headers && schedule_retry(f)) {
 		return; /* resumes from `filled` */
 	} else {

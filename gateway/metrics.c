@@ -476,6 +476,11 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 	                   "RAM reserved by chunks being filled.");
 	r = r ? r : single(b, "larder_cache_ram_overcommits_total", "counter", st->ram_overcommits,
 	                   "Chunk reservations that took RAM use past its capacity.");
+	r = r ? r : single(b, "larder_chunk_arena_bytes", "gauge", chunk_arena_bytes(),
+	                   "Chunk bytes held in larder's memfd (64 KiB chunks and larger: the "
+	                   "RAM tier, fetches, readers), which the process's RSS does not show.");
+	r = r ? r : single(b, "larder_chunk_arena_peak_bytes", "gauge", chunk_arena_peak_bytes(),
+	                   "The most larder_chunk_arena_bytes has been since start.");
 	r = r ? r : family(b, "larder_pinned_bytes", "gauge",
 	                   "Bytes of pinned chunks held, by tier.");
 	r = r ? r : sample(b, "larder_pinned_bytes", "tier=\"ram\"", st->ram_pinned);

@@ -212,6 +212,9 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	                          MHD_OPTION_EXTERNAL_LOGGER, log_mhd, (void *)"http",
 	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 	                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+	                          /* SIGPIPE is ignored (gw_run): fd responses
+	                           * (arena hits) then go out with sendfile */
+	                          MHD_OPTION_SIGPIPE_HANDLED_BY_APP, (unsigned)1,
 	                          MHD_OPTION_URI_LOG_CALLBACK, request_uri_cb, w,
 	                          MHD_OPTION_NOTIFY_COMPLETED, request_completed_cb, w,
 	                          MHD_OPTION_NOTIFY_CONNECTION, connection_cb, gw,

@@ -29,6 +29,8 @@
 #include "store/chunk.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -114,22 +116,140 @@ uint64_t chunk_live_bytes(void)
 	return atomic_load_explicit(&live_bytes, memory_order_relaxed);
 }
 
-/* Chunks smaller than this are left to fault in: a few pages, often
- * reused from jemalloc's slabs. */
-#define POPULATE_MIN (64 * 1024)
+/* ---- where the bytes live -------------------------------------------------- */
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
-#endif
+/* Chunks of this size or more keep their bytes in the arena: one memfd for
+ * the process, never mapped, written with pwrite and read with pread or
+ * sendfile. Each chunk has its own page-aligned range, taken from a
+ * counter that only grows (offsets are never reused, so a range can only
+ * ever hold its own chunk's bytes), and its pages are punched out when
+ * the chunk is freed. Page-cache pages nobody maps cost this VM 0.5 us
+ * each; a new page of the process's own memory 12-22 us across its fault
+ * and first accesses (docs/benchmarks.md, "Chunk bytes outside the
+ * process's memory"). Smaller chunks stay on the heap: a few pages, often
+ * reused, where a page-aligned range would waste most of its last page. */
+#define ARENA_MIN (64 * 1024)
 
-void chunk_populate(struct chunk *c)
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+static int arena_fd = -1;
+static uint64_t page_mask = 4095;
+static _Atomic uint64_t arena_next;
+static _Atomic uint64_t arena_live, arena_peak; /* bytes of ranges in use, and their most */
+
+uint64_t chunk_arena_bytes(void)
+{
+	return atomic_load_explicit(&arena_live, memory_order_relaxed);
+}
+
+uint64_t chunk_arena_peak_bytes(void)
+{
+	return atomic_load_explicit(&arena_peak, memory_order_relaxed);
+}
+
+static void arena_count(uint64_t span)
+{
+	uint64_t now = atomic_fetch_add_explicit(&arena_live, span, memory_order_relaxed) + span;
+	uint64_t peak = atomic_load_explicit(&arena_peak, memory_order_relaxed);
+	while (now > peak && !atomic_compare_exchange_weak_explicit(&arena_peak, &peak, now,
+	                                                            memory_order_relaxed,
+	                                                            memory_order_relaxed))
+		;
+}
+
+static void arena_open(void)
 {
 	long pg = sysconf(_SC_PAGESIZE);
-	uintptr_t mask = (uintptr_t)(pg > 0 ? pg : 4096) - 1;
-	uintptr_t a = ((uintptr_t)c->data + mask) & ~mask;
-	uintptr_t e = ((uintptr_t)c->data + c->len) & ~mask;
-	if (c->len >= POPULATE_MIN && e > a)
-		(void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
+	if (pg > 0)
+		page_mask = (uint64_t)pg - 1;
+	arena_fd = memfd_create("larder-chunks", MFD_CLOEXEC);
+	if (arena_fd < 0)
+		log_warn("chunk", "memfd_create() failed: %s; chunk bytes stay on the heap",
+		         strerror(errno));
+}
+
+static uint64_t arena_span(size_t len)
+{
+	return ((uint64_t)len + page_mask) & ~page_mask;
+}
+
+/* Whether c's bytes are in the arena (else c->data holds them). */
+static bool in_arena(const struct chunk *c)
+{
+	return c->data == NULL;
+}
+
+int chunk_fd(const struct chunk *c, uint64_t *off)
+{
+	if (!in_arena(c))
+		return -1;
+	*off = c->off;
+	return arena_fd;
+}
+
+/* A buffer of at least len bytes private to the calling thread, kept for
+ * its next calls (a thread's first use of new memory is what the arena
+ * avoids), freed when the thread ends. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+struct scratch {
+	size_t cap;
+	char b[];
+};
+
+static void scratch_make_key(void)
+{
+	if (pthread_key_create(&scratch_key, free) != 0)
+		abort();
+}
+
+static void *scratch(size_t len)
+{
+	pthread_once(&scratch_once, scratch_make_key);
+	struct scratch *sc = pthread_getspecific(scratch_key);
+	if (sc && sc->cap >= len)
+		return sc->b;
+	struct scratch *n = malloc(sizeof *n + (len ? len : 1));
+	if (!n || pthread_setspecific(scratch_key, n) != 0) {
+		free(n);
+		return NULL;
+	}
+	free(sc);
+	n->cap = len;
+	return n->b;
+}
+
+void *chunk_stage(struct chunk *c)
+{
+	return in_arena(c) ? scratch(c->len) : c->data;
+}
+
+const void *chunk_view(struct chunk *c)
+{
+	assert(chunk_filled(c) == c->len);
+	if (!in_arena(c))
+		return c->data;
+	void *b = scratch(c->len);
+	return b && chunk_read(c, 0, b, c->len) == 0 ? b : NULL;
+}
+
+int chunk_read(struct chunk *c, size_t off, void *out, size_t n)
+{
+	assert(off + n <= chunk_filled(c));
+	if (!in_arena(c)) {
+		memcpy(out, c->data + off, n);
+		return 0;
+	}
+	for (size_t done = 0; done < n;) {
+		ssize_t k = pread(arena_fd, (char *)out + done, n - done,
+		                  (off_t)(c->off + off + done));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		done += (size_t)k;
+	}
+	return 0;
 }
 
 struct chunk *chunk_new(const struct chunk_id *id, size_t len)
@@ -137,11 +257,17 @@ struct chunk *chunk_new(const struct chunk_id *id, size_t len)
 	struct chunk *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
-	/* malloc(0) may return NULL; a zero-length object still gets a chunk. */
-	c->data = malloc(len ? len : 1);
-	if (!c->data) {
-		free(c);
-		return NULL;
+	pthread_once(&arena_once, arena_open);
+	if (len >= ARENA_MIN && arena_fd >= 0) {
+		c->off = atomic_fetch_add_explicit(&arena_next, arena_span(len), memory_order_relaxed);
+		arena_count(arena_span(len));
+	} else {
+		/* malloc(0) may return NULL; a zero-length object still gets a chunk. */
+		c->data = malloc(len ? len : 1);
+		if (!c->data) {
+			free(c);
+			return NULL;
+		}
 	}
 	if (pthread_mutex_init(&c->lock, NULL) != 0) {
 		free(c->data);
@@ -186,6 +312,11 @@ void chunk_unref(struct chunk *c)
 	pthread_cond_destroy(&c->woke);
 	pthread_mutex_destroy(&c->lock);
 	atomic_fetch_sub_explicit(&live_bytes, c->len, memory_order_relaxed);
+	if (in_arena(c)) {
+		(void)fallocate(arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)c->off,
+		                (off_t)arena_span(c->len));
+		atomic_fetch_sub_explicit(&arena_live, arena_span(c->len), memory_order_relaxed);
+	}
 	free(c->data);
 	free(c);
 }
@@ -271,7 +402,7 @@ static void wake_all(struct chunk *c)
 
 /* ---- producer -------------------------------------------------------------- */
 
-void chunk_publish(struct chunk *c, size_t n)
+static void chunk_publish(struct chunk *c, size_t n)
 {
 	/* Only the producer writes filled, so a relaxed read of our own
 	 * value is enough; the release store publishes the bytes. */
@@ -284,13 +415,26 @@ void chunk_publish(struct chunk *c, size_t n)
 	wake_all(c);
 }
 
-void chunk_append(struct chunk *c, const void *data, size_t n)
+int chunk_append(struct chunk *c, const void *data, size_t n)
 {
 	size_t f = atomic_load_explicit(&c->filled, memory_order_relaxed);
 	assert(n <= c->len - f);
-	if (n)
-		memcpy(c->data + f, data, n);
+	if (!in_arena(c)) {
+		if (n && data != c->data + f) /* not staged in place (chunk_stage) */
+			memcpy(c->data + f, data, n);
+	} else {
+		for (size_t done = 0; done < n;) {
+			ssize_t k = pwrite(arena_fd, (const char *)data + done, n - done,
+			                   (off_t)(c->off + f + done));
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) /* ENOSPC, ENOMEM: the memory cgroup's limit */
+				return k < 0 ? -errno : -EIO;
+			done += (size_t)k;
+		}
+	}
 	chunk_publish(c, n);
+	return 0;
 }
 
 void chunk_set_state(struct chunk *c, enum chunk_state s, int reason)

@@ -5,8 +5,8 @@
  * named by a 16-byte id derived from (bucket, key, ETag, index). One struct
  * chunk stands for it while it is being produced (from upstream or from the
  * NVMe tier) and afterwards while it sits in the RAM tier: readers on any
- * thread read data[0, filled) while the producer appends, and are woken as
- * bytes arrive. Chunks are reference-counted; the bytes stay valid for as
+ * thread read bytes [0, filled) while the producer appends, and are woken
+ * as bytes arrive. Chunks are reference-counted; the bytes stay valid for as
  * long as a reader holds a reference, even after eviction.
  *
  * Thread safety: every function here may be called from any thread.
@@ -70,7 +70,10 @@ struct chunk {
 	/* read-only after creation */
 	struct chunk_id id;
 	size_t len;                  /* final length in bytes */
-	char *data;                  /* len bytes; [0, filled) are valid */
+	/* Where the bytes are: len bytes of the heap at data, or (data NULL)
+	 * at off in the arena (chunk_fd). Read them with chunk_read. */
+	char *data;
+	uint64_t off;
 
 	_Atomic size_t filled;
 	_Atomic int state;           /* enum chunk_state */
@@ -96,21 +99,15 @@ struct chunk {
 /* A new chunk in state FILLING with refs = 1 and len bytes allocated.
  * Returns NULL on allocation failure. */
 struct chunk *chunk_new(const struct chunk_id *id, size_t len);
-/*
- * Make a new chunk's pages present before its bytes are written, by one
- * madvise(MADV_POPULATE_WRITE) rather than a page fault per 4 KiB as the
- * bytes arrive (docs/benchmarks.md, "Fresh chunk memory in one call").
- * store_acquire calls it for the producer, after the shard's lock is
- * dropped: for an 8 MiB chunk it takes a millisecond or two. Memory already present (a freed chunk's, reused)
- * costs only the call; chunks under 64 KiB are skipped. Best effort: on a
- * kernel without it (before 5.14) the pages fault in as before.
- */
-void chunk_populate(struct chunk *c);
 void chunk_ref(struct chunk *c);
 /* Bytes of chunk data allocated now, process-wide (every chunk from
  * chunk_new until its last reference goes): what readers, fetches and the
  * RAM tier together hold. */
 uint64_t chunk_live_bytes(void);
+/* Of those, the bytes whose chunks keep them in the arena (a memfd, not
+ * in the process's RSS), page-rounded, now and at most since start. */
+uint64_t chunk_arena_bytes(void);
+uint64_t chunk_arena_peak_bytes(void);
 void chunk_unref(struct chunk *c);
 int chunk_refs(const struct chunk *c);
 
@@ -127,7 +124,7 @@ void chunk_wait(struct chunk *c, struct chunk_waiter *w, size_t seen);
 void chunk_unwait(struct chunk *c, struct chunk_waiter *w);
 
 /* Reader side: the bytes readable now, and the state (acquire loads, so
- * data[0, chunk_filled()) is valid once read). */
+ * bytes [0, chunk_filled()) are readable once read). */
 static inline size_t chunk_filled(struct chunk *c)
 {
 	return atomic_load_explicit(&c->filled, memory_order_acquire);
@@ -137,14 +134,31 @@ static inline enum chunk_state chunk_state(struct chunk *c)
 	return (enum chunk_state)atomic_load_explicit(&c->state, memory_order_acquire);
 }
 
+/* Copies bytes [off, off + n) of c, all below chunk_filled(), to out.
+ * 0, or -errno (a pread of the arena failed). */
+int chunk_read(struct chunk *c, size_t off, void *out, size_t n);
+/* The arena's fd and c's offset in it, for a send without a copy
+ * (sendfile); -1 when c's bytes are on the heap (c->data). The fd is the
+ * process's: dup it to hand it over. Only bytes below chunk_filled() are
+ * c's, and only while a reference to c is held. */
+int chunk_fd(const struct chunk *c, uint64_t *off);
+/* All of a READY chunk's bytes in memory: c->data, or a copy in a buffer
+ * of the calling thread's, valid until its next chunk_view or
+ * chunk_stage. NULL if the copy failed. */
+const void *chunk_view(struct chunk *c);
+
 /* Producer side. append copies n bytes at filled (n <= len - filled) and
- * wakes the waiters; finish sets READY (filled must equal len) or FAILED
- * (reason recorded) and wakes them. Readers see bytes only after append
- * has published them (release/acquire on filled). */
-void chunk_append(struct chunk *c, const void *data, size_t n);
-/* Like chunk_append for bytes the producer already wrote in place at
- * data[filled, filled + n) (e.g. read() straight into the buffer). */
-void chunk_publish(struct chunk *c, size_t n);
+ * wakes the waiters; 0, or -errno when the arena refused the bytes (the
+ * memory cgroup's limit): nothing is published then, and the producer
+ * fails the chunk. Readers see bytes only after append has published
+ * them (release/acquire on filled). finish sets READY (filled must equal
+ * len) or FAILED (reason recorded) and wakes them. */
+int chunk_append(struct chunk *c, const void *data, size_t n);
+/* A buffer for a producer that fills a whole chunk at once (an NVMe
+ * read): c->data itself, or the calling thread's buffer, as for
+ * chunk_view. Write len bytes there, then chunk_append them (from
+ * c->data, no copy is made). NULL on allocation failure. */
+void *chunk_stage(struct chunk *c);
 void chunk_set_state(struct chunk *c, enum chunk_state s, int reason);
 
 #endif

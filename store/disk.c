@@ -488,7 +488,8 @@ static bool tier_holds_op(void *t, const struct chunk_id *id, size_t *len)
 
 static int tier_admit_op(void *t, struct chunk *c, const struct chunk_origin *o, struct tier_gone **gone)
 {
-	return disk_write(t, &c->id, o, c->data, c->len);
+	const void *b = chunk_view(c);
+	return b ? disk_write(t, &c->id, o, b, c->len) : -ENOMEM;
 }
 
 static void tier_drop_op(void *t, const struct chunk_id *id, struct tier_gone **gone)

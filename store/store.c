@@ -301,29 +301,43 @@ static bool job_queue(struct store *s, struct job *j, bool force)
 static void finish(struct store *s, struct chunk *c, bool ok, int reason,
                    const struct chunk_origin *o, bool write_through);
 
+/* Reads c from NVMe into its bytes (disk_read, or with cached_only
+ * disk_read_cached): 0, the read's -errno, or -ENOMEM when there was no
+ * memory for the bytes. */
+static int read_chunk(struct store *s, struct chunk *c, bool cached_only)
+{
+	if (!disk_usable(s))
+		return -ENOENT;
+	void *b = chunk_stage(c);
+	if (!b)
+		return -ENOMEM;
+	int r = cached_only ? disk_read_cached(s->disk, &c->id, b, c->len)
+	                    : disk_read(s->disk, &c->id, b, c->len);
+	/* One append for the whole chunk: NVMe reads are fast next to the
+	 * network the readers send it to. */
+	return r == 0 && chunk_append(c, b, c->len) != 0 ? -ENOMEM : r;
+}
+
 /* The end of a read of c from NVMe, r its result (not -EAGAIN). */
 static void read_done(struct store *s, struct chunk *c, int r)
 {
 	if (r == 0) {
-		/* One publish for the whole chunk: NVMe reads are fast next to
-		 * the network the readers send it to. */
-		chunk_publish(c, c->len);
 		finish(s, c, true, 0, NULL, false);
 		return;
 	}
 	count(&s->disk_read_errors);
 	log_debug("store", "disk_read() failed: %s; refetching", strerror(-r));
 	/* -EIO already dropped the entry; for anything else forget it too, or
-	 * the next acquire would find it and fail the same way. */
-	if (s->disk && r != -EIO)
+	 * the next acquire would find it and fail the same way. Not when the
+	 * bytes found no memory: the entry is sound. */
+	if (s->disk && r != -EIO && r != -ENOMEM)
 		tier_drop(&s->nvme, &c->id, NULL);
 	finish(s, c, false, STORE_ERR_REFETCH, NULL, false);
 }
 
 static void run_read(struct store *s, struct job *j)
 {
-	struct chunk *c = j->c;
-	read_done(s, c, disk_usable(s) ? disk_read(s->disk, &c->id, c->data, c->len) : -ENOENT);
+	read_done(s, j->c, read_chunk(s, j->c, false));
 }
 
 static void run_write(struct store *s, struct job *j)
@@ -614,7 +628,6 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 	bool on_disk = disk_usable(s) && tier_holds(&s->nvme, id, &dlen) && dlen == len;
 	pthread_mutex_unlock(&sh->lock);
 	tier_release(dead);
-	chunk_populate(c);
 	if (!on_disk) {
 		count(&s->misses);
 		return c;
@@ -624,7 +637,7 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 	 * the copy (two wake-ups and a suspended request; docs/benchmarks.md,
 	 * "NVMe hits from the page cache"). Whoever joins meanwhile waits on
 	 * c as on any producer. */
-	int r = len <= INLINE_READ_MAX ? disk_read_cached(s->disk, id, c->data, len) : -EAGAIN;
+	int r = len <= INLINE_READ_MAX ? read_chunk(s, c, true) : -EAGAIN;
 	if (r != -EAGAIN) {
 		read_done(s, c, r);
 		*role = r == 0 ? STORE_HIT : STORE_WAIT; /* failed: the caller acquires again */

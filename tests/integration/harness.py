@@ -41,6 +41,7 @@ experiment; test_upstream_harness.py proves each point):
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -49,6 +50,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 from urllib.parse import quote
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -364,6 +366,12 @@ class Larder:
     def access_records(self):
         return [parse_logfmt(line) for line in self.access_log().splitlines() if line.strip()]
 
+    @staticmethod
+    def admin_env():
+        """The environment of a larder whose admin API peak_memory() reads."""
+        return {"LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % free_port(),
+                "LARDER_ADMIN_TOKEN": "memory-" + os.urandom(8).hex()}
+
     def peak_rss(self):
         """Peak resident set size in bytes (VmHWM), while the process lives."""
         with open("/proc/%d/status" % self.proc.pid) as f:
@@ -371,6 +379,21 @@ class Larder:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) * 1024
         raise RuntimeError("no VmHWM")
+
+    def peak_memory(self):
+        """Peak memory in bytes: VmHWM plus the most bytes larder's chunks
+        held in its memfd (larder_chunk_arena_peak_bytes), which RSS does
+        not show. The two peaks may be apart in time: their sum bounds the
+        true peak from above. Needs the admin API (admin_env())."""
+        req = urllib.request.Request(
+            "http://%s/metrics" % self.env["LARDER_ADMIN_LISTEN"],
+            headers={"Authorization": "Bearer " + self.env["LARDER_ADMIN_TOKEN"]})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read().decode()
+        m = re.search(r"^larder_chunk_arena_peak_bytes (\d+)$", text, re.M)
+        if not m:
+            raise RuntimeError("no larder_chunk_arena_peak_bytes in /metrics")
+        return self.peak_rss() + int(m.group(1))
 
     def sanitizer_text(self):
         out = []

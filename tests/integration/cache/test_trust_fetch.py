@@ -40,6 +40,20 @@ class TrustCase(FaultCase):
         self.origin.ignore_if_match = False
         super().tearDown()
 
+    def stalled_get(self, key):
+        url = self.larder.url + harness.key_path(BUCKET, key)
+        h = harness.sign_headers("GET", url, harness.CLIENT_KEY, harness.CLIENT_SECRET)
+        req = "GET %s HTTP/1.1\r\n" % harness.key_path(BUCKET, key)
+        req += "".join("%s: %s\r\n" % kv for kv in h.items())
+        req += "Host: 127.0.0.1:%d\r\n\r\n" % self.larder.port
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.connect(("127.0.0.1", self.larder.port))
+        s.settimeout(30)
+        s.sendall(req.encode())
+        head = s.recv(256)
+        return s, head
+
 
 # ------------------------------------------------------------------ Range
 
@@ -268,9 +282,11 @@ class PassThrough(TrustCase):
 
 class StalledBase(TrustCase):
     """Clients that read the status line and stop, on the plain build (RSS means
-    something there); one larder per class, as VmHWM is a peak."""
-    EXTRA_ENV = {"LARDER_CHUNK_SIZE": "8MiB", "LARDER_READAHEAD": "8",
-                 "LARDER_RAM_CACHE_SIZE": "64MiB", "LARDER_DISK_CACHE_SIZE": "0"}
+    something there); one larder per class, as its memory is a peak (VmHWM plus
+    the chunk bytes in its memfd, harness.Larder.peak_memory)."""
+    EXTRA_ENV = dict({"LARDER_CHUNK_SIZE": "8MiB", "LARDER_READAHEAD": "8",
+                      "LARDER_RAM_CACHE_SIZE": "64MiB", "LARDER_DISK_CACHE_SIZE": "0"},
+                     **harness.Larder.admin_env())
 
     @classmethod
     def setUpClass(cls):
@@ -284,23 +300,9 @@ class StalledBase(TrustCase):
             else:
                 os.environ["LARDER_BIN"] = saved
 
-    def stalled_get(self, key):
-        url = self.larder.url + harness.key_path(BUCKET, key)
-        h = harness.sign_headers("GET", url, harness.CLIENT_KEY, harness.CLIENT_SECRET)
-        req = "GET %s HTTP/1.1\r\n" % harness.key_path(BUCKET, key)
-        req += "".join("%s: %s\r\n" % kv for kv in h.items())
-        req += "Host: 127.0.0.1:%d\r\n\r\n" % self.larder.port
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-        s.connect(("127.0.0.1", self.larder.port))
-        s.settimeout(30)
-        s.sendall(req.encode())
-        head = s.recv(256)
-        return s, head
-
     def stall(self, prefix, n, data):
-        """n stalled GETs of n objects; returns (RSS growth in MiB, status lines)."""
-        base = self.larder.peak_rss()
+        """n stalled GETs of n objects; returns (memory growth in MiB, status lines)."""
+        base = self.larder.peak_memory()
         socks, heads = [], []
         try:
             for i in range(n):
@@ -311,7 +313,7 @@ class StalledBase(TrustCase):
                 heads.append(head.split(b"\r\n")[0])
                 time.sleep(0.3)
             time.sleep(5)
-            peak = self.larder.peak_rss()
+            peak = self.larder.peak_memory()
         finally:
             for s in socks:
                 s.close()
@@ -334,7 +336,7 @@ class StalledReaders(StalledBase):
         for h in heads:
             self.assertEqual(h, b"HTTP/1.1 200 OK", heads)
         # Each stalled reader holds two chunks (16 MiB), not nine (72 MiB).
-        self.assertLess(grew, 6 * 16 + 48, "six stalled readers grew RSS by %.0f MiB" % grew)
+        self.assertLess(grew, 6 * 16 + 48, "six stalled readers grew memory by %.0f MiB" % grew)
         # A client that reads still gets the whole object.
         self.reader_gets_through()
 
@@ -349,7 +351,7 @@ class ManyStalledReaders(StalledBase):
         del data
         self.assertIn(b"HTTP/1.1 503 Service Unavailable", heads, "grew %.0f MiB" % grew)
         self.assertIn(b"HTTP/1.1 200 OK", heads)
-        self.assertLess(grew, 64 + 64 + 48, "16 stalled readers grew RSS by %.0f MiB" % grew)
+        self.assertLess(grew, 64 + 64 + 48, "16 stalled readers grew memory by %.0f MiB" % grew)
         self.reader_gets_through()
 
 
@@ -365,6 +367,45 @@ class InflightSetting(StalledBase):
         del data
         self.assertIn(b"HTTP/1.1 503 Service Unavailable", heads, "grew %.0f MiB" % grew)
         self.assertLess(grew, 64 + 16 + 48, "grew %.0f MiB" % grew)
+
+
+class HitOutlivesEviction(TrustCase):
+    """A hit within one chunk goes out with sendfile from the chunk's range of
+    larder's memfd, which is punched out when the chunk is freed: the chunk must
+    stay held until the answer is sent, however slowly its client reads."""
+    EXTRA_ENV = {"LARDER_CHUNK_SIZE": "8MiB", "LARDER_RAM_CACHE_SIZE": "16MiB",
+                 "LARDER_DISK_CACHE_SIZE": "0", "LARDER_READAHEAD": "0"}
+
+    def test_slow_reader_of_an_evicted_hit_gets_its_bytes(self):
+        data = blob(50, 8 * MiB - 100)
+        self.origin.put(BUCKET, "slow-hit", data)
+        r = self.get("slow-hit")
+        self.assertEqual((r.status, r.body == data, r.cache), (200, True, "miss"), r)
+        s, got = self.stalled_get("slow-hit")
+        try:
+            while b"\r\n\r\n" not in got:
+                more = s.recv(4096)
+                self.assertTrue(more, got)
+                got += more
+            head, _, body = got.partition(b"\r\n\r\n")
+            self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+            self.assertIn(b"x-larder-cache: hit", head.lower())
+            # Three more objects push it out of the 16 MiB tier meanwhile.
+            for i in range(3):
+                other = blob(51 + i, 6 * MiB)
+                self.origin.put(BUCKET, "evictor-%d" % i, other)
+                self.assertBody(self.get("evictor-%d" % i), other)
+            while len(body) < len(data):
+                more = s.recv(1 << 20)
+                if not more:
+                    break
+                body += more
+        finally:
+            s.close()
+        self.assertEqual(len(body), len(data))
+        self.assertTrue(body == data, "the slow reader got other bytes than the object's")
+        # It was evicted while that answer was going out: the next read misses.
+        self.assertEqual(self.get("slow-hit").cache, "miss")
 
 
 class ReadAheadKeepsUp(TrustCase):

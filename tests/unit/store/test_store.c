@@ -29,10 +29,6 @@
 
 #include "store/store.h"
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; glibc before 2.35 does not name it */
-#endif
-
 /* ---- helpers ------------------------------------------------------------ */
 
 enum { CLEN = 4096 };
@@ -60,11 +56,17 @@ static void fill(struct chunk *c, uint64_t i)
 	}
 }
 
-static bool data_ok(const struct chunk *c, uint64_t i)
+static bool data_ok(struct chunk *c, uint64_t i)
 {
-	for (size_t off = 0; off < c->len; off++)
-		if ((unsigned char)c->data[off] != pat(i, off))
+	unsigned char buf[4096];
+	for (size_t off = 0; off < c->len; off += sizeof buf) {
+		size_t n = c->len - off < sizeof buf ? c->len - off : sizeof buf;
+		if (chunk_read(c, off, buf, n) != 0)
 			return false;
+		for (size_t k = 0; k < n; k++)
+			if (buf[k] != pat(i, off + k))
+				return false;
+	}
 	return true;
 }
 
@@ -227,58 +229,46 @@ static void test_ram_only_roles(void **state)
 	store_close(s);
 }
 
-/* Pages of [p, p + len) the kernel has present, of those it could. */
-static size_t resident_pages(const void *p, size_t len, size_t *of)
+/* Bytes of the arena's pages (chunk_fd) in memory now. */
+static uint64_t arena_bytes(int fd)
 {
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-	uintptr_t a = ((uintptr_t)p + pg - 1) & ~(uintptr_t)(pg - 1);
-	uintptr_t e = ((uintptr_t)p + len) & ~(uintptr_t)(pg - 1);
-	*of = (e - a) / pg;
-	unsigned char *v = malloc(*of);
-	assert_non_null(v);
-	assert_int_equal(mincore((void *)a, e - a, v), 0);
-	size_t n = 0;
-	for (size_t i = 0; i < *of; i++)
-		n += v[i] & 1;
-	free(v);
-	return n;
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	return (uint64_t)st.st_blocks * 512;
 }
 
-/* A large chunk's memory is present when its producer gets it, made so by
- * one call, not page by page as its bytes arrive (chunk_populate). */
-static void test_produced_chunk_is_present(void **state)
+/* A large chunk's bytes are kept outside the process's memory, in the
+ * arena, and its pages go back when its last reference does. */
+static void test_large_chunk_in_arena(void **state)
 {
 	(void)state;
 	enum { BIG = 16 << 20 };
-	size_t of;
-	void *probe = malloc(BIG);
-	assert_non_null(probe);
-	if (madvise((void *)(((uintptr_t)probe + 4095) & ~(uintptr_t)4095), 4096,
-	            MADV_POPULATE_WRITE) != 0) {
-		free(probe);
-		skip(); /* a kernel before 5.14 */
-	}
-	/* What this test can see: fresh memory of this size is mostly not
-	 * present (ASan's malloc fills the first 4 KiB). */
-	void *fresh = malloc(BIG);
-	assert_non_null(fresh);
-	assert_true(resident_pages(fresh, BIG, &of) < of / 2);
-	free(fresh);
-	free(probe);
-
 	struct store *s = open_ram(64 << 20, POLICY_LRU);
 	struct chunk_id id = cid(40);
 	enum store_role role;
 	struct chunk *c = store_acquire(s, &id, BIG, &role);
 	assert_non_null(c);
 	assert_int_equal(role, STORE_PRODUCE);
-	assert_int_equal(resident_pages(c->data, c->len, &of), of);
+	uint64_t off;
+	int fd = chunk_fd(c, &off);
+	assert_true(fd >= 0);
+	assert_null(c->data);
+	uint64_t before = arena_bytes(fd);
 	fill(c, 40);
+	assert_true(arena_bytes(fd) >= before + BIG);
 	struct chunk_origin o = origin(40);
 	store_complete(s, c, true, 0, &o);
 	assert_true(data_ok(c, 40));
+	store_close(s); /* the RAM tier lets go; this test's reference is the last */
+	assert_true(arena_bytes(fd) >= before + BIG);
 	chunk_unref(c);
-	store_close(s);
+	assert_true(arena_bytes(fd) <= before);
+	/* A small chunk stays on the heap. */
+	struct chunk *small = chunk_new(&id, 4096);
+	assert_non_null(small);
+	assert_int_equal(chunk_fd(small, &off), -1);
+	assert_non_null(small->data);
+	chunk_unref(small);
 }
 
 static void test_failure_fanout(void **state)
@@ -1138,7 +1128,7 @@ int main(void)
 		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_big_write_behind_small_one, setup_dir,
 		                                teardown_dir),
-		cmocka_unit_test(test_produced_chunk_is_present),
+		cmocka_unit_test(test_large_chunk_in_arena),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
