@@ -18,7 +18,9 @@
  * Reports objects/s, MB/s (10^6 bytes), latency percentiles (time to last
  * byte, log-linear buckets with under 1.6% relative error), errors, the
  * x-larder-cache answers per epoch, its own CPU time, and with --pid the
- * CPU seconds and peak RSS (VmHWM) of the given processes. One table line
+ * CPU seconds and peak RSS (VmHWM) of the given processes, each with the
+ * bytes of larder's chunk memfd at the end added (RSS does not show them:
+ * store/chunk.c). One table line
  * per epoch and one for the run on stdout; a JSON object to --json FILE.
  *
  * Usage: loadgen --url URL --keys FILE [--concurrency N] [--epochs N]
@@ -39,9 +41,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -223,6 +227,30 @@ static long proc_status_kb(int pid, const char *field)
 	return kb;
 }
 
+/* Bytes in memory of pid's memfds named "larder-chunks" (0 if none). */
+static long memfd_kb(int pid)
+{
+	char dir[64], path[PATH_MAX], link[PATH_MAX];
+	snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	long kb = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		ssize_t n = readlink(path, link, sizeof link - 1);
+		struct stat st;
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strncmp(link, "/memfd:larder-chunks", 20) == 0 && stat(path, &st) == 0)
+			kb += (long)(st.st_blocks / 2);
+	}
+	closedir(d);
+	return kb;
+}
+
 static double pids_cpu(void)
 {
 	double s = 0;
@@ -240,7 +268,7 @@ static long pids_kb(const char *field)
 	for (int i = 0; i < opt.n_pids; i++) {
 		long k = proc_status_kb(opt.pids[i], field);
 		if (k > 0)
-			s += k;
+			s += k + memfd_kb(opt.pids[i]);
 	}
 	return s;
 }
