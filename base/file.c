@@ -87,3 +87,55 @@ int file_dir_each(const char *dir, const char *suffix, void (*fn)(void *arg, con
 	closedir(d);
 	return 0;
 }
+
+int file_pread_flags(int fd, void *buf, size_t n, uint64_t off, int flags)
+{
+	char *p = buf;
+	while (n > 0) {
+		struct iovec iov = { p, n };
+		ssize_t r = preadv2(fd, &iov, 1, (off_t)off, flags);
+		if (r < 0 && errno == EINTR)
+			continue;
+		/* EOPNOTSUPP: a file system without RWF_NOWAIT; the I/O thread reads it */
+		if (r < 0 && (flags & RWF_NOWAIT) && (errno == EAGAIN || errno == EOPNOTSUPP))
+			return -EAGAIN;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ENODATA;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int file_pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+	return file_pread_flags(fd, buf, n, off, 0);
+}
+
+int file_pwritev_all(int fd, struct iovec *iov, int cnt, uint64_t off)
+{
+	while (cnt > 0) {
+		ssize_t r = pwritev(fd, iov, cnt, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -EIO;
+		off += (uint64_t)r;
+		size_t left = (size_t)r;
+		while (cnt > 0 && left >= iov->iov_len) {
+			left -= iov->iov_len;
+			iov++;
+			cnt--;
+		}
+		if (cnt > 0) {
+			iov->iov_base = (char *)iov->iov_base + left;
+			iov->iov_len -= left;
+		}
+	}
+	return 0;
+}

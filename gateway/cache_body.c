@@ -114,14 +114,14 @@ static struct chunk *want_chunk(struct req *r, uint64_t i)
  * chunk stays wanted as the reader's current chunk (c->cur) until the
  * request ends (cache_end), which keeps its range from being punched out
  * while sendfile reads it. */
-static struct MHD_Response *from_arena(struct req *r, struct chunk *ch, uint64_t from, uint64_t to)
+static struct MHD_Response *from_arena(struct req *r, struct chunk *ch, uint64_t len, uint64_t from)
 {
 	assert(req_cread(r)->cur == ch);
 	uint64_t off;
 	int fd = chunk_fd(ch, &off);
 	int dfd = fd >= 0 ? dup(fd) : -1;
 	struct MHD_Response *resp =
-		dfd >= 0 ? MHD_create_response_from_fd_at_offset64(to - from, dfd, off + from) : NULL;
+		dfd >= 0 ? MHD_create_response_from_fd_at_offset64(len, dfd, off + from) : NULL;
 	if (!resp && dfd >= 0)
 		close(dfd);
 	return resp;
@@ -151,13 +151,13 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 	}
 	h->magic = IOV_HOLD_MAGIC;
 	h->n = 0;
-	bool ok = true, whole = true, arena = false;
+	bool ok = true, whole = true;
 	for (uint64_t i = first; i <= last && ok; i++) {
 		struct chunk *ch = want_chunk(r, i);
 		if (!ch)
 			break;
 		h->c[h->n++] = ch;
-		if (!ch->data && n > 1) { /* chunk.h: in the arena; no iovec over several */
+		if (chunk_in_arena(ch) && n > 1) { /* no iovec over arena chunks */
 			ok = false;
 			break; /* the first is c->cur: no lookup counted for the callback's */
 		}
@@ -166,20 +166,19 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
 		ok = atomic_load(&ch->state) != CHUNK_FAILED && filled >= to;
 		whole = whole && filled == ch->len;
-		arena = arena || !ch->data;
-		iov[i - first].iov_base = ch->data ? ch->data + from : NULL;
+		iov[i - first].iov_base = chunk_in_arena(ch) ? NULL : ch->data + from;
 		iov[i - first].iov_len = (size_t)(to - from);
 	}
 	struct MHD_Response *resp = NULL;
-	if (ok && h->n == n && !arena) {
+	if (ok && h->n == n && chunk_in_arena(h->c[0])) { /* n == 1 */
+		resp = from_arena(r, h->c[0], iov[0].iov_len, c->start - obj_chunk_offset(first, cs));
+		iov_done(h); /* the chunk is still wanted as c->cur */
+	} else if (ok && h->n == n) {
 		resp = MHD_create_response_from_iovec(iov, n, iov_done, h); /* h is its */
 		if (!resp)
 			iov_done(h);
 	} else {
-		if (ok && n == 1 && h->n == 1)
-			resp = from_arena(r, h->c[0], c->start - obj_chunk_offset(first, cs),
-			                  c->end + 1 - obj_chunk_offset(first, cs));
-		iov_done(h); /* the chunk is still wanted as c->cur */
+		iov_done(h);
 	}
 	free(iov);
 	if (!resp)

@@ -244,7 +244,8 @@ static long memfd_kb(int pid)
 		if (n <= 0)
 			continue;
 		link[n] = 0;
-		if (strncmp(link, "/memfd:larder-chunks", 20) == 0 && stat(path, &st) == 0)
+		static const char name[] = "/memfd:larder-chunks";
+		if (strncmp(link, name, sizeof name - 1) == 0 && stat(path, &st) == 0)
 			kb += (long)(st.st_blocks / 2);
 	}
 	closedir(d);

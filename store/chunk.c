@@ -38,6 +38,7 @@
 
 #include <openssl/evp.h>
 
+#include "base/file.h"
 #include "base/log.h"
 #include "base/sha256.h"
 
@@ -172,15 +173,9 @@ static uint64_t arena_span(size_t len)
 	return ((uint64_t)len + page_mask) & ~page_mask;
 }
 
-/* Whether c's bytes are in the arena (else c->data holds them). */
-static bool in_arena(const struct chunk *c)
-{
-	return c->data == NULL;
-}
-
 int chunk_fd(const struct chunk *c, uint64_t *off)
 {
-	if (!in_arena(c))
+	if (!chunk_in_arena(c))
 		return -1;
 	*off = c->off;
 	return arena_fd;
@@ -221,13 +216,13 @@ static void *scratch(size_t len)
 
 void *chunk_stage(struct chunk *c)
 {
-	return in_arena(c) ? scratch(c->len) : c->data;
+	return chunk_in_arena(c) ? scratch(c->len) : c->data;
 }
 
 const void *chunk_view(struct chunk *c)
 {
 	assert(chunk_filled(c) == c->len);
-	if (!in_arena(c))
+	if (!chunk_in_arena(c))
 		return c->data;
 	void *b = scratch(c->len);
 	return b && chunk_read(c, 0, b, c->len) == 0 ? b : NULL;
@@ -236,20 +231,11 @@ const void *chunk_view(struct chunk *c)
 int chunk_read(struct chunk *c, size_t off, void *out, size_t n)
 {
 	assert(off + n <= chunk_filled(c));
-	if (!in_arena(c)) {
+	if (!chunk_in_arena(c)) {
 		memcpy(out, c->data + off, n);
 		return 0;
 	}
-	for (size_t done = 0; done < n;) {
-		ssize_t k = pread(arena_fd, (char *)out + done, n - done,
-		                  (off_t)(c->off + off + done));
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		done += (size_t)k;
-	}
-	return 0;
+	return file_pread_all(arena_fd, out, n, c->off + off);
 }
 
 struct chunk *chunk_new(const struct chunk_id *id, size_t len)
@@ -312,7 +298,7 @@ void chunk_unref(struct chunk *c)
 	pthread_cond_destroy(&c->woke);
 	pthread_mutex_destroy(&c->lock);
 	atomic_fetch_sub_explicit(&live_bytes, c->len, memory_order_relaxed);
-	if (in_arena(c)) {
+	if (chunk_in_arena(c)) {
 		(void)fallocate(arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)c->off,
 		                (off_t)arena_span(c->len));
 		atomic_fetch_sub_explicit(&arena_live, arena_span(c->len), memory_order_relaxed);
@@ -419,19 +405,14 @@ int chunk_append(struct chunk *c, const void *data, size_t n)
 {
 	size_t f = atomic_load_explicit(&c->filled, memory_order_relaxed);
 	assert(n <= c->len - f);
-	if (!in_arena(c)) {
+	if (!chunk_in_arena(c)) {
 		if (n && data != c->data + f) /* not staged in place (chunk_stage) */
 			memcpy(c->data + f, data, n);
 	} else {
-		for (size_t done = 0; done < n;) {
-			ssize_t k = pwrite(arena_fd, (const char *)data + done, n - done,
-			                   (off_t)(c->off + f + done));
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k <= 0) /* ENOSPC, ENOMEM: the memory cgroup's limit */
-				return k < 0 ? -errno : -EIO;
-			done += (size_t)k;
-		}
+		struct iovec iov = { (void *)(uintptr_t)data, n };
+		int rc = file_pwritev_all(arena_fd, &iov, 1, c->off + f);
+		if (rc < 0) /* ENOSPC, ENOMEM: the memory cgroup's limit */
+			return rc;
 	}
 	chunk_publish(c, n);
 	return 0;

@@ -134,6 +134,11 @@ static inline enum chunk_state chunk_state(struct chunk *c)
 	return (enum chunk_state)atomic_load_explicit(&c->state, memory_order_acquire);
 }
 
+/* Whether c's bytes are in the arena (chunk_fd), not on the heap. */
+static inline bool chunk_in_arena(const struct chunk *c)
+{
+	return c->data == NULL;
+}
 /* Copies bytes [off, off + n) of c, all below chunk_filled(), to out.
  * 0, or -errno (a pread of the arena failed). */
 int chunk_read(struct chunk *c, size_t off, void *out, size_t n);

@@ -267,7 +267,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 		{ (void *)(uintptr_t)data, len },
 		{ (void *)(uintptr_t)zeros, (size_t)(esz - HDR_LEN - vl - len) },
 	};
-	rc = dk_pwritev_all(s->fd, iov, 3, off);
+	rc = file_pwritev_all(s->fd, iov, 3, off);
 
 	pthread_mutex_lock(&d->lock);
 	if (rc < 0) {
@@ -321,12 +321,12 @@ static int read_entry(struct disk *d, const struct chunk_id *id, void *out, size
 	unsigned char b[HDR_LEN];
 	struct hdr h;
 	bool bad = false;
-	int rc = dk_pread_flags(s->fd, b, HDR_LEN, off, flags);
+	int rc = file_pread_flags(s->fd, b, HDR_LEN, off, flags);
 	if (rc == 0)
 		bad = !dk_hdr_decode(b, &h) || !chunk_id_eq(&h.id, id) || h.data_len != len ||
 		      h.data_crc != crc;
 	if (rc == 0 && !bad)
-		rc = dk_pread_flags(s->fd, out, len, off + HDR_LEN + vl, flags);
+		rc = file_pread_flags(s->fd, out, len, off + HDR_LEN + vl, flags);
 	if (rc == 0 && !bad)
 		bad = crc32c(0, out, len) != crc;
 	if (rc == -ENODATA) /* short: the file was cut */

@@ -81,65 +81,13 @@ bool dk_hdr_decode(const unsigned char *b, struct hdr *h)
 	return h->meta_len <= MAX_META;
 }
 
-int dk_pread_flags(int fd, void *buf, size_t n, uint64_t off, int flags)
-{
-	char *p = buf;
-	while (n > 0) {
-		struct iovec iov = { p, n };
-		ssize_t r = preadv2(fd, &iov, 1, (off_t)off, flags);
-		if (r < 0 && errno == EINTR)
-			continue;
-		/* EOPNOTSUPP: a file system without RWF_NOWAIT; the I/O thread reads it */
-		if (r < 0 && (flags & RWF_NOWAIT) && (errno == EAGAIN || errno == EOPNOTSUPP))
-			return -EAGAIN;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ENODATA;
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
-int dk_pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-	return dk_pread_flags(fd, buf, n, off, 0);
-}
-
-int dk_pwritev_all(int fd, struct iovec *iov, int cnt, uint64_t off)
-{
-	while (cnt > 0) {
-		ssize_t r = pwritev(fd, iov, cnt, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -EIO;
-		off += (uint64_t)r;
-		size_t left = (size_t)r;
-		while (cnt > 0 && left >= iov->iov_len) {
-			left -= iov->iov_len;
-			iov++;
-			cnt--;
-		}
-		if (cnt > 0) {
-			iov->iov_base = (char *)iov->iov_base + left;
-			iov->iov_len -= left;
-		}
-	}
-	return 0;
-}
-
 int dk_entry_read(int fd, uint64_t off, uint64_t limit, struct hdr *h, unsigned char **var,
                   size_t *cap)
 {
 	unsigned char b[HDR_LEN];
 	if (limit < off || limit - off < HDR_LEN)
 		return 1;
-	int rc = dk_pread_all(fd, b, HDR_LEN, off);
+	int rc = file_pread_all(fd, b, HDR_LEN, off);
 	if (rc < 0)
 		return rc == -ENODATA ? 1 : rc;
 	if (!dk_hdr_decode(b, h))
@@ -154,7 +102,7 @@ int dk_entry_read(int fd, uint64_t off, uint64_t limit, struct hdr *h, unsigned 
 		*var = nv;
 		*cap = vl;
 	}
-	if (vl > 0 && (rc = dk_pread_all(fd, *var, vl, off + HDR_LEN)) < 0)
+	if (vl > 0 && (rc = file_pread_all(fd, *var, vl, off + HDR_LEN)) < 0)
 		return rc == -ENODATA ? 1 : rc;
 	uint32_t crc = crc32c(0, b, HDR_CRC_OFF);
 	return crc32c(crc, *var, vl) == get32(b + HDR_CRC_OFF) ? 0 : 1;

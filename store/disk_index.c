@@ -277,13 +277,13 @@ static int copy_bytes(int from_fd, uint64_t from, int to_fd, uint64_t to, uint64
 {
 	while (n > 0) {
 		size_t k = n < COPY_BUF ? (size_t)n : COPY_BUF;
-		int rc = dk_pread_all(from_fd, buf, k, from);
+		int rc = file_pread_all(from_fd, buf, k, from);
 		if (rc < 0) {
 			*read_failed = true;
 			return rc;
 		}
 		struct iovec iov = { buf, k };
-		if ((rc = dk_pwritev_all(to_fd, &iov, 1, to)) < 0)
+		if ((rc = file_pwritev_all(to_fd, &iov, 1, to)) < 0)
 			return rc;
 		from += k;
 		to += k;

@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 
 #include "base/crc.h" /* crc32c: entries and tombstones carry CRC32Cs */
+#include "base/file.h" /* file_pread_all, file_pwritev_all */
 #include "store/chunk.h"
 #include "store/disk.h"
 #include "store/pinset.h"
@@ -135,14 +136,6 @@ void dk_hdr_encode(const struct hdr *h, unsigned char *b, const unsigned char *v
 /* Decodes the fixed part; false when it is not a version-1 header. */
 bool dk_hdr_decode(const unsigned char *b, struct hdr *h);
 
-/* Reads n bytes at off. Returns 0, -errno, or -ENODATA at end of file. */
-int dk_pread_all(int fd, void *buf, size_t n, uint64_t off);
-/* The same with preadv2's flags; with RWF_NOWAIT (the page cache only),
- * -EAGAIN when a byte would have to come from the device. */
-int dk_pread_flags(int fd, void *buf, size_t n, uint64_t off, int flags);
-
-/* Writes the iovecs at off, resuming after short writes; modifies iov. */
-int dk_pwritev_all(int fd, struct iovec *iov, int cnt, uint64_t off);
 
 /*
  * Reads and checks the entry at off (which must end by limit): header

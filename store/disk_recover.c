@@ -128,7 +128,7 @@ int dk_scan_segment(struct disk *d, uint64_t seq, double now, unsigned char **va
 	}
 	uint64_t fsize = (uint64_t)st.st_size, off = 0;
 	unsigned char magic[6];
-	if (fsize >= sizeof magic && dk_pread_all(fd, magic, sizeof magic, 0) == 0 &&
+	if (fsize >= sizeof magic && file_pread_all(fd, magic, sizeof magic, 0) == 0 &&
 	    memcmp(magic, "LRDR", 4) == 0 && get16(magic + 4) != HDR_VERSION) {
 		log_warn(TOPIC, "%s/%s: written in format version %u, this larder reads %u: "
 		         "discarded (its chunks are fetched again)", d->dir, name, get16(magic + 4),

@@ -101,7 +101,7 @@ int dk_tombs_load(struct disk *d, struct tomb **out, size_t *nout, bool *torn)
 	size_t len = rc == 0 ? (size_t)st.st_size : 0;
 	if (rc == 0 && len > 0 && !(buf = malloc(len)))
 		rc = -ENOMEM;
-	if (rc == 0 && len > 0 && (rc = dk_pread_all(fd, buf, len, 0)) == -ENODATA)
+	if (rc == 0 && len > 0 && (rc = file_pread_all(fd, buf, len, 0)) == -ENODATA)
 		rc = 0, len = 0; /* shrank under us: nobody else writes it, so never */
 	close(fd);
 	struct tomb *t = NULL;
@@ -158,7 +158,7 @@ int dk_tombs_rewrite(struct disk *d, const struct tomb *t, size_t n, bool rewrit
 			}
 			struct iovec iov = { b, tomb_encode(b, t[i].gen, t[i].prefix, t[i].bucket, bl,
 			                                    t[i].key, kl) };
-			rc = dk_pwritev_all(fd, &iov, 1, off);
+			rc = file_pwritev_all(fd, &iov, 1, off);
 			off += TOMB_HDR + bl + kl;
 			free(b);
 		}
@@ -252,7 +252,7 @@ static int tomb_append(struct disk *d, const char *bucket, const char *key, bool
 	/* Taken under tlock, so the file's records are in generation order. */
 	size_t n = tomb_encode(b, disk_next_gen(d), prefix, bucket, bl, key, kl);
 	struct iovec iov = { b, n };
-	int rc = d->tfd < 0 ? -EBADF : dk_pwritev_all(d->tfd, &iov, 1, d->tsize);
+	int rc = d->tfd < 0 ? -EBADF : file_pwritev_all(d->tfd, &iov, 1, d->tsize);
 	if (rc == 0 && sync && fdatasync(d->tfd) < 0)
 		rc = -errno;
 	if (rc == 0) {
