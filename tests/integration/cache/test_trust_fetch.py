@@ -378,6 +378,10 @@ class HitOutlivesEviction(TrustCase):
 
     def test_slow_reader_of_an_evicted_hit_gets_its_bytes(self):
         data = blob(50, 8 * MiB - 100)
+        with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+            wmem_max = int(f.read().split()[2])
+        if len(data) <= wmem_max + 2 * 65536 + MiB:  # larder's send buffer, the client's
+            self.skipTest("the socket buffers could take the whole answer at once")
         self.origin.put(BUCKET, "slow-hit", data)
         r = self.get("slow-hit")
         self.assertEqual((r.status, r.body == data, r.cache), (200, True, "miss"), r)
