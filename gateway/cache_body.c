@@ -127,13 +127,30 @@ static struct MHD_Response *from_arena(struct req *r, struct chunk *ch, uint64_t
 	return resp;
 }
 
-/* The range goes out without a copy in user space: from the arena with
- * sendfile when it is within one chunk there (the common hit: a small
- * object's only chunk), else as an iovec over the chunk buffers, which
- * MHD writes with writev. A chunk may still be filling past the range
- * (the bytes a reader has seen never change); it is on its way from
- * upstream, so the answer is a miss. NULL when it cannot: the reader
- * callback (cread_read) copies the bytes instead. */
+/* A chunk in the arena is read through its mapping (chunk_map) from its
+ * third hit on. Mapping its pages in costs this VM about two copies of
+ * them, so a chunk hit once or twice before it is evicted (a job whose
+ * dataset is larger than the RAM tier) would pay for nothing; one hit
+ * often pays it back (docs/benchmarks.md, "Large hits from the arena"). */
+#define MAP_FROM_HIT 3
+
+/* ch's bytes in memory for an iovec, or NULL (not yet: see above). */
+static const char *bytes_of(struct chunk *ch)
+{
+	if (!chunk_in_arena(ch))
+		return ch->data;
+	if (atomic_load_explicit(&ch->hits, memory_order_relaxed) < MAP_FROM_HIT)
+		return NULL;
+	return chunk_map(ch);
+}
+
+/* The range goes out without a copy in user space: an iovec over the
+ * chunks' bytes (on the heap, or mapped from the arena: bytes_of), which
+ * MHD writes with sendmsg, or within one arena chunk not mapped yet with
+ * sendfile (from_arena). A chunk may still be filling past the range (the
+ * bytes a reader has seen never change); it is on its way from upstream,
+ * so the answer is a miss. NULL when it cannot: the reader callback
+ * (cread_read) copies the bytes instead. */
 struct MHD_Response *cread_zero_copy(struct req *r)
 {
 	struct cread *c = req_cread(r);
@@ -157,20 +174,20 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 		if (!ch)
 			break;
 		h->c[h->n++] = ch;
-		if (chunk_in_arena(ch) && n > 1) { /* no iovec over arena chunks */
-			ok = false;
-			break; /* the first is c->cur: no lookup counted for the callback's */
-		}
 		uint64_t from = i == first ? c->start - obj_chunk_offset(i, cs) : 0;
 		uint64_t to = i == last ? c->end - obj_chunk_offset(i, cs) + 1 : ch->len;
 		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
-		ok = atomic_load(&ch->state) != CHUNK_FAILED && filled >= to;
+		const char *bytes = bytes_of(ch);
+		/* Several chunks, one of them not mapped: the callback. The
+		 * loop stops there, at the first (c->cur) unless earlier ones
+		 * were mapped, so a chunk's lookup is seldom counted twice. */
+		ok = atomic_load(&ch->state) != CHUNK_FAILED && filled >= to && (bytes || n == 1);
 		whole = whole && filled == ch->len;
-		iov[i - first].iov_base = chunk_in_arena(ch) ? NULL : ch->data + from;
+		iov[i - first].iov_base = bytes ? (void *)(uintptr_t)(bytes + from) : NULL;
 		iov[i - first].iov_len = (size_t)(to - from);
 	}
 	struct MHD_Response *resp = NULL;
-	if (ok && h->n == n && chunk_in_arena(h->c[0])) { /* n == 1 */
+	if (ok && h->n == n && !iov[0].iov_base) { /* one arena chunk, not mapped */
 		resp = from_arena(r, h->c[0], iov[0].iov_len, c->start - obj_chunk_offset(first, cs));
 		iov_done(h); /* the chunk is still wanted as c->cur */
 	} else if (ok && h->n == n) {

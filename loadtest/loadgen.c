@@ -19,8 +19,9 @@
  * byte, log-linear buckets with under 1.6% relative error), errors, the
  * x-larder-cache answers per epoch, its own CPU time, and with --pid the
  * CPU seconds and peak RSS (VmHWM) of the given processes, each with the
- * bytes of larder's chunk memfd at the end added (RSS does not show them:
- * store/chunk.c). One table line
+ * bytes of larder's chunk memfd at the end added, less those of its pages
+ * mapped in then (RSS shows only pages a hit mapped: store/chunk.c). One
+ * table line
  * per epoch and one for the run on stdout; a JSON object to --json FILE.
  *
  * Usage: loadgen --url URL --keys FILE [--concurrency N] [--epochs N]
@@ -268,8 +269,12 @@ static long pids_kb(const char *field)
 	long s = 0;
 	for (int i = 0; i < opt.n_pids; i++) {
 		long k = proc_status_kb(opt.pids[i], field);
-		if (k > 0)
-			s += k + memfd_kb(opt.pids[i]);
+		if (k <= 0)
+			continue;
+		/* The memfd's pages that hits mapped in are in k already
+		 * (RssShmem at the end: larder maps no other shared memory). */
+		long mfd = memfd_kb(opt.pids[i]), mapped = proc_status_kb(opt.pids[i], "RssShmem");
+		s += k + mfd - (mapped > 0 && mfd > 0 ? (mapped < mfd ? mapped : mfd) : 0);
 	}
 	return s;
 }

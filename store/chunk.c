@@ -120,21 +120,23 @@ uint64_t chunk_live_bytes(void)
 /* ---- where the bytes live -------------------------------------------------- */
 
 /* Chunks of this size or more keep their bytes in the arena: one memfd for
- * the process, never mapped, written with pwrite and read with pread or
- * sendfile. Each chunk has its own page-aligned range, taken from a
- * counter that only grows (offsets are never reused, so a range can only
- * ever hold its own chunk's bytes), and its pages are punched out when
- * the chunk is freed. Page-cache pages nobody maps cost this VM 0.5 us
- * each; a new page of the process's own memory 12-22 us across its fault
- * and first accesses (docs/benchmarks.md, "Chunk bytes outside the
- * process's memory"). Smaller chunks stay on the heap: a few pages, often
- * reused, where a page-aligned range would waste most of its last page. */
+ * the process. Producers write it with pwrite and the reader callback reads
+ * it with pread, so a chunk's pages are never new memory of the process;
+ * hits send them with sendfile or, once a chunk is hit often, through a
+ * read-only mapping (chunk_map) that the socket's send copies from. Each chunk has its own page-aligned range,
+ * taken from a counter that only grows (offsets are never reused, so a
+ * range can only ever hold its own chunk's bytes), and its pages are
+ * punched out when the chunk is freed. Page-cache pages nobody maps cost
+ * this VM 0.5 us each; a new page of the process's own memory 12-22 us
+ * across its fault and first accesses (docs/benchmarks.md, "Chunk bytes
+ * outside the process's memory"). Smaller chunks stay on the heap: a few
+ * pages, often reused, where a page-aligned range would waste most of its
+ * last page. */
 #define ARENA_MIN (64 * 1024)
 
 static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
 static int arena_fd = -1;
 static uint64_t page_mask = 4095;
-static _Atomic uint64_t arena_next;
 static _Atomic uint64_t arena_live, arena_peak; /* bytes of ranges in use, and their most */
 
 uint64_t chunk_arena_bytes(void)
@@ -171,6 +173,84 @@ static void arena_open(void)
 static uint64_t arena_span(size_t len)
 {
 	return ((uint64_t)len + page_mask) & ~page_mask;
+}
+
+/* The arena's file is cut into windows of ARENA_WINDOW bytes, taken in
+ * order, and a chunk's range never crosses one (a chunk is at most
+ * 1 GiB: config/settings.c). A hit maps a window read-only, whole, the
+ * first time it needs bytes of it in memory (chunk_map), and the window is
+ * unmapped when its last chunk is freed and ranges are taken from a later
+ * one. One mapping per window, not per chunk: a mapping per 115 KiB chunk
+ * would pass the kernel's vm.max_map_count (65,530) at 7 GiB of chunks. */
+#define ARENA_WINDOW (1ull << 30)
+
+struct arena_window {
+	uint64_t base;
+	_Atomic int refs;      /* its chunks, and one while ranges are taken from it */
+	_Atomic(char *) map;   /* mapped read-only, or NULL */
+};
+
+static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct arena_window *arena_win; /* ranges are taken from it, at arena_next */
+static uint64_t arena_next;
+
+static void window_unref(struct arena_window *w)
+{
+	if (!w || atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	char *m = atomic_load_explicit(&w->map, memory_order_relaxed);
+	if (m)
+		munmap(m, ARENA_WINDOW);
+	free(w);
+}
+
+/* A range of span bytes for c (c->off, c->win), or false when a new
+ * window could not be had. */
+static bool arena_take(struct chunk *c, uint64_t span)
+{
+	struct arena_window *w, *left = NULL;
+	pthread_mutex_lock(&arena_lock);
+	w = arena_win;
+	if (!w || arena_next + span > w->base + ARENA_WINDOW) {
+		struct arena_window *n = calloc(1, sizeof *n);
+		if (!n) {
+			pthread_mutex_unlock(&arena_lock);
+			return false;
+		}
+		n->base = w ? w->base + ARENA_WINDOW : 0;
+		atomic_init(&n->refs, 1);
+		left = w;
+		arena_win = w = n;
+		arena_next = n->base;
+	}
+	c->off = arena_next;
+	arena_next += span;
+	atomic_fetch_add_explicit(&w->refs, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&arena_lock);
+	window_unref(left);
+	c->win = w;
+	return true;
+}
+
+const void *chunk_map(struct chunk *c)
+{
+	assert(chunk_in_arena(c) && chunk_filled(c) == c->len);
+	struct arena_window *w = c->win;
+	char *m = atomic_load_explicit(&w->map, memory_order_acquire);
+	if (!m) {
+		void *n = mmap(NULL, ARENA_WINDOW, PROT_READ, MAP_SHARED, arena_fd, (off_t)w->base);
+		if (n == MAP_FAILED)
+			return NULL;
+		if (atomic_compare_exchange_strong(&w->map, &m, n))
+			m = n;
+		else
+			munmap(n, ARENA_WINDOW); /* another thread's came first */
+	}
+	char *p = m + (c->off - w->base);
+	if (!atomic_load_explicit(&c->mapped_in, memory_order_relaxed) &&
+	    !atomic_exchange(&c->mapped_in, true))
+		(void)madvise(p, arena_span(c->len), MADV_POPULATE_READ);
+	return p;
 }
 
 int chunk_fd(const struct chunk *c, uint64_t *off)
@@ -244,8 +324,7 @@ struct chunk *chunk_new(const struct chunk_id *id, size_t len)
 	if (!c)
 		return NULL;
 	pthread_once(&arena_once, arena_open);
-	if (len >= ARENA_MIN && arena_fd >= 0) {
-		c->off = atomic_fetch_add_explicit(&arena_next, arena_span(len), memory_order_relaxed);
+	if (len >= ARENA_MIN && arena_fd >= 0 && arena_take(c, arena_span(len))) {
 		arena_count(arena_span(len));
 	} else {
 		/* malloc(0) may return NULL; a zero-length object still gets a chunk. */
@@ -302,6 +381,7 @@ void chunk_unref(struct chunk *c)
 		(void)fallocate(arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)c->off,
 		                (off_t)arena_span(c->len));
 		atomic_fetch_sub_explicit(&arena_live, arena_span(c->len), memory_order_relaxed);
+		window_unref(c->win);
 	}
 	free(c->data);
 	free(c);

@@ -74,6 +74,9 @@ struct chunk {
 	 * at off in the arena (chunk_fd). Read them with chunk_read. */
 	char *data;
 	uint64_t off;
+	struct arena_window *win;    /* private: the arena's window holding off */
+	_Atomic bool mapped_in;      /* private: its pages are in the window's page tables */
+	_Atomic unsigned hits;       /* RAM hits: store_acquire gave it, READY, to a reader */
 
 	_Atomic size_t filled;
 	_Atomic int state;           /* enum chunk_state */
@@ -142,11 +145,15 @@ static inline bool chunk_in_arena(const struct chunk *c)
 /* Copies bytes [off, off + n) of c, all below chunk_filled(), to out.
  * 0, or -errno (a pread of the arena failed). */
 int chunk_read(struct chunk *c, size_t off, void *out, size_t n);
-/* The arena's fd and c's offset in it, for a send without a copy
- * (sendfile); -1 when c's bytes are on the heap (c->data). The fd is the
- * process's: dup it to hand it over. Only bytes below chunk_filled() are
+/* The arena's fd and c's offset in it; -1 when c's bytes are on the heap
+ * (c->data). The fd is the process's. Only bytes below chunk_filled() are
  * c's, and only while a reference to c is held. */
 int chunk_fd(const struct chunk *c, uint64_t *off);
+/* A READY arena chunk's bytes, mapped read-only, valid while a reference
+ * to c is held; the first call maps its pages in. NULL if the mapping
+ * failed. For a response without a copy: the socket's send copies from
+ * it. */
+const void *chunk_map(struct chunk *c);
 /* All of a READY chunk's bytes in memory: c->data, or a copy in a buffer
  * of the calling thread's, valid until its next chunk_view or
  * chunk_stage. NULL if the copy failed. */

@@ -382,9 +382,10 @@ class Larder:
 
     def peak_memory(self):
         """Peak memory in bytes: VmHWM plus the most bytes larder's chunks
-        held in its memfd (larder_chunk_arena_peak_bytes), which RSS does
-        not show. The two peaks may be apart in time: their sum bounds the
-        true peak from above. Needs the admin API (admin_env())."""
+        held in its memfd (larder_chunk_arena_peak_bytes), which RSS shows
+        only where a hit mapped them in. The two peaks may be apart in time,
+        and mapped pages count in both: their sum bounds the true peak from
+        above. Needs the admin API (admin_env())."""
         req = urllib.request.Request(
             "http://%s/metrics" % self.env["LARDER_ADMIN_LISTEN"],
             headers={"Authorization": "Bearer " + self.env["LARDER_ADMIN_TOKEN"]})

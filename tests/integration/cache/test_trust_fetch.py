@@ -412,6 +412,48 @@ class HitOutlivesEviction(TrustCase):
         self.assertEqual(self.get("slow-hit").cache, "miss")
 
 
+def shmem_resident(pid):
+    """Bytes of shared memory the process has mapped in: larder's memfd."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("RssShmem:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssShmem in /proc/%d/status" % pid)
+
+
+class HitsFromTheMapping(TrustCase):
+    """From a chunk's third hit on, a hit reads its bytes through a read-only
+    mapping of larder's memfd and goes out as an iovec (one copy, the kernel's
+    into the socket); before, with sendfile (one chunk) or the reader callback
+    (several), so that a chunk hit only once or twice never pays for mapping
+    its pages in (gateway/cache_body.c, MAP_FROM_HIT)."""
+
+    def check(self, key, size):
+        data = blob(60 + size % 7, size)
+        self.origin.put(BUCKET, key, data)
+        self.assertBody(self.get(key), data)
+        pid = self.larder.proc.pid
+        for hit in (1, 2, 3):
+            before = shmem_resident(pid)
+            r = self.get(key)
+            self.assertEqual((r.cache, r.body == data), ("hit", True), (hit, r))
+            grew = shmem_resident(pid) - before
+            if hit < 3:
+                self.assertLess(grew, 64 * 1024, "hit %d mapped the chunks in" % hit)
+            else:
+                self.assertGreaterEqual(grew, size - 64 * 1024, "hit 3 did not read the mapping")
+        part = {"Range": "bytes=%d-%d" % (size // 3, size - 2)}
+        r = self.get(key, headers=part)
+        self.assertEqual((r.status, r.cache, r.body == data[size // 3:size - 1]),
+                         (206, "hit", True), r)
+
+    def test_hits_over_chunks(self):
+        self.check("mapped-3", 3 * MiB - 100)
+
+    def test_hits_within_one_chunk(self):
+        self.check("mapped-1", 200 * 1024 + 5)
+
+
 class ReadAheadKeepsUp(TrustCase):
     """The window that follows the client must still run ahead of one that reads:
     with 300 ms to each upstream first byte, ten chunks read one after another

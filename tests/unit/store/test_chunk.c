@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -527,6 +528,60 @@ static void test_append_refused(void **state)
 	chunk_unref(c);
 }
 
+/* Mappings of the arena in this process: lines of /proc/self/maps naming it. */
+static int arena_mappings(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	assert_non_null(f);
+	char line[512];
+	int n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, "memfd:larder-chunks") != NULL;
+	fclose(f);
+	return n;
+}
+
+/* A hit reads arena chunks through one read-only mapping per window of
+ * the arena, not one per chunk (the kernel allows a process 65,530), and a
+ * window is unmapped once its chunks are gone and ranges come from a later
+ * one. */
+static void test_map(void **state)
+{
+	(void)state;
+	enum { N = 300, LEN = 128 * 1024 };
+	static struct chunk *c[N];
+	static char buf[LEN];
+	uint64_t off;
+	int before = arena_mappings();
+	for (int i = 0; i < N; i++) {
+		c[i] = mk(LEN);
+		if (chunk_fd(c[i], &off) < 0) {
+			for (int k = 0; k <= i; k++)
+				chunk_unref(c[k]);
+			skip(); /* no memfd: the bytes are on the heap */
+		}
+		memset(buf, 'a' + i % 26, sizeof buf);
+		buf[i] = '!';
+		assert_int_equal(chunk_append(c[i], buf, sizeof buf), 0);
+		chunk_set_state(c[i], CHUNK_READY, 0);
+	}
+	for (int i = 0; i < N; i++) {
+		const char *m = chunk_map(c[i]);
+		assert_non_null(m);
+		memset(buf, 'a' + i % 26, sizeof buf);
+		buf[i] = '!';
+		assert_memory_equal(m, buf, sizeof buf);
+	}
+	int mapped = arena_mappings() - before;
+	assert_in_range(mapped, 1, 2); /* 38 MiB of chunks: one window, two if it crosses */
+	for (int i = 0; i < N; i++)
+		chunk_unref(c[i]);
+	/* Ranges past the window: 64 MiB chunks, never written, take no memory. */
+	for (int i = 0; i < 40; i++)
+		chunk_unref(mk(64u << 20));
+	assert_int_equal(arena_mappings(), before);
+}
+
 /* Readers that leave half-way (client disconnects) while the producer goes on. */
 struct quitter {
 	pthread_t th;
@@ -584,6 +639,7 @@ int main(void)
 		cmocka_unit_test(test_unwait_waits_for_wake),
 		cmocka_unit_test(test_stress_readers),
 		cmocka_unit_test(test_append_refused),
+		cmocka_unit_test(test_map),
 		cmocka_unit_test(test_stress_unwait),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -215,10 +215,12 @@ static void test_ram_only_roles(void **state)
 		chunk_unref(w[i]);
 	}
 	assert_true(store_holds(s, &id));
+	assert_int_equal(atomic_load(&p->hits), 0); /* waiting on its fetch is no hit */
 	struct chunk *h = store_acquire(s, &id, CLEN, &role);
 	assert_int_equal(role, STORE_HIT);
 	assert_ptr_equal(h, p);
 	assert_true(data_ok(h, 1));
+	assert_int_equal(atomic_load(&h->hits), 1); /* the gateway maps it from its third */
 	chunk_unref(h);
 	st = stats(s);
 	assert_int_equal(st.hits_ram, 1);
