@@ -75,8 +75,6 @@ struct chunk {
 	char *data;
 	uint64_t off;
 	struct arena_window *win;    /* private: the arena's window holding off */
-	_Atomic bool mapped_in;      /* private: its pages are in the window's page tables */
-	_Atomic unsigned hits;       /* RAM hits: store_acquire gave it, READY, to a reader */
 
 	_Atomic size_t filled;
 	_Atomic int state;           /* enum chunk_state */
@@ -88,6 +86,9 @@ struct chunk {
 	/* How many still want it (readers, read-ahead, warming jobs: see
 	 * store/object.h), as opposed to merely holding a reference. */
 	_Atomic int wants;
+	/* RAM hits: times the RAM tier gave it, READY, to a reader (ram_lookup). */
+	_Atomic unsigned hits;
+	_Atomic bool mapped_in;      /* private: its pages are in the arena window's page tables */
 
 	/* private to store/ */
 	_Atomic int refs;

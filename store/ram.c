@@ -238,6 +238,7 @@ struct chunk *ram_lookup(struct ram_tier *r, const struct chunk_id *id, size_t l
 		if (!e->pinned && e->charge)
 			policy_touch(r->charges[e->charge].policy, &e->ce, now);
 		chunk_ref(c);
+		atomic_fetch_add_explicit(&c->hits, 1, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&r->lock);
 	return c;

@@ -36,7 +36,8 @@ extern const struct tier_ops ram_tier_ops;
  * ram_tier_ops.close. */
 struct ram_tier *ram_open(uint64_t capacity, enum policy_kind policy, double stale_after_s);
 
-/* A READY chunk of this length, touched and referenced, or NULL. One of
+/* A READY chunk of this length, touched, referenced and its hits counted
+ * (struct chunk), or NULL. One of
  * the wrong length (callers disagree about the object's size) cannot be
  * served: it is evicted onto *gone. */
 struct chunk *ram_lookup(struct ram_tier *r, const struct chunk_id *id, size_t len, double now,

@@ -579,7 +579,6 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 	if (c) {
 		tier_release(dead);
 		count(&s->hits_ram);
-		atomic_fetch_add_explicit(&c->hits, 1, memory_order_relaxed);
 		*role = STORE_HIT;
 		return c;
 	}
@@ -602,7 +601,6 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 		pthread_mutex_unlock(&sh->lock);
 		tier_release(dead);
 		count(&s->hits_ram);
-		atomic_fetch_add_explicit(&c->hits, 1, memory_order_relaxed);
 		*role = STORE_HIT;
 		return c;
 	}

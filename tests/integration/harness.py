@@ -372,13 +372,18 @@ class Larder:
         return {"LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % free_port(),
                 "LARDER_ADMIN_TOKEN": "memory-" + os.urandom(8).hex()}
 
-    def peak_rss(self):
-        """Peak resident set size in bytes (VmHWM), while the process lives."""
+    def status_bytes(self, field):
+        """A kB field of /proc/PID/status (VmHWM, RssShmem, ...), in bytes,
+        while the process lives."""
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmHWM")
+        raise RuntimeError("no %s in /proc/%d/status" % (field, self.proc.pid))
+
+    def peak_rss(self):
+        """Peak resident set size in bytes (VmHWM), while the process lives."""
+        return self.status_bytes("VmHWM")
 
     def peak_memory(self):
         """Peak memory in bytes: VmHWM plus the most bytes larder's chunks

@@ -412,15 +412,6 @@ class HitOutlivesEviction(TrustCase):
         self.assertEqual(self.get("slow-hit").cache, "miss")
 
 
-def shmem_resident(pid):
-    """Bytes of shared memory the process has mapped in: larder's memfd."""
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("RssShmem:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no RssShmem in /proc/%d/status" % pid)
-
-
 class HitsFromTheMapping(TrustCase):
     """From a chunk's third hit on, a hit reads its bytes through a read-only
     mapping of larder's memfd and goes out as an iovec (one copy, the kernel's
@@ -432,12 +423,11 @@ class HitsFromTheMapping(TrustCase):
         data = blob(60 + size % 7, size)
         self.origin.put(BUCKET, key, data)
         self.assertBody(self.get(key), data)
-        pid = self.larder.proc.pid
         for hit in (1, 2, 3):
-            before = shmem_resident(pid)
+            before = self.larder.status_bytes("RssShmem")
             r = self.get(key)
             self.assertEqual((r.cache, r.body == data), ("hit", True), (hit, r))
-            grew = shmem_resident(pid) - before
+            grew = self.larder.status_bytes("RssShmem") - before
             if hit < 3:
                 self.assertLess(grew, 64 * 1024, "hit %d mapped the chunks in" % hit)
             else:
