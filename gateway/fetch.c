@@ -352,6 +352,7 @@ static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
 	if (!f->fills_chunk0)
 		return FETCH_ERR_CANCELLED;
 	chunk_ref(c);
+	chunk_keep(c);
 	f->c = c;
 	f->index = index;
 	f->start = 0;
@@ -476,7 +477,7 @@ static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 		uint64_t a, b, total;
 		const char *etag = resp_header(f, "ETag");
 		if (!content_range_parse(resp_header(f, "Content-Range"), &a, &b, &total) ||
-		    a != f->start + atomic_load(&f->c->filled) || b + 1 != f->start + f->c->len) {
+		    a != f->start + chunk_produced(f->c) || b + 1 != f->start + f->c->len) {
 			f->discard = true;
 			f->failed_headers = true;
 		} else if (!etag || strcmp(etag, f->etag) != 0 || total != f->size) {
@@ -508,11 +509,11 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
 		f->cancelled = true;
 		return 0;
 	}
-	size_t room = f->c->len - atomic_load(&f->c->filled);
+	size_t room = f->c->len - chunk_produced(f->c);
 	if (len > room && f->whole && f->index == 0 && f->meta) {
 		/* a whole object's answer: chunk 0 is its first bytes, and this
 		 * fetch stops once it has them (a short count aborts the transfer) */
-		if (chunk_append(f->c, data, room) != 0)
+		if (room > 0 && chunk_append(f->c, data, room) != 0)
 			f->no_memory = true;
 		return 0;
 	}
@@ -585,7 +586,7 @@ static int start_transfer(struct fetch *f)
 	else if (f->meta_kind && !f->c)
 		; /* the whole object (an empty one, or for its checksums) */
 	else
-		range_format(range, f->start + atomic_load(&f->c->filled), f->start + f->c->len - 1);
+		range_format(range, f->start + chunk_produced(f->c), f->start + f->c->len - 1);
 	int rc = range[0] ? hdrs_add(&h, "Range", range) : 0;
 	if (f->whole && f->meta_kind && !f->c)
 		rc = rc ? rc : hdrs_add(&h, "x-amz-checksum-mode", "ENABLED");
@@ -681,6 +682,7 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 	f->charge = charge;
 	str_copy(f->pin, sizeof f->pin, pin ? pin : "");
 	chunk_ref(c);
+	chunk_keep(c);
 	f->c = c;
 	f->index = index;
 	f->start = obj_chunk_offset(index, chunk_bytes(f));
@@ -786,7 +788,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	if (f->to_peer && !f->cancelled && !learnt_only &&
 	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
 	     status == 401 || status == 403 || f->c) &&
-	    !(f->c && atomic_load(&f->c->filled) == f->c->len)) {
+	    !(f->c && chunk_produced(f->c) == f->c->len)) {
 		/* The node is gone, refused, or broke off: a holder's failure
 		 * sends us to the owner, the owner's to S3, from the bytes
 		 * already received. So does a node that answered for another
@@ -870,7 +872,12 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		fetch_free(f);
 		return;
 	}
-	size_t filled = atomic_load(&f->c->filled);
+	/* What is still in the producer's copy goes to readers now; a flush
+	 * the arena refused leaves the chunk short, failed as one that found
+	 * no memory. */
+	if (chunk_flush(f->c) != 0)
+		f->no_memory = true;
+	size_t filled = chunk_filled(f->c);
 	if (filled == f->c->len) {
 		complete_ok(f);
 	} else if (status == 412 || f->changed) {

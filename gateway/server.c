@@ -7,8 +7,9 @@
  * as well let another process of the same user share the port and take part
  * of the traffic, so the port is first bound without it: a port anyone
  * holds stops the start. The loop watches
- * MHD's epoll fd and its timeout; before each sleep it unpauses the curl
- * transfers that asked (curlev_run_pending) and re-arms MHD's timer.
+ * MHD's epoll fd and its timeout; before each sleep it hands the bytes
+ * its fetches gathered to their readers (chunk_flush_pending), unpauses the
+ * curl transfers that asked (curlev_run_pending) and re-arms MHD's timer.
  * The main thread only waits for signals.
  */
 #include "gateway/server.h"
@@ -83,12 +84,14 @@ static void count_transfer(const struct transfer *t, CURLcode result, void *arg)
 	metrics_upstream_curl(t->easy, t->status, result, t->retries > 0);
 }
 
-/* Before the loop sleeps: unpause transfers, then re-arm MHD's timeout. */
+/* Before the loop sleeps: publish fetched bytes, unpause transfers, then
+ * re-arm MHD's timeout. */
 static void prepare_cb(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct worker *w = p->data;
 	assert(w->magic == WORKER_MAGIC);
 	(void)revents;
+	chunk_flush_pending(); /* fetched bytes reach their readers */
 	curlev_run_pending(w->curl);
 	MHD_UNSIGNED_LONG_LONG ms;
 	ev_timer_stop(loop, &w->mhd_timer);
@@ -161,6 +164,7 @@ static void *worker_main(void *arg)
 	/* Named for top -H and perf's per-thread views. */
 	pthread_setname_np(pthread_self(), "larder-worker");
 	ev_run(w->loop, 0);
+	chunk_flush_pending(); /* the references it holds, of chunks that ended */
 	return NULL;
 }
 

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -304,6 +305,9 @@ const void *chunk_view(struct chunk *c)
 	assert(chunk_filled(c) == c->len);
 	if (!chunk_in_arena(c))
 		return c->data;
+	char *k = atomic_load_explicit(&c->kept, memory_order_acquire);
+	if (k)
+		return k;
 	void *b = scratch(c->len);
 	return b && chunk_read(c, 0, b, c->len) == 0 ? b : NULL;
 }
@@ -377,6 +381,7 @@ void chunk_unref(struct chunk *c)
 	pthread_cond_destroy(&c->woke);
 	pthread_mutex_destroy(&c->lock);
 	atomic_fetch_sub_explicit(&live_bytes, c->len, memory_order_relaxed);
+	chunk_unkeep(c);
 	if (chunk_in_arena(c)) {
 		(void)fallocate(arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)c->off,
 		                (off_t)arena_span(c->len));
@@ -481,8 +486,109 @@ static void chunk_publish(struct chunk *c, size_t n)
 	wake_all(c);
 }
 
+/* ---- producer's copies ------------------------------------------------------ */
+
+/* Buffers of CHUNK_KEEP_MAX bytes, made on demand up to CHUNK_KEEP_POOL
+ * and then reused, never freed: their pages stay the process's, so a fill
+ * costs a copy into memory already present (docs/benchmarks.md, "Fills in
+ * one write"). */
+#define KEEP_POOL CHUNK_KEEP_POOL
+
+static pthread_mutex_t keep_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *keep_free[KEEP_POOL];
+static unsigned keep_nfree, keep_made;
+/* The chunks this thread appended to and has not flushed (one reference
+ * each). Initial-exec, as base/log.c's: the general-dynamic model would
+ * make the binary need ld.so itself (__tls_get_addr). */
+static __thread __attribute__((tls_model("initial-exec"))) struct chunk *pending_head;
+
+void chunk_keep(struct chunk *c)
+{
+	if (!chunk_in_arena(c) || c->len > CHUNK_KEEP_MAX ||
+	    atomic_load_explicit(&c->kept, memory_order_relaxed) ||
+	    atomic_load_explicit(&c->filled, memory_order_relaxed) != 0)
+		return;
+	char *k = NULL;
+	bool make = false;
+	pthread_mutex_lock(&keep_lock);
+	if (keep_nfree > 0)
+		k = keep_free[--keep_nfree];
+	else if (keep_made < KEEP_POOL)
+		make = true, keep_made++;
+	pthread_mutex_unlock(&keep_lock);
+	if (make && !(k = malloc(CHUNK_KEEP_MAX))) {
+		pthread_mutex_lock(&keep_lock);
+		keep_made--;
+		pthread_mutex_unlock(&keep_lock);
+	}
+	c->staged = 0;
+	atomic_store_explicit(&c->kept, k, memory_order_relaxed);
+}
+
+void chunk_unkeep(struct chunk *c)
+{
+	char *k = atomic_exchange_explicit(&c->kept, NULL, memory_order_acq_rel);
+	if (!k)
+		return;
+	pthread_mutex_lock(&keep_lock);
+	assert(keep_nfree < KEEP_POOL);
+	keep_free[keep_nfree++] = k;
+	pthread_mutex_unlock(&keep_lock);
+}
+
+size_t chunk_produced(const struct chunk *c)
+{
+	return atomic_load_explicit(&c->kept, memory_order_relaxed)
+	               ? c->staged
+	               : atomic_load_explicit(&c->filled, memory_order_relaxed);
+}
+
+int chunk_flush(struct chunk *c)
+{
+	char *k = atomic_load_explicit(&c->kept, memory_order_relaxed);
+	size_t f = atomic_load_explicit(&c->filled, memory_order_relaxed);
+	if (!k || c->flush_err || c->staged == f ||
+	    atomic_load_explicit(&c->state, memory_order_relaxed) != CHUNK_FILLING)
+		return c->flush_err;
+	struct iovec iov = { k + f, c->staged - f };
+	int rc = file_pwritev_all(arena_fd, &iov, 1, c->off + f);
+	if (rc < 0) /* ENOSPC, ENOMEM: the memory cgroup's limit */
+		return c->flush_err = rc;
+	chunk_publish(c, c->staged - f);
+	return 0;
+}
+
+void chunk_flush_pending(void)
+{
+	struct chunk *c;
+	while ((c = pending_head) != NULL) {
+		pending_head = c->pending_next;
+		c->pending_next = NULL;
+		c->pending = false;
+		(void)chunk_flush(c); /* a failure is the producer's to see */
+		chunk_unref(c);
+	}
+}
+
 int chunk_append(struct chunk *c, const void *data, size_t n)
 {
+	if (n == 0)
+		return 0; /* a write of nothing would fail (file_pwritev_all) */
+	char *k = atomic_load_explicit(&c->kept, memory_order_relaxed);
+	if (k) {
+		assert(n <= c->len - c->staged);
+		if (c->flush_err)
+			return c->flush_err;
+		memcpy(k + c->staged, data, n);
+		c->staged += n;
+		if (!c->pending) {
+			chunk_ref(c);
+			c->pending = true;
+			c->pending_next = pending_head;
+			pending_head = c;
+		}
+		return 0;
+	}
 	size_t f = atomic_load_explicit(&c->filled, memory_order_relaxed);
 	assert(n <= c->len - f);
 	if (!chunk_in_arena(c)) {

@@ -98,6 +98,16 @@ struct chunk {
 	int fail_reason;             /* negative errno-style, or an HTTP status */
 	void *tier_priv;             /* the RAM tier's bookkeeping */
 	uint64_t gen;                /* NVMe time order, taken when it was created */
+
+	/* The producer's copy of an arena chunk's bytes (chunk_keep), or
+	 * NULL: appends land here first and reach the arena in one write
+	 * per flush. Written by the producer's thread only; after READY, by
+	 * whoever chunk_unkeep()s it, once. */
+	_Atomic(char *) kept;
+	size_t staged;               /* producer: bytes in kept, >= filled */
+	int flush_err;               /* producer: a failed flush's -errno */
+	bool pending;                /* producer: on its thread's flush list */
+	struct chunk *pending_next;
 };
 
 /* A new chunk in state FILLING with refs = 1 and len bytes allocated.
@@ -173,5 +183,29 @@ int chunk_append(struct chunk *c, const void *data, size_t n);
  * c->data, no copy is made). NULL on allocation failure. */
 void *chunk_stage(struct chunk *c);
 void chunk_set_state(struct chunk *c, enum chunk_state s, int reason);
+
+/*
+ * A producer's copy (docs/cache.md, "Tiers"). A producer that appends in
+ * many small pieces (a fetch: libcurl hands over 16 KiB at a time) gives
+ * an arena chunk of at most CHUNK_KEEP_MAX bytes a buffer of its own:
+ * chunk_keep. Appends are then copied there and written to the arena,
+ * and published, by chunk_flush: on the producer's thread when it calls
+ * chunk_flush_pending (a worker does before its loop sleeps), or
+ * chunk_flush(c). The copy stays after READY so that the NVMe write reads
+ * it (chunk_view) instead of the arena, and goes with chunk_unkeep.
+ * Buffers come from a bounded pool; without one, appends write through.
+ */
+#define CHUNK_KEEP_MAX (256u << 10)
+#define CHUNK_KEEP_POOL 128 /* copies at most, made as needed and kept */
+void chunk_keep(struct chunk *c);
+/* Bytes the producer has appended (filled, plus those not flushed). */
+size_t chunk_produced(const struct chunk *c);
+/* Writes c's unflushed bytes and publishes them: 0, or the -errno of this
+ * or an earlier failed flush (then nothing more is published). */
+int chunk_flush(struct chunk *c);
+/* chunk_flush of every chunk the calling thread appended to since. */
+void chunk_flush_pending(void);
+/* Gives c's copy back to the pool. */
+void chunk_unkeep(struct chunk *c);
 
 #endif

@@ -214,6 +214,8 @@ static void list_remove(struct job_list *l, struct job *j)
 
 static void job_free(struct job *j)
 {
+	if (j->kind == JOB_WRITE)
+		chunk_unkeep(j->c); /* the write had what it needed of the copy */
 	chunk_unref(j->c);
 	free(j);
 }
@@ -685,14 +687,19 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 		chunk_set_state(c, CHUNK_FAILED, reason);
 	if (ok && in_table && write_through && disk_usable(s)) {
 		/* A chunk pinned on NVMe is written whatever the queue holds:
-		 * once RAM lets it go, NVMe is where its pin keeps it. */
+		 * once RAM lets it go, NVMe is where its pin keeps it. The job
+		 * gives the producer's copy back (job_free). */
 		struct job *j = write_job_new(c, o);
 		if (!j || !(job_queue(s, j, false) ||
 		            (disk_pinned(s->disk, &c->id) && job_queue(s, j, true)))) {
 			count(&s->disk_writes_dropped);
 			if (j)
 				job_free(j);
+			else
+				chunk_unkeep(c);
 		}
+	} else {
+		chunk_unkeep(c);
 	}
 	if (ok && in_table)
 		changed(s, &c->id);

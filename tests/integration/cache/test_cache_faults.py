@@ -575,6 +575,45 @@ class UpstreamFaults(FaultCase):
             self.assertBody(again, data, "whole object, again")
         self.assertEqual(again.cache, "hit")
 
+    def test_small_chunk_gives_its_bytes_as_they_come(self):
+        # 200 KiB in 16 KiB pieces 200 ms apart (2.4 s in all). The fetch
+        # gathers a small chunk's bytes in a copy of its own, but hands
+        # what it has to readers every time its loop turns: a range of the
+        # first KiB is answered once that piece is in, not once the chunk
+        # is whole.
+        data = blob(18, 200 * 1024)
+        self.origin.put(BUCKET, "small-trickle", data)
+        m = self.origin.mark()
+        self.origin.slow_next(16 * 1024, 200, key="small-trickle")
+        t0 = time.monotonic()
+        r = self.get("small-trickle", {"Range": "bytes=0-1023"})
+        took = time.monotonic() - t0
+        self.assertEqual((r.status, r.body), (206, data[:1024]), r)
+        gets = self.origin.gets(BUCKET, "small-trickle", since=m)
+        self.assertLess(took, 1.5, "the first KiB took %.2f s; upstream GETs %s" % (
+            took, [(g["range"], g["body_sent"]) for g in gets]))
+        whole = self.get("small-trickle")
+        self.assertBody(whole, data, "the whole object after the trickle")
+
+    def test_whole_answer_with_a_piece_ending_at_chunk_0s_end(self):
+        # A first read with x-amz-checksum-mode learns the object with one
+        # whole GET, which stops once chunk 0 is full. The origin writes
+        # 64 KiB pieces 30 ms apart, so a piece ends exactly where chunk 0
+        # does and the bytes after it find chunk 0 full: it is complete and
+        # kept all the same (a build that failed it as "no memory" answered
+        # this read from a second GET of chunk 0, or with 503).
+        data = blob(19, 2 * CHUNK + 4321)
+        self.origin.put(BUCKET, "whole-aligned", data)
+        m = self.origin.mark()
+        self.origin.slow_next(64 * 1024, 30, key="whole-aligned")
+        r = self.get("whole-aligned", {"x-amz-checksum-mode": "ENABLED"})
+        self.assertBody(r, data, "a first read in checksum mode")
+        gets = [g["range"] for g in self.origin.gets(BUCKET, "whole-aligned", since=m)]
+        self.assertEqual(gets, [None, "bytes=%d-%d" % (CHUNK, 2 * CHUNK - 1),
+                                "bytes=%d-%d" % (2 * CHUNK, len(data) - 1)], gets)
+        again = self.get("whole-aligned", {"Range": "bytes=0-99"})
+        self.assertEqual((again.status, again.body, again.cache), (206, data[:100], "hit"), again)
+
     def test_slow_first_byte_coalesces_readers(self):
         data = blob(15, 4 * CHUNK)
         self.origin.put(BUCKET, "slow", data)

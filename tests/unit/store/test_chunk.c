@@ -528,6 +528,181 @@ static void test_append_refused(void **state)
 	chunk_unref(c);
 }
 
+/* Appending nothing (a producer whose chunk is already full, handed more
+ * bytes) succeeds and publishes nothing, in the arena and on the heap. */
+static void test_append_nothing(void **state)
+{
+	(void)state;
+	struct chunk *c = mk(128 * 1024), *h = mk(100);
+	char b[16] = "x";
+	assert_int_equal(chunk_append(c, b, 0), 0);
+	assert_int_equal(chunk_append(h, b, 0), 0);
+	assert_int_equal(chunk_filled(c), 0);
+	assert_int_equal(chunk_filled(h), 0);
+	chunk_unref(c);
+	chunk_unref(h);
+}
+
+/* This process's write system calls so far (/proc/self/io's syscw; reading
+ * the file is no write). */
+static long writes_so_far(void)
+{
+	FILE *f = fopen("/proc/self/io", "r");
+	assert_non_null(f);
+	char line[128];
+	long n = -1;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "syscw: %ld", &n) == 1)
+			break;
+	fclose(f);
+	assert_true(n >= 0);
+	return n;
+}
+
+/* An arena chunk of 115 KiB with a copy kept (chunk_keep), or NULL (and
+ * the test skipped) when there is no arena. */
+static struct chunk *mk_kept(size_t len)
+{
+	struct chunk *c = mk(len);
+	uint64_t off;
+	if (chunk_fd(c, &off) < 0) {
+		chunk_unref(c);
+		return NULL;
+	}
+	chunk_keep(c);
+	assert_non_null(atomic_load(&c->kept));
+	return c;
+}
+
+/* A fetch hands its bytes over 16 KiB at a time. With a copy kept they
+ * reach the arena in one write per flush, and readers are told of them
+ * then, not before; the NVMe write's view of the chunk is the copy; and
+ * once the copy is given back the bytes are the arena's as before. */
+static void test_keep_coalesces(void **state)
+{
+	(void)state;
+	enum { LEN = 115 * 1024, CURL_PIECE = 16 * 1024 };
+	static char src[LEN], got[LEN];
+	for (size_t i = 0; i < LEN; i++)
+		src[i] = (char)(i * 7 + i / 4096);
+	struct chunk *c = mk_kept(LEN);
+	if (!c)
+		skip(); /* no memfd: the bytes are on the heap */
+	struct tw t;
+	tw_init(&t);
+	chunk_wait(c, &t.w, 0);
+	long w0 = writes_so_far();
+	for (size_t d = 0; d < LEN; d += CURL_PIECE)
+		assert_int_equal(chunk_append(c, src + d, LEN - d < CURL_PIECE ? LEN - d : CURL_PIECE), 0);
+	assert_int_equal(writes_so_far() - w0, 0);
+	assert_int_equal(chunk_filled(c), 0);
+	assert_int_equal(chunk_produced(c), LEN);
+	assert_int_equal(t.wakes, 0);
+	chunk_flush_pending();
+	assert_int_equal(writes_so_far() - w0, 1);
+	assert_int_equal(chunk_filled(c), LEN);
+	assert_true(t.wakes >= 1);
+	chunk_flush_pending(); /* nothing left: no write */
+	assert_int_equal(chunk_flush(c), 0);
+	assert_int_equal(writes_so_far() - w0, 1);
+	chunk_unwait(c, &t.w);
+	tw_fini(&t);
+	chunk_set_state(c, CHUNK_READY, 0);
+
+	const char *v = chunk_view(c);
+	assert_ptr_equal(v, atomic_load(&c->kept));
+	assert_memory_equal(v, src, LEN);
+	chunk_unkeep(c);
+	assert_null(atomic_load(&c->kept));
+	v = chunk_view(c);
+	assert_non_null(v);
+	assert_memory_equal(v, src, LEN);
+	assert_int_equal(chunk_read(c, 0, got, LEN), 0);
+	assert_memory_equal(got, src, LEN);
+	chunk_unref(c);
+}
+
+/* A flush the arena refuses (here a file size limit: EFBIG) publishes
+ * nothing, and its error reaches the producer at its next append and at
+ * chunk_flush, never a chunk with a hole in it. */
+static void test_keep_flush_refused(void **state)
+{
+	(void)state;
+	struct chunk *c = mk_kept(128 * 1024);
+	if (!c)
+		skip();
+	uint64_t off;
+	assert_true(chunk_fd(c, &off) >= 0);
+	char buf[16384];
+	memset(buf, 'k', sizeof buf);
+	assert_int_equal(chunk_append(c, buf, sizeof buf), 0);
+	struct rlimit was, lim;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+	lim = (struct rlimit){ off + 4096, was.rlim_max };
+	void (*old)(int) = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	chunk_flush_pending();
+	int flushed = chunk_flush(c);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+	signal(SIGXFSZ, old);
+	/* pwrite stops at the limit: the 4 KiB before it may be written, but
+	 * none is published */
+	assert_int_equal(flushed, -EFBIG);
+	assert_int_equal(chunk_filled(c), 0);
+	assert_int_equal(chunk_append(c, buf, sizeof buf), -EFBIG);
+	assert_int_equal(chunk_flush(c), -EFBIG);
+	chunk_set_state(c, CHUNK_FAILED, -ENOSPC);
+	chunk_unkeep(c);
+	chunk_unref(c);
+}
+
+/* The copies are a bounded pool: past CHUNK_KEEP_POOL chunks at once,
+ * a chunk gets none and its appends go straight to the arena. A chunk
+ * over CHUNK_KEEP_MAX, or on the heap, never gets one. Copies given back
+ * are used again. */
+static void test_keep_bounded(void **state)
+{
+	(void)state;
+	enum { N = CHUNK_KEEP_POOL + 2, LEN = 100 * 1024 };
+	static struct chunk *c[N];
+	static char buf[LEN];
+	int kept = 0;
+	for (int i = 0; i < N; i++) {
+		c[i] = mk(LEN);
+		uint64_t off;
+		if (chunk_fd(c[i], &off) < 0) {
+			for (int k = 0; k <= i; k++)
+				chunk_unref(c[k]);
+			skip();
+		}
+		chunk_keep(c[i]);
+		kept += atomic_load(&c[i]->kept) != NULL;
+		memset(buf, 'a' + i % 26, sizeof buf);
+		assert_int_equal(chunk_append(c[i], buf, sizeof buf), 0);
+		/* without a copy the bytes are published at once */
+		assert_int_equal(chunk_filled(c[i]), atomic_load(&c[i]->kept) ? 0 : LEN);
+	}
+	assert_int_equal(kept, CHUNK_KEEP_POOL);
+	chunk_flush_pending();
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(chunk_filled(c[i]), LEN);
+		chunk_set_state(c[i], CHUNK_READY, 0);
+		memset(buf, 'a' + i % 26, sizeof buf);
+		assert_memory_equal(chunk_view(c[i]), buf, LEN);
+		chunk_unref(c[i]); /* gives its copy back */
+	}
+	struct chunk *big = mk(CHUNK_KEEP_MAX + 4096), *small = mk(4096), *again = mk(LEN);
+	chunk_keep(big);
+	chunk_keep(small);
+	chunk_keep(again);
+	assert_null(atomic_load(&big->kept));
+	assert_null(atomic_load(&small->kept));
+	assert_int_equal(atomic_load(&again->kept) != NULL, true);
+	chunk_unref(big);
+	chunk_unref(small);
+	chunk_unref(again);
+}
+
 /* Mappings of the arena in this process: lines of /proc/self/maps naming it. */
 static int arena_mappings(void)
 {
@@ -639,6 +814,10 @@ int main(void)
 		cmocka_unit_test(test_unwait_waits_for_wake),
 		cmocka_unit_test(test_stress_readers),
 		cmocka_unit_test(test_append_refused),
+		cmocka_unit_test(test_append_nothing),
+		cmocka_unit_test(test_keep_coalesces),
+		cmocka_unit_test(test_keep_flush_refused),
+		cmocka_unit_test(test_keep_bounded),
 		cmocka_unit_test(test_map),
 		cmocka_unit_test(test_stress_unwait),
 	};

@@ -666,6 +666,72 @@ static void test_disk_roundtrip(void **state)
 	store_close(s);
 }
 
+/* A fetch's chunk keeps a copy of its bytes while it fills (chunk_keep).
+ * The NVMe write reads the copy and then gives it back, and the entry
+ * holds the bytes; a chunk that is not written (it failed, or there is no
+ * NVMe tier) gives it back when it completes. */
+static void test_kept_copy_written_and_given_back(void **state)
+{
+	(void)state;
+	enum { LEN = 100 * 1024 };
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/kept", tmpdir);
+	enum store_role role;
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	struct chunk_id id = cid(40);
+	struct chunk *c = store_acquire(s, &id, LEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+	chunk_keep(c);
+	if (!atomic_load(&c->kept)) { /* no arena here */
+		store_complete(s, c, false, -EIO, NULL);
+		chunk_unref(c);
+		store_close(s);
+		skip();
+	}
+	fill(c, 40);
+	assert_int_equal(chunk_filled(c), 0); /* in the copy only */
+	assert_int_equal(chunk_flush(c), 0);
+	struct chunk_origin o = origin(40);
+	store_complete(s, c, true, 0, &o);
+	wait_writes(s, 1);
+	for (int i = 0; i < 1000 && atomic_load(&c->kept); i++)
+		msleep(1);
+	assert_null(atomic_load(&c->kept));
+	assert_true(data_ok(c, 40));
+	chunk_unref(c);
+
+	struct chunk_id failed = cid(41);
+	c = store_acquire(s, &failed, LEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+	chunk_keep(c);
+	assert_non_null(atomic_load(&c->kept));
+	fill(c, 41);
+	store_complete(s, c, false, -EIO, NULL);
+	assert_null(atomic_load(&c->kept));
+	chunk_unref(c);
+	store_close(s);
+
+	s = open_disk(dir, 0, NULL, NULL); /* the entry, from NVMe */
+	c = store_acquire(s, &id, LEN, &role);
+	assert_int_equal(role, STORE_HIT);
+	assert_true(data_ok(c, 40));
+	chunk_unref(c);
+	store_close(s);
+
+	s = open_ram(1 << 20, POLICY_SUBSET);
+	c = store_acquire(s, &id, LEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+	chunk_keep(c);
+	assert_non_null(atomic_load(&c->kept));
+	fill(c, 40);
+	assert_int_equal(chunk_flush(c), 0);
+	store_complete(s, c, true, 0, &o);
+	assert_null(atomic_load(&c->kept));
+	assert_true(data_ok(c, 40));
+	chunk_unref(c);
+	store_close(s);
+}
+
 /* Pins fill the RAM cap first (those chunks held in both tiers), then the
  * NVMe cap alone; past both, -ENOSPC. RAM lets the NVMe-only ones go,
  * NVMe keeps them; unpinning with the tiers store_pin gave frees both. */
@@ -1117,6 +1183,7 @@ int main(void)
 		cmocka_unit_test(test_drop),
 		cmocka_unit_test(test_threads_coalesce),
 		cmocka_unit_test_setup_teardown(test_disk_roundtrip, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_kept_copy_written_and_given_back, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_corrupt_refetch, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_uncached_read_goes_to_io_threads, setup_dir,
 		                                teardown_dir),
