@@ -248,9 +248,11 @@ const void *chunk_map(struct chunk *c)
 			munmap(n, ARENA_WINDOW); /* another thread's came first */
 	}
 	char *p = m + (c->off - w->base);
+#ifdef MADV_POPULATE_READ /* Linux 5.14; without it the pages fault in */
 	if (!atomic_load_explicit(&c->mapped_in, memory_order_relaxed) &&
 	    !atomic_exchange(&c->mapped_in, true))
 		(void)madvise(p, arena_span(c->len), MADV_POPULATE_READ);
+#endif
 	return p;
 }
 

@@ -175,8 +175,10 @@ static int segments(const char *dir, char names[][300], int max)
 	int n = 0;
 	struct dirent *de;
 	while ((de = readdir(dh)) != NULL)
-		if (strncmp(de->d_name, "seg-", 4) == 0 && n < max)
-			snprintf(names[n++], 300, "%s/%s", dir, de->d_name);
+		if (strncmp(de->d_name, "seg-", 4) == 0 && n < max) {
+			int w = snprintf(names[n++], 300, "%s/%s", dir, de->d_name);
+			assert_true(w > 0 && w < 300);
+		}
 	closedir(dh);
 	qsort(names, (size_t)n, 300, (int (*)(const void *, const void *))strcmp);
 	return n;
