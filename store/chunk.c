@@ -494,10 +494,8 @@ static void chunk_publish(struct chunk *c, size_t n)
  * and then reused, never freed: their pages stay the process's, so a fill
  * costs a copy into memory already present (docs/benchmarks.md, "Fills in
  * one write"). */
-#define KEEP_POOL CHUNK_KEEP_POOL
-
 static pthread_mutex_t keep_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *keep_free[KEEP_POOL];
+static char *keep_free[CHUNK_KEEP_POOL];
 static unsigned keep_nfree, keep_made;
 /* The chunks this thread appended to and has not flushed (one reference
  * each). Initial-exec, as base/log.c's: the general-dynamic model would
@@ -515,7 +513,7 @@ void chunk_keep(struct chunk *c)
 	pthread_mutex_lock(&keep_lock);
 	if (keep_nfree > 0)
 		k = keep_free[--keep_nfree];
-	else if (keep_made < KEEP_POOL)
+	else if (keep_made < CHUNK_KEEP_POOL)
 		make = true, keep_made++;
 	pthread_mutex_unlock(&keep_lock);
 	if (make && !(k = malloc(CHUNK_KEEP_MAX))) {
@@ -533,7 +531,7 @@ void chunk_unkeep(struct chunk *c)
 	if (!k)
 		return;
 	pthread_mutex_lock(&keep_lock);
-	assert(keep_nfree < KEEP_POOL);
+	assert(keep_nfree < CHUNK_KEEP_POOL);
 	keep_free[keep_nfree++] = k;
 	pthread_mutex_unlock(&keep_lock);
 }
