@@ -169,6 +169,9 @@ const void *chunk_map(struct chunk *c);
  * of the calling thread's, valid until its next chunk_view or
  * chunk_stage. NULL if the copy failed. */
 const void *chunk_view(struct chunk *c);
+/* That buffer: at least len bytes, page-aligned, kept for the calling
+ * thread's next calls and freed when it ends. NULL on allocation failure. */
+void *chunk_scratch(size_t len);
 
 /* Producer side. append copies n bytes at filled (n <= len - filled) and
  * wakes the waiters; 0, or -errno when the arena refused the bytes (the

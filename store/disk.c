@@ -16,7 +16,8 @@
  * a second process (or a second disk_open) out.
  *
  * No fsync. Cache contents can always be fetched again, so entries are
- * written with pwritev and never synced: after a crash the tail of a
+ * written with pwritev (large ones with O_DIRECT, see write_entry) and
+ * never synced: after a crash the tail of a
  * segment may be missing, zeroed or half written. The scan at open stops
  * a segment at the first header that does not check out (bad magic, bad
  * CRC, running past the end of the file) and truncates the file there;
@@ -185,8 +186,16 @@ void disk_close(struct disk *d)
 	free(d);
 }
 
-int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_origin *o,
-               const void *data, size_t len)
+/* disk_write of data, or of chunk c's bytes when data is NULL. An entry of
+ * more than DISK_DIRECT_ABOVE bytes is laid out whole (header, names, data,
+ * padding) in the thread's page-aligned buffer and written with O_DIRECT:
+ * for such sizes that costs a fraction of the page cache's copy, and the
+ * machine does not hold the tier's bytes twice (docs/benchmarks.md,
+ * "Large entries past the page cache"). Smaller entries go through the
+ * page cache, where a hit reads them without waiting on the device
+ * (store.c, INLINE_READ_MAX). data must not be in that buffer. */
+static int write_entry(struct disk *d, const struct chunk_id *id, const struct chunk_origin *o,
+                       const void *data, struct chunk *c, size_t len)
 {
 	const char *bucket = o && o->bucket ? o->bucket : "";
 	const char *key = o && o->key ? o->key : "";
@@ -197,7 +206,28 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 	    len > UINT32_MAX)
 		return -EINVAL;
 
-	/* Everything that needs no lock: the header, the CRCs, the entry. */
+	/* Everything that needs no lock: the bytes, the CRCs, the header. */
+	size_t vl = bl + kl + el + ml;
+	uint64_t esz = dk_entry_size(vl, len);
+	unsigned char *whole = NULL; /* the entry laid out for O_DIRECT */
+	if (len > DISK_DIRECT_ABOVE && !atomic_load_explicit(&d->no_direct, memory_order_relaxed))
+		whole = chunk_scratch(esz);
+	unsigned char *hb = whole ? whole : malloc(HDR_LEN + vl);
+	if (!hb)
+		return -ENOMEM;
+	if (whole) {
+		unsigned char *at = whole + HDR_LEN + vl;
+		int r = c ? chunk_read(c, 0, at, len) : 0;
+		if (r < 0)
+			return r;
+		if (!c)
+			memcpy(at, data, len);
+		memset(at + len, 0, esz - HDR_LEN - vl - len);
+		data = at;
+	} else if (c && !(data = chunk_view(c))) {
+		free(hb);
+		return -ENOMEM;
+	}
 	struct hdr h = {
 		.id = *id, .index = o ? o->index : 0,
 		.bucket_len = (uint16_t)bl, .key_len = (uint16_t)kl, .etag_len = (uint16_t)el,
@@ -206,13 +236,10 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 		.gen = o && o->gen ? o->gen : disk_next_gen(d),
 		.flags = o && o->copy ? HDR_F_COPY : 0,
 	};
-	size_t vl = bl + kl + el + ml;
-	uint64_t esz = dk_entry_size(vl, len);
-	unsigned char *hb = malloc(HDR_LEN + vl);
 	struct dent *e = calloc(1, sizeof *e);
-	if (!hb || !e) {
-		free(hb);
-		free(e);
+	if (!e) {
+		if (!whole)
+			free(hb);
 		return -ENOMEM;
 	}
 	unsigned char *v = hb + HDR_LEN;
@@ -262,12 +289,20 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 	atomic_fetch_add(&s->refs, 1);
 	pthread_mutex_unlock(&d->lock);
 
+	/* s->dfd is stable here: only a writer (holding wlock) seals a head. */
 	struct iovec iov[3] = {
 		{ hb, HDR_LEN + vl },
 		{ (void *)(uintptr_t)data, len },
 		{ (void *)(uintptr_t)zeros, (size_t)(esz - HDR_LEN - vl - len) },
 	};
-	rc = file_pwritev_all(s->fd, iov, 3, off);
+	rc = -EINVAL;
+	if (whole && s->dfd >= 0) {
+		struct iovec all = { whole, (size_t)esz };
+		if ((rc = file_pwritev_all(s->dfd, &all, 1, off)) == -EINVAL)
+			dk_no_direct(d, "a write with O_DIRECT"); /* and again through the page cache */
+	}
+	if (rc == -EINVAL)
+		rc = file_pwritev_all(s->fd, iov, 3, off);
 
 	pthread_mutex_lock(&d->lock);
 	if (rc < 0) {
@@ -293,8 +328,15 @@ out:
 	pthread_mutex_unlock(&d->lock);
 	pthread_mutex_unlock(&d->wlock);
 	free(e);
-	free(hb);
+	if (!whole)
+		free(hb);
 	return rc;
+}
+
+int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_origin *o,
+               const void *data, size_t len)
+{
+	return write_entry(d, id, o, data, NULL, len);
 }
 
 /* disk_read, and with cached_only disk_read_cached: a read that would wait
@@ -488,8 +530,7 @@ static bool tier_holds_op(void *t, const struct chunk_id *id, size_t *len)
 
 static int tier_admit_op(void *t, struct chunk *c, const struct chunk_origin *o, struct tier_gone **gone)
 {
-	const void *b = chunk_view(c);
-	return b ? disk_write(t, &c->id, o, b, c->len) : -ENOMEM;
+	return write_entry(t, &c->id, o, NULL, c, c->len);
 }
 
 static void tier_drop_op(void *t, const struct chunk_id *id, struct tier_gone **gone)

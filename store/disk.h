@@ -39,7 +39,7 @@ struct disk;
 struct tier_ops;
 
 /* The tier interface (store/tier.h) over a struct disk: holds is
- * disk_lookup, admit is disk_write (c->data, c->len, named by o), drop is
+ * disk_lookup, admit is disk_write (c's bytes, c->len, named by o), drop is
  * disk_drop, close is disk_close. */
 extern const struct tier_ops disk_tier_ops;
 
@@ -56,6 +56,9 @@ void disk_close(struct disk *d);
  * consistent either way. */
 int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_origin *o,
                const void *data, size_t len);
+/* Entries of more data than this are written with O_DIRECT where the file
+ * system takes it (through the page cache where it does not). */
+#define DISK_DIRECT_ABOVE ((size_t)512 << 10)
 
 /* Reads a chunk's data into out (len bytes, the entry's length). Returns 0,
  * -ENOENT (not held), -EINVAL (len is not the entry's length), -EIO

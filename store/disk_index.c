@@ -135,6 +135,8 @@ void dk_seg_unref(struct seg *s)
 {
 	if (atomic_fetch_sub(&s->refs, 1) == 1) {
 		close(s->fd);
+		if (s->dfd >= 0)
+			close(s->dfd);
 		free(s);
 	}
 }
@@ -146,6 +148,7 @@ struct seg *dk_seg_add(struct disk *d, uint64_t seq, int fd, uint64_t size)
 		return NULL;
 	s->seq = seq;
 	s->fd = fd;
+	s->dfd = -1;
 	atomic_init(&s->refs, 1);
 	s->size = size;
 	s->prev = d->last;
@@ -189,8 +192,12 @@ int dk_head_ensure(struct disk *d, uint64_t esz)
 {
 	if (d->head && (d->head->size == 0 || d->head->size + esz <= d->seg_bytes))
 		return 0;
-	if (d->head)
+	if (d->head) {
 		dk_seg_trim(d->head);
+		if (d->head->dfd >= 0) /* sealed: no more appends (writers hold wlock) */
+			close(d->head->dfd);
+		d->head->dfd = -1;
+	}
 	char name[SEG_NAME_LEN + 1];
 	dk_seg_name(name, d->next_seq);
 	int fd = openat(d->dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -205,6 +212,9 @@ int dk_head_ensure(struct disk *d, uint64_t esz)
 		unlinkat(d->dirfd, name, 0);
 		return -ENOMEM;
 	}
+	if (!atomic_load(&d->no_direct) && (s->dfd = openat(d->dirfd, name, O_WRONLY | O_DIRECT | O_CLOEXEC)) < 0 &&
+	    errno == EINVAL)
+		dk_no_direct(d, "open(O_DIRECT)");
 	/* Allocated now, appends find their blocks: see "Preallocation" above.
 	 * Bounded by what the other files leave of capacity, so the files'
 	 * blocks never pass it; an entry larger than the reserve gets its own. */
@@ -217,6 +227,12 @@ int dk_head_ensure(struct disk *d, uint64_t esz)
 	d->next_seq++;
 	d->head = s;
 	return 0;
+}
+
+void dk_no_direct(struct disk *d, const char *what)
+{
+	if (!atomic_exchange(&d->no_direct, true))
+		log_info(TOPIC, "%s: %s refused: large entries go through the page cache", d->dir, what);
 }
 
 void dk_append_undo(struct disk *d, struct seg *s, uint64_t off, uint64_t esz)

@@ -55,6 +55,7 @@ struct dent {
 struct seg {
 	uint64_t seq;
 	int fd;
+	int dfd;                    /* the head's, opened O_DIRECT (large entries), or -1 */
 	_Atomic int refs;           /* 1 for d->segs, 1 per pin */
 	uint64_t size, live;
 	struct dent *first, *last;
@@ -70,6 +71,7 @@ struct disk {
 	struct dent **slots;
 	size_t nslots, count;
 	struct seg *first, *last, *head;
+	_Atomic bool no_direct;     /* the file system refused O_DIRECT: all through the page cache */
 	uint64_t nsegs, next_seq, used, live;
 	uint64_t evictions, reclaimed, write_errors, read_errors, corrupt;
 	struct pinset pins;         /* pinned ids, held here or still to come */
@@ -174,6 +176,10 @@ void dk_seg_trim(struct seg *s);
  * there is none or the entry would overflow a non-empty one. The old head
  * is trimmed; the new one is preallocated. */
 int dk_head_ensure(struct disk *d, uint64_t esz);
+
+/* Stops O_DIRECT writes for good, saying so once: what (an open or a
+ * write) was refused with EINVAL, so the file system does not take them. */
+void dk_no_direct(struct disk *d, const char *what);
 
 /* Gives back a reservation of esz bytes at off in s after a failed write:
  * truncates the file; if that fails too the bytes stay counted (dead) and

@@ -60,8 +60,9 @@
 #define READ_QUEUE_MAX 1024
 /* NVMe chunks up to this size are read in the acquiring thread when the
  * page cache holds all of them (store_acquire); a larger one's copy and
- * checksum would hold a worker's loop, so the I/O threads read it. */
-#define INLINE_READ_MAX ((size_t)512 << 10)
+ * checksum would hold a worker's loop, so the I/O threads read it. Larger
+ * entries are written past the page cache for the same bound. */
+#define INLINE_READ_MAX DISK_DIRECT_ABOVE
 /* Write jobs pin chunks the RAM tier may have let go, outside its bound:
  * keep them few, and their bytes within a quarter of the RAM tier plus one
  * chunk (a write is queued while the bytes before it are under the quarter:

@@ -5,7 +5,8 @@
  * directories, and readers racing a writer that reclaims.
  *
  * Each test works in its own mkdtemp() directory under /tmp, removed at
- * the end.
+ * the end. Large entries are written past the page cache where the file
+ * system allows it, and through it where it does not (a ramfs mount).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +23,8 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -823,6 +826,114 @@ static void test_shrink_on_reopen(void **state)
 	disk_close(d);
 }
 
+/* ---- large entries past the page cache --------------------------------- */
+
+/* Pages of the file at path that the page cache holds. */
+static size_t cached_pages(const char *path)
+{
+	size_t size = file_size(path), page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t pages = (size + page - 1) / page, n = 0;
+	if (size == 0)
+		return 0;
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	unsigned char *in = malloc(pages);
+	assert_non_null(in);
+	assert_int_equal(mincore(m, size, in), 0);
+	for (size_t k = 0; k < pages; k++)
+		n += in[k] & 1;
+	free(in);
+	munmap(m, size);
+	close(fd);
+	return n;
+}
+
+/* Whether dir's file system takes a 4 KiB O_DIRECT write. */
+static bool direct_works(const char *dir)
+{
+	char path[200];
+	snprintf(path, sizeof path, "%s/probe", dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0644);
+	void *b = NULL;
+	bool ok = fd >= 0 && posix_memalign(&b, 4096, 4096) == 0;
+	if (ok) {
+		memset(b, 0, 4096);
+		ok = pwrite(fd, b, 4096, 0) == 4096;
+	}
+	free(b);
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+	return ok;
+}
+
+/* An entry of more than DISK_DIRECT_ABOVE bytes is written past the page
+ * cache, so the machine does not hold the tier's bytes twice; a smaller one
+ * goes through it, where a hit can read it without waiting on the device.
+ * Both read back, before and after a reopen, whatever their padding. */
+static void test_large_entries_skip_page_cache(void **state)
+{
+	struct fx *f = *state;
+	if (!direct_works(f->root)) {
+		print_message("no O_DIRECT here: not checked\n");
+		skip();
+	}
+	char names[4][300];
+	struct disk *d = open_ok(f->dir, 64 * MiB, 16 * MiB, NULL, NULL);
+	put(d, 1, 0, 0, 2 * MiB);
+	assert_int_equal(segments(f->dir, names, 4), 1);
+	assert_int_equal(cached_pages(names[0]), 0);
+	put(d, 2, 1, 0, 100 * KiB);
+	put(d, 3, 1, 0, DISK_DIRECT_ABOVE + 123);
+	put(d, 4, 1, 0, DISK_DIRECT_ABOVE);
+	size_t small = (2 * 100 * KiB + DISK_DIRECT_ABOVE) / 4096 + 6; /* 2 and 4, headers and padding */
+	size_t cached = cached_pages(names[0]);
+	if (cached < 100 * KiB / 4096 || cached > small)
+		fail_msg("%zu pages cached; the small entries have at most %zu", cached, small);
+	expect_held(d, 1, 0, 2 * MiB);
+	expect_held(d, 2, 0, 100 * KiB);
+	expect_held(d, 3, 0, DISK_DIRECT_ABOVE + 123);
+	expect_held(d, 4, 0, DISK_DIRECT_ABOVE);
+	assert_int_equal(disk_check(d), 0);
+	disk_close(d);
+	d = open_ok(f->dir, 64 * MiB, 16 * MiB, NULL, NULL);
+	expect_held(d, 1, 0, 2 * MiB);
+	expect_held(d, 3, 0, DISK_DIRECT_ABOVE + 123);
+	disk_close(d);
+}
+
+/* A file system that refuses O_DIRECT (ramfs) gets its large entries
+ * through the page cache, and loses none. */
+static void test_large_entries_without_direct_io(void **state)
+{
+	struct fx *f = *state;
+	char ram[96], dir[128];
+	snprintf(ram, sizeof ram, "%s/ram", f->root);
+	assert_int_equal(mkdir(ram, 0755), 0);
+	if (mount("ramfs", ram, "ramfs", 0, NULL) != 0) {
+		print_message("cannot mount a ramfs (%s): not checked\n", strerror(errno));
+		skip();
+	}
+	assert_false(direct_works(ram));
+	snprintf(dir, sizeof dir, "%s/cache", ram);
+	struct disk *d = open_ok(dir, 64 * MiB, 16 * MiB, NULL, NULL);
+	put(d, 1, 0, 0, 2 * MiB);
+	put(d, 2, 1, 0, 100 * KiB);
+	put(d, 3, 1, 0, 3 * MiB + 5);
+	expect_held(d, 1, 0, 2 * MiB);
+	expect_held(d, 3, 0, 3 * MiB + 5);
+	assert_int_equal(stats(d).write_errors, 0);
+	disk_close(d);
+	d = open_ok(dir, 64 * MiB, 16 * MiB, NULL, NULL);
+	expect_held(d, 1, 0, 2 * MiB);
+	expect_held(d, 2, 0, 100 * KiB);
+	expect_held(d, 3, 0, 3 * MiB + 5);
+	disk_close(d);
+	assert_int_equal(umount(ram), 0);
+}
+
 /* ---- unusable directories ---------------------------------------------- */
 
 static void test_bad_dir(void **state)
@@ -974,6 +1085,8 @@ int main(void)
 		T(test_too_big),
 		T(test_write_error),
 		T(test_shrink_on_reopen),
+		T(test_large_entries_skip_page_cache),
+		T(test_large_entries_without_direct_io),
 		T(test_bad_dir),
 		T(test_readers_race_writer),
 	};
