@@ -186,6 +186,24 @@ void disk_close(struct disk *d)
 	free(d);
 }
 
+/* Writes an entry (its pieces in iov[3]) at off in s: from whole, the same
+ * bytes laid out in one page-aligned buffer, with O_DIRECT when it is set
+ * and the head has that descriptor (s->dfd, stable while the caller holds
+ * wlock: only a writer seals a head); through the page cache otherwise,
+ * and after a refused direct write, which turns them off. */
+static int entry_pwrite(struct disk *d, struct seg *s, unsigned char *whole,
+                        struct iovec *iov, uint64_t off)
+{
+	if (whole && s->dfd >= 0) {
+		struct iovec all = { whole, iov[0].iov_len + iov[1].iov_len + iov[2].iov_len };
+		int rc = file_pwritev_all(s->dfd, &all, 1, off);
+		if (rc != -EINVAL)
+			return rc;
+		dk_no_direct(d, "a write with O_DIRECT");
+	}
+	return file_pwritev_all(s->fd, iov, 3, off);
+}
+
 /* disk_write of data, or of chunk c's bytes when data is NULL. An entry of
  * more than DISK_DIRECT_ABOVE bytes is laid out whole (header, names, data,
  * padding) in the thread's page-aligned buffer and written with O_DIRECT:
@@ -289,20 +307,12 @@ static int write_entry(struct disk *d, const struct chunk_id *id, const struct c
 	atomic_fetch_add(&s->refs, 1);
 	pthread_mutex_unlock(&d->lock);
 
-	/* s->dfd is stable here: only a writer (holding wlock) seals a head. */
 	struct iovec iov[3] = {
 		{ hb, HDR_LEN + vl },
 		{ (void *)(uintptr_t)data, len },
 		{ (void *)(uintptr_t)zeros, (size_t)(esz - HDR_LEN - vl - len) },
 	};
-	rc = -EINVAL;
-	if (whole && s->dfd >= 0) {
-		struct iovec all = { whole, (size_t)esz };
-		if ((rc = file_pwritev_all(s->dfd, &all, 1, off)) == -EINVAL)
-			dk_no_direct(d, "a write with O_DIRECT"); /* and again through the page cache */
-	}
-	if (rc == -EINVAL)
-		rc = file_pwritev_all(s->fd, iov, 3, off);
+	rc = entry_pwrite(d, s, whole, iov, off);
 
 	pthread_mutex_lock(&d->lock);
 	if (rc < 0) {

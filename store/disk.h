@@ -53,7 +53,8 @@ void disk_close(struct disk *d);
  * of an id already held replaces it. Returns 0, -EINVAL (a name over
  * 65535 bytes, metadata over 1 MiB, len over 4 GiB - 1), -ENOMEM, or
  * negative errno on I/O failure (-ENOSPC, -EIO, ...); the index stays
- * consistent either way. */
+ * consistent either way. data must not be the calling thread's chunk
+ * buffer (chunk_view, chunk_stage): a large entry is laid out in it. */
 int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_origin *o,
                const void *data, size_t len);
 /* Entries of more data than this are written with O_DIRECT where the file

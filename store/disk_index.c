@@ -212,9 +212,11 @@ int dk_head_ensure(struct disk *d, uint64_t esz)
 		unlinkat(d->dirfd, name, 0);
 		return -ENOMEM;
 	}
-	if (!atomic_load(&d->no_direct) && (s->dfd = openat(d->dirfd, name, O_WRONLY | O_DIRECT | O_CLOEXEC)) < 0 &&
-	    errno == EINVAL)
-		dk_no_direct(d, "open(O_DIRECT)");
+	if (!atomic_load(&d->no_direct)) { /* large entries' (disk.c, write_entry) */
+		s->dfd = openat(d->dirfd, name, O_WRONLY | O_DIRECT | O_CLOEXEC);
+		if (s->dfd < 0 && errno == EINVAL)
+			dk_no_direct(d, "open(O_DIRECT)");
+	}
 	/* Allocated now, appends find their blocks: see "Preallocation" above.
 	 * Bounded by what the other files leave of capacity, so the files'
 	 * blocks never pass it; an entry larger than the reserve gets its own. */

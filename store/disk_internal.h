@@ -177,8 +177,8 @@ void dk_seg_trim(struct seg *s);
  * is trimmed; the new one is preallocated. */
 int dk_head_ensure(struct disk *d, uint64_t esz);
 
-/* Stops O_DIRECT writes for good, saying so once: what (an open or a
- * write) was refused with EINVAL, so the file system does not take them. */
+/* The file system refused O_DIRECT (what: the open or the write that got
+ * EINVAL): from now on every entry goes through the page cache. Logged once. */
 void dk_no_direct(struct disk *d, const char *what);
 
 /* Gives back a reservation of esz bytes at off in s after a failed write:
