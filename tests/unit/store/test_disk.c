@@ -6,10 +6,12 @@
  *
  * Each test works in its own mkdtemp() directory under /tmp, removed at
  * the end. Large entries are written past the page cache where the file
- * system allows it, and through it where it does not (a ramfs mount).
+ * system allows it, and through it where it does not (a ramfs mount, and
+ * writes refused by a wrapped pwritev64: see the meson.build).
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +29,7 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -869,6 +872,14 @@ static bool direct_works(const char *dir)
 	return ok;
 }
 
+static void skip_without_direct(const struct fx *f)
+{
+	if (!direct_works(f->root)) {
+		print_message("no O_DIRECT here: not checked\n");
+		skip();
+	}
+}
+
 /* An entry of more than DISK_DIRECT_ABOVE bytes is written past the page
  * cache, so the machine does not hold the tier's bytes twice; a smaller one
  * goes through it, where a hit can read it without waiting on the device.
@@ -876,10 +887,7 @@ static bool direct_works(const char *dir)
 static void test_large_entries_skip_page_cache(void **state)
 {
 	struct fx *f = *state;
-	if (!direct_works(f->root)) {
-		print_message("no O_DIRECT here: not checked\n");
-		skip();
-	}
+	skip_without_direct(f);
 	char names[4][300];
 	struct disk *d = open_ok(f->dir, 64 * MiB, 16 * MiB, NULL, NULL);
 	put(d, 1, 0, 0, 2 * MiB);
@@ -901,6 +909,60 @@ static void test_large_entries_skip_page_cache(void **state)
 	d = open_ok(f->dir, 64 * MiB, 16 * MiB, NULL, NULL);
 	expect_held(d, 1, 0, 2 * MiB);
 	expect_held(d, 3, 0, DISK_DIRECT_ABOVE + 123);
+	disk_close(d);
+}
+
+/* test_disk links with -Wl,--wrap=pwritev64. While refuse_direct is set, a
+ * write to a descriptor opened with O_DIRECT fails with EINVAL, as on a
+ * file system that takes the O_DIRECT open and refuses the write; every
+ * other write goes through. refused counts the writes refused. */
+ssize_t __real_pwritev64(int fd, const struct iovec *iov, int cnt, off_t off);
+ssize_t __wrap_pwritev64(int fd, const struct iovec *iov, int cnt, off_t off);
+static atomic_bool refuse_direct;
+static atomic_uint refused;
+
+ssize_t __wrap_pwritev64(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+	if (atomic_load(&refuse_direct) && (fcntl(fd, F_GETFL) & O_DIRECT)) {
+		atomic_fetch_add(&refused, 1);
+		errno = EINVAL;
+		return -1;
+	}
+	return __real_pwritev64(fd, iov, cnt, off);
+}
+
+/* A direct write refused with EINVAL: the entry goes through the page
+ * cache instead, is not lost, and no later entry tries O_DIRECT again. */
+static void test_refused_direct_write(void **state)
+{
+	struct fx *f = *state;
+	skip_without_direct(f);
+	char names[4][300];
+	struct disk *d = open_ok(f->dir, 64 * MiB, 16 * MiB, NULL, NULL);
+	atomic_store(&refused, 0);
+	atomic_store(&refuse_direct, true);
+	put(d, 1, 0, 0, 2 * MiB);
+	assert_int_equal(atomic_load(&refused), 1);
+	put(d, 2, 0, 0, 3 * MiB + 5);
+	put(d, 3, 1, 0, 100 * KiB);
+	put(d, 4, 0, 0, DISK_DIRECT_ABOVE + 1);
+	atomic_store(&refuse_direct, false);
+	assert_int_equal(atomic_load(&refused), 1);
+	assert_int_equal(stats(d).write_errors, 0);
+	assert_int_equal(segments(f->dir, names, 4), 1);
+	size_t cached = cached_pages(names[0]), large = (5 * MiB + DISK_DIRECT_ABOVE) / 4096;
+	if (cached < large)
+		fail_msg("%zu pages cached; the large entries alone are %zu", cached, large);
+	expect_held(d, 1, 0, 2 * MiB);
+	expect_held(d, 2, 0, 3 * MiB + 5);
+	expect_held(d, 3, 0, 100 * KiB);
+	expect_held(d, 4, 0, DISK_DIRECT_ABOVE + 1);
+	assert_int_equal(disk_check(d), 0);
+	disk_close(d);
+	d = open_ok(f->dir, 64 * MiB, 16 * MiB, NULL, NULL);
+	expect_held(d, 1, 0, 2 * MiB);
+	expect_held(d, 2, 0, 3 * MiB + 5);
+	expect_held(d, 4, 0, DISK_DIRECT_ABOVE + 1);
 	disk_close(d);
 }
 
@@ -1087,6 +1149,7 @@ int main(void)
 		T(test_shrink_on_reopen),
 		T(test_large_entries_skip_page_cache),
 		T(test_large_entries_without_direct_io),
+		T(test_refused_direct_write),
 		T(test_bad_dir),
 		T(test_readers_race_writer),
 	};
