@@ -357,8 +357,10 @@ static void run_write(struct store *s, struct job *j)
 		return;
 	}
 	count(&s->disk_write_errors);
-	unsigned streak = atomic_fetch_add(&s->disk_fail_streak, 1) + 1;
 	log_warn("store", "disk_write() failed: %s", strerror(-r));
+	if (r == -ENOMEM)
+		return; /* the process's want, not the device's: no verdict on it */
+	unsigned streak = atomic_fetch_add(&s->disk_fail_streak, 1) + 1;
 	if (!atomic_load(&s->disk_ok)) { /* a try while disabled: wait longer */
 		if (now_ms() < atomic_load(&s->disk_retry_at_ms))
 			return; /* another write of the same try already did */

@@ -998,6 +998,52 @@ static void test_disk_comes_back(void **state)
 	store_close(s);
 }
 
+/* test_store links with -Wl,--wrap=posix_memalign. While io_out_of_memory
+ * is set, the store's I/O threads get no aligned memory (ENOMEM), so an
+ * NVMe write of a large chunk finds no buffer for its bytes. */
+int __real_posix_memalign(void **p, size_t align, size_t len);
+int __wrap_posix_memalign(void **p, size_t align, size_t len);
+static atomic_bool io_out_of_memory;
+
+int __wrap_posix_memalign(void **p, size_t align, size_t len)
+{
+	char name[16] = "";
+	if (atomic_load(&io_out_of_memory) && pthread_getname_np(pthread_self(), name, sizeof name) == 0 &&
+	    strcmp(name, "larder-io") == 0)
+		return ENOMEM;
+	return __real_posix_memalign(p, align, len);
+}
+
+/* Writes that fail for want of memory say nothing of the device: however
+ * many there are, the NVMe tier stays on, and the next write lands. */
+static void test_disk_write_without_memory(void **state)
+{
+	(void)state;
+	enum { BIG = 1 << 20, N = 8 };
+	char dir[600], err[256] = "";
+	snprintf(dir, sizeof dir, "%s/nomem", tmpdir);
+	struct store_config cfg = {
+		.ram_bytes = 32 << 20, .disk_bytes = 64 << 20, .dir = dir,
+		.policy = POLICY_LRU, .stale_after_s = 86400, .io_threads = 2,
+	};
+	struct store *s = store_open(&cfg, NULL, NULL, err, sizeof err);
+	assert_non_null(s);
+	atomic_store(&io_out_of_memory, true);
+	for (uint64_t i = 0; i < N; i++) {
+		produce_len(s, 500 + i, BIG);
+		for (int k = 0; k < 2000 && stats(s).disk_write_errors <= i; k++)
+			msleep(1);
+	}
+	atomic_store(&io_out_of_memory, false);
+	struct store_stats st = stats(s);
+	assert_int_equal(st.disk_write_errors, N);
+	assert_int_equal(st.disk_writes, 0);
+	assert_true(st.disk_ok);
+	produce_len(s, 600, BIG);
+	wait_writes(s, 1);
+	store_close(s);
+}
+
 static void test_ram_only_with_dir(void **state)
 {
 	(void)state;
@@ -1189,6 +1235,7 @@ int main(void)
 		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_failing, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_comes_back, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_disk_write_without_memory, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_ram_only_with_dir, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_pins_in_both_tiers, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_fetch_begun_before_invalidation_not_recovered,
