@@ -902,29 +902,44 @@ static bool drop_page_cache(const char *dir)
 }
 
 /* An entry the page cache does not hold is read by the I/O threads, not
- * in the acquiring thread, which must not wait on the device. */
+ * in the acquiring thread, which must not wait on the device. The inline
+ * read asks with RWF_NOWAIT, which may still start the kernel's readahead
+ * and, on a fast device, find the page read by the time it looks: then that
+ * entry is a hit after all, and the next one is tried. Five in a row would
+ * mean the inline read does not stop at an uncached page. */
 static void test_disk_uncached_read_goes_to_io_threads(void **state)
 {
 	(void)state;
+	enum { N = 5 };
 	char dir[600];
 	snprintf(dir, sizeof dir, "%s/u", tmpdir);
 	struct store *s = open_disk(dir, 0, NULL, NULL);
-	produce(s, 7);
-	wait_writes(s, 1);
+	for (uint64_t i = 0; i < N; i++)
+		produce(s, 7 + i);
+	wait_writes(s, N);
 	store_close(s);
 	s = open_disk(dir, 0, NULL, NULL);
-	if (!drop_page_cache(dir)) { /* after the open, whose scan reads the headers */
-		store_close(s);
-		skip();
+	uint64_t i = 0;
+	for (; i < N; i++) {
+		if (!drop_page_cache(dir)) { /* after the open, whose scan reads the headers */
+			store_close(s);
+			skip();
+		}
+		enum store_role role;
+		struct chunk_id id = cid(7 + i);
+		struct chunk *c = store_acquire(s, &id, CLEN, &role);
+		assert_true(role == STORE_WAIT || role == STORE_HIT);
+		bool waited = role == STORE_WAIT;
+		if (waited)
+			assert_int_equal(wait_done(c), CHUNK_READY);
+		assert_true(data_ok(c, 7 + i));
+		chunk_unref(c);
+		assert_int_equal(stats(s).hits_disk, i + 1);
+		if (waited)
+			break;
 	}
-	enum store_role role;
-	struct chunk_id id = cid(7);
-	struct chunk *c = store_acquire(s, &id, CLEN, &role);
-	assert_int_equal(role, STORE_WAIT);
-	assert_int_equal(wait_done(c), CHUNK_READY);
-	assert_true(data_ok(c, 7));
-	chunk_unref(c);
-	assert_int_equal(stats(s).hits_disk, 1);
+	if (i == N)
+		fail_msg("%d uncached entries were all read in the acquiring thread", N);
 	store_close(s);
 }
 
