@@ -52,7 +52,16 @@ void pf_job_fail(struct pf_job *j, const char *msg)
 
 int pf_add_key(struct pf_job *j, const char *key, uint64_t size)
 {
-	if (j->n_keys == j->cap_keys) {
+	size_t held = j->n_keys - j->key_base;
+	if (held == j->cap_keys && j->next_key > j->key_base) {
+		/* Full: first let go of the room of the keys already taken. */
+		size_t taken = j->next_key - j->key_base, left = held - taken;
+		memmove(j->keys, j->keys + taken, left * sizeof *j->keys);
+		memmove(j->sizes, j->sizes + taken, left * sizeof *j->sizes);
+		j->key_base = j->next_key;
+		held = left;
+	}
+	if (held == j->cap_keys) {
 		size_t cap = j->cap_keys ? j->cap_keys * 2 : 256;
 		char **k = realloc(j->keys, cap * sizeof *k);
 		if (!k)
@@ -64,12 +73,23 @@ int pf_add_key(struct pf_job *j, const char *key, uint64_t size)
 		j->sizes = s;
 		j->cap_keys = cap;
 	}
-	if (!(j->keys[j->n_keys] = strdup(key)))
+	if (!(j->keys[held] = strdup(key)))
 		return -ENOMEM;
-	j->sizes[j->n_keys++] = size;
+	j->sizes[held] = size;
+	j->n_keys++;
 	if (size)
 		atomic_fetch_add(&j->bytes_total, size);
 	return 0;
+}
+
+/* A listing asks for its next page only while fewer than a page of keys
+ * wait to be taken, so a job holds about two pages of keys, never a whole
+ * prefix of millions of objects (taken keys give their room back). A listed
+ * pin is the exception: it is refused up front unless its whole size fits
+ * (pin_fits), so it lists to the end before it warms. */
+bool pf_list_should_wait(const struct pf_job *j)
+{
+	return !j->pin && j->n_keys - j->next_key >= PF_LIST_AHEAD;
 }
 
 /* ---- warming objects -------------------------------------------------------- */
@@ -280,16 +300,15 @@ static bool job_step(struct pf_job *j)
 		struct pf_obj *o = &j->active[k];
 		if (!o->key && j->next_key < j->n_keys &&
 		    (!j->gated || j->next_key < atomic_load(&j->gate))) {
+			size_t at = j->next_key - j->key_base;
 			o->magic = PF_OBJ_MAGIC;
-			o->key = strdup(j->keys[j->next_key]);
+			o->key = j->keys[at]; /* the object's now */
+			j->keys[at] = NULL;
 			o->index = j->next_key;
-			o->sized = j->sizes[j->next_key] != 0;
+			o->sized = j->sizes[at] != 0;
 			if (o->sized)
-				o->n_chunks = obj_chunk_count(j->sizes[j->next_key],
-				                              j->p->gw->objects.chunk_bytes);
+				o->n_chunks = obj_chunk_count(j->sizes[at], j->p->gw->objects.chunk_bytes);
 			j->next_key++;
-			if (!o->key)
-				continue;
 			if (j->pin)
 				pins_add_object(j->p->gw->pins, j->id);
 		}
@@ -304,6 +323,13 @@ static bool job_step(struct pf_job *j)
 	}
 	if (atomic_load(&j->state) == PF_FAILED) /* its pin was refused */
 		return job_step(j);
+	if (j->list_paused && !pf_list_should_wait(j)) {
+		j->list_paused = false;
+		if (pf_start_listing(j) != 0) {
+			pf_job_fail(j, "cannot list the next page");
+			j->listing_done = true;
+		}
+	}
 	if (j->listing_done && j->next_key == j->n_keys && active == 0) {
 		atomic_store(&j->state, PF_DONE);
 		return job_step(j);
@@ -391,8 +417,8 @@ struct prefetch *prefetch_create(struct gw *gw, struct worker *w)
 
 static void job_free(struct pf_job *j)
 {
-	for (size_t i = 0; i < j->n_keys; i++)
-		free(j->keys[i]);
+	for (size_t i = j->next_key; i < j->n_keys; i++)
+		free(j->keys[i - j->key_base]);
 	free(j->keys);
 	free(j->sizes);
 	transfer_fini(&j->x);

@@ -21,6 +21,7 @@
 #include "store/object.h"
 
 #define PF_HELD 2            /* chunks of one object in flight at once */
+#define PF_LIST_AHEAD 1000   /* a listing asks for its next page while fewer keys wait */
 #define PREFETCH_MAGIC 0x70726566u
 #define PF_MAGIC 0x7066636bu     /* "pfck": struct prefetch */
 #define PF_OBJ_MAGIC 0x70666f62u /* "pfob" */
@@ -56,9 +57,12 @@ struct pf_job {
 	struct pf_job *run_next;     /* running on the loop */
 	char id[24];
 	char *bucket, *prefix, *manifest;
+	/* The keys listed and not yet taken: keys[i - key_base] is key i, for
+	 * next_key <= i < n_keys (a taken key moves to its pf_obj). */
 	char **keys;
 	uint64_t *sizes;             /* from the listing; 0 when unknown */
-	size_t n_keys, cap_keys, next_key;
+	size_t n_keys, cap_keys, next_key, key_base;
+	bool list_paused;            /* a page waits until fewer than PF_LIST_AHEAD keys do */
 	_Atomic int state;
 	_Atomic bool cancel;
 	bool listing_done;
@@ -102,9 +106,11 @@ struct prefetch {
 	ev_timer pin_tick;           /* ends pins whose time is up */
 };
 
-/* prefetch.c: fails the job with msg (logged); adds a key to warm. */
+/* prefetch.c: fails the job with msg (logged); adds a key to warm;
+ * whether a listing should wait before asking for its next page. */
 void pf_job_fail(struct pf_job *j, const char *msg);
 int pf_add_key(struct pf_job *j, const char *key, uint64_t size);
+bool pf_list_should_wait(const struct pf_job *j);
 
 /* prefetch_list.c: asks for the job's next listing page, or its manifest;
  * pf_list_ops are the callbacks of that transfer (j->x). */

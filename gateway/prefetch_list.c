@@ -210,7 +210,9 @@ static void parse_listing(struct pf_job *j)
 		free(j->token);
 		j->token = x.token;
 		x.token = NULL;
-		if (pf_start_listing(j) != 0)
+		if (pf_list_should_wait(j))
+			j->list_paused = true; /* job_step asks once the keys are taken */
+		else if (pf_start_listing(j) != 0)
 			pf_job_fail(j, "cannot list the next page");
 	} else {
 		j->listing_done = true;

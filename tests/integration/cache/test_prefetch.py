@@ -117,6 +117,51 @@ class Prefetch(AdminCalls, LarderCase):
         self.assertEqual(info["state"], "cancelled", info)
         self.assertLess(info["bytes_done"], len(huge), info)
 
+    def lists_from_larder(self, mark, bucket):
+        return [r for r in self.upstream.from_larder(mark)
+                if r["method"] == "GET" and r["target"].startswith("/" + bucket)
+                and "list-type=2" in r["target"]]
+
+    def job_info(self, job):
+        st, info = self.call("GET", "/admin/jobs/" + job)
+        self.assertEqual(st, 200, info)
+        return info
+
+    def test_a_long_prefix_is_listed_as_the_job_goes(self):
+        """A job over a prefix holds about two pages of keys, not the whole listing:
+        a slow job lists two of three pages and waits; a fast one lists all three."""
+        from concurrent.futures import ThreadPoolExecutor
+        self.direct.create_bucket(Bucket="deep")
+        keys = ["many/%05d" % i for i in range(2500)]
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda k: self.direct.put_object(Bucket="deep", Key=k, Body=b"x" * 100),
+                          keys))
+        mark = self.upstream.mark()
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "deep", "prefix": "many/",
+                                                      "concurrency": 1,
+                                                      "bandwidth_bytes_per_second": 100})
+        self.assertEqual(st, 202, r)
+        deadline = time.time() + 10
+        while time.time() < deadline and self.job_info(r["job"])["objects_total"] < 2000:
+            time.sleep(0.1)
+        time.sleep(1.5)  # a third page, if one were asked for, would be in by now
+        info = self.job_info(r["job"])
+        self.assertEqual((info["state"], info["objects_total"]), ("listing", 2000), info)
+        self.assertLess(info["objects_done"], 100, info)
+        self.assertEqual(len(self.lists_from_larder(mark, "deep")), 2)
+        st, c = self.call("DELETE", "/admin/jobs/" + r["job"])
+        self.assertIn(st, (200, 202), c)
+        self.assertEqual(self.wait_job(r["job"], timeout=30)["state"], "cancelled")
+
+        mark = self.upstream.mark()
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "deep", "prefix": "many/",
+                                                      "concurrency": 16})
+        self.assertEqual(st, 202, r)
+        info = self.wait_job(r["job"])
+        self.assertEqual((info["state"], info["objects_done"], info["objects_total"],
+                          info["errors"]), ("done", 2500, 2500, 0), info)
+        self.assertEqual(len(self.lists_from_larder(mark, "deep")), 3)
+
     def cli(self, *args, token=TOKEN):
         import os
         import subprocess
