@@ -79,6 +79,8 @@ int pf_add_key(struct pf_job *j, const char *key, uint64_t size)
 	j->n_keys++;
 	if (size)
 		atomic_fetch_add(&j->bytes_total, size);
+	if (j->pin && j->listed)
+		j->pin_nvme_want += store_pin_nvme_bytes(size, j->p->gw->objects.chunk_bytes);
 	return 0;
 }
 
@@ -169,15 +171,15 @@ static bool pin_fits(struct pf_job *j)
 	struct store_stats st;
 	store_get_stats(j->p->gw->store, &st);
 	uint64_t want = atomic_load(&j->bytes_total);
-	uint64_t room = store_pin_room(&st);
-	if (want <= room)
+	if (store_pin_fits(&st, want, j->pin_nvme_want))
 		return true;
 	atomic_store(&j->pin_refused, true);
-	char msg[300];
+	char msg[360];
 	char lim[200];
 	pin_limits(&st, lim, sizeof lim);
-	snprintf(msg, sizeof msg, "pin refused: %" PRIu64 " bytes, but the pin limit (%s) has %"
-	         PRIu64 " bytes free", want, lim, room);
+	snprintf(msg, sizeof msg, "pin refused: %" PRIu64 " bytes (%" PRIu64 " as NVMe entries, "
+	         "each chunk's padded to 4 KiB), but the pin limits (%s) have room for neither",
+	         want, j->pin_nvme_want, lim);
 	pf_job_fail(j, msg);
 	return false;
 }

@@ -71,6 +71,7 @@ struct pf_job {
 	bool listed;                 /* its keys come from a listing (not keys, not a manifest) */
 	bool pin;                    /* pins what it warms (pins.h; the pin's id is the job's) */
 	char pin_hdr[PIN_HEADER_MAX]; /* its chunk fetches to owners ask them to pin too */
+	uint64_t pin_nvme_want;      /* a listed pin: what it counts on NVMe (store_pin_nvme_bytes) */
 	_Atomic bool pin_refused;
 	void (*sized)(void *arg, const char *job, size_t index, uint64_t size); /* prefetch_req */
 	void *sized_arg;

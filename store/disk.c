@@ -432,10 +432,15 @@ void disk_pin_limit(struct disk *d, uint64_t bytes)
 	pthread_mutex_unlock(&d->lock);
 }
 
+uint64_t disk_pin_bytes(uint64_t len)
+{
+	return dk_entry_size(0, len);
+}
+
 int disk_pin(struct disk *d, const struct chunk_id *id, size_t len)
 {
 	pthread_mutex_lock(&d->lock);
-	int rc = pinset_add(&d->pins, id, len);
+	int rc = pinset_add(&d->pins, id, disk_pin_bytes(len));
 	struct dent *e = rc == 1 ? dk_idx_find(d, id, chunk_id_hash(id)) : NULL;
 	if (e)
 		dk_entry_pin(d, e, true, 0);

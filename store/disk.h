@@ -96,9 +96,15 @@ uint64_t disk_next_gen(struct disk *d);
  * admitted. disk_pin: 0, -ENOSPC when the bytes of pinned ids would pass
  * the limit (0 until disk_pin_limit sets one; at most what writes may use,
  * capacity less the reclaim reserve), or -ENOMEM; pins on one id
- * count up, and disk_unpin takes one off. len is the chunk's length. */
+ * count up, and disk_unpin takes one off. len is the chunk's length; a pin
+ * counts what its entry takes on disk (disk_pin_bytes), so that pinned
+ * entries stay within the limit however small they are. */
 void disk_pin_limit(struct disk *d, uint64_t bytes);
 int disk_pin(struct disk *d, const struct chunk_id *id, size_t len);
+/* What a pinned chunk of len bytes counts: its entry's header and data
+ * padded to 4 KiB (its names, at most a few hundred bytes, mostly fit in
+ * the padding). */
+uint64_t disk_pin_bytes(uint64_t len);
 void disk_unpin(struct disk *d, const struct chunk_id *id);
 bool disk_pinned(struct disk *d, const struct chunk_id *id);
 

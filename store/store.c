@@ -804,12 +804,18 @@ void store_pin_write(struct store *s, struct chunk *c, const struct chunk_origin
 		job_free(j);
 }
 
-uint64_t store_pin_room(const struct store_stats *st)
+bool store_pin_fits(const struct store_stats *st, uint64_t ram_bytes, uint64_t nvme_bytes)
 {
 	uint64_t ram = st->pin_limit > st->pin_held ? st->pin_limit - st->pin_held : 0;
 	uint64_t nvme = st->nvme_pin_limit > st->nvme_pin_held ?
 	                st->nvme_pin_limit - st->nvme_pin_held : 0;
-	return ram > nvme ? ram : nvme;
+	return ram_bytes <= ram || nvme_bytes <= nvme;
+}
+
+uint64_t store_pin_nvme_bytes(uint64_t size, uint64_t chunk)
+{
+	uint64_t whole = chunk ? size / chunk : 0, rest = chunk ? size % chunk : size;
+	return whole * disk_pin_bytes(chunk) + (rest || !whole ? disk_pin_bytes(rest) : 0);
 }
 
 int store_charge_limit(struct store *s, unsigned charge, uint64_t max)

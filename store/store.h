@@ -192,7 +192,7 @@ struct store_stats {
 	uint64_t ram_pinned;             /* bytes of pinned chunks in RAM (in ram_used) */
 	uint64_t pin_held, pin_limit;    /* bytes of ids pinned in RAM (held or to come); their cap */
 	uint64_t nvme_pinned;            /* bytes of pinned entries on NVMe (in disk_used) */
-	uint64_t nvme_pin_held, nvme_pin_limit; /* the same as pin_held and pin_limit, on NVMe */
+	uint64_t nvme_pin_held, nvme_pin_limit; /* the same on NVMe, counted as entries (disk_pin) */
 	uint64_t disk_used, disk_capacity, disk_entries;
 	uint64_t inflight;               /* chunks being produced */
 	uint64_t hits_ram, hits_disk, misses, coalesced;
@@ -203,7 +203,12 @@ struct store_stats {
 };
 void store_get_stats(struct store *s, struct store_stats *out);
 
-/* The bytes one more pin can take: the larger of the two tiers' rooms. */
-uint64_t store_pin_room(const struct store_stats *st);
+/* Whether one more pin fits in either tier: ram_bytes of chunks in RAM,
+ * which counts their bytes, or nvme_bytes on NVMe, which counts each
+ * chunk as its entry (store_pin_nvme_bytes). */
+bool store_pin_fits(const struct store_stats *st, uint64_t ram_bytes, uint64_t nvme_bytes);
+/* What an object of size bytes, in chunks of chunk bytes, counts against
+ * the NVMe tier's pin cap. */
+uint64_t store_pin_nvme_bytes(uint64_t size, uint64_t chunk);
 
 #endif

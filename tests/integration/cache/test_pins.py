@@ -45,6 +45,15 @@ class PinnedSet:
         for i in range(n_big):
             cls.direct.put_object(Bucket="pin", Key="big/%d.bin" % i, Body=blob(2000 + i, 8 * MiB))
 
+    def refused_pin(self, bucket, prefix):
+        """POSTs a pin of bucket's prefix that must be refused up front (409
+        pin_too_large); returns the refusal's message."""
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": bucket, "prefix": prefix,
+                                                      "pin_seconds": 60})
+        self.assertEqual(st, 409, r)
+        self.assertEqual(r["error"], "pin_too_large", r)
+        return r["message"]
+
     def pin_stats(self):
         """/admin/stats' pins and cache sections."""
         st, stats = self.call("GET", "/admin/stats")
@@ -130,11 +139,7 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
         self.assertGreater(len(self.gets_of_pinned_set()), 5)
 
     def test_pin_past_the_limit_is_refused(self):
-        st, r = self.call("POST", "/admin/prefetch", {"bucket": "pin", "prefix": "big/",
-                                                      "pin_seconds": 60})
-        self.assertEqual(st, 409, r)
-        self.assertEqual(r["error"], "pin_too_large", r)
-        self.assertIn("LARDER_PIN_MAX", r["message"])
+        self.assertIn("LARDER_PIN_MAX", self.refused_pin("pin", "big/"))
         # A key list's size is known only as it warms: the job fails, and
         # what it had pinned is let go.
         info = self.warm({"keys": ["big/%d.bin" % i for i in range(5)], "pin_seconds": 60})

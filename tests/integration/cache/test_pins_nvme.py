@@ -71,11 +71,7 @@ class PinsNvme(PinnedSet, AdminCalls, CacheCase):
         self.assertGreater(len(self.gets_of_pinned_set()), 5, "unpinned, it should be evicted")
 
     def test_a_pin_past_both_caps_is_refused(self):
-        st, r = self.call("POST", "/admin/prefetch", {"bucket": "pin", "prefix": "big/",
-                                                      "pin_seconds": 60})
-        self.assertEqual(st, 409, r)
-        self.assertEqual(r["error"], "pin_too_large", r)
-        self.assertIn("LARDER_PIN_MAX_NVME", r["message"])
+        self.assertIn("LARDER_PIN_MAX_NVME", self.refused_pin("pin", "big/"))
         info = self.wait_job(self.call("POST", "/admin/prefetch", {
             "bucket": "pin", "keys": ["big/%d.bin" % i for i in range(9)],
             "pin_seconds": 60})[1]["job"])
@@ -83,3 +79,50 @@ class PinsNvme(PinnedSet, AdminCalls, CacheCase):
         self.assertIn("pin refused", info["error"])
         pins, cache = self.pin_stats()
         self.assertEqual((pins, cache["pinned_bytes"], cache["nvme"]["pinned_bytes"]), ([], 0, 0))
+
+
+TINY_ADMIN_PORT = harness.free_port()
+
+
+class TinyPins(PinnedSet, AdminCalls, CacheCase):
+    """The NVMe pin cap counts what pinned entries take on disk: a 1,000-byte
+    object's entry is a 4 KiB block. A pin of tiny objects that would pass the
+    cap as entries is refused up front, though their bytes alone would fit;
+    one that fits keeps the tier's pinned entries within the cap."""
+    ADMIN_TOKEN = TOKEN
+    EXTRA_ENV = {
+        "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % TINY_ADMIN_PORT,
+        "LARDER_ADMIN_TOKEN": TOKEN,
+        "LARDER_PIN_MAX": "64KiB",            # RAM: less than either set's bytes
+        "LARDER_PIN_MAX_NVME": "1MiB",        # 256 entries of tiny objects
+        "LARDER_METADATA_TTL": "immutable",
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        from concurrent.futures import ThreadPoolExecutor
+        cls.admin = "http://127.0.0.1:%d" % TINY_ADMIN_PORT
+        cls.direct.create_bucket(Bucket="tiny")
+        keys = ["many/%03d" % i for i in range(400)] + ["few/%03d" % i for i in range(200)]
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda k: cls.direct.put_object(Bucket="tiny", Key=k,
+                                                          Body=blob(len(k), 1000)), keys))
+
+    def test_tiny_objects_count_as_their_entries(self):
+        # 400 KB of bytes, 1,600 KiB as entries: more than the 1 MiB cap.
+        self.assertIn("1638400 as NVMe entries", self.refused_pin("tiny", "many/"))
+        # 200 KB, 800 KiB as entries: pinned, and the tier holds them within the cap.
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "tiny", "prefix": "few/",
+                                                      "pin_seconds": 60})
+        self.assertEqual(st, 202, r)
+        info = self.wait_job(r["job"])
+        self.assertEqual((info["state"], info["errors"]), ("done", 0), info)
+        deadline = time.monotonic() + 10
+        _, cache = self.pin_stats()
+        while cache["nvme"]["pinned_bytes"] < 200 * 4096 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            _, cache = self.pin_stats()
+        self.assertEqual(cache["nvme"]["pinned_bytes"], 200 * 4096)
+        self.assertEqual(cache["nvme"]["pin_limit_bytes"], 1024 * 1024)
+        self.call("POST", "/admin/unpin", {"job": info["id"]})

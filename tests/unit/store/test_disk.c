@@ -580,10 +580,10 @@ static void test_pinned_entries(void **state)
 		assert_true(disk_pinned(d, &id));
 	}
 	struct chunk_id id10 = id_of(10), id0 = id_of(0);
-	assert_int_equal(disk_pin(d, &id10, len + 41 * KiB), -ENOSPC); /* 640 KiB passed */
-	assert_int_equal(disk_pin(d, &id0, len), 0);                   /* counts up: never refused */
+	assert_int_equal(disk_pin(d, &id10, 1), -ENOSPC); /* ten 64 KiB entries: 640 KiB */
+	assert_int_equal(disk_pin(d, &id0, len), 0);      /* counts up: never refused */
 	struct disk_stats s = stats(d);
-	assert_int_equal(s.pin_held, 10 * len);
+	assert_int_equal(s.pin_held, 10 * 64 * KiB);      /* as entries: what they take */
 	assert_int_equal(s.pinned, 10 * 64 * KiB);
 	assert_int_equal(disk_check(d), 0);
 	/* Ten times the tier's size streams through, with drops so that
@@ -621,6 +621,29 @@ static void test_pinned_entries(void **state)
 	for (uint64_t n = 0; n < 10; n++)
 		expect_gone(d, n);
 	assert_int_equal(disk_check(d), 0);
+	disk_close(d);
+}
+
+/* The pin limit counts what pinned entries take on disk: a tiny chunk's
+ * entry is a 4 KiB block, so pins of tiny chunks cannot fill the tier
+ * past the limit with padding. */
+static void test_tiny_pins_count_their_entries(void **state)
+{
+	struct fx *f = *state;
+	struct disk *d = open_ok(f->dir, 2 * MiB, 128 * KiB, NULL, NULL);
+	disk_pin_limit(d, 64 * KiB);
+	uint64_t n = 0;
+	while (n < 1000) {
+		struct chunk_id id = id_of(n);
+		if (disk_pin(d, &id, 100) != 0)
+			break;
+		put(d, n++, 1, 0, 100);
+	}
+	assert_int_equal(n, 16); /* 16 entries of 4 KiB; counted as 100 bytes, 655 */
+	assert_int_equal(stats(d).pin_held, 64 * KiB);
+	assert_int_equal(stats(d).pinned, 64 * KiB);
+	for (uint64_t k = 0; k < n; k++)
+		expect_held(d, k, 0, 100);
 	disk_close(d);
 }
 
@@ -1140,6 +1163,7 @@ int main(void)
 		T(test_capacity_mixed_subset),
 		T(test_reclaim_keeps_live),
 		T(test_pinned_entries),
+		T(test_tiny_pins_count_their_entries),
 		T(test_eviction_order),
 		T(test_copies_after_own),
 		T(test_copy_flag_survives_restart),

@@ -734,15 +734,18 @@ static void test_kept_copy_written_and_given_back(void **state)
 
 /* Pins fill the RAM cap first (those chunks held in both tiers), then the
  * NVMe cap alone; past both, -ENOSPC. RAM lets the NVMe-only ones go,
- * NVMe keeps them; unpinning with the tiers store_pin gave frees both. */
+ * NVMe keeps them; unpinning with the tiers store_pin gave frees both. The
+ * NVMe cap counts entries as they lie on disk: 8 KiB for a 4 KiB chunk. */
 static void test_pins_in_both_tiers(void **state)
 {
 	(void)state;
 	char err[256] = "";
+	const uint64_t entry = store_pin_nvme_bytes(CLEN, CLEN);
+	assert_int_equal(entry, 8192);
 	struct store_config cfg = {
 		.ram_bytes = 8 * CLEN, .disk_bytes = 4 << 20, .dir = tmpdir,
 		.policy = POLICY_LRU, .stale_after_s = 86400, .io_threads = 2,
-		.pin_bytes = 2 * CLEN, .pin_nvme_bytes = 5 * CLEN,
+		.pin_bytes = 2 * CLEN, .pin_nvme_bytes = 5 * entry,
 	};
 	struct store *s = store_open(&cfg, NULL, NULL, err, sizeof err);
 	assert_non_null(s);
@@ -756,8 +759,8 @@ static void test_pins_in_both_tiers(void **state)
 	assert_int_equal(store_pin(s, &id5, CLEN), -ENOSPC);
 	struct store_stats st = stats(s);
 	assert_int_equal(st.pin_held, 2 * CLEN);
-	assert_int_equal(st.nvme_pin_held, 5 * CLEN);
-	assert_int_equal(st.nvme_pin_limit, 5 * CLEN);
+	assert_int_equal(st.nvme_pin_held, 5 * entry);
+	assert_int_equal(st.nvme_pin_limit, 5 * entry);
 	for (uint64_t i = 0; i < 5; i++)
 		produce(s, i);
 	wait_writes(s, 5);
@@ -765,7 +768,7 @@ static void test_pins_in_both_tiers(void **state)
 		produce(s, i);
 	st = stats(s);
 	assert_int_equal(st.ram_pinned, 2 * CLEN);
-	assert_true(st.nvme_pinned >= 5 * CLEN);
+	assert_int_equal(st.nvme_pinned, 5 * entry); /* on disk, within the cap */
 	for (uint64_t i = 0; i < 5; i++) {
 		enum store_role role;
 		struct chunk_id id = cid(i);
