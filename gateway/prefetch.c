@@ -84,16 +84,6 @@ int pf_add_key(struct pf_job *j, const char *key, uint64_t size)
 	return 0;
 }
 
-/* A listing asks for its next page only while fewer than a page of keys
- * wait to be taken, so a job holds about two pages of keys, never a whole
- * prefix of millions of objects (taken keys give their room back). A listed
- * pin is the exception: it is refused up front unless its whole size fits
- * (pin_fits), so it lists to the end before it warms. */
-bool pf_list_should_wait(const struct pf_job *j)
-{
-	return !j->pin && j->n_keys - j->next_key >= PF_LIST_AHEAD;
-}
-
 /* ---- warming objects -------------------------------------------------------- */
 
 static void obj_wake(void *arg)
@@ -325,13 +315,8 @@ static bool job_step(struct pf_job *j)
 	}
 	if (atomic_load(&j->state) == PF_FAILED) /* its pin was refused */
 		return job_step(j);
-	if (j->list_paused && !pf_list_should_wait(j)) {
-		j->list_paused = false;
-		if (pf_start_listing(j) != 0) {
-			pf_job_fail(j, "cannot list the next page");
-			j->listing_done = true;
-		}
-	}
+	if (j->list_paused)
+		pf_list_more(j);
 	if (j->listing_done && j->next_key == j->n_keys && active == 0) {
 		atomic_store(&j->state, PF_DONE);
 		return job_step(j);

@@ -62,7 +62,7 @@ struct pf_job {
 	char **keys;
 	uint64_t *sizes;             /* from the listing; 0 when unknown */
 	size_t n_keys, cap_keys, next_key, key_base;
-	bool list_paused;            /* a page waits until fewer than PF_LIST_AHEAD keys do */
+	bool list_paused;            /* the next page waits (pf_list_more) */
 	_Atomic int state;
 	_Atomic bool cancel;
 	bool listing_done;
@@ -107,11 +107,9 @@ struct prefetch {
 	ev_timer pin_tick;           /* ends pins whose time is up */
 };
 
-/* prefetch.c: fails the job with msg (logged); adds a key to warm;
- * whether a listing should wait before asking for its next page. */
+/* prefetch.c: fails the job with msg (logged); adds a key to warm. */
 void pf_job_fail(struct pf_job *j, const char *msg);
 int pf_add_key(struct pf_job *j, const char *key, uint64_t size);
-bool pf_list_should_wait(const struct pf_job *j);
 
 /* prefetch_list.c: asks for the job's next listing page, or its manifest;
  * pf_list_ops are the callbacks of that transfer (j->x). */
@@ -119,6 +117,9 @@ int pf_start_listing(struct pf_job *j);
 extern const struct transfer_ops pf_list_ops;
 /* On each tick of a listing job: sends the page waiting for its slot. */
 void pf_list_step(struct pf_job *j);
+/* Asks for the listing's next page, or holds it back (list_paused) while
+ * PF_LIST_AHEAD listed keys wait: job_step calls again as keys are taken. */
+void pf_list_more(struct pf_job *j);
 /* Stops the listing (its slot too). */
 void pf_list_stop(struct pf_job *j);
 

@@ -90,6 +90,18 @@ void pf_list_step(struct pf_job *j)
 	}
 }
 
+/* A listing asks for its next page only while fewer than a page of keys
+ * wait to be taken, so a job holds about two pages of keys, never a whole
+ * prefix of millions of objects (taken keys give their room back). A listed
+ * pin is the exception: it is refused up front unless its whole size fits
+ * (prefetch.c, pin_fits), so it lists to the end before it warms. */
+void pf_list_more(struct pf_job *j)
+{
+	j->list_paused = !j->pin && j->n_keys - j->next_key >= PF_LIST_AHEAD;
+	if (!j->list_paused && pf_start_listing(j) != 0)
+		pf_job_fail(j, "cannot list the next page");
+}
+
 void pf_list_stop(struct pf_job *j)
 {
 	transfer_stop(&j->x);
@@ -210,10 +222,7 @@ static void parse_listing(struct pf_job *j)
 		free(j->token);
 		j->token = x.token;
 		x.token = NULL;
-		if (pf_list_should_wait(j))
-			j->list_paused = true; /* job_step asks once the keys are taken */
-		else if (pf_start_listing(j) != 0)
-			pf_job_fail(j, "cannot list the next page");
+		pf_list_more(j);
 	} else {
 		j->listing_done = true;
 	}

@@ -46,6 +46,7 @@
 #include "base/log.h"
 #include "store/disk.h"
 #include "store/idmap.h"
+#include "store/object.h"
 #include "store/ram.h"
 #include "store/tier.h"
 
@@ -814,8 +815,10 @@ bool store_pin_fits(const struct store_stats *st, uint64_t ram_bytes, uint64_t n
 
 uint64_t store_pin_nvme_bytes(uint64_t size, uint64_t chunk)
 {
-	uint64_t whole = chunk ? size / chunk : 0, rest = chunk ? size % chunk : size;
-	return whole * disk_pin_bytes(chunk) + (rest || !whole ? disk_pin_bytes(rest) : 0);
+	uint64_t n = obj_chunk_count(size, chunk); /* an empty object has none */
+	return n ? (n - 1) * disk_pin_bytes(chunk) +
+	               disk_pin_bytes(obj_chunk_len(size, n - 1, chunk))
+	         : 0;
 }
 
 int store_charge_limit(struct store *s, unsigned charge, uint64_t max)

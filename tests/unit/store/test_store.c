@@ -742,6 +742,8 @@ static void test_pins_in_both_tiers(void **state)
 	char err[256] = "";
 	const uint64_t entry = store_pin_nvme_bytes(CLEN, CLEN);
 	assert_int_equal(entry, 8192);
+	assert_int_equal(store_pin_nvme_bytes(0, CLEN), 0); /* an empty object has no chunk */
+	assert_int_equal(store_pin_nvme_bytes(2 * CLEN + 1, CLEN), 2 * entry + 4096);
 	struct store_config cfg = {
 		.ram_bytes = 8 * CLEN, .disk_bytes = 4 << 20, .dir = tmpdir,
 		.policy = POLICY_LRU, .stale_after_s = 86400, .io_threads = 2,
