@@ -45,8 +45,10 @@ static const char *const state_names[] = { "listing", "warming", "done", "failed
 
 void pf_job_fail(struct pf_job *j, const char *msg)
 {
+	pthread_mutex_lock(&j->p->lock); /* the admin thread reads error under it */
 	snprintf(j->error, sizeof j->error, "%s", msg);
 	atomic_store(&j->state, PF_FAILED);
+	pthread_mutex_unlock(&j->p->lock);
 	log_warn("prefetch", "job %s: %s", j->id, j->error);
 }
 
@@ -77,6 +79,7 @@ int pf_add_key(struct pf_job *j, const char *key, uint64_t size)
 		return -ENOMEM;
 	j->sizes[held] = size;
 	j->n_keys++;
+	atomic_fetch_add(&j->objects_listed, 1);
 	if (size)
 		atomic_fetch_add(&j->bytes_total, size);
 	if (j->pin && j->listed)
@@ -279,13 +282,13 @@ static bool job_step(struct pf_job *j)
 		return false;
 	}
 	pf_list_step(j);
-	if (j->listing_done && state == PF_LISTING) {
+	if (atomic_load(&j->listing_done) && state == PF_LISTING) {
 		/* A listed pin knows its size now: refuse it before warming. */
 		if (j->pin && j->listed && !pin_fits(j))
 			return job_step(j);
 		atomic_store(&j->state, PF_WARMING);
 	}
-	if (j->pin && j->listed && !j->listing_done)
+	if (j->pin && j->listed && !atomic_load(&j->listing_done))
 		return true; /* a listed pin warms once its whole size is known */
 	unsigned active = 0;
 	for (unsigned k = 0; k < j->concurrency; k++) {
@@ -317,7 +320,7 @@ static bool job_step(struct pf_job *j)
 		return job_step(j);
 	if (j->list_paused)
 		pf_list_more(j);
-	if (j->listing_done && j->next_key == j->n_keys && active == 0) {
+	if (atomic_load(&j->listing_done) && j->next_key == j->n_keys && active == 0) {
 		atomic_store(&j->state, PF_DONE);
 		return job_step(j);
 	}
@@ -354,14 +357,15 @@ static void async_cb(struct ev_loop *loop, ev_async *a, int revents)
 	pthread_mutex_lock(&p->lock);
 	struct pf_job *q = p->queued;
 	p->queued = NULL;
+	for (struct pf_job *j = q; j; j = j->run_next)
+		j->started = clock_mono_s();
 	pthread_mutex_unlock(&p->lock);
 	while (q) {
 		struct pf_job *j = q;
 		q = j->run_next;
-		j->started = clock_mono_s();
-		if (!j->listing_done && pf_start_listing(j) != 0) {
+		if (!atomic_load(&j->listing_done) && pf_start_listing(j) != 0) {
 			pf_job_fail(j, "cannot start listing upstream");
-			j->listing_done = true;
+			atomic_store(&j->listing_done, true);
 		}
 		j->run_next = p->running;
 		p->running = j;
@@ -487,7 +491,7 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	j->listing_done = rq->keys != NULL;
+	atomic_store(&j->listing_done, rq->keys != NULL);
 	j->gated = rq->gated;
 	j->sized = rq->sized;
 	j->sized_arg = rq->sized_arg;
@@ -544,11 +548,11 @@ static void info_of(const struct pf_job *j, struct prefetch_info *out)
 	snprintf(out->bucket, sizeof out->bucket, "%s", j->bucket);
 	snprintf(out->error, sizeof out->error, "%s", j->error);
 	out->objects_done = atomic_load(&j->objects_done);
-	out->objects_total = j->n_keys;
+	out->objects_total = atomic_load(&j->objects_listed);
 	out->bytes_done = atomic_load(&j->bytes_done);
 	out->bytes_total = atomic_load(&j->bytes_total);
 	out->errors = atomic_load(&j->errors);
-	out->listing_done = j->listing_done;
+	out->listing_done = atomic_load(&j->listing_done);
 	out->pin_refused = atomic_load(&j->pin_refused);
 	double end = j->finished > 0 ? j->finished : clock_mono_s();
 	out->elapsed_s = j->started > 0 ? end - j->started : 0;

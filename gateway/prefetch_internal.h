@@ -65,7 +65,7 @@ struct pf_job {
 	bool list_paused;            /* the next page waits (pf_list_more) */
 	_Atomic int state;
 	_Atomic bool cancel;
-	bool listing_done;
+	_Atomic bool listing_done;   /* read by the admin thread */
 	bool gated;                  /* a lookahead's: keys start below the gate only */
 	_Atomic size_t gate;
 	bool listed;                 /* its keys come from a listing (not keys, not a manifest) */
@@ -88,9 +88,10 @@ struct pf_job {
 	struct pf_obj *active;
 	unsigned concurrency;
 	uint64_t bytes_per_s;
-	_Atomic uint64_t objects_done, bytes_done, bytes_total, errors;
-	double started, finished;
-	char error[256];
+	/* What the admin thread reads (prefetch_get): atomics, or under p->lock. */
+	_Atomic uint64_t objects_done, objects_listed, bytes_done, bytes_total, errors;
+	double started, finished;    /* under p->lock */
+	char error[256];             /* under p->lock */
 };
 
 struct prefetch {

@@ -86,7 +86,7 @@ void pf_list_step(struct pf_job *j)
 	if (transfer_submit(&j->x) != 0) {
 		shaper_cancel(j->p->gw->shaper, &j->slot);
 		pf_job_fail(j, "cannot start listing upstream");
-		j->listing_done = true;
+		atomic_store(&j->listing_done, true);
 	}
 }
 
@@ -224,7 +224,7 @@ static void parse_listing(struct pf_job *j)
 		x.token = NULL;
 		pf_list_more(j);
 	} else {
-		j->listing_done = true;
+		atomic_store(&j->listing_done, true);
 	}
 	XML_ParserFree(xp);
 	free(x.key);
@@ -252,7 +252,7 @@ static void parse_manifest(struct pf_job *j)
 		if (*s == '\n')
 			s++;
 	}
-	j->listing_done = true;
+	atomic_store(&j->listing_done, true);
 }
 
 static void list_done(struct transfer *t, void *arg, CURLcode result)
@@ -261,7 +261,7 @@ static void list_done(struct transfer *t, void *arg, CURLcode result)
 	assert(j->magic == PREFETCH_MAGIC && t == &j->x);
 	shaper_release(j->p->gw->shaper, &j->slot, t->status, ev_now(j->p->w->loop));
 	if (atomic_load(&j->cancel)) {
-		j->listing_done = true;
+		atomic_store(&j->listing_done, true);
 		return;
 	}
 	if ((result != CURLE_OK || upstream_retryable(t->status)) && transfer_retry_later(t) >= 0)
@@ -273,7 +273,7 @@ static void list_done(struct transfer *t, void *arg, CURLcode result)
 		         result != CURLE_OK ? ", " : "",
 		         result != CURLE_OK ? curl_easy_strerror(result) : "");
 		pf_job_fail(j, what);
-		j->listing_done = true;
+		atomic_store(&j->listing_done, true);
 		return;
 	}
 	t->retries = 0; /* each page has the policy's retries */

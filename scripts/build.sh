@@ -3,7 +3,7 @@
 #   plain -> build/        (LARDER_BUILD_DIR overrides)
 #   asan  -> build-asan/   (LARDER_ASAN_BUILD_DIR overrides), ASan + UBSan
 #   tsan  -> build-tsan/   (LARDER_TSAN_BUILD_DIR overrides), ThreadSanitizer with
-#            clang, only the unit test programs (scripts/test.sh runs them)
+#            clang: the unit test programs and larder (scripts/test.sh runs them)
 #   all   -> the three
 # Under CI=true warnings are errors. Setup is idempotent: an existing build dir
 # is reconfigured only when its options differ.
@@ -48,8 +48,8 @@ if [[ "$what" == tsan || "$what" == all ]]; then
   # fuzz build). jemalloc off: TSan replaces the allocator itself.
   dir="${LARDER_TSAN_BUILD_DIR:-build-tsan}"
   CC=clang setup "$dir" -Db_sanitize=thread -Db_lundef=false -Djemalloc=disabled
-  # Only the programs the unit suite runs, not larder itself or the fuzz drivers
-  # (build.ninja first: a meson.build changed since setup may add a test).
+  # The programs the unit suite runs and larder, not the fuzz drivers or the
+  # load tools (build.ninja first: a meson.build changed since setup may add a test).
   ninja -C "$dir" build.ninja >/dev/null
   mapfile -t targets < <(meson introspect --tests "$dir" | python3 -c '
 import json, os, sys
@@ -57,5 +57,5 @@ d = os.path.realpath(sys.argv[1])
 for t in json.load(sys.stdin):
     if any(s.split(":")[-1] == "unit" for s in t["suite"]):
         print(os.path.relpath(os.path.realpath(t["cmd"][0]), d))' "$dir")
-  ninja -C "$dir" "${targets[@]}"
+  ninja -C "$dir" "${targets[@]}" gateway/larder
 fi

@@ -2,7 +2,8 @@
 # Runs every test: installs dependencies, checks the sources
 # (scripts/check-source.py: banned functions, layers), builds plain, ASan and
 # TSan, runs the meson suites (unit, fuzz) on the ASan build and the unit suite
-# on the TSan build, then the Python integration suite against the ASan larder.
+# on the TSan build, then the Python integration suite against the ASan larder,
+# and the modules whose threads share the most state against the TSan larder.
 # The last line is `N passed, N failed[, N skipped]`.
 # Exit status is non-zero when anything failed.
 #   LARDER_BUILD_DIR / LARDER_ASAN_BUILD_DIR / LARDER_TSAN_BUILD_DIR
@@ -22,6 +23,7 @@ check_pass=0 check_fail=0
 meson_pass=0 meson_fail=0 meson_skip=0
 tsan_pass=0 tsan_fail=0 tsan_skip=0
 py_pass=0 py_fail=0 py_skip=0
+tsan_py_pass=0 tsan_py_fail=0 tsan_py_skip=0
 notes=()
 
 scripts/deps.sh
@@ -99,35 +101,69 @@ if ((tsan_rc != 0 && tsan_fail == 0)); then
   notes+=("meson test under TSan exited $tsan_rc without a failed test in testlog.json")
 fi
 
+# integration LABEL TIMEOUT [ENV=VALUE...] -- [run.py ARGS...]: runs the Python
+# integration suite (the tests' output to stderr); prints "passed failed
+# skipped" (and "note" when the runner ended badly without reporting a
+# failure, which counts as one failed). TSan's larder runs without address
+# randomisation (norand, above).
+integration() {
+  local label="$1" limit="$2" counts rc p=0 f=0 s=0; shift 2
+  local envs=() wrap=()
+  [[ "$label" == TSan ]] && wrap=("${norand[@]}")
+  while [[ "$1" != -- ]]; do envs+=("$1"); shift; done
+  shift
+  counts="$(mktemp)"
+  env "${envs[@]}" timeout --signal=TERM --kill-after=30 "$limit" \
+    "${wrap[@]}" python3 tests/integration/run.py --counts "$counts" "$@" >&2
+  rc=$?
+  if [[ -s "$counts" ]]; then
+    read -r p f s < <(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["passed"], c["failed"], c["skipped"])' "$counts")
+  fi
+  rm -f "$counts"
+  if ((rc != 0 && f == 0)); then
+    f=1
+    echo "integration runner ($label) exited $rc (timeout or crash) without reporting a failure" >&2
+    echo "$p $f $s note"
+    return
+  fi
+  echo "$p $f $s"
+}
+
 # --- Python integration suite against the ASan larder
 if ((deps_rc == 2)); then
   py_fail=1
   notes+=("integration suite not run: python3 lacks boto3/moto/awscli (see above)")
 else
-  counts="$(mktemp)"
   echo "== integration tests against $LARDER_ASAN_BUILD_DIR/gateway/larder"
-  timeout --signal=TERM --kill-after=30 1500 \
-    python3 tests/integration/run.py --counts "$counts" "$@"
-  py_rc=$?
-  if [[ -s "$counts" ]]; then
-    read -r py_pass py_fail py_skip < <(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["passed"], c["failed"], c["skipped"])' "$counts")
-  fi
-  if ((py_rc != 0 && py_fail == 0)); then
-    py_fail=1
-    notes+=("integration runner exited $py_rc (timeout or crash) without reporting a failure")
-  fi
-  rm -f "$counts"
+  read -r py_pass py_fail py_skip note < <(integration ASan 1500 -- "$@")
+  [[ -n "$note" ]] && notes+=("integration runner exited badly without reporting a failure")
 fi
 
-passed=$((check_pass + meson_pass + tsan_pass + py_pass))
-failed=$((check_fail + meson_fail + tsan_fail + py_fail))
-skipped=$((meson_skip + tsan_skip + py_skip))
+# --- the integration modules where the admin thread, the workers and the
+# store's I/O threads share the most state, against the TSan larder: a data
+# race larder reports fails the test (harness.py collects TSan's reports).
+# About 3 minutes; the whole suite passes so too, in about 12.
+tsan_modules=(test_prefetch test_lookahead test_profiles test_pins test_admin test_operations
+              test_cache_faults)
+if ((deps_rc != 2)) && (($# == 0)); then
+  tsan_bin="$LARDER_TSAN_BUILD_DIR/gateway/larder"
+  case "$tsan_bin" in /*) ;; *) tsan_bin="$ROOT/$tsan_bin" ;; esac
+  echo "== integration modules against $tsan_bin (ThreadSanitizer)"
+  read -r tsan_py_pass tsan_py_fail tsan_py_skip note < <(
+    integration TSan 600 "LARDER_BIN=$tsan_bin" -- "${tsan_modules[@]}")
+  [[ -n "$note" ]] && notes+=("integration runner under TSan exited badly without reporting a failure")
+fi
+
+passed=$((check_pass + meson_pass + tsan_pass + py_pass + tsan_py_pass))
+failed=$((check_fail + meson_fail + tsan_fail + py_fail + tsan_py_fail))
+skipped=$((meson_skip + tsan_skip + py_skip + tsan_py_skip))
 echo
 echo "== summary"
 echo "source checks:      $check_pass passed, $check_fail failed"
 echo "meson (unit, fuzz): $meson_pass passed, $meson_fail failed, $meson_skip skipped"
 echo "unit under TSan:    $tsan_pass passed, $tsan_fail failed, $tsan_skip skipped"
 echo "integration:        $py_pass passed, $py_fail failed, $py_skip skipped"
+echo "integration, TSan:  $tsan_py_pass passed, $tsan_py_fail failed, $tsan_py_skip skipped"
 for n in "${notes[@]}"; do echo "note: $n"; done
 if ((skipped)); then
   echo "$passed passed, $failed failed, $skipped skipped"

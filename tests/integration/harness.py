@@ -266,7 +266,7 @@ class Larder:
         self.config_path = os.path.join(self.dir, "larder.conf")
         self.proc = None
         e = {k: v for k, v in os.environ.items()
-             if not k.startswith(("AWS_", "LARDER_", "ASAN_", "UBSAN_", "LSAN_"))}
+             if not k.startswith(("AWS_", "LARDER_", "ASAN_", "UBSAN_", "LSAN_", "TSAN_"))}
         e.update({
             "LARDER_LISTEN": "%s:%d" % (host, self.port),
             "LARDER_UPSTREAM_REGION": REGION,
@@ -297,6 +297,8 @@ class Larder:
         e["UBSAN_OPTIONS"] = ("halt_on_error=1:print_stacktrace=1:log_path=%s/ubsan"
                               % self.san_dir)
         e["LSAN_OPTIONS"] = "log_path=%s/lsan" % self.san_dir
+        # A ThreadSanitizer build (LARDER_BIN; scripts/test.sh runs some modules so).
+        e["TSAN_OPTIONS"] = "second_deadlock_stack=1:log_path=%s/tsan" % self.san_dir
         if env:  # a None value unsets the variable (a test of the shipped default)
             e.update(env)
         self.env = {k: v for k, v in e.items() if v is not None}
