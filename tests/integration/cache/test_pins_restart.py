@@ -4,7 +4,7 @@ change) shows its pins again with the time they have left and holds the
 chunks the NVMe tier recovered: whatever streams through both tiers, the
 pinned set is re-read with no GET upstream. A pin that expired while
 larder was stopped is gone; a file there that is not a saved pin is logged
-and ignored.
+and ignored; a pin restored under a lower cap keeps what fits.
 """
 import json
 import os
@@ -130,6 +130,29 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
         self.assertGreaterEqual(pins[0]["bytes"], before)
         self.assertLess(pins[0]["bytes"], N_PINNED * MiB, "the job should not have finished")
         self.assertEqual(self.call("GET", "/admin/jobs/" + r["job"])[0], 404)  # not resumed
+
+    def test_a_pin_past_a_smaller_cap_keeps_what_fits(self):
+        """A restart under a lower LARDER_PIN_MAX_NVME (or an upgrade that counts pins
+        differently, operations.md): the chunks that fit are pinned again, the rest are
+        logged and stay ordinary entries, read back with no GET upstream."""
+        info = self.pin_set(3600)
+        self.assertEqual(self.larder.stop(), 0)
+        # 9 entries of 1 MiB + 4 KiB on NVMe; 4 MiB in RAM, which the same 9 cover
+        lower = {"LARDER_PIN_MAX_NVME": "10MiB", "LARDER_PIN_MAX": "4MiB"}
+        self.larder.env.update(lower)
+        try:
+            self.larder.start()
+            pins, cache = self.pin_stats()
+            self.assertEqual([(p["id"], p["bytes"]) for p in pins], [(info["id"], 9 * MiB)])
+            self.assertEqual(cache["nvme"]["pinned_bytes"], 9 * (MiB + 4096))
+            self.assertIn("pin %s: 11 chunks not pinned again: past the pin limits" % info["id"],
+                          self.larder.log())
+            self.assertEqual(self.gets_of_pinned_set(), [], "chunks past the cap were dropped")
+        finally:
+            self.assertEqual(self.larder.stop(), 0)
+            for k in lower:
+                del self.larder.env[k]
+            self.larder.start()
 
     def test_a_pin_that_expired_while_stopped_is_gone(self):
         info = self.pin_set(4)
