@@ -462,12 +462,19 @@ def side_figures(d):
         if a is not None and b:
             out[name] = (a / b, (a, b) + tuple(extra))
 
+    def client_cpu(r):
+        """loadgen's own CPU s per GB it received."""
+        b = tot(r, "bytes") if r else None
+        return r["loadgen_cpu_s"] / (b / 1e9) if b and "loadgen_cpu_s" in r else None
+
     ls, ns = get(d, "e", "larder-small"), get(d, "e", "nginx-small")
     put("warm_ops", tot(ls, "objects_per_s"), tot(ns, "objects_per_s"))
     put("warm_cpu", cpu(ls), cpu(ns))
     fs = get(d, "e", "floor-small")
     put("floor_cpu", cpu(fs), cpu(ns))
     put("warm_cpu_floor", cpu(ls), cpu(fs))
+    put("floor_ops", tot(fs, "objects_per_s"), tot(ns, "objects_per_s"))
+    put("warm_client_cpu", client_cpu(ls), client_cpu(ns))
     for c in (4, 8, 16, 32, 64):
         lc, dc = get(d, "a", f"larder-cold-c{c}"), get(d, "a", f"direct-c{c}")
         put(f"cold_c{c}", tot(lc, "objects_per_s"), tot(dc, "objects_per_s"))
@@ -496,6 +503,10 @@ SIDE_ROWS = [
     ("the same hits from the floor (loadtest/floor.c), CPU-s/GB vs nginx (e)", "floor_cpu", "",
      "{:.2f} vs {:.2f}"),
     ("warm 115 KiB hits, larder's CPU-s/GB vs the floor's (e)", "warm_cpu_floor", "",
+     "{:.2f} vs {:.2f}"),
+    ("the floor's objects/s vs nginx (e): a server that copies, with this client", "floor_ops", "",
+     "{:.0f} vs {:.0f} obj/s"),
+    ("the client's CPU-s/GB receiving larder's hits vs nginx's (e)", "warm_client_cpu", "",
      "{:.2f} vs {:.2f}"),
 ] + [(f"cold epoch of 115 KiB objects vs direct, c={c} (a)", f"cold_c{c}", ">= 0.95x",
       "{:.0f} vs {:.0f} obj/s") for c in (4, 8, 16, 32, 64)] + [

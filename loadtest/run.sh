@@ -44,7 +44,8 @@
 # LOADTEST_PEER_DIR (the nginx peer's and files' run and cache directories; default: on
 # /dev/shm, see below), LOADTEST_SUT_CPU, LOADTEST_CLIENT_CPU, LOADTEST_CONFIG (tuned|defaults),
 # LOADTEST_PIN (1|0: pin or not, whatever the configuration does), LOADTEST_NVME (1|0), sizes: LOADTEST_CONCURRENCIES (a: "8 16 32 64"), LOADTEST_STORM_MIB (d),
-# LOADTEST_SHARDS (c: MiB sizes), LOADTEST_SHARD_READERS (c: "1 8"), LOADTEST_LEAN (1: only the
+# LOADTEST_SHARDS (c: MiB sizes), LOADTEST_SHARD_READERS (c: "1 8"), LOADTEST_E_SECS (e's
+# seconds per run: 4 quick, 10 full, 1 smoke; longer to profile it), LOADTEST_LEAN (1: only the
 # runs of table.sh's figures: e without large objects and files, c without warm reads),
 # LOADTEST_PORT_BASE (18080: larder; +1, +2 the nginx peer and files, +10 the origin, +15
 # larder's admin). Any LARDER_* variable set reaches the larder under test (the run lists them).
@@ -122,6 +123,7 @@ else
   n_small=20000 storm_mib=256 shard_sizes=(4 16 64 256) large_n=8 e_secs=10
 fi
 shard_readers=(1 8)
+e_secs="${LOADTEST_E_SECS:-$e_secs}"
 [[ -z "${LOADTEST_CONCURRENCIES:-}" ]] || read -ra concurrencies <<< "$LOADTEST_CONCURRENCIES"
 [[ -z "${LOADTEST_SHARDS:-}" ]] || read -ra shard_sizes <<< "$LOADTEST_SHARDS"
 [[ -z "${LOADTEST_SHARD_READERS:-}" ]] || read -ra shard_readers <<< "$LOADTEST_SHARD_READERS"
