@@ -589,21 +589,26 @@ static void load(void *arg, const char *file)
 	pthread_mutex_lock(&p->lock);
 	struct pin *x = find(p, id, NULL);
 	x->n_keys = (size_t)json_integer_value(json_object_get(doc, "keys"));
-	size_t i, missed = 0;
+	size_t i, past = 0, nomem = 0;
 	json_t *e;
 	json_array_foreach(json_object_get(doc, "chunks"), i, e) {
 		struct chunk_id cid;
 		uint64_t len;
 		chunk_entry(e, &cid, &len);
-		if (add_locked(p, x, &cid, (size_t)len) != 0)
-			missed++;
+		int r = add_locked(p, x, &cid, (size_t)len);
+		past += r == -ENOSPC;
+		nomem += r != 0 && r != -ENOSPC;
 	}
-	x->dirty = missed > 0;
+	/* Saved again (without every chunk not pinned) only when some were
+	 * past the limits: a chunk that found no memory keeps its place in
+	 * the file, for the next start to try again. */
+	x->dirty = past > 0;
 	log_info("pins", "pin %s restored: %zu chunks, %" PRIu64 " bytes, %lld s left%s", x->id, x->n,
-	         x->bytes, (long long)(until - now), missed ? " (some past the pin limits)" : "");
-	if (missed)
-		log_warn("pins", "pin %s: %zu chunks not pinned again: past the pin limits", x->id,
-		         missed);
+	         x->bytes, (long long)(until - now), past + nomem ? " (some not pinned again)" : "");
+	if (past)
+		log_warn("pins", "pin %s: %zu chunks not pinned again: past the pin limits", x->id, past);
+	if (nomem)
+		log_warn("pins", "pin %s: %zu chunks not pinned again: out of memory", x->id, nomem);
 	pthread_mutex_unlock(&p->lock);
 	json_decref(doc);
 }

@@ -2,7 +2,9 @@
  * test_pins.c - saved pins (gateway/pins.h): a pin written under DIR/pins
  * is pinned again by a new registry (a restart) with its expiry, objects
  * and chunks; an expired one, or one that ended, is gone; a file that is
- * not a saved pin is ignored; without a directory nothing is written.
+ * not a saved pin is ignored; without a directory nothing is written; a
+ * chunk that finds no memory when it is pinned again is logged as such and
+ * stays in the file (store_pin and log_write are wrapped: meson.build).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -19,10 +21,46 @@
 
 #include <cmocka.h>
 
+#include "base/log.h"
 #include "gateway/pins.h"
 #include "store/store.h"
 
 #define CLEN 1000
+
+/* store_pin fails with -ENOMEM for the chunk of this index (-1: never). */
+static int pin_nomem_index = -1;
+static char warned[1024]; /* the WARN lines logged, one after another */
+
+int __real_store_pin(struct store *s, const struct chunk_id *id, size_t len);
+int __wrap_store_pin(struct store *s, const struct chunk_id *id, size_t len);
+void __wrap_log_write(enum log_level l, const char *topic, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static struct chunk_id cid(unsigned i);
+
+int __wrap_store_pin(struct store *s, const struct chunk_id *id, size_t len)
+{
+	if (pin_nomem_index >= 0) {
+		struct chunk_id bad = cid((unsigned)pin_nomem_index);
+		if (chunk_id_eq(id, &bad))
+			return -ENOMEM;
+	}
+	return __real_store_pin(s, id, len);
+}
+
+void __wrap_log_write(enum log_level l, const char *topic, const char *fmt, ...)
+{
+	(void)topic;
+	if (l != LOG_WARN)
+		return;
+	size_t used = strlen(warned);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(warned + used, sizeof warned - used, fmt, ap);
+	va_end(ap);
+	used = strlen(warned);
+	snprintf(warned + used, sizeof warned - used, "\n");
+}
 
 static struct store *ram_store(void)
 {
@@ -101,6 +139,18 @@ static void cleanup(const char *dir)
 	rmdir(dir);
 }
 
+/* A registry saving under dir with pin id of chunks 0, 1 and 2. */
+static struct pins *pin_three(struct store *s, const char *dir, const char *id, int64_t until)
+{
+	struct pins *p = open_pins(s, dir);
+	assert_int_equal(pins_begin(p, id, "b", NULL, until), 0);
+	for (unsigned i = 0; i < 3; i++) {
+		struct chunk_id c = cid(i);
+		assert_int_equal(pins_add(p, id, &c, CLEN), 0);
+	}
+	return p;
+}
+
 static void t_saved_and_restored(void **state)
 {
 	(void)state;
@@ -108,12 +158,7 @@ static void t_saved_and_restored(void **state)
 	assert_non_null(mkdtemp(dir));
 	int64_t until = (int64_t)time(NULL) + 3600;
 	struct store *s = ram_store();
-	struct pins *p = open_pins(s, dir);
-	assert_int_equal(pins_begin(p, "pf-3", "b", NULL, until), 0);
-	for (unsigned i = 0; i < 3; i++) {
-		struct chunk_id c = cid(i);
-		assert_int_equal(pins_add(p, "pf-3", &c, CLEN), 0);
-	}
+	struct pins *p = pin_three(s, dir, "pf-3", until);
 	pins_add_object(p, "pf-3");
 	pins_add_object(p, "pf-3");
 	const char *hdr = "node-b/pf-9 4000000000";   /* a peer's pin, held here */
@@ -148,6 +193,43 @@ static void t_saved_and_restored(void **state)
 	assert_int_equal(pins_end(p, "pf-3"), 0);
 	pins_destroy(p);
 	assert_int_equal(files_in(dir), 1);
+	store_close(s);
+	cleanup(dir);
+}
+
+/* A chunk that finds no memory when its pin is restored is logged as that,
+ * not as past the pin limits (which would send an operator to raise them),
+ * and the saved pin keeps it: the next start pins it. */
+static void t_restore_without_memory(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/larder-test-pins-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	int64_t until = (int64_t)time(NULL) + 3600;
+	struct store *s = ram_store();
+	struct pins *p = pin_three(s, dir, "pf-5", until);
+	pins_destroy(p); /* saves */
+
+	pin_nomem_index = 1;
+	warned[0] = '\0';
+	p = open_pins(s, dir);
+	pin_nomem_index = -1;
+	assert_non_null(strstr(warned, "pin pf-5: 1 chunks not pinned again: out of memory"));
+	assert_null(strstr(warned, "past the pin limits"));
+	struct pin_info info[2];
+	assert_int_equal(pins_list(p, info, 2), 1);
+	assert_int_equal(info[0].bytes, 2 * CLEN);
+	free(info[0].prefix);
+	pins_destroy(p);
+
+	warned[0] = '\0';
+	p = open_pins(s, dir); /* memory again: all three */
+	assert_string_equal(warned, "");
+	assert_int_equal(pins_list(p, info, 2), 1);
+	assert_int_equal(info[0].bytes, 3 * CLEN);
+	free(info[0].prefix);
+	assert_int_equal(pins_end(p, "pf-5"), 0);
+	pins_destroy(p);
 	store_close(s);
 	cleanup(dir);
 }
@@ -223,6 +305,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(t_saved_and_restored),
+		cmocka_unit_test(t_restore_without_memory),
 		cmocka_unit_test(t_expired_and_bad_files),
 		cmocka_unit_test(t_memory_only),
 		cmocka_unit_test(t_shutdown_keeps_files),
