@@ -54,7 +54,7 @@ void pf_job_fail(struct pf_job *j, const char *msg)
 
 int pf_add_key(struct pf_job *j, const char *key, uint64_t size)
 {
-	size_t held = j->n_keys - j->key_base;
+	size_t held = atomic_load(&j->n_keys) - j->key_base;
 	if (held == j->cap_keys && j->next_key > j->key_base) {
 		/* Full: first let go of the room of the keys already taken. */
 		size_t taken = j->next_key - j->key_base, left = held - taken;
@@ -78,8 +78,7 @@ int pf_add_key(struct pf_job *j, const char *key, uint64_t size)
 	if (!(j->keys[held] = strdup(key)))
 		return -ENOMEM;
 	j->sizes[held] = size;
-	j->n_keys++;
-	atomic_fetch_add(&j->objects_listed, 1);
+	atomic_fetch_add(&j->n_keys, 1);
 	if (size)
 		atomic_fetch_add(&j->bytes_total, size);
 	if (j->pin && j->listed)
@@ -293,7 +292,7 @@ static bool job_step(struct pf_job *j)
 	unsigned active = 0;
 	for (unsigned k = 0; k < j->concurrency; k++) {
 		struct pf_obj *o = &j->active[k];
-		if (!o->key && j->next_key < j->n_keys &&
+		if (!o->key && j->next_key < atomic_load(&j->n_keys) &&
 		    (!j->gated || j->next_key < atomic_load(&j->gate))) {
 			size_t at = j->next_key - j->key_base;
 			o->magic = PF_OBJ_MAGIC;
@@ -320,7 +319,7 @@ static bool job_step(struct pf_job *j)
 		return job_step(j);
 	if (j->list_paused)
 		pf_list_more(j);
-	if (atomic_load(&j->listing_done) && j->next_key == j->n_keys && active == 0) {
+	if (atomic_load(&j->listing_done) && j->next_key == atomic_load(&j->n_keys) && active == 0) {
 		atomic_store(&j->state, PF_DONE);
 		return job_step(j);
 	}
@@ -408,7 +407,7 @@ struct prefetch *prefetch_create(struct gw *gw, struct worker *w)
 
 static void job_free(struct pf_job *j)
 {
-	for (size_t i = j->next_key; i < j->n_keys; i++)
+	for (size_t i = j->next_key, n = atomic_load(&j->n_keys); i < n; i++)
 		free(j->keys[i - j->key_base]);
 	free(j->keys);
 	free(j->sizes);
@@ -548,7 +547,7 @@ static void info_of(const struct pf_job *j, struct prefetch_info *out)
 	snprintf(out->bucket, sizeof out->bucket, "%s", j->bucket);
 	snprintf(out->error, sizeof out->error, "%s", j->error);
 	out->objects_done = atomic_load(&j->objects_done);
-	out->objects_total = atomic_load(&j->objects_listed);
+	out->objects_total = atomic_load(&j->n_keys);
 	out->bytes_done = atomic_load(&j->bytes_done);
 	out->bytes_total = atomic_load(&j->bytes_total);
 	out->errors = atomic_load(&j->errors);

@@ -61,7 +61,8 @@ struct pf_job {
 	 * next_key <= i < n_keys (a taken key moves to its pf_obj). */
 	char **keys;
 	uint64_t *sizes;             /* from the listing; 0 when unknown */
-	size_t n_keys, cap_keys, next_key, key_base;
+	size_t cap_keys, next_key, key_base;
+	_Atomic size_t n_keys;       /* the worker's; the admin thread reads it */
 	bool list_paused;            /* the next page waits (pf_list_more) */
 	_Atomic int state;
 	_Atomic bool cancel;
@@ -89,7 +90,7 @@ struct pf_job {
 	unsigned concurrency;
 	uint64_t bytes_per_s;
 	/* What the admin thread reads (prefetch_get): atomics, or under p->lock. */
-	_Atomic uint64_t objects_done, objects_listed, bytes_done, bytes_total, errors;
+	_Atomic uint64_t objects_done, bytes_done, bytes_total, errors;
 	double started, finished;    /* under p->lock */
 	char error[256];             /* under p->lock */
 };

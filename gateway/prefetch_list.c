@@ -97,7 +97,7 @@ void pf_list_step(struct pf_job *j)
  * (prefetch.c, pin_fits), so it lists to the end before it warms. */
 void pf_list_more(struct pf_job *j)
 {
-	j->list_paused = !j->pin && j->n_keys - j->next_key >= PF_LIST_AHEAD;
+	j->list_paused = !j->pin && atomic_load(&j->n_keys) - j->next_key >= PF_LIST_AHEAD;
 	if (!j->list_paused && pf_start_listing(j) != 0)
 		pf_job_fail(j, "cannot list the next page");
 }

@@ -464,7 +464,7 @@ def side_figures(d):
 
     def client_cpu(r):
         """loadgen's own CPU s per GB it received."""
-        b = tot(r, "bytes") if r else None
+        b = tot(r, "bytes")
         return r["loadgen_cpu_s"] / (b / 1e9) if b and "loadgen_cpu_s" in r else None
 
     ls, ns = get(d, "e", "larder-small"), get(d, "e", "nginx-small")

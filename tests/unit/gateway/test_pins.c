@@ -27,41 +27,6 @@
 
 #define CLEN 1000
 
-/* store_pin fails with -ENOMEM for the chunk of this index (-1: never). */
-static int pin_nomem_index = -1;
-static char warned[1024]; /* the WARN lines logged, one after another */
-
-int __real_store_pin(struct store *s, const struct chunk_id *id, size_t len);
-int __wrap_store_pin(struct store *s, const struct chunk_id *id, size_t len);
-void __wrap_log_write(enum log_level l, const char *topic, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static struct chunk_id cid(unsigned i);
-
-int __wrap_store_pin(struct store *s, const struct chunk_id *id, size_t len)
-{
-	if (pin_nomem_index >= 0) {
-		struct chunk_id bad = cid((unsigned)pin_nomem_index);
-		if (chunk_id_eq(id, &bad))
-			return -ENOMEM;
-	}
-	return __real_store_pin(s, id, len);
-}
-
-void __wrap_log_write(enum log_level l, const char *topic, const char *fmt, ...)
-{
-	(void)topic;
-	if (l != LOG_WARN)
-		return;
-	size_t used = strlen(warned);
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(warned + used, sizeof warned - used, fmt, ap);
-	va_end(ap);
-	used = strlen(warned);
-	snprintf(warned + used, sizeof warned - used, "\n");
-}
-
 static struct store *ram_store(void)
 {
 	char err[256];
@@ -88,6 +53,39 @@ static struct chunk_id cid(unsigned i)
 	struct chunk_id id;
 	chunk_id_make("b", "k", "\"e\"", i, &id);
 	return id;
+}
+
+/* store_pin fails with -ENOMEM for the chunk of this index (-1: never). */
+static int pin_nomem_index = -1;
+static char warned[1024]; /* the WARN lines logged, one after another */
+
+int __real_store_pin(struct store *s, const struct chunk_id *id, size_t len);
+int __wrap_store_pin(struct store *s, const struct chunk_id *id, size_t len);
+void __wrap_log_write(enum log_level l, const char *topic, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+int __wrap_store_pin(struct store *s, const struct chunk_id *id, size_t len)
+{
+	if (pin_nomem_index >= 0) {
+		struct chunk_id bad = cid((unsigned)pin_nomem_index);
+		if (chunk_id_eq(id, &bad))
+			return -ENOMEM;
+	}
+	return __real_store_pin(s, id, len);
+}
+
+void __wrap_log_write(enum log_level l, const char *topic, const char *fmt, ...)
+{
+	(void)topic;
+	if (l != LOG_WARN)
+		return;
+	size_t used = strlen(warned);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(warned + used, sizeof warned - used, fmt, ap);
+	va_end(ap);
+	used = strlen(warned);
+	snprintf(warned + used, sizeof warned - used, "\n");
 }
 
 static uint64_t pin_held(struct store *s)
