@@ -13,8 +13,8 @@ static bool starts_with(const char *s, const char *prefix)
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-static bool covers(const struct grant *g, const char *bucket, const char *key,
-                   const char *list_prefix)
+static bool covers(const struct grant *g, enum pol_access a, const char *bucket,
+                   const char *key, const char *list_prefix)
 {
 	bool any_bucket = strcmp(g->bucket, "*") == 0;
 	bool whole = g->prefix[0] == '\0';
@@ -24,7 +24,8 @@ static bool covers(const struct grant *g, const char *bucket, const char *key,
 	if (!any_bucket && strcmp(g->bucket, bucket) != 0)
 		return false;
 	if (key)                        /* object request */
-		return whole || (starts_with(key, g->prefix) && !grant_dot_segment(key));
+		return whole || (a != POL_GOVERN && starts_with(key, g->prefix) &&
+		                 !grant_dot_segment(key));
 	if (list_prefix)                /* bucket listing */
 		return starts_with(list_prefix, g->prefix);
 	return whole;                   /* any other bucket request */
@@ -33,10 +34,10 @@ static bool covers(const struct grant *g, const char *bucket, const char *key,
 bool pol_allows(const struct client_key *k, enum pol_access a, const char *bucket,
                 const char *key, const char *list_prefix)
 {
-	if (!k || (a == POL_WRITE && !k->write))
+	if (!k || (a != POL_READ && !k->write))
 		return false;
 	for (size_t i = 0; i < k->n_grants; i++)
-		if (covers(&k->grants[i], bucket, key, list_prefix))
+		if (covers(&k->grants[i], a, bucket, key, list_prefix))
 			return true;
 	return false;
 }

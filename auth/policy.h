@@ -2,9 +2,15 @@
  * policy.h - may this key do this to this bucket and key?
  *
  * A key is read-only or read-write, on a list of grants (bucket, optional
- * key prefix). Reads are GET and HEAD; every other method writes. What a
- * grant covers:
- *  - an object request (bucket and key): the key starts with the prefix;
+ * key prefix). Reads are GET and HEAD; every other method writes. A write
+ * that governs access to an object besides writing or removing it (its
+ * ACL, tags, object lock, a bypass of a governance lock: gateway/authn.c
+ * says which) is POL_GOVERN. What a grant covers:
+ *  - an object request (bucket and key): the key starts with the prefix,
+ *    unless it governs: that needs a whole-bucket grant. A prefix grant
+ *    stands for s3:PutObject and s3:DeleteObject there; S3 asks for
+ *    s3:PutObjectAcl, s3:PutObjectTagging, s3:PutObjectRetention ...
+ *    besides, which larder would exercise with its own credentials;
  *  - a bucket request (no key) that lists (GET with list-type, prefix ...):
  *    the requested listing prefix starts with the grant's prefix;
  *  - any other bucket request: only a whole-bucket grant;
@@ -21,7 +27,7 @@
 
 #include "auth/grant.h"
 
-enum pol_access { POL_READ, POL_WRITE };
+enum pol_access { POL_READ, POL_WRITE, POL_GOVERN };
 
 /*
  * bucket: NULL for the service request. key: NULL for a bucket request.

@@ -22,6 +22,7 @@
 #include "auth/sigv2.h"
 #include "auth/sigv4.h"
 #include "base/buf.h"
+#include "base/hdrs.h"
 #include "base/log.h"
 #include "base/sha256.h"
 #include "cluster/peer.h"
@@ -195,6 +196,53 @@ static bool is_create_session(const struct req *r)
 	buf_init(&v, S3_MAX_QUERY_BYTES);
 	bool yes = r->s3.target == S3T_BUCKET && s3_query_get(r->query, "session", &v) != 0;
 	buf_fini(&v);
+	return yes;
+}
+
+/*
+ * Whether a write governs access to an object besides writing or removing
+ * it (auth/policy.h, POL_GOVERN): its ACL, tags (IAM policies may decide on
+ * them), object lock, or a bypass of a governance lock, as a subresource
+ * or as a header of the write, sent or carried in a presigned URL's query
+ * (as it would go upstream). The canned ACLs "private" and
+ * "bucket-owner-full-control" grant nothing past a new object's default and
+ * count as plain writes: some clients send one with every upload.
+ */
+static bool governing_header(const char *name, const char *value)
+{
+	if (strncasecmp(name, "x-amz-", 6) != 0)
+		return false;
+	name += 6;
+	if (strcasecmp(name, "acl") == 0)
+		return strcmp(value, "private") != 0 && strcmp(value, "bucket-owner-full-control") != 0;
+	if (strcasecmp(name, "tagging") == 0)
+		return value[0] != '\0';
+	return strncasecmp(name, "grant-", 6) == 0 || strncasecmp(name, "object-lock-", 12) == 0 ||
+	       strcasecmp(name, "bypass-governance-retention") == 0;
+}
+
+static bool governs_access(struct req *r, const struct sv4_request *sreq)
+{
+	static const char *const subresources[] = { "acl", "tagging", "retention", "legal-hold" };
+	if (r->s3.access != POL_WRITE)
+		return false;
+	bool yes = false;
+	struct buf v;
+	buf_init(&v, S3_MAX_QUERY_BYTES);
+	for (size_t i = 0; !yes && i < sizeof subresources / sizeof subresources[0]; i++)
+		yes = s3_query_get(r->query, subresources[i], &v) != 0;
+	buf_fini(&v);
+	for (size_t i = 0; !yes && i < sreq->n_headers; i++)
+		yes = governing_header(sreq->headers[i].name, sreq->headers[i].value);
+	if (!yes && r->presigned) {
+		struct hdrs q;
+		hdrs_init(&q);
+		if (pass_query_headers(r, &q) != 0)
+			yes = true; /* cannot tell: govern, so that a prefix grant is refused */
+		for (size_t i = 0; !yes && i < q.n; i++)
+			yes = governing_header(q.v[i].name, q.v[i].value);
+		hdrs_fini(&q);
+	}
 	return yes;
 }
 
@@ -433,7 +481,8 @@ void authn_request(struct req *r)
 		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
 		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
 		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
-		bool allowed = pol_allows(k, r->s3.access, bucket, key, list_prefix);
+		enum pol_access need = governs_access(r, &sreq) ? POL_GOVERN : r->s3.access;
+		bool allowed = pol_allows(k, need, bucket, key, list_prefix);
 		/* "c+d/" is "c d/" to a reader that takes '+' for a space: the
 		 * grant must cover the prefix whichever way upstream reads it. */
 		if (allowed && r->s3.listing && r->s3.list_prefix_plus)
@@ -441,14 +490,17 @@ void authn_request(struct req *r)
 			                     buf_cstr(&r->s3.list_prefix_spaced));
 		/* A key with a prefix grant may delete many objects at once when
 		 * each is under its grant: decided once the body is in. */
-		if (!allowed && is_post_of(r, S3T_BUCKET, "delete")) {
+		if (!allowed && need == POL_WRITE && is_post_of(r, S3T_BUCKET, "delete")) {
 			r->body_check = CHECK_DELETE;
 			allowed = true;
 		}
 		if (allowed && is_post_of(r, S3T_OBJECT, "restore"))
 			r->body_check = CHECK_RESTORE;
 		buf_init(&r->held_body, HELD_BODY_MAX);
-		if (!allowed)
+		if (!allowed && need == POL_GOVERN && pol_allows(k, POL_WRITE, bucket, key, list_prefix))
+			req_fail(r, S3E_ACCESS_DENIED, "Changing an object's ACL, tags or lock needs a "
+			         "grant of the whole bucket");
+		else if (!allowed)
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
 		else if (is_create_session(r))
 			req_fail(r, S3E_ACCESS_DENIED, "CreateSession would hand out larder's own "

@@ -306,6 +306,87 @@ class Refusals(LarderCase):
         self.refused(lambda: ro.delete_objects(Bucket="ref-a", Delete={
             "Objects": [{"Key": "data/x"}]}), 403, "AccessDenied")
 
+    def test_a_prefix_grant_does_not_govern_access(self):
+        # A read-write key on ref-a/rw/ writes and removes objects there, as
+        # s3:PutObject and s3:DeleteObject would. Making them public, tagging
+        # them (tags can decide access in IAM policies) or locking them are
+        # other permissions at S3 (s3:PutObjectAcl, s3:PutObjectTagging,
+        # s3:PutObjectRetention, s3:BypassGovernanceRetention ...), which
+        # larder would exercise with its own credentials: only a whole-bucket
+        # grant may.
+        c = self.larder.client(key=RWP_KEY, secret=RWP_SECRET)
+        self.direct.put_object(Bucket="ref-a", Key="rw/acl", Body=b"mine")
+        all_users = 'uri="http://acs.amazonaws.com/groups/global/AllUsers"'
+        until = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+        put = dict(Bucket="ref-a", Key="rw/pub", Body=b"x")
+        cases = {
+            "x-amz-acl": lambda: c.put_object(**put, ACL="public-read"),
+            "x-amz-grant-read": lambda: c.put_object(**put, GrantRead=all_users),
+            "x-amz-grant-full-control": lambda: c.put_object(**put, GrantFullControl=all_users),
+            "x-amz-tagging": lambda: c.put_object(**put, Tagging="team=other"),
+            "legal hold": lambda: c.put_object(**put, ObjectLockLegalHoldStatus="ON"),
+            "retention": lambda: c.put_object(**put, ObjectLockMode="COMPLIANCE",
+                                              ObjectLockRetainUntilDate=until),
+            "multipart": lambda: c.create_multipart_upload(Bucket="ref-a", Key="rw/pub",
+                                                           ACL="public-read"),
+            "copy": lambda: c.copy_object(Bucket="ref-a", Key="rw/pub", CopySource="ref-a/rw/acl",
+                                          ACL="public-read-write"),
+            "PUT ?acl": lambda: c.put_object_acl(Bucket="ref-a", Key="rw/acl", ACL="public-read"),
+            "PUT ?tagging": lambda: c.put_object_tagging(
+                Bucket="ref-a", Key="rw/acl", Tagging={"TagSet": [{"Key": "k", "Value": "v"}]}),
+            "DELETE ?tagging": lambda: c.delete_object_tagging(Bucket="ref-a", Key="rw/acl"),
+            "PUT ?legal-hold": lambda: c.put_object_legal_hold(Bucket="ref-a", Key="rw/acl",
+                                                              LegalHold={"Status": "ON"}),
+            "PUT ?retention": lambda: c.put_object_retention(
+                Bucket="ref-a", Key="rw/acl",
+                Retention={"Mode": "GOVERNANCE", "RetainUntilDate": until}),
+            "bypass on delete": lambda: c.delete_object(Bucket="ref-a", Key="rw/acl",
+                                                        BypassGovernanceRetention=True),
+            "bypass on DeleteObjects": lambda: c.delete_objects(
+                Bucket="ref-a", Delete={"Objects": [{"Key": "rw/acl"}]},
+                BypassGovernanceRetention=True),
+        }
+        for name, fn in cases.items():
+            with self.subTest(name):
+                resp = self.refused(fn, 403, "AccessDenied")
+                if name == "x-amz-acl":
+                    self.assertIn("whole bucket", resp["Error"]["Message"])
+        # The same in a presigned URL's query, as SDK presigners put them.
+        from botocore.auth import S3SigV4QueryAuth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+        for query in ("x-amz-acl=public-read", "x-amz-grant-read=" + all_users.replace('"', "%22"),
+                      "x-amz-tagging=team%3Dother"):
+            with self.subTest(query):
+                req = AWSRequest(method="PUT", url=self.larder.url + "/ref-a/rw/pub?" + query)
+                S3SigV4QueryAuth(Credentials(RWP_KEY, RWP_SECRET), "s3", harness.REGION,
+                                 expires=300).add_auth(req)
+                path = req.url[len(self.larder.url):]
+                self.raw_refused("PUT", path, {"Content-Length": "1"}, 403, "AccessDenied",
+                                 body=b"x")
+        with self.assertRaises(Exception):
+            self.direct.head_object(Bucket="ref-a", Key="rw/pub")
+        grants = self.direct.get_object_acl(Bucket="ref-a", Key="rw/acl")["Grants"]
+        self.assertNotIn("AllUsers", str(grants))
+        self.assertEqual(self.direct.get_object_tagging(Bucket="ref-a", Key="rw/acl")["TagSet"],
+                         [])
+        # The canned ACLs that grant nothing past an object's default still
+        # go through (some clients send one on every upload).
+        for acl in ("private", "bucket-owner-full-control"):
+            with self.subTest(acl):
+                c.put_object(Bucket="ref-a", Key="rw/canned", Body=acl.encode(), ACL=acl)
+                self.assertEqual(self.direct.get_object(Bucket="ref-a",
+                                                        Key="rw/canned")["Body"].read(),
+                                 acl.encode())
+        # A whole-bucket grant governs its bucket.
+        b = self.larder.client(key=BKA_KEY, secret=BKA_SECRET)
+        b.put_object(Bucket="ref-a", Key="rw/pub", Body=b"x", ACL="public-read", Tagging="t=1")
+        b.put_object_acl(Bucket="ref-a", Key="rw/acl", ACL="public-read")
+        self.assertIn("AllUsers", str(self.direct.get_object_acl(Bucket="ref-a",
+                                                                 Key="rw/acl")["Grants"]))
+        self.assertEqual(self.direct.get_object_tagging(Bucket="ref-a", Key="rw/pub")["TagSet"],
+                         [{"Key": "t", "Value": "1"}])
+
     def test_bucket_grant(self):
         c = self.larder.client(key=BKA_KEY, secret=BKA_SECRET)
         c.put_object(Bucket="ref-a", Key="bucket-a-write", Body=b"ok")

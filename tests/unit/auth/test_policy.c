@@ -188,6 +188,21 @@ static void test_anonymous(void **state)
 	assert_false(pol_allows(NULL, POL_READ, "public", "pub/file", NULL));
 }
 
+/* Changing an object's ACL, tags or lock takes a whole-bucket grant of a
+ * read-write key: a prefix grant writes and removes, nothing more. */
+static void test_governing_needs_the_whole_bucket(void **state)
+{
+	const struct client_key *rw = key(state, "RW");
+	assert_true(pol_allows(rw, POL_WRITE, "train", "data/x", NULL));
+	assert_false(pol_allows(rw, POL_GOVERN, "train", "data/x", NULL));
+	assert_false(pol_allows(rw, POL_GOVERN, "train", NULL, NULL));
+	assert_true(pol_allows(rw, POL_GOVERN, "scratch", "x", NULL));
+	assert_true(pol_allows(rw, POL_GOVERN, "scratch", NULL, NULL));
+	assert_true(pol_allows(key(state, "ALLRW"), POL_GOVERN, "any", "a/b", NULL));
+	assert_false(pol_allows(key(state, "ALL"), POL_GOVERN, "any", "a/b", NULL));
+	assert_false(pol_allows(key(state, "RO"), POL_GOVERN, "models", "x", NULL));
+}
+
 static void test_hand_built_grants(void **state)
 {
 	(void)state;
@@ -211,6 +226,7 @@ int main(void)
 		cmocka_unit_test(test_dot_segments),
 		cmocka_unit_test(test_whole_bucket),
 		cmocka_unit_test(test_read_only_refuses_writes),
+		cmocka_unit_test(test_governing_needs_the_whole_bucket),
 		cmocka_unit_test(test_bucket_requests),
 		cmocka_unit_test(test_listing_prefixes),
 		cmocka_unit_test(test_service_requests),
