@@ -3,14 +3,15 @@
  *
  * A key is read-only or read-write, on a list of grants (bucket, optional
  * key prefix). Reads are GET and HEAD; every other method writes. A write
- * that governs access to an object besides writing or removing it (its
- * ACL, tags, object lock, a bypass of a governance lock: gateway/authn.c
- * says which) is POL_GOVERN. What a grant covers:
+ * that governs an object besides writing or removing it (its ACL, tags,
+ * object lock, a bypass of a governance lock, or a version removed for
+ * good: gateway/authn.c says which) is POL_GOVERN. What a grant covers:
  *  - an object request (bucket and key): the key starts with the prefix,
  *    unless it governs: that needs a whole-bucket grant. A prefix grant
  *    stands for s3:PutObject and s3:DeleteObject there; S3 asks for
- *    s3:PutObjectAcl, s3:PutObjectTagging, s3:PutObjectRetention ...
- *    besides, which larder would exercise with its own credentials;
+ *    s3:PutObjectAcl, s3:PutObjectTagging, s3:PutObjectRetention,
+ *    s3:DeleteObjectVersion ... besides, which larder would exercise with
+ *    its own credentials;
  *  - a bucket request (no key) that lists (GET with list-type, prefix ...):
  *    the requested listing prefix starts with the grant's prefix;
  *  - any other bucket request: only a whole-bucket grant;

@@ -200,13 +200,16 @@ static bool is_create_session(const struct req *r)
 }
 
 /*
- * Whether a write governs access to an object besides writing or removing
- * it (auth/policy.h, POL_GOVERN): its ACL, tags (IAM policies may decide on
+ * Whether a write governs an object besides writing or removing it
+ * (auth/policy.h, POL_GOVERN): its ACL, tags (IAM policies may decide on
  * them), object lock, or a bypass of a governance lock, as a subresource
  * or as a header of the write, sent or carried in a presigned URL's query
- * (as it would go upstream). The canned ACLs "private" and
- * "bucket-owner-full-control" grant nothing past a new object's default and
- * count as plain writes: some clients send one with every upload.
+ * (as it would go upstream); or its history: a DELETE of a version, which
+ * removes it for good where a plain DELETE of a versioned object leaves a
+ * marker (the objects of a DeleteObjects body: check_delete). The canned
+ * ACLs "private" and "bucket-owner-full-control" grant nothing past a new
+ * object's default and count as plain writes: some clients send one with
+ * every upload.
  */
 static bool governing_header(const char *name, const char *value)
 {
@@ -221,7 +224,7 @@ static bool governing_header(const char *name, const char *value)
 	       strcasecmp(name, "bypass-governance-retention") == 0;
 }
 
-static bool governs_access(struct req *r, const struct sv4_request *sreq)
+static bool governs_object(struct req *r, const struct sv4_request *sreq)
 {
 	static const char *const subresources[] = { "acl", "tagging", "retention", "legal-hold" };
 	if (r->s3.access != POL_WRITE)
@@ -231,6 +234,8 @@ static bool governs_access(struct req *r, const struct sv4_request *sreq)
 	buf_init(&v, S3_MAX_QUERY_BYTES);
 	for (size_t i = 0; !yes && i < sizeof subresources / sizeof subresources[0]; i++)
 		yes = s3_query_get(r->query, subresources[i], &v) != 0;
+	if (!yes && strcmp(r->method, "DELETE") == 0)
+		yes = s3_query_get(r->query, "versionId", &v) != 0;
 	buf_fini(&v);
 	for (size_t i = 0; !yes && i < sreq->n_headers; i++)
 		yes = governing_header(sreq->headers[i].name, sreq->headers[i].value);
@@ -251,10 +256,10 @@ struct delete_check {
 	const char *bucket;
 };
 
-static int delete_key_allowed(void *arg, const char *key)
+static int delete_key_allowed(void *arg, const char *key, bool version)
 {
 	const struct delete_check *dc = arg;
-	return pol_allows(dc->k, POL_WRITE, dc->bucket, key, NULL) ? 0 : 1;
+	return pol_allows(dc->k, version ? POL_GOVERN : POL_WRITE, dc->bucket, key, NULL) ? 0 : 1;
 }
 
 static int check_delete(struct req *r)
@@ -481,7 +486,7 @@ void authn_request(struct req *r)
 		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
 		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
 		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
-		enum pol_access need = governs_access(r, &sreq) ? POL_GOVERN : r->s3.access;
+		enum pol_access need = governs_object(r, &sreq) ? POL_GOVERN : r->s3.access;
 		bool allowed = pol_allows(k, need, bucket, key, list_prefix);
 		/* "c+d/" is "c d/" to a reader that takes '+' for a space: the
 		 * grant must cover the prefix whichever way upstream reads it. */
@@ -498,8 +503,8 @@ void authn_request(struct req *r)
 			r->body_check = CHECK_RESTORE;
 		buf_init(&r->held_body, HELD_BODY_MAX);
 		if (!allowed && need == POL_GOVERN && pol_allows(k, POL_WRITE, bucket, key, list_prefix))
-			req_fail(r, S3E_ACCESS_DENIED, "Changing an object's ACL, tags or lock needs a "
-			         "grant of the whole bucket");
+			req_fail(r, S3E_ACCESS_DENIED, "Changing an object's ACL, tags or lock, or "
+			         "removing a version, needs a grant of the whole bucket");
 		else if (!allowed)
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
 		else if (is_create_session(r))

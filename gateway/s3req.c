@@ -326,11 +326,11 @@ static void XMLCALL refuse_doctype(void *ud, const XML_Char *name, const XML_Cha
 
 struct delparse {
 	struct xml_guard g;
-	int depth;               /* 1: <Delete>, 2: <Object>, 3: <Key> */
-	bool in_key, has_key;
+	int depth;               /* 1: <Delete>, 2: <Object>, 3: <Key>, <VersionId> */
+	bool in_key, has_key, has_version;
 	unsigned objects;
 	struct buf key;
-	int (*each)(void *, const char *);
+	int (*each)(void *, const char *, bool);
 	void *arg;
 	int stopped;             /* what each() returned, when nonzero */
 };
@@ -351,14 +351,18 @@ static void XMLCALL del_start(void *ud, const XML_Char *name, const XML_Char **a
 	if (d->depth == 1 && !local_is(name, "Delete"))
 		d->g.bad = true;
 	if (d->depth == 2 && local_is(name, "Object")) {
-		d->has_key = false;
+		d->has_key = d->has_version = false;
 		if (++d->objects > DELETE_MAX_OBJECTS)
 			d->g.bad = true;
 	}
 	if (d->depth == 3 && local_is(name, "Key")) {
+		if (d->has_key)
+			d->g.bad = true; /* two keys: which would upstream take? */
 		d->in_key = true;
 		buf_reset(&d->key);
 	}
+	if (d->depth == 3 && local_is(name, "VersionId"))
+		d->has_version = true;
 	if (d->g.bad || d->stopped)
 		XML_StopParser(d->g.xp, XML_FALSE);
 }
@@ -378,17 +382,19 @@ static void XMLCALL del_end(void *ud, const XML_Char *name)
 	if (d->depth == 3 && d->in_key) {
 		d->in_key = false;
 		d->has_key = true;
-		d->stopped = d->each(d->arg, d->key.len ? d->key.p : "");
-	} else if (d->depth == 2 && local_is(name, "Object") && !d->has_key) {
-		d->g.bad = true;
+	} else if (d->depth == 2 && local_is(name, "Object")) {
+		if (!d->has_key)
+			d->g.bad = true;
+		else
+			d->stopped = d->each(d->arg, d->key.len ? d->key.p : "", d->has_version);
 	}
 	d->depth--;
 	if (d->g.bad || d->stopped)
 		XML_StopParser(d->g.xp, XML_FALSE);
 }
 
-int s3_delete_keys(const char *body, size_t len, int (*each)(void *arg, const char *key),
-                   void *arg)
+int s3_delete_keys(const char *body, size_t len,
+                   int (*each)(void *arg, const char *key, bool version), void *arg)
 {
 	struct delparse d = { .each = each, .arg = arg };
 	buf_init(&d.key, 1024);

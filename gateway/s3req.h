@@ -61,16 +61,18 @@ int s3_query_get(const char *raw_query, const char *name, struct buf *out);
 bool s3_query_names_plain(const char *raw_query);
 
 /*
- * The keys of a DeleteObjects body (<Delete><Object><Key>...</Key>...),
- * XML entities decoded, each handed to each(arg, key) in order until it
- * returns nonzero. Returns 0 when every key was handed over, what each
- * returned when it stopped early, or -1 when the body is not such a
- * document (not XML, no <Delete> root, an <Object> without a <Key>, more
- * than 1,000 objects, a document type declaration, whose entities an
- * upstream might read otherwise): S3's MalformedXML.
+ * The objects of a DeleteObjects body (<Delete><Object><Key>...</Key>
+ * [<VersionId>...</VersionId>]...), XML entities decoded, each handed to
+ * each(arg, key, version) in order until it returns nonzero; version says
+ * whether the object names a version (which S3 then removes for good).
+ * Returns 0 when every object was handed over, what each returned when it
+ * stopped early, or -1 when the body is not such a document (not XML, no
+ * <Delete> root, an <Object> without a <Key> or with two, more than 1,000
+ * objects, a document type declaration, whose entities an upstream might
+ * read otherwise): S3's MalformedXML.
  */
-int s3_delete_keys(const char *body, size_t len, int (*each)(void *arg, const char *key),
-                   void *arg);
+int s3_delete_keys(const char *body, size_t len,
+                   int (*each)(void *arg, const char *key, bool version), void *arg);
 
 /*
  * The objects a copy or rename source names ("bucket/key" or "/bucket/key",

@@ -4,6 +4,7 @@
  * prefix grant sends it) and RestoreObject (s3_restore_output; any client
  * with write access).
  */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -14,8 +15,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Every key handed over is a string the parser built: read all of it, and
  * stop on the third so the early-stop path runs too. */
-static int each(void *arg, const char *key)
+static int each(void *arg, const char *key, bool version)
 {
+	(void)version;
 	unsigned *n = arg;
 	volatile size_t len = strlen(key);
 	(void)len;

@@ -29,12 +29,12 @@ buckets = ref-a/data/
 [key %s]
 secret = %s
 access = read-write
-buckets = ref-a
+buckets = ref-a, ref-v
 
 [key %s]
 secret = %s
 access = read-write
-buckets = ref-a/rw/
+buckets = ref-a/rw/, ref-v/rw/
 
 [key %s]
 secret = %s
@@ -386,6 +386,38 @@ class Refusals(LarderCase):
                                                                  Key="rw/acl")["Grants"]))
         self.assertEqual(self.direct.get_object_tagging(Bucket="ref-a", Key="rw/pub")["TagSet"],
                          [{"Key": "t", "Value": "1"}])
+
+    def test_a_prefix_grant_does_not_remove_versions_for_good(self):
+        # In a versioned bucket a DELETE adds a delete marker and the versions
+        # stay, to be read back. Removing a version for good is
+        # s3:DeleteObjectVersion at S3, besides s3:DeleteObject: only a
+        # whole-bucket grant may, one object or many.
+        self.direct.create_bucket(Bucket="ref-v")
+        self.direct.put_bucket_versioning(Bucket="ref-v",
+                                          VersioningConfiguration={"Status": "Enabled"})
+        v1 = self.direct.put_object(Bucket="ref-v", Key="rw/ckpt", Body=b"one")["VersionId"]
+        v2 = self.direct.put_object(Bucket="ref-v", Key="rw/ckpt", Body=b"two")["VersionId"]
+        c = self.larder.client(key=RWP_KEY, secret=RWP_SECRET)
+        resp = self.refused(lambda: c.delete_object(Bucket="ref-v", Key="rw/ckpt", VersionId=v1),
+                            403, "AccessDenied")
+        self.assertIn("removing a version", resp["Error"]["Message"])
+        self.refused(lambda: c.delete_objects(Bucket="ref-v", Delete={"Objects": [
+            {"Key": "rw/ckpt"}, {"Key": "rw/ckpt", "VersionId": v1}]}), 403, "AccessDenied")
+
+        def versions():
+            got = self.direct.list_object_versions(Bucket="ref-v", Prefix="rw/")
+            return sorted(v["VersionId"] for v in got.get("Versions", []))
+
+        self.assertEqual(versions(), sorted([v1, v2]))
+        # Plain deletes add markers; the versions stay.
+        c.delete_object(Bucket="ref-v", Key="rw/ckpt")
+        c.delete_objects(Bucket="ref-v", Delete={"Objects": [{"Key": "rw/ckpt"}]})
+        self.assertEqual(versions(), sorted([v1, v2]))
+        # A whole-bucket grant removes them.
+        b = self.larder.client(key=BKA_KEY, secret=BKA_SECRET)
+        b.delete_object(Bucket="ref-v", Key="rw/ckpt", VersionId=v1)
+        b.delete_objects(Bucket="ref-v", Delete={"Objects": [{"Key": "rw/ckpt", "VersionId": v2}]})
+        self.assertEqual(versions(), [])
 
     def test_bucket_grant(self):
         c = self.larder.client(key=BKA_KEY, secret=BKA_SECRET)

@@ -273,15 +273,16 @@ static void test_upstream_sign_roundtrip(void **state)
 }
 
 struct keys_seen {
-	int n;
+	int n, versions;
 	char last[1100];
 	int stop_at; /* stop (return 7) at this key number, 0: never */
 };
 
-static int collect_key(void *arg, const char *key)
+static int collect_key(void *arg, const char *key, bool version)
 {
 	struct keys_seen *k = arg;
 	k->n++;
+	k->versions += version;
 	snprintf(k->last, sizeof k->last, "%s", key);
 	return k->n == k->stop_at ? 7 : 0;
 }
@@ -297,6 +298,7 @@ static void test_delete_keys(void **state)
 	                  "<Quiet>true</Quiet></Delete>";
 	assert_int_equal(s3_delete_keys(doc, strlen(doc), collect_key, &k), 0);
 	assert_int_equal(k.n, 2);
+	assert_int_equal(k.versions, 1); /* the second names a version */
 	assert_string_equal(k.last, "a/<2> & \xc3\xa9");
 
 	/* The callback's refusal stops the walk and is returned. */
@@ -312,7 +314,10 @@ static void test_delete_keys(void **state)
 		 * drops entity references */
 		"<!DOCTYPE Delete [<!ENTITY e \"rw/\">]><Delete><Object><Key>&e;plain</Key></Object>"
 		"</Delete>",
-		"<!DOCTYPE Delete><Delete><Object><Key>x</Key></Object></Delete>", NULL,
+		"<!DOCTYPE Delete><Delete><Object><Key>x</Key></Object></Delete>",
+		/* two keys in one object: the policy would check one, upstream
+		 * might delete the other */
+		"<Delete><Object><Key>rw/x</Key><Key>plain</Key></Object></Delete>", NULL,
 	};
 	for (int i = 0; bad[i]; i++) {
 		k = (struct keys_seen){ 0 };
