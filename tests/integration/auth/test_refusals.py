@@ -387,6 +387,29 @@ class Refusals(LarderCase):
         self.assertEqual(self.direct.get_object_tagging(Bucket="ref-a", Key="rw/pub")["TagSet"],
                          [{"Key": "t", "Value": "1"}])
 
+    def test_a_prefix_grant_uploads_with_the_cli_and_boto3(self):
+        # What the usual writers send on their own (checksums, content
+        # types, multipart) is a plain write under the prefix.
+        import os
+        import tempfile
+        body = os.urandom(9 * 1024 * 1024)  # past the CLI's 8 MiB multipart threshold
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "ckpt.bin")
+            with open(src, "wb") as f:
+                f.write(body)
+            out = self.larder.aws("s3", "cp", src, "s3://ref-a/rw/cli/ckpt.bin", key=RWP_KEY,
+                                  secret=RWP_SECRET)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            out = self.larder.aws("s3", "sync", d, "s3://ref-a/rw/sync/", key=RWP_KEY,
+                                  secret=RWP_SECRET)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            c = self.larder.client(key=RWP_KEY, secret=RWP_SECRET)
+            c.upload_file(src, "ref-a", "rw/boto3/ckpt.bin")
+        for k in ("rw/cli/ckpt.bin", "rw/sync/ckpt.bin", "rw/boto3/ckpt.bin"):
+            with self.subTest(k):
+                self.assertEqual(self.direct.get_object(Bucket="ref-a", Key=k)["Body"].read(),
+                                 body)
+
     def test_a_prefix_grant_does_not_remove_versions_for_good(self):
         # In a versioned bucket a DELETE adds a delete marker and the versions
         # stay, to be read back. Removing a version for good is
