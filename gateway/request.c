@@ -184,8 +184,38 @@ void req_err_object_size(struct req *r, uint64_t size)
 	r->err_object_size = size;
 }
 
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *name,
+                                    const char *value)
+{
+	size_t *n = cls;
+	*n += strlen(name) + strlen(value ? value : "") + 4; /* "name: value\r\n" */
+	(void)kind;
+	return MHD_YES;
+}
+
+bool req_headers_fit(struct req *r, struct MHD_Response *resp)
+{
+	/* The status line and what libmicrohttpd adds (Content-Length,
+	 * Connection) take less than this. */
+	enum { SLACK = 256 };
+	size_t pool = r->w->gw->cfg->max_header_bytes + REQ_POOL_EXTRA, need = SLACK;
+	MHD_get_response_headers(resp, count_header, &need);
+	if (r->req_bytes + need <= pool)
+		return true;
+	MHD_destroy_response(resp);
+	log_warn("http", "id=%s an answer's headers (%zu bytes) do not fit beside its request "
+	         "(%zu of %zu)", r->id, need, r->req_bytes, pool);
+	char msg[200];
+	snprintf(msg, sizeof msg, "The upstream answer's headers (%zu bytes) are more than larder "
+	         "can relay (%zu).", need, pool > r->req_bytes ? pool - r->req_bytes : 0);
+	req_fail(r, S3E_INTERNAL, msg);
+	return false;
+}
+
 enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Response *resp)
 {
+	if (!req_headers_fit(r, resp))
+		return req_respond_error(r);
 	r->status_sent = (int)status;
 	enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
 	MHD_destroy_response(resp);

@@ -211,7 +211,7 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 		flags |= MHD_USE_IPv6;
 	/* The pool holds the request line and headers, so its size is the
 	 * header limit (MHD answers 431 past it), plus room for buffers. */
-	size_t pool = cfg->max_header_bytes + 16 * 1024;
+	size_t pool = cfg->max_header_bytes + REQ_POOL_EXTRA;
 	w->mhd = MHD_start_daemon(flags, 0, NULL, NULL, request_access_cb, w,
 	                          MHD_OPTION_EXTERNAL_LOGGER, log_mhd, (void *)"http",
 	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
