@@ -385,9 +385,8 @@ void authn_request(struct req *r)
 	bool line_break = false;
 	for (size_t i = 0; i < hc.n; i++)
 		header_bytes += strlen(hc.v[i].name) + value_len(hc.v[i].value, &line_break) + 4;
-	/* What the request holds of the connection's pool: its bytes and
-	 * libmicrohttpd's record of each header (req_headers_fit). */
-	r->req_bytes = header_bytes + 64 * hc.n;
+	/* What the request holds of the connection's pool (req.h, req_queue_response). */
+	r->req_bytes = header_bytes + REQ_POOL_PER_HEADER * hc.n;
 	if (header_bytes > gw->cfg->max_header_bytes) {
 		free(hc.v);
 		req_fail(r, S3E_HEADER_TOO_LARGE, NULL);

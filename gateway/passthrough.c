@@ -817,13 +817,7 @@ enum MHD_Result pass_respond(struct req *r)
 	if (!hdrs_get(&r->up.resp, "x-amz-request-id"))
 		MHD_add_response_header(resp, "x-amz-request-id", r->id);
 	req_add_common_headers(r, resp);
-	if (!req_headers_fit(r, resp))
-		return req_respond_error(r);
-	r->status_sent = (int)r->ustatus;
-	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->ustatus, resp);
-	MHD_destroy_response(resp);
-	r->responded = true;
-	return ret;
+	return req_queue_response(r, (unsigned)r->ustatus, resp);
 }
 
 void pass_init(struct req *r)

@@ -53,18 +53,19 @@ const struct hdrs *req_upstream_headers(const struct req *r);
 uint64_t req_upstream_length(const struct req *r);
 /* A 416 that names the object's size (Content-Range, <ActualObjectSize>). */
 void req_err_object_size(struct req *r, uint64_t size);
-/* Queues resp (and lets go of it) as the answer, with status; an answer
- * whose headers do not fit (req_headers_fit) becomes an error answer. */
-enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Response *resp);
-/* libmicrohttpd keeps a connection's request and the header block of its
+/* Queues resp (and lets go of it) as the answer, with status.
+ * libmicrohttpd keeps a connection's request and the header block of its
  * answer in one pool of LARDER_MAX_HEADER_SIZE + REQ_POOL_EXTRA bytes, and
  * closes the connection with no answer at all when the block does not
- * fit. An S3-compatible upstream can send that many header bytes (S3
- * allows 2 KiB of user metadata). Whether resp's headers fit beside r's
- * request; when they do not, r fails with 500 InternalError, saying so,
- * and resp is let go: answer with req_respond_error. */
+ * fit. The request holds its own bytes there and a record of
+ * REQ_POOL_PER_HEADER bytes or less per header (authn_request counts them
+ * into req_bytes). An S3-compatible upstream can send that many header
+ * bytes (S3 allows 2 KiB of user metadata): an answer whose headers do not
+ * fit beside the request is let go, and r answered 500 InternalError,
+ * saying so, instead. */
 #define REQ_POOL_EXTRA (16 * 1024)
-bool req_headers_fit(struct req *r, struct MHD_Response *resp);
+#define REQ_POOL_PER_HEADER 64
+enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Response *resp);
 /* The cached read (cache.c), once cache_wants said yes; NULL before. */
 struct cread *req_cread(const struct req *r);
 void req_set_cread(struct req *r, struct cread *c);

@@ -193,7 +193,9 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
 	return MHD_YES;
 }
 
-bool req_headers_fit(struct req *r, struct MHD_Response *resp)
+/* Whether resp's headers fit beside r's request in the connection's pool
+ * (req.h, req_queue_response); when not, resp is let go and r failed. */
+static bool headers_fit(struct req *r, struct MHD_Response *resp)
 {
 	/* The status line and what libmicrohttpd adds (Content-Length,
 	 * Connection) take less than this. */
@@ -214,7 +216,7 @@ bool req_headers_fit(struct req *r, struct MHD_Response *resp)
 
 enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Response *resp)
 {
-	if (!req_headers_fit(r, resp))
+	if (!headers_fit(r, resp))
 		return req_respond_error(r);
 	r->status_sent = (int)status;
 	enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);

@@ -115,7 +115,7 @@ struct req {
 	bool bypass_logged;    /* a GET/HEAD of an object not answered from the cache */
 
 	/* client response */
-	size_t req_bytes; /* what the request holds of the connection's pool (req_headers_fit) */
+	size_t req_bytes; /* what the request holds of the connection's pool (req_queue_response) */
 	bool responded;
 	bool suspended;
 	int status_sent;
