@@ -84,6 +84,11 @@ static enum s3err sv4_to_s3err(enum sv4_status s, bool presigned)
 	}
 }
 
+/* Why a read a prefix grant covers in its plain form is refused
+ * (POL_INSPECT). */
+#define INSPECT_DENIED "Reading an object's earlier versions, ACL, tags or lock needs a grant " \
+	"of the whole bucket"
+
 struct source_check {
 	const struct client_key *k;
 	enum pol_access access;
@@ -133,9 +138,14 @@ static bool sources_allowed(struct req *r, const struct client_key *k,
 			req_fail(r, S3E_INVALID_ARGUMENT, source_headers[i].twice);
 		else if (nq)
 			src = buf_cstr(&q);
-		if (!r->has_err && src && (!source_allowed(k, src, POL_READ) ||
-		                           (source_headers[i].write && !source_allowed(k, src, POL_WRITE))))
-			req_fail(r, S3E_ACCESS_DENIED, NULL);
+		if (r->has_err || !src)
+			continue;
+		/* "bucket/key?versionId=...": an earlier version (inspects_object) */
+		enum pol_access read = strchr(src, '?') ? POL_INSPECT : POL_READ;
+		if (!source_allowed(k, src, read) ||
+		    (source_headers[i].write && !source_allowed(k, src, POL_WRITE)))
+			req_fail(r, S3E_ACCESS_DENIED, read == POL_INSPECT &&
+			         source_allowed(k, src, POL_READ) ? INSPECT_DENIED : NULL);
 	}
 	buf_fini(&q);
 	return !r->has_err;
@@ -222,6 +232,32 @@ static bool governing_header(const char *name, const char *value)
 		return value[0] != '\0';
 	return strncasecmp(name, "grant-", 6) == 0 || strncasecmp(name, "object-lock-", 12) == 0 ||
 	       strcasecmp(name, "bypass-governance-retention") == 0;
+}
+
+/*
+ * Whether a read inspects what an object was or what governs it
+ * (auth/policy.h, POL_INSPECT): an earlier version (bytes that were
+ * overwritten or deleted, perhaps on purpose), its ACL, tags, lock or
+ * torrent, or a listing of versions. S3 gives each by a permission of its
+ * own besides s3:GetObject (s3:GetObjectVersion, s3:GetObjectAcl, ...).
+ */
+static bool inspects_object(const struct req *r)
+{
+	static const char *const subresources[] = {
+		"versionId", "acl", "tagging", "retention", "legal-hold", "torrent",
+	};
+	if (r->s3.access != POL_READ)
+		return false;
+	bool yes = false;
+	struct buf v;
+	buf_init(&v, S3_MAX_QUERY_BYTES);
+	if (r->s3.target == S3T_OBJECT)
+		for (size_t i = 0; !yes && i < sizeof subresources / sizeof subresources[0]; i++)
+			yes = s3_query_get(r->query, subresources[i], &v) != 0;
+	else if (r->s3.listing)
+		yes = s3_query_get(r->query, "versions", &v) != 0;
+	buf_fini(&v);
+	return yes;
 }
 
 static bool governs_object(struct req *r, const struct sv4_request *sreq)
@@ -488,7 +524,8 @@ void authn_request(struct req *r)
 		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
 		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
 		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
-		enum pol_access need = governs_object(r, &sreq) ? POL_GOVERN : r->s3.access;
+		enum pol_access need = governs_object(r, &sreq) ? POL_GOVERN
+		                       : inspects_object(r) ? POL_INSPECT : r->s3.access;
 		bool allowed = pol_allows(k, need, bucket, key, list_prefix);
 		/* "c+d/" is "c d/" to a reader that takes '+' for a space: the
 		 * grant must cover the prefix whichever way upstream reads it. */
@@ -507,6 +544,8 @@ void authn_request(struct req *r)
 		if (!allowed && need == POL_GOVERN && pol_allows(k, POL_WRITE, bucket, key, list_prefix))
 			req_fail(r, S3E_ACCESS_DENIED, "Changing an object's ACL, tags or lock, or "
 			         "removing a version, needs a grant of the whole bucket");
+		else if (!allowed && need == POL_INSPECT && pol_allows(k, POL_READ, bucket, key, list_prefix))
+			req_fail(r, S3E_ACCESS_DENIED, INSPECT_DENIED);
 		else if (!allowed)
 			req_fail(r, S3E_ACCESS_DENIED, NULL);
 		else if (is_create_session(r))

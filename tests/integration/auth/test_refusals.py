@@ -19,12 +19,12 @@ CONFIG = """
 [key %s]
 secret = %s
 access = read-only
-buckets = ref-a, ref-b
+buckets = ref-a, ref-b, ref-h
 
 [key %s]
 secret = %s
 access = read-only
-buckets = ref-a/data/
+buckets = ref-a/data/, ref-h/data/
 
 [key %s]
 secret = %s
@@ -34,7 +34,7 @@ buckets = ref-a, ref-v
 [key %s]
 secret = %s
 access = read-write
-buckets = ref-a/rw/, ref-v/rw/
+buckets = ref-a/rw/, ref-v/rw/, ref-h/data/
 
 [key %s]
 secret = %s
@@ -441,6 +441,61 @@ class Refusals(LarderCase):
         b.delete_object(Bucket="ref-v", Key="rw/ckpt", VersionId=v1)
         b.delete_objects(Bucket="ref-v", Delete={"Objects": [{"Key": "rw/ckpt", "VersionId": v2}]})
         self.assertEqual(versions(), [])
+
+    def test_a_prefix_grant_reads_only_the_current_version(self):
+        # A prefix grant reads an object as s3:GetObject there would. Its
+        # earlier versions (bytes overwritten or deleted, perhaps on purpose),
+        # and its ACL, tags and lock, are other permissions at S3
+        # (s3:GetObjectVersion, s3:GetObjectAcl, s3:GetObjectTagging,
+        # s3:ListBucketVersions ...), which larder would exercise with its own
+        # credentials: only a whole-bucket grant may.
+        self.direct.create_bucket(Bucket="ref-h")
+        self.direct.put_bucket_versioning(Bucket="ref-h",
+                                          VersioningConfiguration={"Status": "Enabled"})
+        old = self.direct.put_object(Bucket="ref-h", Key="data/doc", Body=b"removed on purpose",
+                                     Tagging="pii=yes")["VersionId"]
+        self.direct.put_object(Bucket="ref-h", Key="data/doc", Body=b"cleaned")
+        pfx = self.larder.client(key=PFX_KEY, secret=PFX_SECRET)
+        rw = self.larder.client(key=RWP_KEY, secret=RWP_SECRET)
+        doc = dict(Bucket="ref-h", Key="data/doc")
+        cases = {
+            "GET ?versionId": lambda: pfx.get_object(**doc, VersionId=old),
+            "GET ?versionId, read-write": lambda: rw.get_object(**doc, VersionId=old),
+            "GET ?acl": lambda: pfx.get_object_acl(**doc),
+            "GET ?tagging": lambda: pfx.get_object_tagging(**doc),
+            "GET ?retention": lambda: pfx.get_object_retention(**doc),
+            "GET ?legal-hold": lambda: pfx.get_object_legal_hold(**doc),
+            "ListObjectVersions": lambda: pfx.list_object_versions(Bucket="ref-h", Prefix="data/"),
+            "copy of a version": lambda: rw.copy_object(
+                Bucket="ref-h", Key="data/copy",
+                CopySource={"Bucket": "ref-h", "Key": "data/doc", "VersionId": old}),
+        }
+        for name, fn in cases.items():
+            with self.subTest(name):
+                resp = self.refused(fn, 403, "AccessDenied")
+                self.assertIn("needs a grant of the whole bucket", resp["Error"]["Message"])
+        with self.subTest("HEAD ?versionId"):
+            self.refused(lambda: pfx.head_object(**doc, VersionId=old), 403, "403")
+        with self.subTest("presigned GET ?versionId"):
+            url = pfx.generate_presigned_url("get_object", Params=dict(doc, VersionId=old))
+            self.raw_refused("GET", url[len(self.larder.url):], {}, 403, "AccessDenied")
+        # The current version, its listing and a copy of it stay the grant's.
+        self.assertEqual(pfx.get_object(**doc)["Body"].read(), b"cleaned")
+        self.assertEqual(pfx.head_object(**doc)["ContentLength"], len(b"cleaned"))
+        listed = pfx.list_objects_v2(Bucket="ref-h", Prefix="data/")
+        self.assertEqual([o["Key"] for o in listed["Contents"]], ["data/doc"])
+        rw.copy_object(Bucket="ref-h", Key="data/copy", CopySource="ref-h/data/doc")
+        self.assertEqual(self.direct.get_object(Bucket="ref-h", Key="data/copy")["Body"].read(),
+                         b"cleaned")
+        # A whole-bucket grant reads them all.
+        whole = self.larder.client(key=RO_KEY, secret=RO_SECRET)
+        self.assertEqual(whole.get_object(**doc, VersionId=old)["Body"].read(),
+                         b"removed on purpose")
+        self.assertEqual(whole.get_object_tagging(**doc, VersionId=old)["TagSet"],
+                         [{"Key": "pii", "Value": "yes"}])
+        self.assertEqual(len(whole.list_object_versions(Bucket="ref-h", Prefix="data/doc")
+                             ["Versions"]), 2)
+        self.assertTrue(whole.get_object_acl(**doc)["Grants"])
 
     def test_bucket_grant(self):
         c = self.larder.client(key=BKA_KEY, secret=BKA_SECRET)

@@ -203,6 +203,23 @@ static void test_governing_needs_the_whole_bucket(void **state)
 	assert_false(pol_allows(key(state, "RO"), POL_GOVERN, "models", "x", NULL));
 }
 
+static void test_inspecting_needs_the_whole_bucket(void **state)
+{
+	/* Earlier versions, ACLs, tags: a read, but only of a whole bucket. */
+	const struct client_key *ro = key(state, "RO");
+	assert_true(pol_allows(ro, POL_READ, "train", "data/x", NULL));
+	assert_false(pol_allows(ro, POL_INSPECT, "train", "data/x", NULL));
+	assert_true(pol_allows(ro, POL_READ, "train", NULL, "data/"));
+	assert_false(pol_allows(ro, POL_INSPECT, "train", NULL, "data/"));
+	assert_true(pol_allows(ro, POL_INSPECT, "models", "x", NULL));
+	assert_true(pol_allows(ro, POL_INSPECT, "models", NULL, ""));
+	assert_false(pol_allows(ro, POL_INSPECT, "other", "x", NULL));
+	assert_true(pol_allows(key(state, "ALL"), POL_INSPECT, "any", "a/b", NULL));
+	/* A read-write prefix grant inspects no more than a read-only one. */
+	assert_false(pol_allows(key(state, "RW"), POL_INSPECT, "train", "data/x", NULL));
+	assert_true(pol_allows(key(state, "RW"), POL_INSPECT, "scratch", "x", NULL));
+}
+
 static void test_hand_built_grants(void **state)
 {
 	(void)state;
@@ -227,6 +244,7 @@ int main(void)
 		cmocka_unit_test(test_whole_bucket),
 		cmocka_unit_test(test_read_only_refuses_writes),
 		cmocka_unit_test(test_governing_needs_the_whole_bucket),
+		cmocka_unit_test(test_inspecting_needs_the_whole_bucket),
 		cmocka_unit_test(test_bucket_requests),
 		cmocka_unit_test(test_listing_prefixes),
 		cmocka_unit_test(test_service_requests),
