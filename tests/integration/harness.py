@@ -73,10 +73,23 @@ def need_client(why, hint=""):
         raise unittest.SkipTest(why + hint)
 
 
+_ports_given = set()
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, and one this process has not handed out
+    before. A test picks the ports of all its processes before any of them
+    binds, and the kernel may offer a port that is free only because its
+    owner has not started yet: a cluster node once got another node's admin
+    port, exited, and the test took the other node's answer for its own."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
+    raise RuntimeError("no port left that this test run has not handed out")
 
 
 def wait_port(port, timeout, proc=None, host="127.0.0.1"):

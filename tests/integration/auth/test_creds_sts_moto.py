@@ -10,12 +10,11 @@ The build directory is $LARDER_BUILD_DIR (default "build", relative to the
 repository root). The test skips when the probe is not built or moto is not
 installed.
 
-    python3 -m unittest tests/integration/auth/test_creds_sts_moto.py
+    python3 tests/integration/run.py test_creds_sts_moto
 """
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ import unittest
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import harness
 
 REPO = Path(__file__).resolve().parents[3]
 ROLE_ARN = "arn:aws:iam::123456789012:role/larder-it"
@@ -37,12 +38,6 @@ def build_dir():
 
 def probe_path():
     return build_dir() / "tests" / "unit" / "auth" / "creds_probe"
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url, proc, timeout):
@@ -73,7 +68,7 @@ class CredsStsMoto(unittest.TestCase):
             raise unittest.SkipTest("moto is not installed for this python3")
 
         cls.tmp = tempfile.TemporaryDirectory(prefix="larder-creds-it-")
-        cls.port = free_port()
+        cls.port = harness.free_port()
         cls.log = open(Path(cls.tmp.name) / "moto.log", "w+b")
         cls.moto = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(cls.port)],
@@ -161,7 +156,7 @@ class CredsStsMoto(unittest.TestCase):
 
     def test_unreachable_sts_is_an_error(self):
         _, r = self.run_probe(self.web_identity_env(
-            AWS_ENDPOINT_URL_STS=f"http://127.0.0.1:{free_port()}"), expect_ok=False)
+            AWS_ENDPOINT_URL_STS=f"http://127.0.0.1:{harness.free_port()}"), expect_ok=False)
         self.assertIn("web-identity", r.stderr)
 
     def test_nothing_configured(self):

@@ -32,6 +32,8 @@ import tempfile
 import time
 import unittest
 
+import harness
+
 try:
     import yaml
 except ImportError:  # Debian: python3-yaml
@@ -106,12 +108,6 @@ def need_larder(case):
 def need_yaml(case):
     if yaml is None:
         case.skipTest("PyYAML missing (Debian package python3-yaml)")
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def base_env(extra=None):
@@ -543,16 +539,16 @@ def scrape_metrics(binary):
     member (its Redis unreachable, so it serves alone) with an NVMe tier, after
     one client request."""
     with tempfile.TemporaryDirectory(prefix="larder-metrics-") as tmp:
-        port, admin = free_port(), free_port()
+        port, admin = harness.free_port(), harness.free_port()
         token = "metrics-token-0123456789"
         env = base_env({
             "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "example",
             "HOME": tmp, "LARDER_LISTEN": "127.0.0.1:%d" % port,
             "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % admin, "LARDER_ADMIN_TOKEN": token,
-            "LARDER_UPSTREAM_URL": "http://127.0.0.1:%d" % free_port(),
+            "LARDER_UPSTREAM_URL": "http://127.0.0.1:%d" % harness.free_port(),
             "LARDER_CLIENT_KEY": "AKMETRICS0000000001", "LARDER_CLIENT_SECRET": "metrics-secret-0123456789",
             "LARDER_CACHE_DIR": os.path.join(tmp, "cache"), "LARDER_DISK_CACHE_SIZE": "64MiB",
-            "LARDER_REDIS_URL": "redis://127.0.0.1:%d" % free_port(),
+            "LARDER_REDIS_URL": "redis://127.0.0.1:%d" % harness.free_port(),
             "LARDER_CLUSTER_SECRET": "metrics-cluster-secret-0123", "LARDER_NODE_ID": "n1",
             "LARDER_ADVERTISE": "127.0.0.1:%d" % port})
         proc = subprocess.Popen([binary, "serve"], env=env, cwd=tmp, stdout=subprocess.DEVNULL,
@@ -860,10 +856,10 @@ class Entrypoint(unittest.TestCase):
             "HOME": self.tmp,
             "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
             "AWS_SECRET_ACCESS_KEY": "example-secret",
-            "LARDER_LISTEN": "127.0.0.1:%d" % free_port(),
+            "LARDER_LISTEN": "127.0.0.1:%d" % harness.free_port(),
             "LARDER_ADMIN_LISTEN": "off",
             # A closed port: larder starts without contacting its upstream.
-            "LARDER_UPSTREAM_URL": "http://127.0.0.1:%d" % free_port(),
+            "LARDER_UPSTREAM_URL": "http://127.0.0.1:%d" % harness.free_port(),
             "LARDER_CLIENT_KEY": "AKENTRYPOINTTEST01",
             "LARDER_CLIENT_SECRET": "entrypoint-test-secret-0123456789abcdef",
             "LARDER_RAM_CACHE_SIZE": "64MiB",

@@ -1,8 +1,10 @@
 """The test upstream enforces SigV4, counts requests, and the independent
-verifier catches what moto does not check. Runs without larder."""
+verifier catches what moto does not check; the harness hands out each port
+once. Runs without larder."""
 import datetime
 import hashlib
 import unittest
+from unittest import mock
 
 import requests
 
@@ -214,3 +216,30 @@ class VerifierAgreesWithBotocore(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FreePorts(unittest.TestCase):
+    def test_a_port_is_handed_out_once(self):
+        # The kernel may offer a port again while the process it went to has
+        # not bound it yet (a cluster test's nodes take all their ports
+        # before any starts): free_port must not hand it out twice.
+        offered = iter([7, 7, 9])  # never offered by the kernel's ephemeral range
+
+        class FakeSocket:
+            def __init__(self, *a):
+                self.port = next(offered)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *a):
+                return False
+
+            def bind(self, addr):
+                pass
+
+            def getsockname(self):
+                return ("127.0.0.1", self.port)
+
+        with mock.patch.object(harness.socket, "socket", FakeSocket):
+            self.assertEqual([harness.free_port(), harness.free_port()], [7, 9])
