@@ -92,12 +92,21 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
             raise unittest.SkipTest("larder binary not built")
         cls.redis = Redis(cls.REDIS_PASSWORD).start()
         cls.upstream = harness.Upstream().start()
-        cls.direct = cls.upstream.client()
-        cls.direct.create_bucket(Bucket="shared")
-        cls.nodes = [cls.make_node(i) for i in range(cls.NODES)]
-        for n in cls.nodes:
-            n.start()
-        cls.wait_members(cls.NODES)
+        try:
+            cls.direct = cls.upstream.client()
+            cls.direct.create_bucket(Bucket="shared")
+            cls.nodes = [cls.make_node(i) for i in range(cls.NODES)]
+            for n in cls.nodes:
+                n.start()
+            cls.wait_members(cls.NODES)
+        except BaseException as e:
+            # unittest skips tearDownClass after a failed setUpClass: stop
+            # what started here, or the nodes, moto and Redis outlive the run.
+            try:
+                cls.tearDownClass()
+            except AssertionError as problems:
+                raise AssertionError("%s\nand stopping the nodes: %s" % (e, problems)) from e
+            raise
 
     @classmethod
     def make_node(cls, i, port=None, admin=None):
@@ -194,6 +203,23 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
             return r.status, r.read()
         finally:
             c.close()
+
+
+class ClusterSetUp(unittest.TestCase):
+    def test_a_cluster_that_does_not_form_leaves_nothing_running(self):
+        class NeverForms(ClusterBase):
+            NODES = 2
+
+            @classmethod
+            def wait_members(cls, n, timeout=20):
+                raise AssertionError("the cluster did not form (made to fail here)")
+
+        with self.assertRaisesRegex(AssertionError, "made to fail here"):
+            NeverForms.setUpClass()
+        self.assertEqual(len(NeverForms.nodes), 2)
+        self.assertEqual([n.port for n in NeverForms.nodes if n.alive()], [])
+        self.assertIsNotNone(NeverForms.redis.proc.poll(), "redis-server still runs")
+        self.assertIsNotNone(NeverForms.upstream.proc.poll(), "the upstream still runs")
 
 
 class Cluster(ClusterBase):
