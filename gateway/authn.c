@@ -209,6 +209,25 @@ static bool is_create_session(const struct req *r)
 	return yes;
 }
 
+/* Whether the query names any of names (NULL-terminated), with or without
+ * a value. Most requests have no query: that answers at once. */
+static bool query_has_any(const char *query, const char *const names[])
+{
+	if (!query || !*query)
+		return false;
+	struct buf v;
+	buf_init(&v, S3_MAX_QUERY_BYTES);
+	bool yes = false;
+	for (size_t i = 0; names[i] && !yes; i++)
+		yes = s3_query_get(query, names[i], &v) != 0;
+	buf_fini(&v);
+	return yes;
+}
+
+/* The subresources that hold what governs an object: written, they govern
+ * it (governs_object); read, they inspect it (inspects_object). */
+static const char *const object_settings[] = { "acl", "tagging", "retention", "legal-hold", NULL };
+
 /*
  * Whether a write governs an object besides writing or removing it
  * (auth/policy.h, POL_GOVERN): its ACL, tags (IAM policies may decide on
@@ -243,36 +262,23 @@ static bool governing_header(const char *name, const char *value)
  */
 static bool inspects_object(const struct req *r)
 {
-	static const char *const subresources[] = {
-		"versionId", "acl", "tagging", "retention", "legal-hold", "torrent",
-	};
+	/* an earlier version, a torrent */
+	static const char *const other[] = { "versionId", "torrent", NULL };
+	static const char *const versions[] = { "versions", NULL };
 	if (r->s3.access != POL_READ)
 		return false;
-	bool yes = false;
-	struct buf v;
-	buf_init(&v, S3_MAX_QUERY_BYTES);
 	if (r->s3.target == S3T_OBJECT)
-		for (size_t i = 0; !yes && i < sizeof subresources / sizeof subresources[0]; i++)
-			yes = s3_query_get(r->query, subresources[i], &v) != 0;
-	else if (r->s3.listing)
-		yes = s3_query_get(r->query, "versions", &v) != 0;
-	buf_fini(&v);
-	return yes;
+		return query_has_any(r->query, object_settings) || query_has_any(r->query, other);
+	return r->s3.listing && query_has_any(r->query, versions);
 }
 
 static bool governs_object(struct req *r, const struct sv4_request *sreq)
 {
-	static const char *const subresources[] = { "acl", "tagging", "retention", "legal-hold" };
+	static const char *const version[] = { "versionId", NULL };
 	if (r->s3.access != POL_WRITE)
 		return false;
-	bool yes = false;
-	struct buf v;
-	buf_init(&v, S3_MAX_QUERY_BYTES);
-	for (size_t i = 0; !yes && i < sizeof subresources / sizeof subresources[0]; i++)
-		yes = s3_query_get(r->query, subresources[i], &v) != 0;
-	if (!yes && strcmp(r->method, "DELETE") == 0)
-		yes = s3_query_get(r->query, "versionId", &v) != 0;
-	buf_fini(&v);
+	bool yes = query_has_any(r->query, object_settings) ||
+	           (strcmp(r->method, "DELETE") == 0 && query_has_any(r->query, version));
 	for (size_t i = 0; !yes && i < sreq->n_headers; i++)
 		yes = governing_header(sreq->headers[i].name, sreq->headers[i].value);
 	if (!yes && r->presigned) {
@@ -401,13 +407,7 @@ static bool has_response_override(const char *query)
 		"response-cache-control", "response-content-disposition", "response-content-encoding",
 		"response-content-language", "response-content-type", "response-expires", NULL,
 	};
-	struct buf v;
-	buf_init(&v, S3_MAX_QUERY_BYTES);
-	bool yes = false;
-	for (int i = 0; names[i] && !yes; i++)
-		yes = s3_query_get(query, names[i], &v) != 0;
-	buf_fini(&v);
-	return yes;
+	return query_has_any(query, names);
 }
 
 void authn_request(struct req *r)
