@@ -582,9 +582,11 @@ enum MHD_Result cache_respond(struct req *r)
 	if (resp) {
 		c->pos = c->end + 1; /* all of it handed over */
 	} else if (c->head || status == 304 || len == 0) {
-		/* No body: MHD still announces a HEAD's length from the size given. */
-		resp = MHD_create_response_from_callback(status == 304 ? 0 : len, 4096, cread_read, r,
-		                                         body_done);
+		/* No body: MHD still announces the size given as Content-Length,
+		 * a HEAD's and a 304's alike; a 304's must be what a 200 would
+		 * carry (RFC 9110 8.6), never 0 for an object that is not. */
+		resp = MHD_create_response_from_callback(status == 304 ? m->size : len, 4096,
+		                                         cread_read, r, body_done);
 	} else {
 		resp = MHD_create_response_from_callback(len, BODY_BLOCK, cread_read, r, body_done);
 	}
