@@ -297,6 +297,13 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	struct req *r = arg;
 	struct cread *c = req_cread(r);
 	c->meta_loaded = true;
+	/* A reader that learns the object again (it changed under a chunk
+	 * fetch) lets go of the fetch that learnt it first, which may still be
+	 * bringing chunk 0: one fetch at a time reports to a reader, and
+	 * cache_end can only let go of the one it knows. */
+	if (c->meta_fetch)
+		fetch_disown(c->meta_fetch);
+	c->meta_fetch = NULL;
 	/* Learning brings chunk 0: not past the memory bound. */
 	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes) || !req_upstream_take(r))
 		return -EBUSY;

@@ -734,6 +734,38 @@ class UpstreamFaults(FaultCase):
         self.assertBody(r, v2, "the read after the change")
         self.assertEqual(r.headers.get("etag"), md5_etag(v2))
 
+    def test_reader_that_learns_again_lets_go_of_its_first_fetch(self):
+        # A range past chunk 0 learns the object with a fetch of chunk 0 and
+        # reads its own chunk meanwhile. That fetch found the object changed
+        # (412) and the reader learnt it again with a second fetch, while
+        # the first, still on its way, kept the reader as its owner: it told
+        # a reader that had gone of its end (a use after free, which ASan
+        # stops larder for).
+        v1, v2 = blob(40, 3 * CHUNK), blob(41, 3 * CHUNK)
+        self.origin.put(BUCKET, "relearn", v1)
+        m = self.origin.mark()
+        self.origin.late_next(300, key="relearn")  # the learning GET: v1, heard later ...
+        self.origin.slow_next(CHUNK // 32, 50, key="relearn")  # ... and slowly (1.6 s)
+        rng = {"Range": "bytes=%d-%d" % (CHUNK + 10, CHUNK + 1009)}
+        got = []
+        t = threading.Thread(target=lambda: got.append(self.get("relearn", rng)))
+        t.start()
+        deadline = time.monotonic() + 10
+        while not self.origin.gets(BUCKET, "relearn", since=m) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.origin.replace_after(BUCKET, "relearn", v2)  # now: chunk 1's fetch gets 412
+        t.join()
+        r = got[0]
+        self.assertEqual((r.status, r.complete, r.headers.get("etag")), (206, True, md5_etag(v2)),
+                         r)
+        self.assertTrue(r.body == v2[CHUNK + 10:CHUNK + 1010], "old or mixed bytes")
+        self.assertIn(412, [g["status"] for g in self.origin.gets(BUCKET, "relearn", since=m)])
+        self.origin.wait_idle(10)  # the first fetch has ended too
+        time.sleep(0.3)
+        self.assertTrue(self.larder.alive(), self.larder.sanitizer_text()[:4000])
+        r = self.get("relearn", rng)
+        self.assertEqual((r.status, r.headers.get("etag")), (206, md5_etag(v2)), r)
+
     def test_upload_refused_before_its_body_gets_the_refusal(self):
         # S3 may answer a refused upload before it reads the body. larder
         # then drops the rest of the client's body, and answered 400
