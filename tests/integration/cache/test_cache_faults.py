@@ -766,6 +766,79 @@ class UpstreamFaults(FaultCase):
         r = self.get("relearn", rng)
         self.assertEqual((r.status, r.headers.get("etag")), (206, md5_etag(v2)), r)
 
+    def test_readers_racing_writers_get_one_version_each(self):
+        # Whole and ranged reads while the objects change, through larder and
+        # behind its back: every answer is the version its ETag names, or a
+        # cut-short prefix of it. Some answers come late and trickle, so
+        # that fetches overlap the changes: a bounded version of the scratch
+        # race that found the use after free above (this caught it 1 run in 3).
+        keys = ["race-%d" % i for i in range(3)]
+        versions, lock = {}, threading.Lock()
+
+        def new_version(n):
+            data = blob(1000 + n, int(CHUNK * (1.2 + (n % 5) * 0.3)))
+            with lock:
+                versions[md5_etag(data)] = data
+            return data
+        for i, k in enumerate(keys):
+            self.origin.put(BUCKET, k, new_version(i))
+        s3 = self.larder.client()
+        stop = time.monotonic() + 8
+        problems, counts = [], {"whole": 0, "cut": 0}
+
+        def read(i):
+            rnd = random.Random(i)
+            while time.monotonic() < stop:
+                k, h = rnd.choice(keys), {}
+                if rnd.random() < 0.6:
+                    a = rnd.randrange(0, 2 * CHUNK)
+                    h["Range"] = "bytes=%d-%d" % (a, a + rnd.randrange(0, CHUNK))
+                r = self.get(k, h)
+                if r.status == 416 and h:  # past the end of a shorter version
+                    continue
+                with lock:
+                    data = versions.get(r.headers.get("etag"))
+                if r.status not in (200, 206) or data is None:
+                    problems.append(("answer", k, h, repr(r)))
+                    continue
+                first, last = 0, len(data) - 1
+                if r.status == 206:
+                    span, total = r.headers["content-range"].split(" ")[1].split("/")
+                    first, last = map(int, span.split("-"))
+                    if int(total) != len(data):
+                        problems.append(("size", k, h, repr(r)))
+                want = data[first:last + 1]
+                if r.complete and r.body == want:
+                    counts["whole"] += 1
+                elif not r.complete and want.startswith(r.body):
+                    counts["cut"] += 1
+                else:
+                    problems.append(("bytes", k, h, repr(r)))
+
+        def write():
+            rnd, n = random.Random(99), 100
+            while time.monotonic() < stop:
+                k, data = rnd.choice(keys), new_version(n)
+                # some answers trickle, so that fetches overlap the changes
+                slow = rnd.choice(keys)
+                self.origin.late_next(150, key=slow)
+                self.origin.slow_next(CHUNK // 8, 40, key=slow)
+                if n % 2:
+                    self.origin.put(BUCKET, k, data)  # behind larder's back
+                else:
+                    s3.put_object(Bucket=BUCKET, Key=k, Body=data)
+                n += 1
+                time.sleep(rnd.random() * 0.2)
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(4)]
+        threads.append(threading.Thread(target=write))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(problems[:5], [])
+        self.assertGreater(counts["whole"], 20, counts)
+        self.assertTrue(self.larder.alive(), self.larder.sanitizer_text()[:4000])
+
     def test_upload_refused_before_its_body_gets_the_refusal(self):
         # S3 may answer a refused upload before it reads the body. larder
         # then drops the rest of the client's body, and answered 400
