@@ -32,7 +32,9 @@
 struct fetch;
 
 /* What a meta fetch tells the reader that started it (its owner, the void *
- * each hook gets), on the worker's thread. */
+ * each hook gets), on the worker's thread. The owner must fetch_disown a
+ * fetch it stops caring about (it goes away, or starts learning again)
+ * before it forgets the pointer: the hooks run until the fetch ends. */
 struct fetch_owner_ops {
 	/* The object is learnt (status: upstream's, for the access log). c0:
 	 * chunk 0, which this fetch fills, or NULL. c0 comes with one want
