@@ -640,6 +640,14 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 	req_unref(r);
 }
 
+unsigned request_count_started(const struct worker *w)
+{
+	unsigned n = 0;
+	for (const struct list_node *l = w->live.first; l; l = l->next)
+		n += list_item(l, struct req, link)->started;
+	return n;
+}
+
 void request_abort_all(struct worker *w)
 {
 	for (struct list_node *n = w->live.first; n; n = n->next) {

@@ -31,4 +31,9 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
  * get a closed connection) so the daemon can stop. */
 void request_abort_all(struct worker *w);
 
+/* Requests on the worker whose headers have all arrived: what draining
+ * waits for. One still arriving may never finish (or its client has gone
+ * and libmicrohttpd will see it only at the client timeout). */
+unsigned request_count_started(const struct worker *w);
+
 #endif

@@ -113,11 +113,13 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	struct worker *w = t->data;
 	assert(w->magic == WORKER_MAGIC);
 	(void)revents;
-	if (w->n_live > 0 && ev_now(loop) < w->drain_deadline)
+	unsigned running = request_count_started(w);
+	if (running > 0 && ev_now(loop) < w->drain_deadline)
 		return;
-	if (w->n_live > 0) {
+	if (running > 0)
 		log_warn("server", "worker %u: %u requests still running after the grace period; "
-		         "closing them", w->index, w->n_live);
+		         "closing them", w->index, running);
+	if (w->n_live > 0) {
 		request_abort_all(w);
 		mhd_run(w);
 	}
