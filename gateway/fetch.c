@@ -880,9 +880,12 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	size_t filled = chunk_filled(f->c);
 	if (filled == f->c->len) {
 		complete_ok(f);
-	} else if (status == 412 || f->changed) {
+	} else if (status == 412 || status == 404 || f->changed) {
+		/* 404: the object was deleted since it was learnt. Its readers
+		 * learn it again (and answer 404 as S3 now does). */
 		log_info("fetch", "%s/%s changed upstream (%s, asked If-Match %s)", f->bucket, f->key,
-		         f->changed ? "answer for another ETag or size" : "412", f->etag);
+		         f->changed ? "answer for another ETag or size" : status == 404 ? "404" : "412",
+		         f->etag);
 		/* Its chunk 0 on NVMe names the old version: a restart must not
 		 * bring that back (the new one's may never reach NVMe). */
 		store_invalidate_seen(gw->store, f->bucket, f->key);

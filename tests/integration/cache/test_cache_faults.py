@@ -722,6 +722,19 @@ class UpstreamFaults(FaultCase):
         r = self.get("swap", method="HEAD")
         self.assertEqual((r.status, r.headers.get("etag")), (200, e2))
 
+    def test_object_deleted_between_chunks_is_not_found(self):
+        # The metadata says the object is there, the chunk's fetch gets S3's
+        # 404: the reader learns it again and answers as S3 now does (404
+        # NoSuchKey), where it answered 503 ServiceUnavailable.
+        self.origin.put(BUCKET, "gone", blob(20, 3 * CHUNK))
+        r = self.get("gone", {"Range": "bytes=0-99"})  # learns it (TTL 300 s)
+        self.assertEqual(r.status, 206, r)
+        self.origin.delete(BUCKET, "gone")  # behind larder's back
+        r = self.get("gone", {"Range": "bytes=%d-%d" % (2 * CHUNK, 2 * CHUNK + 99)})
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (404, "NoSuchKey"), r)
+        r = self.get("gone", method="HEAD")
+        self.assertEqual(r.status, 404, r)
+
     def test_object_replaced_during_full_read(self):
         v1, v2 = blob(18, 3 * CHUNK), blob(19, 3 * CHUNK)
         self.origin.put(BUCKET, "swap-mid", v1)
