@@ -291,19 +291,25 @@ void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 
 static const struct fetch_owner_ops owner_ops;
 
+/* The reader stops caring about its meta fetch (it goes away, or learns
+ * the object again): the fetch, which may still be bringing chunk 0, no
+ * longer reports to it (fetch.h). */
+static void let_go_of_meta_fetch(struct cread *c)
+{
+	if (c->meta_fetch)
+		fetch_disown(c->meta_fetch);
+	c->meta_fetch = NULL;
+}
+
 /* obj_load_fn: this request learns the object with a meta fetch. */
 static int start_meta_fetch(void *arg, const char *revalidate)
 {
 	struct req *r = arg;
 	struct cread *c = req_cread(r);
 	c->meta_loaded = true;
-	/* A reader that learns the object again (it changed under a chunk
-	 * fetch) lets go of the fetch that learnt it first, which may still be
-	 * bringing chunk 0: one fetch at a time reports to a reader, and
-	 * cache_end can only let go of the one it knows. */
-	if (c->meta_fetch)
-		fetch_disown(c->meta_fetch);
-	c->meta_fetch = NULL;
+	/* Learning again (it changed under a chunk fetch): one fetch at a
+	 * time reports to a reader, and cache_end lets go of the one it knows. */
+	let_go_of_meta_fetch(c);
 	/* Learning brings chunk 0: not past the memory bound. */
 	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes) || !req_upstream_take(r))
 		return -EBUSY;
@@ -633,9 +639,7 @@ void cache_end(struct req *r)
 		c->wake_queued = false;
 	}
 	pthread_mutex_unlock(&req_worker(r)->wake_lock);
-	if (c->meta_fetch)
-		fetch_disown(c->meta_fetch);
-	c->meta_fetch = NULL;
+	let_go_of_meta_fetch(c);
 	/* Whether this reader leaves its chunks wanted or given up on: a
 	 * response sent in full leaves them to be cached for the next reader. */
 	bool gave_up = !c->head && c->meta && c->meta->size > 0 && c->pos <= c->end &&

@@ -883,8 +883,8 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	} else if (status == 412 || status == 404 || f->changed) {
 		/* 404: the object was deleted since it was learnt. Its readers
 		 * learn it again (and answer 404 as S3 now does). */
-		log_info("fetch", "%s/%s changed upstream (%s, asked If-Match %s)", f->bucket, f->key,
-		         f->changed ? "answer for another ETag or size" : status == 404 ? "404" : "412",
+		log_info("fetch", "%s/%s changed upstream (%ld%s, asked If-Match %s)", f->bucket,
+		         f->key, status, f->changed ? ": an answer for another ETag or size" : "",
 		         f->etag);
 		/* Its chunk 0 on NVMe names the old version: a restart must not
 		 * bring that back (the new one's may never reach NVMe). */
