@@ -20,7 +20,10 @@
  * (replay). Client keys cannot make such requests.
  * The hop count stops loops when two nodes disagree about membership for a
  * moment: a request at hop 2 is served from the cache or from S3, never
- * forwarded again.
+ * forwarded again. And a request waits only for a fetch that asks S3 or a
+ * node at a higher hop than its own (store/object.h: obj_may_wait), else
+ * it gets 503 at once and the asker falls back: nodes never wait for each
+ * other in a cycle.
  */
 #ifndef LARDER_PEER_H
 #define LARDER_PEER_H

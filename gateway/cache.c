@@ -366,6 +366,9 @@ static void resolve(struct req *r)
 		case OBJ_META_NO_LOAD:
 			req_fail(r, st == -EBUSY ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
 			return;
+		case OBJ_META_CYCLE: /* the asking node falls back (gateway/fetch.c) */
+			req_fail(r, S3E_SLOW_DOWN, NULL);
+			return;
 		case OBJ_META_FAILED: /* the fetch it waited for gave up: so does this reader */
 			if (st == META_NOT_CACHEABLE)
 				c->pass_through = true;
@@ -447,6 +450,7 @@ void cache_begin(struct req *r)
 	c->waiter.arg = r;
 	c->ask.waiter = &c->waiter;
 	c->ask.share_failures = true;
+	c->ask.hop = req_peer_hop(r);
 	if (!c->head && !req_peer_hop(r)) /* a client's read, not a peer fetching for one */
 		lookahead_note_read(req_gw(r)->lookahead, req_bucket(r), req_key(r), clock_mono_s());
 	resolve(r);

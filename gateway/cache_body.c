@@ -274,12 +274,17 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
 /* A want of chunk i of the object, fetching it if nobody has it.
  * NULL also when a fetch would pass the memory bound before this reader
  * answered (c->busy: it gets 503 SlowDown); a reader halfway through its
- * response still gets its next chunk, one per connection. */
+ * response still gets its next chunk, one per connection. And NULL (busy)
+ * for a request from another node when the chunk's producer asks a node at
+ * a hop it may not wait for (obj_may_wait): the asker falls back at once. */
 static struct chunk *get_chunk(struct req *r, uint64_t i)
 {
 	struct obj_ref ref = obj_of(r);
 	struct producing p = { r, false };
-	struct chunk *ch = obj_acquire(&req_gw(r)->objects, &ref, i, produce, &p, NULL);
+	enum store_role role;
+	struct chunk *ch = obj_acquire(&req_gw(r)->objects, &ref, i, produce, &p, &role);
+	if (ch && role == STORE_WAIT && !obj_may_wait(req_peer_hop(r), atomic_load(&ch->ask_hop)))
+		p.declined = true;
 	if (ch && p.declined) {
 		obj_unwant(ch, false);
 		req_cread(r)->busy = true;

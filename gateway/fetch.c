@@ -78,6 +78,7 @@ struct fetch {
 	struct placement_ask *ask;   /* a directory lookup under way, before the first try */
 	char holder[CLUSTER_NAME_MAX]; /* a node the directory says holds it, or "" */
 	bool to_holder;              /* this attempt asks that holder */
+	unsigned ask_hop;            /* the hop this attempt asks a node at; 0: S3 */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
 	bool changed;                /* an answer for another version: as good as a 412 */
@@ -353,6 +354,7 @@ static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
 		return FETCH_ERR_CANCELLED;
 	chunk_ref(c);
 	chunk_keep(c);
+	atomic_store(&c->ask_hop, f->ask_hop);
 	f->c = c;
 	f->index = index;
 	f->start = 0;
@@ -536,12 +538,8 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	int rc = hdrs_add(h, "Host", buf_cstr(&f->target.host));
 	if (!rc && f->pin[0]) /* the owner holds it for the pin too (gateway/pins.h) */
 		rc = hdrs_add(h, PIN_HEADER, f->pin);
-	/* A holder is asked at the last hop: if it lost the chunk meanwhile
-	 * it fetches it from S3 itself rather than asking its owner, which
-	 * is us, waiting for it. */
 	rc = rc ? rc : peer_sign(gw->cfg->cluster_secret, gw->cfg->node_id, peer, "GET",
-	                         buf_cstr(&f->target.path),
-	                         f->to_holder ? PEER_MAX_HOP : f->hop + 1, time(NULL), h);
+	                         buf_cstr(&f->target.path), f->ask_hop, time(NULL), h);
 	struct curl_slist *list = NULL;
 	if (!rc && !(list = hdrs_to_curl(h)))
 		rc = -ENOMEM;
@@ -577,6 +575,15 @@ static int start_transfer(struct fetch *f)
 	             (gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
 	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer) &&
 	              !(f->holder_failed && strcmp(peer, f->holder) == 0));
+	/* A holder is asked at the last hop: if it lost the chunk meanwhile
+	 * it fetches it from S3 itself rather than asking its owner, which
+	 * may be us, waiting for it. Who may wait for this fetch depends on
+	 * it (store/object.h: obj_may_wait): marked before it asks. */
+	f->ask_hop = !f->to_peer ? 0 : f->to_holder ? PEER_MAX_HOP : f->hop + 1;
+	if (f->c)
+		atomic_store(&f->c->ask_hop, f->ask_hop);
+	else if (f->meta_kind)
+		meta_set_ask_hop(gw->meta, f->bucket, f->key, f->ask_hop);
 	struct hdrs h;
 	hdrs_init(&h);
 	char range[CONTENT_RANGE_SIZE];
@@ -802,7 +809,8 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		log_info("fetch", "%s/%s: %s node failed (%ld, %s); fetching from %s", f->bucket,
 		         f->key, f->to_holder ? "holder" : "owner", status,
 		         f->changed ? "answered for another ETag or size"
-		         : result == CURLE_OK ? "left the chunk short" : curl_easy_strerror(result),
+		         : result != CURLE_OK ? curl_easy_strerror(result)
+		         : status >= 300 ? "answered with no bytes" : "left the chunk short",
 		         f->to_holder ? "its owner" : "S3");
 		if (f->to_holder)
 			f->holder_failed = true;

@@ -368,6 +368,7 @@ struct chunk *chunk_new(const struct chunk_id *id, size_t len)
 	atomic_fetch_add_explicit(&live_bytes, len, memory_order_relaxed);
 	atomic_init(&c->filled, 0);
 	atomic_init(&c->state, CHUNK_FILLING);
+	atomic_init(&c->ask_hop, 0);
 	atomic_init(&c->refs, 1);
 	return c;
 }

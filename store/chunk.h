@@ -83,6 +83,10 @@ struct chunk {
 	 * holds any more stops only then: a reader that took its few bytes and
 	 * left still wants the chunk cached for the next one. */
 	_Atomic bool abandoned;
+	/* The hop at which its producer asks another node of a cluster for
+	 * the bytes (cluster/peer.h), 0 while it asks S3: who may wait for it
+	 * (obj_may_wait). Set before the producer asks. */
+	_Atomic unsigned ask_hop;
 	/* How many still want it (readers, read-ahead, warming jobs: see
 	 * store/object.h), as opposed to merely holding a reference. */
 	_Atomic int wants;

@@ -32,6 +32,7 @@ struct mentry {
 	size_t name_len;
 	struct obj_meta *m;    /* NULL while the first load runs */
 	bool loading;
+	unsigned ask_hop;      /* the running load asks another node at it (meta_set_ask_hop) */
 	bool dropped;          /* dropped while loading: do not keep what is published */
 	uint64_t gen;          /* the cache's generation m was learnt or checked in */
 	uint64_t load_gen;     /* the generation when the running load began */
@@ -303,6 +304,7 @@ enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char
 		e = insert(mc, sh, h, bucket, key);
 		if (e) {
 			e->loading = true;
+			e->ask_hop = 0;
 			e->load_gen = gen;
 		}
 		role = META_LOAD; /* out of memory: load without coalescing */
@@ -316,6 +318,7 @@ enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char
 		role = META_FRESH;
 	} else {
 		e->loading = true;
+		e->ask_hop = 0;
 		e->load_gen = gen;
 		e->dropped = false;
 		if (e->m && !e->m->negative) {
@@ -359,6 +362,7 @@ static void publish(struct meta_cache *mc, const char *bucket, const char *key,
 		e->load_gen = atomic_load(&mc->gen); /* no load ran: learnt at start */
 	if (e) {
 		e->loading = false;
+		e->ask_hop = 0;
 		if (m && !e->dropped) {
 			meta_ref(m);
 			meta_unref(e->m);
@@ -424,8 +428,10 @@ bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
 		e->m->learnt_wall = time(NULL);
 		e->gen = e->load_gen;
 	}
-	if (e)
+	if (e) {
 		e->loading = false;
+		e->ask_hop = 0;
+	}
 	wake_all_and_unlock(sh, e);
 	return true;
 }
@@ -550,6 +556,29 @@ void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,
 	/* A wake of w that was already detached finishes before this returns. */
 	pthread_mutex_lock(&sh->wake_lock);
 	pthread_mutex_unlock(&sh->wake_lock);
+}
+
+void meta_set_ask_hop(struct meta_cache *mc, const char *bucket, const char *key,
+                      unsigned ask_hop)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	if (e && e->loading)
+		e->ask_hop = ask_hop;
+	pthread_mutex_unlock(&sh->lock);
+}
+
+unsigned meta_loading_ask_hop(struct meta_cache *mc, const char *bucket, const char *key)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	unsigned hop = e && e->loading ? e->ask_hop : 0;
+	pthread_mutex_unlock(&sh->lock);
+	return hop;
 }
 
 void meta_drop(struct meta_cache *mc, const char *bucket, const char *key)

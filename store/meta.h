@@ -122,6 +122,14 @@ bool meta_load_failed(struct meta_cache *mc, const char *bucket, const char *key
 bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
                   time_t last_modified, double now);
 
+/* The running load of (bucket, key) asks another node of a cluster at
+ * hop ask_hop (cluster/peer.h), or S3 (0); every load starts at 0. Nothing
+ * when no load runs. */
+void meta_set_ask_hop(struct meta_cache *mc, const char *bucket, const char *key,
+                      unsigned ask_hop);
+/* The ask_hop of the running load of (bucket, key); 0 when none runs. */
+unsigned meta_loading_ask_hop(struct meta_cache *mc, const char *bucket, const char *key);
+
 /* Cancels a META_WAIT registration; after it returns w is not woken. */
 void meta_unwait(struct meta_cache *mc, const char *bucket, const char *key,
                  struct chunk_waiter *w);

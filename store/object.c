@@ -134,6 +134,10 @@ enum obj_meta_step obj_meta_step(const struct objects *o, const char *bucket, co
 	if (a->share_failures && a->wait_since &&
 	    meta_load_failed(o->meta, bucket, key, a->wait_since, status))
 		return OBJ_META_FAILED;
+	/* Another's load that asks a node (marked before it asks, so before any
+	 * request it caused arrives), which this request may not wait for. */
+	if (a->hop && !a->loaded && !obj_may_wait(a->hop, meta_loading_ask_hop(o->meta, bucket, key)))
+		return OBJ_META_CYCLE;
 	struct obj_meta *m = NULL;
 	enum meta_role role = meta_lookup(o->meta, bucket, key, now, o->ttl_s, o->negative_ttl_s,
 	                                  a->waiter, &m);
@@ -155,6 +159,7 @@ enum obj_meta_step obj_meta_step(const struct objects *o, const char *bucket, co
 		*status = rc;
 		return OBJ_META_NO_LOAD;
 	}
+	a->loaded = true;
 	return OBJ_META_LOADING;
 }
 

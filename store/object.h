@@ -99,6 +99,20 @@ bool obj_wanted(const struct chunk *c);
 /* How many want it now (a snapshot). */
 int obj_wants(const struct chunk *c);
 
+/* ---- waits between the nodes of a cluster ------------------------------
+ * A chunk's producer, or a metadata load, may ask another node of a
+ * cluster at some hop (cluster/peer.h); a request from a node has a hop.
+ * Nodes waiting for each other must not close a cycle (each would wait out
+ * the upstream timeout), so a request at hop may wait only for a producer
+ * that asks S3 (ask_hop 0) or asks at a higher hop than its own. A request
+ * that starts its own fetch asks at a higher hop too, so along any chain of
+ * waits the hop rises, and no chain comes back to where it began. A client's
+ * request (hop 0) waits for anything. */
+static inline bool obj_may_wait(unsigned hop, unsigned ask_hop)
+{
+	return ask_hop == 0 || ask_hop > hop;
+}
+
 /* ---- metadata ----------------------------------------------------------- */
 
 /* Starts learning the object's metadata: revalidate is the expired entry's
@@ -112,8 +126,11 @@ typedef int (*obj_load_fn)(void *arg, const char *revalidate);
 struct obj_meta_ask {
 	struct chunk_waiter *waiter;
 	bool share_failures;     /* a failed load it waited on fails it too */
+	unsigned hop;            /* a request from another node of a cluster: its hop
+	                            (cluster/peer.h; 0: a client's), see obj_may_wait */
 	bool waiting;            /* registered with the metadata cache: clear it when
 	                            woken, or cancel with obj_meta_cancel */
+	bool loaded;             /* private: it started a load (it waits for its own) */
 	double wait_since;       /* when it began waiting for another's load (0: not yet) */
 };
 
@@ -124,6 +141,8 @@ enum obj_meta_step {
 	OBJ_META_NO_LOAD, /* load returned *status (< 0): it could not start */
 	OBJ_META_FAILED,  /* the load it waited for failed: *status is upstream's
 	                     (0: unreachable; META_NOT_CACHEABLE) */
+	OBJ_META_CYCLE,   /* the running load asks another node, and this request, from
+	                     a node, may not wait for it (obj_may_wait) */
 };
 
 /* One step: fresh metadata, or a wait for whoever learns it, or a load by

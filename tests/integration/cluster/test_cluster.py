@@ -669,6 +669,46 @@ class ClusterMissedInvalidations(ClusterBase):
         self.assertEqual(self.read(restarted, "missed/c"), b"new c")
 
 
+class ClusterStaleDirectory(ClusterBase):
+    """The directory names a holder that lost its copy: node-0 restarted (a RAM tier only) after
+    it listed chunks node-1 now owns. node-0's read asks the owner, node-1; node-1 asks the holder
+    the directory names, node-0, at the last hop; and node-0 must not wait for its own fetch, which
+    waits for node-1. The read is answered without waiting out a peer timeout."""
+    NODES = 2
+
+    def test_holder_that_lost_its_copy_is_not_waited_for(self):
+        first, second = self.nodes
+        self.assertEqual(second.stop(), 0)
+        self.wait_members(1)
+        keys = ["stale/%d.bin" % i for i in range(6)]
+        bodies = {k: blob(60 + i, 3 * MiB + 7) for i, k in enumerate(keys)}
+        for k in keys:  # node-0 alone: it owns every chunk and fetches it from S3
+            self.direct.put_object(Bucket="shared", Key=k, Body=bodies[k])
+            self.assertEqual(self.read(first, k), bodies[k])
+        second.start()
+        self.wait_members(2)
+        # node-1 owns about half of them now: node-0 lists those at its next heartbeat.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not self.view(first)["directory"]["self_entries"]:
+            time.sleep(0.2)
+        self.assertGreater(self.view(first)["directory"]["self_entries"], 0)
+        self.assertEqual(first.stop(), 0)  # its RAM tier, and what it listed, is lost
+        first.start()
+        self.wait_members(2)
+        slow = []
+        m = self.upstream.mark()
+        for k in keys:
+            t0 = time.monotonic()
+            self.assertEqual(self.read(first, k), bodies[k])
+            if time.monotonic() - t0 > 10:
+                slow.append((k, round(time.monotonic() - t0, 1)))
+        self.assertEqual(slow, [], "reads waited for a peer timeout:\n%s\n%s"
+                         % (first.log()[-3000:], second.log()[-3000:]))
+        # The node asked at the last hop said at once that it has no copy: S3 is still read
+        # once per chunk (4 each), by the owner, not by both nodes.
+        self.assertEqual({k: len(self.gets(m, k)) for k in keys}, {k: 4 for k in keys})
+
+
 class ClusterOwnFirst(ClusterBase):
     """A node's RAM tier holds the chunks it owns before its readers' copies
     of other nodes' chunks: a dataset the cluster holds but one node does

@@ -382,6 +382,58 @@ static void test_meta_shared_failure(void **state)
 	meta_publish(f->mc, "b", "f", NULL);
 }
 
+/* A request from a node waits only for a load that asks S3 or a node at a
+ * higher hop than its own; the loader waits for its own, a client's reader
+ * for anybody's, and every load starts as asking S3. */
+static void test_meta_wait_only_up_the_hops(void **state)
+{
+	struct fixture *f = *state;
+	struct chunk_waiter w1 = { .wake = nowake }, w2 = { .wake = nowake };
+	struct obj_meta_ask loader = { .waiter = &w1, .hop = 1 };
+	struct loader l = { 0 };
+	struct obj_meta *m;
+	long st = 0;
+	assert_true(obj_may_wait(0, 1) && obj_may_wait(2, 0) && obj_may_wait(1, 2));
+	assert_false(obj_may_wait(1, 1) || obj_may_wait(2, 2) || obj_may_wait(2, 1));
+	meta_set_ask_hop(f->mc, "b", "p", 2); /* no load runs: nothing */
+	assert_int_equal(meta_loading_ask_hop(f->mc, "b", "p"), 0);
+	assert_int_equal(obj_meta_step(&f->o, "b", "p", &loader, load, &l, 10, &m, &st),
+	                 OBJ_META_LOADING);
+	meta_set_ask_hop(f->mc, "b", "p", 2); /* the loader asks a holder */
+	assert_int_equal(obj_meta_step(&f->o, "b", "p", &loader, load, &l, 10, &m, &st),
+	                 OBJ_META_WAIT);
+	struct obj_meta_ask last = { .waiter = &w2, .hop = 2 };
+	assert_int_equal(obj_meta_step(&f->o, "b", "p", &last, load, &l, 10, &m, &st),
+	                 OBJ_META_CYCLE);
+	assert_false(last.waiting);
+	struct obj_meta_ask first = { .waiter = &w2, .hop = 1 };
+	assert_int_equal(obj_meta_step(&f->o, "b", "p", &first, load, &l, 10, &m, &st),
+	                 OBJ_META_WAIT);
+	meta_unwait(f->mc, "b", "p", &w2);
+	meta_set_ask_hop(f->mc, "b", "p", 1); /* now its owner */
+	struct obj_meta_ask again = { .waiter = &w2, .hop = 1 };
+	assert_int_equal(obj_meta_step(&f->o, "b", "p", &again, load, &l, 10, &m, &st),
+	                 OBJ_META_CYCLE);
+	struct obj_meta_ask client = { .waiter = &w2 };
+	assert_int_equal(obj_meta_step(&f->o, "b", "p", &client, load, &l, 10, &m, &st),
+	                 OBJ_META_WAIT);
+	meta_unwait(f->mc, "b", "p", &w2);
+	meta_set_ask_hop(f->mc, "b", "p", 0); /* fell back to S3 */
+	struct obj_meta_ask after = { .waiter = &w2, .hop = 2 };
+	assert_int_equal(obj_meta_step(&f->o, "b", "p", &after, load, &l, 10, &m, &st),
+	                 OBJ_META_WAIT);
+	meta_unwait(f->mc, "b", "p", &w2);
+	meta_set_ask_hop(f->mc, "b", "p", 1);
+	meta_publish(f->mc, "b", "p", NULL);
+	assert_int_equal(meta_loading_ask_hop(f->mc, "b", "p"), 0);
+	struct obj_meta_ask next = { .waiter = &w1, .hop = 2 };
+	assert_int_equal(obj_meta_step(&f->o, "b", "p", &next, load, &l, 11, &m, &st),
+	                 OBJ_META_LOADING);
+	assert_int_equal(meta_loading_ask_hop(f->mc, "b", "p"), 0);
+	assert_int_equal(l.calls, 2);
+	meta_publish(f->mc, "b", "p", NULL);
+}
+
 static void test_meta_load_cannot_start(void **state)
 {
 	struct fixture *f = *state;
@@ -440,6 +492,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_meta_learn_wait_fresh, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_meta_ttls, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_meta_shared_failure, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_meta_wait_only_up_the_hops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_meta_load_cannot_start, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forget, setup, teardown),
 	};
