@@ -582,7 +582,7 @@ static int start_transfer(struct fetch *f)
 	f->ask_hop = !f->to_peer ? 0 : f->to_holder ? PEER_MAX_HOP : f->hop + 1;
 	if (f->c)
 		atomic_store(&f->c->ask_hop, f->ask_hop);
-	else if (f->meta_kind)
+	else if (f->meta_kind && gw->cluster) /* alone, every load asks S3 */
 		meta_set_ask_hop(gw->meta, f->bucket, f->key, f->ask_hop);
 	struct hdrs h;
 	hdrs_init(&h);

@@ -193,6 +193,24 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
         with urllib.request.urlopen(req, timeout=60) as r:
             return json.loads(r.read())
 
+    def join_listed(self, listed_before):
+        """A fourth node joined, once the old owners listed the chunks whose ownership moved to
+        it (the directory has more than listed_before entries); it is in self.nodes."""
+        joiner = self.make_node(3)
+        joiner.start()
+        self.nodes.append(joiner)
+        self.wait_members(4)
+        # The old owners list what moved at their next heartbeat.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.view(joiner)["directory"]["entries"] > listed_before:
+                break
+            time.sleep(0.2)
+        time.sleep(1.5)  # one more heartbeat: every old owner has listed its part
+        d = self.view(joiner)["directory"]
+        self.assertGreater(d["entries"], listed_before, d)
+        return joiner
+
     @staticmethod
     def raw_get(node, path, headers):
         """(status, body) of a GET with exactly these headers."""
@@ -321,20 +339,8 @@ class Cluster(ClusterBase):
         self.assertEqual(self.read(self.nodes[0], key), data)
         time.sleep(2.5)  # two heartbeats: what the read listed is listed and reported
         listed_before = self.view(self.nodes[1])["directory"]["entries"]
-        joiner = self.make_node(3)
-        joiner.start()
-        self.nodes.append(joiner)
+        joiner = self.join_listed(listed_before)
         try:
-            self.wait_members(4)
-            # The old owners list what moved at their next heartbeat.
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                if self.view(joiner)["directory"]["entries"] > listed_before:
-                    break
-                time.sleep(0.2)
-            time.sleep(1.5)  # one more heartbeat: every old owner has listed its part
-            d = self.view(joiner)["directory"]
-            self.assertGreater(d["entries"], listed_before, d)
             m = self.upstream.mark()
             self.assertEqual(self.read(joiner, key), data)
             self.assertEqual([g["headers"] for g in self.gets(m, key)], [],
@@ -707,6 +713,48 @@ class ClusterStaleDirectory(ClusterBase):
         # The node asked at the last hop said at once that it has no copy: S3 is still read
         # once per chunk (4 each), by the owner, not by both nodes.
         self.assertEqual({k: len(self.gets(m, k)) for k in keys}, {k: 4 for k in keys})
+
+
+class ClusterJoinedReadTogether(ClusterBase):
+    """Right after a node joins, it and two other nodes read every chunk of an object at once.
+    For the chunks the joiner now owns and node-0 held as their owner, the joiner asks node-0
+    (at the last hop), which is stopped for a moment; the other nodes' requests to the joiner
+    (hop 1) meanwhile wait for those fetches rather than going to S3: a request may wait for a
+    fetch that asks at a higher hop than its own (store/object.h: obj_may_wait)."""
+
+    def test_requests_from_nodes_wait_for_the_joiners_fetches_from_holders(self):
+        data = blob(8, 80 * MiB + 3)  # 81 chunks: node-0 held some the joiner owns (all but surely)
+        key = "join/together.bin"
+        self.direct.put_object(Bucket="shared", Key=key, Body=data)
+        self.assertEqual(self.read(self.nodes[0], key), data)
+        time.sleep(2.5)
+        joiner = self.join_listed(self.view(self.nodes[1])["directory"]["entries"])
+        m = self.upstream.mark()
+        got, threads = {}, []
+
+        def read_chunks(node):
+            for i in range(0, len(data), MiB):
+                rng = "bytes=%d-%d" % (i, min(i + MiB, len(data)) - 1)
+                t = threading.Thread(target=lambda n=node, i=i, rng=rng: got.__setitem__(
+                    (n.port, i), harness.signed_request(n.url, "GET", "/shared/" + key,
+                                                        {"Range": rng}).body))
+                t.start()
+                threads.append(t)
+
+        self.nodes[0].signal(signal.SIGSTOP)  # well within the 5 s a member is trusted
+        try:
+            read_chunks(joiner)
+            time.sleep(0.5)  # the joiner's fetches are asking node-0
+            read_chunks(self.nodes[1])
+            read_chunks(self.nodes[2])
+            time.sleep(0.5)
+        finally:
+            self.nodes[0].signal(signal.SIGCONT)
+        for t in threads:
+            t.join()
+        wrong = sorted({i for (port, i), body in got.items() if body != data[i:i + MiB]})
+        self.assertEqual((len(got), wrong), (3 * len(range(0, len(data), MiB)), []))
+        self.assertEqual(len(self.gets(m, key)), 0, "S3 was asked for cached chunks")
 
 
 class ClusterOwnFirst(ClusterBase):
