@@ -78,7 +78,6 @@ struct fetch {
 	struct placement_ask *ask;   /* a directory lookup under way, before the first try */
 	char holder[CLUSTER_NAME_MAX]; /* a node the directory says holds it, or "" */
 	bool to_holder;              /* this attempt asks that holder */
-	unsigned ask_hop;            /* the hop this attempt asks a node at; 0: S3 */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
 	bool changed;                /* an answer for another version: as good as a 412 */
@@ -347,6 +346,15 @@ static bool schedule_retry(struct fetch *f)
 
 /* obj_produce_fn of a meta fetch: the rest of its response fills chunk 0
  * when it is chunk 0's whole range. */
+/* The hop this attempt asks a node at, 0 when it asks S3. A holder is
+ * asked at the last hop: if it lost the chunk meanwhile it fetches it from
+ * S3 itself rather than asking its owner, which may be us, waiting for it.
+ * Who may wait for this fetch depends on it (store/object.h: obj_may_wait). */
+static unsigned ask_hop(const struct fetch *f)
+{
+	return !f->to_peer ? 0 : f->to_holder ? PEER_MAX_HOP : f->hop + 1;
+}
+
 static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
 {
 	struct fetch *f = arg;
@@ -354,7 +362,7 @@ static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
 		return FETCH_ERR_CANCELLED;
 	chunk_ref(c);
 	chunk_keep(c);
-	atomic_store(&c->ask_hop, f->ask_hop);
+	atomic_store(&c->ask_hop, ask_hop(f));
 	f->c = c;
 	f->index = index;
 	f->start = 0;
@@ -539,7 +547,7 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	if (!rc && f->pin[0]) /* the owner holds it for the pin too (gateway/pins.h) */
 		rc = hdrs_add(h, PIN_HEADER, f->pin);
 	rc = rc ? rc : peer_sign(gw->cfg->cluster_secret, gw->cfg->node_id, peer, "GET",
-	                         buf_cstr(&f->target.path), f->ask_hop, time(NULL), h);
+	                         buf_cstr(&f->target.path), ask_hop(f), time(NULL), h);
 	struct curl_slist *list = NULL;
 	if (!rc && !(list = hdrs_to_curl(h)))
 		rc = -ENOMEM;
@@ -575,15 +583,12 @@ static int start_transfer(struct fetch *f)
 	             (gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
 	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer) &&
 	              !(f->holder_failed && strcmp(peer, f->holder) == 0));
-	/* A holder is asked at the last hop: if it lost the chunk meanwhile
-	 * it fetches it from S3 itself rather than asking its owner, which
-	 * may be us, waiting for it. Who may wait for this fetch depends on
-	 * it (store/object.h: obj_may_wait): marked before it asks. */
-	f->ask_hop = !f->to_peer ? 0 : f->to_holder ? PEER_MAX_HOP : f->hop + 1;
-	if (f->c)
-		atomic_store(&f->c->ask_hop, f->ask_hop);
-	else if (f->meta_kind && gw->cluster) /* alone, every load asks S3 */
-		meta_set_ask_hop(gw->meta, f->bucket, f->key, f->ask_hop);
+	/* Marked before it asks, so before any request it causes arrives.
+	 * Alone, every fetch asks S3: chunks and loads start marked so. */
+	if (gw->cluster && f->c)
+		atomic_store(&f->c->ask_hop, ask_hop(f));
+	else if (gw->cluster && f->meta_kind)
+		meta_set_ask_hop(gw->meta, f->bucket, f->key, ask_hop(f));
 	struct hdrs h;
 	hdrs_init(&h);
 	char range[CONTENT_RANGE_SIZE];

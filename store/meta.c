@@ -32,7 +32,8 @@ struct mentry {
 	size_t name_len;
 	struct obj_meta *m;    /* NULL while the first load runs */
 	bool loading;
-	unsigned ask_hop;      /* the running load asks another node at it (meta_set_ask_hop) */
+	unsigned ask_hop;      /* while loading: the hop the load asks a node at (meta_set_ask_hop);
+	                          0 when a load starts */
 	bool dropped;          /* dropped while loading: do not keep what is published */
 	uint64_t gen;          /* the cache's generation m was learnt or checked in */
 	uint64_t load_gen;     /* the generation when the running load began */
@@ -304,7 +305,6 @@ enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char
 		e = insert(mc, sh, h, bucket, key);
 		if (e) {
 			e->loading = true;
-			e->ask_hop = 0;
 			e->load_gen = gen;
 		}
 		role = META_LOAD; /* out of memory: load without coalescing */
@@ -362,7 +362,6 @@ static void publish(struct meta_cache *mc, const char *bucket, const char *key,
 		e->load_gen = atomic_load(&mc->gen); /* no load ran: learnt at start */
 	if (e) {
 		e->loading = false;
-		e->ask_hop = 0;
 		if (m && !e->dropped) {
 			meta_ref(m);
 			meta_unref(e->m);
@@ -428,10 +427,8 @@ bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
 		e->m->learnt_wall = time(NULL);
 		e->gen = e->load_gen;
 	}
-	if (e) {
+	if (e)
 		e->loading = false;
-		e->ask_hop = 0;
-	}
 	wake_all_and_unlock(sh, e);
 	return true;
 }
