@@ -309,6 +309,27 @@ static void apply(struct flush *f, const struct note *nt)
 	reconcile(f, e, false);
 }
 
+void dir_recovered(struct directory *d, uint64_t key, uint64_t alias, bool as_owner)
+{
+	if (!d)
+		return;
+	key = norm(key);
+	struct pent *e = tab_find(d, key);
+	if (!e) {
+		if (d->n >= d->cfg.max_entries || !tab_reserve(d)) {
+			pthread_mutex_lock(&d->lock);
+			d->st.dropped++;
+			pthread_mutex_unlock(&d->lock);
+			return;
+		}
+		e = tab_put(d, (struct pent){ .key = key });
+	}
+	e->listable = e->listable || as_owner;
+	if (alias)
+		e->alias = norm(alias);
+	d->recheck_left = d->n;
+}
+
 /* Reconciles the share of entries due since the last sweep, refreshing
  * the TTLs of listed keys (every entry after a recheck, SWEEP_MAX per
  * call). */

@@ -82,6 +82,17 @@ void dir_key_name(uint64_t key, char buf[DIR_KEY_MAX]);
 void dir_fetched(struct directory *d, uint64_t key, uint64_t alias, const struct chunk_id *id,
                  bool as_owner, uint32_t src);
 
+/* At start, before the cluster flushes for the first time, on the thread
+ * that made d: this node holds the chunk keyed key (as dir_fetched) since
+ * before it started (its NVMe tier recovered it), got as its owner or as
+ * a reader's copy, whose source is not known: such a copy is not listed,
+ * as if its source were alive. Tracked as dir_fetched would, with no queue
+ * between (a tier holds far more chunks than the queue); the first flush
+ * reconciles every one, so the entries the node listed before it stopped
+ * are refreshed, not left to expire. Past max_entries, dropped and
+ * counted. */
+void dir_recovered(struct directory *d, uint64_t key, uint64_t alias, bool as_owner);
+
 /* Chunk id may have entered or left a tier (evicted, purged, ...). */
 void dir_changed(struct directory *d, const struct chunk_id *id);
 

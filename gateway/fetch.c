@@ -93,7 +93,7 @@ struct fetch {
 };
 
 
-static uint64_t object_hash(const char *bucket, const char *key)
+uint64_t fetch_object_key(const char *bucket, const char *key)
 {
 	struct chunk_id oid;
 	chunk_id_make(bucket, key, "", 0, &oid);
@@ -114,7 +114,7 @@ static atomic_bool any_written; /* read-only nodes never look in the table */
 
 void fetch_written(const char *bucket, const char *key, double now)
 {
-	uint64_t h = object_hash(bucket, key);
+	uint64_t h = fetch_object_key(bucket, key);
 	size_t victim = h % WRITTEN_SLOTS;
 	pthread_mutex_lock(&written.lock);
 	for (size_t k = 0; k < WRITTEN_PROBES; k++) {
@@ -138,7 +138,7 @@ static bool written_lately(const char *bucket, const char *key, double now)
 {
 	if (!atomic_load(&any_written))
 		return false;
-	uint64_t hk = object_hash(bucket, key), hb = object_hash(bucket, "");
+	uint64_t hk = fetch_object_key(bucket, key), hb = fetch_object_key(bucket, "");
 	bool yes = false;
 	pthread_mutex_lock(&written.lock);
 	for (size_t k = 0; k < WRITTEN_PROBES && !yes; k++) {
@@ -311,7 +311,7 @@ static uint64_t dir_key_of(const struct fetch *f)
 {
 	if (f->c && f->index > 0)
 		return chunk_id_hash(&f->c->id);
-	return object_hash(f->bucket, f->key);
+	return fetch_object_key(f->bucket, f->key);
 }
 
 /* The first try. Where it would go to S3 (this node owns the chunk, and

@@ -79,6 +79,11 @@ struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_ow
                                          void *owner, unsigned hop, const char *bucket,
                                          const char *key, const char *revalidate);
 
+/* The key an object's first read goes by, before its ETag is known (the
+ * metadata fetch, chunk 0): its owner, and the directory key of its chunk
+ * 0. The id of (bucket, key, "", 0), hashed. */
+uint64_t fetch_object_key(const char *bucket, const char *key);
+
 /* A write through this node changed (bucket, key) at now (monotonic
  * seconds), or a fetch here saw it changed upstream (a 412); key "": any
  * key of the bucket (DeleteObjects). Until

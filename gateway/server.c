@@ -418,6 +418,24 @@ static void recover_meta(void *arg, const struct chunk_origin *o)
 	if (m && strcmp(m->etag, o->etag) == 0)
 		meta_publish(gw->meta, o->bucket, o->key, m);
 	meta_unref(m);
+	/* Tracked again, by its object's key like a fetched chunk 0 (the
+	 * other chunks: track_recovered). */
+	if (gw->dir) {
+		struct chunk_id id;
+		chunk_id_make(o->bucket, o->key, o->etag, 0, &id);
+		dir_recovered(gw->dir, chunk_id_hash(&id), fetch_object_key(o->bucket, o->key),
+		              !o->copy);
+	}
+}
+
+/* A chunk found on NVMe at start: the placement directory tracks it again,
+ * so that the entries this node listed stay while it holds the chunks. */
+static void track_recovered(void *arg, const struct chunk_id *id, bool chunk0, bool copy)
+{
+	struct gw *gw = arg;
+	assert(gw->magic == GW_MAGIC);
+	if (!chunk0) /* chunk 0 goes by its object's key: recover_meta */
+		dir_recovered(gw->dir, chunk_id_hash(id), 0, !copy);
 }
 
 /* The store's tiers changed for a chunk: the directory looks again. */
@@ -477,6 +495,8 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 	 * served (as again when the subscription starts: CLUSTER_RESYNC). */
 	if (cfg->redis_url)
 		meta_expire_all(gw->meta);
+	if (gw->dir)
+		store_each_nvme(gw->store, track_recovered, gw);
 	objects_init(&gw->objects, gw->store, gw->meta, cfg->chunk_bytes, cfg->metadata_ttl_s,
 	             cfg->negative_ttl_s);
 	limits_resident_apply(gw->store, cfg->keys, cfg->n_keys);

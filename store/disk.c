@@ -475,6 +475,17 @@ bool disk_lookup(struct disk *d, const struct chunk_id *id, size_t *len)
 	return e != NULL;
 }
 
+void disk_each(struct disk *d, store_each_fn fn, void *arg)
+{
+	pthread_mutex_lock(&d->lock);
+	for (size_t i = 0; i < d->nslots; i++) {
+		const struct dent *e = d->slots[i];
+		if (e)
+			fn(arg, &e->id, e->chunk0, e->copy);
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
 void disk_drop(struct disk *d, const struct chunk_id *id)
 {
 	pthread_mutex_lock(&d->lock);

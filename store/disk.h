@@ -72,6 +72,10 @@ int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len);
  * counted; otherwise as disk_read. */
 int disk_read_cached(struct disk *d, const struct chunk_id *id, void *out, size_t len);
 
+/* Calls fn for every entry the tier holds (store_each_nvme), under the
+ * index lock: fn must not call into the tier. */
+void disk_each(struct disk *d, store_each_fn fn, void *arg);
+
 /* Remembers, durably (fdatasync'd before it returns), that the object
  * (bucket, key) changed, or with prefix every key of bucket starting with
  * key: after a restart, no chunk-0 entry whose generation was taken before

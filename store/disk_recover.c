@@ -264,7 +264,7 @@ static int recover_report(struct disk *d, const struct tomb *t, size_t nt, store
 		struct chunk_origin o = {
 			.bucket = b, .key = k, .etag = k + h.key_len + 1, .index = h.index,
 			.meta = h.meta_len ? p + h.bucket_len + h.key_len + h.etag_len : NULL,
-			.meta_len = h.meta_len, .gen = e->gen,
+			.meta_len = h.meta_len, .gen = e->gen, .copy = e->copy,
 		};
 		if (cb)
 			cb(arg, &o);

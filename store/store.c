@@ -723,6 +723,12 @@ bool store_holds(struct store *s, const struct chunk_id *id)
 	return tier_holds(&s->ram, id, NULL) || (disk_usable(s) && tier_holds(&s->nvme, id, NULL));
 }
 
+void store_each_nvme(struct store *s, store_each_fn fn, void *arg)
+{
+	if (s->disk)
+		disk_each(s->disk, fn, arg);
+}
+
 void store_drop(struct store *s, const struct chunk_id *id)
 {
 	struct tier_gone *dead = NULL;

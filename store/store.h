@@ -72,8 +72,12 @@ struct chunk_origin {
 };
 
 /* Called once per chunk-0 entry found on NVMe at store_open, so the
- * caller can rebuild its metadata cache. */
+ * caller can rebuild its metadata cache (o->copy is kept too). */
 typedef void (*store_recover_cb)(void *arg, const struct chunk_origin *o);
+
+/* One chunk on the NVMe tier (store_each_nvme): whether it is a chunk 0
+ * and a reader's copy (chunk_origin.copy). */
+typedef void (*store_each_fn)(void *arg, const struct chunk_id *id, bool chunk0, bool copy);
 
 struct store;
 
@@ -121,6 +125,11 @@ void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
  * store_acquire would answer HIT or read it from NVMe. A snapshot: it may
  * be evicted the next moment. Does not count as an access. */
 bool store_holds(struct store *s, const struct chunk_id *id);
+
+/* Calls fn for every chunk the NVMe tier holds (none without one): at
+ * start, right after store_open, what it recovered. fn runs under the
+ * tier's lock and must not call into the store. */
+void store_each_nvme(struct store *s, store_each_fn fn, void *arg);
 
 /* A place in NVMe time order, now (0 without an NVMe tier). A fetch that
  * learns an object names its chunk 0 only once the answer is in, after

@@ -211,6 +211,31 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
         self.assertGreater(d["entries"], listed_before, d)
         return joiner
 
+    def cached_alone_then_moved(self, prefix, seed, settle=None):
+        """node-1 stops; node-0, alone, owns six objects of 4 chunks each and reads them from S3
+        (then settle(keys), if given); node-1 comes back, owns about half of the chunks now, and
+        node-0 lists those in the directory. Returns the bodies by key and node-0's entries."""
+        first, second = self.nodes[:2]
+        self.assertEqual(second.stop(), 0)
+        self.wait_members(len(self.nodes) - 1)
+        keys = [prefix + "%d.bin" % i for i in range(6)]
+        bodies = {k: blob(seed + i, 3 * MiB + 7) for i, k in enumerate(keys)}
+        for k in keys:
+            self.direct.put_object(Bucket="shared", Key=k, Body=bodies[k])
+            self.assertEqual(self.read(first, k), bodies[k])
+        if settle:
+            settle(keys)
+        second.start()
+        self.wait_members(len(self.nodes))
+        # node-0 lists what moved at its next heartbeat
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not self.view(first)["directory"]["self_entries"]:
+            time.sleep(0.2)
+        time.sleep(1.5)  # one more heartbeat: all of it
+        listed = self.view(first)["directory"]["self_entries"]
+        self.assertGreater(listed, 0)
+        return bodies, listed
+
     @staticmethod
     def raw_get(node, path, headers):
         """(status, body) of a GET with exactly these headers."""
@@ -684,20 +709,8 @@ class ClusterStaleDirectory(ClusterBase):
 
     def test_holder_that_lost_its_copy_is_not_waited_for(self):
         first, second = self.nodes
-        self.assertEqual(second.stop(), 0)
-        self.wait_members(1)
-        keys = ["stale/%d.bin" % i for i in range(6)]
-        bodies = {k: blob(60 + i, 3 * MiB + 7) for i, k in enumerate(keys)}
-        for k in keys:  # node-0 alone: it owns every chunk and fetches it from S3
-            self.direct.put_object(Bucket="shared", Key=k, Body=bodies[k])
-            self.assertEqual(self.read(first, k), bodies[k])
-        second.start()
-        self.wait_members(2)
-        # node-1 owns about half of them now: node-0 lists those at its next heartbeat.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not self.view(first)["directory"]["self_entries"]:
-            time.sleep(0.2)
-        self.assertGreater(self.view(first)["directory"]["self_entries"], 0)
+        bodies, _ = self.cached_alone_then_moved("stale/", 60)
+        keys = sorted(bodies)
         self.assertEqual(first.stop(), 0)  # its RAM tier, and what it listed, is lost
         first.start()
         self.wait_members(2)
@@ -713,6 +726,52 @@ class ClusterStaleDirectory(ClusterBase):
         # The node asked at the last hop said at once that it has no copy: S3 is still read
         # once per chunk (4 each), by the owner, not by both nodes.
         self.assertEqual({k: len(self.gets(m, k)) for k in keys}, {k: 4 for k in keys})
+
+
+class ClusterRestartKeepsListings(ClusterBase):
+    """node-0 listed chunks in the placement directory (it fetched them as their owner, and
+    node-1 owns them now), then restarted with its NVMe tier, which still holds them. It tracks
+    them again, so it keeps refreshing their entries past LARDER_DIRECTORY_TTL, and node-1 finds
+    them there rather than reading S3 again."""
+    NODES = 2
+    NVME = True
+
+    @classmethod
+    def extra_env(cls):
+        return {"LARDER_DIRECTORY_TTL": "10"}  # the least the setting takes
+
+    def nvme_chunks(self, node):
+        req = urllib.request.Request("http://127.0.0.1:%d/admin/stats" % node.admin_port,
+                                     headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())["cache"]["nvme"]["chunks"]
+
+    def test_entries_outlive_the_ttl_after_a_restart(self):
+        first, second = self.nodes
+
+        def written(keys):  # the NVMe writes follow the fills
+            deadline = time.monotonic() + 10
+            while self.nvme_chunks(first) < 4 * len(keys) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(self.nvme_chunks(first), 4 * len(keys))
+
+        bodies, listed = self.cached_alone_then_moved("relist/", 70, written)
+        keys = sorted(bodies)
+        self.assertEqual(first.stop(), 0)
+        first.start()
+        self.wait_members(2)
+        time.sleep(12)  # past the TTL of every entry node-0 refreshed before it stopped
+        d = self.view(first)["directory"]
+        self.assertEqual((d["self_entries"], d["tracked"]), (listed, 4 * len(keys)), d)
+        m = self.upstream.mark()
+        for k in keys:
+            self.assertEqual(self.read(second, k), bodies[k])
+        # node-0 restarted in a cluster, so it revalidates what its disk kept: conditional
+        # requests, answered 304. No chunk's bytes come from S3 again.
+        fetched = [(r["target"], r["status"]) for r in self.upstream.from_larder(m)
+                   if r["method"] == "GET" and r["status"] != 304]
+        self.assertEqual(fetched, [], "S3 was read for chunks node-0 holds")
+        self.assertGreater(self.view(second)["directory"]["lookups"]["found"], 0)
 
 
 class ClusterJoinedReadTogether(ClusterBase):

@@ -897,6 +897,54 @@ static void test_directory_lists_copies_of_a_dead_owner(void **state)
 	dir_destroy(da);
 }
 
+/* A node restarted with its NVMe tier tracks what the tier recovered
+ * (dir_recovered, before its cluster starts): chunks it got as their
+ * owner are listed where it no longer owns them, readers' copies (whose
+ * source it does not know) are not, and the table's bound holds. */
+static void test_directory_tracks_what_a_restart_recovered(void **state)
+{
+	NEED_REDIS();
+	struct directory *da = fresh_directory(60000, 150);
+	pthread_mutex_lock(&tiers.lock);
+	for (unsigned i = 1; i <= 300; i++)
+		tiers.held[i] = true;
+	pthread_mutex_unlock(&tiers.lock);
+	/* A chunk 0 (key 300) goes by its object's key (301); then 200 more,
+	 * every third a reader's copy: 149 of them fit. */
+	dir_recovered(da, key_of(300), key_of(301), true);
+	for (unsigned i = 1; i <= 200; i++)
+		dir_recovered(da, key_of(i), 0, i % 3 != 0);
+	struct cluster *b = dir_node("node-b", "10.0.0.2:8080", NULL);
+	struct cluster *a = dir_node("node-a", "10.0.0.1:8080", da);
+	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
+	bool alias_theirs = cluster_owner(a, key_of(301), NULL, 0);
+	long long want = alias_theirs, copies_theirs = 0;
+	for (unsigned i = 1; i <= 149; i++) {
+		bool theirs = cluster_owner(a, key_of(i), NULL, 0);
+		want += theirs && i % 3 != 0;
+		copies_theirs += theirs && i % 3 == 0;
+	}
+	assert_true(want > 30 && copies_theirs > 10);
+	struct dir_stats st;
+	ASSERT_WITHIN(3, (dir_get_stats(da, &st), st.entries == (uint64_t)want));
+	assert_int_equal(st.tracked, 150);
+	assert_int_equal(st.dropped, 51);
+	assert_int_equal(redis_int("KEYS larder:dir:*"), want);
+	assert_string_equal(holders(key_of(301)), alias_theirs ? "node-a" : "");
+	assert_string_equal(holders(key_of(300)), "");
+	for (unsigned i = 1; i <= 200; i++) {
+		bool listed = i <= 149 && i % 3 != 0 && cluster_owner(a, key_of(i), NULL, 0);
+		assert_string_equal(holders(key_of(i)), listed ? "node-a" : "");
+	}
+	/* Evicted later: withdrawn like any tracked chunk. */
+	for (unsigned i = 1; i <= 149; i++)
+		set_held(da, i, false, 0);
+	ASSERT_WITHIN(3, redis_int("KEYS larder:dir:*") == alias_theirs);
+	cluster_stop(a);
+	cluster_stop(b);
+	dir_destroy(da);
+}
+
 static void test_start_without_redis(void **state)
 {
 	/* Nothing listens on this port: the node starts anyway, alone, and
@@ -1002,6 +1050,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_directory_lists_what_hashing_cannot_tell, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_many_entries, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_lists_copies_of_a_dead_owner, setup,
+		                                teardown),
+		cmocka_unit_test_setup_teardown(test_directory_tracks_what_a_restart_recovered, setup,
 		                                teardown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -666,6 +666,65 @@ static void test_disk_roundtrip(void **state)
 	store_close(s);
 }
 
+/* What a restart recovered, for the cluster's directory: every NVMe entry
+ * (store_each_nvme) with whether it is a chunk 0 and a reader's copy, and
+ * the recover callback's chunk 0 with its copy flag. */
+struct seen {
+	unsigned n, chunk0, copies; /* bit i: chunk i */
+	bool copy0;                 /* the recover callback's chunk 0 is a copy */
+};
+
+static void seen_recovered(void *arg, const struct chunk_origin *o)
+{
+	struct seen *v = arg;
+	v->copy0 = o->copy;
+}
+
+static void seen_entry(void *arg, const struct chunk_id *id, bool chunk0, bool copy)
+{
+	struct seen *v = arg;
+	for (unsigned i = 0; i < 8; i++) {
+		struct chunk_id want = cid(i);
+		if (chunk_id_eq(id, &want)) {
+			v->n++;
+			v->chunk0 |= (unsigned)chunk0 << i;
+			v->copies |= (unsigned)copy << i;
+		}
+	}
+}
+
+static void test_each_nvme_entry_after_restart(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/each", tmpdir);
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	for (uint64_t i = 0; i < 6; i++)
+		produce_as(s, i, CLEN, i == 0 || i == 3);
+	wait_writes(s, 6);
+	store_close(s);
+
+	struct seen v = { 0 };
+	s = open_disk(dir, 0, seen_recovered, &v);
+	assert_true(v.copy0);
+	store_each_nvme(s, seen_entry, &v);
+	assert_int_equal(v.n, 6);
+	assert_int_equal(v.chunk0, 1u);
+	assert_int_equal(v.copies, 1u | 1u << 3);
+	store_close(s);
+
+	/* A RAM tier only: nothing. */
+	struct store_config cfg = { .ram_bytes = 64 * CLEN, .policy = POLICY_SUBSET };
+	char err[256];
+	s = store_open(&cfg, NULL, NULL, err, sizeof err);
+	assert_non_null(s);
+	produce(s, 1);
+	struct seen none = { 0 };
+	store_each_nvme(s, seen_entry, &none);
+	assert_int_equal(none.n, 0);
+	store_close(s);
+}
+
 /* A fetch's chunk keeps a copy of its bytes while it fills (chunk_keep).
  * The NVMe write reads the copy and then gives it back, and the entry
  * holds the bytes; a chunk that is not written (it failed, or there is no
@@ -1250,6 +1309,8 @@ int main(void)
 		cmocka_unit_test(test_threads_coalesce),
 		cmocka_unit_test_setup_teardown(test_disk_roundtrip, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_kept_copy_written_and_given_back, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_each_nvme_entry_after_restart, setup_dir,
+		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_corrupt_refetch, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_uncached_read_goes_to_io_threads, setup_dir,
 		                                teardown_dir),
