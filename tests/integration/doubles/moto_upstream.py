@@ -159,6 +159,31 @@ def last_modified_on_304():
     key_response._larder_lm = True
     responses.S3Response.key_response = key_response
 
+def etag_under_the_key_lock():
+    """Compute an object's ETag under the lock its bytes are read under.
+
+    moto (5.x) computes a new object's ETag lazily, reading its buffer from
+    the start, but without the key's lock, which a GET of the same object
+    takes to seek and read that buffer. A GET that lands between the PUT
+    storing the object and answering it moves the buffer's position under
+    the digest, and the PUT answers an ETag that is not the MD5 of the bytes
+    (seen 2-4 times a minute with a larder warm job and readers racing
+    writes; the bytes stored are right). Every ETag is the MD5 again.
+    """
+    from moto.s3 import models
+
+    prop = models.FakeKey.etag
+    if getattr(prop.fget, "_larder_fixed", False):
+        return
+
+    def etag(self):
+        with self.lock:
+            return prop.fget(self)
+
+    etag._larder_fixed = True
+    models.FakeKey.etag = property(etag, prop.fset)
+
+
 def _s3_canonical_query(target):
     """path?query with each query name and value encoded as SigV4 wants."""
     from urllib.parse import quote, unquote
@@ -307,6 +332,7 @@ def main():
         fix_moto_canonical_uri()
     read_ranges_in_place()
     last_modified_on_304()
+    etag_under_the_key_lock()
     os.environ.setdefault("MOTO_PORT", str(args.port))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     app = DomainDispatcherApplication(create_backend_app)
