@@ -25,7 +25,8 @@
  *
  * The directory decides nothing on the caller's thread: dir_fetched and
  * dir_changed only queue the id (any thread, never blocking on I/O, cheap
- * enough under the store's locks). The cluster's heartbeat thread calls
+ * enough under the store's locks), and dir_recovered, called only before
+ * the first flush, only fills the table. The cluster's heartbeat thread calls
  * dir_flush with its connection and its view of ownership; each chunk's
  * entry is then made to match what holds() and owns() say now.
  *
