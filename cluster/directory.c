@@ -190,6 +190,15 @@ static bool tab_reserve(struct directory *d)
 	return true;
 }
 
+/* A new entry for key, which is not tracked yet; NULL when the table is
+ * full (max_entries) or out of memory. */
+static struct pent *tab_add(struct directory *d, uint64_t key)
+{
+	if (d->n >= d->cfg.max_entries || !tab_reserve(d))
+		return NULL;
+	return tab_put(d, (struct pent){ .key = key });
+}
+
 /* Removes e, shifting back the entries of its probe run that follow. */
 static void tab_remove(struct directory *d, struct pent *e)
 {
@@ -291,12 +300,9 @@ static void apply(struct flush *f, const struct note *nt)
 	}
 	if (!nt->fetched)
 		return; /* held, and tracked or not as it was */
-	if (!e) {
-		if (d->n >= d->cfg.max_entries || !tab_reserve(d)) {
-			f->delta.dropped++;
-			return;
-		}
-		e = tab_put(d, (struct pent){ .key = nt->key });
+	if (!e && !(e = tab_add(d, nt->key))) {
+		f->delta.dropped++;
+		return;
 	}
 	e->listable = e->listable || nt->as_owner;
 	if (!nt->as_owner)
@@ -315,19 +321,15 @@ void dir_recovered(struct directory *d, uint64_t key, uint64_t alias, bool as_ow
 		return;
 	key = norm(key);
 	struct pent *e = tab_find(d, key);
-	if (!e) {
-		if (d->n >= d->cfg.max_entries || !tab_reserve(d)) {
-			pthread_mutex_lock(&d->lock);
-			d->st.dropped++;
-			pthread_mutex_unlock(&d->lock);
-			return;
-		}
-		e = tab_put(d, (struct pent){ .key = key });
+	if (!e && !(e = tab_add(d, key))) {
+		pthread_mutex_lock(&d->lock);
+		d->st.dropped++;
+		pthread_mutex_unlock(&d->lock);
+		return;
 	}
 	e->listable = e->listable || as_owner;
 	if (alias)
 		e->alias = norm(alias);
-	d->recheck_left = d->n;
 }
 
 /* Reconciles the share of entries due since the last sweep, refreshing

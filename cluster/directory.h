@@ -88,9 +88,10 @@ void dir_fetched(struct directory *d, uint64_t key, uint64_t alias, const struct
  * before it started (its NVMe tier recovered it), got as its owner or as
  * a reader's copy, whose source is not known: such a copy is not listed,
  * as if its source were alive. Tracked as dir_fetched would, with no queue
- * between (a tier holds far more chunks than the queue); the first flush
- * reconciles every one, so the entries the node listed before it stopped
- * are refreshed, not left to expire. Past max_entries, dropped and
+ * between (a tier holds far more chunks than the queue). The first flush
+ * is a recheck (no flush has seen Redis yet: the cluster passes recheck),
+ * which reconciles every one, so the entries the node listed before it
+ * stopped are refreshed, not left to expire. Past max_entries, dropped and
  * counted. */
 void dir_recovered(struct directory *d, uint64_t key, uint64_t alias, bool as_owner);
 

@@ -344,8 +344,6 @@ static bool schedule_retry(struct fetch *f)
 	return true;
 }
 
-/* obj_produce_fn of a meta fetch: the rest of its response fills chunk 0
- * when it is chunk 0's whole range. */
 /* The hop this attempt asks a node at, 0 when it asks S3. A holder is
  * asked at the last hop: if it lost the chunk meanwhile it fetches it from
  * S3 itself rather than asking its owner, which may be us, waiting for it.
@@ -355,6 +353,8 @@ static unsigned ask_hop(const struct fetch *f)
 	return !f->to_peer ? 0 : f->to_holder ? PEER_MAX_HOP : f->hop + 1;
 }
 
+/* obj_produce_fn of a meta fetch: the rest of its response fills chunk 0
+ * when it is chunk 0's whole range. */
 static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
 {
 	struct fetch *f = arg;
