@@ -167,8 +167,9 @@ def etag_under_the_key_lock():
     takes to seek and read that buffer. A GET that lands between the PUT
     storing the object and answering it moves the buffer's position under
     the digest, and the PUT answers an ETag that is not the MD5 of the bytes
-    (seen 2-4 times a minute with a larder warm job and readers racing
-    writes; the bytes stored are right). Every ETag is the MD5 again.
+    (the bytes stored are right): 38 of 561 PUTs with six readers of the
+    object straight at moto, and in each of three one-minute runs of larder's
+    warm jobs and readers racing writes. Every ETag is the MD5 again.
     """
     from moto.s3 import models
 
