@@ -472,6 +472,7 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 		.ram_bytes = cfg->ram_cache_bytes,
 		.disk_bytes = cfg->cache_dir ? cfg->disk_cache_bytes : 0,
 		.dir = cfg->cache_dir,
+		.chunk_bytes = cfg->chunk_bytes,
 		.policy = (enum policy_kind)policy_kind_parse(cfg->cache_policy),
 		.stale_after_s = (double)cfg->cache_stale_after_s,
 		.pin_bytes = cfg->pin_max_bytes,

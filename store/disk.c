@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/file.h"
 #include "base/log.h"
 #include "store/disk_internal.h"
 #include "store/tier.h"
@@ -76,8 +77,33 @@ static int mkdirs(const char *dir)
 	return rc;
 }
 
+/* The chunk size CHUNK_SIZE_NAME records: 0 when there is none (a new
+ * directory, or one from before the file), UINT64_MAX when it cannot be
+ * read as one. */
+static uint64_t recorded_chunk_bytes(struct disk *d)
+{
+	char text[32] = "";
+	int fd = openat(d->dirfd, CHUNK_SIZE_NAME, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : UINT64_MAX;
+	ssize_t n = read(fd, text, sizeof text - 1);
+	close(fd);
+	char *end = NULL;
+	uint64_t v = n > 0 ? strtoull(text, &end, 10) : 0;
+	return v && end && *end == '\n' ? v : UINT64_MAX;
+}
+
+static int record_chunk_bytes(struct disk *d, uint64_t chunk_bytes)
+{
+	char path[4096], text[32];
+	int n = snprintf(text, sizeof text, "%" PRIu64 "\n", chunk_bytes);
+	if (snprintf(path, sizeof path, "%s/%s", d->dir, CHUNK_SIZE_NAME) >= (int)sizeof path)
+		return -ENAMETOOLONG;
+	return file_replace(path, text, (size_t)n);
+}
+
 struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_bytes,
-                       enum policy_kind policy, double stale_after_s,
+                       uint64_t chunk_bytes, enum policy_kind policy, double stale_after_s,
                        store_recover_cb cb, void *cb_arg, char *err, size_t errlen)
 {
 	if (!dir || !*dir || capacity == 0 || segment_bytes < ENTRY_ALIGN) {
@@ -122,6 +148,21 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 		goto fail;
 	}
 
+	/* A chunk is found by its id, (bucket, key, ETag, index), and under
+	 * another chunk size an index names other bytes of the object: entries
+	 * cut to another size are discarded, not served. */
+	uint64_t was = chunk_bytes ? recorded_chunk_bytes(d) : 0;
+	if (was && was != chunk_bytes) {
+		d->discard = true;
+		if (was == UINT64_MAX)
+			log_warn(TOPIC, "%s/%s: unreadable: every entry is discarded (fetched again)",
+			         dir, CHUNK_SIZE_NAME);
+		else
+			log_warn(TOPIC, "%s: entries cut to %" PRIu64 "-byte chunks, this larder cuts %"
+			         PRIu64 ": every entry is discarded (fetched again)", dir, was,
+			         chunk_bytes);
+	}
+
 	uint64_t *seqs = NULL;
 	size_t nseqs = 0, cap = 0;
 	unsigned char *var = NULL;
@@ -134,6 +175,12 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 		rc = dk_scan_segment(d, seqs[i], now, &var, &cap, err, errlen);
 	d->next_seq = nseqs ? seqs[nseqs - 1] + 1 : 1;
 	free(seqs);
+	d->discard = false;
+	/* Recorded once the old entries are gone, before any new one is cut. */
+	if (rc == 0 && chunk_bytes && was != chunk_bytes &&
+	    (rc = record_chunk_bytes(d, chunk_bytes)) < 0)
+		snprintf(err, errlen, "cache directory %s: writing %s failed: %s", dir,
+		         CHUNK_SIZE_NAME, strerror(-rc));
 	/* A smaller capacity than last time: whole oldest segments go. */
 	while (rc == 0 && d->used > d->limit && d->first) {
 		struct seg *s = d->first;

@@ -43,8 +43,11 @@ struct tier_ops;
  * disk_drop, close is disk_close. */
 extern const struct tier_ops disk_tier_ops;
 
+/* chunk_bytes: the size objects are cut to (LARDER_CHUNK_SIZE). The
+ * directory records it (CHUNK_SIZE_NAME); entries cut to another size are
+ * discarded at open, as an index names other bytes then. 0: not checked. */
 struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_bytes,
-                       enum policy_kind policy, double stale_after_s,
+                       uint64_t chunk_bytes, enum policy_kind policy, double stale_after_s,
                        store_recover_cb cb, void *cb_arg, char *err, size_t errlen);
 void disk_close(struct disk *d);
 

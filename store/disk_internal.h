@@ -27,6 +27,8 @@
 #define HDR_VERSION 2u
 #define HDR_F_COPY 1u              /* struct hdr flags: a copy (disk_format.c) */
 #define TOMB_NAME "tombstones.log"
+/* The chunk size the entries were cut to, in decimal (disk_open). */
+#define CHUNK_SIZE_NAME "chunk-size"
 #define TOMB_TMP "tombstones.tmp"
 #define TOMB_HDR 24u
 #define TOMB_VERSION 1u
@@ -84,6 +86,7 @@ struct disk {
 	int tfd;                    /* TOMB_NAME, or -1 */
 	uint64_t tsize;
 	uint64_t tombstones;        /* written since open */
+	bool discard;               /* at open: the entries were cut to another chunk size */
 };
 
 struct hdr {

@@ -135,6 +135,8 @@ int dk_scan_segment(struct disk *d, uint64_t seq, double now, unsigned char **va
 		         HDR_VERSION);
 		fsize = 0; /* the truncation below empties it, and it is removed */
 	}
+	if (d->discard)
+		fsize = 0; /* cut to another chunk size (disk_open says so once) */
 	int rc = 0;
 	while (off < fsize) {
 		struct hdr h;

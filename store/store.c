@@ -499,8 +499,8 @@ struct store *store_open(const struct store_config *cfg, store_recover_cb cb, vo
 			         strerror(-r));
 			goto fail;
 		}
-		s->disk = disk_open(cfg->dir, cfg->disk_bytes, s->cfg.segment_bytes, cfg->policy,
-		                    cfg->stale_after_s, cb, cb_arg, err, errlen);
+		s->disk = disk_open(cfg->dir, cfg->disk_bytes, s->cfg.segment_bytes, cfg->chunk_bytes,
+		                    cfg->policy, cfg->stale_after_s, cb, cb_arg, err, errlen);
 		if (!s->disk)
 			goto fail;
 		s->nvme = (struct tier){ .ops = &disk_tier_ops, .t = s->disk };

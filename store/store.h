@@ -48,6 +48,8 @@ struct store_config {
 	double stale_after_s;        /* LARDER_CACHE_STALE_AFTER */
 	unsigned io_threads;         /* NVMe readers/writers; 0: 2 */
 	uint64_t segment_bytes;      /* NVMe segment file size; 0: 64 MiB */
+	uint64_t chunk_bytes;        /* LARDER_CHUNK_SIZE: NVMe entries cut to another are
+	                              * discarded at open (disk_open); 0: not checked */
 	uint64_t pin_bytes;          /* LARDER_PIN_MAX: pinned bytes allowed; 0: ram_bytes / 2 */
 	uint64_t pin_nvme_bytes;     /* LARDER_PIN_MAX_NVME: the same on NVMe; 0: disk_bytes / 2 */
 	store_change_cb changed;     /* may be NULL */

@@ -149,7 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	struct found f = { .n = 0 };
 	char err[256];
-	struct disk *d = disk_open(dir, 64u << 20, 1u << 20, POLICY_LRU, 86400, on_recover, &f,
+	struct disk *d = disk_open(dir, 64u << 20, 1u << 20, 0, POLICY_LRU, 86400, on_recover, &f,
 	                           err, sizeof err);
 	if (!d) /* no content of the files may keep larder from starting */
 		__builtin_trap();

@@ -1,6 +1,7 @@
 """What larder's NVMe tier remembers across a restart: invalidations (writes and
 deletes through larder, admin purges) stay done, recovery keeps only the newest
-version of each object, a read meeting many corrupt chunks is refetched whole.
+version of each object, a read meeting many corrupt chunks is refetched whole,
+and entries cut to another chunk size are not served.
 
 Each test restarts larder on the same LARDER_CACHE_DIR, by SIGTERM (a clean
 stop) and by kill -9, against a moto upstream. Chunk size is 1 MiB.
@@ -231,6 +232,33 @@ class ManyCorruptChunks(DurableCase):
         self.assertEqual((r.status, r.complete), (200, True), r)
         self.assertTrue(r.body == data, "the whole object, byte-exact")
         self.assertGreaterEqual(self.upstream.count(m), 13, "the corrupt chunks were refetched")
+
+
+class ChunkSizeChange(DurableCase):
+    """A chunk is found by its id, (bucket, key, ETag, index): under another
+    LARDER_CHUNK_SIZE an index names other bytes of the object, and the
+    NVMe entries cut to the old size must not be served."""
+
+    def test_restart_with_another_chunk_size_serves_the_right_bytes(self):
+        # Three 1 MiB chunks; at 2 MiB chunk 1 is bytes [2, 3) MiB, as long
+        # as chunk 1 at 1 MiB ([1, 2) MiB). Read at each size in turn.
+        data = blob(31, 3 * MiB)
+        self.direct.put_object(Bucket=BUCKET, Key="cut/three", Body=data)
+        self.cached("cut/three", data)
+        try:
+            for size in ("2MiB", "1MiB"):
+                self.larder.env["LARDER_CHUNK_SIZE"] = size
+                self.restart()
+                r = request(self.larder.url, "GET", harness.key_path(BUCKET, "cut/three"),
+                            {"Range": "bytes=%d-%d" % (2 * MiB, 3 * MiB - 1)})
+                self.assertEqual(r.status, 206, r)
+                self.assertTrue(r.body == data[2 * MiB:],
+                                "the last MiB after a restart with %s chunks" % size)
+                self.assertServes("cut/three", data, "after a restart with %s chunks" % size)
+                self.cached("cut/three", data)
+            self.assertIn("every entry is discarded", self.larder.log())
+        finally:
+            self.larder.env["LARDER_CHUNK_SIZE"] = "1MiB"
 
 
 class DurableClusterInvalidation(test_cluster.ClusterBase):

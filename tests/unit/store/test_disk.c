@@ -125,7 +125,7 @@ static struct disk *open_ok(const char *dir, uint64_t cap, uint64_t seg, store_r
                             void *arg)
 {
 	char err[256] = "";
-	struct disk *d = disk_open(dir, cap, seg, POLICY_LRU, 3600, cb, arg, err, sizeof err);
+	struct disk *d = disk_open(dir, cap, seg, 0, POLICY_LRU, 3600, cb, arg, err, sizeof err);
 	if (!d)
 		fail_msg("disk_open(%s): %s", dir, err);
 	assert_int_equal(disk_check(d), 0);
@@ -470,7 +470,7 @@ static void capacity_mixed(struct fx *f, enum policy_kind kind)
 {
 	const uint64_t cap = 2 * MiB;
 	char err[256] = "";
-	struct disk *d = disk_open(f->dir, cap, 256 * KiB, kind, 3600, NULL, NULL, err, sizeof err);
+	struct disk *d = disk_open(f->dir, cap, 256 * KiB, 0, kind, 3600, NULL, NULL, err, sizeof err);
 	if (!d)
 		fail_msg("disk_open: %s", err);
 	size_t len[400];
@@ -670,7 +670,7 @@ static void test_eviction_order(void **state)
 static struct disk *open_subset(const char *dir)
 {
 	char err[256] = "";
-	struct disk *d = disk_open(dir, 1 * MiB, 128 * KiB, POLICY_SUBSET, 3600, NULL, NULL, err,
+	struct disk *d = disk_open(dir, 1 * MiB, 128 * KiB, 0, POLICY_SUBSET, 3600, NULL, NULL, err,
 	                           sizeof err);
 	if (!d)
 		fail_msg("disk_open(%s): %s", dir, err);
@@ -1032,18 +1032,18 @@ static void test_bad_dir(void **state)
 
 	snprintf(under, sizeof under, "%s/sub/cache", file);
 	err[0] = '\0';
-	assert_null(disk_open(under, MiB, 64 * KiB, POLICY_LRU, 0, NULL, NULL, err, sizeof err));
+	assert_null(disk_open(under, MiB, 64 * KiB, 0, POLICY_LRU, 0, NULL, NULL, err, sizeof err));
 	assert_non_null(strstr(err, under));
 	assert_non_null(strstr(err, "Not a directory"));
 
 	err[0] = '\0';
-	assert_null(disk_open(file, MiB, 64 * KiB, POLICY_LRU, 0, NULL, NULL, err, sizeof err));
+	assert_null(disk_open(file, MiB, 64 * KiB, 0, POLICY_LRU, 0, NULL, NULL, err, sizeof err));
 	assert_non_null(strstr(err, file));
 
 	/* One user per directory. */
 	struct disk *d = open_ok(f->dir, MiB, 64 * KiB, NULL, NULL);
 	err[0] = '\0';
-	assert_null(disk_open(f->dir, MiB, 64 * KiB, POLICY_LRU, 0, NULL, NULL, err, sizeof err));
+	assert_null(disk_open(f->dir, MiB, 64 * KiB, 0, POLICY_LRU, 0, NULL, NULL, err, sizeof err));
 	assert_non_null(strstr(err, "in use"));
 	disk_close(d);
 	d = open_ok(f->dir, MiB, 64 * KiB, NULL, NULL);

@@ -69,18 +69,25 @@ static bool heard(const struct heard *h, const char *line)
 	return false;
 }
 
-static struct disk *open_at(const char *dir, struct heard *h)
+/* chunk_bytes 0: the chunk size is not checked. */
+static struct disk *open_cut(const char *dir, struct heard *h, uint64_t chunk_bytes)
 {
 	char err[256] = "";
 	if (h)
 		memset(h, 0, sizeof *h);
-	struct disk *d = disk_open(dir, 16 << 20, 1 << 20, POLICY_LRU, 86400, h ? heard_cb : NULL,
+	struct disk *d = disk_open(dir, 16 << 20, 1 << 20, chunk_bytes, POLICY_LRU, 86400,
+	                           h ? heard_cb : NULL,
 	                           h, err, sizeof err);
 	if (!d)
 		print_error("disk_open: %s\n", err);
 	assert_non_null(d);
 	assert_int_equal(disk_check(d), 0);
 	return d;
+}
+
+static struct disk *open_at(const char *dir, struct heard *h)
+{
+	return open_cut(dir, h, 0);
 }
 
 /* Writes chunk 0 of (bucket, key, etag) with generation gen (0: now). */
@@ -283,6 +290,52 @@ static void test_nameless_entry(void **state)
 	disk_close(d);
 }
 
+/* An entry is found by its chunk's id, and under another chunk size the
+ * same index names other bytes: entries cut to another size are discarded
+ * at open (the audit's wrong bytes after 64 KiB chunks became 128 KiB),
+ * entries cut to the same size kept, and a directory from before the
+ * record keeps its entries and is recorded. */
+static void test_other_chunk_size_discarded(void **state)
+{
+	(void)state;
+	struct heard h;
+	char text[32] = "", p[700];
+	struct disk *d = open_at(tmpdir, NULL); /* as a larder from before the record */
+	put0(d, "b", "k", "\"1\"", 0);
+	disk_close(d);
+	d = open_cut(tmpdir, &h, 65536);
+	assert_int_equal(h.n, 1);
+	assert_true(holds0(d, "b", "k", "\"1\""));
+	disk_close(d);
+	snprintf(p, sizeof p, "%s/chunk-size", tmpdir);
+	FILE *f = fopen(p, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(text, sizeof text, f));
+	fclose(f);
+	assert_string_equal(text, "65536\n");
+
+	d = open_cut(tmpdir, &h, 65536); /* the same size: kept */
+	assert_int_equal(h.n, 1);
+	disk_close(d);
+	d = open_cut(tmpdir, &h, 131072); /* another: discarded, and the tier works */
+	assert_int_equal(h.n, 0);
+	assert_false(holds0(d, "b", "k", "\"1\""));
+	put0(d, "b", "k", "\"2\"", 0);
+	disk_close(d);
+	d = open_cut(tmpdir, &h, 131072);
+	assert_int_equal(h.n, 1);
+	assert_true(holds0(d, "b", "k", "\"2\""));
+	disk_close(d);
+
+	f = fopen(p, "w"); /* a record that is not a size: discarded too */
+	assert_non_null(f);
+	fputs("junk\n", f);
+	fclose(f);
+	d = open_cut(tmpdir, &h, 131072);
+	assert_int_equal(h.n, 0);
+	disk_close(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -292,6 +345,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_tombstones_deduplicated, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_old_format_discarded, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_nameless_entry, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_other_chunk_size_discarded, setup_dir,
+		                                teardown_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
