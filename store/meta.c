@@ -639,7 +639,7 @@ size_t meta_collect(struct meta_cache *mc, const char *bucket, const char *prefi
 		for (struct mentry *e = fifo_entry(sh->fifo.first); e;
 		     e = fifo_entry(e->fifo.next)) {
 			const char *key = e->name + strlen(e->name) + 1;
-			if (!e->m || e->m->negative || strcmp(e->name, bucket) != 0 ||
+			if (!e->m || strcmp(e->name, bucket) != 0 ||
 			    strncmp(key, prefix, pl) != 0 || (exact && key[pl]))
 				continue;
 			struct found *f = malloc(sizeof *f);

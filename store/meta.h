@@ -166,8 +166,9 @@ void meta_drop_bucket(struct meta_cache *mc, const char *bucket);
 void meta_expire_all(struct meta_cache *mc);
 
 /* Calls cb for every settled entry of bucket whose key starts with prefix
- * (exact: equals it), outside the cache's locks, each with a reference the
- * callee may keep (meta_unref it). Returns how many. */
+ * (exact: equals it), remembered 404s included, outside the cache's locks,
+ * each with a reference the callee may keep (meta_unref it). Returns how
+ * many. */
 typedef void (*meta_visit_cb)(void *arg, const char *key, struct obj_meta *m);
 size_t meta_collect(struct meta_cache *mc, const char *bucket, const char *prefix, bool exact,
                     meta_visit_cb cb, void *arg);

@@ -67,6 +67,7 @@ def metric(m, name, **labels):
 class AdminCase(LarderCase):
     ADMIN_PORT = None
     TOKEN = TOKEN
+    EXTRA_ENV = {}
 
     @classmethod
     def setUpClass(cls):
@@ -75,7 +76,7 @@ class AdminCase(LarderCase):
                "LARDER_CHUNK_SIZE": "1MiB", "LARDER_METADATA_TTL": "300"}
         if cls.TOKEN:
             env["LARDER_ADMIN_TOKEN"] = cls.TOKEN
-        cls.LARDER_ENV = env
+        cls.LARDER_ENV = dict(env, **cls.EXTRA_ENV)
         super().setUpClass()
         if not harness.wait_port(cls.ADMIN_PORT, 10):
             raise RuntimeError("admin port not listening; log:\n" + cls.larder.log())
@@ -477,6 +478,27 @@ class Admin(AdminCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"unexpected answer", r.stderr)
 
+
+class AdminPurgeRemembered404(AdminCase):
+    """A purge forgets a remembered 404 (LARDER_NEGATIVE_TTL) as it forgets
+    an object: the next read goes upstream."""
+    EXTRA_ENV = {"LARDER_NEGATIVE_TTL": "600"}
+
+    def test_purge_forgets_a_remembered_404(self):
+        self.direct.create_bucket(Bucket=BUCKET)
+        for body, key in (({"bucket": BUCKET, "key": "neg/k"}, "neg/k"),
+                          ({"bucket": BUCKET, "prefix": "negp/"}, "negp/k")):
+            path = harness.key_path(BUCKET, key)
+            for attempt in range(2):
+                r = harness.signed_request(self.larder.url, "GET", path)
+                self.assertEqual(r.status, 404, (key, attempt))
+            self.direct.put_object(Bucket=BUCKET, Key=key, Body=b"now here")
+            r = harness.signed_request(self.larder.url, "GET", path)
+            self.assertEqual(r.status, 404, "remembered for LARDER_NEGATIVE_TTL")
+            status, _, doc = self.admin_json("POST", "/admin/purge", body=json.dumps(body))
+            self.assertEqual((status, doc["purged_objects"]), (200, 1), doc)
+            r = harness.signed_request(self.larder.url, "GET", path)
+            self.assertEqual((r.status, r.body), (200, b"now here"), key)
 
 class AdminBlockingRoute(unittest.TestCase):
     """A route that waits on the upstream (a warm job's bucket check, here against an upstream

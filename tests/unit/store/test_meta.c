@@ -266,12 +266,18 @@ static void test_collect(void **state)
 	}
 	meta_lookup(mc, "c", "data/a", 0, 60, 0, &w, &out);
 	meta_publish(mc, "c", "data/a", m);
+	/* A remembered 404 is collected too: a purge must forget it. */
+	struct obj_meta *neg = meta_new_negative(NULL, 0);
+	meta_lookup(mc, "b", "data/gone", 0, 60, 60, &w, &out);
+	meta_publish(mc, "b", "data/gone", neg);
 	int n = 0;
-	assert_int_equal(meta_collect(mc, "b", "data/", false, count_key, &n), 2);
-	assert_int_equal(n, 2);
-	assert_int_equal(meta_collect(mc, "b", "data", false, count_key, &n), 3);
+	assert_int_equal(meta_collect(mc, "b", "data/", false, count_key, &n), 3);
+	assert_int_equal(n, 3);
+	assert_int_equal(meta_collect(mc, "b", "data", false, count_key, &n), 4);
 	assert_int_equal(meta_collect(mc, "b", "data/a", true, count_key, &n), 1);
-	assert_int_equal(meta_collect(mc, "b", "", false, count_key, &n), 4);
+	assert_int_equal(meta_collect(mc, "b", "data/gone", true, count_key, &n), 1);
+	assert_int_equal(meta_collect(mc, "b", "", false, count_key, &n), 5);
+	meta_unref(neg);
 	meta_unref(m);
 	meta_cache_destroy(mc);
 }
