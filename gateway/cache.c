@@ -467,6 +467,11 @@ static void body_done(void *cls)
 static enum MHD_Result respond_s3(struct req *r, enum s3err e, const struct obj_meta *m)
 {
 	req_fail(r, e, NULL);
+	if (e == S3E_NO_SUCH_KEY) /* as S3's: the key, the condition that failed */
+		req_err_element(r, "Key", req_key(r));
+	if (e == S3E_PRECONDITION_FAILED)
+		req_err_element(r, "Condition",
+		                req_header(r, "If-Match") ? "If-Match" : "If-Unmodified-Since");
 	if (e == S3E_INVALID_RANGE && m) { /* S3 names the range asked for and the size */
 		char size[24];
 		snprintf(size, sizeof size, "%" PRIu64, m->size);

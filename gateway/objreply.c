@@ -36,8 +36,10 @@ bool objreply_query_ok(const char *q)
 	return true;
 }
 
-/* If-Match / If-None-Match lists: "*", or quoted ETags separated by commas. */
-static bool etag_listed(const char *list, const char *etag)
+/* If-Match / If-None-Match lists: "*", or quoted ETags separated by commas.
+ * If-Match compares strongly (RFC 9110 13.1.1): a weak tag never matches
+ * there, as S3's ETags are strong. If-None-Match compares weakly. */
+static bool etag_listed(const char *list, const char *etag, bool strong)
 {
 	const char *bare = etag[0] == '"' ? etag + 1 : etag;
 	size_t blen = strlen(bare);
@@ -48,13 +50,14 @@ static bool etag_listed(const char *list, const char *etag)
 			p++;
 		if (*p == '*')
 			return true;
-		if (strncmp(p, "W/", 2) == 0)
+		bool weak = strncmp(p, "W/", 2) == 0;
+		if (weak)
 			p += 2;
 		const char *q = p;
 		if (*q == '"')
 			q++;
 		size_t n = strcspn(q, "\",");
-		if (n == blen && strncmp(q, bare, n) == 0)
+		if (n == blen && strncmp(q, bare, n) == 0 && !(weak && strong))
 			return true;
 		p = q + n;
 		if (*p == '"')
@@ -70,13 +73,13 @@ int objreply_preconditions(const struct obj_meta *m, const char *im, const char 
 	httpdate_parse(if_unmodified_since, &ius);
 	httpdate_parse(if_modified_since, &ims);
 	if (im) {
-		if (!etag_listed(im, m->etag))
+		if (!etag_listed(im, m->etag, true))
 			return 412;
 	} else if (ius != (time_t)-1 && m->last_modified && m->last_modified > ius) {
 		return 412;
 	}
 	if (inm) {
-		if (etag_listed(inm, m->etag))
+		if (etag_listed(inm, m->etag, false))
 			return 304;
 	} else if (ims != (time_t)-1 && m->last_modified && m->last_modified <= ims) {
 		return 304;
@@ -111,11 +114,23 @@ static void add_object_headers(struct MHD_Response *resp, const char *query,
 		const char *skip[6] = { NULL };
 		for (size_t i = 0; i < 6; i++)
 			skip[i] = overridden[i] ? overrides[i].header : NULL;
-		req_add_header_lines(resp, m->headers, skip, 6);
-	} else if (m->last_modified) {
-		char date[HTTPDATE_SIZE];
-		httpdate_format(m->last_modified, date);
-		MHD_add_response_header(resp, "Last-Modified", date);
+		req_add_header_lines(resp, m->headers, skip, 6, false);
+	} else {
+		/* A 304 carries what a cache in front needs to update its copy
+		 * (RFC 9110 15.4.5: Cache-Control, Expires) and the version's
+		 * identity, as S3's does; no representation headers. */
+		const char *keep[] = {
+			overridden[3] ? NULL : "Cache-Control", overridden[2] ? NULL : "Expires",
+			"x-amz-version-id", "x-amz-server-side-encryption",
+			"x-amz-server-side-encryption-aws-kms-key-id",
+			"x-amz-server-side-encryption-bucket-key-enabled", "x-amz-tagging-count",
+		};
+		req_add_header_lines(resp, m->headers, keep, sizeof keep / sizeof keep[0], true);
+		if (m->last_modified) {
+			char date[HTTPDATE_SIZE];
+			httpdate_format(m->last_modified, date);
+			MHD_add_response_header(resp, "Last-Modified", date);
+		}
 	}
 	MHD_add_response_header(resp, "ETag", m->etag);
 }
@@ -132,7 +147,7 @@ void objreply_headers(struct MHD_Response *resp, const char *query, const struct
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
 	if ((a->status == 200 || a->status == 206) && a->checksums && !a->part && m->checksums)
-		req_add_header_lines(resp, m->checksums, NULL, 0); /* the checksums learnt */
+		req_add_header_lines(resp, m->checksums, NULL, 0, false); /* the checksums learnt */
 	if (a->part && m->parts_count) {
 		char n[U64_DEC_MAX + 1];
 		*u64_dec(n, m->parts_count, 1) = '\0';

@@ -101,9 +101,10 @@ void req_add_common_headers(struct req *r, struct MHD_Response *resp);
 /* MHD_add_response_header that keeps a header with an empty value. */
 void req_add_response_header(struct MHD_Response *resp, const char *name, const char *value);
 /* Stored header lines ("name: value\n": obj_meta.headers, .checksums) as
- * headers of resp, but for the names in skip (NULL entries ignored). */
+ * headers of resp: only those of the n names (only = true), or all but
+ * them (false). NULL entries in names are ignored. */
 void req_add_header_lines(struct MHD_Response *resp, const char *lines,
-                          const char *const *skip, size_t nskip);
+                          const char *const *names, size_t n, bool only);
 /* Header lines ("name: value\n") the error answer carries too, as S3's 404
  * for a delete marker names it. Borrowed: valid until req_respond_error. */
 void req_err_headers(struct req *r, const char *lines);

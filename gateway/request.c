@@ -355,7 +355,7 @@ void req_add_response_header(struct MHD_Response *resp, const char *name, const 
 }
 
 void req_add_header_lines(struct MHD_Response *resp, const char *lines,
-                          const char *const *skip, size_t nskip)
+                          const char *const *names, size_t n, bool only)
 {
 	for (const char *p = lines; *p;) {
 		const char *nl = strchr(p, '\n');
@@ -369,10 +369,10 @@ void req_add_header_lines(struct MHD_Response *resp, const char *lines,
 			const char *val = name + (colon - p) + 1;
 			while (*val == ' ')
 				val++;
-			bool skipped = false;
-			for (size_t i = 0; i < nskip; i++)
-				skipped |= skip[i] && strcasecmp(name, skip[i]) == 0;
-			if (!skipped)
+			bool named = false;
+			for (size_t i = 0; i < n; i++)
+				named |= names[i] && strcasecmp(name, names[i]) == 0;
+			if (named == only)
 				req_add_response_header(resp, name, val);
 			free(name);
 		}
@@ -422,7 +422,7 @@ enum MHD_Result req_respond_error(struct req *r)
 	MHD_add_response_header(resp, "Server", "larder");
 	MHD_add_response_header(resp, "x-amz-request-id", r->id);
 	if (r->err_headers)
-		req_add_header_lines(resp, r->err_headers, NULL, 0);
+		req_add_header_lines(resp, r->err_headers, NULL, 0, false);
 	r->err_headers = NULL;
 	if (r->err_sized) {
 		char cr[64];

@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.request
 import unittest
+import xml.etree.ElementTree as ET
 from urllib.parse import quote
 
 import harness
@@ -780,6 +781,19 @@ class CacheNegative(CacheCase):
             r = self.via_larder(key)
             self.assertEqual((r.status, harness.s3_error(r.body)[0]), (404, "NoSuchKey"), r)
             self.assertEqual(len(self.upstream_for(key, m)), 1 if attempt == 0 else 0)
+
+    def test_remembered_404_names_the_key(self):
+        # S3's NoSuchKey body names the key; the remembered answer does too.
+        key = "neg/named key"
+        theirs = self.via_moto(key)
+        want = ET.fromstring(theirs.body).findtext("Key")
+        self.assertEqual(want, key)
+        for attempt in range(2):
+            m = self.upstream.mark()
+            r = self.via_larder(key)
+            self.assertEqual(len(self.upstream_for(key, m)), 1 if attempt == 0 else 0)
+            self.assertEqual((r.status, ET.fromstring(r.body).findtext("Key")), (404, want),
+                             (attempt, r.body))
 
     def test_missing_bucket_is_not_a_missing_key(self):
         # A 404 NoSuchBucket is no news of the key: every read gets S3's code.

@@ -7,13 +7,17 @@ what the upstream (moto, enforcing signatures) answers to the same request.
 * A user metadata header with an empty value (`x-amz-meta-meta1:`) is part of
   the object: HEAD and GET carry it, from the cache as from S3.
 * Cached HEAD/GET headers match the upstream's, and conditional reads on hits
-  follow the precedence the GetObject reference gives.
+  follow the precedence the GetObject reference gives: If-Match compares
+  strongly (a weak tag fails it), a 304 carries what a cache in front updates
+  its copy with, and a 412 names the condition that failed.
 """
+import datetime
 import hashlib
 import http.client
 import os
 import socket
 import time
+import xml.etree.ElementTree as ET
 
 import harness
 from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase, s3_error, sign_headers
@@ -251,6 +255,66 @@ class CachedHeaders(LarderCase):
         for h in ("x-amz-version-id", "x-amz-storage-class", "x-amz-tagging-count", "expires",
                   "x-amz-meta-mixed-case", "content-disposition", "last-modified"):
             self.assertIn(h, names)  # the comparison above covered them
+
+    def test_weak_if_match_never_matches(self):
+        # RFC 9110 13.1.1: If-Match compares strongly, and a weak tag never
+        # passes it (moto answers 412 too); If-None-Match compares weakly.
+        key = "weak"
+        self.direct.put_object(Bucket=BUCKET, Key=key, Body=b"weak tags")
+        path = "/%s/%s" % (BUCKET, key)
+        etag = self.direct.head_object(Bucket=BUCKET, Key=key)["ETag"]
+        up = (self.upstream.access_key, self.upstream.secret_key)
+        st, _, _ = self.headers(self.upstream.url, "GET", path, *up, {"If-Match": "W/" + etag})
+        self.assertEqual(st, 412, "the upstream")
+        for method in ("GET", "HEAD", "GET", "HEAD"):  # the first is a miss, then hits
+            for extra, want in (({"If-Match": "W/" + etag}, 412),
+                                ({"If-Match": '"other", W/%s, %s' % (etag, etag)}, 200),
+                                ({"If-None-Match": "W/" + etag}, 304)):
+                st, _, body = self.headers(self.larder.url, method, path, CLIENT_KEY,
+                                           CLIENT_SECRET, extra)
+                self.assertEqual(st, want, (method, extra, body))
+
+    def test_not_modified_carries_what_a_cache_updates_with(self):
+        # RFC 9110 15.4.5: a 304 carries the Cache-Control and Expires a 200
+        # would, and (as S3's) the version's id and encryption; no
+        # representation headers.
+        key = "not-modified"
+        self.direct.put_object(Bucket=BUCKET, Key=key, Body=b"n" * 5000,
+                               CacheControl="max-age=60", Expires=datetime.datetime(2030, 1, 1),
+                               ServerSideEncryption="AES256", ContentType="text/x-nm",
+                               Metadata={"m": "1"})
+        path = "/%s/%s" % (BUCKET, key)
+        up = (self.upstream.access_key, self.upstream.secret_key)
+        _, full, _ = self.headers(self.upstream.url, "HEAD", path, *up)
+        full = dict(full)
+        for method in ("GET", "HEAD", "GET", "HEAD"):  # the first is a miss, then hits
+            st, hdrs, body = self.headers(self.larder.url, method, path, CLIENT_KEY,
+                                          CLIENT_SECRET, {"If-None-Match": full["etag"]})
+            got = dict(hdrs)
+            self.assertEqual((st, body), (304, b""), method)
+            for h in ("etag", "last-modified", "cache-control", "expires", "x-amz-version-id",
+                      "x-amz-server-side-encryption"):
+                self.assertEqual(got.get(h), full[h], (method, h, hdrs))
+            for h in ("content-type", "x-amz-meta-m", "accept-ranges"):
+                self.assertNotIn(h, got, (method, hdrs))
+
+    def test_precondition_failed_names_the_condition(self):
+        # S3's 412 body names the condition that failed (<Condition>).
+        key = "condition"
+        self.direct.put_object(Bucket=BUCKET, Key=key, Body=b"conditional")
+        path = "/%s/%s" % (BUCKET, key)
+        up = (self.upstream.access_key, self.upstream.secret_key)
+        old = "Mon, 01 Jan 2001 00:00:00 GMT"
+        for extra, cond in (({"If-Match": '"other"'}, "If-Match"),
+                            ({"If-Unmodified-Since": old}, "If-Unmodified-Since")):
+            st, _, body = self.headers(self.upstream.url, "GET", path, *up, extra)
+            self.assertEqual((st, ET.fromstring(body).findtext("Condition")), (412, cond),
+                             ("the upstream", extra))
+            for attempt in range(2):
+                st, _, body = self.headers(self.larder.url, "GET", path, CLIENT_KEY,
+                                           CLIENT_SECRET, extra)
+                self.assertEqual((st, ET.fromstring(body).findtext("Condition")), (412, cond),
+                                 (extra, attempt, body))
 
     def test_conditional_precedence_on_hits(self):
         # The GetObject reference: If-Match true and If-Unmodified-Since false

@@ -68,10 +68,10 @@ struct MHD_Connection *req_connection(const struct req *r) { (void)r; return NUL
 void req_err_element(struct req *r, const char *n, const char *t) { (void)r; (void)n; (void)t; }
 void req_err_object_size(struct req *r, uint64_t size) { (void)r; (void)size; }
 void req_err_headers(struct req *r, const char *lines) { (void)r; (void)lines; }
-void req_add_header_lines(struct MHD_Response *resp, const char *lines, const char *const *skip,
-                          size_t nskip)
+void req_add_header_lines(struct MHD_Response *resp, const char *lines, const char *const *names,
+                          size_t n, bool only)
 {
-	(void)resp; (void)lines; (void)skip; (void)nskip;
+	(void)resp; (void)lines; (void)names; (void)n; (void)only;
 }
 void req_fail(struct req *r, enum s3err e, const char *msg) { (void)r; (void)e; (void)msg; }
 bool req_has_body(const struct req *r) { (void)r; return false; }
