@@ -30,6 +30,8 @@
 /* The chunk size the entries were cut to, in decimal (disk_open). */
 #define CHUNK_SIZE_NAME "chunk-size"
 #define TOMB_TMP "tombstones.tmp"
+/* Space kept allocated past the tombstone file's end (disk_tomb.c). */
+#define TOMB_RESERVE (1u << 20)
 #define TOMB_HDR 24u
 #define TOMB_VERSION 1u
 #define TOMB_PREFIX 1u
@@ -85,6 +87,7 @@ struct disk {
 	pthread_mutex_t tlock;      /* guards the tombstone file's appends */
 	int tfd;                    /* TOMB_NAME, or -1 */
 	uint64_t tsize;
+	uint64_t treserved;         /* the file's space allocated up to here (TOMB_RESERVE) */
 	uint64_t tombstones;        /* written since open */
 	bool discard;               /* at open: the entries were cut to another chunk size */
 };

@@ -16,6 +16,13 @@
  * generation. It is kept while any entry on disk is older than it: each
  * open rewrites the file without the ones no entry needs any more.
  *
+ * A full file system must not lose one: a write acknowledged to its
+ * client whose tombstone is lost comes back as the old version after a
+ * restart. So the file keeps TOMB_RESERVE bytes allocated past its end
+ * (fallocate, FALLOC_FL_KEEP_SIZE), topped up when half is used: appends
+ * land in allocated space, and fail only once a full file system has used
+ * up the reserve (then the error is logged; the metadata may come back).
+ *
  * Tombstone record, little-endian: magic "LRDT", version u16 (1), flags
  * u16 (bit 0: key is a prefix), generation u64, bucket_len u16, key_len
  * u16, crc32c u32 of bytes [0, 20) and the names; then bucket, key. A
@@ -141,6 +148,14 @@ int dk_tombs_load(struct disk *d, struct tomb **out, size_t *nout, bool *torn)
 	return 0;
 }
 
+/* Allocates the file up to TOMB_RESERVE past its end; a file system that
+ * cannot (no fallocate, or full) leaves appends to find their space. */
+static void tomb_reserve(struct disk *d)
+{
+	if (fallocate(d->tfd, FALLOC_FL_KEEP_SIZE, (off_t)d->tsize, TOMB_RESERVE) == 0)
+		d->treserved = d->tsize + TOMB_RESERVE;
+}
+
 int dk_tombs_rewrite(struct disk *d, const struct tomb *t, size_t n, bool rewrite)
 {
 	int rc = 0;
@@ -177,6 +192,7 @@ int dk_tombs_rewrite(struct disk *d, const struct tomb *t, size_t n, bool rewrit
 	if (d->tfd < 0 || fstat(d->tfd, &st) < 0)
 		return -errno;
 	d->tsize = (uint64_t)st.st_size;
+	tomb_reserve(d);
 	/* The file's name (new, or renamed) must survive a crash too. */
 	return fsync(d->dirfd) < 0 ? -errno : 0;
 }
@@ -258,17 +274,23 @@ static int tomb_append(struct disk *d, const char *bucket, const char *key, bool
 	if (rc == 0) {
 		d->tsize += n;
 		d->tombstones++;
-	} else if (d->tfd >= 0 && ftruncate(d->tfd, (off_t)d->tsize) < 0) {
-		/* A torn record stays: recovery stops there, so later ones would
-		 * be lost. Nothing more is appended after it. */
-		close(d->tfd);
-		d->tfd = -1;
+		if (d->treserved < d->tsize + TOMB_RESERVE / 2)
+			tomb_reserve(d);
+	} else if (d->tfd >= 0) {
+		d->treserved = 0; /* the truncation frees the reserve too */
+		if (ftruncate(d->tfd, (off_t)d->tsize) < 0) {
+			/* A torn record stays: recovery stops there, so later ones
+			 * would be lost. Nothing more is appended after it. */
+			close(d->tfd);
+			d->tfd = -1;
+		}
 	}
 	pthread_mutex_unlock(&d->tlock);
 	free(b);
 	if (rc < 0)
-		log_warn(TOPIC, "%s/%s: writing a tombstone for %s/%s%s failed: %s", d->dir, TOMB_NAME,
-		         bucket, key, prefix ? "*" : "", strerror(-rc));
+		log_error(TOPIC, "%s/%s: writing a tombstone for %s/%s%s failed: %s; a restart may "
+		          "give back what it invalidated", d->dir, TOMB_NAME, bucket, key,
+		          prefix ? "*" : "", strerror(-rc));
 	return rc;
 }
 

@@ -12,6 +12,8 @@ import hashlib
 import http.client
 import json
 import os
+import subprocess
+import tempfile
 import time
 import unittest
 import urllib.request
@@ -259,6 +261,65 @@ class ChunkSizeChange(DurableCase):
             self.assertIn("every entry is discarded", self.larder.log())
         finally:
             self.larder.env["LARDER_CHUNK_SIZE"] = "1MiB"
+
+
+class FullCacheFileSystem(DurableCase):
+    """A write through larder is acknowledged once S3 took it; its tombstone
+    must then be on disk even when the cache's file system is full (another
+    tenant, logs), else a restart gives the old version back. The cache
+    directory is on a 16 MiB tmpfs of its own (needs root to mount)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("mounting a tmpfs needs root")
+        cls.mnt = tempfile.mkdtemp(prefix="larder-full-")
+        if subprocess.call(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", cls.mnt]) != 0:
+            os.rmdir(cls.mnt)
+            raise unittest.SkipTest("cannot mount a tmpfs here")
+        cls.EXTRA_ENV = dict(DurableCase.EXTRA_ENV, LARDER_CACHE_DIR=os.path.join(cls.mnt, "c"),
+                             LARDER_DISK_CACHE_SIZE="4MiB", LARDER_METADATA_TTL="immutable")
+        try:
+            super().setUpClass()
+        except BaseException:
+            cls.unmount()
+            raise
+        cls.cache_dir = cls.EXTRA_ENV["LARDER_CACHE_DIR"]
+
+    @classmethod
+    def unmount(cls):
+        subprocess.call(["umount", cls.mnt])
+        os.rmdir(cls.mnt)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.unmount()
+
+    def test_write_on_a_full_file_system_survives_restart(self):
+        # Written straight to S3: no tombstone yet, so the file has no page
+        # a new one could share.
+        old, new = blob(41, 3000), blob(42, 3000)
+        self.direct.put_object(Bucket=BUCKET, Key="full/a", Body=old)
+        self.cached("full/a", old)
+        filler = os.path.join(self.mnt, "filler")
+        try:
+            with open(filler, "wb") as f:
+                for _ in range(16 * 16 + 1):  # 64 KiB at a time, past 16 MiB
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            self.fail("the tmpfs never filled")
+        except OSError:
+            pass
+        try:
+            self.write("full/a", new)  # S3 took it: acknowledged
+        finally:
+            os.unlink(filler)
+        self.restart()
+        self.assertServes("full/a", new, "after a restart")
+        self.assertNotIn("writing a tombstone", self.larder.log())
 
 
 class DurableClusterInvalidation(test_cluster.ClusterBase):
