@@ -394,10 +394,12 @@ static void learn(struct fetch *f)
 	if (status == 304 && f->revalidate) {
 		/* The same ETag is the same bytes, not the same headers: an
 		 * object copied onto itself with a new Content-Type or metadata
-		 * keeps its ETag. Its Last-Modified tells. */
+		 * keeps its ETag. Its Last-Modified tells, or in a versioned
+		 * bucket its version id (a second's writes share a date). */
 		time_t lm = 0;
 		httpdate_parse(resp_header(f, "Last-Modified"), &lm);
-		f->relearn = !meta_refresh(gw->meta, f->bucket, f->key, lm, now);
+		f->relearn = !meta_refresh(gw->meta, f->bucket, f->key, lm,
+		                           resp_header(f, "x-amz-version-id"), now);
 		f->discard = true;
 		return;
 	}

@@ -410,15 +410,35 @@ bool meta_load_failed(struct meta_cache *mc, const char *bucket, const char *key
 	return hit;
 }
 
+/* Whether header lines ("Name: value\n") name another value for name than
+ * value; false when either is missing. */
+static bool line_differs(const char *lines, const char *name, const char *value)
+{
+	size_t nl = strlen(name), vl = value ? strlen(value) : 0;
+	for (const char *p = lines; value && p && *p;) {
+		const char *end = strchr(p, '\n');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		if (len > nl && p[nl] == ':' && strncasecmp(p, name, nl) == 0) {
+			const char *v = p + nl + 1;
+			while (*v == ' ')
+				v++;
+			return (size_t)(p + len - v) != vl || strncmp(v, value, vl) != 0;
+		}
+		p = end ? end + 1 : NULL;
+	}
+	return false;
+}
+
 bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
-                  time_t last_modified, double now)
+                  time_t last_modified, const char *version_id, double now)
 {
 	uint64_t h = name_hash(bucket, key);
 	struct shard *sh = shard_of(mc, h);
 	pthread_mutex_lock(&sh->lock);
 	struct mentry *e = find(sh, h, bucket, key);
-	if (e && e->m && !e->dropped && last_modified && e->m->last_modified &&
-	    e->m->last_modified != last_modified) {
+	if (e && e->m && !e->dropped &&
+	    ((last_modified && e->m->last_modified && e->m->last_modified != last_modified) ||
+	     line_differs(e->m->headers, "x-amz-version-id", version_id))) {
 		pthread_mutex_unlock(&sh->lock); /* still loading: learnt again */
 		return false;
 	}

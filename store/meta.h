@@ -114,13 +114,14 @@ bool meta_load_failed(struct meta_cache *mc, const char *bucket, const char *key
                       long *status);
 
 /* Revalidated unchanged (a 304): the entry's clock restarts, and its
- * waiters are woken. last_modified: the 304's Last-Modified (0: none).
- * Returns false, and leaves the entry loading, when that names another
- * time than the entry's: the same ETag (the same bytes), but another
- * object (copied onto itself with new headers, or put again), which the
- * caller learns again (then meta_publish). */
+ * waiters are woken. last_modified: the 304's Last-Modified (0: none);
+ * version_id: its x-amz-version-id (NULL: none). Returns false, and leaves
+ * the entry loading, when either names another than the entry's: the same
+ * ETag (the same bytes), but another object (copied onto itself with new
+ * headers, or put again), which the caller learns again (then
+ * meta_publish). */
 bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
-                  time_t last_modified, double now);
+                  time_t last_modified, const char *version_id, double now);
 
 /* The running load of (bucket, key) asks another node of a cluster at
  * hop ask_hop (cluster/peer.h), or S3 (0); every load starts at 0. Nothing

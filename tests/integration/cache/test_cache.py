@@ -758,6 +758,38 @@ class CacheRevalidation(CacheCase):
             self.assertEqual(r.headers.get("content-type"), "text/after", r)
             self.assertEqual(r.headers.get("x-amz-meta-v"), "2", r)
 
+    def test_same_second_rewrite_in_a_versioned_bucket_served_after_ttl(self):
+        # Put again with the same bytes and new headers within one second:
+        # the same ETag and Last-Modified (whole seconds), but in a versioned
+        # bucket another version id, which S3's 304 names. After the TTL a
+        # read must show the new version's headers.
+        bucket = "cache-versioned"
+        self.direct.create_bucket(Bucket=bucket)
+        self.direct.put_bucket_versioning(Bucket=bucket,
+                                          VersioningConfiguration={"Status": "Enabled"})
+        data = blob(82, 1000)
+        for attempt in range(5):
+            key = "reval/same-second-%d" % attempt
+            while time.time() % 1 > 0.05:  # early in a second: all three in it
+                time.sleep(0.01)
+            v1 = self.direct.put_object(Bucket=bucket, Key=key, Body=data,
+                                        ContentType="text/before")["VersionId"]
+            r = self.via_larder(key, bucket=bucket)
+            self.assertEqual(r.headers.get("content-type"), "text/before", r)
+            v2 = self.direct.put_object(Bucket=bucket, Key=key, Body=data,
+                                        ContentType="text/after")["VersionId"]
+            lm = {self.direct.head_object(Bucket=bucket, Key=key, VersionId=v)["LastModified"]
+                  for v in (v1, v2)}
+            if len(lm) == 1:
+                break
+        else:
+            self.fail("no two writes in one second in 5 tries")
+        time.sleep(1.2)
+        for method in ("GET", "HEAD"):
+            r = self.via_larder(key, method=method, bucket=bucket)
+            self.assertEqual((r.status, r.headers.get("content-type"),
+                              r.headers.get("x-amz-version-id")), (200, "text/after", v2), r)
+
     def test_deleted_upstream_is_404_after_ttl(self):
         key = "reval/deleted"
         data = blob(80, C + 1)

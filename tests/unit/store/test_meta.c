@@ -87,7 +87,7 @@ static void test_ttl_and_revalidation(void **state)
 	assert_non_null(out);
 	assert_string_equal(out->etag, "\"e\"");
 	meta_unref(out);
-	meta_refresh(mc, "b", "k", 0, 5.1);
+	meta_refresh(mc, "b", "k", 0, NULL, 5.1);
 	assert_int_equal(meta_lookup(mc, "b", "k", 9, 5, 0, &w, &out), META_FRESH);
 	meta_unref(out);
 	/* Immutable never expires. */
@@ -118,18 +118,34 @@ static void test_revalidation_with_another_last_modified(void **state)
 	meta_unref(m);
 	/* the same time, or none given: refreshed */
 	expect_revalidation(mc, 6, &w);
-	assert_true(meta_refresh(mc, "b", "k", 1000, 6));
+	assert_true(meta_refresh(mc, "b", "k", 1000, NULL, 6));
 	expect_revalidation(mc, 12, &w);
-	assert_true(meta_refresh(mc, "b", "k", 0, 12));
+	assert_true(meta_refresh(mc, "b", "k", 0, NULL, 12));
 	expect_revalidation(mc, 18, &w);
+	/* another version id (a versioned bucket's write in the same second):
+	 * not refreshed; the same, or none on either side: refreshed */
+	struct obj_meta *v = meta_new(1, "\"e\"", 1000, "x-amz-version-id: v1\nContent-Type: a\n", 12);
+	meta_publish(mc, "b", "v", v);
+	meta_unref(v);
+	assert_int_equal(meta_lookup(mc, "b", "v", 18, 5, 0, &w, &out), META_LOAD);
+	meta_unref(out);
+	assert_true(meta_refresh(mc, "b", "v", 1000, "v1", 18));
+	assert_int_equal(meta_lookup(mc, "b", "v", 24, 5, 0, &w, &out), META_LOAD);
+	meta_unref(out);
+	assert_true(meta_refresh(mc, "b", "v", 1000, NULL, 24));
+	assert_int_equal(meta_lookup(mc, "b", "v", 30, 5, 0, &w, &out), META_LOAD);
+	meta_unref(out);
+	assert_false(meta_refresh(mc, "b", "v", 1000, "v2", 30));
+	assert_true(meta_refresh(mc, "b", "k", 0, "v9", 18)); /* the entry names none */
+	expect_revalidation(mc, 24, &w);
 	/* another time: still loading, a reader waits */
-	assert_false(meta_refresh(mc, "b", "k", 1002, 18));
+	assert_false(meta_refresh(mc, "b", "k", 1002, NULL, 24));
 	struct chunk_waiter w2 = { .wake = wake, .arg = &woken };
-	assert_int_equal(meta_lookup(mc, "b", "k", 18, 5, 0, &w2, &out), META_WAIT);
-	struct obj_meta *n = meta_new(1, "\"e\"", 1002, "Content-Type: b\n", 18);
+	assert_int_equal(meta_lookup(mc, "b", "k", 24, 5, 0, &w2, &out), META_WAIT);
+	struct obj_meta *n = meta_new(1, "\"e\"", 1002, "Content-Type: b\n", 24);
 	meta_publish(mc, "b", "k", n);
 	meta_unref(n);
-	assert_int_equal(meta_lookup(mc, "b", "k", 19, 5, 0, &w, &out), META_FRESH);
+	assert_int_equal(meta_lookup(mc, "b", "k", 25, 5, 0, &w, &out), META_FRESH);
 	assert_string_equal(out->headers, "Content-Type: b\n");
 	meta_unref(out);
 	meta_cache_destroy(mc);
@@ -203,7 +219,7 @@ static void test_expire_all(void **state)
 	assert_int_equal(meta_lookup(mc, "b", "k", 2, -1, -1, &w, &out), META_LOAD);
 	assert_ptr_equal(out, m); /* a conditional request can revalidate it */
 	meta_unref(out);
-	assert_true(meta_refresh(mc, "b", "k", 0, 2));
+	assert_true(meta_refresh(mc, "b", "k", 0, NULL, 2));
 	assert_int_equal(meta_lookup(mc, "b", "k", 3, -1, -1, &w, &out), META_FRESH);
 	meta_unref(out);
 	assert_int_equal(meta_lookup(mc, "b", "gone", 3, -1, -1, &w, &out), META_LOAD);
@@ -217,7 +233,7 @@ static void test_expire_all(void **state)
 	assert_int_equal(meta_lookup(mc, "b", "gone", 4, -1, -1, &w, &out), META_LOAD);
 	assert_non_null(out);
 	meta_unref(out);
-	assert_true(meta_refresh(mc, "b", "gone", 0, 4));
+	assert_true(meta_refresh(mc, "b", "gone", 0, NULL, 4));
 	assert_int_equal(meta_lookup(mc, "b", "gone", 5, -1, -1, &w, &out), META_FRESH);
 	meta_unref(out);
 	meta_unref(m);

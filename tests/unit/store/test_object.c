@@ -316,7 +316,7 @@ static void test_meta_learn_wait_fresh(void **state)
 	                 OBJ_META_LOADING);
 	assert_int_equal(l.calls, 2);
 	assert_string_equal(l.revalidate, "\"e\"");
-	meta_refresh(f->mc, "b", "k", 0, 161);
+	meta_refresh(f->mc, "b", "k", 0, NULL, 161);
 	assert_int_equal(obj_meta_step(&f->o, "b", "k", &a1, load, &l, 162, &m, &st),
 	                 OBJ_META_READY);
 	meta_unref(m);
