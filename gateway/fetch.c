@@ -395,11 +395,11 @@ static void learn(struct fetch *f)
 		/* The same ETag is the same bytes, not the same headers: an
 		 * object copied onto itself with a new Content-Type or metadata
 		 * keeps its ETag. Its Last-Modified tells, or in a versioned
-		 * bucket its version id (a second's writes share a date). */
+		 * bucket its version id (a second's writes share a date), or
+		 * its tag count (tags change neither). */
 		time_t lm = 0;
 		httpdate_parse(resp_header(f, "Last-Modified"), &lm);
-		f->relearn = !meta_refresh(gw->meta, f->bucket, f->key, lm,
-		                           resp_header(f, "x-amz-version-id"), now);
+		f->relearn = !meta_refresh(gw->meta, f->bucket, f->key, lm, &f->x.resp, now);
 		f->discard = true;
 		return;
 	}

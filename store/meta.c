@@ -410,35 +410,56 @@ bool meta_load_failed(struct meta_cache *mc, const char *bucket, const char *key
 	return hit;
 }
 
-/* Whether header lines ("Name: value\n") name another value for name than
- * value; false when either is missing. */
-static bool line_differs(const char *lines, const char *name, const char *value)
+/* The value header lines ("Name: value\n") give name, as a length and a
+ * pointer into lines; NULL when they do not name it. */
+static const char *line_value(const char *lines, const char *name, size_t *len)
 {
-	size_t nl = strlen(name), vl = value ? strlen(value) : 0;
-	for (const char *p = lines; value && p && *p;) {
+	size_t nl = strlen(name);
+	for (const char *p = lines; p && *p;) {
 		const char *end = strchr(p, '\n');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		if (len > nl && p[nl] == ':' && strncasecmp(p, name, nl) == 0) {
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		if (n > nl && p[nl] == ':' && strncasecmp(p, name, nl) == 0) {
 			const char *v = p + nl + 1;
 			while (*v == ' ')
 				v++;
-			return (size_t)(p + len - v) != vl || strncmp(v, value, vl) != 0;
+			*len = (size_t)(p + n - v);
+			return v;
 		}
 		p = end ? end + 1 : NULL;
+	}
+	return NULL;
+}
+
+/* Whether a 304 (its headers: said) vouches for another version than m:
+ * another Last-Modified, another version id, or another tag count (tags
+ * change neither). What it does not name is not compared, but for a tag
+ * count it names where m has none (tags added). */
+static bool another_version(const struct obj_meta *m, time_t last_modified,
+                            const struct hdrs *said)
+{
+	if (last_modified && m->last_modified && m->last_modified != last_modified)
+		return true;
+	static const char *const names[] = { "x-amz-version-id", "x-amz-tagging-count" };
+	for (size_t i = 0; said && i < 2; i++) {
+		const char *theirs = hdrs_get(said, names[i]);
+		size_t len = 0;
+		const char *ours = line_value(m->headers, names[i], &len);
+		if (theirs && ours && (len != strlen(theirs) || strncmp(ours, theirs, len) != 0))
+			return true;
+		if (theirs && !ours && i == 1) /* tags added */
+			return true;
 	}
 	return false;
 }
 
 bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
-                  time_t last_modified, const char *version_id, double now)
+                  time_t last_modified, const struct hdrs *said, double now)
 {
 	uint64_t h = name_hash(bucket, key);
 	struct shard *sh = shard_of(mc, h);
 	pthread_mutex_lock(&sh->lock);
 	struct mentry *e = find(sh, h, bucket, key);
-	if (e && e->m && !e->dropped &&
-	    ((last_modified && e->m->last_modified && e->m->last_modified != last_modified) ||
-	     line_differs(e->m->headers, "x-amz-version-id", version_id))) {
+	if (e && e->m && !e->dropped && another_version(e->m, last_modified, said)) {
 		pthread_mutex_unlock(&sh->lock); /* still loading: learnt again */
 		return false;
 	}

@@ -115,13 +115,15 @@ bool meta_load_failed(struct meta_cache *mc, const char *bucket, const char *key
 
 /* Revalidated unchanged (a 304): the entry's clock restarts, and its
  * waiters are woken. last_modified: the 304's Last-Modified (0: none);
- * version_id: its x-amz-version-id (NULL: none). Returns false, and leaves
- * the entry loading, when either names another than the entry's: the same
- * ETag (the same bytes), but another object (copied onto itself with new
- * headers, or put again), which the caller learns again (then
- * meta_publish). */
+ * said: its headers (NULL: none). Returns false, and leaves the entry
+ * loading, when they name another version than the entry's: the same ETag
+ * (the same bytes), but another object (copied onto itself with new
+ * headers, put again, its tags changed), which the caller learns again
+ * (then meta_publish). Compared: Last-Modified, x-amz-version-id and
+ * x-amz-tagging-count, each where both name one (a tag count also where
+ * only the 304 does). */
 bool meta_refresh(struct meta_cache *mc, const char *bucket, const char *key,
-                  time_t last_modified, const char *version_id, double now);
+                  time_t last_modified, const struct hdrs *said, double now);
 
 /* The running load of (bucket, key) asks another node of a cluster at
  * hop ask_hop (cluster/peer.h), or S3 (0); every load starts at 0. Nothing

@@ -790,6 +790,26 @@ class CacheRevalidation(CacheCase):
             self.assertEqual((r.status, r.headers.get("content-type"),
                               r.headers.get("x-amz-version-id")), (200, "text/after", v2), r)
 
+    def test_tags_changed_upstream_served_after_ttl(self):
+        # Tags change neither the ETag nor Last-Modified; the 304 names the
+        # new count (x-amz-tagging-count), and a read after the TTL shows it.
+        for name, first, then in (("changed", "a=1", {"a": "1", "b": "2", "c": "3"}),
+                                  ("added", None, {"a": "1"})):
+            key = "reval/tags-" + name
+            extra = {"Tagging": first} if first else {}
+            self.direct.put_object(Bucket=BUCKET, Key=key, Body=b"tagged", **extra)
+            r = self.via_larder(key)
+            self.assertEqual(r.headers.get("x-amz-tagging-count"), "1" if first else None, r)
+            self.direct.put_object_tagging(Bucket=BUCKET, Key=key, Tagging={"TagSet": [
+                {"Key": k, "Value": v} for k, v in then.items()]})
+            time.sleep(1.2)
+            for method in ("GET", "HEAD"):
+                r = self.via_larder(key, method=method)
+                theirs = self.via_moto(key, method=method)
+                self.assertEqual(r.headers.get("x-amz-tagging-count"),
+                                 theirs.headers.get("x-amz-tagging-count"), (name, method, r))
+            self.assertEqual(r.headers.get("x-amz-tagging-count"), str(len(then)), r)
+
     def test_deleted_upstream_is_404_after_ttl(self):
         key = "reval/deleted"
         data = blob(80, C + 1)

@@ -104,6 +104,18 @@ static void expect_revalidation(struct meta_cache *mc, double now, struct chunk_
 	meta_unref(out);
 }
 
+/* A 304 that names one header. */
+static bool refresh_saying(struct meta_cache *mc, const char *key, const char *name,
+                           const char *value, double now)
+{
+	struct hdrs h;
+	hdrs_init(&h);
+	assert_int_equal(hdrs_add(&h, name, value), 0);
+	bool same = meta_refresh(mc, "b", key, 1000, &h, now);
+	hdrs_fini(&h);
+	return same;
+}
+
 /* A 304 that names another Last-Modified than the entry's is another
  * object with the same bytes: the entry is not refreshed and stays loading
  * (its readers wait) until what is learnt instead is published. */
@@ -124,28 +136,47 @@ static void test_revalidation_with_another_last_modified(void **state)
 	expect_revalidation(mc, 18, &w);
 	/* another version id (a versioned bucket's write in the same second):
 	 * not refreshed; the same, or none on either side: refreshed */
-	struct obj_meta *v = meta_new(1, "\"e\"", 1000, "x-amz-version-id: v1\nContent-Type: a\n", 12);
+	struct obj_meta *v = meta_new(1, "\"e\"", 1000,
+	                              "x-amz-version-id: v1\nx-amz-tagging-count: 2\n", 12);
 	meta_publish(mc, "b", "v", v);
 	meta_unref(v);
-	assert_int_equal(meta_lookup(mc, "b", "v", 18, 5, 0, &w, &out), META_LOAD);
-	meta_unref(out);
-	assert_true(meta_refresh(mc, "b", "v", 1000, "v1", 18));
-	assert_int_equal(meta_lookup(mc, "b", "v", 24, 5, 0, &w, &out), META_LOAD);
-	meta_unref(out);
-	assert_true(meta_refresh(mc, "b", "v", 1000, NULL, 24));
-	assert_int_equal(meta_lookup(mc, "b", "v", 30, 5, 0, &w, &out), META_LOAD);
-	meta_unref(out);
-	assert_false(meta_refresh(mc, "b", "v", 1000, "v2", 30));
-	assert_true(meta_refresh(mc, "b", "k", 0, "v9", 18)); /* the entry names none */
+	static const struct { const char *name, *value; bool same; } said[] = {
+		{ "x-amz-version-id", "v1", true },
+		{ "Content-Type", "b", true },        /* not compared */
+		{ "x-amz-tagging-count", "2", true },
+		{ "x-amz-version-id", "v2", false },
+		{ "x-amz-tagging-count", "3", false },
+	};
+	for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
+		double t = 18 + 6 * (double)i;
+		assert_int_equal(meta_lookup(mc, "b", "v", t, 5, 0, &w, &out), META_LOAD);
+		meta_unref(out);
+		assert_true(refresh_saying(mc, "v", said[i].name, said[i].value, t) == said[i].same);
+		if (!said[i].same) { /* learnt again, as it was */
+			v = meta_new(1, "\"e\"", 1000, "x-amz-version-id: v1\nx-amz-tagging-count: 2\n", t);
+			meta_publish(mc, "b", "v", v);
+			meta_unref(v);
+		}
+	}
+	/* The entry names no version and no tags: another version id is not
+	 * compared, a tag count is (tags added). */
+	assert_true(refresh_saying(mc, "k", "x-amz-version-id", "v9", 18));
 	expect_revalidation(mc, 24, &w);
+	assert_false(refresh_saying(mc, "k", "x-amz-tagging-count", "1", 24));
+	m = meta_new(1, "\"e\"", 1000, "Content-Type: a\n", 24);
+	meta_publish(mc, "b", "k", m);
+	meta_unref(m);
+	expect_revalidation(mc, 30, &w);
+	assert_true(meta_refresh(mc, "b", "k", 1000, NULL, 30));
+	expect_revalidation(mc, 36, &w);
 	/* another time: still loading, a reader waits */
-	assert_false(meta_refresh(mc, "b", "k", 1002, NULL, 24));
+	assert_false(meta_refresh(mc, "b", "k", 1002, NULL, 36));
 	struct chunk_waiter w2 = { .wake = wake, .arg = &woken };
-	assert_int_equal(meta_lookup(mc, "b", "k", 24, 5, 0, &w2, &out), META_WAIT);
-	struct obj_meta *n = meta_new(1, "\"e\"", 1002, "Content-Type: b\n", 24);
+	assert_int_equal(meta_lookup(mc, "b", "k", 36, 5, 0, &w2, &out), META_WAIT);
+	struct obj_meta *n = meta_new(1, "\"e\"", 1002, "Content-Type: b\n", 36);
 	meta_publish(mc, "b", "k", n);
 	meta_unref(n);
-	assert_int_equal(meta_lookup(mc, "b", "k", 25, 5, 0, &w, &out), META_FRESH);
+	assert_int_equal(meta_lookup(mc, "b", "k", 37, 5, 0, &w, &out), META_FRESH);
 	assert_string_equal(out->headers, "Content-Type: b\n");
 	meta_unref(out);
 	meta_cache_destroy(mc);
