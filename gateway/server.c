@@ -392,6 +392,10 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 	 * subscriber thread: blocking for the write is fine here). */
 	store_invalidate(gw->store, bucket, key ? key : "", !(key && *key));
 	listcache_invalidate(gw->lists, bucket, key);
+	/* Learnt again from S3, as after a write through this node: the
+	 * owner may not have heard this yet, and would answer with what the
+	 * write replaced. */
+	fetch_written(bucket, key ? key : "", clock_mono_s());
 	if (key && *key)
 		meta_drop(gw->meta, bucket, key);
 	else

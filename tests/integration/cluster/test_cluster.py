@@ -142,6 +142,22 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
             return json.loads(r.read())
 
     @classmethod
+    def redis_cli(cls, *args):
+        out = subprocess.run(["redis-cli", "-p", str(cls.redis.port)] + list(args),
+                             capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0 and not out.stdout.startswith("ERR"), out
+        return out.stdout.strip()
+
+    def wait_view(self, node, pred, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = self.view(node)
+            if pred(v):
+                return v
+            time.sleep(0.1)
+        self.fail("%s: %r" % (what, v))
+
+    @classmethod
     def wait_members(cls, n, timeout=20):
         deadline = time.monotonic() + timeout
         views = None
@@ -632,22 +648,6 @@ class ClusterMissedInvalidations(ClusterBase):
             n.env["LARDER_REDIS_URL"] = "redis://node-1:pw-node-1@127.0.0.1:%d" % cls.redis.port
         return n
 
-    @classmethod
-    def redis_cli(cls, *args):
-        out = subprocess.run(["redis-cli", "-p", str(cls.redis.port)] + list(args),
-                             capture_output=True, text=True, timeout=10)
-        assert out.returncode == 0 and not out.stdout.startswith("ERR"), out
-        return out.stdout.strip()
-
-    def wait_view(self, node, pred, what, timeout=10):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            v = self.view(node)
-            if pred(v):
-                return v
-            time.sleep(0.1)
-        self.fail("%s: %r" % (what, v))
-
     def cached_everywhere(self, key, body):
         self.direct.put_object(Bucket="shared", Key=key, Body=body)
         for n in self.nodes:
@@ -698,6 +698,48 @@ class ClusterMissedInvalidations(ClusterBase):
         self.assertEqual(self.read(restarted, "missed/c"), b"new c")
         self.wait_members(2)
         self.assertEqual(self.read(restarted, "missed/c"), b"new c")
+
+
+class ClusterInvalidationOwnerMissed(ClusterBase):
+    """Node 1 hears that node 0 overwrote an object whose owner, node 2, did not hear it yet (its
+    subscriber is kept out of Redis, as for a while after a Redis restart; its heartbeat is not,
+    so it stays a member). Node 1 must learn the object again from S3, not from the owner's stale
+    metadata, which it would keep for ever (LARDER_METADATA_TTL=immutable). Node 2 talks to
+    Redis as its own user, so the test can take the subscribe permission from it alone."""
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        if i == 2:
+            cls.redis_cli("ACL", "SETUSER", "node-2", "on", ">pw-node-2", "~*", "&*", "+@all")
+            n.env["LARDER_REDIS_URL"] = "redis://node-2:pw-node-2@127.0.0.1:%d" % cls.redis.port
+        return n
+
+    def test_node_that_heard_an_invalidation_does_not_learn_it_back(self):
+        writer, reader, owner = self.nodes
+        keys = ["heard/%d" % i for i in range(12)]
+        for k in keys:
+            self.direct.put_object(Bucket="shared", Key=k, Body=b"old " + k.encode())
+            for n in (reader, owner, writer):
+                self.assertEqual(self.read(n, k), b"old " + k.encode())
+        # The keys node 2 owns: node 1 asked it for them.
+        owned = sorted({r.get("key") for r in owner.access_records()
+                        if r.get("key_id", "").startswith("peer:") and r.get("key") in keys})
+        self.assertTrue(owned, "node 2 owns none of the keys")
+        self.redis_cli("ACL", "SETUSER", "node-2", "-subscribe")
+        try:
+            self.redis_cli("CLIENT", "KILL", "USER", "node-2")
+            self.wait_view(owner, lambda v: not v["subscribed"], "node-2 still subscribed")
+            self.wait_members(3)
+            heard = self.view(reader)["invalidations_received"]
+            for k in owned:
+                writer.client().put_object(Bucket="shared", Key=k, Body=b"new " + k.encode())
+            self.wait_view(reader, lambda v: v["invalidations_received"] >= heard + len(owned),
+                           "node-1 did not hear the writes")
+            for k in owned:
+                self.assertEqual(self.read(reader, k), b"new " + k.encode(), k)
+        finally:
+            self.redis_cli("ACL", "SETUSER", "node-2", "+subscribe")
 
 
 class ClusterStaleDirectory(ClusterBase):
