@@ -77,6 +77,8 @@ struct fetch {
 	                                meta fetch of an object written here lately): S3 */
 	struct placement_ask *ask;   /* a directory lookup under way, before the first try */
 	char holder[CLUSTER_NAME_MAX]; /* a node the directory says holds it, or "" */
+	char asked[CLUSTER_NAME_MAX];  /* the node this attempt asks (to_peer) */
+	double asked_seen;           /* when it was last seen a member (ev_now) */
 	bool to_holder;              /* this attempt asks that holder */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
@@ -538,6 +540,27 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
 	return len;
 }
 
+/* A node that left the membership (stopped, cut off) is not waited on for
+ * LARDER_UPSTREAM_TIMEOUT: within a second of its leaving, its transfer
+ * ends (CURLE_ABORTED_BY_CALLBACK) and the fetch goes on from S3. libcurl
+ * calls this at least once a second, and with every piece of body. */
+static int peer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                         curl_off_t ulnow)
+{
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	struct fetch *f = arg;
+	double now = ev_now(f->w->loop);
+	if (!f->to_peer || now - f->asked_seen < 1.0)
+		return 0;
+	if (!cluster_member_tag(f->w->gw->cluster, f->asked))
+		return 1;
+	f->asked_seen = now;
+	return 0;
+}
+
 /* A GET of another node (path style, signed for peers, cluster/peer.h). */
 static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 {
@@ -557,6 +580,11 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	if (rc)
 		return rc;
 	upstream_curl_defaults(gw->up, f->x.easy);
+	str_copy(f->asked, sizeof f->asked, peer);
+	f->asked_seen = ev_now(f->w->loop);
+	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, peer_progress);
+	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFODATA, f);
+	curl_easy_setopt(f->x.easy, CURLOPT_NOPROGRESS, 0L);
 	if (tls) { /* peers are verified, whatever upstream's settings */
 		const char *ca = gw->cfg->cluster_ca_file ? gw->cfg->cluster_ca_file
 		                                          : gw->cfg->tls_cert;

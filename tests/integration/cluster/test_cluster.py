@@ -742,6 +742,46 @@ class ClusterInvalidationOwnerMissed(ClusterBase):
             self.redis_cli("ACL", "SETUSER", "node-2", "+subscribe")
 
 
+class ClusterStoppedOwner(ClusterBase):
+    """A node stopped with SIGSTOP (a hung or partitioned host: its socket accepts, nothing
+    answers) leaves the membership when its heartbeats stop. Reads of what it owns must then go
+    to S3 at once, not wait LARDER_UPSTREAM_TIMEOUT (30 s) on it: failure is a slower path."""
+    NODES = 2
+
+    def test_reads_do_not_wait_on_a_stopped_owner(self):
+        reader, stopped = self.nodes
+        keys = ["stopped/%d" % i for i in range(8)]  # some owned by each node
+        bodies = {k: blob(700 + i, MiB + 5) for i, k in enumerate(keys)}
+        for k, b in bodies.items():
+            self.direct.put_object(Bucket="shared", Key=k, Body=b)
+        out = {}
+
+        def read(k):
+            t0 = time.monotonic()
+            try:
+                r = harness.signed_request(reader.url, "GET", "/shared/" + k, timeout=60)
+                out[k] = (time.monotonic() - t0, r.status, r.body == bodies[k])
+            except OSError as e:
+                out[k] = (time.monotonic() - t0, repr(e), False)
+
+        stopped.signal(signal.SIGSTOP)
+        try:
+            threads = [threading.Thread(target=read, args=(k,)) for k in keys]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(90)
+        finally:
+            stopped.signal(signal.SIGCONT)
+        self.assertIn("owner node failed", reader.log(), "no key owned by the stopped node")
+        for k in keys:
+            took, status, right = out[k]
+            self.assertEqual((status, right), (200, True), k)
+            # Its heartbeats stop at once; a member is dropped after 5 s without one.
+            self.assertLess(took, 12, "%s waited %.1f s on the stopped node" % (k, took))
+        self.wait_members(2)
+
+
 class ClusterStaleDirectory(ClusterBase):
     """The directory names a holder that lost its copy: node-0 restarted (a RAM tier only) after
     it listed chunks node-1 now owns. node-0's read asks the owner, node-1; node-1 asks the holder
