@@ -56,6 +56,7 @@
 #include "store/store.h"
 
 #define ADMIN_MAGIC 0x61646d6eu
+#define ADMIN_CONNECTIONS 64 /* at once; a quarter of them from one address */
 #define AREQ_MAGIC 0x61726571u
 #define PREFETCH_BODY_MAX (8u << 20) /* a prefetch may list its keys */
 #define SMALL_BODY_MAX 4096          /* unpin, profiles */
@@ -633,11 +634,16 @@ int admin_start(struct gw *gw)
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
 	                 MHD_USE_AUTO | MHD_USE_ERROR_LOG |
 	                 (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+	/* A connection counts from its accept, before any token is read: one
+	 * address may hold a quarter of them, so a client that opens many and
+	 * never ends its headers does not starve the probes of /healthz. */
 	a->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a,
 	                          MHD_OPTION_EXTERNAL_LOGGER, log_mhd, (void *)"admin",
 	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 	                          MHD_OPTION_NOTIFY_COMPLETED, completed_cb, a,
-	                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+	                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)ADMIN_CONNECTIONS,
+	                          MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+	                          (unsigned)(ADMIN_CONNECTIONS / 4),
 	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
 	                          MHD_OPTION_END);
 	int err = errno;

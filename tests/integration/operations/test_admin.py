@@ -176,6 +176,30 @@ class Admin(AdminCase):
                                   headers={"Authorization": "bearer " + TOKEN})
         self.assertEqual(status, 200)
 
+    def test_healthz_answers_while_another_address_holds_connections(self):
+        # A connection counts before its token is read: one address that opens
+        # many and never ends its headers must not starve the liveness probe.
+        held = []
+        try:
+            for _ in range(64):
+                s = socket.socket()
+                s.bind(("127.0.0.2", 0))
+                try:
+                    s.connect(("127.0.0.1", self.ADMIN_PORT))
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                except OSError:
+                    pass  # refused: past that address's share
+                held.append(s)
+            time.sleep(0.3)
+            try:
+                status, _, doc = self.admin_json("GET", "/healthz", None)
+            except OSError as e:
+                self.fail("/healthz: %r" % e)
+            self.assertEqual((status, doc), (200, {"status": "ok"}))
+        finally:
+            for s in held:
+                s.close()
+
     def test_wrong_token_purges_nothing(self):
         data = b"keep me" * 100
         self.cached("keep/a", data)
