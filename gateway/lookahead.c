@@ -205,14 +205,23 @@ static void la_sized(void *arg, const char *job, size_t index, uint64_t size)
 	pthread_mutex_unlock(&l->lock);
 }
 
-/* Takes a off the running set (under l->lock): keeps what its job warmed. */
-static void la_stop(struct lookaheads *l, struct la *a, enum la_state why)
+/* What a's job has warmed so far, kept in a (under l->lock): the prefetch
+ * registry forgets a finished job once 64 newer ones ended, and a running
+ * lookahead's figures, and the counters they add to, must not fall back. */
+static void la_progress(struct lookaheads *l, struct la *a)
 {
 	struct prefetch_info pi;
-	if (prefetch_get(l->p, a->job, &pi) == 0) {
+	if (a->state == LA_RUNNING && prefetch_get(l->p, a->job, &pi) == 0 &&
+	    pi.objects_done >= a->objects && pi.bytes_done >= a->bytes) {
 		a->objects = pi.objects_done;
 		a->bytes = pi.bytes_done;
 	}
+}
+
+/* Takes a off the running set (under l->lock): keeps what its job warmed. */
+static void la_stop(struct lookaheads *l, struct la *a, enum la_state why)
+{
+	la_progress(l, a);
 	if (why != LA_DONE)
 		prefetch_cancel(l->p, a->job);
 	a->state = why;
@@ -378,8 +387,9 @@ int lookahead_end(struct lookaheads *l, const char *id)
 	return rc;
 }
 
-static void info_of(struct lookaheads *l, const struct la *a, struct lookahead_info *out)
+static void info_of(struct lookaheads *l, struct la *a, struct lookahead_info *out)
 {
+	la_progress(l, a);
 	memset(out, 0, sizeof *out);
 	snprintf(out->id, sizeof out->id, "%s", a->id);
 	snprintf(out->state, sizeof out->state, "%s", state_names[a->state]);
@@ -391,11 +401,6 @@ static void info_of(struct lookaheads *l, const struct la *a, struct lookahead_i
 	out->idle_s = a->idle_s;
 	out->objects = a->objects;
 	out->bytes = a->bytes;
-	struct prefetch_info pi;
-	if (a->state == LA_RUNNING && prefetch_get(l->p, a->job, &pi) == 0) {
-		out->objects = pi.objects_done;
-		out->bytes = pi.bytes_done;
-	}
 }
 
 size_t lookahead_list(struct lookaheads *l, struct lookahead_info *out, size_t max)
@@ -419,14 +424,12 @@ void lookahead_get_stats(struct lookaheads *l, struct lookahead_stats *out)
 	out->reads = l->reads;
 	out->reads_ahead = l->reads_ahead;
 	for (struct la *a = l->list; a; a = a->next) {
-		struct prefetch_info pi;
 		if (a->state != LA_RUNNING)
 			continue;
 		out->running++;
-		if (prefetch_get(l->p, a->job, &pi) == 0) {
-			out->objects += pi.objects_done;
-			out->bytes += pi.bytes_done;
-		}
+		la_progress(l, a);
+		out->objects += a->objects;
+		out->bytes += a->bytes;
 	}
 	pthread_mutex_unlock(&l->lock);
 }

@@ -216,6 +216,14 @@ class Lookahead(AdminCalls, LarderCase):
             'larder_lookahead_reads_total{warmed="ahead"}': 2,
             'larder_lookahead_reads_total{warmed="behind"}': 1,
         })
+        # 65 warm jobs end after its job did: the registry forgets that job (it keeps the
+        # newest 64 finished), and the lookahead's figures must not fall back with it.
+        for _ in range(65):
+            st, r = self.call("POST", "/admin/prefetch", {"bucket": BUCKET, "keys": []})
+            self.assertEqual(st, 202, r)
+            self.wait_job(r["job"])
+        self.assertEqual(self.lookahead_metrics(), during)
+        self.assertEqual((self.info(la)["objects"], self.info(la)["bytes"]), (10, l["bytes"]))
         self.assertEqual(self.call("DELETE", "/admin/lookahead/" + la)[0], 200)
         after = self.lookahead_metrics()
         self.assertEqual(after["larder_lookaheads"], before["larder_lookaheads"])
