@@ -900,9 +900,12 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		} else if (status != 304) {
 			bool shared = (upstream_retryable(status) || result != CURLE_OK) &&
 			              !f->failed_headers;
+			/* An exchange that broke off (inside the headers, say) is
+			 * no answer to pass on, whatever its status line said. */
 			if (f->owner)
-				f->owner_ops->upstream_error(f->owner, status, &t->resp,
-				                             buf_cstr(&f->errbody), f->errbody.len);
+				f->owner_ops->upstream_error(f->owner, result == CURLE_OK ? status : 0,
+				                             &t->resp, buf_cstr(&f->errbody),
+				                             f->errbody.len);
 			if (shared) /* its waiters fail too, rather than each try again */
 				meta_publish_failure(gw->meta, f->bucket, f->key, status, clock_mono_s());
 			else

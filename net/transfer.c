@@ -211,11 +211,20 @@ void transfer_resume(struct transfer *t)
 	}
 }
 
+/* libcurl ends an answer whose connection closed inside its headers as if
+ * the headers had ended there, and with no length the (empty) body too:
+ * CURLE_OK. That is no answer, whatever its status line said. */
+static CURLcode checked(const struct transfer *t, CURLcode result)
+{
+	return result == CURLE_OK && t->status >= 200 && !t->hdrs_done ? CURLE_RECV_ERROR : result;
+}
+
 void transfer_finished(struct transfer *t, CURLcode result)
 {
 	assert(t->magic == TRANSFER_MAGIC);
 	t->running = false;
 	curlev_unqueue(t->ev, t);
+	result = checked(t, result);
 	t->last_result = result;
 	if (t->resend) {
 		t->resend = false;
@@ -231,7 +240,7 @@ CURLcode transfer_perform(struct transfer *t)
 {
 	for (;;) {
 		reset_response(t);
-		CURLcode rc = curl_easy_perform(t->easy);
+		CURLcode rc = checked(t, curl_easy_perform(t->easy));
 		t->last_result = rc;
 		if (!t->resend)
 			return rc;

@@ -480,6 +480,22 @@ class UpstreamFaults(FaultCase):
         self.origin.clear_faults()
         self.assertBody(self.get("exhaust"), data, "after the burst ended")
 
+    def test_answer_cut_inside_its_headers_is_an_s3_error(self):
+        # Every try's answer ends after its status line (200, or 206 for the ranged
+        # first read) and some headers: that is no answer, not an empty object.
+        data = blob(12, 1500)
+        self.origin.put(BUCKET, "cut-headers", data)
+        for reset in (True, False):
+            with self.subTest(reset=reset):
+                m = self.origin.mark()
+                self.origin.cut_headers_next(4, reset=reset, key="cut-headers")
+                r = self.get("cut-headers")
+                self.assertEqual((r.status, harness.s3_error(r.body)[0]),
+                                 (503, "ServiceUnavailable"), r)
+                self.assertEqual(len(self.origin.gets(BUCKET, "cut-headers", since=m)), 4)
+                self.origin.clear_faults()
+        self.assertBody(self.get("cut-headers"), data, "once the origin answers")
+
     def test_client_errors_are_not_retried(self):
         self.origin.put(BUCKET, "denied", b"nope")
         m = self.origin.mark()

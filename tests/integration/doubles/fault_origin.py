@@ -4,6 +4,8 @@
     origin.put("bkt", "obj", data, content_type="text/plain", metadata={"a": "1"})
     origin.fail_next(2, key="obj")           # next 2 GETs of obj: 503 SlowDown
     origin.drop_next(300000, key="obj")      # next GET: 300000 body bytes, then hang up
+    origin.cut_headers_next(key="obj")       # next GET: status line and some headers, then
+                                             # hang up before the headers end
     origin.delay_next(1500, key="obj")       # next GET: first byte after 1.5 s
     origin.late_next(1500, key="obj")        # next GET: answered now, heard 1.5 s later
     origin.slow_next(65536, 20, key="obj")   # next GET: body in 64 KiB pieces, 20 ms apart
@@ -298,6 +300,9 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         """The next n matching GETs send their headers and after_bytes of the
         body, then close the connection (reset=True: with a TCP RST)."""
         return self._add(Fault("drop", n, ("GET",), bucket, key, after=after_bytes, reset=reset))
+
+    def cut_headers_next(self, n=1, reset=True, bucket=None, key=None):
+        return self._add(Fault("cut_headers", n, ("GET",), bucket, key, reset=reset))
 
     def delay_next(self, ms, n=1, methods=("GET",), bucket=None, key=None):
         """The next n matching requests wait ms milliseconds before the first byte."""
@@ -597,7 +602,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._error(501, "NotImplemented", "ListBuckets is not scripted")
         if self.command in ("GET", "HEAD") and key:
             return self._get_object(bucket, key, hdrs, query, faults.get("drop"),
-                                    faults.get("slow"), faults.get("late"))
+                                    faults.get("slow"), faults.get("late"),
+                                    faults.get("cut_headers"))
         if self.command == "PUT" and key:
             return self._put_object(bucket, key, hdrs, query, body)
         if self.command == "DELETE" and key:
@@ -638,7 +644,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                "<Key>%s</Key>" % escape(src_key))
         return self._finish(200, {})
 
-    def _get_object(self, bucket, key, hdrs, query, drop=None, slow=None, late=None):
+    def _get_object(self, bucket, key, hdrs, query, drop=None, slow=None, late=None,
+                    cut_headers=None):
         srv = self.server
         with srv.lock:
             obj = srv.objects.get((bucket, key))
@@ -724,6 +731,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 headers["Content-Range"] = "bytes %d-%d/%d" % (first, last, size)
         headers.update(extra)
         payload = obj.data[first:last + 1]
+        if cut_headers is not None:  # the status line and headers, not the blank line
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.flush_headers()
+            self.rec["status"] = status
+            self._hang_up(cut_headers.params["reset"])
+            self.rec["done"] = True
+            return
         self._send(status, headers, length=len(payload))
         if self.command == "HEAD":
             self.rec["done"] = True
