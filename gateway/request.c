@@ -464,6 +464,30 @@ static void put_hex(char *out, uint64_t v, int digits)
 		out[i] = "0123456789ABCDEF"[v & 15];
 }
 
+/* A connection's request that MHD has not said it completed (NULL: none). */
+struct conn_slot {
+	struct req *pending;
+};
+
+void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
+                           enum MHD_ConnectionNotificationCode toe)
+{
+	struct worker *w = cls;
+	assert(w->magic == WORKER_MAGIC);
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		atomic_fetch_add(&w->gw->open_connections, 1);
+		*socket_context = calloc(1, sizeof(struct conn_slot)); /* NULL: not tracked */
+		return;
+	}
+	atomic_fetch_sub(&w->gw->open_connections, 1);
+	struct conn_slot *slot = *socket_context;
+	*socket_context = NULL;
+	if (slot && slot->pending) /* created, never completed: MHD let it go */
+		request_completed_cb(w, conn, (void **)&slot->pending,
+		                     MHD_REQUEST_TERMINATED_WITH_ERROR);
+	free(slot);
+}
+
 void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 {
 	struct worker *w = cls;
@@ -502,6 +526,12 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	pass_init(r);
 	list_push_front(&w->live, &r->link);
 	w->n_live++;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	if (ci && ci->socket_context) {
+		r->conn_slot = ci->socket_context;
+		r->conn_slot->pending = r;
+	}
 	return r;
 }
 
@@ -600,6 +630,9 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 	if (!r || r->magic != REQ_MAGIC)
 		return;
 	*req_cls = NULL;
+	if (r->conn_slot && r->conn_slot->pending == r)
+		r->conn_slot->pending = NULL;
+	r->conn_slot = NULL;
 	r->conn = NULL;
 	r->suspended = false;
 	pass_stop(r); /* the client is gone or done: nothing more to fetch */

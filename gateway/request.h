@@ -27,6 +27,13 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
                           enum MHD_RequestTerminationCode toe);
 
+/* MHD_OPTION_NOTIFY_CONNECTION (cls: the worker): counts open connections,
+ * and at a connection's close ends a request that libmicrohttpd created
+ * (request_uri_cb) but never handed on, nor said it completed: one whose
+ * request line or headers it could not parse into its pool. */
+void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
+                           enum MHD_ConnectionNotificationCode toe);
+
 /* Shutdown: cancels every request still live on the worker (their clients
  * get a closed connection) so the daemon can stop. */
 void request_abort_all(struct worker *w);

@@ -43,6 +43,7 @@ struct req {
 	int refs;
 	struct worker *w;
 	struct MHD_Connection *conn; /* NULL once MHD is done with it */
+	struct conn_slot *conn_slot; /* its connection's, until MHD is done with it */
 	struct list_node link;       /* worker's live list */
 	char id[24];
 	double t_start;

@@ -170,19 +170,6 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static void connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe)
-{
-	struct gw *gw = cls;
-	(void)conn;
-	assert(gw->magic == GW_MAGIC);
-	(void)socket_context;
-	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
-		atomic_fetch_add(&gw->open_connections, 1);
-	else
-		atomic_fetch_sub(&gw->open_connections, 1);
-}
-
 /* MHD would percent-decode the path and arguments in place; larder reads
  * the raw URI instead (request_uri_cb), so leave them as they came. */
 static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
@@ -223,7 +210,7 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	                          MHD_OPTION_SIGPIPE_HANDLED_BY_APP, (unsigned)1,
 	                          MHD_OPTION_URI_LOG_CALLBACK, request_uri_cb, w,
 	                          MHD_OPTION_NOTIFY_COMPLETED, request_completed_cb, w,
-	                          MHD_OPTION_NOTIFY_CONNECTION, connection_cb, gw,
+	                          MHD_OPTION_NOTIFY_CONNECTION, request_connection_cb, w,
 	                          MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
 	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
 	                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,

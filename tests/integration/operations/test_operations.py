@@ -193,6 +193,31 @@ class OwnLarder(OwnLarderCase):
         self.finish(larder)
 
 
+class UnparsedRequests(OwnLarderCase):
+    """Requests libmicrohttpd creates and then cannot parse into its per-connection pool (a
+    query of many parameters: it keeps one entry per parameter) never reach larder's handlers,
+    nor its completion callback. Their records must still be freed when the connection goes."""
+
+    def test_query_of_many_parameters_leaks_nothing(self):
+        larder = self.start_larder(env={"LARDER_CLIENT_TIMEOUT": "2"})
+        req = (b"GET /ops/small?" + b"a&" * 600 + b"b" * 4000 +
+               b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        for _ in range(3):
+            socks = []
+            for _ in range(20):
+                s = socket.create_connection(("127.0.0.1", larder.port))
+                s.sendall(req)
+                socks.append(s)
+            time.sleep(0.3)
+            for s in socks:
+                s.close()
+        harness.raw_exchange(larder.port, req, timeout=5)  # closed by the client timeout
+        time.sleep(0.5)
+        r = harness.signed_request(larder.url, "GET", "/ops/none")
+        self.assertEqual(r.status, 404, r)  # still serving
+        self.finish(larder)  # LeakSanitizer reports what was not freed
+
+
 class AccessLogAndHostileInput(LarderCase):
     LARDER_ENV = {"LARDER_MAX_HEADER_SIZE": "8KiB", "LARDER_CLIENT_TIMEOUT": "3"}
 
