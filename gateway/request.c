@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "auth/chunked.h"
@@ -464,9 +465,13 @@ static void put_hex(char *out, uint64_t v, int digits)
 		out[i] = "0123456789ABCDEF"[v & 15];
 }
 
-/* A connection's request that MHD has not said it completed (NULL: none). */
+/* A client connection: its request that MHD has not said it completed
+ * (NULL: none), and since when it waits for a request's headers. */
 struct conn_slot {
 	struct req *pending;
+	struct list_node link;    /* the worker's conns */
+	double awaiting_since;    /* ev_now when it began to wait; 0: a request is handled */
+	MHD_socket fd;
 };
 
 void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
@@ -476,16 +481,51 @@ void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket
 	assert(w->magic == WORKER_MAGIC);
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
 		atomic_fetch_add(&w->gw->open_connections, 1);
-		*socket_context = calloc(1, sizeof(struct conn_slot)); /* NULL: not tracked */
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		struct conn_slot *slot = calloc(1, sizeof *slot); /* NULL: not tracked */
+		if (slot && ci) {
+			slot->fd = ci->connect_fd;
+			slot->awaiting_since = ev_now(w->loop);
+			list_push_front(&w->conns, &slot->link);
+		} else {
+			free(slot);
+			slot = NULL;
+		}
+		*socket_context = slot;
 		return;
 	}
 	atomic_fetch_sub(&w->gw->open_connections, 1);
 	struct conn_slot *slot = *socket_context;
 	*socket_context = NULL;
-	if (slot && slot->pending) /* created, never completed: MHD let it go */
+	if (!slot)
+		return;
+	if (slot->pending) /* created, never completed: MHD let it go */
 		request_completed_cb(w, conn, (void **)&slot->pending,
 		                     MHD_REQUEST_TERMINATED_WITH_ERROR);
+	list_unlink(&w->conns, &slot->link);
 	free(slot);
+}
+
+static void header_deadline_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = t->data;
+	(void)revents;
+	double now = ev_now(loop), limit = (double)w->gw->cfg->client_timeout_s;
+	for (struct list_node *n = w->conns.first; n; n = n->next) {
+		struct conn_slot *slot = list_item(n, struct conn_slot, link);
+		if (slot->awaiting_since && now - slot->awaiting_since > limit) {
+			slot->awaiting_since = 0;
+			shutdown(slot->fd, SHUT_RDWR);
+		}
+	}
+}
+
+void request_header_deadline_start(struct worker *w)
+{
+	ev_timer_init(&w->header_timer, header_deadline_cb, 1., 1.);
+	w->header_timer.data = w;
+	ev_timer_start(w->loop, &w->header_timer);
 }
 
 void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
@@ -549,6 +589,8 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		return MHD_NO;
 	if (!r->started) {
 		r->started = true;
+		if (r->conn_slot) /* its headers are in */
+			r->conn_slot->awaiting_since = 0;
 		str_copy(r->method, sizeof r->method, method);
 		if (atomic_load(&w->gw->open_connections) > w->gw->cfg->max_connections)
 			req_fail(r, S3E_SLOW_DOWN, NULL);
@@ -630,8 +672,10 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 	if (!r || r->magic != REQ_MAGIC)
 		return;
 	*req_cls = NULL;
-	if (r->conn_slot && r->conn_slot->pending == r)
+	if (r->conn_slot && r->conn_slot->pending == r) {
 		r->conn_slot->pending = NULL;
+		r->conn_slot->awaiting_since = ev_now(w->loop); /* the next request's headers */
+	}
 	r->conn_slot = NULL;
 	r->conn = NULL;
 	r->suspended = false;

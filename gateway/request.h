@@ -34,6 +34,13 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
                            enum MHD_ConnectionNotificationCode toe);
 
+/* Starts the worker's check, once a second, that no connection has waited
+ * for a request's headers longer than LARDER_CLIENT_TIMEOUT (since it was
+ * opened or its last request completed). libmicrohttpd's own timeout is of
+ * inactivity: headers trickled a byte at a time would hold a connection for
+ * ever. Such a connection is shut down (libmicrohttpd then closes it). */
+void request_header_deadline_start(struct worker *w);
+
 /* Shutdown: cancels every request still live on the worker (their clients
  * get a closed connection) so the daemon can stop. */
 void request_abort_all(struct worker *w);

@@ -232,6 +232,7 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	ev_prepare_init(&w->prepare, prepare_cb);
 	w->prepare.data = w;
 	ev_prepare_start(w->loop, &w->prepare);
+	request_header_deadline_start(w);
 	ev_async_init(&w->stop_async, stop_cb);
 	w->stop_async.data = w;
 	ev_async_start(w->loop, &w->stop_async);

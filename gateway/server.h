@@ -83,6 +83,8 @@ struct worker {
 	double drain_deadline;
 	struct curlev *curl;
 	struct list live;          /* requests in progress on this worker (struct req) */
+	struct list conns;         /* its client connections (request.c's struct conn_slot) */
+	ev_timer header_timer;     /* closes those whose headers take too long (request.c) */
 	unsigned n_live;
 	bool mhd_kick;             /* a connection was resumed: run MHD before sleeping */
 	struct list fetches;       /* cache fills running on this worker (struct fetch) */

@@ -194,9 +194,39 @@ class OwnLarder(OwnLarderCase):
 
 
 class UnparsedRequests(OwnLarderCase):
-    """Requests libmicrohttpd creates and then cannot parse into its per-connection pool (a
-    query of many parameters: it keeps one entry per parameter) never reach larder's handlers,
-    nor its completion callback. Their records must still be freed when the connection goes."""
+    """Requests whose line and headers do not become a request. libmicrohttpd creates one and
+    then may not parse it into its per-connection pool (a query of many parameters: it keeps
+    one entry per parameter): it never reaches larder's handlers, nor its completion callback,
+    and its record must still be freed when the connection goes. And headers trickled a byte
+    at a time must not hold a connection past LARDER_CLIENT_TIMEOUT (libmicrohttpd's own
+    timeout is of inactivity)."""
+
+    def test_trickled_headers_are_cut_off_at_the_client_timeout(self):
+        larder = self.start_larder(env={"LARDER_CLIENT_TIMEOUT": "3"})
+        s = socket.create_connection(("127.0.0.1", larder.port))
+        s.settimeout(0.9)
+        t0 = time.monotonic()
+        closed = None
+        try:
+            s.sendall(b"GET /ops/none HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            while time.monotonic() - t0 < 12:
+                try:
+                    s.sendall(b"a")  # within the inactivity timeout, every time
+                    if s.recv(4096) == b"":
+                        closed = time.monotonic() - t0
+                        break
+                except socket.timeout:
+                    pass
+                except OSError:
+                    closed = time.monotonic() - t0
+                    break
+        finally:
+            s.close()
+        self.assertIsNotNone(closed, "a connection trickling its headers was kept 12 s")
+        self.assertLess(closed, 6, "closed after %.1f s; LARDER_CLIENT_TIMEOUT is 3" % closed)
+        r = harness.signed_request(larder.url, "GET", "/ops/none")
+        self.assertEqual(r.status, 404, r)  # the others still served
+        self.finish(larder)
 
     def test_query_of_many_parameters_leaks_nothing(self):
         larder = self.start_larder(env={"LARDER_CLIENT_TIMEOUT": "2"})
