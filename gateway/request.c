@@ -403,8 +403,10 @@ static bool unread_body(struct req *r)
 
 enum MHD_Result req_respond_error(struct req *r)
 {
+	/* Bounded by what it can hold: the path, escaped (a byte may become
+	 * six), within the header limit, and the elements err_extra holds. */
 	struct buf body;
-	buf_init(&body, 8192);
+	buf_init(&body, 6 * (size_t)r->w->gw->cfg->max_header_bytes + r->err_extra.max + 4096);
 	/* S3's 416 names the range and the size, not the resource. */
 	if (s3err_xml(r->err, r->err_msg[0] ? r->err_msg : NULL, r->err_sized ? NULL : r->path,
 	              r->id, r->err_extra.len ? buf_cstr(&r->err_extra) : NULL, &body) != 0) {

@@ -31,6 +31,7 @@ static const struct {
 		"The aws-chunked body is malformed." },
 	[S3E_INVALID_REQUEST] = { "InvalidRequest", 400, "Invalid Request" },
 	[S3E_INVALID_URI] = { "InvalidURI", 400, "Couldn't parse the specified URI." },
+	[S3E_KEY_TOO_LONG] = { "KeyTooLongError", 400, "Your key is too long" },
 	[S3E_HEADER_TOO_LARGE] = { "RequestHeaderSectionTooLarge", 400,
 		"Your request header section exceeds the maximum allowed size." },
 	[S3E_MISSING_CONTENT_LENGTH] = { "MissingContentLength", 411,

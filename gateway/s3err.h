@@ -23,6 +23,7 @@ enum s3err {
 	S3E_INVALID_CHUNK,            /* 400 InvalidChunkSizeError / framing */
 	S3E_INVALID_REQUEST,          /* 400 */
 	S3E_INVALID_URI,              /* 400 InvalidURI */
+	S3E_KEY_TOO_LONG,             /* 400 KeyTooLongError: over 1,024 bytes */
 	S3E_HEADER_TOO_LARGE,         /* 400 RequestHeaderSectionTooLarge */
 	S3E_MISSING_CONTENT_LENGTH,   /* 411 */
 	S3E_MISSING_SECURITY_HEADER,  /* 400 */

@@ -234,11 +234,11 @@ int s3req_parse(struct s3req *r, const char *method, const char *host, const cha
 	buf_reset(&r->key);
 	int rc = sv4_uri_decode(rest, strlen(rest), &r->key);
 	if (rc != 0 || memchr(buf_cstr(&r->key), '\0', r->key.len)) {
-		*err = rc == -E2BIG ? S3E_INVALID_ARGUMENT : S3E_INVALID_URI;
+		*err = rc == -E2BIG ? S3E_KEY_TOO_LONG : S3E_INVALID_URI;
 		return -1;
 	}
 	if (r->key.len > S3_MAX_KEY_BYTES) {
-		*err = S3E_INVALID_ARGUMENT;
+		*err = S3E_KEY_TOO_LONG;
 		return -1;
 	}
 	r->target = r->key.len ? S3T_OBJECT : S3T_BUCKET;

@@ -4,6 +4,7 @@ import datetime
 import subprocess
 import time
 import unittest
+from urllib.parse import quote
 
 import harness
 from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase, s3_error
@@ -238,6 +239,15 @@ class Refusals(LarderCase):
         self.raw_refused("GET", "/ref-a?list-type=2#&prefix=data%2F", h, 400, "InvalidURI")
         h = harness.sign_headers("GET", self.larder.url + "/ref-a/data/x%23y", PFX_KEY, PFX_SECRET)
         self.raw_refused("GET", "/ref-a/data/x#y", h, 400, "InvalidURI")
+
+    def test_key_too_long_is_answered_in_full(self):
+        # S3's KeyTooLongError past 1,024 bytes; and an error document longer than
+        # 8 KiB (the key in <Resource>, '&' escaped five times over) still goes out.
+        for key in ("k" * 1025, "k" * 8200, "&" * 1700):
+            path = "/ref-a/" + quote(key, safe="&")
+            h = harness.sign_headers("GET", self.larder.url + path, harness.CLIENT_KEY,
+                                     harness.CLIENT_SECRET)
+            self.raw_refused("GET", path, h, 400, "KeyTooLongError")
 
     def test_restore_with_an_output_location_refused(self):
         # A SELECT restore writes its results, with larder's credentials, to

@@ -70,7 +70,7 @@ static void test_keys_exact(void **state)
 	path[5 + 1024] = 'k';
 	path[5 + 1025] = '\0';
 	assert_int_equal(parse("GET", "h", path, "", &err), -1);
-	assert_int_equal(err, S3E_INVALID_ARGUMENT);
+	assert_int_equal(err, S3E_KEY_TOO_LONG);
 }
 
 static void test_bad_input(void **state)
