@@ -9,6 +9,7 @@
  */
 #include "gateway/authn.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -60,6 +61,17 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
  * would read what follows as another header: one that larder never checked
  * (x-amz-copy-source) nor signed. Both scans are glibc's vector ones: this
  * runs over every header of every request. */
+/* RFC 9110 5.6.2: a field name is one or more tchar. */
+static bool is_token(const char *name)
+{
+	if (!*name)
+		return false;
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		if (!(isalnum(*p) || strchr("!#$%&'*+-.^_`|~", *p)))
+			return false;
+	return true;
+}
+
 static size_t value_len(const char *v, bool *line_break)
 {
 	size_t n = strlen(v);
@@ -418,9 +430,11 @@ void authn_request(struct req *r)
 	/* LARDER_MAX_HEADER_SIZE bounds the request line plus headers as sent
 	 * ("Name: value\r\n"); MHD's memory pool is only the hard backstop. */
 	size_t header_bytes = strlen(r->method) + strlen(r->uri) + 12;
-	bool line_break = false;
-	for (size_t i = 0; i < hc.n; i++)
+	bool line_break = false, bad_name = false;
+	for (size_t i = 0; i < hc.n; i++) {
 		header_bytes += strlen(hc.v[i].name) + value_len(hc.v[i].value, &line_break) + 4;
+		bad_name |= !is_token(hc.v[i].name);
+	}
 	/* What the request holds of the connection's pool (req.h, req_queue_response). */
 	r->req_bytes = header_bytes + REQ_POOL_PER_HEADER * hc.n;
 	if (header_bytes > gw->cfg->max_header_bytes) {
@@ -431,6 +445,11 @@ void authn_request(struct req *r)
 	if (line_break) { /* RFC 9110 5.5: reject, or it may reach S3 as a header of its own */
 		free(hc.v);
 		req_fail(r, S3E_INVALID_ARGUMENT, "A header value contains a line break.");
+		return;
+	}
+	if (bad_name) { /* "Name : v", a control byte, a folded line libmicrohttpd kept */
+		free(hc.v);
+		req_fail(r, S3E_INVALID_ARGUMENT, "A header name is not a token (RFC 9110 5.1).");
 		return;
 	}
 	if (!s3_query_names_plain(r->query)) {

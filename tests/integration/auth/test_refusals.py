@@ -240,6 +240,24 @@ class Refusals(LarderCase):
         h = harness.sign_headers("GET", self.larder.url + "/ref-a/data/x%23y", PFX_KEY, PFX_SECRET)
         self.raw_refused("GET", "/ref-a/data/x#y", h, 400, "InvalidURI")
 
+    def test_header_name_that_is_not_a_token_is_refused(self):
+        # RFC 9110 5.1/5.6.2: "Name : v", a control byte in a name, and a line folded into
+        # the name (libmicrohttpd keeps the fold) are 400, not the 500 curl's refusal to
+        # send them upstream made (SDKs retry a 500).
+        url = self.larder.url + "/ref-a/newkey"
+        for extra in (b"X-Foo : bar", b"X\x01Foo: v", b"X-Foo: a\r\n\tb c"):
+            h = harness.sign_headers("PUT", url, harness.CLIENT_KEY, harness.CLIENT_SECRET,
+                                     body=b"hello")
+            h["Host"] = "127.0.0.1:%d" % self.larder.port
+            head = "PUT /ref-a/newkey HTTP/1.1\r\n" + "".join(
+                "%s: %s\r\n" % kv for kv in h.items() if kv[0].lower() != "content-length")
+            req = head.encode() + b"Content-Length: 5\r\n" + extra + b"\r\n\r\nhello"
+            before = self.upstream.mark()
+            out = harness.raw_exchange(self.larder.port, req, timeout=10)
+            self.assertTrue(out.startswith(b"HTTP/1.1 400 "), (extra, out[:300]))
+            self.assertIn(b"<Code>InvalidArgument</Code>", out, extra)
+            self.assertEqual(self.upstream.requests(before), [], extra)
+
     def test_key_too_long_is_answered_in_full(self):
         # S3's KeyTooLongError past 1,024 bytes; and an error document longer than
         # 8 KiB (the key in <Resource>, '&' escaped five times over) still goes out.
