@@ -373,7 +373,12 @@ enum MHD_Result admin_job_get(struct admin *a, struct MHD_Connection *c, struct 
 
 enum MHD_Result admin_job_cancel(struct admin *a, struct MHD_Connection *c, struct areq *q)
 {
-	if (prefetch_cancel(a->gw->prefetch, q->rest) != 0)
+	struct prefetch_info info;
+	int rc = prefetch_cancel(a->gw->prefetch, q->rest);
+	if (rc == -EALREADY && prefetch_get(a->gw->prefetch, q->rest, &info) == 0)
+		return send_error(c, 409, "job_ended", NULL, "job %.64s has ended: %s", q->rest,
+		                  info.state);
+	if (rc != 0)
 		return send_error(c, 404, "not_found", NULL, "no job %.64s", q->rest);
 	log_info("admin", "job %s: cancel requested", q->rest);
 	return send_json(c, 202, json_pack("{s:s,s:s}", "job", q->rest, "state", "cancelling"),

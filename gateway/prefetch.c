@@ -593,12 +593,14 @@ int prefetch_gate(struct prefetch *p, const char *id, size_t n)
 
 int prefetch_cancel(struct prefetch *p, const char *id)
 {
-	int rc = -1;
+	int rc = -ENOENT;
 	pthread_mutex_lock(&p->lock);
 	for (struct pf_job *j = p->jobs; j; j = j->next)
 		if (strcmp(j->id, id) == 0) {
-			atomic_store(&j->cancel, true);
-			rc = 0;
+			int state = atomic_load(&j->state);
+			rc = state == PF_LISTING || state == PF_WARMING ? 0 : -EALREADY;
+			if (rc == 0)
+				atomic_store(&j->cancel, true);
 			break;
 		}
 	pthread_mutex_unlock(&p->lock);

@@ -72,6 +72,7 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 size_t prefetch_room(struct prefetch *p);
 /* 0, or -1 when no such job. */
 int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out);
+/* Asks a running job to stop. 0; -ENOENT, no such job; -EALREADY, it ended. */
 int prefetch_cancel(struct prefetch *p, const char *id);
 /* Lets a gated job start its keys [0, n) (a gate only moves forward).
  * Returns 0, or -1 when no such job. */

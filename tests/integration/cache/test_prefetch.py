@@ -116,6 +116,12 @@ class Prefetch(AdminCalls, LarderCase):
         info = self.wait_job(r["job"], timeout=30)
         self.assertEqual(info["state"], "cancelled", info)
         self.assertLess(info["bytes_done"], len(huge), info)
+        # A job that has ended is not cancelling: 409, and the CLI says so (exit 1).
+        st, c = self.call("DELETE", "/admin/jobs/" + r["job"])
+        self.assertEqual((st, c.get("error")), (409, "job_ended"), c)
+        out = self.cli("jobs", "--cancel", r["job"])
+        self.assertEqual(out.returncode, 1, out)
+        self.assertNotIn(b"cancelling", out.stdout)
 
     def lists_from_larder(self, mark, bucket):
         return [r for r in self.upstream.from_larder(mark)
