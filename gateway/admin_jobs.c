@@ -311,6 +311,15 @@ enum MHD_Result admin_prefetch(struct admin *a, struct MHD_Connection *c, struct
 	json_t *jkeys = json_object_get(doc, "keys");
 	struct prefetch_req rq = { 0 };
 	int sources = (prefix != NULL) + (manifest != NULL) + (jkeys != NULL);
+	if (manifest && (!*manifest || strlen(manifest) > S3_MAX_KEY_BYTES)) {
+		ret = send_error(c, 400, "bad_request", NULL,
+		                 "\"manifest\" must be a key of 1-1024 bytes");
+		goto out;
+	}
+	if (prefix && strlen(prefix) > S3_MAX_KEY_BYTES) {
+		ret = send_error(c, 400, "bad_request", NULL, "\"prefix\" must be at most 1024 bytes");
+		goto out;
+	}
 	if (bad || !bucket || sources != 1 || (jkeys && !json_is_array(jkeys)) ||
 	    !job_options(doc, &rq)) {
 		ret = send_error(c, 400, "bad_request", NULL,

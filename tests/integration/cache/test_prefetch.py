@@ -220,6 +220,15 @@ class Prefetch(AdminCalls, LarderCase):
         self.assertEqual(st, 400, r)
         st, r = self.call("POST", "/admin/prefetch", {"prefix": "x/"})
         self.assertEqual(st, 400, r)
+        # A manifest is a key (1-1,024 bytes), a prefix at most as long: as the lookahead
+        # and the purge check them (an empty manifest read the bucket's listing as keys).
+        _, jobs = self.call("GET", "/admin/jobs")
+        for body in ({"bucket": "warm", "manifest": ""},
+                     {"bucket": "warm", "manifest": "m" * 1025},
+                     {"bucket": "warm", "prefix": "p" * 1025}):
+            st, r = self.call("POST", "/admin/prefetch", body)
+            self.assertEqual((st, r.get("error")), (400, "bad_request"), (body, r))
+        self.assertEqual(self.call("GET", "/admin/jobs")[1], jobs, "a job started")
         st, r = self.call("POST", "/admin/prefetch", {"bucket": "no-such-bucket-here",
                                                       "prefix": ""})
         self.assertIn(st, (403, 404), r)
