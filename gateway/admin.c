@@ -60,7 +60,6 @@
 #define AREQ_MAGIC 0x61726571u
 #define PREFETCH_BODY_MAX (8u << 20) /* a prefetch may list its keys */
 #define SMALL_BODY_MAX 4096          /* unpin, profiles */
-#define GAUGE_PINS 256              /* pins shown in stats */
 #define PURGE_BODY_MAX (16u << 10)   /* a bucket and a key, JSON-escaped */
 #define METRICS_MAX (16u << 20)
 
@@ -190,8 +189,10 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 			g->jobs_running++;
 		g->prefetch_bytes += jobs[i].bytes_done;
 	}
-	struct pin_info *pins = gw->pins ? calloc(GAUGE_PINS, sizeof *pins) : NULL;
-	g->n_pins = pins ? pins_list(gw->pins, pins, GAUGE_PINS) : 0;
+	/* Every pin (some made meanwhile may be left out of this look). */
+	size_t room = gw->pins ? pins_count(gw->pins) + 16 : 0;
+	struct pin_info *pins = room ? calloc(room, sizeof *pins) : NULL;
+	g->n_pins = pins ? pins_list(gw->pins, pins, room) : 0;
 	g->pins = pins;
 	g->lookaheads = gw->lookahead != NULL;
 	if (gw->lookahead)

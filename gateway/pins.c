@@ -364,6 +364,16 @@ void pins_expire(struct pins *p, int64_t now)
 	pthread_mutex_unlock(&p->lock);
 }
 
+size_t pins_count(struct pins *p)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&p->lock);
+	for (struct pin *x = p->list; x; x = x->next)
+		n++;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
 size_t pins_list(struct pins *p, struct pin_info *out, size_t max)
 {
 	size_t n = 0;

@@ -102,5 +102,7 @@ bool pins_hold_peer(struct pins *p, const char *bucket, const char *hdr,
 void pins_keep_on_nvme(struct store *s, const struct obj_ref *ref, uint64_t index, struct chunk *c);
 /* Up to max pins, newest first; returns how many. Free each prefix. */
 size_t pins_list(struct pins *p, struct pin_info *out, size_t max);
+/* How many pins there are. */
+size_t pins_count(struct pins *p);
 
 #endif

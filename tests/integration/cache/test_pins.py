@@ -131,6 +131,30 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
         self.stream_twice()
         self.assertNotEqual(self.gets_of_pinned_set(), [], "unpinned, it should be evicted")
 
+    def test_every_pin_is_shown(self):
+        # Nothing bounds how many pins there are: stats and metrics show them all (the first
+        # 256 were shown, and larder_pins said 256, with 260 in force).
+        key = "pinned/00.bin"
+        ids = []
+        for i in range(260):
+            st, r = self.call("POST", "/admin/prefetch", {"bucket": "pin", "keys": [key],
+                                                          "pin_seconds": 3600})
+            self.assertEqual(st, 202, r)
+            ids.append(r["job"])
+            if i % 50 == 49:
+                self.wait_job(ids[-1])
+        self.wait_job(ids[-1])
+        try:
+            pins, _ = self.pins()
+            self.assertEqual(sorted(p["id"] for p in pins), sorted(ids))
+            m = self.metrics()
+            self.assertIn("larder_pins 260\n", m)
+            self.assertEqual(m.count("larder_pin_bytes{pin="), 260)
+        finally:
+            for job in ids:
+                self.call("POST", "/admin/unpin", {"job": job})
+        self.assertEqual(self.pins()[0], [])
+
     def test_without_a_pin_streaming_evicts_the_set(self):
         info = self.warm({"prefix": "pinned/"})
         self.assertEqual(info["state"], "done", info)
