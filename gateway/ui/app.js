@@ -16,7 +16,9 @@ const history = [];              // {t, hit, ram, nvme, upReq, upErr}
 function takeTokenFromFragment() {
   const m = /(?:^|[#&])token=([^&]*)/.exec(location.hash);
   if (!m) return;
-  sessionStorage.setItem("larder-token", decodeURIComponent(m[1]));
+  let t = m[1];
+  try { t = decodeURIComponent(t); } catch (e) { /* a '%' that encodes nothing: as it is */ }
+  sessionStorage.setItem("larder-token", t);
   // Out of the address bar, the history and any screenshot of it.
   history_replace(location.pathname + location.search);
 }
@@ -161,7 +163,9 @@ function renderJobs(jobs) {
 function renderPins(s) {
   const rows = [];
   for (const p of s.pins || [])
-    rows.push(["pin", p.bucket + "/" + (p.prefix || p.key || ""), bytes(p.bytes),
+    rows.push(["pin " + p.id,
+               p.prefix !== undefined ? p.bucket + "/" + p.prefix
+                                      : p.bucket + " (" + count(p.keys) + " keys)", bytes(p.bytes),
                p.until ? new Date(p.until * 1000).toISOString() : "-"]);
   for (const l of s.lookaheads || [])
     rows.push(["lookahead", l.bucket + " (" + count(l.keys) + " keys)", bytes(l.bytes),

@@ -141,6 +141,10 @@ class Dashboard(AdminCase):
                 break
             time.sleep(0.1)
         self.assertEqual(j["state"], "done", j)
+        # A pin of a list of keys: shown as such (not as the whole bucket), with its id.
+        st, _, pin = self.admin_json("POST", "/admin/prefetch", body=json.dumps(
+            {"bucket": BUCKET, "keys": ["set/obj-0"], "pin_seconds": 600}))
+        self.assertEqual(st, 202, pin)
         # A lookahead with a window in bytes (and the default in objects).
         st, _, la = self.admin_json("POST", "/admin/lookahead", body=json.dumps(
             {"bucket": BUCKET, "keys": ["set/obj-0", "set/obj-1"], "window_bytes": 3 << 20,
@@ -172,6 +176,10 @@ class Dashboard(AdminCase):
         self.assertEqual(jobs[job][1:3], [BUCKET, "done"])
         self.assertEqual(jobs[job][4], "4 / 4")
 
+        pins = [r[:2] for r in dom.rows["pins"] if r[0].startswith("pin")]
+        self.assertEqual(pins, [["pin " + pin["job"], BUCKET + " (1 keys)"]])
+        self.assertEqual(self.admin_json("POST", "/admin/unpin",
+                                         body=json.dumps({"job": pin["job"]}))[0], 200)
         lookaheads = [r for r in dom.rows["pins"] if r[0] == "lookahead"]
         self.assertEqual([(r[1], r[3]) for r in lookaheads],
                          [(BUCKET + " (2 keys)", "window 4,096 objects or 3.00 MiB")])
@@ -204,6 +212,12 @@ class Dashboard(AdminCase):
         self.assertNotIn("hidden", dom.attrs_by_id["login"])
         self.assertIn("hidden", dom.attrs_by_id["main"])
         self.assertIn("refused", dom.text_by_id["error"])
+
+    def test_a_token_with_a_bare_percent_is_still_tried(self):
+        # decodeURIComponent throws on a '%' that encodes nothing: the page stayed blank.
+        dom = self.browse("#token=wrong%token-000000000000")
+        self.assertEqual(dom.body.get("data-state"), "refused")
+        self.assertNotIn("hidden", dom.attrs_by_id["login"])
 
     def test_without_a_token_the_page_asks_for_one(self):
         dom = self.browse("")
