@@ -23,7 +23,6 @@
 #include "gateway/s3req.h"
 #include "gateway/server.h"
 
-#define PIN_SECONDS_MAX (30 * 86400)
 #define PIN_WAIT_S 10.0             /* how long a pin's listing may take before 202 */
 #define PROFILES_SHOWN 1024
 

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "gateway/pins.h"
 #include "gateway/s3req.h"
 
 #define DEFAULT_ADMIN_URL "http://127.0.0.1:9090"
@@ -135,9 +136,10 @@ int cli_parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 			} else if (strcmp(a, "--profile") == 0) {
 				o->profile = v;
 			} else if (strcmp(a, "--pin") == 0) {
-				if ((o->pin_s = parse_duration(v)) < 0) {
-					fprintf(stderr, "larder warm: --pin takes a duration (90s, 30m, 6h, 2d), "
-					        "got \"%s\"\n", v);
+				o->pin_s = parse_duration(v);
+				if (o->pin_s < 0 || o->pin_s > PIN_SECONDS_MAX) {
+					fprintf(stderr, "larder warm: --pin takes a duration of at most 30d "
+					        "(90s, 30m, 6h, 2d), got \"%s\"\n", v);
 					return 2;
 				}
 			} else if (strcmp(a, "--concurrency") == 0) {
@@ -147,8 +149,9 @@ int cli_parse(struct opts *o, int argc, char **argv, void (*usage)(FILE *))
 					return 2;
 				}
 			} else {
+				errno = 0;
 				o->bandwidth = strtoll(v, &end, 10);
-				if (*end || end == v || o->bandwidth < 0) {
+				if (*end || end == v || errno || o->bandwidth < 0) {
 					fprintf(stderr, "larder warm: --bandwidth takes bytes per second, got "
 					        "\"%s\"\n", v);
 					return 2;

@@ -40,6 +40,7 @@
 #define PIN_HEADER "X-Larder-Pin"
 #define PIN_HEADER_MAX 192
 #define PIN_ID_MAX 160            /* a job id, or a peer's NODE/JOB */
+#define PIN_SECONDS_MAX (30 * 86400) /* the longest a pin may be asked for */
 
 struct store;
 struct pins;

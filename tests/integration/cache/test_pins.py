@@ -201,6 +201,11 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
         self.assertIn(b"no pin pf-999", out.stderr)
         out = self.cli("warm", "--pin", "soon", "s3://pin/pinned/")
         self.assertEqual(out.returncode, 2)
+        # Out of range is a usage error too, caught before anything is asked.
+        for args in (("--pin", "31d"), ("--bandwidth", "99999999999999999999")):
+            out = self.cli("warm", *args, "s3://pin/pinned/")
+            self.assertEqual(out.returncode, 2, (args, out.stderr))
+            self.assertIn(args[0].encode(), out.stderr)
         out = self.cli("warm", "--pin", "1m", "s3://pin/big/")
         self.assertEqual(out.returncode, 1)
         self.assertIn(b"LARDER_PIN_MAX", out.stderr)
