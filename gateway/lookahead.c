@@ -136,7 +136,8 @@ static int la_add_key(struct la *a, const char *key, size_t len, size_t *cap)
 	return 0;
 }
 
-/* The manifest's lines, trailing blanks and CR dropped, empty lines skipped. */
+/* The manifest's lines as written (a key may end in a blank), a trailing CR
+ * dropped, empty lines skipped. */
 static int la_parse_manifest(struct la *a, const char *s, size_t len)
 {
 	size_t cap = 0;
@@ -145,7 +146,7 @@ static int la_parse_manifest(struct la *a, const char *s, size_t len)
 		const char *nl = memchr(s, '\n', (size_t)(end - s));
 		const char *e = nl ? nl : end;
 		size_t l = (size_t)(e - s);
-		while (l && (s[l - 1] == '\r' || s[l - 1] == ' ' || s[l - 1] == '\t'))
+		if (l && s[l - 1] == '\r')
 			l--;
 		if (l && la_add_key(a, s, l, &cap) != 0)
 			return -ENOMEM;

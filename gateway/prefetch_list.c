@@ -243,7 +243,7 @@ static void parse_manifest(struct pf_job *j)
 			return;
 		}
 		size_t l = strlen(line);
-		while (l && (line[l - 1] == '\r' || line[l - 1] == ' ' || line[l - 1] == '\t'))
+		if (l && line[l - 1] == '\r') /* a key is the line as written, CRLF or LF */
 			line[--l] = '\0';
 		if (l && pf_add_key(j, line, 0) != 0)
 			pf_job_fail(j, "out of memory");
