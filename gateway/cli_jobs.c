@@ -426,9 +426,10 @@ int cli_lookahead(int argc, char **argv)
 		}
 		return lookahead_call(&o, "DELETE", path, NULL);
 	}
-	const char *bucket = o.target + 5;
+	bool s3url = strncmp(o.target, "s3://", 5) == 0; /* before reading past its 5th byte */
+	const char *bucket = s3url ? o.target + 5 : "";
 	size_t blen = strcspn(bucket, "/");
-	if (strncmp(o.target, "s3://", 5) != 0 || bucket[blen] || !s3_bucket_name_ok(bucket, blen) ||
+	if (!s3url || bucket[blen] || !s3_bucket_name_ok(bucket, blen) ||
 	    (!window && !window_bytes) || !keys_file == !o.manifest) {
 		fprintf(stderr, "larder lookahead: expected s3://BUCKET, --window N and/or "
 		        "--window-bytes SIZE, and one of --keys-file and --manifest\n");
