@@ -9,7 +9,6 @@
  */
 #include "gateway/authn.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -61,17 +60,6 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
  * would read what follows as another header: one that larder never checked
  * (x-amz-copy-source) nor signed. Both scans are glibc's vector ones: this
  * runs over every header of every request. */
-/* RFC 9110 5.6.2: a field name is one or more tchar. */
-static bool is_token(const char *name)
-{
-	if (!*name)
-		return false;
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-		if (!(isalnum(*p) || strchr("!#$%&'*+-.^_`|~", *p)))
-			return false;
-	return true;
-}
-
 static size_t value_len(const char *v, bool *line_break)
 {
 	size_t n = strlen(v);
@@ -433,7 +421,7 @@ void authn_request(struct req *r)
 	bool line_break = false, bad_name = false;
 	for (size_t i = 0; i < hc.n; i++) {
 		header_bytes += strlen(hc.v[i].name) + value_len(hc.v[i].value, &line_break) + 4;
-		bad_name |= !is_token(hc.v[i].name);
+		bad_name |= !sv4_is_token(hc.v[i].name, strlen(hc.v[i].name));
 	}
 	/* What the request holds of the connection's pool (req.h, req_queue_response). */
 	r->req_bytes = header_bytes + REQ_POOL_PER_HEADER * hc.n;
