@@ -18,10 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
 #include "cluster/cluster_internal.h"
+#include "cluster/peer.h"
 #include "cluster/rendezvous.h"
 
 __attribute__((format(printf, 3, 4)))
@@ -222,6 +224,10 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 		set_err(err, errlen, "cluster: pipe() failed: %s", strerror(errno));
 		goto fail;
 	}
+	/* A process before this one may have served any peer request dated
+	 * up to now: they are refused from here on. Peers learn of this node
+	 * at its first heartbeat, which waits for the next second. */
+	peer_begin(time(NULL));
 	log_info(TOPIC, "node %s (%s, capacity %s) using redis %s:%d", cl->self.id,
 	         cl->self.addr, capstr, cl->host, cl->port);
 	int e = pthread_create(&cl->hb_thread, NULL, cl_heartbeat_main, cl);

@@ -25,6 +25,7 @@
 
 #include <assert.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,7 +264,10 @@ void *cl_heartbeat_main(void *arg)
 	redisContext *c = NULL;
 	unsigned long dir_gen = 0;
 	unsigned fails = 0;
-	double next = clock_mono_ms();
+	/* The first heartbeat, which makes this node a member, waits for the
+	 * next second of the wall clock: peer requests dated the second this
+	 * node started are refused (cluster_start). */
+	double next = clock_mono_ms() + 1e3 - fmod(cl_wall_ms(), 1e3);
 	char why[256];
 
 	pthread_mutex_lock(&cl->lock);

@@ -2,6 +2,7 @@
 #include "cluster/peer.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -14,17 +15,32 @@
 #include "base/fnv.h"
 #include "cluster/cluster.h"
 
-/* Recently seen nonces, in a hash table of fixed size: a nonce is looked
- * for in the few slots its hash names. A nonce older than the skew window
- * is refused by its date anyway, so a slot may be reused once that old. */
+/* The nonces of the requests taken, in a ring in the order they came, with
+ * a hash index over it (linear probing, twice the ring's size). A request
+ * dated more than PEER_SKEW_S ago is refused by its date, so its nonce is
+ * dropped from the ring's oldest end once that old. A nonce forgotten
+ * sooner (the ring full, or seen by the process before this one) must not
+ * become good again: floor is the latest date of a nonce forgotten while
+ * its request could still be taken, and a request dated at or before it
+ * is refused. Requests arrive about in the order of their dates, so a full
+ * ring forgets nonces NONCES requests old: only at more than NONCES peer
+ * requests per skew window (about 2,000 a second) does floor come near
+ * now, and only then are requests refused for their date. A refusal costs
+ * the asker an S3 read (gateway/fetch.c). */
 #define NONCES 65536
-#define PROBES 8
+#define SLOTS (2 * NONCES)
 
 static struct {
 	pthread_mutex_t lock;
-	char nonce[NONCES][33];
-	time_t when[NONCES];
-} seen = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	long long floor;
+	size_t head, count; /* the ring: count nonces from head on */
+	struct seen_nonce {
+		char nonce[33];
+		uint32_t home; /* its slot by hash */
+		long long date;
+	} ring[NONCES];
+	uint32_t slot[SLOTS]; /* 1 + a position in ring, or 0 */
+} seen = { .lock = PTHREAD_MUTEX_INITIALIZER, .floor = LLONG_MIN };
 
 /* The headers that change the answer to a GET, or what the node asked
  * does for it (X-Larder-Pin: it holds the chunk), signed with it (peer.h). */
@@ -72,24 +88,64 @@ int peer_sign(const char *secret, const char *node_id, const char *target, const
 	return rc;
 }
 
-/* True when the nonce was already used; records it otherwise. */
-static bool replayed(const char *nonce, time_t now)
+void peer_begin(time_t now)
 {
-	uint64_t h = fnv1a64(nonce);
-	bool dup = false;
-	size_t victim = h % NONCES;
 	pthread_mutex_lock(&seen.lock);
-	for (size_t k = 0; k < PROBES && !dup; k++) {
-		size_t i = (h + k) % NONCES;
-		bool fresh = seen.when[i] && now - seen.when[i] <= 2 * PEER_SKEW_S;
-		if (fresh && strcmp(seen.nonce[i], nonce) == 0)
-			dup = true;
-		else if (!fresh || seen.when[i] < seen.when[victim])
-			victim = i;
+	if (seen.floor < (long long)now)
+		seen.floor = now;
+	pthread_mutex_unlock(&seen.lock);
+}
+
+/* Drops the ring's oldest nonce from the index (backward-shift deletion:
+ * every entry stays reachable from its home slot without tombstones). */
+static void forget_oldest(void)
+{
+	const struct seen_nonce *n = &seen.ring[seen.head];
+	size_t i = n->home;
+	while (seen.slot[i] != seen.head + 1)
+		i = (i + 1) % SLOTS;
+	for (size_t j = (i + 1) % SLOTS; seen.slot[j]; j = (j + 1) % SLOTS) {
+		size_t home = seen.ring[seen.slot[j] - 1].home;
+		/* The entry at j may move to i unless its home lies in (i, j]. */
+		bool stays = i < j ? home > i && home <= j : home > i || home <= j;
+		if (!stays) {
+			seen.slot[i] = seen.slot[j];
+			i = j;
+		}
 	}
+	seen.slot[i] = 0;
+	seen.head = (seen.head + 1) % NONCES;
+	seen.count--;
+}
+
+/* True when a request signed at date with nonce may have been taken
+ * already; records the nonce otherwise. */
+static bool replayed(const char *nonce, long long date, time_t now)
+{
+	uint32_t home = (uint32_t)(fnv1a64(nonce) % SLOTS);
+	bool dup = false;
+	pthread_mutex_lock(&seen.lock);
+	while (seen.count && seen.ring[seen.head].date < (long long)now - PEER_SKEW_S)
+		forget_oldest();
+	size_t i = home;
+	if (date <= seen.floor)
+		dup = true;
+	for (; !dup && seen.slot[i]; i = (i + 1) % SLOTS)
+		dup = strcmp(seen.ring[seen.slot[i] - 1].nonce, nonce) == 0;
 	if (!dup) {
-		snprintf(seen.nonce[victim], sizeof seen.nonce[0], "%s", nonce);
-		seen.when[victim] = now;
+		if (seen.count == NONCES) {
+			if (seen.ring[seen.head].date > seen.floor)
+				seen.floor = seen.ring[seen.head].date;
+			forget_oldest();
+			for (i = home; seen.slot[i]; i = (i + 1) % SLOTS)
+				;
+		}
+		size_t pos = (seen.head + seen.count++) % NONCES;
+		struct seen_nonce *n = &seen.ring[pos];
+		snprintf(n->nonce, sizeof n->nonce, "%s", nonce);
+		n->home = home;
+		n->date = date;
+		seen.slot[i] = (uint32_t)pos + 1;
 	}
 	pthread_mutex_unlock(&seen.lock);
 	return dup;
@@ -143,8 +199,9 @@ int peer_verify(const char *secret, const char *self, const char *method, const 
 	}
 	/* Only a verified request may take a nonce slot: forgeries cannot
 	 * flush the table. */
-	if (replayed(nonce, now)) {
-		snprintf(why, whylen, "peer request replayed");
+	if (replayed(nonce, t, now)) {
+		snprintf(why, whylen, "peer request replayed, or dated before this node forgot nonces "
+		         "(a restart, or more than it can hold)");
 		return -1;
 	}
 	*hop_out = (unsigned)h;

@@ -17,7 +17,9 @@
  * hold the chunk, gateway/pins.h). The owner refuses a Host other than its
  * own advertise address, a wrong signature (so a request sent to another
  * node, or with another range, condition or pin, is refused), a date more than PEER_SKEW_S away, and a nonce it has seen
- * (replay). Client keys cannot make such requests.
+ * (replay; also every request dated at or before the date of a nonce it had
+ * to forget, and before it started: peer_begin). Client keys cannot make
+ * such requests.
  * The hop count stops loops when two nodes disagree about membership for a
  * moment: a request at hop 2 is served from the cache or from S3, never
  * forwarded again. And a request waits only for a fetch that asks S3 or a
@@ -43,6 +45,10 @@
  * -ENOMEM. */
 int peer_sign(const char *secret, const char *node_id, const char *target, const char *method,
               const char *path, unsigned hop, time_t now, struct hdrs *h);
+
+/* Refuses every peer request dated at or before now: called as the node
+ * starts, since the process before it may have served any of them. */
+void peer_begin(time_t now);
 
 /* A request header by name (case-insensitive), NULL when absent. */
 typedef const char *(*peer_header_fn)(void *arg, const char *name);

@@ -366,6 +366,30 @@ class PeerBinding(ClusterBase):
         st, body = self.raw_get(a, path, peer_headers(path, "dater", target, "9" * 32))
         self.assertEqual((st, body), (200, b"dated"))
 
+    def test_replayed_after_a_restart_refused(self):
+        """A restarted node has forgotten the nonces its process before took:
+        it refuses every peer request dated before it started."""
+        a, b = self.nodes
+        self.direct.put_object(Bucket="shared", Key="bind/restart.txt", Body=b"restart")
+        path = "/shared/bind/restart.txt"
+        h = peer_headers(path, "replayer", "127.0.0.1:%d" % a.port, "5" * 32)
+        st, body = self.raw_get(a, path, h)
+        self.assertEqual((st, body), (200, b"restart"))
+        self.assertEqual(a.stop(), 0)
+        a.start()
+        self.wait_members(2)
+        st, body = self.raw_get(a, path, h)
+        self.assertEqual(st, 403, "a request taken before the restart was taken again")
+        self.assertEqual(harness.s3_error(body)[0], "AccessDenied")
+        # Requests signed since are taken, and the nodes read through each other.
+        st, body = self.raw_get(a, path, peer_headers(path, "replayer", "127.0.0.1:%d" % a.port,
+                                                      "6" * 32))
+        self.assertEqual((st, body), (200, b"restart"))
+        data = blob(54, 2 * MiB + 7)
+        self.direct.put_object(Bucket="shared", Key="bind/after.bin", Body=data)
+        self.assertEqual(self.read(b, "bind/after.bin"), data)
+        self.assertEqual(self.read(a, "bind/after.bin"), data)
+
     def test_tampered_pin_refused(self):
         """X-Larder-Pin makes the owner hold chunks: it is signed with the request."""
         a = self.nodes[0]
