@@ -640,6 +640,7 @@ void authn_request(struct req *r)
 			return;
 		}
 		r->body = BODY_CHUNKED;
+		r->in_len = cl ? len : -1;
 		r->up_len = v;
 		r->start_verified = v == 0;
 		pass_plan_trailer(r, req_header(r, "x-amz-trailer"));

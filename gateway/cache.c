@@ -664,32 +664,31 @@ void cache_end(struct req *r)
 	c->active = false;
 }
 
-/* Whether a successful write can have changed the object: not a
- * multipart upload's start (POST ?uploads) or one of its parts (PUT
- * ?uploadId): only its completion does. */
+/* Whether a successful write can have changed the object or a listing:
+ * not a multipart upload's start (POST ?uploads), one of its parts (PUT
+ * ?uploadId) or its abort (DELETE ?uploadId): only its completion does. */
 static bool changes_object(const struct req *r)
 {
 	struct buf v;
 	buf_init(&v, 1024);
 	const char *method = req_method(r), *query = req_query(r);
-	bool part = (strcmp(method, "PUT") == 0 && s3_query_get(query, "uploadId", &v) != 0) ||
+	bool part = ((strcmp(method, "PUT") == 0 || strcmp(method, "DELETE") == 0) &&
+	             s3_query_get(query, "uploadId", &v) != 0) ||
 	            (strcmp(method, "POST") == 0 && s3_query_get(query, "uploads", &v) != 0);
 	buf_fini(&v);
 	return !part;
 }
 
-/* Forgets (bucket, key) everywhere a write through this node must. */
 /* What a write through this node changed, (bucket, key) or with
- * bucket_wide the whole bucket, forgotten: on NVMe first when on_disk, so
- * a restart cannot bring the old version back (an fdatasync of one small
- * record; the upstream write took far longer); marked written before the
+ * bucket_wide the whole bucket, forgotten: on NVMe first, so a restart
+ * cannot bring the old version back (an fdatasync of one small record;
+ * the upstream write took far longer); marked written before the
  * metadata drop, so a load that starts after it does not learn the old
  * version from a node the invalidation has not reached yet; then every
  * node is told. */
-static void forget_object(struct gw *gw, const char *bucket, const char *key, bool bucket_wide,
-                          bool on_disk)
+static void forget_object(struct gw *gw, const char *bucket, const char *key, bool bucket_wide)
 {
-	if (gw->store && on_disk)
+	if (gw->store)
 		store_invalidate(gw->store, bucket, key, bucket_wide);
 	if (gw->cluster)
 		fetch_written(bucket, key, clock_mono_s());
@@ -705,7 +704,7 @@ static int forget_source(void *arg, const char *bucket, const char *key)
 {
 	struct gw *gw = arg;
 	listcache_invalidate(gw->lists, bucket, key);
-	forget_object(gw, bucket, key, false, true);
+	forget_object(gw, bucket, key, false);
 	return 0;
 }
 
@@ -728,8 +727,11 @@ void cache_invalidate(struct req *r)
 {
 	struct gw *gw = req_gw(r);
 	long status = req_upstream_status(r);
-	/* 0: no answer was heard (passthrough.c), so the write may have landed. */
-	if ((status != 0 && (status < 200 || status >= 300)) || req_s3(r)->access != POL_WRITE)
+	/* 0: no answer was heard (passthrough.c), and a 5xx (InternalError,
+	 * ServiceUnavailable) tells nothing of the outcome: the write may have
+	 * landed. Only what S3 refused (a 3xx or 4xx) changed nothing. */
+	bool refused = status != 0 && status < 500 && (status < 200 || status >= 300);
+	if (refused || req_s3(r)->access != POL_WRITE || !changes_object(r))
 		return;
 	/* Any write to a bucket may change its listings: a key under their
 	 * prefix, or (bucket-level requests, DeleteObjects) any of them. */
@@ -746,11 +748,9 @@ void cache_invalidate(struct req *r)
 	                    (strcmp(req_method(r), "DELETE") == 0 && !req_query(r)[0]));
 	if (req_s3(r)->target != S3T_OBJECT && !bucket_wide)
 		return;
-	/* DeleteObjects names its keys in the body: the whole bucket goes. A
-	 * part upload changes no object on NVMe. */
-	forget_object(gw, req_bucket(r), key, bucket_wide, changes_object(r));
-	if (req_s3(r)->target == S3T_OBJECT && strcmp(req_method(r), "PUT") == 0 &&
-	    changes_object(r))
+	/* DeleteObjects names its keys in the body: the whole bucket goes. */
+	forget_object(gw, req_bucket(r), key, bucket_wide);
+	if (req_s3(r)->target == S3T_OBJECT && strcmp(req_method(r), "PUT") == 0)
 		invalidate_rename_source(r);
 }
 

@@ -52,9 +52,11 @@ void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->w
 int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exact,
                 uint64_t *objects);
 
-/* Writes (PUT, POST, DELETE, copy) that succeeded, or whose answer was
- * never heard (upstream status 0: they may have landed), drop what the
- * cache knows of the key; a DeleteObjects drops the bucket's metadata. */
+/* Writes (PUT, POST, DELETE, copy) that succeeded, or whose outcome is
+ * unknown (an answer never heard, upstream status 0, or a 5xx: they may
+ * have landed), drop what the cache knows of the key and the listings it
+ * is in; a DeleteObjects drops the bucket's metadata. A multipart upload's
+ * start, parts and abort change nothing and drop nothing. */
 void cache_invalidate(struct req *r);
 
 #endif

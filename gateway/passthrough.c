@@ -67,12 +67,17 @@ int pass_chunk_sink(void *arg, const char *data, size_t len)
 }
 
 /* A write whose answer larder never heard (the exchange failed or was
- * stopped once upstream may have had all of it: the client's whole body,
- * verified) may have taken effect: what the cache knows of the key goes,
- * as after a success. cache_invalidate skips what S3 was heard refusing. */
+ * stopped once upstream may have had all of it: the body verified, so its
+ * last byte may have gone, and curl took every byte) may have taken
+ * effect, whatever the client was told since: what the cache knows of the
+ * key goes, as after a success. cache_invalidate skips what S3 was heard
+ * refusing. */
 static void forget_unheard_write(struct req *r)
 {
-	if (r->client_body_done && !r->has_err)
+	bool all = r->body_check ? r->up_sent == r->held_body.len
+	           : r->up_len >= 0 && !r->reframe ? r->up_sent >= (uint64_t)r->up_len
+	           : r->client_body_done;
+	if (r->body_verified && all)
 		cache_invalidate(r);
 }
 
@@ -689,6 +694,12 @@ size_t pass_take_body(struct req *r, const char *data, size_t len)
 			req_fail(r, st == ACK_ERR_SIGNATURE ? S3E_SIGNATURE_MISMATCH
 			      : st == ACK_ERR_CHECKSUM ? S3E_BAD_CHECKSUM
 			      : st == ACK_ERR_LENGTH ? S3E_INCOMPLETE_BODY : S3E_INVALID_CHUNK, NULL);
+			pass_stop(r);
+		} else if (st == ACK_DONE && r->in_len >= 0 && r->bytes_in + n < (uint64_t)r->in_len) {
+			/* The aws-chunked body ended, and the client says more
+			 * follows: data after the end. Refused before the last
+			 * byte goes up, so upstream stores nothing. */
+			req_fail(r, S3E_INVALID_CHUNK, NULL);
 			pass_stop(r);
 		} else if (st == ACK_DONE) {
 			r->body_verified = true;

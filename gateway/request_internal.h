@@ -76,6 +76,7 @@ struct req {
 	uint64_t up_queued; /* bytes put into upbuf so far */
 	uint64_t up_sent;   /* bytes curl has taken */
 	uint64_t bytes_in;  /* raw body bytes from the client */
+	int64_t in_len;     /* how many it said it sends (Content-Length), -1: chunked */
 	EVP_MD_CTX *sha;    /* signed payload: running SHA-256 */
 	char want_sha[65];
 	struct ack_decoder *ack;

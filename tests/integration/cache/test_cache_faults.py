@@ -365,6 +365,14 @@ class FaultCase(harness.S3Asserts, unittest.TestCase):
         return fetch(self.larder.url, method, harness.key_path(BUCKET, key), headers,
                      timeout=timeout)
 
+    def put_signed(self, key, data):
+        """(status, body) of a PUT through larder, sent once (no retries)."""
+        path = harness.key_path(BUCKET, key)
+        h = harness.sign_headers("PUT", self.larder.url + path, harness.CLIENT_KEY,
+                                 harness.CLIENT_SECRET, body=data)
+        status, _, body = harness.http_request(self.larder.url, "PUT", path, h, data)
+        return status, body
+
     def assertBody(self, r, data, what=""):
         self.assertEqual(r.status, 200, "%s %r" % (what, r))
         self.assertTrue(r.complete, "%s %r" % (what, r))
@@ -891,13 +899,62 @@ class UpstreamFaults(FaultCase):
         self.assertBody(self.get("lost-answer"), v1, "the first read")
         self.assertEqual(self.get("lost-answer").cache, "hit")
         self.origin.lose_answer_next(1, key="lost-answer")
-        path = harness.key_path(BUCKET, "lost-answer")
-        h = harness.sign_headers("PUT", self.larder.url + path, harness.CLIENT_KEY,
-                                 harness.CLIENT_SECRET, body=v2)
-        status, _, body = harness.http_request(self.larder.url, "PUT", path, h, v2)
+        status, body = self.put_signed("lost-answer", v2)
         self.assertGreaterEqual(status, 500, body)  # the client heard no success
         self.assertEqual(self.origin.get(BUCKET, "lost-answer").data, v2, "the origin has v2")
         self.assertBody(self.get("lost-answer"), v2, "the read after the write")
+
+    def test_write_answered_500_drops_the_cached_object(self):
+        # S3 stored the new bytes and answered 500 InternalError, which
+        # tells nothing of the outcome: larder dropped the key only on a
+        # 2xx or a lost answer, and went on serving the old object.
+        v1, v2 = blob(32, 300 * 1024), blob(33, 300 * 1024)
+        self.origin.put(BUCKET, "answered-500", v1)
+        self.assertBody(self.get("answered-500"), v1, "the first read")
+        self.assertEqual(self.get("answered-500").cache, "hit")
+        self.origin.error_after_next(1, key="answered-500")
+        status, body = self.put_signed("answered-500", v2)
+        self.assertEqual(status, 500, body)
+        self.assertEqual(self.origin.get(BUCKET, "answered-500").data, v2, "the origin has v2")
+        self.assertBody(self.get("answered-500"), v2, "the read after the write")
+        # A write S3 refused changed nothing: the object stays cached.
+        self.origin.refuse_next(1, 403, key="answered-500")
+        status, body = self.put_signed("answered-500", v1)
+        self.assertEqual(status, 403, body)
+        self.assertEqual(self.get("answered-500").cache, "hit")
+
+    def test_aws_chunked_body_shorter_than_its_length_stores_nothing(self):
+        # The aws-chunked body ended before the Content-Length the client
+        # sent. larder sent the whole decoded object upstream once the
+        # final chunk verified, then failed the request on the surplus
+        # bytes (or the client's hang-up): S3 had stored it, and larder,
+        # which heard of no success, kept serving the old object.
+        from test_payload_modes import chunked_signed, signed_headers
+        v1, v2 = b"version one", b"version two!"
+        for surplus in (True, False):
+            key = "chunked-surplus-%s" % surplus
+            self.origin.put(BUCKET, key, v1)
+            self.assertBody(self.get(key), v1, "the first read")
+            path = harness.key_path(BUCKET, key)
+            h = signed_headers(self.larder.url + path,
+                               {"Content-Encoding": "aws-chunked",
+                                "x-amz-decoded-content-length": str(len(v2))},
+                               "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+            body = chunked_signed(v2, h)
+            h["Content-Length"] = str(len(body) + 5)
+            self.origin.delay_next(1500, methods=("PUT",), key=key)
+            head = "PUT %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (path, self.larder.port)
+            head += "".join("%s: %s\r\n" % kv for kv in h.items()) + "\r\n"
+            answer = harness.raw_exchange(self.larder.port, head.encode() + body,
+                                          later=b"xxxxx" if surplus else None, pause=0.4,
+                                          timeout=5 if surplus else 0.4)
+            if surplus:
+                self.assertIn(b" 400 ", answer.split(b"\r\n")[0], answer)
+                self.assertIn(b"<Code>InvalidChunkSizeError</Code>", answer)
+            time.sleep(2)
+            self.assertEqual(self.origin.get(BUCKET, key).data, v1,
+                             "a body cut short by its own length went upstream whole")
+            self.assertBody(self.get(key), v1, "the read after the refused write")
 
     def test_object_written_while_it_is_learnt_is_never_mixed(self):
         # The first read's GET is answered with v1, which larder hears only

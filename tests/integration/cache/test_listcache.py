@@ -140,6 +140,36 @@ buckets = lc-on/allowed/
         self.assertEqual(self.lookup("lc-on", "keep"), (["keep/a"], []))
         self.assertEqual(len(self.upstream_lists(mark, "lc-on")), 0)
 
+    def test_multipart_parts_keep_cached_list_and_object(self):
+        # A multipart upload's start and parts change no object and no
+        # listing; each dropped the key's metadata and every listing over
+        # it (a checkpoint written through a mount in 8 MiB parts emptied
+        # the bucket's list cache once a part). Its completion drops them.
+        self.s3.put_object(Bucket="lc-on", Key="ckpt/model.bin", Body=b"old model")
+        self.assertEqual(self.lookup("lc-on", "ckpt"), (["ckpt/model.bin"], []))
+        self.assertEqual(self.s3.get_object(Bucket="lc-on", Key="ckpt/model.bin")["Body"].read(),
+                         b"old model")
+        mark = self.upstream.mark()
+        up = self.s3.create_multipart_upload(Bucket="lc-on", Key="ckpt/model.bin")["UploadId"]
+        parts = []
+        for n in (1, 2):
+            body = (b"%d" % n) * (5 * 1024 * 1024 if n == 1 else 10)
+            e = self.s3.upload_part(Bucket="lc-on", Key="ckpt/model.bin", UploadId=up,
+                                    PartNumber=n, Body=body)["ETag"]
+            parts.append({"PartNumber": n, "ETag": e})
+        self.assertEqual(self.lookup("lc-on", "ckpt"), (["ckpt/model.bin"], []))
+        g = self.s3.get_object(Bucket="lc-on", Key="ckpt/model.bin")
+        self.assertEqual(g["Body"].read(), b"old model")
+        self.assertEqual(g["ResponseMetadata"]["HTTPHeaders"]["x-larder-cache"], "hit")
+        self.assertEqual(len(self.upstream_lists(mark, "lc-on")), 0)
+        self.s3.complete_multipart_upload(Bucket="lc-on", Key="ckpt/model.bin", UploadId=up,
+                                          MultipartUpload={"Parts": parts})
+        g = self.s3.get_object(Bucket="lc-on", Key="ckpt/model.bin")
+        self.assertEqual(len(g["Body"].read()), 5 * 1024 * 1024 + 10)
+        self.assertEqual(len(self.upstream_lists(mark, "lc-on")), 0)
+        self.lookup("lc-on", "ckpt")
+        self.assertEqual(len(self.upstream_lists(mark, "lc-on")), 1)
+
     def test_without_setting_nothing_is_cached(self):
         self.s3.put_object(Bucket="lc-off", Key="dir/a", Body=b"a")
         mark = self.upstream.mark()

@@ -12,6 +12,7 @@
     origin.replace_after("bkt", "obj", new)  # new bytes (new ETag) from the next request on
     origin.throttle_above(4, service_ms=30)  # > 4 requests in flight to a prefix: 503 SlowDown
     origin.lose_answer_next(key="obj")       # next PUT: stored, then hang up with no answer
+    origin.error_after_next(key="obj")       # next PUT: stored, then answered 500 InternalError
     ...
     origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
     origin.ignore_if_match = True            # a broken upstream/proxy: If-Match not evaluated
@@ -326,6 +327,15 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         that took effect, its answer lost on the way."""
         return self._add(Fault("lose_answer", n, tuple(methods), bucket, key))
 
+    def error_after_next(self, n=1, status=500, code="InternalError",
+                         message="We encountered an internal error. Please try again.",
+                         methods=("PUT",), bucket=None, key=None):
+        """The next n matching requests are carried out (a PUT stores its
+        object), then answered with this S3 error: a write whose outcome
+        the answer does not tell."""
+        return self._add(Fault("error_after", n, tuple(methods), bucket, key, status=status,
+                               code=code, message=message))
+
     def replace_after(self, bucket, key, data, after_gets=0, **attrs):
         """Replaces the object's bytes (new ETag, Last-Modified one second later
         at least) once `after_gets` more GETs of it have been answered with a
@@ -465,6 +475,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.lose_answer = False
             self.rec["done"] = True
             return self._hang_up(False)
+        after = getattr(self, "error_after", None)
+        if after and 200 <= status < 300:
+            self.error_after = None
+            p = after.params
+            return self._error(p["status"], p["code"], p["message"])
         self._send(status, headers, body)
         if self.command != "HEAD" and body:
             self.wfile.write(body)
@@ -593,6 +608,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         faults = srv._take(self.command, bucket, key)
         self.rec["faults"] = sorted(faults)
         self.lose_answer = "lose_answer" in faults
+        self.error_after = faults.get("error_after")
         if "delay" in faults:
             time.sleep(faults["delay"].params["ms"] / 1000.0)
         if "error" in faults:
