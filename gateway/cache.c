@@ -708,19 +708,53 @@ static int forget_source(void *arg, const char *bucket, const char *key)
 	return 0;
 }
 
+static int tombstone_source(void *arg, const char *bucket, const char *key)
+{
+	struct gw *gw = arg;
+	store_invalidate(gw->store, bucket, key, false);
+	return 0;
+}
+
 /* RenameObject (directory buckets) removes its source, named by
  * x-amz-rename-source (in a presigned URL, a parameter of that name):
- * forget it as well, however S3 reads it (s3_source_objects). */
-static void invalidate_rename_source(struct req *r)
+ * each is passed to fn as well, however S3 reads it (s3_source_objects). */
+static void each_rename_source(struct req *r, int (*fn)(void *, const char *, const char *))
 {
+	if (req_s3(r)->target != S3T_OBJECT || strcmp(req_method(r), "PUT") != 0)
+		return;
 	struct buf q;
 	buf_init(&q, S3_MAX_QUERY_BYTES);
 	const char *src = req_header(r, "x-amz-rename-source");
 	if (!src && s3_query_get(req_query(r), "x-amz-rename-source", &q) == 1)
 		src = buf_cstr(&q);
 	if (src)
-		s3_source_objects(src, forget_source, req_gw(r));
+		s3_source_objects(src, fn, req_gw(r));
 	buf_fini(&q);
+}
+
+/* The object a write may change: its key, or with *bucket_wide the whole
+ * bucket (DeleteObjects, whose keys are in the body; DeleteBucket, which
+ * held nothing else but listings the other nodes must drop). False for a
+ * write that changes no object (other bucket-level ones). */
+static bool written_object(struct req *r, const char **key, bool *bucket_wide)
+{
+	*key = req_s3(r)->target == S3T_OBJECT ? req_key(r) : "";
+	*bucket_wide = req_s3(r)->target == S3T_BUCKET &&
+	               (strcmp(req_method(r), "POST") == 0 ||
+	                (strcmp(req_method(r), "DELETE") == 0 && !req_query(r)[0]));
+	return req_s3(r)->target == S3T_OBJECT || *bucket_wide;
+}
+
+void cache_write_begins(struct req *r)
+{
+	struct gw *gw = req_gw(r);
+	const char *key;
+	bool bucket_wide;
+	if (!gw->store || req_s3(r)->access != POL_WRITE || !changes_object(r) ||
+	    !req_bucket(r)[0] || !written_object(r, &key, &bucket_wide))
+		return;
+	store_invalidate(gw->store, req_bucket(r), key, bucket_wide);
+	each_rename_source(r, tombstone_source);
 }
 
 void cache_invalidate(struct req *r)
@@ -738,20 +772,12 @@ void cache_invalidate(struct req *r)
 	if (req_bucket(r)[0])
 		listcache_invalidate(gw->lists, req_bucket(r),
 		                     req_s3(r)->target == S3T_OBJECT ? req_key(r) : NULL);
-	if (!gw->meta)
+	const char *key;
+	bool bucket_wide;
+	if (!gw->meta || !written_object(r, &key, &bucket_wide))
 		return;
-	const char *key = req_s3(r)->target == S3T_OBJECT ? req_key(r) : "";
-	/* DeleteBucket too (DELETE with no subresource): the other nodes'
-	 * cached listings of it must go, and it held nothing else. */
-	bool bucket_wide = req_s3(r)->target == S3T_BUCKET &&
-	                   (strcmp(req_method(r), "POST") == 0 ||
-	                    (strcmp(req_method(r), "DELETE") == 0 && !req_query(r)[0]));
-	if (req_s3(r)->target != S3T_OBJECT && !bucket_wide)
-		return;
-	/* DeleteObjects names its keys in the body: the whole bucket goes. */
 	forget_object(gw, req_bucket(r), key, bucket_wide);
-	if (req_s3(r)->target == S3T_OBJECT && strcmp(req_method(r), "PUT") == 0)
-		invalidate_rename_source(r);
+	each_rename_source(r, forget_source);
 }
 
 struct purge_ctx {

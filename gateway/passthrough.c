@@ -563,6 +563,10 @@ int pass_start(struct req *r)
 	struct gw *gw = r->w->gw;
 	if (!req_upstream_take(r))
 		return -EBUSY;
+	if (!r->write_begun) {
+		r->write_begun = true;
+		cache_write_begins(r);
+	}
 	struct hdrs h;
 	hdrs_init(&h);
 	int rc = 0;

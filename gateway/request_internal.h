@@ -81,6 +81,7 @@ struct req {
 	char want_sha[65];
 	struct ack_decoder *ack;
 	bool client_body_done;
+	bool write_begun;   /* cache_write_begins ran (the first pass_start) */
 	bool body_verified; /* the last byte may go upstream */
 	/* Upstream starts only once the body is verified: an aws-chunked body
 	 * of no bytes leaves no last byte to hold back, and curl would send

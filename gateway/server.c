@@ -485,8 +485,9 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 	}
 	/* In a cluster, other nodes' writes while this one was down were
 	 * published to nobody: what the disk kept is revalidated before it is
-	 * served (as again when the subscription starts: CLUSTER_RESYNC). */
-	if (cfg->redis_url)
+	 * served (as again when the subscription starts: CLUSTER_RESYNC). So
+	 * it is when the disk lost some of its own invalidations. */
+	if (cfg->redis_url || store_doubtful(gw->store))
 		meta_expire_all(gw->meta);
 	if (gw->dir)
 		store_each_nvme(gw->store, track_recovered, gw);

@@ -78,7 +78,7 @@ static int mkdirs(const char *dir)
 }
 
 /* The chunk size CHUNK_SIZE_NAME records: 0 when there is none (a new
- * directory, or one from before the file), UINT64_MAX when it cannot be
+ * directory, or one whose record is lost), UINT64_MAX when it cannot be
  * read as one. */
 static uint64_t recorded_chunk_bytes(struct disk *d)
 {
@@ -152,6 +152,9 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 	 * another chunk size an index names other bytes of the object: entries
 	 * cut to another size are discarded, not served. */
 	uint64_t was = chunk_bytes ? recorded_chunk_bytes(d) : 0;
+	/* No record: a new directory, or one whose record was lost (or from
+	 * before it): its entries' size is unknown, so they go too. */
+	d->discard = chunk_bytes && !was;
 	if (was && was != chunk_bytes) {
 		d->discard = true;
 		if (was == UINT64_MAX)
@@ -173,6 +176,9 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 	double now = clock_mono_s();
 	for (size_t i = 0; i < nseqs && rc == 0; i++)
 		rc = dk_scan_segment(d, seqs[i], now, &var, &cap, err, errlen);
+	if (rc == 0 && chunk_bytes && !was && nseqs)
+		log_warn(TOPIC, "%s: no %s file: the size its entries were cut to is unknown, so "
+		         "every entry is discarded (fetched again)", dir, CHUNK_SIZE_NAME);
 	d->next_seq = nseqs ? seqs[nseqs - 1] + 1 : 1;
 	free(seqs);
 	d->discard = false;
@@ -203,6 +209,11 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 fail:
 	disk_close(d);
 	return NULL;
+}
+
+bool disk_doubtful(const struct disk *d)
+{
+	return d->doubtful;
 }
 
 void disk_close(struct disk *d)

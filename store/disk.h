@@ -50,6 +50,10 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
                        uint64_t chunk_bytes, enum policy_kind policy, double stale_after_s,
                        store_recover_cb cb, void *cb_arg, char *err, size_t errlen);
 void disk_close(struct disk *d);
+/* Whether the open found tombstones lost (a bad record in the file, or no
+ * file beside entries): an object recovered may be stale, and must be
+ * revalidated before it is served. */
+bool disk_doubtful(const struct disk *d);
 
 /* Writes a chunk (admission per policy: returns 0 without writing when the
  * policy declines it, or when it cannot fit even after eviction). A write

@@ -90,6 +90,8 @@ struct disk {
 	uint64_t treserved;         /* the file's space allocated up to here (TOMB_RESERVE) */
 	uint64_t tombstones;        /* written since open */
 	bool discard;               /* at open: the entries were cut to another chunk size */
+	bool scan_failed;           /* at open: a segment could not be read whole */
+	bool doubtful;              /* at open: tombstones may have been lost (disk_doubtful) */
 };
 
 struct hdr {
@@ -237,12 +239,16 @@ void dk_name_id(const char *bucket, const char *key, struct chunk_id *out);
 void dk_tombs_free(struct tomb *t, size_t n);
 
 /* Reads TOMB_NAME into *out (sorted: exact ones by name, then prefixes).
- * *torn: the file held bytes past its last good record. */
-int dk_tombs_load(struct disk *d, struct tomb **out, size_t *nout, bool *torn);
+ * *good: the bytes of its good records, from the start; *state: 0 when
+ * that is all of it, 1 when bytes past them were bad or torn, -1 when
+ * there is no file. */
+int dk_tombs_load(struct disk *d, struct tomb **out, size_t *nout, uint64_t *good, int *state);
 
 /* Rewrites TOMB_NAME with t[0, n) (via a temporary file and rename, so a
- * crash leaves the old or the new file whole), then opens it for appends. */
-int dk_tombs_rewrite(struct disk *d, const struct tomb *t, size_t n, bool rewrite);
+ * crash leaves the old or the new file whole), then opens it for appends.
+ * Without rewrite, the file is cut to its first good bytes and kept. */
+int dk_tombs_rewrite(struct disk *d, const struct tomb *t, size_t n, bool rewrite,
+                     uint64_t good);
 
 int dk_cmp_id(const struct chunk_id *a, const struct chunk_id *b);
 

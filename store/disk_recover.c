@@ -153,7 +153,9 @@ int dk_scan_segment(struct disk *d, uint64_t seq, double now, unsigned char **va
 		off += dk_entry_size(dk_var_len_of(&h), h.data_len);
 	}
 	if (rc < 0) {
-		/* The device failed, not the format: keep the rest, unscanned. */
+		/* The device failed, not the format: keep the rest, unscanned
+		 * (and the tombstones its entries may need: dk_recover). */
+		d->scan_failed = true;
 		log_warn(TOPIC, "%s/%s: pread() at offset %" PRIu64 " failed: %s; the rest of the "
 		         "segment is ignored", d->dir, name, off, strerror(-rc));
 	} else if (off < fsize || off < (uint64_t)st.st_size) {
@@ -281,13 +283,21 @@ int dk_recover(struct disk *d, store_recover_cb cb, void *arg, unsigned char **v
 {
 	struct tomb *t;
 	size_t nt;
-	bool torn;
-	int rc = dk_tombs_load(d, &t, &nt, &torn);
+	uint64_t good;
+	int state;
+	int rc = dk_tombs_load(d, &t, &nt, &good, &state);
 	if (rc < 0) {
 		snprintf(err, errlen, "cache directory %s: reading %s failed: %s", d->dir, TOMB_NAME,
 		         strerror(-rc));
 		return rc;
 	}
+	/* Tombstones lost (a bad record, and every one after it; or the file
+	 * gone beside entries): any object recovered may have been written
+	 * since, so the caller revalidates them all (disk_doubtful). */
+	d->doubtful = state > 0 || (state < 0 && d->count > 0);
+	if (state < 0 && d->count > 0)
+		log_warn(TOPIC, "%s: no %s beside %" PRIu64 " entries: every object recovered is "
+		         "revalidated", d->dir, TOMB_NAME, (uint64_t)d->count);
 	size_t loaded = nt;
 	if (nt > 0) {
 		qsort(t, nt, sizeof *t, dk_cmp_tomb);
@@ -298,14 +308,27 @@ int dk_recover(struct disk *d, store_recover_cb cb, void *arg, unsigned char **v
 		dk_tombs_free(t, nt);
 		return rc;
 	}
+	/* A segment not read whole may hold entries older than min_gen that
+	 * its tombstones cover: then none is dropped. */
 	size_t keep = 0;
 	for (size_t i = 0; i < nt; i++) {
-		if (t[i].gen > d->min_gen)
+		if (t[i].gen > d->min_gen || d->scan_failed)
 			t[keep++] = t[i];
 		else
 			free(t[i].bucket);
 	}
-	rc = dk_tombs_rewrite(d, t, keep, torn || keep < loaded);
+	bool rewrite = state > 0 || keep < loaded;
+	rc = dk_tombs_rewrite(d, t, keep, rewrite, good);
+	if (rc < 0 && rewrite) {
+		/* The rewrite only saves space; a full file system keeps the file
+		 * as it is (cut after its good records) and works on. */
+		log_warn(TOPIC, "%s/%s: rewriting it failed (%s); kept as it is", d->dir, TOMB_NAME,
+		         strerror(-rc));
+		if (d->tfd >= 0)
+			close(d->tfd);
+		d->tfd = -1;
+		rc = dk_tombs_rewrite(d, t, keep, false, good);
+	}
 	if (rc < 0)
 		snprintf(err, errlen, "cache directory %s: writing %s failed: %s", d->dir, TOMB_NAME,
 		         strerror(-rc));

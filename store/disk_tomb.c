@@ -94,12 +94,15 @@ void dk_tombs_free(struct tomb *t, size_t n)
 	free(t);
 }
 
-int dk_tombs_load(struct disk *d, struct tomb **out, size_t *nout, bool *torn)
+int dk_tombs_load(struct disk *d, struct tomb **out, size_t *nout, uint64_t *good, int *state)
 {
 	*out = NULL;
 	*nout = 0;
-	*torn = false;
+	*good = 0;
+	*state = 0;
 	int fd = openat(d->dirfd, TOMB_NAME, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		*state = -1;
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
 	struct stat st;
@@ -139,10 +142,12 @@ int dk_tombs_load(struct disk *d, struct tomb **out, size_t *nout, bool *torn)
 		return rc;
 	}
 	if (off < len) {
-		*torn = true;
-		log_warn(TOPIC, "%s/%s: bad or torn record at offset %zu of %zu; dropped", d->dir,
-		         TOMB_NAME, off, len);
+		*state = 1;
+		log_warn(TOPIC, "%s/%s: bad or torn record at offset %zu of %zu; dropped: the "
+		         "records after it are lost, so every object recovered is revalidated",
+		         d->dir, TOMB_NAME, off, len);
 	}
+	*good = off;
 	*out = t;
 	*nout = n;
 	return 0;
@@ -156,7 +161,8 @@ static void tomb_reserve(struct disk *d)
 		d->treserved = d->tsize + TOMB_RESERVE;
 }
 
-int dk_tombs_rewrite(struct disk *d, const struct tomb *t, size_t n, bool rewrite)
+int dk_tombs_rewrite(struct disk *d, const struct tomb *t, size_t n, bool rewrite,
+                     uint64_t good)
 {
 	int rc = 0;
 	if (rewrite) {
@@ -191,6 +197,13 @@ int dk_tombs_rewrite(struct disk *d, const struct tomb *t, size_t n, bool rewrit
 	struct stat st;
 	if (d->tfd < 0 || fstat(d->tfd, &st) < 0)
 		return -errno;
+	/* Appends must follow the good records: after a bad one they would be
+	 * lost at the next load. */
+	if (!rewrite && (uint64_t)st.st_size > good) {
+		if (ftruncate(d->tfd, (off_t)good) < 0)
+			return -errno;
+		st.st_size = (off_t)good;
+	}
 	d->tsize = (uint64_t)st.st_size;
 	tomb_reserve(d);
 	/* The file's name (new, or renamed) must survive a crash too. */

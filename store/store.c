@@ -718,6 +718,11 @@ void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
 	finish(s, c, ok, reason, o, true);
 }
 
+bool store_doubtful(const struct store *s)
+{
+	return s->disk && disk_doubtful(s->disk);
+}
+
 bool store_holds(struct store *s, const struct chunk_id *id)
 {
 	return tier_holds(&s->ram, id, NULL) || (disk_usable(s) && tier_holds(&s->nvme, id, NULL));

@@ -127,6 +127,9 @@ void store_complete(struct store *s, struct chunk *c, bool ok, int reason,
  * store_acquire would answer HIT or read it from NVMe. A snapshot: it may
  * be evicted the next moment. Does not count as an access. */
 bool store_holds(struct store *s, const struct chunk_id *id);
+/* Whether the NVMe tier's recovery found invalidations lost (disk_doubtful):
+ * the metadata it rebuilt must then be revalidated before it is served. */
+bool store_doubtful(const struct store *s);
 
 /* Calls fn for every chunk the NVMe tier holds (none without one): at
  * start, right after store_open, what it recovered. fn runs under the

@@ -1146,6 +1146,75 @@ class NvmeTier(harness.S3Asserts, unittest.TestCase):
                          % r)
         finish_larder(self, b)
 
+    def test_write_in_flight_at_a_crash_is_not_undone_by_a_restart(self):
+        # S3 applied a write and had not answered yet when larder died: its
+        # tombstone was written only on the answer, so the restart served
+        # the old object from NVMe (for ever with immutable).
+        for method in ("PUT", "DELETE"):
+            key = "in-flight-" + method
+            v1, v2 = blob(26, 200000), blob(27, 150000)
+            self.origin.put(BUCKET, key, v1)
+            a = self.start(LARDER_METADATA_TTL="immutable")
+            self.warm(a, key, v1)
+            self.origin.answer_after_next(3000, methods=(method,), key=key)
+            path = harness.key_path(BUCKET, key)
+            body = v2 if method == "PUT" else b""
+            h = harness.sign_headers(method, a.url + path, harness.CLIENT_KEY,
+                                     harness.CLIENT_SECRET, body=body)
+            writer = threading.Thread(target=lambda: harness.http_request(
+                a.url, method, path, h, body, timeout=10), daemon=True)
+            writer.start()
+            def applied():
+                now = self.origin.get(BUCKET, key)
+                return (now.data if now else None) == (v2 if method == "PUT" else None)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not applied():
+                time.sleep(0.01)
+            self.assertTrue(applied(), "the origin did not apply the write")
+            a.proc.kill()
+            a.proc.wait()
+            writer.join(15)
+            b = self.start(LARDER_METADATA_TTL="immutable")
+            r = self.get(b, key)
+            if method == "PUT":
+                self.assertEqual((r.status, r.complete), (200, True), r)
+                self.assertTrue(r.body == v2, "the restart served the old object")
+            else:
+                self.assertEqual(r.status, 404, "the restart served a deleted object: %r" % r)
+            finish_larder(self, b)
+
+    def test_lost_tombstones_revalidate_what_is_recovered(self):
+        # One damaged record in tombstones.log dropped it and every record
+        # after it, and a deleted file dropped them all: the objects written
+        # through larder came back from NVMe as hits of their old version.
+        # Now everything recovered is revalidated before it is served.
+        for damage in ("flip", "delete"):
+            keys = ["lost-%s-%d" % (damage, i) for i in range(2)]
+            v1, v2 = blob(28, 5000), blob(29, 6000)
+            for k in keys:
+                self.origin.put(BUCKET, k, v1)
+            a = self.start(LARDER_METADATA_TTL="immutable")
+            for k in keys:
+                self.warm(a, k, v1)
+            for k in keys:
+                a.client().put_object(Bucket=BUCKET, Key=k, Body=v2)
+            finish_larder(self, a)
+            tombs = os.path.join(self.cache_dir, "tombstones.log")
+            if damage == "flip":
+                with open(tombs, "r+b") as f:
+                    f.seek(10)
+                    c = f.read(1)
+                    f.seek(10)
+                    f.write(bytes([c[0] ^ 1]))
+            else:
+                os.unlink(tombs)
+            b = self.start(LARDER_METADATA_TTL="immutable")
+            for k in keys:
+                r = self.get(b, k)
+                self.assertEqual((r.status, r.complete), (200, True), r)
+                self.assertTrue(r.body == v2, "%s, %s: the old version came back" % (damage, k))
+            finish_larder(self, b)
+
     def test_version_change_seen_by_a_412_outlives_a_restart(self):
         # An object replaced at S3 (not through larder) within its TTL: a
         # chunk fetch's 412 tells larder, which then serves the new

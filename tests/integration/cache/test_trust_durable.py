@@ -194,7 +194,8 @@ class DurableInvalidations(DurableCase):
 
 
     def test_multipart_parts_write_no_tombstones(self):
-        # Only the completion changes the object: one tombstone, not one per part
+        # Only the completion changes the object: its two tombstones (one
+        # before it goes upstream, one when S3 answered), none per part
         # (each is an fdatasync on the worker).
         tombs = os.path.join(self.cache_dir, "tombstones.log")
         size0 = os.path.getsize(tombs)
@@ -208,7 +209,7 @@ class DurableInvalidations(DurableCase):
             parts.append({"PartNumber": n, "ETag": e["ETag"]})
         s3.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=up,
                                      MultipartUpload={"Parts": parts})
-        self.assertEqual(os.path.getsize(tombs) - size0, 24 + len(BUCKET) + len(key))
+        self.assertEqual(os.path.getsize(tombs) - size0, 2 * (24 + len(BUCKET) + len(key)))
 
 
 class ManyCorruptChunks(DurableCase):
@@ -304,6 +305,18 @@ class FullCacheFileSystem(DurableCase):
         old, new = blob(41, 3000), blob(42, 3000)
         self.direct.put_object(Bucket=BUCKET, Key="full/a", Body=old)
         self.cached("full/a", old)
+        filler = self.fill()
+        try:
+            self.write("full/a", new)  # S3 took it: acknowledged
+        finally:
+            os.unlink(filler)
+        self.restart()
+        self.assertServes("full/a", new, "after a restart")
+        self.assertNotIn("writing a tombstone", self.larder.log())
+
+
+    def fill(self):
+        """Fills the tmpfs; returns the filler's path (remove it to undo)."""
         filler = os.path.join(self.mnt, "filler")
         try:
             with open(filler, "wb") as f:
@@ -313,13 +326,27 @@ class FullCacheFileSystem(DurableCase):
             self.fail("the tmpfs never filled")
         except OSError:
             pass
+        return filler
+
+    def test_start_on_a_full_file_system(self):
+        # A start rewrites tombstones.log without the records no entry needs
+        # any more: on a full file system that failed, and larder exited 2
+        # (a pod would crash-loop until someone freed space). The rewrite
+        # only saves space: the file is kept as it is.
+        self.write("full/unneeded", b"x")  # a tombstone older than any entry
+        old, new = blob(43, 3000), blob(44, 3000)
+        self.direct.put_object(Bucket=BUCKET, Key="full/b", Body=old)
+        self.cached("full/b", old)
+        self.write("full/b", new)
+        self.assertEqual(self.larder.stop(), 0, self.larder.log()[-3000:])
+        filler = self.fill()
         try:
-            self.write("full/a", new)  # S3 took it: acknowledged
+            self.larder.start()
+            self.assertTrue(harness.wait_port(self.ADMIN_PORT, 10), self.larder.log()[-3000:])
+            self.assertServes("full/b", new, "after a restart on a full file system")
+            self.assertIn("kept as it is", self.larder.log())
         finally:
             os.unlink(filler)
-        self.restart()
-        self.assertServes("full/a", new, "after a restart")
-        self.assertNotIn("writing a tombstone", self.larder.log())
 
 
 class DurableClusterInvalidation(test_cluster.ClusterBase):

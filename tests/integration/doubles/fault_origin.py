@@ -13,6 +13,7 @@
     origin.throttle_above(4, service_ms=30)  # > 4 requests in flight to a prefix: 503 SlowDown
     origin.lose_answer_next(key="obj")       # next PUT: stored, then hang up with no answer
     origin.error_after_next(key="obj")       # next PUT: stored, then answered 500 InternalError
+    origin.answer_after_next(2000, key="obj") # next PUT: stored at once, answered 2 s later
     ...
     origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
     origin.ignore_if_match = True            # a broken upstream/proxy: If-Match not evaluated
@@ -336,6 +337,12 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         return self._add(Fault("error_after", n, tuple(methods), bucket, key, status=status,
                                code=code, message=message))
 
+    def answer_after_next(self, ms, n=1, methods=("PUT", "DELETE"), bucket=None, key=None):
+        """The next n matching requests are carried out at once (a PUT
+        stores its object) and answered ms later: a slow answer to a write
+        that has taken effect."""
+        return self._add(Fault("answer_after", n, tuple(methods), bucket, key, ms=ms))
+
     def replace_after(self, bucket, key, data, after_gets=0, **attrs):
         """Replaces the object's bytes (new ETag, Last-Modified one second later
         at least) once `after_gets` more GETs of it have been answered with a
@@ -475,6 +482,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.lose_answer = False
             self.rec["done"] = True
             return self._hang_up(False)
+        later = getattr(self, "answer_after", None)
+        if later:
+            self.answer_after = None
+            time.sleep(later.params["ms"] / 1000.0)
         after = getattr(self, "error_after", None)
         if after and 200 <= status < 300:
             self.error_after = None
@@ -609,6 +620,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.rec["faults"] = sorted(faults)
         self.lose_answer = "lose_answer" in faults
         self.error_after = faults.get("error_after")
+        self.answer_after = faults.get("answer_after")
         if "delay" in faults:
             time.sleep(faults["delay"].params["ms"] / 1000.0)
         if "error" in faults:
