@@ -268,9 +268,12 @@ void req_wake(struct req *r)
 	}
 }
 
+/* Past the grace period nothing suspends: libmicrohttpd aborts the process
+ * when it is stopped with a connection suspended (drain_cb, worker_fini);
+ * a request woken then finds its fetch gone and its connection closes. */
 void req_suspend(struct req *r)
 {
-	if (!r->suspended && r->conn) {
+	if (!r->suspended && r->conn && !r->w->closing) {
 		r->suspended = true;
 		MHD_suspend_connection(r->conn);
 	}

@@ -119,6 +119,7 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (running > 0)
 		log_warn("server", "worker %u: %u requests still running after the grace period; "
 		         "closing them", w->index, running);
+	w->closing = true;
 	if (w->n_live > 0) {
 		request_abort_all(w);
 		mhd_run(w);

@@ -87,6 +87,7 @@ struct worker {
 	ev_timer header_timer;     /* closes those whose headers take too long (request.c) */
 	unsigned n_live;
 	bool mhd_kick;             /* a connection was resumed: run MHD before sleeping */
+	bool closing;              /* past the grace period: nothing may wait (req_suspend) */
 	struct list fetches;       /* cache fills running on this worker (struct fetch) */
 	struct placement *placement; /* directory lookups (cluster only), or NULL */
 	/* Readers woken by another thread (a chunk grew, metadata arrived):

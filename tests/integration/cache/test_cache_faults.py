@@ -1183,6 +1183,33 @@ class NvmeTier(harness.S3Asserts, unittest.TestCase):
                 self.assertEqual(r.status, 404, "the restart served a deleted object: %r" % r)
             finish_larder(self, b)
 
+    def test_sigterm_while_a_read_waits_on_s3_exits_0(self):
+        # Past LARDER_SHUTDOWN_GRACE a cold read still waiting for S3's
+        # first byte kept its connection suspended, and libmicrohttpd
+        # aborted the process (SIGABRT) when it was stopped: no clean exit,
+        # and nothing after it ran (a recording profile went unsaved).
+        data = blob(34, 200000)
+        self.origin.put(BUCKET, "slow-at-stop", data)
+        a = self.start(LARDER_SHUTDOWN_GRACE="1")
+        m = self.origin.mark()
+        self.origin.delay_next(15000, key="slow-at-stop")
+        res = {}
+        reader = threading.Thread(target=lambda: res.setdefault(
+            "r", self.get(a, "slow-at-stop")), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 10
+        while not self.origin.gets(BUCKET, "slow-at-stop", since=m) and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        code = a.stop(timeout=12)
+        took = time.monotonic() - t0
+        reader.join(10)
+        self.assertEqual(code, 0, "exit on SIGTERM; log tail:\n" + a.log()[-3000:])
+        self.assertLess(took, 8, "the grace period is 1 s")
+        self.assertNotEqual(res.get("r") and res["r"].status, 200, res)
+        self.assertEqual(a.sanitizer_text(), "")
+
     def test_lost_tombstones_revalidate_what_is_recovered(self):
         # One damaged record in tombstones.log dropped it and every record
         # after it, and a deleted file dropped them all: the objects written
