@@ -331,13 +331,20 @@ enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char
 	return role;
 }
 
-/* Detaches the waiters under sh->lock and wakes them; called with sh->lock
+/* Detaches e's waiters under sh->lock and wakes them; called with sh->lock
  * held, returns with it released. */
+static void wake_list_and_unlock(struct shard *sh, struct list_node *list);
+
 static void wake_all_and_unlock(struct shard *sh, struct mentry *e)
 {
 	struct list_node *list = e ? e->waiters.first : NULL;
 	if (e)
 		e->waiters = (struct list){ 0 };
+	wake_list_and_unlock(sh, list);
+}
+
+static void wake_list_and_unlock(struct shard *sh, struct list_node *list)
+{
 	for (struct list_node *n = list; n; n = n->next)
 		list_item(n, struct chunk_waiter, link)->queued = false;
 	pthread_mutex_lock(&sh->wake_lock);
@@ -374,10 +381,16 @@ static void publish(struct meta_cache *mc, const char *bucket, const char *key,
 			e->failed_at = failure->failed_at;
 			e->failed_status = failure->failed_status;
 		}
-		if (!e->m && list_empty(&e->waiters)) {
+		/* Nothing learnt and no failure to share with waiters: nothing
+		 * to keep (a 404 not remembered, whose own reader had come back
+		 * to wait, left one entry per missing key before). Its waiters,
+		 * woken, look it up again. */
+		if (!e->m && (!e->failed || list_empty(&e->waiters))) {
+			struct list_node *waiters = e->waiters.first;
 			unlink_entry(sh, e);
 			entry_free(e);
-			e = NULL;
+			wake_list_and_unlock(sh, waiters);
+			return;
 		}
 	}
 	wake_all_and_unlock(sh, e);

@@ -39,6 +39,16 @@ static void test_load_wait_publish(void **state)
 	/* A failed first load leaves nothing: the next reader loads. */
 	assert_int_equal(meta_lookup(mc, "b", "k2", 10, 60, 0, &w1, &out), META_LOAD);
 	meta_publish(mc, "b", "k2", NULL);
+	/* Nor when readers waited on it (the loader's own reader among them:
+	 * a 404 not remembered left an entry per missing key). */
+	assert_int_equal(meta_lookup(mc, "b", "k2", 10, 60, 0, &w1, &out), META_LOAD);
+	assert_int_equal(meta_lookup(mc, "b", "k2", 10, 60, 0, &w1, &out), META_WAIT);
+	woken = 0;
+	meta_publish(mc, "b", "k2", NULL);
+	assert_int_equal(woken, 1);
+	assert_int_equal(meta_cache_count(mc), 1); /* "k" alone */
+	assert_int_equal(meta_lookup(mc, "b", "k2", 10, 60, 0, &w1, &out), META_LOAD);
+	meta_publish(mc, "b", "k2", NULL);
 	meta_unref(m);
 	meta_cache_destroy(mc);
 }
