@@ -479,6 +479,16 @@ struct conn_slot {
 	MHD_socket fd;
 };
 
+enum MHD_Result request_accept_cb(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+	struct worker *w = cls;
+	assert(w->magic == WORKER_MAGIC);
+	(void)addr;
+	(void)len;
+	return atomic_load(&w->gw->open_connections) < w->gw->cfg->max_connections + CONN_SLACK
+	       ? MHD_YES : MHD_NO;
+}
+
 void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
                            enum MHD_ConnectionNotificationCode toe)
 {

@@ -27,6 +27,16 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
                           enum MHD_RequestTerminationCode toe);
 
+/* Connections answered 503 SlowDown past LARDER_MAX_CONNECTIONS; past these
+ * too (over all workers) a connection is closed as it is accepted, so that
+ * the open-file limit (2 x max + 1,024, server.c) is never reached by
+ * idle clients, whatever the number of workers. */
+#define CONN_SLACK 256
+
+/* MHD_OPTION_ACCEPT_POLICY_CALLBACK (cls: the worker): MHD_NO past
+ * LARDER_MAX_CONNECTIONS + CONN_SLACK open client connections. */
+enum MHD_Result request_accept_cb(void *cls, const struct sockaddr *addr, socklen_t len);
+
 /* MHD_OPTION_NOTIFY_CONNECTION (cls: the worker): counts open connections,
  * and at a connection's close ends a request that libmicrohttpd created
  * (request_uri_cb) but never handed on, nor said it completed: one whose

@@ -202,7 +202,7 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	/* The pool holds the request line and headers, so its size is the
 	 * header limit (MHD answers 431 past it), plus room for buffers. */
 	size_t pool = cfg->max_header_bytes + REQ_POOL_EXTRA;
-	w->mhd = MHD_start_daemon(flags, 0, NULL, NULL, request_access_cb, w,
+	w->mhd = MHD_start_daemon(flags, 0, request_accept_cb, w, request_access_cb, w,
 	                          MHD_OPTION_EXTERNAL_LOGGER, log_mhd, (void *)"http",
 	                          MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 	                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
@@ -215,7 +215,7 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	                          MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
 	                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->client_timeout_s,
 	                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
-	                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections + 256),
+	                          MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections + CONN_SLACK,
 	                          gw->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
 	                          gw->tls_cert,
 	                          MHD_OPTION_HTTPS_MEM_KEY, gw->tls_key,

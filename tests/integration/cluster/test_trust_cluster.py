@@ -676,5 +676,47 @@ class OpenFileHardLimit(OpenFileLimit):
         self.assertIn("LARDER_MAX_CONNECTIONS lowered from 4096", self.larder.log())
 
 
+class OpenFileLimitManyWorkers(OpenFileLimit):
+    """Each worker's libmicrohttpd took max + 256 connections, so 8 workers
+    took 8 x 356 while the open-file limit was sized for 2 x 100 + 1,024:
+    1,400 idle connections used every descriptor, new clients hung in the
+    backlog and /healthz timed out. Past max + 256 over all workers a
+    connection is now closed as it is accepted."""
+    LARDER_ENV = {"LARDER_MAX_CONNECTIONS": "100", "LARDER_WORKERS": "8",
+                  "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % harness.free_port()}
+    NOFILE = 64
+    IDLE = 110
+
+    def test_idle_connections_leave_descriptors(self):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and hard < 3000:
+            self.skipTest("this test process needs 3,000 descriptors")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 3000), hard))
+        self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        idle = []
+        self.addCleanup(lambda: [s.close() for s in idle])
+        for _ in range(1400):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", self.larder.port), timeout=2))
+            except OSError:
+                pass
+        time.sleep(1)
+        with open("/proc/%d/limits" % self.larder.proc.pid) as f:
+            limit = int([l for l in f if l.startswith("Max open files")][0].split()[3])
+        used = len(os.listdir("/proc/%d/fd" % self.larder.proc.pid))
+        self.assertLess(used, limit - 500, "descriptors used by idle clients")
+        admin = self.LARDER_ENV["LARDER_ADMIN_LISTEN"]
+        with urllib.request.urlopen("http://%s/healthz" % admin, timeout=5) as r:
+            self.assertEqual(r.status, 200)
+        for s in idle:
+            s.close()
+        idle.clear()
+        time.sleep(0.5)
+        self.direct.create_bucket(Bucket="fds8")
+        self.direct.put_object(Bucket="fds8", Key="k", Body=b"hello")
+        r = harness.signed_request(self.larder.url, "GET", "/fds8/k", timeout=10)
+        self.assertEqual((r.status, r.body), (200, b"hello"))
+
+
 if __name__ == "__main__":
     unittest.main()
