@@ -174,6 +174,32 @@ static int cluster_check(struct load *L)
 	return 0;
 }
 
+/* A tier of a few bytes is a size written without its unit ("16" for
+ * 16GiB): bytes, so nothing would stay cached. 0 turns a tier off. */
+#define TIER_MIN (64 * 1024)
+
+/* What the start would find wrong later, said now (and by --check). */
+static int check_sizes_and_files(struct load *L)
+{
+	const struct cfg *c = L->c;
+	static const char *const tier_names[] = { "LARDER_RAM_CACHE_SIZE",
+		"LARDER_DISK_CACHE_SIZE" };
+	const size_t tiers[] = { c->ram_cache_bytes, c->disk_cache_bytes };
+	for (int i = 0; i < 2; i++)
+		if (tiers[i] && tiers[i] < TIER_MIN)
+			return load_fail(L, "%s: %zu bytes holds nothing worth caching (a size without a "
+			                 "unit is in bytes: write 16GiB, say; 0 turns the tier off)",
+			                 tier_names[i], tiers[i]);
+	if (c->upstream_ca_file && access(c->upstream_ca_file, R_OK) != 0)
+		return load_fail(L, "LARDER_UPSTREAM_CA_FILE: cannot read \"%s\": %s",
+		                 c->upstream_ca_file, strerror(errno));
+	if (c->admin_host && c->admin_port == c->listen_port &&
+	    strcmp(c->admin_host, c->listen_host) == 0)
+		return load_fail(L, "LARDER_ADMIN_LISTEN: %s:%u is LARDER_LISTEN too; the admin port "
+		                 "needs an address of its own", c->admin_host, c->admin_port);
+	return 0;
+}
+
 static struct cfg *load(const char *text, const char *src, const char *const *envp,
                         char *err, size_t errlen)
 {
@@ -242,6 +268,8 @@ static struct cfg *load(const char *text, const char *src, const char *const *en
 		     L.c->tls_cert ? "LARDER_TLS_KEY" : "LARDER_TLS_CERT");
 		goto fail;
 	}
+	if (check_sizes_and_files(&L) != 0)
+		goto fail;
 	return L.c;
 fail:
 	cfg_free(L.c);

@@ -268,6 +268,16 @@ int load_on_value(void *user, const char *section, const char *name, const char 
 		return 0;
 	}
 	snprintf(where, sizeof where, "%s: %s %s", at, L->label, name);
+	/* Only " ;" starts a comment after a value. A " #" would be read as
+	 * part of it: in a buckets list, its words became grants ("# was:
+	 * scratch, checkpoints" granted the bucket checkpoints). */
+	for (const char *h = strchr(value, '#'); h; h = strchr(h + 1, '#')) {
+		if (h > value && is_blank(h[-1])) {
+			load_fail(L, "%s: \"%s\" holds \" #\": a comment after a value starts with "
+			          "\" ;\" in this file, and '#' only at the start of a line", where, value);
+			return 0;
+		}
+	}
 
 	bool cont = L->indented && strcasecmp(name, L->last_name) == 0;
 	snprintf(L->last_name, sizeof L->last_name, "%s", name);

@@ -103,7 +103,7 @@ static const char full_text[] =
 	"region = eu-central-1\n"
 	"addressing = path\n"
 	"tls_verify = no\n"
-	"ca_file = ca.pem\n"
+	"ca_file = /dev/null\n"
 	"timeout = 10\n"
 	"creds_refresh_margin = 60\n"
 	"\n"
@@ -144,7 +144,7 @@ static void test_file(void **state)
 	assert_string_equal(c->upstream_region, "eu-central-1");
 	assert_int_equal(c->addressing, CFG_ADDR_PATH);
 	assert_false(c->upstream_tls_verify);
-	assert_string_equal(c->upstream_ca_file, "ca.pem");
+	assert_string_equal(c->upstream_ca_file, "/dev/null");
 	assert_int_equal(c->upstream_timeout_s, 10);
 	assert_int_equal(c->creds_refresh_margin_s, 60);
 
@@ -220,7 +220,7 @@ static void test_env_overrides_file(void **state)
 		"LARDER_UPSTREAM_REGION=ap-south-1",
 		"LARDER_UPSTREAM_ADDRESSING=virtual",
 		"LARDER_UPSTREAM_TLS_VERIFY=true",
-		"LARDER_UPSTREAM_CA_FILE=other.pem",
+		"LARDER_UPSTREAM_CA_FILE=/dev/zero",
 		"LARDER_UPSTREAM_TIMEOUT=11",
 		"LARDER_CREDS_REFRESH_MARGIN=120",
 		"LARDER_CLIENT_KEY=AKENV",
@@ -246,7 +246,7 @@ static void test_env_overrides_file(void **state)
 	assert_string_equal(c->upstream_region, "ap-south-1");
 	assert_int_equal(c->addressing, CFG_ADDR_VIRTUAL);
 	assert_true(c->upstream_tls_verify);
-	assert_string_equal(c->upstream_ca_file, "other.pem");
+	assert_string_equal(c->upstream_ca_file, "/dev/zero");
 	assert_int_equal(c->upstream_timeout_s, 11);
 	assert_int_equal(c->creds_refresh_margin_s, 120);
 
@@ -358,6 +358,18 @@ struct bad {
 static const struct bad bad_cases[] = {
 	/* sections and setting names */
 	{ "[sever]\n", { 0 }, { "line 1:", "unknown section [sever]" } },
+	/* what the start would have found wrong */
+	{ NULL, { "LARDER_RAM_CACHE_SIZE=16", NULL }, { "LARDER_RAM_CACHE_SIZE: 16 bytes",
+	  "write 16GiB" } },
+	{ "[cache]\ndisk_size = 100\n", { 0 }, { "LARDER_DISK_CACHE_SIZE: 100 bytes" } },
+	{ NULL, { "LARDER_UPSTREAM_CA_FILE=/nonexistent/ca.pem", NULL },
+	  { "LARDER_UPSTREAM_CA_FILE: cannot read \"/nonexistent/ca.pem\"" } },
+	{ NULL, { "LARDER_LISTEN=127.0.0.1:9090", NULL }, { "LARDER_ADMIN_LISTEN: 127.0.0.1:9090 is "
+	  "LARDER_LISTEN too" } },
+	/* " #" is no comment after a value: its words were grants */
+	{ "[key AK1]\nsecret = s\naccess = read-write\nbuckets = scratch/tmp/   # was: scratch, "
+	  "checkpoints\n", { 0 }, { "line 4:", "a comment after a value starts with \" ;\"" } },
+	{ "[upstream]\nregion = us-east-1\t# here\n", { 0 }, { "line 2:", "holds \" #\"" } },
 	{ "[clustr]\n", { 0 }, { "unknown section [clustr]", "[admin], [cluster], [key" } },
 	{ "[server]\nlisten_addr = 1.2.3.4:5\n", { 0 }, { "line 2:", "unknown setting \"listen_addr\"" } },
 	{ "[upstream]\nurll = http://x\n", { 0 }, { "[upstream]", "\"urll\"" } },
