@@ -63,7 +63,11 @@ if ! command -v aws >/dev/null 2>&1; then
   echo "deps: the AWS CLI (aws) is not on PATH." >&2
 fi
 if ((py_ok == 0)); then
-  echo "deps: install them with: python3 -m pip install 'boto3' 'moto[server]>=5' requests awscli" >&2
+  echo "deps: install them into a virtual environment first on PATH (Debian 12's own python3 refuses" >&2
+  echo "deps: pip installs, PEP 668):" >&2
+  echo "deps:   apt-get install -y python3-venv && python3 -m venv ~/.larder-venv &&" >&2
+  echo "deps:   ~/.larder-venv/bin/pip install 'boto3' 'moto[server]>=5' requests awscli &&" >&2
+  echo "deps:   export PATH=~/.larder-venv/bin:\$PATH" >&2
   echo "deps: building works without them; scripts/test.sh and the demo upstream of scripts/run.sh need them." >&2
   exit 2
 fi

@@ -807,10 +807,14 @@ class KubernetesManifests(unittest.TestCase):
                     self.assertEqual(ready["httpGet"]["port"], "admin")
                 mounts = {m["mountPath"] for m in c["volumeMounts"]}
                 self.assertIn(env["LARDER_CACHE_DIR"]["value"], mounts)
-                # Memory sized from the RAM tier: at least RAM tier + 1 GiB.
+                # Memory sized from the chunk memory bound: at least RAM tier +
+                # LARDER_INFLIGHT_SIZE (unset: the RAM tier again) + 1 GiB.
                 ram = parse_size(env["LARDER_RAM_CACHE_SIZE"]["value"])
+                inflight = env.get("LARDER_INFLIGHT_SIZE")
+                inflight = parse_size(inflight["value"]) if inflight else ram
                 res = c["resources"]
-                self.assertGreaterEqual(parse_size(res["limits"]["memory"]), ram + KIB ** 3)
+                self.assertGreaterEqual(parse_size(res["limits"]["memory"]),
+                                        ram + inflight + KIB ** 3)
                 self.assertEqual(res["requests"]["memory"], res["limits"]["memory"])
                 sc = c["securityContext"]
                 self.assertTrue(sc["runAsNonRoot"])
