@@ -156,6 +156,14 @@ static const char *peer_header(void *r, const char *name)
 	return req_header(r, name);
 }
 
+/* POST Object: a POST to a bucket whose body is an HTML form. */
+static bool is_form_upload(struct req *r)
+{
+	const char *ct = req_header(r, "Content-Type");
+	return strcmp(r->method, "POST") == 0 && r->s3.target == S3T_BUCKET && ct &&
+	       strncasecmp(ct, "multipart/form-data", 19) == 0;
+}
+
 /* A request from another node of the cluster (cluster/peer.h): it may
  * only read objects, and is answered from this node's cache or from S3. */
 static void authenticate_peer(struct req *r)
@@ -497,6 +505,13 @@ void authn_request(struct req *r)
 		st = SV4_OK;
 		auth.presigned = true; /* SigV2 signs no payload hash: the body is unsigned */
 		r->presigned_v2 = r->presigned = v2.presigned;
+	} else if (st == SV4_NO_AUTH && is_form_upload(r)) {
+		/* A browser upload (POST Object) signs its policy document in
+		 * the form, which larder does not read: said plainly, not taken
+		 * for an anonymous request and refused as such. */
+		req_fail(r, S3E_NOT_IMPLEMENTED, "POST Object (browser-based uploads with a signed "
+		         "policy, as generate_presigned_post makes) is not supported by larder; "
+		         "use a presigned PUT");
 	} else if (st == SV4_NO_AUTH) {
 		if (keys->anonymous.n_grants)
 			k = &keys->anonymous;

@@ -108,6 +108,20 @@ class Refusals(LarderCase):
         self.raw_refused("PUT", "/ref-a/anon", {"Content-Length": "3"}, 403, "AccessDenied",
                          body=b"abc")
 
+    def test_browser_form_upload_is_not_implemented(self):
+        # POST Object (generate_presigned_post) signs a policy in the form,
+        # which larder does not read: it was refused as an anonymous request
+        # (403 AccessDenied, a permissions problem to the user).
+        import requests
+        post = self.s3.generate_presigned_post("ref-a", "form/upload.txt")
+        before = self.upstream.mark()
+        r = requests.post(self.larder.url + "/ref-a", data=post["fields"],
+                          files={"file": ("upload.txt", b"form body")}, timeout=30)
+        self.assertEqual(r.status_code, 501, r.text[:1000])
+        self.assertEqual(s3_error(r.content)[0], "NotImplemented")
+        self.assertIn("presigned PUT", r.text)
+        self.assertEqual(self.upstream.requests(before), [])
+
     def test_expired_presigned_url(self):
         url = self.s3.generate_presigned_url("get_object", Params={"Bucket": "ref-a",
                                                                    "Key": "plain"}, ExpiresIn=1)
