@@ -371,6 +371,7 @@ void cfg_free(struct cfg *c)
 	}
 	free(c->list_caches);
 	free(c->source);
+	free(c->overridden);
 	free(c);
 }
 

@@ -127,6 +127,9 @@ struct cfg {
 	size_t n_list_caches;
 
 	char *source;                 /* file it came from, or NULL */
+	char *overridden;             /* "LARDER_X overrides [s] name (file:line)\n" lines:
+	                               * the file's settings the environment replaced
+	                               * (logged at start), or NULL */
 };
 
 /*

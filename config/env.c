@@ -4,6 +4,7 @@
  * read-write key on every bucket) and LARDER_ANONYMOUS (grants).
  */
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,14 +68,37 @@ const char *cfg_env_unknown(const char *const *envp, size_t *from)
 	return NULL;
 }
 
+/* A file setting the environment replaced: said at start (cfg->overridden),
+ * since a mounted file's listen or dir would otherwise be ignored without a
+ * word where the environment sets them (as the container image does). */
+static void note_override(struct load *L, size_t i)
+{
+	if (!L->file_line[i] || L->failed)
+		return;
+	char at[300], line[600];
+	load_loc(L, L->file_line[i], at, sizeof at);
+	int n = snprintf(line, sizeof line, "%s (the environment) overrides [%s] %s (%s)\n",
+	                 load_settings[i].env, load_settings[i].section, load_settings[i].name, at);
+	size_t had = L->c->overridden ? strlen(L->c->overridden) : 0;
+	char *grown = realloc(L->c->overridden, had + (size_t)n + 1);
+	if (!grown) {
+		load_fail(L, "out of memory");
+		return;
+	}
+	memcpy(grown + had, line, (size_t)n + 1);
+	L->c->overridden = grown;
+}
+
 int load_env(struct load *L, const char *const *envp)
 {
 	struct cfg *c = L->c;
 	char *v;
 
 	for (size_t i = 0; i < N_SETTINGS && !L->failed; i++) {
-		if ((v = env_trimmed(L, envp, load_settings[i].env)) != NULL)
+		if ((v = env_trimmed(L, envp, load_settings[i].env)) != NULL) {
 			load_setting(L, &load_settings[i], v, load_settings[i].env);
+			note_override(L, i);
+		}
 		else if (load_settings[i].kind == K_REGION && !L->region_in_file) {
 			const char *aws = "AWS_REGION";
 			if (!(v = env_trimmed(L, envp, aws)))

@@ -293,6 +293,8 @@ int load_on_value(void *user, const char *section, const char *name, const char 
 		return 0;
 	}
 	L->seen[slot] = L->line;
+	if (s)
+		L->file_line[slot] = L->line;
 
 	struct cfg *c = L->c;
 	struct client_key *k = L->sect == S_KEY ? &c->keys[L->idx] : &c->anonymous;

@@ -81,6 +81,7 @@ struct load {
 	size_t idx;               /* S_KEY: index in keys; S_BUCKET: in bucket_regions */
 	char last_name[64];       /* last setting name in this section */
 	int seen[N_SETTINGS];     /* line each setting was set on, 0 = not yet */
+	int file_line[N_SETTINGS]; /* the same for load_settings[] over the whole file */
 	int once[6];              /* header line of [server], [upstream], [anonymous], [cache],
 	                           * [admin] */
 	bool region_in_file;

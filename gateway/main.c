@@ -104,6 +104,11 @@ static int serve(int argc, char **argv)
 	for (size_t at = 0; (var = cfg_env_unknown((const char *const *)environ, &at)) != NULL;)
 		log_warn("config", "%.*s is not a variable larder reads: ignored",
 		         (int)strcspn(var, "="), var);
+	for (const char *o = cfg->overridden; o && *o;) {
+		size_t n = strcspn(o, "\n");
+		log_warn("config", "%.*s", (int)n, o);
+		o += n + (o[n] == '\n');
+	}
 	if (check && gw_check(cfg) != 0) {
 		cfg_free(cfg);
 		return 2;

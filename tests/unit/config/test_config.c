@@ -267,6 +267,17 @@ static void test_env_overrides_file(void **state)
 	assert_string_equal(c->anonymous.grants[0].prefix, "");
 	assert_string_equal(c->anonymous.grants[1].bucket, "open2");
 	assert_string_equal(c->anonymous.grants[1].prefix, "x/");
+	/* Each file setting the environment replaced is said (logged at start):
+	 * a mounted file's listen was ignored without a word in the container,
+	 * whose image sets LARDER_LISTEN. */
+	assert_non_null(c->overridden);
+	assert_non_null(strstr(c->overridden, "LARDER_LISTEN (the environment) overrides "
+	                                      "[server] listen (line 3)\n"));
+	assert_non_null(strstr(c->overridden, "LARDER_WORKERS (the environment) overrides "
+	                                      "[server] workers (line "));
+	cfg_free(c);
+	c = load_ok(full_text, NULL);
+	assert_null(c->overridden);
 	cfg_free(c);
 }
 
