@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <linux/sockios.h>
 
+#include "gateway/cache.h"
 #include "gateway/cread.h"
 #include "gateway/fetch.h"
 #include "gateway/pins.h"
@@ -237,13 +238,14 @@ void cread_release(struct req *r)
 	cread_release_as(r, false);
 }
 
-/* Whether chunk memory (the RAM tier, fetches, read-ahead and what readers
- * hold, process-wide) plus extra would pass its bound: the RAM tier's size
- * plus LARDER_INFLIGHT_SIZE (0: the tier's size again; never less than two
- * chunks, so one reader always gets through). */
 bool cread_over_budget(const struct req *r, uint64_t extra)
 {
-	const struct cfg *cfg = req_gw(r)->cfg;
+	return cache_memory_over(req_gw(r), extra);
+}
+
+bool cache_memory_over(const struct gw *gw, uint64_t extra)
+{
+	const struct cfg *cfg = gw->cfg;
 	uint64_t budget = cfg->inflight_bytes ? cfg->inflight_bytes : cfg->ram_cache_bytes;
 	if (budget < 2 * (uint64_t)cfg->chunk_bytes)
 		budget = 2 * (uint64_t)cfg->chunk_bytes;

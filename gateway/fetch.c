@@ -35,6 +35,7 @@
 #include "base/log.h"
 #include "cluster/peer.h"
 #include "cluster/placement.h"
+#include "gateway/cache.h"
 #include "gateway/pins.h"
 #include "gateway/range.h"
 #include "gateway/upstream.h"
@@ -455,6 +456,12 @@ static void learn(struct fetch *f)
 		struct obj_ref ref = { f->bucket, f->key, f->meta };
 		size_t len0 = obj_chunk_len(size, 0, chunk_bytes(f));
 		f->fills_chunk0 = (status == 206 && b + 1 == len0) || (status == 200 && f->whole);
+		/* The bound was checked when the fetch started, but chunk 0's
+		 * memory is taken only now: any number of cold reads waiting
+		 * for their first byte passed it at once. A reader's fetch
+		 * fills none past it (the reader then gets 503 SlowDown). */
+		if (f->owner && f->fills_chunk0 && cache_memory_over(gw, len0))
+			f->fills_chunk0 = false;
 		c0 = obj_acquire(&gw->objects, &ref, 0, claim_chunk0, f, NULL);
 	}
 	if (!f->c)

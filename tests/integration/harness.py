@@ -113,6 +113,22 @@ def plain_larder_binary():
     return os.path.join(build, "gateway", "larder")
 
 
+class plain_binary:
+    """with plain_binary(): larders started inside run the plain build (its
+    memory figures mean something), whatever LARDER_BIN says outside."""
+
+    def __enter__(self):
+        self.saved = os.environ.get("LARDER_BIN")
+        os.environ["LARDER_BIN"] = plain_larder_binary()
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            del os.environ["LARDER_BIN"]
+        else:
+            os.environ["LARDER_BIN"] = self.saved
+        return False
+
+
 def larder_binary():
     if os.environ.get("LARDER_BIN"):
         return os.environ["LARDER_BIN"]

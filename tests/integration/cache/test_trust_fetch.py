@@ -10,7 +10,6 @@ signatures), with 1 MiB chunks:
 * objects without a usable ETag, and SSE-C answers, go through the pass-through;
 * stalled readers do not pin memory without bound (plain build, RSS).
 """
-import os
 import random
 import socket
 import threading
@@ -40,7 +39,8 @@ class TrustCase(FaultCase):
         self.origin.ignore_if_match = False
         super().tearDown()
 
-    def stalled_get(self, key):
+    def send_get(self, key):
+        """A socket (small receive buffer) that sent a signed GET of key."""
         url = self.larder.url + harness.key_path(BUCKET, key)
         h = harness.sign_headers("GET", url, harness.CLIENT_KEY, harness.CLIENT_SECRET)
         req = "GET %s HTTP/1.1\r\n" % harness.key_path(BUCKET, key)
@@ -51,8 +51,11 @@ class TrustCase(FaultCase):
         s.connect(("127.0.0.1", self.larder.port))
         s.settimeout(30)
         s.sendall(req.encode())
-        head = s.recv(256)
-        return s, head
+        return s
+
+    def stalled_get(self, key):
+        s = self.send_get(key)
+        return s, s.recv(256)
 
 
 # ------------------------------------------------------------------ Range
@@ -290,15 +293,8 @@ class StalledBase(TrustCase):
 
     @classmethod
     def setUpClass(cls):
-        saved = os.environ.get("LARDER_BIN")
-        os.environ["LARDER_BIN"] = harness.plain_larder_binary()
-        try:
+        with harness.plain_binary():
             super().setUpClass()
-        finally:
-            if saved is None:
-                del os.environ["LARDER_BIN"]
-            else:
-                os.environ["LARDER_BIN"] = saved
 
     def stall(self, prefix, n, data):
         """n stalled GETs of n objects; returns (memory growth in MiB, status lines)."""
@@ -354,6 +350,35 @@ class ManyStalledReaders(StalledBase):
         self.assertLess(grew, 64 + 64 + 48, "16 stalled readers grew memory by %.0f MiB" % grew)
         self.reader_gets_through()
 
+
+
+class ColdReadsWaitingForTheirFirstByte(StalledBase):
+
+    def test_bound_holds_for_chunk_0(self):
+        """The bound was checked as each cold read started its fetch, but chunk
+        0's memory is taken when S3's answer arrives: 40 cold reads of 8 MiB
+        objects waiting 1.5 s for their first byte all passed the check, and
+        took 320 MiB against a bound of 128 (RAM tier 64 + in flight 64)."""
+        data = blob(44, 8 * MiB)
+        n = 40
+        for i in range(n):
+            self.origin.put(BUCKET, "first-byte-%d" % i, data)
+        self.origin.delay_next(1500, n=n)
+        base = self.larder.peak_memory()
+        socks = []
+        try:
+            for i in range(n):
+                socks.append(self.send_get("first-byte-%d" % i))
+            heads = [s.recv(256).split(b"\r\n")[0] for s in socks]
+            time.sleep(3)
+            grew = (self.larder.peak_memory() - base) / MiB
+        finally:
+            for s in socks:
+                s.close()
+        self.assertIn(b"HTTP/1.1 503 Service Unavailable", heads, "grew %.0f MiB" % grew)
+        self.assertIn(b"HTTP/1.1 200 OK", heads)
+        self.assertLess(grew, 64 + 64 + 48, "40 cold reads grew memory by %.0f MiB" % grew)
+        self.reader_gets_through()
 
 
 class InflightSetting(StalledBase):
