@@ -179,7 +179,7 @@ static int cluster_check(struct load *L)
 #define TIER_MIN (64 * 1024)
 
 /* What the start would find wrong later, said now (and by --check). */
-static int check_sizes_and_files(struct load *L)
+static int check_settings(struct load *L)
 {
 	const struct cfg *c = L->c;
 	static const char *const tier_names[] = { "LARDER_RAM_CACHE_SIZE",
@@ -193,6 +193,21 @@ static int check_sizes_and_files(struct load *L)
 	if (c->upstream_ca_file && access(c->upstream_ca_file, R_OK) != 0)
 		return load_fail(L, "LARDER_UPSTREAM_CA_FILE: cannot read \"%s\": %s",
 		                 c->upstream_ca_file, strerror(errno));
+	/* The examples' placeholders (config/larder.conf, docker/k8s/secret.yaml)
+	 * are public: a deployment that kept one would be open to anybody. */
+	static const char placeholder[] = "change-me";
+	const size_t pl = sizeof placeholder - 1;
+	for (size_t i = 0; i < c->n_keys; i++)
+		if (c->keys[i].secret && strncasecmp(c->keys[i].secret, placeholder, pl) == 0)
+			return load_fail(L, "[key %s] secret: \"%.12s...\" is an example's placeholder, "
+			                 "known to anybody: set a secret of your own", c->keys[i].id,
+			                 c->keys[i].secret);
+	const char *const named[] = { "LARDER_ADMIN_TOKEN", "LARDER_CLUSTER_SECRET" };
+	const char *const values[] = { c->admin_token, c->cluster_secret };
+	for (int i = 0; i < 2; i++)
+		if (values[i] && strncasecmp(values[i], placeholder, pl) == 0)
+			return load_fail(L, "%s: \"%.12s...\" is an example's placeholder, known to "
+			                 "anybody: set a secret of your own", named[i], values[i]);
 	if (c->admin_host && c->admin_port == c->listen_port &&
 	    strcmp(c->admin_host, c->listen_host) == 0)
 		return load_fail(L, "LARDER_ADMIN_LISTEN: %s:%u is LARDER_LISTEN too; the admin port "
@@ -268,7 +283,7 @@ static struct cfg *load(const char *text, const char *src, const char *const *en
 		     L.c->tls_cert ? "LARDER_TLS_KEY" : "LARDER_TLS_CERT");
 		goto fail;
 	}
-	if (check_sizes_and_files(&L) != 0)
+	if (check_settings(&L) != 0)
 		goto fail;
 	return L.c;
 fail:
