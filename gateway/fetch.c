@@ -358,6 +358,9 @@ static unsigned ask_hop(const struct fetch *f)
 
 /* obj_produce_fn of a meta fetch: the rest of its response fills chunk 0
  * when it is chunk 0's whole range. */
+/* learn: a chunk 0 up to this size is filled past the memory bound. */
+#define CHUNK0_FILL_ANYWAY (1024 * 1024)
+
 static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
 {
 	struct fetch *f = arg;
@@ -459,8 +462,13 @@ static void learn(struct fetch *f)
 		/* The bound was checked when the fetch started, but chunk 0's
 		 * memory is taken only now: any number of cold reads waiting
 		 * for their first byte passed it at once. A reader's fetch
-		 * fills none past it (the reader then gets 503 SlowDown). */
-		if (f->owner && f->fills_chunk0 && cache_memory_over(gw, len0))
+		 * fills no large chunk 0 past it (the reader asks for it again,
+		 * and gets 503 SlowDown while memory is still short). A small
+		 * one it fills, its bytes on their way: declined, it would be
+		 * asked for again at once (a second upstream GET) for little
+		 * memory, at most CHUNK0_FILL_ANYWAY a connection. */
+		if (f->owner && f->fills_chunk0 && len0 > CHUNK0_FILL_ANYWAY &&
+		    cache_memory_over(gw, len0))
 			f->fills_chunk0 = false;
 		c0 = obj_acquire(&gw->objects, &ref, 0, claim_chunk0, f, NULL);
 	}
