@@ -143,8 +143,11 @@ static int set_listen(struct load *L, const char *v, const char *where, char **h
 		return load_fail(L, "%s: write an IPv6 address in brackets, as [::1]:8080, got \"%s\"",
 		            where, v);
 	}
+	/* A name (letters, digits, '-', '.', '_' as container names have) or
+	 * an address; anything else would pass --check and fail the start. */
 	for (const char *h = host; h < host_end; h++)
-		if (is_blank(*h) || *h == '/' || *h == '[' || *h == ']')
+		if (!is_alnum(*h) && *h != '-' && *h != '.' && *h != '_' &&
+		    !(*v == '[' && (*h == ':' || *h == '%')))
 			return load_fail(L, "%s: invalid host in \"%s\"", where, v);
 	unsigned long port = 0;
 	int r = load_parse_ulong(colon + 1, &port);

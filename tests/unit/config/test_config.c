@@ -377,6 +377,7 @@ static const struct bad bad_cases[] = {
 	  { "LARDER_UPSTREAM_CA_FILE: cannot read \"/nonexistent/ca.pem\"" } },
 	{ NULL, { "LARDER_LISTEN=127.0.0.1:9090", NULL }, { "LARDER_ADMIN_LISTEN: 127.0.0.1:9090 is "
 	  "LARDER_LISTEN too" } },
+	{ NULL, { "LARDER_LISTEN=foo!bar:8080", NULL }, { "LARDER_LISTEN: invalid host" } },
 	/* the examples' public placeholders */
 	{ "[key AK1]\nsecret = change-me-reader-secret-0123456789abcdef\naccess = read-only\n"
 	  "buckets = bkt\n", { 0 }, { "[key AK1] secret: \"change-me-re...\" is an example's "
