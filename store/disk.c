@@ -43,6 +43,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -205,6 +206,17 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 		goto fail;
 	log_info(TOPIC, "%s: %" PRIu64 " entries in %" PRIu64 " segments, %" PRIu64 " of %" PRIu64
 	         " bytes", dir, (uint64_t)d->count, d->nsegs, d->used, capacity);
+	/* A tier larger than its file system fills it (and everything else
+	 * on it), then switches itself off at the first failed writes. */
+	struct statvfs fs;
+	if (fstatvfs(d->dirfd, &fs) == 0) {
+		uint64_t room = (uint64_t)fs.f_bavail * fs.f_frsize + d->used;
+		if (capacity > room)
+			log_warn(TOPIC, "%s: LARDER_DISK_CACHE_SIZE is %" PRIu64 " bytes, but its file "
+			         "system has room for %" PRIu64 " (free, and what the tier holds): the "
+			         "tier will fill it and then stop writing; set a size below that", dir,
+			         capacity, room);
+	}
 	return d;
 fail:
 	disk_close(d);

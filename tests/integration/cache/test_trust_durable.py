@@ -328,6 +328,23 @@ class FullCacheFileSystem(DurableCase):
             pass
         return filler
 
+    def test_tier_larger_than_its_file_system_is_said(self):
+        # LARDER_DISK_CACHE_SIZE past what the file system holds was taken
+        # without a word: the tier filled it, then switched itself off.
+        self.larder.stop()
+        self.larder.env["LARDER_DISK_CACHE_SIZE"] = "64MiB"
+        try:
+            self.larder.start()
+            self.assertTrue(harness.wait_port(self.ADMIN_PORT, 10), self.larder.log()[-3000:])
+            self.assertRegex(self.larder.log(), r"warn .*LARDER_DISK_CACHE_SIZE is 67108864 "
+                             r"bytes, but its file system has room for \d+")
+        finally:
+            self.larder.stop()
+            self.larder.env["LARDER_DISK_CACHE_SIZE"] = "4MiB"
+            self.larder.start()
+            self.assertTrue(harness.wait_port(self.ADMIN_PORT, 10))
+        self.assertNotIn("LARDER_DISK_CACHE_SIZE is", self.larder.log())
+
     def test_start_on_a_full_file_system(self):
         # A start rewrites tombstones.log without the records no entry needs
         # any more: on a full file system that failed, and larder exited 2
