@@ -199,15 +199,15 @@ static int check_settings(struct load *L)
 	const size_t pl = sizeof placeholder - 1;
 	for (size_t i = 0; i < c->n_keys; i++)
 		if (c->keys[i].secret && strncasecmp(c->keys[i].secret, placeholder, pl) == 0)
-			return load_fail(L, "[key %s] secret: \"%.12s...\" is an example's placeholder, "
-			                 "known to anybody: set a secret of your own", c->keys[i].id,
-			                 c->keys[i].secret);
+			return load_fail(L, "[key %s] secret: it starts with \"change-me\", an example's "
+			                 "placeholder known to anybody: set a secret of your own",
+			                 c->keys[i].id);
 	const char *const named[] = { "LARDER_ADMIN_TOKEN", "LARDER_CLUSTER_SECRET" };
 	const char *const values[] = { c->admin_token, c->cluster_secret };
 	for (int i = 0; i < 2; i++)
 		if (values[i] && strncasecmp(values[i], placeholder, pl) == 0)
-			return load_fail(L, "%s: \"%.12s...\" is an example's placeholder, known to "
-			                 "anybody: set a secret of your own", named[i], values[i]);
+			return load_fail(L, "%s: it starts with \"change-me\", an example's placeholder "
+			                 "known to anybody: set a secret of your own", named[i]);
 	if (c->admin_host && c->admin_port == c->listen_port &&
 	    strcmp(c->admin_host, c->listen_host) == 0)
 		return load_fail(L, "LARDER_ADMIN_LISTEN: %s:%u is LARDER_LISTEN too; the admin port "

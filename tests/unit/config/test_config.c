@@ -380,8 +380,8 @@ static const struct bad bad_cases[] = {
 	{ NULL, { "LARDER_LISTEN=foo!bar:8080", NULL }, { "LARDER_LISTEN: invalid host" } },
 	/* the examples' public placeholders */
 	{ "[key AK1]\nsecret = change-me-reader-secret-0123456789abcdef\naccess = read-only\n"
-	  "buckets = bkt\n", { 0 }, { "[key AK1] secret: \"change-me-re...\" is an example's "
-	  "placeholder" } },
+	  "buckets = bkt\n", { 0 }, { "[key AK1] secret: it starts with \"change-me\", an "
+	  "example's placeholder" } },
 	{ NULL, { "LARDER_ADMIN_TOKEN=Change-Me-admin-token-0123456789abcdef", NULL },
 	  { "LARDER_ADMIN_TOKEN: ", "placeholder" } },
 	{ NULL, { "LARDER_CLIENT_KEY=AK1", "LARDER_CLIENT_SECRET=change-me-client-secret-0123" },
