@@ -29,11 +29,6 @@ struct chunk;
 /* After authentication: whether this GET/HEAD is answered from the cache
  * (then the request holds its cached-read state). */
 bool cache_wants(struct req *r);
-/* Whether chunk memory (the chunks held, process-wide) plus extra would pass
- * its bound: the RAM tier's size plus LARDER_INFLIGHT_SIZE (0: the tier's
- * size again; never less than two chunks, so one reader always gets
- * through). A reader that has not answered yet gets 503 SlowDown past it. */
-bool cache_memory_over(const struct gw *gw, uint64_t extra);
 void cache_begin(struct req *r);               /* first call */
 /* Whether the request is answered from the cache: cache_wants said yes,
  * and it was not handed back to the pass-through (cache_passes). */

@@ -14,7 +14,6 @@
 #include <unistd.h>
 #include <linux/sockios.h>
 
-#include "gateway/cache.h"
 #include "gateway/cread.h"
 #include "gateway/fetch.h"
 #include "gateway/pins.h"
@@ -240,16 +239,7 @@ void cread_release(struct req *r)
 
 bool cread_over_budget(const struct req *r, uint64_t extra)
 {
-	return cache_memory_over(req_gw(r), extra);
-}
-
-bool cache_memory_over(const struct gw *gw, uint64_t extra)
-{
-	const struct cfg *cfg = gw->cfg;
-	uint64_t budget = cfg->inflight_bytes ? cfg->inflight_bytes : cfg->ram_cache_bytes;
-	if (budget < 2 * (uint64_t)cfg->chunk_bytes)
-		budget = 2 * (uint64_t)cfg->chunk_bytes;
-	return chunk_live_bytes() + extra > cfg->ram_cache_bytes + budget;
+	return fetch_memory_over(req_gw(r), extra);
 }
 
 /* obj_produce_fn of a reader: a chunk fetch, unless chunk memory is at its

@@ -35,7 +35,6 @@
 #include "base/log.h"
 #include "cluster/peer.h"
 #include "cluster/placement.h"
-#include "gateway/cache.h"
 #include "gateway/pins.h"
 #include "gateway/range.h"
 #include "gateway/upstream.h"
@@ -356,11 +355,20 @@ static unsigned ask_hop(const struct fetch *f)
 	return !f->to_peer ? 0 : f->to_holder ? PEER_MAX_HOP : f->hop + 1;
 }
 
-/* obj_produce_fn of a meta fetch: the rest of its response fills chunk 0
- * when it is chunk 0's whole range. */
 /* learn: a chunk 0 up to this size is filled past the memory bound. */
 #define CHUNK0_FILL_ANYWAY (1024 * 1024)
 
+bool fetch_memory_over(const struct gw *gw, uint64_t extra)
+{
+	const struct cfg *cfg = gw->cfg;
+	uint64_t budget = cfg->inflight_bytes ? cfg->inflight_bytes : cfg->ram_cache_bytes;
+	if (budget < 2 * (uint64_t)cfg->chunk_bytes)
+		budget = 2 * (uint64_t)cfg->chunk_bytes;
+	return chunk_live_bytes() + extra > cfg->ram_cache_bytes + budget;
+}
+
+/* obj_produce_fn of a meta fetch: the rest of its response fills chunk 0
+ * when it is chunk 0's whole range. */
 static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
 {
 	struct fetch *f = arg;
@@ -468,7 +476,7 @@ static void learn(struct fetch *f)
 		 * asked for again at once (a second upstream GET) for little
 		 * memory, at most CHUNK0_FILL_ANYWAY a connection. */
 		if (f->owner && f->fills_chunk0 && len0 > CHUNK0_FILL_ANYWAY &&
-		    cache_memory_over(gw, len0))
+		    fetch_memory_over(gw, len0))
 			f->fills_chunk0 = false;
 		c0 = obj_acquire(&gw->objects, &ref, 0, claim_chunk0, f, NULL);
 	}

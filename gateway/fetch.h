@@ -121,6 +121,12 @@ void fetch_charge(struct fetch *f, unsigned charge);
 /* The owner is gone: its fetch goes on for the other readers. */
 void fetch_disown(struct fetch *f);
 
+/* Whether chunk memory (the chunks held, process-wide) plus extra would pass
+ * its bound: the RAM tier's size plus LARDER_INFLIGHT_SIZE (0: the tier's
+ * size again; never less than two chunks, so one reader always gets
+ * through). A reader that has not answered yet gets 503 SlowDown past it. */
+bool fetch_memory_over(const struct gw *gw, uint64_t extra);
+
 /* Shutdown: stops every fetch of the worker. */
 void fetch_abort_all(struct worker *w);
 

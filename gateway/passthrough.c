@@ -66,18 +66,25 @@ int pass_chunk_sink(void *arg, const char *data, size_t len)
 	return pbuf_put(&r->upbuf, data, len);
 }
 
+/* Whether curl took every byte of the body. */
+static bool body_all_taken(const struct req *r)
+{
+	if (r->body_check)
+		return r->up_sent == r->held_body.len;
+	if (r->up_len >= 0 && !r->reframe)
+		return r->up_sent >= (uint64_t)r->up_len;
+	return r->client_body_done; /* sent chunked, or framed again: it ends with the client's */
+}
+
 /* A write whose answer larder never heard (the exchange failed or was
  * stopped once upstream may have had all of it: the body verified, so its
- * last byte may have gone, and curl took every byte) may have taken
- * effect, whatever the client was told since: what the cache knows of the
- * key goes, as after a success. cache_invalidate skips what S3 was heard
+ * last byte may have gone, and every byte taken) may have taken effect,
+ * whatever the client was told since: what the cache knows of the key
+ * goes, as after a success. cache_invalidate skips what S3 was heard
  * refusing. */
 static void forget_unheard_write(struct req *r)
 {
-	bool all = r->body_check ? r->up_sent == r->held_body.len
-	           : r->up_len >= 0 && !r->reframe ? r->up_sent >= (uint64_t)r->up_len
-	           : r->client_body_done;
-	if (r->body_verified && all)
+	if (r->body_verified && body_all_taken(r))
 		cache_invalidate(r);
 }
 

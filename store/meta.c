@@ -331,18 +331,8 @@ enum meta_role meta_lookup(struct meta_cache *mc, const char *bucket, const char
 	return role;
 }
 
-/* Detaches e's waiters under sh->lock and wakes them; called with sh->lock
+/* Wakes the waiters of list, detached under sh->lock; called with sh->lock
  * held, returns with it released. */
-static void wake_list_and_unlock(struct shard *sh, struct list_node *list);
-
-static void wake_all_and_unlock(struct shard *sh, struct mentry *e)
-{
-	struct list_node *list = e ? e->waiters.first : NULL;
-	if (e)
-		e->waiters = (struct list){ 0 };
-	wake_list_and_unlock(sh, list);
-}
-
 static void wake_list_and_unlock(struct shard *sh, struct list_node *list)
 {
 	for (struct list_node *n = list; n; n = n->next)
@@ -355,6 +345,16 @@ static void wake_list_and_unlock(struct shard *sh, struct list_node *list)
 		w->wake(w->arg);
 	}
 	pthread_mutex_unlock(&sh->wake_lock);
+}
+
+/* Detaches e's waiters under sh->lock and wakes them; called with sh->lock
+ * held, returns with it released. */
+static void wake_all_and_unlock(struct shard *sh, struct mentry *e)
+{
+	struct list_node *list = e ? e->waiters.first : NULL;
+	if (e)
+		e->waiters = (struct list){ 0 };
+	wake_list_and_unlock(sh, list);
 }
 
 /* meta_publish, and with failure the load's failure remembered. */

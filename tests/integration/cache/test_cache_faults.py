@@ -365,6 +365,12 @@ class FaultCase(harness.S3Asserts, unittest.TestCase):
         return fetch(self.larder.url, method, harness.key_path(BUCKET, key), headers,
                      timeout=timeout)
 
+    def cache_object(self, key, data):
+        """key holds data at the origin, and larder serves it as a hit."""
+        self.origin.put(BUCKET, key, data)
+        self.assertBody(self.get(key), data, "the first read")
+        self.assertEqual(self.get(key).cache, "hit")
+
     def put_signed(self, key, data):
         """(status, body) of a PUT through larder, sent once (no retries)."""
         path = harness.key_path(BUCKET, key)
@@ -872,9 +878,7 @@ class UpstreamFaults(FaultCase):
         # answer it heard, and went on serving the old object from its
         # cache (until LARDER_METADATA_TTL, or for ever with "immutable").
         v1, v2 = blob(30, 300 * 1024), blob(31, 300 * 1024)
-        self.origin.put(BUCKET, "lost-answer", v1)
-        self.assertBody(self.get("lost-answer"), v1, "the first read")
-        self.assertEqual(self.get("lost-answer").cache, "hit")
+        self.cache_object("lost-answer", v1)
         self.origin.lose_answer_next(1, key="lost-answer")
         status, body = self.put_signed("lost-answer", v2)
         self.assertGreaterEqual(status, 500, body)  # the client heard no success
@@ -886,9 +890,7 @@ class UpstreamFaults(FaultCase):
         # tells nothing of the outcome: larder dropped the key only on a
         # 2xx or a lost answer, and went on serving the old object.
         v1, v2 = blob(32, 300 * 1024), blob(33, 300 * 1024)
-        self.origin.put(BUCKET, "answered-500", v1)
-        self.assertBody(self.get("answered-500"), v1, "the first read")
-        self.assertEqual(self.get("answered-500").cache, "hit")
+        self.cache_object("answered-500", v1)
         self.origin.error_after_next(1, key="answered-500")
         status, body = self.put_signed("answered-500", v2)
         self.assertEqual(status, 500, body)

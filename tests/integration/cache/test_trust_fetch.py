@@ -358,7 +358,7 @@ class ColdReadsWaitingForTheirFirstByte(StalledBase):
         """The bound was checked as each cold read started its fetch, but chunk
         0's memory is taken when S3's answer arrives: 40 cold reads of 8 MiB
         objects waiting 1.5 s for their first byte all passed the check, and
-        took 320 MiB against a bound of 128 (RAM tier 64 + in flight 64)."""
+        memory grew 335 MiB against a bound of 128 (RAM tier 64 + in flight 64)."""
         data = blob(44, 8 * MiB)
         n = 40
         for i in range(n):
