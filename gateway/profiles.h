@@ -52,8 +52,8 @@ int profiles_start(struct profiles *p, const char *name, const char *key_id, con
 /* Stops recording and saves it. 0, -ENOENT (none), -EALREADY (not
  * recording), or a negative errno from writing it. */
 int profiles_stop(struct profiles *p, const char *name);
-/* A GET of bucket/key that began at `started` (clock_mono_s) succeeded
- * for client key_id (NULL: unsigned) with the header x-larder-job tag
+/* A GET of bucket/key that began at `started` (clock_mono_s) was answered
+ * 200 or 206 for client key_id (NULL: unsigned) with the header x-larder-job tag
  * (NULL: none). Reads are ordered by when they began. */
 void profiles_note(struct profiles *p, const char *key_id, const char *tag, const char *bucket,
                    const char *key, double started);

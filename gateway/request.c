@@ -215,11 +215,26 @@ static bool headers_fit(struct req *r, struct MHD_Response *resp)
 	return false;
 }
 
+/* A signed GET of an object answered 200 or 206 is a read an access profile
+ * records. Noted as its answer is queued, not when the last byte has gone:
+ * a client holds the whole answer before libmicrohttpd reports the request
+ * complete, and may have stopped the profile in between. */
+static void note_read(struct req *r, unsigned status)
+{
+	if ((status != 200 && status != 206) || !r->authorized || r->s3.target != S3T_OBJECT ||
+	    strcmp(r->method, "GET") != 0)
+		return;
+	profiles_note(r->w->gw->profiles, r->key_id[0] ? r->key_id : NULL,
+	              MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-larder-job"),
+	              r->s3.bucket, buf_cstr(&r->s3.key), r->t_start);
+}
+
 enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Response *resp)
 {
 	if (!headers_fit(r, resp))
 		return req_respond_error(r);
 	r->status_sent = (int)status;
+	note_read(r, status);
 	enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
 	MHD_destroy_response(resp);
 	r->responded = true;
@@ -715,10 +730,6 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 			       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
 		};
 		log_access(&rec);
-		if (rec.key && r->authorized && strcmp(r->method, "GET") == 0 &&
-		    (rec.status == 200 || rec.status == 206))
-			profiles_note(w->gw->profiles, rec.key_id, MHD_lookup_connection_value(conn,
-			              MHD_HEADER_KIND, "x-larder-job"), rec.bucket, rec.key, r->t_start);
 		metrics_request(s3_operation(r->method, (int)r->s3.target, r->query,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),

@@ -7,6 +7,7 @@ job read, once each, in first-read order, is kept in the cache directory
 across a restart, and warming it after a purge makes the job's reads hits
 with no upstream GET, fetched in the recorded order.
 """
+import http.client
 import json
 import os
 import random
@@ -176,3 +177,29 @@ class Profiles(AdminCalls, LarderCase):
         st, r = self.call("POST", "/admin/prefetch", {"profile": "two"})
         self.assertEqual((st, r.get("error")), (404, "bucket_unreadable"), r)
         self.assertEqual(job_ids(), before, "a refused replay started a job")
+
+    def test_a_read_answered_before_the_stop_is_recorded(self):
+        # A read is recorded as its answer starts: a client that holds its answer (here its
+        # headers, the body still on the wire) and then stops the profile finds the read in it.
+        # It was recorded when libmicrohttpd reported the request done, which can come after
+        # the client has read everything and sent the stop.
+        big = random.Random(99).randbytes(16 << 20)
+        self.direct.put_object(Bucket="prof", Key="big/slow.bin", Body=big)
+        st, r = self.call("POST", "/admin/profiles", {"name": "held", "tag": "held-job"})
+        self.assertEqual(st, 201, r)
+        path = harness.key_path("prof", "big/slow.bin")
+        h = harness.sign_headers("GET", self.larder.url + path, harness.CLIENT_KEY,
+                                 harness.CLIENT_SECRET, {"x-larder-job": "held-job"})
+        c = http.client.HTTPConnection("127.0.0.1", self.larder.port, timeout=30)
+        try:
+            c.request("GET", path, headers=h)
+            resp = c.getresponse()
+            self.assertEqual(resp.status, 200)
+            first = resp.read(4096)                  # the rest waits in the socket
+            self.assertEqual(first, big[:4096])
+            st, r = self.call("POST", "/admin/profiles/held/stop")
+            self.assertEqual(st, 200, r)
+            self.assertEqual(self.profile("held")["reads"], 1)
+            self.assertEqual(first + resp.read(), big)
+        finally:
+            c.close()
