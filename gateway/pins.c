@@ -41,7 +41,10 @@ struct pin {
 	char *bucket, *prefix;
 	size_t n_keys;
 	int64_t until;
-	uint64_t bytes;
+	uint64_t bytes, nvme_bytes; /* of its chunks; on NVMe counted as entries */
+	/* The room its up-front check took (pins_reserve) until its job ends:
+	 * what it has not pinned yet is kept from other pins. */
+	uint64_t want_ram, want_nvme;
 	struct pinned_id *ids;
 	size_t n, cap;
 	struct pinset held;         /* the same ids, to pin each once however often it is asked */
@@ -184,11 +187,44 @@ bool pins_has(struct pins *p, const char *id)
 	return found;
 }
 
-/* Lock held. Pins cid for x unless x holds it already. */
+static uint64_t still_wanted(uint64_t want, uint64_t got)
+{
+	return want > got ? want - got : 0;
+}
+
+static uint64_t room_left(uint64_t limit, uint64_t held, uint64_t spoken_for)
+{
+	return limit > held && limit - held > spoken_for ? limit - held - spoken_for : 0;
+}
+
+/* Lock held. The room each tier's pin cap has for pins other than x
+ * (NULL: for all): what is not pinned, less what other pins' up-front
+ * checks took and they have not pinned yet. */
+static void room_for(struct pins *p, const struct pin *x, uint64_t *ram, uint64_t *nvme)
+{
+	struct store_stats st;
+	store_get_stats(p->store, &st);
+	uint64_t want_ram = 0, want_nvme = 0;
+	for (const struct pin *y = p->list; y; y = y->next)
+		if (y != x) {
+			want_ram += still_wanted(y->want_ram, y->bytes);
+			want_nvme += still_wanted(y->want_nvme, y->nvme_bytes);
+		}
+	*ram = room_left(st.pin_limit, st.pin_held, want_ram);
+	*nvme = room_left(st.nvme_pin_limit, st.nvme_pin_held, want_nvme);
+}
+
+/* Lock held. Pins cid for x unless x holds it already, in the tiers
+ * where it fits beside the room other pins have taken. */
 static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid, size_t len)
 {
 	if (pinset_has(&x->held, cid))
 		return 0;
+	uint64_t ram, nvme, entry = store_pin_nvme_bytes(len, len ? len : 1);
+	room_for(p, x, &ram, &nvme);
+	int allowed = (len <= ram ? STORE_PIN_RAM : 0) | (entry <= nvme ? STORE_PIN_NVME : 0);
+	if (!allowed)
+		return -ENOSPC;
 	if (x->n == x->cap) {
 		size_t cap = x->cap ? 2 * x->cap : 64;
 		struct pinned_id *ids = realloc(x->ids, cap * sizeof *ids);
@@ -199,7 +235,7 @@ static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid,
 	}
 	x->held.limit = UINT64_MAX;
 	int rc = pinset_add(&x->held, cid, len);
-	int tiers = rc < 0 ? rc : store_pin(p->store, cid, len);
+	int tiers = rc < 0 ? rc : store_pin_in(p->store, cid, len, allowed);
 	if (tiers < 0) {
 		if (rc == 1)
 			pinset_remove(&x->held, cid);
@@ -207,8 +243,40 @@ static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid,
 	}
 	x->ids[x->n++] = (struct pinned_id){ *cid, len, tiers };
 	x->bytes += len;
+	x->nvme_bytes += entry;
 	x->dirty = true;
 	return 0;
+}
+
+int pins_reserve(struct pins *p, const char *id, uint64_t ram_bytes, uint64_t nvme_bytes,
+                 uint64_t *spoken_for)
+{
+	pthread_mutex_lock(&p->lock);
+	struct pin *x = find(p, id, NULL);
+	int rc = -ENOENT;
+	*spoken_for = 0;
+	if (x) {
+		uint64_t ram, nvme;
+		room_for(p, NULL, &ram, &nvme);
+		for (const struct pin *y = p->list; y; y = y->next)
+			*spoken_for += still_wanted(y->want_ram, y->bytes);
+		rc = ram_bytes <= ram || nvme_bytes <= nvme ? 0 : -ENOSPC;
+		if (rc == 0) {
+			x->want_ram = ram_bytes;
+			x->want_nvme = nvme_bytes;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+void pins_settle(struct pins *p, const char *id)
+{
+	pthread_mutex_lock(&p->lock);
+	struct pin *x = find(p, id, NULL);
+	if (x)
+		x->want_ram = x->want_nvme = 0;
+	pthread_mutex_unlock(&p->lock);
 }
 
 int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len)

@@ -76,6 +76,18 @@ int pins_begin(struct pins *p, const char *id, const char *bucket, const char *p
 /* Pins one more chunk of pin id. Returns 0, -ENOENT when the pin has
  * ended, -ENOSPC when the pin limit would be passed, or -ENOMEM. */
 int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len);
+/* A prefix pin sized by its listing asks for its room up front: ram_bytes
+ * of RAM pin room or nvme_bytes of NVMe pin room (each chunk counted as its
+ * entry: store_pin_nvme_bytes), beside
+ * what is pinned and what other pins took this way and have not pinned
+ * yet. Taken, that room is kept from other pins (pins_add pins theirs
+ * where it is not) until its job ends (pins_settle) or the pin does.
+ * Returns 0, -ENOSPC (no room: *spoken_for is the RAM bytes other pins
+ * took and have not pinned yet) or -ENOENT. */
+int pins_reserve(struct pins *p, const char *id, uint64_t ram_bytes, uint64_t nvme_bytes,
+                 uint64_t *spoken_for);
+/* Pin id's job has ended: it keeps what it pinned, no more room. */
+void pins_settle(struct pins *p, const char *id);
 /* One more object (for n_keys). */
 void pins_add_object(struct pins *p, const char *id);
 /* fn(arg, id) is called, under the registry's lock (it must not call

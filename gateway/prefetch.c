@@ -156,22 +156,25 @@ static int pin_chunk(struct pf_job *j, const struct pf_obj *o, uint64_t i, struc
 	return r;
 }
 
-/* Whether a listed pin fits in what is left of the pin limit: refused up
- * front when it does not, before anything is fetched. */
+/* Whether a listed pin fits in what is left of the pin limit, beside what
+ * other pin jobs still warming will pin: refused up front when it does
+ * not, before anything is fetched; taken, its room is kept for it. */
 static bool pin_fits(struct pf_job *j)
 {
+	uint64_t want = atomic_load(&j->bytes_total), others;
+	int rc = pins_reserve(j->p->gw->pins, j->id, want, j->pin_nvme_want, &others);
+	if (rc != -ENOSPC)
+		return true; /* -ENOENT: ended already; the next chunk ends the job */
+	atomic_store(&j->pin_refused, true);
 	struct store_stats st;
 	store_get_stats(j->p->gw->store, &st);
-	uint64_t want = atomic_load(&j->bytes_total);
-	if (store_pin_fits(&st, want, j->pin_nvme_want))
-		return true;
-	atomic_store(&j->pin_refused, true);
-	char msg[360];
+	char msg[400];
 	char lim[200];
 	pin_limits(&st, lim, sizeof lim);
 	snprintf(msg, sizeof msg, "pin refused: %" PRIu64 " bytes (%" PRIu64 " as NVMe entries, "
-	         "each chunk's padded to 4 KiB), but the pin limits (%s) have room for neither",
-	         want, j->pin_nvme_want, lim);
+	         "each chunk's padded to 4 KiB), but the pin limits (%s; %" PRIu64 " more "
+	         "bytes for pin jobs still warming) have room for neither", want, j->pin_nvme_want,
+	         lim, others);
 	pf_job_fail(j, msg);
 	return false;
 }
@@ -293,6 +296,8 @@ static bool job_step(struct pf_job *j)
 		drop_untaken_keys(j);
 		if (j->pin && state != PF_DONE)
 			pins_end(j->p->gw->pins, j->id);
+		else if (j->pin)
+			pins_settle(j->p->gw->pins, j->id);
 		log_info("prefetch", "job %s %s: %" PRIu64 " objects, %" PRIu64 " bytes, %" PRIu64
 		         " errors", j->id, state_names[state], atomic_load(&j->objects_done),
 		         atomic_load(&j->bytes_done), atomic_load(&j->errors));

@@ -776,8 +776,13 @@ void store_drop(struct store *s, const struct chunk_id *id)
 
 int store_pin(struct store *s, const struct chunk_id *id, size_t len)
 {
-	int r = ram_pin(s->ram_t, id, len);
-	int d = s->disk ? disk_pin(s->disk, id, len) : -ENOSPC;
+	return store_pin_in(s, id, len, STORE_PIN_RAM | STORE_PIN_NVME);
+}
+
+int store_pin_in(struct store *s, const struct chunk_id *id, size_t len, int tiers_allowed)
+{
+	int r = tiers_allowed & STORE_PIN_RAM ? ram_pin(s->ram_t, id, len) : -ENOSPC;
+	int d = s->disk && (tiers_allowed & STORE_PIN_NVME) ? disk_pin(s->disk, id, len) : -ENOSPC;
 	int tiers = (r == 0 ? STORE_PIN_RAM : 0) | (d == 0 ? STORE_PIN_NVME : 0);
 	if (tiers)
 		return tiers;
@@ -814,14 +819,6 @@ void store_pin_write(struct store *s, struct chunk *c, const struct chunk_origin
 	struct job *j = write_job_new(c, o);
 	if (j && !job_queue(s, j, true))
 		job_free(j);
-}
-
-bool store_pin_fits(const struct store_stats *st, uint64_t ram_bytes, uint64_t nvme_bytes)
-{
-	uint64_t ram = st->pin_limit > st->pin_held ? st->pin_limit - st->pin_held : 0;
-	uint64_t nvme = st->nvme_pin_limit > st->nvme_pin_held ?
-	                st->nvme_pin_limit - st->nvme_pin_held : 0;
-	return ram_bytes <= ram || nvme_bytes <= nvme;
 }
 
 uint64_t store_pin_nvme_bytes(uint64_t size, uint64_t chunk)

@@ -179,6 +179,9 @@ void store_drop(struct store *s, const struct chunk_id *id);
 #define STORE_PIN_RAM 1
 #define STORE_PIN_NVME 2
 int store_pin(struct store *s, const struct chunk_id *id, size_t len);
+/* The same in tiers_allowed only (STORE_PIN_RAM | STORE_PIN_NVME): the
+ * others' room is spoken for (gateway/pins.c, pins_reserve). */
+int store_pin_in(struct store *s, const struct chunk_id *id, size_t len, int tiers_allowed);
 void store_unpin(struct store *s, const struct chunk_id *id, int tiers);
 /* c (READY, named by o) was pinned on NVMe after it completed: writes it
  * there unless NVMe holds it or a write of it is pending (its completion's
@@ -217,10 +220,6 @@ struct store_stats {
 };
 void store_get_stats(struct store *s, struct store_stats *out);
 
-/* Whether one more pin fits in either tier: ram_bytes of chunks in RAM,
- * which counts their bytes, or nvme_bytes on NVMe, which counts each
- * chunk as its entry (store_pin_nvme_bytes). */
-bool store_pin_fits(const struct store_stats *st, uint64_t ram_bytes, uint64_t nvme_bytes);
 /* What an object of size bytes, in chunks of chunk bytes, counts against
  * the NVMe tier's pin cap. */
 uint64_t store_pin_nvme_bytes(uint64_t size, uint64_t chunk);

@@ -174,6 +174,35 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
                                                       "pin_seconds": 0})
         self.assertEqual(st, 400, r)
 
+    def test_a_pin_keeps_the_room_it_was_sized_for(self):
+        # Two prefix pins that could not both fit were both taken (the up-front check counted
+        # only what was pinned already, not what a pin job still warming would pin), and the
+        # first failed midway. Now a pin's room is kept for it until its job ends.
+        sets = {}
+        for p in ("pa", "pb"):
+            sets[p] = ["%s/%d.bin" % (p, i) for i in range(6)]
+            for i, key in enumerate(sets[p]):
+                self.direct.put_object(Bucket="pin", Key=key, Body=blob(3000 + i, 3 * MiB))
+        st, a = self.call("POST", "/admin/prefetch", {"bucket": "pin", "prefix": "pa/",
+                                                      "pin_seconds": 3600,
+                                                      "bandwidth_bytes_per_second": 4 * MiB})
+        self.assertEqual(st, 202, a)
+        try:
+            self.assertIn("pin jobs still warming", self.refused_pin("pin", "pb/"))
+            # A key list is sized as it warms: it fails where the room runs out, not pa/.
+            info = self.warm({"keys": sets["pb"], "pin_seconds": 60})
+            self.assertEqual(info["state"], "failed", info)
+            self.assertIn("pin refused", info["error"])
+            info = self.wait_job(a["job"])
+            self.assertEqual((info["state"], info["errors"], info["bytes_done"]),
+                             ("done", 0, 18 * MiB), info)
+            pins, pinned_bytes = self.pins()
+            self.assertEqual([(p["id"], p["bytes"]) for p in pins], [(a["job"], 18 * MiB)])
+            self.assertEqual(pinned_bytes, 18 * MiB)
+        finally:
+            self.call("POST", "/admin/unpin", {"job": a["job"]})
+        self.assertEqual(self.pins(), ([], 0))
+
     def test_pin_expires(self):
         keys = sorted(self.pinned)[:4]
         info = self.warm({"keys": keys, "pin_seconds": 2})

@@ -4,7 +4,8 @@
  * and chunks; an expired one, or one that ended, is gone; a file that is
  * not a saved pin is ignored; without a directory nothing is written; a
  * chunk that finds no memory when it is pinned again is logged as such and
- * stays in the file (store_pin and log_write are wrapped: meson.build).
+ * stays in the file (store_pin_in and log_write are wrapped: meson.build);
+ * the room a sized pin was taken for is kept for it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -55,23 +56,23 @@ static struct chunk_id cid(unsigned i)
 	return id;
 }
 
-/* store_pin fails with -ENOMEM for the chunk of this index (-1: never). */
+/* store_pin_in fails with -ENOMEM for the chunk of this index (-1: never). */
 static int pin_nomem_index = -1;
 static char warned[1024]; /* the WARN lines logged, one after another */
 
-int __real_store_pin(struct store *s, const struct chunk_id *id, size_t len);
-int __wrap_store_pin(struct store *s, const struct chunk_id *id, size_t len);
+int __real_store_pin_in(struct store *s, const struct chunk_id *id, size_t len, int tiers);
+int __wrap_store_pin_in(struct store *s, const struct chunk_id *id, size_t len, int tiers);
 void __wrap_log_write(enum log_level l, const char *topic, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-int __wrap_store_pin(struct store *s, const struct chunk_id *id, size_t len)
+int __wrap_store_pin_in(struct store *s, const struct chunk_id *id, size_t len, int tiers)
 {
 	if (pin_nomem_index >= 0) {
 		struct chunk_id bad = cid((unsigned)pin_nomem_index);
 		if (chunk_id_eq(id, &bad))
 			return -ENOMEM;
 	}
-	return __real_store_pin(s, id, len);
+	return __real_store_pin_in(s, id, len, tiers);
 }
 
 void __wrap_log_write(enum log_level l, const char *topic, const char *fmt, ...)
@@ -299,6 +300,47 @@ static void t_shutdown_keeps_files(void **state)
 	cleanup(dir);
 }
 
+/* The room a sized pin was taken for is kept for it until its job ends:
+ * a second one that would not fit beside it is refused, another pin's
+ * chunks find no room there, and the pin itself fills it. (RAM only,
+ * 1 MiB: the pin limit is 512 KiB.) */
+static void t_reserved_room(void **state)
+{
+	(void)state;
+	struct store *s = ram_store();
+	struct pins *p = open_pins(s, NULL);
+	int64_t until = (int64_t)time(NULL) + 60;
+	uint64_t others;
+	assert_int_equal(pins_begin(p, "pf-a", "b", "a/", until), 0);
+	assert_int_equal(pins_begin(p, "pf-b", "b", "b/", until), 0);
+	assert_int_equal(pins_begin(p, "pf-k", "b", NULL, until), 0);
+	assert_int_equal(pins_reserve(p, "pf-a", 400 * CLEN, UINT64_MAX, &others), 0);
+	assert_int_equal(pins_reserve(p, "pf-b", 200 * CLEN, UINT64_MAX, &others), -ENOSPC);
+	assert_int_equal(others, 400 * CLEN);
+	assert_int_equal(pins_reserve(p, "pf-zz", 1, 1, &others), -ENOENT);
+	/* The key list has 512 KiB - 400,000 bytes = 124,288 left: 124 chunks. */
+	unsigned added = 0;
+	for (unsigned i = 0; i < 1000; i++) {
+		struct chunk_id id;
+		chunk_id_make("b", "k", "\"e\"", i, &id);
+		if (pins_add(p, "pf-k", &id, CLEN) != 0)
+			break;
+		added++;
+	}
+	assert_int_equal(added, 124);
+	for (unsigned j = 0; j < 400; j++) {
+		struct chunk_id id;
+		chunk_id_make("b", "a", "\"e\"", j, &id);
+		assert_int_equal(pins_add(p, "pf-a", &id, CLEN), 0);
+	}
+	/* Its job ended: what it did not pin is free again. */
+	assert_int_equal(pins_end(p, "pf-k"), 0);
+	pins_settle(p, "pf-a");
+	assert_int_equal(pins_reserve(p, "pf-b", 100 * CLEN, UINT64_MAX, &others), 0);
+	pins_destroy(p);
+	store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -307,6 +349,7 @@ int main(void)
 		cmocka_unit_test(t_expired_and_bad_files),
 		cmocka_unit_test(t_memory_only),
 		cmocka_unit_test(t_shutdown_keeps_files),
+		cmocka_unit_test(t_reserved_room),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
