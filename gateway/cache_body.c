@@ -253,10 +253,15 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
 {
 	struct producing *p = arg;
 	struct req *r = p->r;
-	if (!req_responded(r) && cread_over_budget(r, 0)) {
+	/* A fetch goes to the origin: before the answer it takes the key's
+	 * upstream slot (max_upstream_requests), a refusal is 503 SlowDown;
+	 * a reader halfway through its answer takes one if it can. */
+	if (!req_responded(r) && (cread_over_budget(r, 0) || !req_upstream_take(r))) {
 		p->declined = true;
 		return FETCH_ERR_CANCELLED;
 	}
+	if (req_responded(r))
+		req_upstream_try(r);
 	req_cread(r)->miss = true;
 	struct fetch_producer fp = { req_worker(r), req_bucket(r), req_key(r), req_cread(r)->meta,
 	                             req_peer_hop(r), NULL, false, req_charge(r) };

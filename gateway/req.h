@@ -83,6 +83,9 @@ void req_fail(struct req *r, enum s3err e, const char *msg);
  * key's max_upstream_requests slots, held until r ends. False (and r
  * failed with 503 SlowDown) when the key has them all. */
 bool req_upstream_take(struct req *r);
+/* The same for a reader whose answer has begun: a slot if there is one,
+ * else it goes on without (it cannot be refused any more). */
+void req_upstream_try(struct req *r);
 /* The store charge of r's cache fills: its key's (limits_charge), 0 for an
  * unsigned request or another node's. */
 unsigned req_charge(const struct req *r);

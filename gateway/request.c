@@ -310,6 +310,12 @@ bool req_upstream_take(struct req *r)
 	return true;
 }
 
+void req_upstream_try(struct req *r)
+{
+	if (!r->upstream_slot && !r->peer_hop && limits_upstream_take(r->key_id, r->max_upstream))
+		r->upstream_slot = true;
+}
+
 unsigned req_charge(const struct req *r)
 {
 	return r->peer_hop ? 0 : limits_charge(r->key_id);

@@ -124,6 +124,56 @@ class MaxUpstreamRequests(KeyLimitsCase):
                 self.assertEqual(r.status, 200, r)
                 self.assertEqual(r.body, data[k])
 
+    def test_reads_of_known_objects_that_go_upstream_are_counted(self):
+        # Only reads that learnt an object took a slot: ranges of an object larder knew, and
+        # objects whose chunks were evicted, all went upstream at once (8 GETs, capped at 2).
+        larder = self.start(LARDER_RAM_CACHE_SIZE="2MiB", LARDER_METADATA_TTL="immutable",
+                            LARDER_CACHE_DIR=None, LARDER_DISK_CACHE_SIZE=None)  # RAM only
+        big = blob(40, 12 * MiB)
+        self.origin.put(BUCKET, "known-big", big)
+        smalls = ["known-%d" % i for i in range(6)]
+        for i, k in enumerate(smalls):
+            self.origin.put(BUCKET, k, blob(50 + i, MiB - 100))
+        path = harness.key_path(BUCKET, "known-big")
+        r = fetch(larder.url, "GET", path, key=CAPPED, secret=CAPPED_SECRET,
+                  headers={"Range": "bytes=0-0"})
+        self.assertEqual(r.status, 206, r)
+        for k in smalls:  # known now; a 2 MiB RAM tier keeps two at most
+            r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=CAPPED,
+                      secret=CAPPED_SECRET)
+            self.assertEqual(r.status, 200, r)
+
+        def burst(reads):
+            out = [None] * len(reads)
+
+            def one(i):
+                p, h, _ = reads[i]
+                out[i] = fetch(larder.url, "GET", p, key=CAPPED, secret=CAPPED_SECRET, headers=h)
+            m = self.origin.mark()
+            self.origin.delay_next(1500, n=50, bucket=BUCKET)
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(len(reads))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.origin.clear_faults()
+            gets = [g for g in self.origin.requests(m, "GET") if g["bucket"] == BUCKET]
+            return out, gets
+
+        ranges = [(path, {"Range": "bytes=%d-%d" % (i * MiB, i * MiB + 9)},
+                   big[i * MiB:i * MiB + 10]) for i in range(2, 8)]
+        evicted = [(harness.key_path(BUCKET, k), None, blob(50 + i, MiB - 100))
+                   for i, k in enumerate(smalls[:4])]
+        for reads in (ranges, evicted):
+            got, gets = burst(reads)
+            self.assertLessEqual(len(gets), 2, [g["key"] for g in gets])
+            slow = [r for r in got if r.status == 503]
+            self.assertTrue(slow, got)
+            self.assertEqual({harness.s3_error(r.body)[0] for r in slow}, {"SlowDown"})
+            for (_, _, want), r in zip(reads, got):
+                if r.status != 503:
+                    self.assertEqual((r.status // 100, r.body), (2, want))
+
     def test_other_keys_are_not_limited(self):
         larder = self.start()
         keys = ["free-%d" % i for i in range(6)]
