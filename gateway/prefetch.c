@@ -224,6 +224,13 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		tell_size(j, o, o->meta->size);
 		atomic_fetch_add(&j->bytes_total, o->meta->size);
 		o->n_chunks = obj_chunk_count(o->meta->size, ob->chunk_bytes);
+	} else if (o->listed != o->meta->size) {
+		/* Replaced since it was listed: warm what a read gets now. */
+		atomic_fetch_add(&j->bytes_total, o->meta->size);
+		atomic_fetch_sub(&j->bytes_total, o->listed);
+		o->listed = o->meta->size;
+		tell_size(j, o, o->meta->size);
+		o->n_chunks = obj_chunk_count(o->meta->size, ob->chunk_bytes);
 	}
 	/* Settle what arrived. */
 	for (unsigned k = 0; k < o->n_held;) {
@@ -322,7 +329,8 @@ static bool job_step(struct pf_job *j)
 			o->key = j->keys[at]; /* the object's now */
 			j->keys[at] = NULL;
 			o->index = j->next_key;
-			o->sized = j->sizes[at] != 0;
+			o->listed = j->sizes[at];
+			o->sized = o->listed != 0;
 			if (o->sized)
 				o->n_chunks = obj_chunk_count(j->sizes[at], j->p->gw->objects.chunk_bytes);
 			j->next_key++;

@@ -13,7 +13,7 @@ from xml.sax.saxutils import escape
 import harness
 from admin_calls import AdminCalls
 from fault_origin import FaultOrigin
-from test_cache_faults import larder_env, start_larder
+from test_cache_faults import fetch, larder_env, start_larder
 
 TOKEN = "warm-listing-test-token"
 BUCKET = "lst"
@@ -79,6 +79,21 @@ class WarmListing(AdminCalls, unittest.TestCase):
         info = self.warm("d/")
         self.assertEqual((info["state"], info["objects_done"],
                                              info["errors"]), ("done", 6, 0), info)
+
+    def test_an_object_replaced_since_its_listing_is_warmed_whole(self):
+        # The listing (paged as the job goes: it may be minutes old) said 3 bytes; the object is
+        # 3 MiB now. Only chunk 0 was warmed, and the job said done with bytes_done past
+        # bytes_total; the next read went upstream.
+        data = bytes(range(256)) * (3 * 4096)
+        self.origin.put(BUCKET, "g/grown", data)
+        self.origin.list_pages[BUCKET] = lambda q: page(["g/grown"], False)
+        info = self.warm("g/")
+        self.assertEqual((info["state"], info["errors"], info["bytes_done"], info["bytes_total"]),
+                         ("done", 0, len(data), len(data)), info)
+        m = self.origin.mark()
+        r = fetch(self.larder.url, "GET", harness.key_path(BUCKET, "g/grown"))
+        self.assertEqual((r.status, r.body == data, r.cache), (200, True, "hit"))
+        self.assertEqual(self.origin.requests(m, "GET", bucket=BUCKET), [])
 
     def test_a_continuation_token_that_comes_back_fails_the_job(self):
         for cycle in (["same"], ["t1", "t2", "t3"]):
