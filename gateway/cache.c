@@ -501,6 +501,8 @@ static enum MHD_Result respond_upstream_error(struct req *r)
 	MHD_add_response_header(resp, "x-larder-cache", "miss");
 	req_add_common_headers(r, resp);
 	req_set_upstream_status(r, c->uerr_status);
+	if (!c->head)
+		req_count_out(r, c->uerr_len);
 	return req_queue_response(r, (unsigned)c->uerr_status, resp);
 }
 

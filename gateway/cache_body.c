@@ -408,6 +408,13 @@ struct chunk *cread_chunk_for(struct req *r, uint64_t i)
 	return c->cur;
 }
 
+/* Ends r's body short, for why (the access log's error). */
+static ssize_t cut(struct req *r, const char *why)
+{
+	req_cut(r, why);
+	return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
 ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 {
 	struct req *r = cls;
@@ -421,7 +428,7 @@ ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 		uint64_t i = obj_chunk_index(c->pos, cs);
 		struct chunk *ch = cread_chunk_for(r, i);
 		if (!ch)
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+			return cut(r, "cache-error");
 		uint64_t off = c->pos - obj_chunk_offset(i, cs);
 		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
 		if (off < filled) {
@@ -436,7 +443,7 @@ ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 			if (bytes)
 				memcpy(out, bytes + off, (size_t)n);
 			else if (chunk_read(ch, (size_t)off, out, (size_t)n) != 0)
-				return MHD_CONTENT_READER_END_WITH_ERROR;
+				return cut(r, "cache-error");
 			c->pos += n;
 			req_count_out(r, n);
 			return (ssize_t)n;
@@ -447,15 +454,16 @@ ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 			 * fetch, or a corrupt NVMe entry); a version change or an
 			 * upstream that keeps failing ends this response: the client
 			 * sees a short body, never other bytes. */
-			if (ch->fail_reason == FETCH_ERR_CHANGED || ch->fail_reason == FETCH_ERR_UPSTREAM ||
-			    !cread_refetch_allowed(c, i))
-				return MHD_CONTENT_READER_END_WITH_ERROR;
+			if (ch->fail_reason == FETCH_ERR_CHANGED)
+				return cut(r, "object-changed");
+			if (ch->fail_reason == FETCH_ERR_UPSTREAM || !cread_refetch_allowed(c, i))
+				return cut(r, "upstream-error");
 			obj_unwant(c->cur, false);
 			c->cur = NULL;
 			continue;
 		}
 		if (state == CHUNK_READY) /* cannot be short of its length */
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+			return cut(r, "cache-error");
 		c->wait_chunk = ch;
 		c->chunk_waiting = true;
 		chunk_wait(ch, &c->waiter, filled);

@@ -799,7 +799,10 @@ static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 	if (r->udone) {
 		bool complete = r->uresult == CURLE_OK &&
 		                (r->resp_len == MHD_SIZE_UNKNOWN || r->bytes_out == r->resp_len);
-		return complete ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+		if (complete)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		req_cut(r, "upstream-error");
+		return MHD_CONTENT_READER_END_WITH_ERROR;
 	}
 	if (r->up.write_paused)
 		transfer_unpause(&r->up);

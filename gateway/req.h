@@ -79,6 +79,9 @@ void req_unref(struct req *r);
 void req_wake(struct req *r);     /* resume the client connection if suspended */
 void req_suspend(struct req *r);
 void req_fail(struct req *r, enum s3err e, const char *msg);
+/* The body is ended short by larder, for why (a static string: the
+ * access log's error, e.g. "upstream-error"), not by the client. */
+void req_cut(struct req *r, const char *why);
 /* Before r first goes upstream (a miss, a pass-through): takes one of its
  * key's max_upstream_requests slots, held until r ends. False (and r
  * failed with 503 SlowDown) when the key has them all. */

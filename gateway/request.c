@@ -359,6 +359,12 @@ void req_fail(struct req *r, enum s3err e, const char *msg)
 	snprintf(r->err_msg, sizeof r->err_msg, "%s", msg ? msg : "");
 }
 
+void req_cut(struct req *r, const char *why)
+{
+	if (!r->cut)
+		r->cut = why;
+}
+
 void req_err_element(struct req *r, const char *name, const char *text)
 {
 	/* All or nothing: a cut element would leave the XML broken. */
@@ -439,9 +445,12 @@ enum MHD_Result req_respond_error(struct req *r)
 	}
 	struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p,
 	                                                            MHD_RESPMEM_MUST_COPY);
+	size_t body_len = body.len;
 	buf_fini(&body);
 	if (!resp)
 		return MHD_NO;
+	if (strcmp(r->method, "HEAD") != 0) /* counted as S3's log counts it: the body sent */
+		r->bytes_out += body_len;
 	char date[HTTPDATE_SIZE];
 	httpdate_format(time(NULL), date);
 	MHD_add_response_header(resp, "Content-Type", "application/xml");
@@ -687,10 +696,12 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 	return MHD_YES;
 }
 
+/* The access log's error for how libmicrohttpd ended a request. */
 static const char *toe_str(enum MHD_RequestTerminationCode toe)
 {
 	switch (toe) {
 	case MHD_REQUEST_TERMINATED_COMPLETED_OK: return NULL;
+	case MHD_REQUEST_TERMINATED_WITH_ERROR: return "send-error"; /* larder's cuts: r->cut */
 	case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return "client-timeout";
 	case MHD_REQUEST_TERMINATED_CLIENT_ABORT: return "client-abort";
 	case MHD_REQUEST_TERMINATED_READ_ERROR: return "client-read-error";
@@ -717,7 +728,7 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 	r->suspended = false;
 	pass_stop(r); /* the client is gone or done: nothing more to fetch */
 	if (r->started) {
-		const char *err = r->has_err ? s3err_code(r->err) : toe_str(toe);
+		const char *err = r->has_err ? s3err_code(r->err) : r->cut ? r->cut : toe_str(toe);
 		if (!err && r->udone && r->uresult != CURLE_OK && r->uresult != CURLE_ABORTED_BY_CALLBACK)
 			err = "upstream-error";
 		struct log_access_rec rec = {

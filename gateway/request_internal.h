@@ -116,6 +116,7 @@ struct req {
 	struct cread *cache;   /* the cached read (cache.c), once cache_wants said yes */
 	struct list_req *list; /* a listing the LIST cache may answer or keep (listcache.c) */
 	bool bypass_logged;    /* a GET/HEAD of an object not answered from the cache */
+	const char *cut;       /* why larder ended the body early (req_cut), or NULL */
 
 	/* client response */
 	size_t req_bytes; /* what the request holds of the connection's pool (req_queue_response) */

@@ -10,9 +10,12 @@ Chunk size is 1 MiB throughout, so objects of a few MiB span several chunks.
 """
 import glob
 import hashlib
+import http.client
 import os
 import random
 import shutil
+import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -453,6 +456,45 @@ class UpstreamFaults(FaultCase):
                         code, _ = harness.s3_error(r.body)
                         self.assertEqual(code, "InternalError", r.body)
                         self.assertIn(b"headers", r.body)
+
+    def test_access_log_says_who_ended_a_body_early(self):
+        # A body larder cut (its upstream kept failing) and one the client walked away from
+        # were both logged error=error.
+        data = blob(15, 3 * CHUNK)
+        self.origin.put(BUCKET, "cut-log", data)
+        path = harness.key_path(BUCKET, "cut-log")
+        r = fetch(self.larder.url, "GET", path, headers={"Range": "bytes=0-9"})
+        self.assertEqual(r.status, 206, r)  # known, chunk 0 held: the answer can begin
+        self.origin.fail_next(20, status=500, code="InternalError", message="x", key="cut-log")
+        cut = fetch(self.larder.url, "GET", path)
+        self.origin.clear_faults()
+        self.assertEqual((cut.status, cut.complete), (200, False), cut)
+        self.assertTrue(data.startswith(cut.body))
+        big = blob(16, 24 * CHUNK)  # more than the kernel's socket buffers take at once
+        self.origin.put(BUCKET, "left-log", big)
+        path = harness.key_path(BUCKET, "left-log")
+        self.assertBody(fetch(self.larder.url, "GET", path), big)
+        h = harness.sign_headers("GET", self.larder.url + path, harness.CLIENT_KEY,
+                                 harness.CLIENT_SECRET)
+        c = http.client.HTTPConnection("127.0.0.1", self.larder.port, timeout=30)
+        c.request("GET", path, headers=h)
+        left = c.getresponse()
+        self.assertEqual(left.status, 200)
+        left.read(1000)
+        gone_id = left.getheader("x-larder-request-id")
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        left.close()
+        c.close()  # a reset
+        deadline = time.monotonic() + 10
+        want = {cut.headers["x-larder-request-id"]: "upstream-error",
+                gone_id: ("send-error", "client-abort")}
+        while time.monotonic() < deadline:
+            recs = {a["id"]: a["error"] for a in self.larder.access_records() if a["id"] in want}
+            if len(recs) == 2:
+                break
+            time.sleep(0.1)
+        self.assertEqual(recs.get(cut.headers["x-larder-request-id"]), "upstream-error", recs)
+        self.assertIn(recs.get(gone_id), want[gone_id], recs)
 
     def test_503_burst_is_retried(self):
         data = blob(10, 2 * CHUNK + 1234)

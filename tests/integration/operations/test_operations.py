@@ -290,6 +290,25 @@ class AccessLogAndHostileInput(LarderCase):
         self.assertIn(b["upstream_status"], ("0", "-"))
         self.assertEqual(len({p["id"], g["id"], b["id"]}), 3)
 
+    def test_error_bodies_are_counted_as_sent(self):
+        # An error's XML body was logged (and counted in the byte metrics) as 0 bytes sent.
+        got = []
+        for method, key, secret in (("GET", "nope", harness.CLIENT_SECRET),
+                                    ("GET", "nope", "wrong"),
+                                    ("HEAD", "nope", harness.CLIENT_SECRET)):
+            r = harness.signed_request(self.larder.url, method, harness.key_path("logged", key),
+                                       secret=secret)
+            self.assertIn(r.status, (403, 404), r)
+            time.sleep(0.2)
+            rid = r.headers["x-amz-request-id"]
+            rec = [a for a in self.larder.access_records() if a["id"] == rid]
+            self.assertEqual(len(rec), 1, rec)
+            got.append((rec[0]["status"], rec[0]["bytes_out"], len(r.body)))
+        self.assertEqual([(st, int(n)) for st, n, _ in got],
+                         [(st, n) for st, _, n in got])
+        self.assertGreater(got[0][2], 100)
+        self.assertEqual(got[2][2], 0)  # a HEAD's error has no body
+
     def alive_and_well(self):
         self.assertTrue(self.larder.alive(), self.larder.log()[-3000:])
         r = self.s3.list_objects_v2(Bucket="logged")
