@@ -243,14 +243,40 @@ bool listcache_hit(const struct req *r)
 	return req_list(r) && req_list(r)->hit;
 }
 
+/* A shaped key's cached listing goes out at its max_bytes_per_second. */
+static ssize_t shaped_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+	struct req *r = cls;
+	const struct list_req *l = req_list(r);
+	if (pos >= l->hit_len)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	size_t n = l->hit_len - (size_t)pos < max ? l->hit_len - (size_t)pos : max;
+	if (!(n = req_shape(r, n)))
+		return 0; /* waits for tokens */
+	memcpy(out, l->hit_body + pos, n);
+	req_count_out(r, n);
+	return (ssize_t)n;
+}
+
+static void shaped_done(void *cls)
+{
+	req_unref(cls);
+}
+
 enum MHD_Result listcache_respond(struct req *r)
 {
 	struct list_req *l = req_list(r);
-	struct MHD_Response *resp = MHD_create_response_from_buffer(l->hit_len, l->hit_body,
-	                                                            MHD_RESPMEM_MUST_FREE);
+	bool shaped = req_shaped(r);
+	struct MHD_Response *resp =
+		shaped ? MHD_create_response_from_callback(l->hit_len, 16384, shaped_read, r,
+		                                           shaped_done)
+		       : MHD_create_response_from_buffer(l->hit_len, l->hit_body, MHD_RESPMEM_MUST_FREE);
 	if (!resp)
 		return MHD_NO;
-	l->hit_body = NULL;
+	if (shaped)
+		req_ref(r); /* the reader's: the body is freed with r */
+	else
+		l->hit_body = NULL;
 	if (l->ctype[0])
 		MHD_add_response_header(resp, "Content-Type", l->ctype);
 	if (l->region[0])
@@ -258,7 +284,8 @@ enum MHD_Result listcache_respond(struct req *r)
 	MHD_add_response_header(resp, "x-amz-request-id", req_id(r));
 	MHD_add_response_header(resp, "x-larder-cache", "hit");
 	req_add_common_headers(r, resp);
-	req_count_out(r, l->hit_len);
+	if (!shaped)
+		req_count_out(r, l->hit_len);
 	return req_queue_response(r, 200, resp);
 }
 

@@ -25,6 +25,7 @@ CAPPED, CAPPED_SECRET = "capped-job", "capped-secret"
 FREE, FREE_SECRET = "free-job", "free-secret"
 SLOW, SLOW_SECRET = "slow-job", "slow-secret"
 SMALL, SMALL_SECRET = "small-job", "small-secret"
+LISTER, LISTER_SECRET = "lister-job", "lister-secret"
 MiB = 1024 * 1024
 ADMIN_TOKEN = "key-limits-admin-token-0123456789"
 
@@ -50,7 +51,17 @@ secret = %s
 access = read-only
 buckets = *
 max_resident_bytes = 16MiB
-""" % (CAPPED, CAPPED_SECRET, FREE, FREE_SECRET, SLOW, SLOW_SECRET, SMALL, SMALL_SECRET)
+
+[key %s]
+secret = %s
+access = read-only
+buckets = *
+max_bytes_per_second = 1MiB
+
+[bucket listed]
+list_cache_ttl = 60
+""" % (CAPPED, CAPPED_SECRET, FREE, FREE_SECRET, SLOW, SLOW_SECRET, SMALL, SMALL_SECRET,
+       LISTER, LISTER_SECRET)
 
 
 class KeyLimitsCase(harness.S3Asserts, unittest.TestCase):
@@ -264,6 +275,33 @@ class MaxBytesPerSecond(KeyLimitsCase):
                 time.monotonic() < deadline:
             time.sleep(0.05)
         self.assertIn("bypass", [rec.get("cache") for rec in larder.access_records()])
+
+
+    def test_cached_listings_are_shaped_too(self):
+        # Answers from the LIST cache went out at full speed: 6 of 600 KB in 0.02 s to a key
+        # capped at 64 KiB/s (audit round 3).
+        larder = self.start()
+        entries = "".join("<Contents><Key>k/%06d-%s</Key><Size>1</Size><ETag>&quot;x&quot;"
+                          "</ETag><StorageClass>STANDARD</StorageClass></Contents>"
+                          % (i, "p" * 60) for i in range(3000))
+        page = ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.'
+                'amazonaws.com/doc/2006-03-01/"><Name>listed</Name><Prefix>k/</Prefix>'
+                '<KeyCount>3000</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false'
+                '</IsTruncated>%s</ListBucketResult>' % entries)
+        self.origin.create_bucket("listed")
+        self.origin.list_pages["listed"] = lambda q: page
+        self.addCleanup(self.origin.list_pages.pop, "listed")
+        path = "/listed?list-type=2&prefix=k%2F"
+        r = fetch(larder.url, "GET", path, key=LISTER, secret=LISTER_SECRET)
+        self.assertEqual((r.status, r.body.decode()), (200, page))
+        t0, got = time.monotonic(), 0
+        for _ in range(3):
+            r = fetch(larder.url, "GET", path, key=LISTER, secret=LISTER_SECRET)
+            self.assertEqual((r.status, r.cache, r.body.decode()), (200, "hit", page))
+            got += len(r.body)
+        elapsed, want = time.monotonic() - t0, got / MiB
+        self.assertLess(abs(elapsed - want), 0.25 * want,
+                        "cached listings took %.2f s, the cap says %.2f s" % (elapsed, want))
 
 
 class MaxResidentBytes(KeyLimitsCase):
