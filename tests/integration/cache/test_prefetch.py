@@ -269,10 +269,12 @@ class CancelledJobKeys(AdminCalls, LarderCase):
         body = {"bucket": "cancelled", "keys": ["k/%07d" % i for i in range(300000)],
                 "concurrency": 1, "bandwidth_bytes_per_second": 1}
         rss = []
-        for _ in range(4):
+        for _ in range(8):
             st, r = self.call("POST", "/admin/prefetch", body)
             self.assertEqual(st, 202, r)
             st, _ = self.call("DELETE", "/admin/jobs/" + r["job"])
             self.assertEqual(self.wait_job(r["job"])["state"], "cancelled")
             rss.append(self.rss_mib())
-        self.assertLess(rss[-1] - rss[0], 12, "RSS after each cancelled job: %r MiB" % rss)
+        # Kept, the keys would add about 54 MiB over the last six jobs; the allocator's
+        # unreturned pages move RSS by up to about 10 MiB either way (a run saw 13 over 3).
+        self.assertLess(rss[-1] - rss[1], 24, "RSS after each cancelled job: %r MiB" % rss)
