@@ -104,7 +104,12 @@ void log_mhd(void *cls, const char *fmt, va_list ap)
 	size_t n = strlen(msg);
 	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
 		msg[--n] = '\0';
-	log_info((const char *)cls, "%s", msg);
+	/* A TLS handshake that failed or never began (a load balancer's TCP
+	 * check every few seconds) is the client's business. */
+	if (strstr(msg, "handshake"))
+		log_debug((const char *)cls, "%s", msg);
+	else
+		log_info((const char *)cls, "%s", msg);
 }
 
 /*

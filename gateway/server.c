@@ -20,6 +20,9 @@
 #include <inttypes.h>
 #include <time.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -180,6 +183,10 @@ static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
 	return strlen(s);
 }
 
+/* GnuTLS's defaults less what S3's own endpoints refuse: TLS 1.2 and 1.3
+ * only, and no key exchange without forward secrecy. */
+#define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-RSA"
+
 static int worker_start(struct gw *gw, struct worker *w, unsigned index,
                         const struct addrinfo *ai)
 {
@@ -219,6 +226,7 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	                          gw->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
 	                          gw->tls_cert,
 	                          MHD_OPTION_HTTPS_MEM_KEY, gw->tls_key,
+	                          MHD_OPTION_HTTPS_PRIORITIES, TLS_PRIORITIES,
 	                          MHD_OPTION_END);
 	if (!w->mhd)
 		return -1;
@@ -354,6 +362,73 @@ static int load_pem(const char *path, const char *setting, char **out)
 	}
 	*out = buf;
 	return 0;
+}
+
+/* An expiry or start date for a log line: "2026-11-30 07:08 UTC". */
+static void asn1_day(const ASN1_TIME *t, char *out, size_t n)
+{
+	struct tm tm;
+	if (!ASN1_TIME_to_tm(t, &tm) || !strftime(out, n, "%Y-%m-%d %H:%M UTC", &tm))
+		snprintf(out, n, "(unreadable)");
+}
+
+/* Whether the PEM texts are a certificate and the unencrypted private key
+ * that goes with it, as libmicrohttpd will need them (it says only that
+ * it cannot listen). A certificate out of its dates is a warning: clients
+ * that verify it refuse every connection. */
+static int tls_pair_check(const char *cert_pem, const char *key_pem, const struct cfg *cfg)
+{
+	BIO *cb = BIO_new_mem_buf(cert_pem, -1), *kb = BIO_new_mem_buf(key_pem, -1);
+	X509 *cert = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
+	/* A key with a passphrase is refused: nothing here could ask for it. */
+	static char no_passphrase[] = "";
+	EVP_PKEY *key = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, no_passphrase) : NULL;
+	int rc = -1;
+	if (!cert)
+		log_error("config", "LARDER_TLS_CERT: \"%s\" holds no certificate", cfg->tls_cert);
+	else if (!key)
+		log_error("config", "LARDER_TLS_KEY: \"%s\" holds no private key larder can use "
+		          "(a key with a passphrase is not supported)", cfg->tls_key);
+	else if (X509_check_private_key(cert, key) != 1)
+		log_error("config", "LARDER_TLS_KEY: \"%s\" is not the key of the certificate in "
+		          "LARDER_TLS_CERT (\"%s\")", cfg->tls_key, cfg->tls_cert);
+	else
+		rc = 0;
+	char day[40];
+	if (cert && X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
+		asn1_day(X509_get0_notAfter(cert), day, sizeof day);
+		log_warn("config", "LARDER_TLS_CERT: the certificate in \"%s\" expired on %s: clients "
+		         "that verify it will refuse to connect", cfg->tls_cert, day);
+	} else if (cert && X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
+		asn1_day(X509_get0_notBefore(cert), day, sizeof day);
+		log_warn("config", "LARDER_TLS_CERT: the certificate in \"%s\" is not valid before "
+		         "%s: clients that verify it will refuse to connect", cfg->tls_cert, day);
+	}
+	ERR_clear_error();
+	EVP_PKEY_free(key);
+	X509_free(cert);
+	BIO_free(kb);
+	BIO_free(cb);
+	return rc;
+}
+
+/* Reads LARDER_TLS_CERT and LARDER_TLS_KEY into *cert and *key (free
+ * them; the key is wiped first) and checks them as a pair. */
+static int load_tls(const struct cfg *cfg, char **cert, char **key)
+{
+	*cert = *key = NULL;
+	if (load_pem(cfg->tls_cert, "LARDER_TLS_CERT", cert) != 0 ||
+	    load_pem(cfg->tls_key, "LARDER_TLS_KEY", key) != 0)
+		return -1;
+	return tls_pair_check(*cert, *key, cfg);
+}
+
+static void free_tls(char *cert, char *key)
+{
+	if (key)
+		explicit_bzero(key, strlen(key));
+	free(key);
+	free(cert);
 }
 
 /* Another node wrote or saw a new version: forget what we know of it. */
@@ -566,13 +641,9 @@ int gw_check(const struct cfg *cfg)
 {
 	char *cert = NULL, *key = NULL, err[512];
 	int rc = 0;
-	if (cfg->tls_cert && (load_pem(cfg->tls_cert, "LARDER_TLS_CERT", &cert) != 0 ||
-	                      load_pem(cfg->tls_key, "LARDER_TLS_KEY", &key) != 0))
+	if (cfg->tls_cert && load_tls(cfg, &cert, &key) != 0)
 		rc = -1;
-	free(cert);
-	if (key)
-		explicit_bzero(key, strlen(key));
-	free(key);
+	free_tls(cert, key);
 	struct cluster_config cc = cluster_config_of(cfg, NULL);
 	if (cluster_check(&cc, err, sizeof err) != 0) {
 		log_error("config", "LARDER_REDIS_URL: %s", err);
@@ -625,8 +696,7 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		goto out;
 	}
 
-	if (cfg->tls_cert && (load_pem(cfg->tls_cert, "LARDER_TLS_CERT", &gw.tls_cert) != 0 ||
-	                      load_pem(cfg->tls_key, "LARDER_TLS_KEY", &gw.tls_key) != 0)) {
+	if (cfg->tls_cert && load_tls(cfg, &gw.tls_cert, &gw.tls_key) != 0) {
 		rc = 2;
 		goto out;
 	}
@@ -686,8 +756,12 @@ int gw_run(struct cfg *cfg, const char *config_path)
 			break;
 	freeaddrinfo(ai);
 	if (!gw.workers || started < gw.n_workers) {
-		log_error("server", "cannot listen on %s:%u: %s", cfg->listen_host, cfg->listen_port,
-		          strerror(errno));
+		if (gw.tls_cert) /* libmicrohttpd's reason is in the log above (info) */
+			log_error("server", "cannot listen on %s:%u with TLS (LARDER_TLS_CERT, "
+			          "LARDER_TLS_KEY)", cfg->listen_host, cfg->listen_port);
+		else
+			log_error("server", "cannot listen on %s:%u: %s", cfg->listen_host,
+			          cfg->listen_port, strerror(errno));
 		for (unsigned i = 0; gw.workers && i <= started && i < gw.n_workers; i++)
 			worker_fini(&gw.workers[i]);
 		goto out;
@@ -753,10 +827,7 @@ out:
 	if (gw.store)
 		store_close(gw.store);
 	dir_destroy(gw.dir); /* the store notes changes until it is closed */
-	if (gw.tls_key)
-		explicit_bzero(gw.tls_key, strlen(gw.tls_key));
-	free(gw.tls_cert);
-	free(gw.tls_key);
+	free_tls(gw.tls_cert, gw.tls_key);
 	meta_cache_destroy(gw.meta);
 	listcache_destroy(gw.lists);
 	upstream_destroy(gw.up);

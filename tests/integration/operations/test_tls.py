@@ -81,5 +81,86 @@ class Tls(LarderCase):
         self.assertIn(b"LARDER_TLS_KEY", out.stderr)
 
 
+
+    def check(self, **env):
+        return subprocess.run([harness.larder_binary(), "serve", "--check"],
+                              env=dict({"PATH": os.environ["PATH"]}, **env),
+                              capture_output=True, timeout=30)
+
+    def test_a_key_that_cannot_serve_the_certificate_stops_the_start(self):
+        # --check said "configuration ok" and the start failed with "cannot listen on ...: No
+        # such file or directory", naming neither file (GnuTLS's reason at info only).
+        other_cert, other_key = make_cert(tempfile.mkdtemp(dir=self.tmp))
+        locked = os.path.join(self.tmp, "locked.pem")
+        subprocess.run(["openssl", "pkey", "-in", other_key, "-aes256", "-passout", "pass:pw",
+                        "-out", locked], check=True, capture_output=True)
+        key = self.LARDER_ENV["LARDER_TLS_KEY"]
+        for cert_file, key_file, says in ((self.cert, other_key, b"is not the key of"),
+                                          (key, self.cert, b"holds no certificate"),
+                                          (self.cert, locked, b"passphrase")):
+            with self.subTest(key=key_file, says=says):
+                out = self.check(LARDER_TLS_CERT=cert_file, LARDER_TLS_KEY=key_file)
+                self.assertEqual(out.returncode, 2, out.stderr)
+                self.assertIn(says, out.stderr)
+        larder = harness.Larder(upstream=self.upstream,
+                                env={"LARDER_TLS_CERT": self.cert, "LARDER_TLS_KEY": other_key,
+                                     "LARDER_LOG_LEVEL": "warn"})
+        try:
+            proc = subprocess.run([harness.larder_binary(), "serve"], env=larder.env,
+                                  capture_output=True, timeout=30)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn(b"LARDER_TLS_KEY", proc.stderr)
+        finally:
+            larder.cleanup()
+
+    def test_an_expired_certificate_is_a_warning(self):
+        # openssl req here cannot backdate a certificate (-not_before came in OpenSSL 3.4).
+        import datetime
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "old")])
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(key.public_key()).serial_number(1)
+                .not_valid_before(datetime.datetime(2020, 1, 1))
+                .not_valid_after(datetime.datetime(2020, 2, 1)).sign(key, hashes.SHA256()))
+        expired_key = os.path.join(self.tmp, "old-key.pem")
+        expired = os.path.join(self.tmp, "old.pem")
+        with open(expired, "wb") as f:
+            f.write(cert.public_bytes(serialization.Encoding.PEM))
+        with open(expired_key, "wb") as f:
+            f.write(key.private_bytes(serialization.Encoding.PEM,
+                                      serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()))
+        out = self.check(LARDER_TLS_CERT=expired, LARDER_TLS_KEY=expired_key)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(b"expired on 2020-02-01", out.stderr)
+
+    def test_only_tls_1_2_and_up_with_forward_secrecy(self):
+        # GnuTLS's defaults took TLS 1.0 and 1.1, and RSA key exchange; S3 takes neither.
+        port = self.larder.port
+        for args, ok in ((["-tls1_1", "-cipher", "DEFAULT:@SECLEVEL=0"], False),
+                         (["-tls1_2", "-cipher", "AES128-SHA:@SECLEVEL=0"], False),
+                         (["-tls1_2"], True), (["-tls1_3"], True)):
+            with self.subTest(args=args):
+                out = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port,
+                                      "-brief"] + args, input=b"", capture_output=True,
+                                     timeout=30)
+                text = out.stdout + out.stderr
+                self.assertEqual(b"Protocol version" in text, ok, text[-2000:])
+
+    def test_a_connection_closed_before_its_handshake_logs_nothing(self):
+        # Each TCP check of the port (a load balancer's, every few seconds) logged
+        # "Error: received handshake message out of context." at info.
+        import socket
+        import time
+        before = self.larder.log()
+        for _ in range(5):
+            socket.create_connection(("127.0.0.1", self.larder.port), 5).close()
+        time.sleep(0.5)
+        self.assertNotIn("handshake", self.larder.log()[len(before):])
+
+
 if __name__ == "__main__":
     unittest.main()
