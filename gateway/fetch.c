@@ -336,13 +336,40 @@ static int begin(struct fetch *f)
 
 /* Under upstream's retry policy (capped exponential backoff with jitter):
  * resumes from the bytes the chunk has. */
-static bool schedule_retry(struct fetch *f)
+/* A node's TLS that this one cannot verify (or the reverse): no error for
+ * the read, which goes to S3, but the cluster shares nothing that way. */
+static bool tls_refused(CURLcode result)
+{
+	return result == CURLE_PEER_FAILED_VERIFICATION || result == CURLE_SSL_CONNECT_ERROR ||
+	       result == CURLE_SSL_CACERT_BADFILE || result == CURLE_SSL_CERTPROBLEM;
+}
+
+/* Warns of it, at most once a minute (every chunk would say it again). */
+static void warn_peer_tls(const struct transfer *t, CURLcode result)
+{
+	static _Atomic int64_t last_s;
+	int64_t now = (int64_t)clock_mono_s(), was = atomic_load(&last_s);
+	if ((was && now - was < 60) || !atomic_compare_exchange_strong(&last_s, &was, now))
+		return;
+	log_warn("fetch", "a node's TLS failed: %s; chunks it holds are read from S3 instead "
+	         "(LARDER_CLUSTER_CA_FILE must verify every node's certificate, and each "
+	         "certificate name its node's advertise host)", transfer_strerror(t, result));
+}
+
+/* Why an attempt failed, for a log line: curl's reason, or the status. */
+static const char *why_failed(const struct fetch *f, CURLcode result)
+{
+	return result == CURLE_OK ? "an error answer" : transfer_strerror(&f->x, result);
+}
+
+static bool schedule_retry(struct fetch *f, CURLcode result)
 {
 	double delay = transfer_retry_later(&f->x);
 	if (delay < 0)
 		return false;
-	log_info("fetch", "%s/%s chunk %" PRIu64 ": upstream %ld, retry %u in %.0f ms", f->bucket,
-	         f->key, f->index, f->x.status, f->x.retries, delay * 1000);
+	log_info("fetch", "%s/%s chunk %" PRIu64 ": upstream %ld (%s), retry %u in %.0f ms",
+	         f->bucket, f->key, f->index, f->x.status, why_failed(f, result), f->x.retries,
+	         delay * 1000);
 	return true;
 }
 
@@ -867,9 +894,11 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		log_info("fetch", "%s/%s: %s node failed (%ld, %s); fetching from %s", f->bucket,
 		         f->key, f->to_holder ? "holder" : "owner", status,
 		         f->changed ? "answered for another ETag or size"
-		         : result != CURLE_OK ? curl_easy_strerror(result)
+		         : result != CURLE_OK ? transfer_strerror(t, result)
 		         : status >= 300 ? "answered with no bytes" : "left the chunk short",
 		         f->to_holder ? "its owner" : "S3");
+		if (tls_refused(result))
+			warn_peer_tls(t, result);
 		if (f->to_holder)
 			f->holder_failed = true;
 		else
@@ -908,7 +937,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		/* Never learnt the object: a 5xx is retried; anything else is
 		 * upstream's answer for the owner (a 404, a 403, ...). */
 		if ((upstream_retryable(status) || result != CURLE_OK) && status != 304 &&
-		    !f->failed_headers && schedule_retry(f))
+		    !f->failed_headers && schedule_retry(f, result))
 			return;
 		if (status == 404 && gw->cfg->negative_ttl_s > 0 && no_such_key(f)) {
 			struct buf lines;
@@ -929,8 +958,11 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 				f->owner_ops->upstream_error(f->owner, result == CURLE_OK ? status : 0,
 				                             &t->resp, buf_cstr(&f->errbody),
 				                             f->errbody.len);
-			if (shared) /* its waiters fail too, rather than each try again */
+			if (shared) { /* its waiters fail too, rather than each try again */
+				log_warn("fetch", "%s/%s: could not learn it upstream: status %ld, %s",
+				         f->bucket, f->key, status, why_failed(f, result));
 				meta_publish_failure(gw->meta, f->bucket, f->key, status, clock_mono_s());
+			}
 			else
 				meta_publish(gw->meta, f->bucket, f->key, NULL);
 		}
@@ -972,7 +1004,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		log_warn("fetch", "%s/%s chunk %" PRIu64 ": no memory for its bytes", f->bucket,
 		         f->key, f->index);
 		store_complete(gw->store, f->c, false, FETCH_ERR_SLOWDOWN, NULL);
-	} else if (!f->failed_headers && schedule_retry(f)) {
+	} else if (!f->failed_headers && schedule_retry(f, result)) {
 		return; /* resumes from `filled` */
 	} else {
 		log_warn("fetch", "%s/%s chunk %" PRIu64 " failed: status %ld, %s", f->bucket, f->key,

@@ -431,6 +431,36 @@ static void free_tls(char *cert, char *key)
 	free(cert);
 }
 
+/* Whether a CA file (path NULL: none set) holds a certificate: curl takes
+ * one that holds none, and every TLS exchange through it then fails. */
+static int ca_file_check(const char *path, const char *setting)
+{
+	if (!path)
+		return 0;
+	BIO *b = BIO_new_file(path, "r");
+	X509 *cert = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+	ERR_clear_error();
+	BIO_free(b);
+	if (cert) {
+		X509_free(cert);
+		return 0;
+	}
+	log_error("config", "%s: \"%s\" holds no certificate (PEM)", setting, path);
+	return -1;
+}
+
+/* The TLS files a start needs: a certificate and key that go together, and
+ * CA files with a certificate in them. */
+static int tls_files_check(const struct cfg *cfg, char **cert, char **key)
+{
+	int rc = cfg->tls_cert ? load_tls(cfg, cert, key) : 0;
+	if (ca_file_check(cfg->upstream_ca_file, "LARDER_UPSTREAM_CA_FILE") != 0)
+		rc = -1;
+	if (cfg->redis_url && ca_file_check(cfg->cluster_ca_file, "LARDER_CLUSTER_CA_FILE") != 0)
+		rc = -1;
+	return rc;
+}
+
 /* Another node wrote or saw a new version: forget what we know of it. */
 static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 {
@@ -641,7 +671,7 @@ int gw_check(const struct cfg *cfg)
 {
 	char *cert = NULL, *key = NULL, err[512];
 	int rc = 0;
-	if (cfg->tls_cert && load_tls(cfg, &cert, &key) != 0)
+	if (tls_files_check(cfg, &cert, &key) != 0)
 		rc = -1;
 	free_tls(cert, key);
 	struct cluster_config cc = cluster_config_of(cfg, NULL);
@@ -696,7 +726,7 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		goto out;
 	}
 
-	if (cfg->tls_cert && load_tls(cfg, &gw.tls_cert, &gw.tls_key) != 0) {
+	if (tls_files_check(cfg, &gw.tls_cert, &gw.tls_key) != 0) {
 		rc = 2;
 		goto out;
 	}

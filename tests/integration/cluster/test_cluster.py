@@ -1008,5 +1008,47 @@ class TlsCluster(ClusterBase):
             self.assertNotIn("node failed (", n.log(), "a peer request failed over https")
 
 
+class TlsClusterUnverified(TlsCluster):
+    """Nodes whose certificate does not name their advertise host: every peer request fails
+    verification and goes to S3 instead. It did so with one info line per chunk in curl's
+    generic words; now a warning (at most one a minute) says why and what to set."""
+
+    @classmethod
+    def extra_env(cls):
+        if not hasattr(cls, "cert"):
+            cls.tmp = tempfile.mkdtemp(prefix="larder-tls-cluster-")
+            cls.cert, cls.key = (os.path.join(cls.tmp, n) for n in ("cert.pem", "key.pem"))
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                            "2", "-subj", "/CN=elsewhere", "-keyout", cls.key, "-out", cls.cert,
+                            "-addext", "subjectAltName=DNS:elsewhere.invalid"],
+                           check=True, capture_output=True)
+        return {"LARDER_TLS_CERT": cls.cert, "LARDER_TLS_KEY": cls.key,
+                "LARDER_CLUSTER_CA_FILE": cls.cert}
+
+    def read(self, node, key):
+        import boto3
+        import urllib3
+        from botocore.config import Config
+        urllib3.disable_warnings()
+        s3 = boto3.session.Session().client(
+            "s3", endpoint_url=node.url.replace("http://", "https://"),
+            region_name=harness.REGION, aws_access_key_id=harness.CLIENT_KEY,
+            aws_secret_access_key=harness.CLIENT_SECRET, verify=False,
+            config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}))
+        return s3.get_object(Bucket="shared", Key=key)["Body"].read()
+
+    def test_peers_speak_https(self):
+        data = blob(31, 4 * MiB + 3)
+        self.direct.put_object(Bucket="shared", Key="t/unverified", Body=data)
+        a, b = self.nodes
+        self.assertEqual(self.read(a, "t/unverified"), data)
+        self.assertEqual(self.read(b, "t/unverified"), data)  # right bytes, from S3
+        warned = [line for n in self.nodes for line in n.log().splitlines()
+                  if " warn " in line and "a node's TLS failed" in line]
+        self.assertTrue(warned, "no warning that peers cannot verify each other")
+        self.assertIn("LARDER_CLUSTER_CA_FILE", warned[0])
+        self.assertLessEqual(len(warned), 2, warned)  # once a minute per node
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -113,6 +113,36 @@ class Tls(LarderCase):
         finally:
             larder.cleanup()
 
+    def test_a_ca_file_without_a_certificate_is_an_error(self):
+        # curl took it, and every exchange with the upstream then failed.
+        key = self.LARDER_ENV["LARDER_TLS_KEY"]
+        out = self.check(LARDER_UPSTREAM_CA_FILE=key)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn(b"LARDER_UPSTREAM_CA_FILE", out.stderr)
+        self.assertIn(b"holds no certificate", out.stderr)
+        self.assertEqual(self.check(LARDER_UPSTREAM_CA_FILE=self.cert).returncode, 0)
+
+    def test_an_upstream_that_cannot_be_reached_is_logged_with_why(self):
+        # A cold read answered 503 with only "upstream 0, retry N" lines at info: no reason.
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+        s.close()
+        larder = harness.Larder(upstream=self.upstream, env={
+            "LARDER_UPSTREAM_URL": "http://127.0.0.1:%d" % closed, "LARDER_LOG_LEVEL": "warn",
+            "LARDER_UPSTREAM_RETRIES": "1"}).start()
+        try:
+            r = harness.signed_request(larder.url, "GET", "/some-bucket/cold")
+            self.assertEqual(r.status, 503, r)
+            lines = [line for line in larder.log().splitlines()
+                     if "could not learn it upstream" in line]
+            self.assertTrue(lines, larder.log()[-2000:])
+            self.assertIn("onnect", lines[0])  # curl's "Couldn't connect", "Connection refused"
+        finally:
+            self.assertEqual(larder.stop(), 0)
+            larder.cleanup()
+
     def test_an_expired_certificate_is_a_warning(self):
         # openssl req here cannot backdate a certificate (-not_before came in OpenSSL 3.4).
         import datetime
