@@ -222,7 +222,9 @@ static int add_locked(struct pins *p, struct pin *x, const struct chunk_id *cid,
 		return 0;
 	uint64_t ram, nvme, entry = store_pin_nvme_bytes(len, len ? len : 1);
 	room_for(p, x, &ram, &nvme);
-	int allowed = (len <= ram ? STORE_PIN_RAM : 0) | (entry <= nvme ? STORE_PIN_NVME : 0);
+	/* A chunk another pin holds takes no more room where it is pinned. */
+	int allowed = (len <= ram ? STORE_PIN_RAM : 0) | (entry <= nvme ? STORE_PIN_NVME : 0) |
+	              store_pinned(p->store, cid);
 	if (!allowed)
 		return -ENOSPC;
 	if (x->n == x->cap) {
@@ -256,11 +258,22 @@ int pins_reserve(struct pins *p, const char *id, uint64_t ram_bytes, uint64_t nv
 	int rc = -ENOENT;
 	*spoken_for = 0;
 	if (x) {
-		uint64_t ram, nvme;
+		uint64_t ram, nvme, held_ram = 0, held_nvme = 0;
 		room_for(p, NULL, &ram, &nvme);
-		for (const struct pin *y = p->list; y; y = y->next)
+		for (const struct pin *y = p->list; y; y = y->next) {
 			*spoken_for += still_wanted(y->want_ram, y->bytes);
-		rc = ram_bytes <= ram || nvme_bytes <= nvme ? 0 : -ENOSPC;
+			/* A pin of this prefix or under it (the same pinned again,
+			 * to hold it longer) holds chunks of this one's objects: they
+			 * take no more room. The largest such, not their sum, which
+			 * may count a chunk twice. */
+			if (y != x && y->prefix && x->prefix && strcmp(y->bucket, x->bucket) == 0 &&
+			    strncmp(y->prefix, x->prefix, strlen(x->prefix)) == 0) {
+				held_ram = y->bytes > held_ram ? y->bytes : held_ram;
+				held_nvme = y->nvme_bytes > held_nvme ? y->nvme_bytes : held_nvme;
+			}
+		}
+		rc = still_wanted(ram_bytes, held_ram) <= ram ||
+		     still_wanted(nvme_bytes, held_nvme) <= nvme ? 0 : -ENOSPC;
 		if (rc == 0) {
 			x->want_ram = ram_bytes;
 			x->want_nvme = nvme_bytes;

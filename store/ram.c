@@ -180,6 +180,14 @@ void ram_unpin(struct ram_tier *r, const struct chunk_id *id)
 	pthread_mutex_unlock(&r->lock);
 }
 
+bool ram_pinned(struct ram_tier *r, const struct chunk_id *id)
+{
+	pthread_mutex_lock(&r->lock);
+	bool on = pinset_has(&r->pins, id);
+	pthread_mutex_unlock(&r->lock);
+	return on;
+}
+
 struct ram_tier *ram_open(uint64_t capacity, enum policy_kind policy, double stale_after_s)
 {
 	struct ram_tier *r = calloc(1, sizeof *r);

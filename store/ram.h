@@ -66,6 +66,7 @@ void ram_unreserve(struct ram_tier *r, uint64_t len);
 void ram_pin_limit(struct ram_tier *r, uint64_t bytes);
 int ram_pin(struct ram_tier *r, const struct chunk_id *id, uint64_t len);
 void ram_unpin(struct ram_tier *r, const struct chunk_id *id);
+bool ram_pinned(struct ram_tier *r, const struct chunk_id *id);
 
 /*
  * Charges (a client key's max_resident_bytes). A chunk admitted with

@@ -789,6 +789,12 @@ int store_pin_in(struct store *s, const struct chunk_id *id, size_t len, int tie
 	return r == -ENOMEM || d == -ENOMEM ? -ENOMEM : -ENOSPC;
 }
 
+int store_pinned(struct store *s, const struct chunk_id *id)
+{
+	return (ram_pinned(s->ram_t, id) ? STORE_PIN_RAM : 0) |
+	       (s->disk && disk_pinned(s->disk, id) ? STORE_PIN_NVME : 0);
+}
+
 void store_unpin(struct store *s, const struct chunk_id *id, int tiers)
 {
 	if (tiers & STORE_PIN_RAM)

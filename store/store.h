@@ -182,6 +182,8 @@ int store_pin(struct store *s, const struct chunk_id *id, size_t len);
 /* The same in tiers_allowed only (STORE_PIN_RAM | STORE_PIN_NVME): the
  * others' room is spoken for (gateway/pins.c, pins_reserve). */
 int store_pin_in(struct store *s, const struct chunk_id *id, size_t len, int tiers_allowed);
+/* The tiers where id is pinned already (by any pin): 0 when none. */
+int store_pinned(struct store *s, const struct chunk_id *id);
 void store_unpin(struct store *s, const struct chunk_id *id, int tiers);
 /* c (READY, named by o) was pinned on NVMe after it completed: writes it
  * there unless NVMe holds it or a write of it is pending (its completion's

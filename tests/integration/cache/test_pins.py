@@ -203,6 +203,24 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
             self.call("POST", "/admin/unpin", {"job": a["job"]})
         self.assertEqual(self.pins(), ([], 0))
 
+    def test_a_prefix_pinned_again_counts_once(self):
+        # Pinning a prefix again (to hold it longer) sized it whole beside the pin that held
+        # it already: 20 + 20 MiB against a 32 MiB cap was refused, though it added nothing.
+        first = self.warm({"prefix": "pinned/", "pin_seconds": 60})
+        try:
+            self.assertEqual(first["state"], "done", first)
+            again = self.warm({"prefix": "pinned/", "pin_seconds": 3600})
+            self.assertEqual((again["state"], again["errors"]), ("done", 0), again)
+            pins, pinned_bytes = self.pins()
+            self.assertEqual(sorted(p["bytes"] for p in pins), [20 * MiB, 20 * MiB])
+            self.assertEqual(pinned_bytes, 20 * MiB)
+            self.call("POST", "/admin/unpin", {"job": first["id"]})
+            self.assertEqual(self.pins()[1], 20 * MiB)  # the second holds them
+            self.assertEqual(self.gets_of_pinned_set(), [])
+        finally:
+            self.call("POST", "/admin/unpin", {"bucket": "pin", "prefix": "pinned/"})
+        self.assertEqual(self.pins(), ([], 0))
+
     def test_pin_expires(self):
         keys = sorted(self.pinned)[:4]
         info = self.warm({"keys": keys, "pin_seconds": 2})
