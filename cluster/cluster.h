@@ -126,6 +126,9 @@ void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const ch
  * "bucket" no S3 bucket can be named: CLUSTER_UNPIN with key "NODE/JOB"
  * ends the pin NODE/JOB on every other node. */
 #define CLUSTER_UNPIN "!unpin"
+/* CLUSTER_PURGE with key "k" or "p", then "BUCKET/KEY-OR-PREFIX": a purge
+ * (POST /admin/purge) of a key or a prefix, for every other node to do. */
+#define CLUSTER_PURGE "!purge"
 /* cb gets CLUSTER_RESYNC (key "") when this node may have missed
  * invalidations: each time its subscription starts (at start, after a
  * Redis outage), and when another node dropped some it had queued. What

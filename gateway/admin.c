@@ -318,6 +318,12 @@ static enum MHD_Result purge(struct admin *a, struct MHD_Connection *c, struct a
 	}
 	log_info("admin", "purge of %s \"%s\" in bucket %s: %llu objects",
 	         key ? "key" : "prefix", what, bucket, (unsigned long long)objects);
+	if (a->gw->cluster) { /* every node purges: an owner would serve what this one dropped */
+		char *msg = NULL;
+		if (asprintf(&msg, "%c%s/%s", key ? 'k' : 'p', bucket, what) > 0)
+			cluster_publish_invalidate(a->gw->cluster, CLUSTER_PURGE, msg);
+		free(msg);
+	}
 	ret = send_json(c, 200, json_pack("{s:s,s:s,s:I}", "bucket", bucket, key ? "key" : "prefix",
 	                                  what, "purged_objects", (json_int_t)objects),
 	                NULL);

@@ -461,6 +461,25 @@ static int tls_files_check(const struct cfg *cfg, char **cert, char **key)
 	return rc;
 }
 
+/* Another node's purge (CLUSTER_PURGE): "k" or "p", "BUCKET/WHAT". */
+static void purge_heard(struct gw *gw, const char *msg)
+{
+	const char *slash = msg ? strchr(msg, '/') : NULL;
+	char bucket[64]; /* S3 bucket names are 3-63 bytes */
+	size_t bl = slash ? (size_t)(slash - msg - 1) : 0;
+	if (!slash || (msg[0] != 'k' && msg[0] != 'p') || bl == 0 || bl >= sizeof bucket) {
+		log_warn("cluster", "a purge message \"%.80s\" is not \"k|p BUCKET/WHAT\": ignored",
+		         msg ? msg : "");
+		return;
+	}
+	memcpy(bucket, msg + 1, bl);
+	bucket[bl] = '\0';
+	uint64_t n = 0;
+	cache_purge(gw, bucket, slash + 1, msg[0] == 'k', &n);
+	log_info("cluster", "purge of %s \"%s\" in bucket %s, from another node: %" PRIu64
+	         " objects", msg[0] == 'k' ? "key" : "prefix", slash + 1, bucket, n);
+}
+
 /* Another node wrote or saw a new version: forget what we know of it. */
 static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 {
@@ -472,6 +491,10 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 	}
 	if (strcmp(bucket, CLUSTER_PROFILE) == 0) {
 		cluster_profiles_message(gw, key);
+		return;
+	}
+	if (strcmp(bucket, CLUSTER_PURGE) == 0) {
+		purge_heard(gw, key);
 		return;
 	}
 	if (strcmp(bucket, CLUSTER_RESYNC) == 0) {
