@@ -175,8 +175,8 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		dir_get_stats(gw->dir, &g->dir);
 		placement_get_counts(&g->lookups);
 	}
-	struct prefetch_info jobs[64];
-	size_t n = gw->prefetch ? prefetch_list(gw->prefetch, jobs, 64) : 0;
+	struct prefetch_info *jobs = calloc(PREFETCH_LIST_MAX, sizeof *jobs);
+	size_t n = gw->prefetch && jobs ? prefetch_list(gw->prefetch, jobs, PREFETCH_LIST_MAX) : 0;
 	for (size_t i = 0; i < n; i++) {
 		const char *s = jobs[i].state;
 		if (strcmp(s, "done") == 0)
@@ -189,6 +189,8 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 			g->jobs_running++;
 		g->prefetch_bytes += jobs[i].bytes_done;
 	}
+	free(jobs);
+	g->prefetch_bytes_total = gw->prefetch ? prefetch_warmed(gw->prefetch) : 0;
 	/* Every pin (some made meanwhile may be left out of this look). */
 	size_t room = gw->pins ? pins_count(gw->pins) + 16 : 0;
 	struct pin_info *pins = room ? calloc(room, sizeof *pins) : NULL;

@@ -360,10 +360,10 @@ out:
 enum MHD_Result admin_jobs(struct admin *a, struct MHD_Connection *c, struct areq *q)
 {
 	(void)q;
-	struct prefetch_info *infos = calloc(64, sizeof *infos);
+	struct prefetch_info *infos = calloc(PREFETCH_LIST_MAX, sizeof *infos);
 	if (!infos)
 		return send_error(c, 500, "internal", NULL, "out of memory");
-	size_t n = prefetch_list(a->gw->prefetch, infos, 64);
+	size_t n = prefetch_list(a->gw->prefetch, infos, PREFETCH_LIST_MAX);
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
 		json_array_append_new(arr, job_json(&infos[i]));

@@ -571,6 +571,9 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   g->jobs_cancelled);
 		r = r ? r : single(out, "larder_prefetch_bytes", "gauge", g->prefetch_bytes,
 		                   "Bytes warmed by the prefetch jobs still listed.");
+		r = r ? r : single(out, "larder_prefetch_bytes_total", "counter",
+		                   g->prefetch_bytes_total,
+		                   "Bytes warm jobs and lookaheads have warmed since start.");
 		r = r ? r : single(out, "larder_pins", "gauge", g->n_pins,
 		                   "Pins in force (warm jobs with --pin, until they end).");
 		r = r ? r : family(out, "larder_pin_bytes", "gauge",

@@ -95,6 +95,7 @@ struct metrics_gauges {
 	struct placement_counts lookups;  /* this node's directory lookups */
 	uint64_t jobs_running, jobs_done, jobs_failed, jobs_cancelled; /* prefetch */
 	uint64_t prefetch_bytes;          /* bytes warmed by the jobs still listed */
+	uint64_t prefetch_bytes_total;    /* bytes warmed by every job since start */
 	const struct pin_info *pins;      /* the pins (gateway/pins.h), n_pins of them */
 	size_t n_pins;
 	bool lookaheads;                  /* lookahead (gateway/lookahead.h) is on: its figures */

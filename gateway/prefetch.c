@@ -38,6 +38,8 @@
 #include "store/store.h"
 
 #define PF_KEEP_FINISHED 64  /* finished jobs kept for their status */
+_Static_assert(PF_KEEP_FINISHED + PREFETCH_RUNNING_MAX <= PREFETCH_LIST_MAX,
+               "prefetch_list's callers size their arrays by PREFETCH_LIST_MAX");
 #define PF_TICK 0.005        /* a small object takes two steps: its meta fetch, then chunk 0 */
 #define LIST_BODY_MAX (64u << 20)
 
@@ -179,6 +181,18 @@ static bool pin_fits(struct pf_job *j)
 	return false;
 }
 
+/* n more bytes of j are warm: the job's figure and the counter of all. */
+static void count_warmed(struct pf_job *j, uint64_t n)
+{
+	atomic_fetch_add(&j->bytes_done, n);
+	atomic_fetch_add(&j->p->warmed, n);
+}
+
+uint64_t prefetch_warmed(struct prefetch *p)
+{
+	return atomic_load(&p->warmed);
+}
+
 /* Tells the job's sized callback (prefetch_req) o's size, 0: it failed. */
 static void tell_size(const struct pf_job *j, const struct pf_obj *o, uint64_t size)
 {
@@ -241,7 +255,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 			continue;
 		}
 		if (st == CHUNK_READY)
-			atomic_fetch_add(&j->bytes_done, c->len);
+			count_warmed(j, c->len);
 		else
 			atomic_fetch_add(&j->errors, 1);
 		obj_unwant(c, false);
@@ -263,7 +277,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		}
 		o->next_chunk++;
 		if (role == STORE_HIT) {
-			atomic_fetch_add(&j->bytes_done, c->len);
+			count_warmed(j, c->len);
 			obj_unwant(c, false);
 			continue;
 		}

@@ -81,7 +81,12 @@ int prefetch_gate(struct prefetch *p, const char *id, size_t n);
  * prefetch_check_bucket). Returns 0, or -1 with a message. */
 int prefetch_read_object(struct gw *gw, const char *bucket, const char *key, struct buf *body,
                          char *err, size_t errlen);
-/* Up to max jobs that are not gated, newest first; returns how many. */
+/* Up to max jobs that are not gated, newest first; returns how many. Every
+ * job kept fits in PREFETCH_LIST_MAX: the 64 newest, whatever their state,
+ * and older ones still running (at most PREFETCH_RUNNING_MAX). */
+#define PREFETCH_LIST_MAX (2 * PREFETCH_RUNNING_MAX)
+/* Bytes every warm job (and lookahead) has warmed since start. */
+uint64_t prefetch_warmed(struct prefetch *p);
 size_t prefetch_list(struct prefetch *p, struct prefetch_info *out, size_t max);
 
 #endif

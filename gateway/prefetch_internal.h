@@ -108,6 +108,7 @@ struct prefetch {
 	ev_async async;
 	ev_timer tick;
 	ev_timer pin_tick;           /* ends pins whose time is up */
+	_Atomic uint64_t warmed;     /* bytes every job has warmed since start */
 };
 
 /* prefetch.c: fails the job with msg (logged); adds a key to warm. */

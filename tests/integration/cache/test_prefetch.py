@@ -4,7 +4,9 @@ What an operator sees: a job id at once (202), progress while it runs, and
 afterwards reads that cause no upstream GET at all.
 """
 import json
+import re
 import time
+import urllib.request
 
 import harness
 from admin_calls import AdminCalls
@@ -241,9 +243,38 @@ class Prefetch(AdminCalls, LarderCase):
         self.assertEqual(st, 404, r)
 
 
-if __name__ == "__main__":
-    import unittest
-    unittest.main()
+    def metrics(self):
+        req = urllib.request.Request(self.admin + "/metrics",
+                                     headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read().decode()
+
+    def test_a_running_job_stays_listed_behind_64_newer(self):
+        # The list, larder jobs and larder_prefetch_jobs read the 64 newest jobs only: a job
+        # still warming behind 64 newer ones was shown nowhere (audit round 3).
+        # Its second key waits for the first's bytes at 1 B/s: it keeps warming.
+        body = {"bucket": "warm", "keys": ["epoch/0998.jpg", "epoch/0999.jpg"],
+                "bandwidth_bytes_per_second": 1}
+        st, slow = self.call("POST", "/admin/prefetch", body)
+        self.assertEqual(st, 202, slow)
+        try:
+            warmed = re.search(r"^larder_prefetch_bytes_total (\d+)$", self.metrics(), re.M)
+            for i in range(64):
+                st, r = self.call("POST", "/admin/prefetch",
+                                  {"bucket": "warm", "keys": ["epoch/%04d.jpg" % i]})
+                self.assertEqual(st, 202, r)
+                self.assertEqual(self.wait_job(r["job"])["state"], "done")
+            st, jobs = self.call("GET", "/admin/jobs")
+            listed = {j["id"]: j["state"] for j in jobs["jobs"]}
+            self.assertEqual(listed.get(slow["job"]), "warming", sorted(listed))
+            m = self.metrics()
+            self.assertRegex(m, r'(?m)^larder_prefetch_jobs\{state="running"\} 1$')
+            after = re.search(r"^larder_prefetch_bytes_total (\d+)$", m, re.M)
+            self.assertIsNotNone(after, "no larder_prefetch_bytes_total")
+            self.assertGreaterEqual(int(after.group(1)) - int(warmed.group(1)),
+                                    sum(len(self.small["epoch/%04d.jpg" % i]) for i in range(64)))
+        finally:
+            self.call("DELETE", "/admin/jobs/" + slow["job"])
 
 
 class CancelledJobKeys(AdminCalls, LarderCase):
@@ -278,3 +309,8 @@ class CancelledJobKeys(AdminCalls, LarderCase):
         # Kept, the keys would add about 54 MiB over the last six jobs; the allocator's
         # unreturned pages move RSS by up to about 10 MiB either way (a run saw 13 over 3).
         self.assertLess(rss[-1] - rss[1], 24, "RSS after each cancelled job: %r MiB" % rss)
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
