@@ -31,6 +31,9 @@ struct json_t;
 #define METRICS_MAX_ROWS 1024
 #define METRICS_OTHER "(other)"          /* the row past METRICS_MAX_ROWS */
 #define METRICS_ANONYMOUS "(anonymous)"  /* the client row of unsigned requests */
+/* The client row of requests larder could not tie to a key: their key id
+ * names none, or they were refused before it was read (max_connections). */
+#define METRICS_UNAUTHENTICATED "(unauthenticated)"
 
 /*
  * The S3 operation a request is, for the requests_total{op} label:

@@ -637,9 +637,10 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		if (r->conn_slot) /* its headers are in */
 			r->conn_slot->awaiting_since = 0;
 		str_copy(r->method, sizeof r->method, method);
-		if (atomic_load(&w->gw->open_connections) > w->gw->cfg->max_connections)
+		if (atomic_load(&w->gw->open_connections) > w->gw->cfg->max_connections) {
+			r->unparsed = true;
 			req_fail(r, S3E_SLOW_DOWN, NULL);
-		else
+		} else
 			authn_request(r);
 		if (r->has_err)
 			return req_respond_error(r);
@@ -747,10 +748,14 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 			       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
 		};
 		log_access(&rec);
-		metrics_request(s3_operation(r->method, (int)r->s3.target, r->query,
+		/* Not the anonymous row (unsigned requests) when larder could not tell. */
+		const char *client = rec.key_id ? rec.key_id
+		                     : r->unparsed || (r->has_err && r->err == S3E_INVALID_ACCESS_KEY)
+		                     ? METRICS_UNAUTHENTICATED : NULL;
+		metrics_request(s3_operation(r->method, r->unparsed ? -1 : (int)r->s3.target, r->query,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),
-		                rec.status, r->authorized ? rec.bucket : NULL, rec.key_id,
+		                rec.status, r->authorized ? rec.bucket : NULL, client,
 		                listcache_hit(r) ? NULL : rec.cache, /* object reads only */
 		                rec.bytes_out, rec.bytes_in);
 	}

@@ -524,6 +524,45 @@ class AdminPurgeRemembered404(AdminCase):
             r = harness.signed_request(self.larder.url, "GET", path)
             self.assertEqual((r.status, r.body), (200, b"now here"), key)
 
+class AdminClientRows(AdminCase):
+    """What a refused request counts as in the per-client rows and the operation metrics."""
+    EXTRA_ENV = {"LARDER_MAX_CONNECTIONS": "3"}
+
+    def stats_clients(self):
+        status, _, doc = self.admin_json("GET", "/admin/stats")
+        self.assertEqual(status, 200, doc)
+        return doc["clients"]
+
+    def test_an_unknown_key_is_not_the_anonymous_row(self):
+        # A request signed with a key id larder has never heard of counted in "(anonymous)",
+        # the row of unsigned requests, on a node that serves none.
+        r = harness.signed_request(self.larder.url, "GET", "/bkt/k", key="AKUNKNOWNKEY0001",
+                                   secret="nope")
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (403, "InvalidAccessKeyId"))
+        time.sleep(0.2)
+        clients = self.stats_clients()
+        self.assertNotIn("(anonymous)", clients, clients)
+        self.assertGreaterEqual(clients.get("(unauthenticated)", {}).get("requests", 0), 1,
+                                clients)
+
+    def test_a_request_refused_at_the_connection_limit_is_no_listbuckets(self):
+        # It was refused before its path was read, and counted as op="ListBuckets".
+        idle = [socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
+                for _ in range(4)]
+        try:
+            time.sleep(0.3)
+            r = harness.signed_request(self.larder.url, "GET", "/bkt/some/key", timeout=10)
+            self.assertEqual(r.status, 503, r)
+        finally:
+            for c in idle:
+                c.close()
+        time.sleep(0.3)
+        status, _, body = self.admin("GET", "/metrics")
+        m = parse_metrics(body.decode())
+        self.assertEqual(metric(m, "larder_requests_total", op="ListBuckets", status="503"), 0)
+        self.assertEqual(metric(m, "larder_requests_total", op="Other", status="503"), 1)
+
+
 class AdminBlockingRoute(unittest.TestCase):
     """A route that waits on the upstream (a warm job's bucket check, here against an upstream
     that accepts and never answers) holds its own connection only: /healthz, which liveness
