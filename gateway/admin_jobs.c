@@ -451,7 +451,7 @@ enum MHD_Result admin_lookahead(struct admin *a, struct MHD_Connection *c, struc
 	                   json_integer_value(jconc) > 64))
 		what = "\"concurrency\" must be 1-64";
 	else if (jidle && (!json_is_integer(jidle) || json_integer_value(jidle) < 1 ||
-	                   json_integer_value(jidle) > 86400))
+	                   json_integer_value(jidle) > LOOKAHEAD_IDLE_MAX))
 		what = "\"idle_seconds\" must be 1-86400";
 	if (what) {
 		ret = send_error(c, 400, "bad_request", NULL, "%s; %s", what, usage);

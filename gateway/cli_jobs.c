@@ -19,6 +19,7 @@
 
 #include "base/buf.h"
 #include "config/config.h"
+#include "gateway/lookahead.h"
 #include "gateway/s3req.h"
 
 /* ---- warm and jobs -------------------------------------------------------------- */
@@ -33,14 +34,16 @@ static void usage_warm(FILE *f)
 	      "Starts a prefetch job that reads the objects under PREFIX (or the keys listed\n"
 	      "one per line in FILE, or in the manifest object, or what access profile NAME\n"
 	      "recorded, in its order: larder profile) into larder's cache, and\n"
-	      "follows it: a progress bar on a terminal, a line every two seconds otherwise.\n"
+	      "follows it: a progress bar on a terminal, a line every two seconds otherwise\n"
+	      "(a profile that read several buckets is replayed as a job per bucket, each\n"
+	      "followed in turn).\n"
 	      "--pin DURATION (90s, 30m, 6h, 2d) keeps what it warms cached that long, however\n"
 	      "much else is read (in RAM up to LARDER_PIN_MAX, on NVMe up to\n"
 	      "LARDER_PIN_MAX_NVME; larder unpin ends it early).\n"
 	      "The admin endpoint and token: --admin / LARDER_ADMIN_URL, LARDER_ADMIN_TOKEN.\n"
 	      "\n"
-	      "Exit status: 0 the job finished without errors, 1 it failed, was cancelled or\n"
-	      "had errors (or the server could not be reached), 2 bad usage.\n", f);
+	      "Exit status: 0 the job (every job) finished without errors, 1 one failed, was\n"
+	      "cancelled or had errors (or the server could not be reached), 2 bad usage.\n", f);
 }
 
 static void usage_jobs(FILE *f)
@@ -96,13 +99,54 @@ static void progress(const struct opts *o, json_t *job, bool tty)
 	int width = 30, fill = bt ? (int)((double)bd / (double)bt * width) : 0;
 	if (fill > width)
 		fill = width;
-	printf("\r[%.*s%*s] %3d%% %s/%s %llu/%llu objects %s/s ETA %s%.0fs  ", fill,
+	char left[32] = "?"; /* unknown until the listing is done and bytes flow */
+	if (json_is_number(eta))
+		snprintf(left, sizeof left, "%.0fs", json_number_value(eta));
+	printf("\r[%.*s%*s] %3d%% %s/%s %llu/%llu objects %s/s ETA %s  ", fill,
 	       "##############################", width - fill, "",
 	       bt ? (int)(100.0 * (double)bd / (double)bt) : 0, done, total, (unsigned long long)od,
-	       (unsigned long long)ot, speed, json_is_number(eta) ? "" : "?",
-	       json_is_number(eta) ? json_number_value(eta) : 0.0);
+	       (unsigned long long)ot, speed, left);
 	fflush(stdout);
 	(void)o;
+}
+
+/* Shows job id's progress until it ends; 0 when it is done without errors. */
+static int follow_job(const struct opts *o, const char *id, struct buf *resp)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/admin/jobs/%s", id);
+	bool tty = isatty(STDOUT_FILENO);
+	long status = 0;
+	int rc = 1;
+	for (unsigned polls = 0;; polls++) {
+		buf_reset(resp);
+		json_t *job = cli_call(o, path, NULL, &status, resp) == 0
+		                      ? cli_json_answer(o, status, resp)
+		                      : NULL;
+		if (!job)
+			break;
+		const char *state = json_string_value(json_object_get(job, "state"));
+		bool over = state && (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0 ||
+		                      strcmp(state, "cancelled") == 0);
+		if (tty || over || polls % 4 == 0)
+			progress(o, job, tty);
+		if (over) {
+			if (tty)
+				putchar('\n');
+			const char *err = json_string_value(json_object_get(job, "error"));
+			if (err)
+				fprintf(stderr, "larder warm: job %s %s: %s\n", id, state, err);
+			rc = strcmp(state, "done") == 0 && cli_num(job, "errors") == 0 ? 0 : 1;
+			if (rc && !err)
+				fprintf(stderr, "larder warm: job %s %s with %llu errors\n", id, state,
+				        (unsigned long long)cli_num(job, "errors"));
+			json_decref(job);
+			break;
+		}
+		json_decref(job);
+		nanosleep(&(struct timespec){ .tv_nsec = 500 * 1000 * 1000 }, NULL);
+	}
+	return rc;
 }
 
 int cli_warm(int argc, char **argv)
@@ -175,43 +219,20 @@ int cli_warm(int argc, char **argv)
 		buf_fini(&resp);
 		return 1;
 	}
-	char path[128];
-	snprintf(path, sizeof path, "/admin/jobs/%s", id);
 	if (o.no_wait) {
 		printf("%s\n", id);
 		json_decref(doc);
 		buf_fini(&resp);
 		return 0;
 	}
-	bool tty = isatty(STDOUT_FILENO);
-	rc = 1;
-	for (unsigned polls = 0;; polls++) {
-		buf_reset(&resp);
-		json_t *job = cli_call(&o, path, NULL, &status, &resp) == 0
-		                      ? cli_json_answer(&o, status, &resp)
-		                      : NULL;
-		if (!job)
-			break;
-		const char *state = json_string_value(json_object_get(job, "state"));
-		bool over = state && (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0 ||
-		                      strcmp(state, "cancelled") == 0);
-		if (tty || over || polls % 4 == 0)
-			progress(&o, job, tty);
-		if (over) {
-			if (tty)
-				putchar('\n');
-			const char *err = json_string_value(json_object_get(job, "error"));
-			if (err)
-				fprintf(stderr, "larder warm: job %s %s: %s\n", id, state, err);
-			rc = strcmp(state, "done") == 0 && cli_num(job, "errors") == 0 ? 0 : 1;
-			if (rc && !err)
-				fprintf(stderr, "larder warm: job %s %s with %llu errors\n", id, state,
-				        (unsigned long long)cli_num(job, "errors"));
-			json_decref(job);
-			break;
-		}
-		json_decref(job);
-		nanosleep(&(struct timespec){ .tv_nsec = 500 * 1000 * 1000 }, NULL);
+	/* A profile's replay is a job per bucket: each is followed in turn,
+	 * and any one's errors are the command's. */
+	json_t *jobs = json_object_get(doc, "jobs");
+	rc = follow_job(&o, id, &resp);
+	for (size_t k = 1; k < json_array_size(jobs); k++) {
+		const char *more = json_string_value(json_array_get(jobs, k));
+		if (more && follow_job(&o, more, &resp) != 0)
+			rc = 1;
 	}
 	json_decref(doc);
 	buf_fini(&resp);
@@ -281,8 +302,9 @@ static void usage_lookahead(FILE *f)
 	      "larder keeps the next N objects of the list warm ahead of the furthest one read,\n"
 	      "or as many as fit in SIZE bytes (like 512MiB; at least one), or both (the\n"
 	      "tighter bound holds; give at least one of them).\n"
-	      "It ends when the list is warm to its end, or after SECONDS without a read of one\n"
-	      "of its keys (default: the server's LARDER_LOOKAHEAD_IDLE). Prints its id.\n"
+	      "It ends when its last key was read and everything is warm, or after SECONDS\n"
+	      "without a read of one of its keys (default: the server's LARDER_LOOKAHEAD_IDLE);\n"
+	      "until then it holds one of the server's 64 job slots. Prints its id.\n"
 	      "Without a bucket: lists the lookaheads, or ends one (--end).\n"
 	      "The admin endpoint and token: --admin / LARDER_ADMIN_URL, LARDER_ADMIN_TOKEN.\n"
 	      "Exit status: 0 ok, 1 the server could not be reached or refused, 2 bad usage.\n", f);
@@ -404,8 +426,11 @@ int cli_lookahead(int argc, char **argv)
 		}
 		char *e;
 		long x = strtol(v, &e, 10);
-		if (*e || e == v || x < 1) {
-			fprintf(stderr, "larder lookahead: %s takes a positive number, got \"%s\"\n", a, v);
+		/* The server's bounds (admin_jobs.c), said here as bad usage. */
+		long most = strcmp(a, "--window") == 0 ? LOOKAHEAD_WINDOW_MAX
+		            : strcmp(a, "--idle") == 0 ? LOOKAHEAD_IDLE_MAX : 64;
+		if (*e || e == v || x < 1 || x > most) {
+			fprintf(stderr, "larder lookahead: %s takes 1-%ld, got \"%s\"\n", a, most, v);
 			free(rest);
 			return 2;
 		}

@@ -27,6 +27,7 @@ struct prefetch;
 struct lookaheads;
 
 #define LOOKAHEAD_WINDOW_MAX 4096
+#define LOOKAHEAD_IDLE_MAX 86400 /* seconds */
 #define LOOKAHEAD_MANIFEST_MAX (64u << 20)
 #define LOOKAHEAD_WINDOW_BYTES_MAX (1ull << 50) /* 1 PiB */
 

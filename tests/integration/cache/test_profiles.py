@@ -156,17 +156,21 @@ class Profiles(AdminCalls, LarderCase):
         st, r = self.call("POST", "/admin/profiles/%s/stop" % name)
         self.assertEqual((st, r), (200, {"name": name, "recording": False}))
 
-    def test_replay_with_an_unreadable_bucket_starts_nothing(self):
-        self.direct.create_bucket(Bucket="prof-gone")
-        self.direct.put_object(Bucket="prof-gone", Key="x", Body=b"x")
-        st, r = self.call("POST", "/admin/profiles", {"name": "two", "tag": "two-job"})
+    def two_bucket_profile(self, name, bucket, key):
+        """Profile name recorded over ds/00.jpg of "prof", then key of bucket (made here)."""
+        self.direct.create_bucket(Bucket=bucket)
+        self.direct.put_object(Bucket=bucket, Key=key, Body=b"x")
+        st, r = self.call("POST", "/admin/profiles", {"name": name, "tag": name + "-job"})
         self.assertEqual(st, 201, r)
-        self.get("ds/00.jpg", "two-job")
-        r = harness.signed_request(self.larder.url, "GET", harness.key_path("prof-gone", "x"),
-                                   headers={"x-larder-job": "two-job"})
+        self.get("ds/00.jpg", name + "-job")
+        r = harness.signed_request(self.larder.url, "GET", harness.key_path(bucket, key),
+                                   headers={"x-larder-job": name + "-job"})
         self.assertEqual(r.status, 200, r)
-        self.assertEqual(self.call("POST", "/admin/profiles/two/stop")[0], 200)
-        self.direct.delete_object(Bucket="prof-gone", Key="x")
+        self.assertEqual(self.call("POST", "/admin/profiles/%s/stop" % name)[0], 200)
+        self.direct.delete_object(Bucket=bucket, Key=key)
+
+    def test_replay_with_an_unreadable_bucket_starts_nothing(self):
+        self.two_bucket_profile("two", "prof-gone", "x")
         self.direct.delete_bucket(Bucket="prof-gone")
 
         def job_ids():
@@ -203,3 +207,13 @@ class Profiles(AdminCalls, LarderCase):
             self.assertEqual(first + resp.read(), big)
         finally:
             c.close()
+
+    def test_warm_exits_1_when_any_job_of_a_replay_had_errors(self):
+        # A replay is a job per bucket; larder warm --profile followed the first only and
+        # exited 0 while another had errors (audit round 3).
+        self.two_bucket_profile("two-buckets", "prof-other", "gone")
+        st, r = self.call("POST", "/admin/purge", {"bucket": "prof-other", "key": "gone"})
+        self.assertEqual(st, 200, r)
+        out = self.cli("warm", "--profile", "two-buckets")
+        self.assertEqual(out.returncode, 1, (out.stdout, out.stderr))
+        self.assertIn(b"errors", out.stderr)
