@@ -359,8 +359,9 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 		total += caps[i];
 	json_t *members = json_array();
 	for (size_t i = 0; members && i < n; i++)
-		json_array_append_new(members, json_pack("{s:s,s:s,s:f,s:f,s:I}", "id", ids[i],
-		                                         "address", addrs[i], "capacity", caps[i],
+		json_array_append_new(members, json_pack("{s:s,s:s,s:I,s:f,s:I}", "id", ids[i],
+		                                         "address", addrs[i], "capacity",
+		                                         (json_int_t)caps[i], /* bytes, whole */
 		                                         "ownership_share",
 		                                         total > 0 ? caps[i] / total : 0.0,
 		                                         "directory_entries",

@@ -450,6 +450,11 @@ class Cluster(ClusterBase):
         shares = [m["ownership_share"] for m in v["members"]]
         self.assertAlmostEqual(sum(shares), 1.0, places=4)
         self.assertTrue(all(abs(x - 1 / 3) < 1e-4 for x in shares), shares)
+        # A capacity is bytes, whole: it came as 1.07374e9 (6 significant digits), and the
+        # CLI's "raw numbers" printed 1073740000.
+        caps = [m["capacity"] for m in v["members"]]
+        self.assertTrue(all(isinstance(c, int) and c % 1024 == 0 for c in caps), caps)
+        self.assertEqual({int(r[2]) for r in rows[1:]}, set(caps))
 
     def test_zz_failures_are_a_slower_path(self):
         # A peer killed while another node streams from it: the client still
