@@ -512,15 +512,16 @@ static void usage_profile(FILE *f)
 
 static void print_profiles(json_t *doc)
 {
-	printf("name\trecording\trecords\treads\n");
+	printf("name\trecording\trecords\treads\tdropped\n");
 	size_t i;
 	json_t *p;
 	json_array_foreach(json_object_get(doc, "profiles"), i, p) {
 		const char *key = json_string_value(json_object_get(p, "key"));
-		printf("%s\t%s\t%s %s\t%llu\n", json_string_value(json_object_get(p, "name")),
+		printf("%s\t%s\t%s %s\t%llu\t%llu\n", json_string_value(json_object_get(p, "name")),
 		       json_is_true(json_object_get(p, "recording")) ? "yes" : "no",
 		       key ? "key" : "tag", key ? key : json_string_value(json_object_get(p, "tag")),
-		       (unsigned long long)cli_num(p, "reads"));
+		       (unsigned long long)cli_num(p, "reads"),
+		       (unsigned long long)cli_num(p, "dropped"));
 	}
 }
 
