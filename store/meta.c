@@ -160,13 +160,14 @@ struct obj_meta *meta_decode(const void *blob, size_t len, double now)
 	if (errno || *end || end == line[2] || strlen(line[3]) >= sizeof m->etag)
 		goto out;
 	long long lw = strtoll(line[4], &end, 10);
-	if (errno || *end || end == line[4])
+	if (errno || *end || end == line[4] || lw < 0) /* learnt before 1970: not ours */
 		goto out;
 	m = meta_new(size, line[3], (time_t)lm, p, now);
 	if (m) {
-		/* As old as it was when written: the TTL does not restart. */
-		time_t age = time(NULL) - (time_t)lw;
-		m->learnt = now - (age > 0 ? (double)age : 0.0);
+		/* As old as it was when written: the TTL does not restart. In
+		 * doubles: a learnt time from a damaged file cannot overflow. */
+		double age = (double)time(NULL) - (double)lw;
+		m->learnt = now - (age > 0 ? age : 0.0);
 		m->learnt_wall = (time_t)lw;
 	}
 out:

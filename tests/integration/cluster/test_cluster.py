@@ -1049,7 +1049,7 @@ class TlsClusterUnverified(TlsCluster):
 
     @classmethod
     def extra_env(cls):
-        if not hasattr(cls, "cert"):
+        if "cert" not in cls.__dict__:  # not TlsCluster's (removed with its folder)
             cls.tmp = tempfile.mkdtemp(prefix="larder-tls-cluster-")
             cls.cert, cls.key = (os.path.join(cls.tmp, n) for n in ("cert.pem", "key.pem"))
             subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",

@@ -374,6 +374,16 @@ static void test_encode_decode(void **state)
 	meta_unref(d);
 	meta_unref(m);
 	buf_fini(&b);
+	/* A damaged learnt time: before 1970 is refused (near LLONG_MIN it made
+	 * the age overflow, UBSan's report, and the entry trusted anew); one
+	 * long ago is as old as it says. */
+	static const char early[] = "larder-meta 2\n1\n0\n\"e\"\n-9223372036854775807\n";
+	assert_null(meta_decode(early, sizeof early - 1, 5));
+	static const char old_one[] = "larder-meta 2\n1\n0\n\"e\"\n1\n";
+	d = meta_decode(old_one, sizeof old_one - 1, 5);
+	assert_non_null(d);
+	assert_true(d->learnt < 5.0 - 1e9);
+	meta_unref(d);
 }
 
 /* Parts and checksums learnt later: kept only for the same version, in a
