@@ -334,8 +334,6 @@ static int begin(struct fetch *f)
 	return start_transfer(f);
 }
 
-/* Under upstream's retry policy (capped exponential backoff with jitter):
- * resumes from the bytes the chunk has. */
 /* A node's TLS that this one cannot verify (or the reverse): no error for
  * the read, which goes to S3, but the cluster shares nothing that way. */
 static bool tls_refused(CURLcode result)
@@ -356,12 +354,15 @@ static void warn_peer_tls(const struct transfer *t, CURLcode result)
 	         "certificate name its node's advertise host)", transfer_strerror(t, result));
 }
 
-/* Why an attempt failed, for a log line: curl's reason, or the status. */
+/* Why an attempt failed, for a log line: curl's reason, or that upstream
+ * answered with an error (its status is on the line). */
 static const char *why_failed(const struct fetch *f, CURLcode result)
 {
 	return result == CURLE_OK ? "an error answer" : transfer_strerror(&f->x, result);
 }
 
+/* Under upstream's retry policy (capped exponential backoff with jitter):
+ * resumes from the bytes the chunk has. */
 static bool schedule_retry(struct fetch *f, CURLcode result)
 {
 	double delay = transfer_retry_later(&f->x);
