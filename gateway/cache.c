@@ -806,10 +806,6 @@ int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exac
 		          "a restart may bring the purged metadata back", bucket, prefix ? prefix : "",
 		          strerror(-rc));
 	*objects = meta_collect(gw->meta, bucket, prefix ? prefix : "", exact, purge_one, &p);
-	/* In a cluster the next reads go to S3 for a while, not to an owner
-	 * that has not purged yet (it hears of it on the channel). */
-	if (gw->cluster)
-		fetch_written(bucket, exact && prefix ? prefix : "", clock_mono_s());
 	log_info("cache", "purged %" PRIu64 " objects of %s under \"%s\"", *objects, bucket,
 	         prefix ? prefix : "");
 	return 0;

@@ -273,8 +273,9 @@ class Prefetch(AdminCalls, LarderCase):
             self.assertIsNotNone(after, "no larder_prefetch_bytes_total")
             self.assertGreaterEqual(int(after.group(1)) - int(warmed.group(1)),
                                     sum(len(self.small["epoch/%04d.jpg" % i]) for i in range(64)))
-        finally:
+        finally:  # ended before the next test looks at the list
             self.call("DELETE", "/admin/jobs/" + slow["job"])
+            self.wait_job(slow["job"])
 
 
 class CancelledJobKeys(AdminCalls, LarderCase):
