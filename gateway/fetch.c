@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "auth/sigv4.h"
@@ -215,25 +214,6 @@ static uint64_t chunk_bytes(const struct fetch *f)
 static const char *resp_header(const struct fetch *f, const char *name)
 {
 	return transfer_header(&f->x, name);
-}
-
-/* The response headers a hit replays: everything that describes the object,
- * nothing that describes this one response or connection. */
-static bool replayed_header(const char *name)
-{
-	static const char *const dropped[] = {
-		"content-length", "content-range", "date", "x-amz-request-id", "x-amz-id-2",
-		"x-amzn-requestid", "server", "accept-ranges", "etag", "x-amz-bucket-region",
-		"access-control-allow-origin", NULL,
-	};
-	if (hdr_hop_by_hop(name))
-		return false;
-	for (int i = 0; dropped[i]; i++)
-		if (strcasecmp(name, dropped[i]) == 0)
-			return false;
-	/* A checksum of the whole object is not the checksum of a range; a
-	 * peer's own headers describe its response, not the object. */
-	return strncasecmp(name, "x-amz-checksum-", 15) != 0 && strncasecmp(name, "x-larder-", 9) != 0;
 }
 
 static int start_transfer(struct fetch *f);
@@ -465,14 +445,7 @@ static void learn(struct fetch *f)
 	}
 	struct buf hb;
 	buf_init(&hb, RESP_HEADERS_MAX);
-	const struct hdrs *resp = &f->x.resp;
-	for (size_t i = 0; i < resp->n; i++)
-		if (replayed_header(resp->v[i].name)) {
-			size_t len = hb.len; /* a line that does not fit is left out whole */
-			if (buf_puts(&hb, resp->v[i].name) || buf_append(&hb, ": ", 2) ||
-			    buf_puts(&hb, resp->v[i].value) || buf_putc(&hb, '\n'))
-				buf_truncate(&hb, len);
-		}
+	meta_replayed_lines(&f->x.resp, &hb);
 	f->size = size;
 	time_t lm = 0; /* 0: unknown */
 	httpdate_parse(resp_header(f, "Last-Modified"), &lm);

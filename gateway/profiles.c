@@ -390,10 +390,15 @@ static bool note_one(struct profile *x, const char *bucket, const char *key, uin
 	return true;
 }
 
+bool profiles_recording(struct profiles *p)
+{
+	return p && atomic_load(&p->recording) != 0;
+}
+
 void profiles_note(struct profiles *p, const char *key_id, const char *tag, const char *bucket,
                    const char *key, double started)
 {
-	if (!p || atomic_load(&p->recording) == 0 || (!key_id && !tag))
+	if (!profiles_recording(p) || (!key_id && !tag))
 		return;
 	uint64_t h = read_hash(bucket, key);
 	pthread_mutex_lock(&p->lock);

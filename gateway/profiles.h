@@ -52,6 +52,9 @@ int profiles_start(struct profiles *p, const char *name, const char *key_id, con
 /* Stops recording and saves it. 0, -ENOENT (none), -EALREADY (not
  * recording), or a negative errno from writing it. */
 int profiles_stop(struct profiles *p, const char *name);
+/* Whether any profile or relay records (one atomic read): callers skip
+ * gathering a read's details when none does. */
+bool profiles_recording(struct profiles *p);
 /* A GET of bucket/key that began at `started` (clock_mono_s) was answered
  * 200 or 206 for client key_id (NULL: unsigned) with the header x-larder-job tag
  * (NULL: none). Reads are ordered by when they began. */

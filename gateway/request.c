@@ -221,8 +221,8 @@ static bool headers_fit(struct req *r, struct MHD_Response *resp)
  * complete, and may have stopped the profile in between. */
 static void note_read(struct req *r, unsigned status)
 {
-	if ((status != 200 && status != 206) || !r->authorized || r->s3.target != S3T_OBJECT ||
-	    strcmp(r->method, "GET") != 0)
+	if (!profiles_recording(r->w->gw->profiles) || (status != 200 && status != 206) ||
+	    !r->authorized || r->s3.target != S3T_OBJECT || strcmp(r->method, "GET") != 0)
 		return;
 	profiles_note(r->w->gw->profiles, r->key_id[0] ? r->key_id : NULL,
 	              MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-larder-job"),

@@ -546,6 +546,36 @@ void meta_learn_part(struct meta_cache *mc, const char *bucket, const char *key,
 	pthread_mutex_unlock(&sh->lock);
 }
 
+/* Everything that describes the object, nothing that describes this one
+ * response or connection. */
+static bool replayed_header(const char *name)
+{
+	static const char *const dropped[] = {
+		"content-length", "content-range", "date", "x-amz-request-id", "x-amz-id-2",
+		"x-amzn-requestid", "server", "accept-ranges", "etag", "x-amz-bucket-region",
+		"access-control-allow-origin", NULL,
+	};
+	if (hdr_hop_by_hop(name))
+		return false;
+	for (int i = 0; dropped[i]; i++)
+		if (strcasecmp(name, dropped[i]) == 0)
+			return false;
+	/* A checksum of the whole object is not the checksum of a range; a
+	 * peer's own headers describe its response, not the object. */
+	return strncasecmp(name, "x-amz-checksum-", 15) != 0 && strncasecmp(name, "x-larder-", 9) != 0;
+}
+
+void meta_replayed_lines(const struct hdrs *h, struct buf *out)
+{
+	for (size_t i = 0; i < h->n; i++)
+		if (replayed_header(h->v[i].name)) {
+			size_t len = out->len; /* a line that does not fit is left out whole */
+			if (buf_puts(out, h->v[i].name) || buf_append(out, ": ", 2) ||
+			    buf_puts(out, h->v[i].value) || buf_putc(out, '\n'))
+				buf_truncate(out, len);
+		}
+}
+
 int meta_checksum_lines(const struct hdrs *h, struct buf *out)
 {
 	int rc = 0;

@@ -148,6 +148,11 @@ void meta_learn_part(struct meta_cache *mc, const char *bucket, const char *key,
  * mode on with (see obj_meta.checksums), kept like a part. */
 void meta_learn_checksums(struct meta_cache *mc, const char *bucket, const char *key,
                           const char *etag, uint64_t size, const char *lines);
+/* The headers of an upstream answer h that a cached answer replays
+ * (obj_meta.headers: the object's, not that response's or connection's),
+ * as "Name: value" lines appended to out; a line that does not fit out's
+ * cap is left out whole. */
+void meta_replayed_lines(const struct hdrs *h, struct buf *out);
 /* The x-amz-checksum-* headers of h as obj_meta.checksums lines, appended
  * to out. Returns 0, or buf_printf's error. */
 int meta_checksum_lines(const struct hdrs *h, struct buf *out);

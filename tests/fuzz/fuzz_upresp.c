@@ -5,7 +5,7 @@
  * (hdrs_body_length: Content-Length / Transfer-Encoding), Content-Range of a
  * 206 (gateway/range.c), ETag, Last-Modified (base/httpdate.c), the
  * replayed header lines and the x-amz-checksum-* lines (store/meta.c
- * meta_checksum_lines), then the metadata built from them: persisted and
+ * meta_replayed_lines, meta_checksum_lines), then the metadata built from them: persisted and
  * read back (meta_encode / meta_decode must round-trip), revalidated by a
  * 304 with the same headers (meta_refresh: another_version / line_value),
  * and replayed as a cached answer's headers (objreply_headers).
@@ -27,22 +27,6 @@
 #include "store/meta.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* gateway/fetch.c replayed_header(), copied (static there). */
-static bool replayed_header(const char *name)
-{
-	static const char *const dropped[] = {
-		"content-length", "content-range", "date", "x-amz-request-id", "x-amz-id-2",
-		"x-amzn-requestid", "server", "accept-ranges", "etag", "x-amz-bucket-region",
-		"access-control-allow-origin", NULL,
-	};
-	if (hdr_hop_by_hop(name))
-		return false;
-	for (int i = 0; dropped[i]; i++)
-		if (strcasecmp(name, dropped[i]) == 0)
-			return false;
-	return strncasecmp(name, "x-amz-checksum-", 15) != 0 && strncasecmp(name, "x-larder-", 9) != 0;
-}
 
 static enum MHD_Result check_hdr(void *cls, enum MHD_ValueKind kind, const char *k, const char *v)
 {
@@ -99,13 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ok && etag && *etag && strlen(etag) < 130) {
 		struct buf hb;
 		buf_init(&hb, 64 * 1024);
-		for (size_t i = 0; i < h.n; i++)
-			if (replayed_header(h.v[i].name)) {
-				size_t l = hb.len;
-				if (buf_puts(&hb, h.v[i].name) || buf_append(&hb, ": ", 2) ||
-				    buf_puts(&hb, h.v[i].value) || buf_putc(&hb, '\n'))
-					buf_truncate(&hb, l);
-			}
+		meta_replayed_lines(&h, &hb);
 		struct obj_meta *m = meta_new(sz, etag, lm, buf_cstr(&hb), 1.0);
 		buf_fini(&hb);
 		if (m) {
