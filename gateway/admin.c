@@ -65,9 +65,10 @@
 
 /* ---- responses ------------------------------------------------------------------ */
 
-/* Queues body (taken: free()d by MHD) with status and content type. */
+/* Queues body (taken: free()d by MHD) with status and content type, and
+ * header hname: hval when hname is not NULL. */
 static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status, const char *ctype,
-                                 char *body, size_t len, const char *www_auth)
+                                 char *body, size_t len, const char *hname, const char *hval)
 {
 	struct MHD_Response *resp = body ? MHD_create_response_from_buffer(len, body,
 	                                                                   MHD_RESPMEM_MUST_FREE)
@@ -78,23 +79,23 @@ static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status, cons
 	}
 	MHD_add_response_header(resp, "Content-Type", ctype);
 	MHD_add_response_header(resp, "Cache-Control", "no-store");
-	if (www_auth)
-		MHD_add_response_header(resp, "WWW-Authenticate", www_auth);
+	if (hname)
+		MHD_add_response_header(resp, hname, hval);
 	enum MHD_Result r = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return r;
 }
 
-/* Sends doc (its reference is taken) as JSON. */
-enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *doc,
-                          const char *www_auth)
+/* Sends doc (its reference is taken) as JSON, with header hname: hval. */
+static enum MHD_Result send_json_with(struct MHD_Connection *c, unsigned status, json_t *doc,
+                                      const char *hname, const char *hval)
 {
 	size_t flags = JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6);
 	char *text = doc ? json_dumps(doc, flags) : NULL;
 	json_decref(doc);
 	if (!text) {
 		static const char oom[] = "{\"error\":\"internal\",\"message\":\"out of memory\"}\n";
-		return send_body(c, 500, "application/json", strdup(oom), sizeof oom - 1, NULL);
+		return send_body(c, 500, "application/json", strdup(oom), sizeof oom - 1, NULL, NULL);
 	}
 	size_t n = strlen(text);
 	char *withnl = realloc(text, n + 2);
@@ -103,23 +104,54 @@ enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *doc
 		withnl[n] = '\0';
 		text = withnl;
 	}
-	return send_body(c, status, "application/json", text, n, www_auth);
+	return send_body(c, status, "application/json", text, n, hname, hval);
+}
+
+enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *doc,
+                          const char *www_auth)
+{
+	return send_json_with(c, status, doc, www_auth ? "WWW-Authenticate" : NULL, www_auth);
+}
+
+/* {"error": code, "message": fmt...} with header hname: hval. */
+static enum MHD_Result send_error_va(struct MHD_Connection *c, unsigned status,
+                                     const char *code, const char *hname, const char *hval,
+                                     const char *fmt, va_list ap)
+{
+	char msg[1024];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	/* The message may quote client input: keep it valid UTF-8 for jansson. */
+	for (char *p = msg; *p; p++)
+		if ((unsigned char)*p < ' ' || (unsigned char)*p >= 0x7f)
+			*p = '?';
+	return send_json_with(c, status, json_pack("{s:s,s:s}", "error", code, "message", msg),
+	                      hname, hval);
 }
 
 enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *code,
                            const char *www_auth, const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	enum MHD_Result r = send_error_va(c, status, code, www_auth ? "WWW-Authenticate" : NULL,
+	                                  www_auth, fmt, ap);
 	va_end(ap);
-	/* The message may quote client input: keep it valid UTF-8 for jansson. */
-	for (char *p = msg; *p; p++)
-		if ((unsigned char)*p < ' ' || (unsigned char)*p >= 0x7f)
-			*p = '?';
-	return send_json(c, status, json_pack("{s:s,s:s}", "error", code, "message", msg),
-	                 www_auth);
+	return r;
+}
+
+static enum MHD_Result send_error_hdr(struct MHD_Connection *c, unsigned status,
+                                      const char *code, const char *hname, const char *hval,
+                                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static enum MHD_Result send_error_hdr(struct MHD_Connection *c, unsigned status,
+                                      const char *code, const char *hname, const char *hval,
+                                      const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	enum MHD_Result r = send_error_va(c, status, code, hname, hval, fmt, ap);
+	va_end(ap);
+	return r;
 }
 
 /* ---- handlers ------------------------------------------------------------------- */
@@ -229,7 +261,7 @@ static enum MHD_Result metrics(struct admin *a, struct MHD_Connection *c, struct
 	}
 	size_t len = out.len;
 	return send_body(c, 200, "text/plain; version=0.0.4; charset=utf-8", buf_steal(&out), len,
-	                 NULL);
+	                 NULL, NULL);
 }
 
 static enum MHD_Result stats(struct admin *a, struct MHD_Connection *c, struct areq *q)
@@ -517,6 +549,24 @@ static bool route_match(const char *path, const char *url, const char **arg)
 	return strcmp(path, url) == 0;
 }
 
+/* 405 for url, whose routes take other methods than method: they go in
+ * Allow (RFC 9110 15.5.6), GET with HEAD. */
+static enum MHD_Result not_allowed(struct MHD_Connection *c, const struct route *rt,
+                                   const char *url, const char *method)
+{
+	char allow[96] = "";
+	size_t n = 0;
+	for (size_t i = 0; i < N_ROUTES && n < sizeof allow; i++) {
+		const char *arg;
+		if (route_match(routes[i].path, url, &arg))
+			n += (size_t)snprintf(allow + n, sizeof allow - n, "%s%s%s", n ? ", " : "",
+			                      routes[i].method,
+			                      strcmp(routes[i].method, "GET") == 0 ? ", HEAD" : "");
+	}
+	return send_error_hdr(c, 405, "method_not_allowed", "Allow", allow,
+	                      "%s takes %s, not %.32s", rt->path, allow, method);
+}
+
 static const struct route *route_headers(struct admin *a, struct MHD_Connection *c,
                                          const char *url, const char *method, const char **rest,
                                          enum MHD_Result *ret)
@@ -544,8 +594,7 @@ static const struct route *route_headers(struct admin *a, struct MHD_Connection 
 		return rt;
 	}
 	if (path_match)
-		*ret = send_error(c, 405, "method_not_allowed", NULL, "%s takes %s, not %.32s",
-		                  path_match->path, path_match->method, method);
+		*ret = not_allowed(c, path_match, url, method);
 	else
 		*ret = send_error(c, 404, "not_found", NULL,
 		                  "no route %.32s %.200s (routes: GET /healthz, GET /readyz, GET /metrics, "

@@ -222,11 +222,19 @@ class Admin(AdminCase):
             self.assertEqual(status, 404, path)
             self.assertEqual(doc["error"], "not_found")
             self.assertIn("routes:", doc["message"])
-        for method, path in (("DELETE", "/metrics"), ("GET", "/admin/purge"),
-                             ("POST", "/admin/stats"), ("PUT", "/healthz")):
-            status, _, doc = self.admin_json(method, path)
+        # 405 says in Allow what the path takes (RFC 9110), every method of it
+        for method, path, allow in (("DELETE", "/metrics", "GET, HEAD"),
+                                    ("GET", "/admin/purge", "POST"),
+                                    ("POST", "/admin/stats", "GET, HEAD"),
+                                    ("PUT", "/healthz", "GET, HEAD"),
+                                    ("PUT", "/admin/jobs/j1", "GET, HEAD, DELETE"),
+                                    ("DELETE", "/admin/lookahead", "GET, HEAD, POST")):
+            status, hdrs, doc = self.admin_json(method, path)
             self.assertEqual(status, 405, path)
             self.assertEqual(doc["error"], "method_not_allowed")
+            got = hdrs.get("allow", "")
+            self.assertEqual(sorted(got.split(", ")), sorted(allow.split(", ")), (path, hdrs))
+            self.assertIn("takes %s, not %s" % (got, method), doc["message"])
 
     def test_bad_purge_requests_change_nothing(self):
         data = b"stays cached" * 1000
