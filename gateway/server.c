@@ -299,6 +299,24 @@ static int port_unheld(const struct addrinfo *ai)
 	return rc;
 }
 
+/* 0 when the admin port is off or free; else says why and -1. Checked
+ * with the client port, before the cache is opened or the cluster joined,
+ * so a node refused its admin port touches neither. */
+static int admin_port_unheld(const struct cfg *cfg)
+{
+	if (!cfg->admin_host)
+		return 0;
+	struct addrinfo *ai = gw_resolve("LARDER_ADMIN_LISTEN", cfg->admin_host, cfg->admin_port);
+	if (!ai)
+		return -1;
+	int held = port_unheld(ai);
+	freeaddrinfo(ai);
+	if (held != 0)
+		log_error("admin", "LARDER_ADMIN_LISTEN: cannot listen on %s:%u (%s); set another "
+		          "address, or \"off\"", cfg->admin_host, cfg->admin_port, strerror(-held));
+	return held ? -1 : 0;
+}
+
 /*
  * Raises the soft open-file limit so LARDER_MAX_CONNECTIONS can be reached:
  * each client connection is a socket, most have an upstream one too, and
@@ -771,7 +789,11 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		freeaddrinfo(ai);
 		goto out;
 	}
-	/* Only once the port is ours, open the cache and join the cluster: a
+	if (admin_port_unheld(cfg) != 0) {
+		freeaddrinfo(ai);
+		goto out;
+	}
+	/* Only once the ports are ours, open the cache and join the cluster: a
 	 * node refused its port never touches them. */
 	if (open_cache(&gw, cfg, err, sizeof err) != 0) {
 		log_error("config", "%s", err);

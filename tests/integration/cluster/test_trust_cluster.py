@@ -17,8 +17,10 @@ import json
 import os
 import re
 import resource
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -618,6 +620,36 @@ class ClientPort(unittest.TestCase):
         self.assert_refused(self.run_larder(first.port))
         self.assertTrue(first.alive())
         self.assertEqual(first.stop(), 0, first.log())
+
+
+    def test_admin_port_held_refused_before_the_cache_is_opened(self):
+        """An admin port another process holds stops the start before the NVMe tier is
+        opened (recovered, possibly for minutes) or a cluster joined, with one error that
+        names the setting and nothing from libmicrohttpd."""
+        if not os.access(harness.larder_binary(), os.X_OK):
+            self.skipTest("larder binary not built")
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        self.addCleanup(s.close)
+        cache = tempfile.mkdtemp(prefix="larder-adminport-")
+        self.addCleanup(shutil.rmtree, cache, True)
+        n = harness.Larder(None, env={"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+                                      "AWS_SECRET_ACCESS_KEY": "secret-for-tests",
+                                      "LARDER_UPSTREAM_URL": "http://127.0.0.1:9",
+                                      "LARDER_CACHE_DIR": cache,
+                                      "LARDER_ADMIN_LISTEN": "127.0.0.1:%d"
+                                      % s.getsockname()[1]})
+        self.addCleanup(n.cleanup)
+        err = open(n.stderr_path, "wb")
+        n.proc = subprocess.Popen([harness.larder_binary(), "serve"], env=n.env, stdout=err,
+                                  stderr=err, stdin=subprocess.DEVNULL)
+        err.close()
+        self.assertEqual(n.proc.wait(15), 1, n.log())
+        self.assertIn("LARDER_ADMIN_LISTEN: cannot listen on 127.0.0.1:%d (Address already in "
+                      "use)" % s.getsockname()[1], n.log())
+        self.assertNotIn("Failed to bind", n.log())
+        self.assertEqual(os.listdir(cache), [], "the cache was opened: " + n.log())
 
 
 class OpenFileLimit(harness.LarderCase):
