@@ -180,6 +180,7 @@ static void authenticate_peer(struct req *r)
 		return;
 	}
 	snprintf(r->key_id, sizeof r->key_id, "peer:%.120s", node);
+	r->key_verified = true;
 	if (r->s3.target != S3T_OBJECT || r->s3.access != POL_READ) {
 		req_fail(r, S3E_ACCESS_DENIED, "peers may only read objects");
 		return;
@@ -496,6 +497,7 @@ void authn_request(struct req *r)
 			enum sv4_status v = sv2_verify(&sreq, &v2, buf_cstr(&resource), k->secret,
 			                               time(NULL), gw->cfg->max_skew_s);
 			buf_fini(&resource);
+			r->key_verified = v == SV4_OK;
 			if (v != SV4_OK) {
 				auth.presigned = v2.presigned;
 				fail_verify(r, v, &sreq, &auth, true);
@@ -513,6 +515,7 @@ void authn_request(struct req *r)
 		         "policy, as generate_presigned_post makes) is not supported by larder; "
 		         "use a presigned PUT");
 	} else if (st == SV4_NO_AUTH) {
+		r->anonymous = true;
 		if (keys->anonymous.n_grants)
 			k = &keys->anonymous;
 		else
@@ -527,6 +530,7 @@ void authn_request(struct req *r)
 		str_copy(r->key_id, sizeof r->key_id, auth.access_key);
 		r->presigned = auth.presigned;
 		st = sv4_verify(&sreq, &auth, k->secret, time(NULL), gw->cfg->max_skew_s, signing_key);
+		r->key_verified = st == SV4_OK;
 		if (st != SV4_OK) {
 			fail_verify(r, st, &sreq, &auth, false);
 			k = NULL;

@@ -32,7 +32,8 @@ struct json_t;
 #define METRICS_OTHER "(other)"          /* the row past METRICS_MAX_ROWS */
 #define METRICS_ANONYMOUS "(anonymous)"  /* the client row of unsigned requests */
 /* The client row of requests larder could not tie to a key: their key id
- * names none, or they were refused before it was read (max_connections). */
+ * names none, their signature is not its secret's, or they were refused
+ * before it was read (max_connections, a malformed request). */
 #define METRICS_UNAUTHENTICATED "(unauthenticated)"
 
 /*

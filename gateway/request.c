@@ -748,10 +748,13 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 			       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
 		};
 		log_access(&rec);
-		/* Not the anonymous row (unsigned requests) when larder could not tell. */
-		const char *client = rec.key_id ? rec.key_id
-		                     : r->unparsed || (r->has_err && r->err == S3E_INVALID_ACCESS_KEY)
-		                     ? METRICS_UNAUTHENTICATED : NULL;
+		/* A key's row counts what was signed with its secret, the
+		 * anonymous row (NULL) what was unsigned, and the rest is a row
+		 * of its own: a key id that names no key, a wrong signature
+		 * (which anyone who knows a key id can send), refused before
+		 * its signature was read. */
+		const char *client = r->key_verified ? rec.key_id
+		                     : r->anonymous ? NULL : METRICS_UNAUTHENTICATED;
 		metrics_request(s3_operation(r->method, r->unparsed ? -1 : (int)r->s3.target, r->query,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),

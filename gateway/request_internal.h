@@ -55,8 +55,10 @@ struct req {
 	bool presigned_v2; /* drop its AWSAccessKeyId/Signature/Expires upstream */
 	bool presigned;    /* SigV2 or SigV4 query auth: x-amz-* params are headers */
 
-	char key_id[129];
-	bool authorized; /* signature (or anonymous grant) and policy passed */
+	char key_id[129];  /* as the request names it (the access log's) */
+	bool key_verified; /* its signature matched key_id's secret */
+	bool anonymous;    /* unsigned: the anonymous key's grants apply */
+	bool authorized;   /* signature (or anonymous grant) and policy passed */
 	unsigned max_upstream; /* the key's max_upstream_requests (0: no limit) */
 	bool upstream_slot;    /* holds one of them (limits.h) until it ends */
 	uint64_t max_rate;     /* the key's max_bytes_per_second (0: no limit) */

@@ -553,6 +553,32 @@ class AdminClientRows(AdminCase):
         self.assertGreaterEqual(clients.get("(unauthenticated)", {}).get("requests", 0), 1,
                                 clients)
 
+    def test_a_wrong_signature_is_not_the_keys_row(self):
+        # A key id is no secret (it is in logs and URLs): a request that names it with a
+        # wrong signature counted in that key's row, so anyone could add to it.
+        before = self.stats_clients()
+        mine = before.get(harness.CLIENT_KEY, {}).get("requests", 0)
+        unauth = before.get("(unauthenticated)", {}).get("requests", 0)
+        for _ in range(3):
+            r = harness.signed_request(self.larder.url, "GET", "/bkt/k", secret="not-its-secret")
+            self.assertEqual((r.status, harness.s3_error(r.body)[0]),
+                             (403, "SignatureDoesNotMatch"))
+        # signed for another region: refused before the signature is checked, not anonymous
+        h = harness.sign_headers("GET", self.larder.url + "/bkt/k", harness.CLIENT_KEY,
+                                 harness.CLIENT_SECRET)
+        h["Authorization"] = h["Authorization"].replace("/us-east-1/", "/eu-west-3/")
+        st, _, body = harness.http_request(self.larder.url, "GET", "/bkt/k", h)
+        self.assertEqual(st, 400, body)
+        time.sleep(0.2)
+        after = self.stats_clients()
+        self.assertEqual(after.get(harness.CLIENT_KEY, {}).get("requests", 0), mine, after)
+        self.assertEqual(after["(unauthenticated)"]["requests"], unauth + 4, after)
+        self.assertNotIn("(anonymous)", after, after)
+        r = harness.signed_request(self.larder.url, "GET", "/bkt/k")  # the key's own
+        self.assertIn(r.status, (200, 404), r)
+        time.sleep(0.2)
+        self.assertEqual(self.stats_clients()[harness.CLIENT_KEY]["requests"], mine + 1)
+
     def test_a_request_refused_at_the_connection_limit_is_no_listbuckets(self):
         # It was refused before its path was read, and counted as op="ListBuckets".
         idle = [socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
