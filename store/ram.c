@@ -48,6 +48,16 @@ struct ram_tier {
 	unsigned n_charges;
 };
 
+/* What a chunk counts against the capacity while it is filled and once it
+ * is held unpinned: its bytes and the memory that keeps it
+ * (RAM_ENTRY_COST), so that many tiny objects are bounded by the capacity
+ * as their bytes are. Pinned chunks count their bytes only: the pin limit
+ * bounds them, in bytes; so do a key's (max_resident_bytes). */
+static uint64_t cost(const struct chunk *c)
+{
+	return c->len + RAM_ENTRY_COST;
+}
+
 static void entry_release(struct tier_gone *g)
 {
 	struct ram_entry *e = container_of(g, struct ram_entry, gone);
@@ -146,7 +156,7 @@ static void entry_pin(struct ram_tier *r, struct ram_entry *e, bool on, double n
 	} else {
 		r->pinned -= e->c->len;
 		uint64_t rank = policy_rank(chunk_id_hash(&e->c->id), e->copy);
-		policy_insert(r->policy, &e->pe, rank, e->c->len, now);
+		policy_insert(r->policy, &e->pe, rank, cost(e->c), now);
 		if (e->charge)
 			policy_insert(r->charges[e->charge].policy, &e->ce, rank, e->c->len, now);
 	}
@@ -255,7 +265,7 @@ struct chunk *ram_lookup(struct ram_tier *r, const struct chunk_id *id, size_t l
 void ram_reserve(struct ram_tier *r, uint64_t len, double now, struct tier_gone **gone)
 {
 	pthread_mutex_lock(&r->lock);
-	r->filling += len;
+	r->filling += len + RAM_ENTRY_COST;
 	if (!make_room(r, 0, now, gone))
 		r->overcommits++;
 	pthread_mutex_unlock(&r->lock);
@@ -264,7 +274,7 @@ void ram_reserve(struct ram_tier *r, uint64_t len, double now, struct tier_gone 
 void ram_unreserve(struct ram_tier *r, uint64_t len)
 {
 	pthread_mutex_lock(&r->lock);
-	r->filling -= len;
+	r->filling -= len + RAM_ENTRY_COST;
 	pthread_mutex_unlock(&r->lock);
 }
 
@@ -288,13 +298,14 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 	uint64_t rank = policy_rank(chunk_id_hash(&c->id), o && o->copy);
 
 	pthread_mutex_lock(&r->lock);
-	r->filling -= c->len;
+	r->filling -= cost(c);
 	/* A pinned chunk is always kept (the pin limit bounds them), and
 	 * evicts whatever the policy ranks lowest. */
 	bool pinned = pinset_has(&r->pins, &c->id);
 	struct ram_charge *ch = pinned || !o ? NULL : charge_get(r, o->charge);
+	uint64_t counts = pinned ? c->len : cost(c);
 	if (idmap_get(&r->map, &c->id) ||
-	    (!pinned && !policy_admit_reserved(r->policy, rank, c->len, outside_policy(r), now)) ||
+	    (!pinned && !policy_admit_reserved(r->policy, rank, counts, outside_policy(r), now)) ||
 	    (ch && ch->max && !policy_admit(ch->policy, rank, c->len, now)))
 		goto out;
 	struct ram_entry *e = calloc(1, sizeof *e);
@@ -304,7 +315,7 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 	 * own first, then the tier's. */
 	if (ch)
 		charge_trim(r, ch, c->len, now, gone);
-	make_room(r, c->len, now, gone);
+	make_room(r, counts, now, gone);
 	e->c = c;
 	if (idmap_put(&r->map, c) < 0) {
 		free(e);
@@ -317,7 +328,7 @@ static int ram_admit(void *t, struct chunk *c, const struct chunk_origin *o, str
 		e->pinned = true;
 		r->pinned += c->len;
 	} else {
-		policy_insert(r->policy, &e->pe, rank, c->len, now);
+		policy_insert(r->policy, &e->pe, rank, counts, now);
 		if (ch) {
 			e->charge = o->charge;
 			policy_insert(ch->policy, &e->ce, rank, c->len, now);

@@ -32,6 +32,12 @@ struct ram_tier;
 
 extern const struct tier_ops ram_tier_ops;
 
+/* What each unpinned chunk counts against the capacity besides its bytes:
+ * its struct chunk, its entry and its slot in the map, rounded up as the
+ * allocator rounds them (measured: about 1 KiB per tiny object, of which
+ * its metadata, bounded apart, is the rest). */
+#define RAM_ENTRY_COST 512
+
 /* An empty tier of capacity bytes; NULL when out of memory. Close it with
  * ram_tier_ops.close. */
 struct ram_tier *ram_open(uint64_t capacity, enum policy_kind policy, double stale_after_s);

@@ -18,7 +18,7 @@
 #include "store/ram.h"
 #include "store/tier.h"
 
-enum { CLEN = 4096 };
+enum { CLEN = 4096, COST = CLEN + RAM_ENTRY_COST }; /* what a held chunk counts */
 
 static struct chunk_id cid(uint64_t i)
 {
@@ -59,20 +59,20 @@ static void on_evicted(void *arg, const struct chunk_id *id)
 
 static void t_admit_and_hit(void **state)
 {
-	struct tier t = open_tier(4 * CLEN);
+	struct tier t = open_tier(4 * COST);
 	struct tier_gone *gone = NULL;
 	struct chunk *c = ready(t.t, 1, &gone);
 	struct tier_stats st;
 	tier_get_stats(&t, &st);
-	assert_int_equal(st.reserved, CLEN);
-	assert_int_equal(st.used, CLEN);
+	assert_int_equal(st.reserved, COST);
+	assert_int_equal(st.used, COST);
 	assert_int_equal(st.entries, 0);
 
 	assert_int_equal(tier_admit(&t, c, NULL, &gone), 0);
 	assert_null(gone);
 	tier_get_stats(&t, &st);
 	assert_int_equal(st.reserved, 0);
-	assert_int_equal(st.used, CLEN);
+	assert_int_equal(st.used, COST);
 	assert_int_equal(st.entries, 1);
 
 	struct chunk_id id = cid(1);
@@ -88,9 +88,35 @@ static void t_admit_and_hit(void **state)
 	tier_close(&t);
 }
 
+/* Tiny objects cost memory beyond their bytes (the chunk, its entry): a
+ * tier that counted their bytes only held a million one-byte chunks in a
+ * megabyte, and hundreds of megabytes of heap. */
+static void t_tiny_chunks_bounded_by_what_they_cost(void **state)
+{
+	struct tier t = open_tier(64 * 1024);
+	for (uint64_t i = 0; i < 1000; i++) {
+		struct tier_gone *gone = NULL;
+		struct chunk_id id = cid(1000 + i);
+		struct chunk *c = chunk_new(&id, 1);
+		assert_non_null(c);
+		chunk_append(c, "x", 1);
+		chunk_set_state(c, CHUNK_READY, 0);
+		ram_reserve(t.t, 1, 0.0, &gone);
+		assert_int_equal(tier_admit(&t, c, NULL, &gone), 0);
+		chunk_unref(c);
+		tier_release(gone);
+	}
+	struct tier_stats st;
+	tier_get_stats(&t, &st);
+	assert_int_equal(st.entries, 64 * 1024 / (1 + RAM_ENTRY_COST));
+	assert_true(st.used <= st.capacity);
+	assert_int_equal(st.used, st.entries * (1 + RAM_ENTRY_COST));
+	tier_close(&t);
+}
+
 static void t_wrong_length_is_evicted(void **state)
 {
-	struct tier t = open_tier(4 * CLEN);
+	struct tier t = open_tier(4 * COST);
 	struct tier_gone *gone = NULL;
 	struct chunk *c = ready(t.t, 2, &gone);
 	tier_admit(&t, c, NULL, &gone);
@@ -107,7 +133,7 @@ static void t_wrong_length_is_evicted(void **state)
 
 static void t_bound_evicts_onto_release_list(void **state)
 {
-	struct tier t = open_tier(2 * CLEN);
+	struct tier t = open_tier(2 * COST);
 	evicted_n = 0;
 	tier_on_evict(&t, on_evicted, NULL);
 	struct chunk *c[3];
@@ -119,7 +145,7 @@ static void t_bound_evicts_onto_release_list(void **state)
 	}
 	struct tier_stats st;
 	tier_get_stats(&t, &st);
-	assert_true(st.used <= 2 * CLEN);
+	assert_true(st.used <= 2 * COST);
 	assert_int_equal(st.entries, 2);
 	assert_int_equal(st.evictions, 1);
 	assert_int_equal(evicted_n, 1);
@@ -134,13 +160,13 @@ static void t_bound_evicts_onto_release_list(void **state)
 
 static void t_overcommit_and_unreserve(void **state)
 {
-	struct tier t = open_tier(CLEN);
+	struct tier t = open_tier(COST);
 	struct tier_gone *gone = NULL;
 	ram_reserve(t.t, CLEN, 0.0, &gone);
 	ram_reserve(t.t, CLEN, 0.0, &gone);
 	struct tier_stats st;
 	tier_get_stats(&t, &st);
-	assert_int_equal(st.reserved, 2 * CLEN);
+	assert_int_equal(st.reserved, 2 * COST);
 	assert_int_equal(st.overcommits, 1);
 	ram_unreserve(t.t, CLEN);
 	ram_unreserve(t.t, CLEN);
@@ -153,7 +179,7 @@ static void t_overcommit_and_unreserve(void **state)
 
 static void t_drop(void **state)
 {
-	struct tier t = open_tier(4 * CLEN);
+	struct tier t = open_tier(4 * COST);
 	struct tier_gone *gone = NULL;
 	struct chunk *c = ready(t.t, 3, &gone);
 	tier_admit(&t, c, NULL, &gone);
@@ -192,7 +218,7 @@ static bool holds(struct tier *t, uint64_t i)
 
 static void t_pinned_chunks_are_never_victims(void **state)
 {
-	struct tier t = open_tier(4 * CLEN);
+	struct tier t = open_tier(4 * COST);
 	ram_pin_limit(t.t, 2 * CLEN);
 	admit(&t, 1);
 	admit(&t, 2);
@@ -208,7 +234,7 @@ static void t_pinned_chunks_are_never_victims(void **state)
 	tier_get_stats(&t, &st);
 	assert_int_equal(st.pinned, CLEN);
 	assert_int_equal(st.pin_held, CLEN);
-	assert_int_equal(st.used, 4 * CLEN);
+	assert_int_equal(st.used, CLEN + 3 * COST); /* pinned chunks count their bytes only */
 	assert_int_equal(st.entries, 4);
 
 	ram_unpin(t.t, &one);
@@ -230,7 +256,7 @@ static void t_pinned_chunks_are_never_victims(void **state)
 
 static void t_pin_limit_and_pin_before_arrival(void **state)
 {
-	struct tier t = open_tier(4 * CLEN);
+	struct tier t = open_tier(4 * COST);
 	struct chunk_id a = cid(1), b = cid(2), c = cid(3);
 	assert_int_equal(ram_pin(t.t, &a, CLEN), -ENOSPC); /* no limit set: none allowed */
 	ram_pin_limit(t.t, 2 * CLEN);
@@ -250,7 +276,7 @@ static void t_pin_limit_and_pin_before_arrival(void **state)
 	struct tier_stats st;
 	tier_get_stats(&t, &st);
 	assert_int_equal(st.pinned, 2 * CLEN);
-	assert_int_equal(st.used, 4 * CLEN);
+	assert_int_equal(st.used, 2 * CLEN + 2 * COST);
 	/* A drop (purge) still removes a pinned chunk; the pin stays. */
 	struct tier_gone *gone = NULL;
 	tier_drop(&t, &a, &gone);
@@ -275,7 +301,7 @@ static void admit_charged(struct tier *t, uint64_t i, unsigned charge)
 
 static void t_charge_limit_evicts_its_own_chunks(void **state)
 {
-	struct tier t = open_tier(16 * CLEN);
+	struct tier t = open_tier(16 * COST);
 	/* Charge 2 (no limit) holds 6 chunks, read first. */
 	for (uint64_t i = 100; i < 106; i++)
 		admit_charged(&t, i, 2);
@@ -354,7 +380,7 @@ static void *charge_many(void *arg)
 /* Two threads charge, limit and read each other's charge (for TSan). */
 static void t_charges_from_two_threads(void **state)
 {
-	struct tier t = open_tier(8 * CLEN);
+	struct tier t = open_tier(8 * COST);
 	struct charger a = { &t, 1 }, b = { &t, 2 };
 	pthread_t ta, tb;
 	assert_int_equal(pthread_create(&ta, NULL, charge_many, &a), 0);
@@ -376,6 +402,7 @@ int main(void)
 		cmocka_unit_test(t_drop),
 		cmocka_unit_test(t_pinned_chunks_are_never_victims),
 		cmocka_unit_test(t_pin_limit_and_pin_before_arrival),
+		cmocka_unit_test(t_tiny_chunks_bounded_by_what_they_cost),
 		cmocka_unit_test(t_charge_limit_evicts_its_own_chunks),
 		cmocka_unit_test(t_charges_from_two_threads),
 	};

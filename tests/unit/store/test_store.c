@@ -27,11 +27,12 @@
 #include <cmocka.h>
 #include <pthread.h>
 
+#include "store/ram.h"
 #include "store/store.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
-enum { CLEN = 4096 };
+enum { CLEN = 4096, COST = CLEN + RAM_ENTRY_COST }; /* what a RAM chunk counts */
 
 static struct chunk_id cid(uint64_t i)
 {
@@ -226,7 +227,7 @@ static void test_ram_only_roles(void **state)
 	assert_int_equal(st.hits_ram, 1);
 	assert_int_equal(st.inflight, 0);
 	assert_int_equal(st.ram_entries, 1);
-	assert_int_equal(st.ram_used, CLEN);
+	assert_int_equal(st.ram_used, COST);
 	assert_int_equal(st.ram_filling, 0);
 	store_close(s);
 }
@@ -369,7 +370,7 @@ static void test_ram_bound_lru(void **state)
 static void test_copies_kept_after_own(void **state)
 {
 	(void)state;
-	struct store *s = open_ram(8 * CLEN, POLICY_SUBSET);
+	struct store *s = open_ram(8 * COST, POLICY_SUBSET);
 	for (uint64_t i = 0; i < 6; i++)
 		produce_as(s, i, CLEN, false);
 	for (uint64_t i = 100; i < 120; i++)
@@ -395,7 +396,7 @@ static void test_copies_kept_after_own(void **state)
 static void test_inflight_bytes(void **state)
 {
 	(void)state;
-	const uint64_t cap = 4 * CLEN;
+	const uint64_t cap = 4 * COST;
 	struct store *s = open_ram(cap, POLICY_LRU);
 	enum store_role role;
 	for (uint64_t i = 0; i < 4; i++)
@@ -408,7 +409,7 @@ static void test_inflight_bytes(void **state)
 	struct chunk *cb = store_acquire(s, &b, CLEN, &role);
 	struct store_stats st = stats(s);
 	assert_int_equal(st.inflight, 2);
-	assert_int_equal(st.ram_filling, 2 * CLEN);
+	assert_int_equal(st.ram_filling, 2 * COST);
 	assert_int_equal(st.ram_entries, 2);
 	assert_int_equal(st.ram_used, cap);
 	assert_int_equal(st.evictions_ram, 2);
@@ -423,7 +424,7 @@ static void test_inflight_bytes(void **state)
 	struct chunk *cd = store_acquire(s, &d, CLEN, &role);
 	st = stats(s);
 	assert_int_equal(st.ram_entries, 0);
-	assert_int_equal(st.ram_filling, 4 * CLEN);
+	assert_int_equal(st.ram_filling, 4 * COST);
 	assert_true(data_ok(held, 3));
 	chunk_unref(held);
 
@@ -431,14 +432,14 @@ static void test_inflight_bytes(void **state)
 	struct chunk *ce = store_acquire(s, &e, CLEN, &role);
 	st = stats(s);
 	assert_int_equal(st.ram_overcommits, 1);
-	assert_int_equal(st.ram_used, 5 * CLEN);
+	assert_int_equal(st.ram_used, 5 * COST);
 
 	struct chunk *all[5] = { ca, cb, cc, cd, ce };
 	for (int i = 0; i < 5; i++) {
 		fill(all[i], 10 + (uint64_t)i);
 		store_complete(s, all[i], true, 0, NULL);
 		chunk_unref(all[i]);
-		assert_true(stats(s).ram_used <= 5 * CLEN);
+		assert_true(stats(s).ram_used <= 5 * COST);
 	}
 	st = stats(s);
 	assert_int_equal(st.ram_filling, 0);
