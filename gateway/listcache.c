@@ -143,9 +143,7 @@ static bool list_param(const char *p, size_t n)
 	return false;
 }
 
-/* "bucket\n" + the query's parameters sorted, or NULL: not a plain
- * listing (another parameter, one given twice, list-type other than 2). */
-static char *cache_key(const char *bucket, const char *query)
+char *listcache_key(const char *bucket, const char *query)
 {
 	char *q = strdup(query), *save = NULL;
 	size_t n = 0;
@@ -206,7 +204,7 @@ bool listcache_begin(struct req *r)
 	bool ok = ttl > 0;
 	if (ok)
 		MHD_get_connection_values(req_connection(r), MHD_HEADER_KIND, check_header, &ok);
-	char *key = ok ? cache_key(s3->bucket, req_query(r)) : NULL;
+	char *key = ok ? listcache_key(s3->bucket, req_query(r)) : NULL;
 	if (!key)
 		return false;
 	struct list_req *l = calloc(1, sizeof *l);

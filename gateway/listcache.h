@@ -31,6 +31,12 @@ void listcache_destroy(struct listcache *lc);
  * with bucket NULL, every listing. */
 void listcache_invalidate(struct listcache *lc, const char *bucket, const char *key);
 
+/* The cache key of a listing of bucket with query (as received): "bucket\n"
+ * and the query's parameters sorted, malloc'd; NULL when the query is not a
+ * plain listing (another parameter, one given twice, more than 16, a
+ * list-type other than 2) or out of memory. */
+char *listcache_key(const char *bucket, const char *query);
+
 /* The proxy's side, on the request's worker. listcache_begin, after the
  * request was authorised: true when the cache answers it (then
  * listcache_respond queues that answer); otherwise a cacheable listing
