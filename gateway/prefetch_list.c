@@ -10,7 +10,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <expat.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 
 #include "auth/sigv4.h"
 #include "base/log.h"
+#include "gateway/listxml.h"
 #include "gateway/server.h"
 #include "gateway/upstream.h"
 
@@ -117,60 +117,6 @@ static int list_restart(struct transfer *t, void *arg)
 	return pf_start_listing(j);
 }
 
-/* ListObjectsV2 XML: the Key and Size of each Contents, IsTruncated,
- * NextContinuationToken. */
-struct lx {
-	struct pf_job *j;
-	struct buf text;
-	bool in_contents;
-	char *key;
-	uint64_t size;
-	bool truncated;
-	char *token;
-	int err;
-};
-
-static void XMLCALL lx_start(void *arg, const XML_Char *name, const XML_Char **attrs)
-{
-	struct lx *x = arg;
-	(void)attrs;
-	buf_reset(&x->text);
-	if (strcmp(name, "Contents") == 0)
-		x->in_contents = true;
-}
-
-static void XMLCALL lx_text(void *arg, const XML_Char *s, int len)
-{
-	struct lx *x = arg;
-	if (buf_append(&x->text, s, (size_t)len) != 0)
-		x->err = -E2BIG;
-}
-
-static void XMLCALL lx_end(void *arg, const XML_Char *name)
-{
-	struct lx *x = arg;
-	const char *t = buf_cstr(&x->text);
-	if (x->in_contents && strcmp(name, "Key") == 0) {
-		free(x->key);
-		x->key = strdup(t);
-	} else if (x->in_contents && strcmp(name, "Size") == 0) {
-		x->size = strtoull(t, NULL, 10);
-	} else if (strcmp(name, "Contents") == 0) {
-		if (x->key && pf_add_key(x->j, x->key, x->size) != 0)
-			x->err = -ENOMEM;
-		free(x->key);
-		x->key = NULL;
-		x->size = 0;
-		x->in_contents = false;
-	} else if (strcmp(name, "IsTruncated") == 0) {
-		x->truncated = strcmp(t, "true") == 0;
-	} else if (strcmp(name, "NextContinuationToken") == 0) {
-		free(x->token);
-		x->token = strdup(t);
-	}
-	buf_reset(&x->text);
-}
-
 /*
  * Whether token, the next page's, was given before: a listing that would
  * go round for ever, adding the same keys again. Brent's cycle finding:
@@ -193,43 +139,36 @@ static bool token_loops(struct pf_job *j, const char *token)
 	return false;
 }
 
+static int add_listed(void *arg, const char *key, uint64_t size)
+{
+	return pf_add_key(arg, key, size);
+}
+
 static void parse_listing(struct pf_job *j)
 {
-	struct lx x = { .j = j };
-	buf_init(&x.text, 1 << 16);
-	XML_Parser xp = XML_ParserCreate("UTF-8");
-	if (!xp) {
+	struct listxml_page pg;
+	int rc = listxml_parse(j->body.p, j->body.len, add_listed, j, &pg);
+	if (rc == -ENOMEM) {
 		pf_job_fail(j, "out of memory");
-		buf_fini(&x.text);
-		return;
-	}
-	XML_SetUserData(xp, &x);
-	XML_SetElementHandler(xp, lx_start, lx_end);
-	XML_SetCharacterDataHandler(xp, lx_text);
-	if (XML_Parse(xp, j->body.p ? j->body.p : "", (int)j->body.len, 1) != XML_STATUS_OK ||
-	    x.err) {
+	} else if (rc != 0) {
 		char msg[200];
-		snprintf(msg, sizeof msg, "ListObjectsV2 answer not understood: %s",
-		         XML_ErrorString(XML_GetErrorCode(xp)));
+		snprintf(msg, sizeof msg, "ListObjectsV2 answer not understood: %s", pg.xml_error);
 		pf_job_fail(j, msg);
-	} else if (x.truncated && (!x.token || !*x.token)) {
+	} else if (pg.truncated && (!pg.token || !*pg.token)) {
 		pf_job_fail(j, "ListObjectsV2 answer not understood: a truncated page without a "
 		            "NextContinuationToken, so the rest of the prefix cannot be listed");
-	} else if (x.truncated && token_loops(j, x.token)) {
+	} else if (pg.truncated && token_loops(j, pg.token)) {
 		pf_job_fail(j, "ListObjectsV2 answer not understood: upstream gave a continuation "
 		            "token it gave before, so the listing would never end");
-	} else if (x.truncated) {
+	} else if (pg.truncated) {
 		free(j->token);
-		j->token = x.token;
-		x.token = NULL;
+		j->token = pg.token;
+		pg.token = NULL;
 		pf_list_more(j);
 	} else {
 		atomic_store(&j->listing_done, true);
 	}
-	XML_ParserFree(xp);
-	free(x.key);
-	free(x.token);
-	buf_fini(&x.text);
+	listxml_page_fini(&pg);
 }
 
 static void parse_manifest(struct pf_job *j)
