@@ -77,7 +77,12 @@ int listxml_parse(const char *body, size_t len, listxml_key_fn each, void *arg,
 	int rc = 0;
 	if (len > INT_MAX || XML_Parse(xp, body ? body : "", (int)len, 1) != XML_STATUS_OK ||
 	    x.err) {
-		page->xml_error = XML_ErrorString(XML_GetErrorCode(xp));
+		/* expat has no message for XML_ERROR_NONE (NULL): the text too
+		 * long, or the key not taken, fails a well-formed page. */
+		enum XML_Error e = XML_GetErrorCode(xp);
+		page->xml_error = e != XML_ERROR_NONE ? XML_ErrorString(e)
+		                  : x.err == -E2BIG ? "an element's text is longer than 64 KiB"
+		                                    : "out of memory";
 		rc = -1;
 	}
 	page->truncated = x.truncated;

@@ -17,12 +17,12 @@ typedef int (*listxml_key_fn)(void *arg, const char *key, uint64_t size);
 struct listxml_page {
 	bool truncated;        /* IsTruncated is "true" */
 	char *token;           /* NextContinuationToken (malloc'd), or NULL */
-	const char *xml_error; /* expat's message: NULL when the XML itself was fine */
+	const char *xml_error; /* why a page was not understood (expat's message, or ours) */
 };
 
 /* Parses body (len bytes; NULL when len is 0) into page, handing each key
  * to each(arg, ...). Returns 0; -1 when the page is not understood (not
- * well-formed XML: xml_error says why; a text over 64 KiB; each failed);
+ * well-formed XML, a text over 64 KiB, each failed: xml_error says which);
  * -ENOMEM when no parser could be made. page->token is the caller's to
  * free (listxml_page_fini) whatever the answer. */
 int listxml_parse(const char *body, size_t len, listxml_key_fn each, void *arg,

@@ -3,8 +3,7 @@
  * (gateway/listxml.c, listxml_parse): upstream's bytes, or those of
  * whatever answers as upstream. Checks: every key handed over is a string
  * (read whole); a key callback that fails fails the page; what a parse
- * answers does not depend on the callback when it succeeds; a token is
- * only set on a page whose XML parsed or the parse stopped in it.
+ * answers does not depend on the callback; a page not understood says why.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +37,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rb = listxml_parse((const char *)data, size, each, &b, &pb);
 	if (ra != 0 && ra != -1)
 		abort();
+	/* A failed page says why: the job's error shows it. */
+	if ((ra != 0 && !pa.xml_error) || (rb != 0 && !pb.xml_error)) {
+		fprintf(stderr, "a page not understood without a reason\n");
+		abort();
+	}
 	if (ra == 0 && pa.xml_error) {
 		fprintf(stderr, "a page understood with an XML error \"%s\"\n", pa.xml_error);
 		abort();
