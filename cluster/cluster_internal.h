@@ -1,9 +1,9 @@
 /*
  * cluster_internal.h - what the cluster's files (cluster.c,
  * cluster_snapshot.c, cluster_heartbeat.c, cluster_trust.c,
- * cluster_inval.c, cluster_redis.c) share: the struct cluster, its member
- * snapshots and invalidation queue, and the functions one file calls in
- * another. Private to cluster/; everything else uses cluster.h.
+ * cluster_inval.c, inval_msg.c, cluster_redis.c) share: the struct
+ * cluster, its member snapshots and invalidation queue, and the functions
+ * one file calls in another. Private to cluster/; everything else uses cluster.h.
  */
 #ifndef LARDER_CLUSTER_INTERNAL_H
 #define LARDER_CLUSTER_INTERNAL_H
@@ -138,6 +138,23 @@ void cl_member_mac(const char *secret, const char *id, const char *body, size_t 
  * when forged, stale (now_ms past its expiry + MEMBER_SKEW_MS) or malformed. */
 bool cl_parse_member(const struct cluster *cl, const char *v, size_t len, double now_ms,
                      struct member *m);
+
+/* ---- invalidation messages (inval_msg.c) ---- */
+
+/* The parts of a message read from INVAL_CHANNEL, pointing into it (not
+ * NUL-terminated): "<mac>\n<expiry>\n<sender>\n<bucket>\n<key>". */
+struct inval_msg {
+	const char *sender, *bucket, *key;
+	size_t sender_len, bucket_len, key_len;
+};
+enum inval_verdict {
+	INVAL_OK,        /* out filled */
+	INVAL_FORGED,    /* not signed with secret, or expired at now_ms (unix ms) */
+	INVAL_MALFORMED, /* signed, but no sender, bucket and key */
+};
+/* Reads a message of len bytes as received (any bytes). */
+enum inval_verdict cl_inval_parse(const char *secret, const char *signed_msg, size_t len,
+                                  double now_ms, struct inval_msg *out);
 
 /* ---- heartbeat (cluster_heartbeat.c) ---- */
 

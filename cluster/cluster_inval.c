@@ -11,7 +11,8 @@
  *
  * Message on larder:invalidate: "<mac>\n<expiry>\n<sender id>\n<bucket>\n<key>".
  * Ids and bucket names hold no newline (checked); the key is the rest,
- * whatever it holds. Receivers skip their own messages.
+ * whatever it holds (read by inval_msg.c). Receivers skip their own
+ * messages.
  *
  * Redis keeps no history: what is published while a node is not
  * subscribed never reaches it, and a queue that overflowed while Redis was
@@ -173,56 +174,30 @@ void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const ch
 	pthread_mutex_unlock(&cl->lock);
 }
 
-/* The part of a signed message after its mac and expiry (Trust above), or
- * NULL when it is not signed with our secret or has expired. */
-static const char *verified(struct cluster *cl, const char *msg, size_t *len)
-{
-	if (*len < 66 || msg[64] != '\n')
-		return NULL;
-	char want[65];
-	if (cl_inval_mac(cl->secret, msg + 65, *len - 65, want) != 0 || !ct_equal(want, 64, msg, 64))
-		return NULL;
-	const char *nl = memchr(msg + 65, '\n', *len - 65);
-	char exp[24];
-	size_t el = nl ? (size_t)(nl - (msg + 65)) : 0;
-	if (!nl || el == 0 || el >= sizeof exp)
-		return NULL;
-	memcpy(exp, msg + 65, el);
-	exp[el] = '\0';
-	char *end;
-	double expiry = strtod(exp, &end);
-	if (*end || expiry + MEMBER_SKEW_MS < cl_wall_ms())
-		return NULL;
-	*len -= (size_t)(nl + 1 - msg);
-	return nl + 1;
-}
-
 static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
 {
-	const char *msg = verified(cl, signed_msg, &len);
-	if (!msg) {
+	struct inval_msg m;
+	enum inval_verdict v = cl_inval_parse(cl->secret, signed_msg, len, cl_wall_ms(), &m);
+	if (v == INVAL_FORGED) {
 		pthread_mutex_lock(&cl->lock);
 		cl->inval_rejected++;
 		pthread_mutex_unlock(&cl->lock);
 		log_debug(TOPIC, "an invalidation message not signed with the cluster secret ignored");
 		return;
 	}
-	const char *nl1 = memchr(msg, '\n', len);
-	const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', len - (size_t)(nl1 + 1 - msg)) : NULL;
-	if (!nl2 || nl2 == nl1 + 1) {
+	if (v == INVAL_MALFORMED) {
 		log_debug(TOPIC, "malformed invalidation message ignored");
 		return;
 	}
-	size_t idlen = (size_t)(nl1 - msg);
-	if (idlen == strlen(cl->self.id) && memcmp(msg, cl->self.id, idlen) == 0)
+	if (m.sender_len == strlen(cl->self.id) && memcmp(m.sender, cl->self.id, m.sender_len) == 0)
 		return; /* our own */
-	size_t blen = (size_t)(nl2 - nl1 - 1), klen = len - (size_t)(nl2 + 1 - msg);
+	size_t blen = m.bucket_len, klen = m.key_len;
 	char *bk = malloc(blen + klen + 2);
 	if (!bk)
 		return;
-	memcpy(bk, nl1 + 1, blen);
+	memcpy(bk, m.bucket, blen);
 	bk[blen] = '\0';
-	memcpy(bk + blen + 1, nl2 + 1, klen);
+	memcpy(bk + blen + 1, m.key, klen);
 	bk[blen + 1 + klen] = '\0';
 	bool resync = strcmp(bk, CLUSTER_RESYNC) == 0;
 	pthread_mutex_lock(&cl->lock);
