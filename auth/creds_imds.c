@@ -44,6 +44,14 @@ static bool imds_role_ok(const char *r)
 	return true;
 }
 
+char *creds_imds_role(char *body)
+{
+	/* One role per instance profile: the first line. */
+	body[strcspn(body, "\r\n")] = '\0';
+	char *role = creds_trim(body);
+	return imds_role_ok(role) ? role : NULL;
+}
+
 /* One IMDS step: a request that must answer 200. */
 static int imds_call(const struct src_ctx *x, const char *method, const char *url, const char *const *hdrs,
                      struct buf *resp, char *why, size_t whylen)
@@ -112,11 +120,8 @@ int creds_src_imds(const struct src_ctx *x, struct creds *out, char *why, size_t
 	rc = imds_call(x, "GET", url, get_hdrs, &resp, why, whylen);
 	if (rc)
 		goto out;
-	/* One role per instance profile: the first line. */
-	char *role = resp.p;
-	role[strcspn(role, "\r\n")] = '\0';
-	role = creds_trim(role);
-	if (!imds_role_ok(role)) {
+	char *role = creds_imds_role(resp.p);
+	if (!role) {
 		creds_seterr(why, whylen, "IMDS has no usable IAM role (is an instance profile attached?)");
 		rc = -ENOENT;
 		goto out;

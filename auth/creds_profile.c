@@ -15,14 +15,6 @@
 
 #include "base/log.h"
 
-/* One profile's settings merged from both files. */
-struct profile {
-	const char *name;
-	bool found;
-	char *key, *secret, *token;
-	char unsupported[48]; /* the first setting we cannot honour, or "" */
-};
-
 static void profile_set(char **slot, const char *v)
 {
 	char *d = strdup(v);
@@ -35,7 +27,7 @@ static void profile_set(char **slot, const char *v)
 	*slot = d;
 }
 
-static void profile_fini(struct profile *pr)
+void creds_profile_fini(struct creds_profile *pr)
 {
 	char **slots[] = { &pr->key, &pr->secret, &pr->token };
 	for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
@@ -54,7 +46,7 @@ static const char *const unsupported_keys[] = {
 	"login_session",
 };
 
-static void profile_apply(struct profile *pr, const char *k, const char *v)
+static void profile_apply(struct creds_profile *pr, const char *k, const char *v)
 {
 	if (strcasecmp(k, "aws_access_key_id") == 0) {
 		profile_set(&pr->key, v);
@@ -98,7 +90,7 @@ static bool section_is_profile(const char *sec, const char *name, bool config_fi
  * inih's fixed line buffer (200 bytes by default) is shorter than a session
  * token.
  */
-static void profile_parse(struct profile *pr, char *text, bool config_file)
+void creds_profile_parse(struct creds_profile *pr, char *text, bool config_file)
 {
 	bool in_profile = false;
 	char *save = NULL;
@@ -155,7 +147,7 @@ static char *default_path(const struct env_copy *env, const char *var, const cha
 }
 
 /* Parses one file into pr. A missing file is not an error. */
-static int profile_load(struct profile *pr, const char *path, bool config_file, char *why, size_t whylen)
+static int profile_load(struct creds_profile *pr, const char *path, bool config_file, char *why, size_t whylen)
 {
 	if (!path)
 		return 0;
@@ -167,7 +159,7 @@ static int profile_load(struct profile *pr, const char *path, bool config_file, 
 		creds_seterr(why, whylen, "cannot read %s: %s", path, strerror(-rc));
 		return rc;
 	}
-	profile_parse(pr, b.p, config_file);
+	creds_profile_parse(pr, b.p, config_file);
 	creds_buf_wipe(&b);
 	return 0;
 }
@@ -177,7 +169,7 @@ int creds_src_profile(const struct src_ctx *x, struct creds *out, char *why, siz
 	const char *named = creds_env_get(x->env, "AWS_PROFILE");
 	if (!named)
 		named = creds_env_get(x->env, "AWS_DEFAULT_PROFILE");
-	struct profile pr = { .name = named ? named : "default" };
+	struct creds_profile pr = { .name = named ? named : "default" };
 	char *cred_path = default_path(x->env, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
 	char *conf_path = default_path(x->env, "AWS_CONFIG_FILE", "config");
 	/* Config first, then the credentials file overrides key by key. */
@@ -235,7 +227,7 @@ int creds_src_profile(const struct src_ctx *x, struct creds *out, char *why, siz
 	log_debug(TOPIC, "using profile \"%s\"", pr.name);
 	rc = SRC_OK;
 out:
-	profile_fini(&pr);
+	creds_profile_fini(&pr);
 	free(cred_path);
 	free(conf_path);
 	return rc;

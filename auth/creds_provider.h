@@ -92,6 +92,33 @@ int creds_parse_iso8601(const char *s, time_t *out);
  * the container endpoint and IMDS return it. 0, or -EINVAL with why. */
 int creds_parse_json(const char *body, size_t len, struct creds *out, char *why, size_t whylen);
 
+/* ---- what the providers read from the network and files ------------ */
+
+/* An AssumeRoleWithWebIdentityResponse (status 200) or an ErrorResponse
+ * (any other status) from STS into out. 0, or -EINVAL / -E2BIG / -ENOMEM
+ * with why (creds_sts.c). */
+int creds_parse_sts(const char *body, size_t len, long status, struct creds *out, char *why,
+                    size_t whylen);
+
+/* One profile's settings merged from the shared files (creds_profile.c). */
+struct creds_profile {
+	const char *name;     /* the profile looked for */
+	bool found;
+	char *key, *secret, *token;
+	char unsupported[48]; /* the first setting we cannot honour, or "" */
+};
+/* Reads one file's text (modified in place) into pr: the config file
+ * (config_file, sections "profile NAME" and "default") or the credentials
+ * file (sections NAME). A later value replaces an earlier one. */
+void creds_profile_parse(struct creds_profile *pr, char *text, bool config_file);
+/* Frees (and wipes) pr's key, secret and token. */
+void creds_profile_fini(struct creds_profile *pr);
+
+/* The IAM role IMDS names in body (NUL-terminated; modified in place):
+ * its first line trimmed, or NULL when that is not a role name
+ * (creds_imds.c). */
+char *creds_imds_role(char *body);
+
 /* ---- the one HTTP call (creds_http.c) ------------------------------- */
 
 struct creds_http_call {

@@ -96,13 +96,9 @@ static void sts_parse_fini(struct sts_parse *sp)
 	}
 }
 
-/*
- * Parses an AssumeRoleWithWebIdentityResponse (status 200) or an
- * ErrorResponse (any other status) into out / why.
- * https://docs.aws.amazon.com/STS/latest/APIReference/API_AssumeRoleWithWebIdentity.html
- */
-static int sts_parse_response(const char *body, size_t len, long status, struct creds *out, char *why,
-                              size_t whylen)
+/* https://docs.aws.amazon.com/STS/latest/APIReference/API_AssumeRoleWithWebIdentity.html */
+int creds_parse_sts(const char *body, size_t len, long status, struct creds *out, char *why,
+                    size_t whylen)
 {
 	struct sts_parse sp = { 0 };
 	buf_init(&sp.text, MAX_XML_TEXT);
@@ -255,7 +251,7 @@ int creds_src_web_identity(const struct src_ctx *x, struct creds *out, char *why
 	rc = creds_http_do(&call, &resp, &status, why, whylen);
 	if (rc)
 		goto out;
-	rc = sts_parse_response(resp.p, resp.len, status, out, why, whylen);
+	rc = creds_parse_sts(resp.p, resp.len, status, out, why, whylen);
 	if (rc == 0)
 		rc = SRC_OK;
 out:

@@ -511,28 +511,28 @@ static void t_profile_parse(void **state)
 		"aws_access_key_id = NOT_IN_CONFIG_FILE\n"
 		"[profile   other]\n"
 		"credential_process = /bin/false\n";
-	struct profile pr = { .name = "dev" };
-	profile_parse(&pr, text, true);
+	struct creds_profile pr = { .name = "dev" };
+	creds_profile_parse(&pr, text, true);
 	assert_true(pr.found);
 	assert_string_equal(pr.key, "DEVKEY");
 	assert_string_equal(pr.secret, "dev secret with spaces # not a comment");
 	assert_string_equal(pr.token, "devtoken");
 	assert_string_equal(pr.unsupported, "");
-	profile_fini(&pr);
+	creds_profile_fini(&pr);
 
 	char text2[] = "[profile   other]\ncredential_process = /bin/false\n[default]\nregion=x\n";
-	struct profile other = { .name = "other" };
-	profile_parse(&other, text2, true);
+	struct creds_profile other = { .name = "other" };
+	creds_profile_parse(&other, text2, true);
 	assert_true(other.found);
 	assert_string_equal(other.unsupported, "credential_process");
-	profile_fini(&other);
+	creds_profile_fini(&other);
 
 	/* In the credentials file the section is the bare name. */
 	char text3[] = "[profile dev]\naws_access_key_id = A\n[dev]\naws_access_key_id = B\n";
-	struct profile cf = { .name = "dev" };
-	profile_parse(&cf, text3, false);
+	struct creds_profile cf = { .name = "dev" };
+	creds_profile_parse(&cf, text3, false);
 	assert_string_equal(cf.key, "B");
-	profile_fini(&cf);
+	creds_profile_fini(&cf);
 }
 
 static void t_sts_parse(void **state)
@@ -547,7 +547,7 @@ static void t_sts_parse(void **state)
 		"<sts:SessionToken>\n tok \n</sts:SessionToken>"
 		"<sts:Expiration>2026-11-21T16:20:00Z</sts:Expiration></sts:Credentials>"
 		"</sts:AssumeRoleWithWebIdentityResult></sts:AssumeRoleWithWebIdentityResponse>";
-	assert_int_equal(sts_parse_response(ok, strlen(ok), 200, &c, why, sizeof why), 0);
+	assert_int_equal(creds_parse_sts(ok, strlen(ok), 200, &c, why, sizeof why), 0);
 	assert_string_equal(c.access_key, "ASIAX");
 	assert_string_equal(c.secret_key, "s&cret");
 	assert_string_equal(c.session_token, "tok");
@@ -555,17 +555,17 @@ static void t_sts_parse(void **state)
 
 	const char *err = "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"
 	                  "<Message>Not authorized</Message></Error></ErrorResponse>";
-	assert_int_not_equal(sts_parse_response(err, strlen(err), 403, &c, why, sizeof why), 0);
+	assert_int_not_equal(creds_parse_sts(err, strlen(err), 403, &c, why, sizeof why), 0);
 	assert_non_null(strstr(why, "403"));
 	assert_non_null(strstr(why, "AccessDenied"));
 	assert_string_equal(c.access_key, "");
 
 	const char *missing = "<R><Credentials><AccessKeyId>A</AccessKeyId></Credentials></R>";
-	assert_int_not_equal(sts_parse_response(missing, strlen(missing), 200, &c, why, sizeof why), 0);
+	assert_int_not_equal(creds_parse_sts(missing, strlen(missing), 200, &c, why, sizeof why), 0);
 	assert_non_null(strstr(why, "lacks"));
 
 	const char *junk = "<R><Credentials>";
-	assert_int_not_equal(sts_parse_response(junk, strlen(junk), 200, &c, why, sizeof why), 0);
+	assert_int_not_equal(creds_parse_sts(junk, strlen(junk), 200, &c, why, sizeof why), 0);
 
 	/* A session token longer than the field is refused, not truncated. */
 	struct buf big;
@@ -575,7 +575,7 @@ static void t_sts_parse(void **state)
 	for (int i = 0; i < 5000; i++)
 		buf_putc(&big, 'x');
 	buf_puts(&big, "</SessionToken><Expiration>2026-11-21T16:20:00Z</Expiration></Credentials></R>");
-	assert_int_not_equal(sts_parse_response(big.p, big.len, 200, &c, why, sizeof why), 0);
+	assert_int_not_equal(creds_parse_sts(big.p, big.len, 200, &c, why, sizeof why), 0);
 	assert_non_null(strstr(why, "too long"));
 	buf_fini(&big);
 }
