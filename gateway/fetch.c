@@ -585,6 +585,15 @@ static int peer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_o
 	return 0;
 }
 
+/* How long a connection to another node may take. A node on the network
+ * answers a SYN in a millisecond; one cut off or powered off never does,
+ * and its SYNs vanish. libcurl (7.88) calls peer_progress only once the
+ * connection is up, so a node's leaving the membership does not end a
+ * connect: before this bound, every fetch that had begun connecting waited
+ * out LARDER_UPSTREAM_TIMEOUT (30 s) for it, its readers with it. Two SYN
+ * retransmissions (at 1 s and 3 s) fit in it. */
+#define PEER_CONNECT_TIMEOUT_MS 3500L
+
 /* A GET of another node (path style, signed for peers, cluster/peer.h). */
 static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 {
@@ -604,6 +613,9 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	if (rc)
 		return rc;
 	upstream_curl_defaults(gw->up, f->x.easy);
+	long up_ms = (long)upstream_timeout_s(gw->up) * 1000L;
+	curl_easy_setopt(f->x.easy, CURLOPT_CONNECTTIMEOUT_MS,
+	                 up_ms < PEER_CONNECT_TIMEOUT_MS ? up_ms : PEER_CONNECT_TIMEOUT_MS);
 	str_copy(f->asked, sizeof f->asked, peer);
 	f->asked_seen = ev_now(f->w->loop);
 	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, peer_progress);

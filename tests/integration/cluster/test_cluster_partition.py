@@ -1,0 +1,129 @@
+"""A member that the network has cut off, as loopback can show it.
+
+A host cut off from the other nodes (a partition, a cable, a host powered off while its entry
+lives on for its 5 s) takes no connection: its SYNs vanish. The other nodes must not wait
+LARDER_UPSTREAM_TIMEOUT (30 s) for a connection to it. Loopback has no packet filter for a test
+that is not root, but a listener whose accept queue is full drops SYNs the same way (Linux, with
+tcp_abort_on_overflow off, the default): that is the member's address here, and its membership
+entry, signed with the cluster secret, is kept alive by the test.
+"""
+import socket
+import threading
+import time
+
+import harness
+from test_cluster import SECRET, ClusterBase, blob
+from test_trust_cluster import member_value
+
+
+class SynDrop:
+    """A listening socket whose accept queue is full: further SYNs are dropped."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(0)
+        self.port = self.sock.getsockname()[1]
+        self.fillers = []
+        for _ in range(2):  # listen(0) queues one; the next connect must hang
+            c = socket.socket()
+            c.settimeout(0.5)
+            try:
+                c.connect(("127.0.0.1", self.port))
+            except OSError:
+                pass
+            self.fillers.append(c)
+
+    def drops_syns(self):
+        c = socket.socket()
+        c.settimeout(1.0)
+        try:
+            c.connect(("127.0.0.1", self.port))
+            return False
+        except socket.timeout:
+            return True
+        except OSError:
+            return False
+        finally:
+            c.close()
+
+    def close(self):
+        for c in self.fillers:
+            c.close()
+        self.sock.close()
+
+
+class Heartbeat:
+    """Keeps a signed membership entry for node_id at addr alive, as a node does."""
+
+    def __init__(self, redis_cmd, node_id, addr, cap):
+        self.redis_cmd, self.id, self.addr, self.cap = redis_cmd, node_id, addr, cap
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def beat(self):
+        val = member_value(self.addr, self.cap, 0, int(time.time() * 1000) + 5000, SECRET,
+                           self.id)
+        self.redis_cmd("SET", "larder:node:" + self.id, val, "PX", "5000")
+        self.redis_cmd("SADD", "larder:nodes", self.id)
+
+    def run(self):
+        while not self.stop_ev.wait(1.0):
+            self.beat()
+
+    def start(self):
+        self.beat()
+        self.thread.start()
+
+    def stop(self):
+        self.stop_ev.set()
+        self.thread.join(5)
+        self.redis_cmd("DEL", "larder:node:" + self.id)
+
+
+class ClusterUnreachableMember(ClusterBase):
+    """A member that takes no connection (its address drops SYNs) but stays in the membership:
+    the chunks it owns come from S3 after a short connect timeout, not after 30 s."""
+    NODES = 2
+
+    def redis_cmd(self, *args):
+        return self.redis_cli(*args)
+
+    def test_reads_do_not_wait_out_the_upstream_timeout_to_connect(self):
+        hole = SynDrop()
+        self.addCleanup(hole.close)
+        if not hole.drops_syns():
+            self.skipTest("a full accept queue does not drop SYNs on this kernel")
+        # Its capacity makes it the owner of nearly every key.
+        ghost = Heartbeat(self.redis_cmd, "ghost", "127.0.0.1:%d" % hole.port, "1e15")
+        ghost.start()
+        self.addCleanup(ghost.stop)
+        self.wait_view(self.nodes[0], lambda v: "ghost" in [m["id"] for m in v["members"]],
+                       "the ghost did not join")
+        keys = ["unreachable/%d" % i for i in range(4)]
+        bodies = {k: blob(900 + i, 300 * 1024 + i) for i, k in enumerate(keys)}
+        for k, b in bodies.items():
+            self.direct.put_object(Bucket="shared", Key=k, Body=b)
+        out = {}
+
+        def read(k):
+            t0 = time.monotonic()
+            r = harness.signed_request(self.nodes[0].url, "GET", "/shared/" + k, timeout=60)
+            out[k] = (time.monotonic() - t0, r.status, r.body == bodies[k])
+
+        threads = [threading.Thread(target=read, args=(k,)) for k in keys]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        self.assertIn("owner node failed", self.nodes[0].log(), "no key owned by the ghost")
+        for k in keys:
+            took, status, right = out[k]
+            self.assertEqual((status, right), (200, True), k)
+            # Before: 30 s (the upstream timeout) each, the connect never ended sooner.
+            self.assertLess(took, 12, "%s waited %.1f s to connect to the ghost" % (k, took))
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
