@@ -119,7 +119,7 @@ struct req {
 	struct list_req *list; /* a listing the LIST cache may answer or keep (listcache.c) */
 	bool bypass_logged;    /* a GET/HEAD of an object not answered from the cache */
 	const char *cut;       /* why larder ended the body early (req_cut), or NULL */
-	bool unparsed;         /* refused before its path was read (max_connections) */
+	bool unparsed;         /* refused before its path was read (max_connections, framing) */
 
 	/* client response */
 	size_t req_bytes; /* what the request holds of the connection's pool (req_queue_response) */
