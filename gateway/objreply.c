@@ -104,10 +104,12 @@ static void add_object_headers(struct MHD_Response *resp, const char *query,
 	bool overridden[6] = { false };
 	for (size_t i = 0; i < 6; i++) {
 		buf_reset(&v);
-		if (s3_query_get(query, overrides[i].param, &v) == 1) {
-			MHD_add_response_header(resp, overrides[i].header, buf_cstr(&v));
+		/* An empty override is no override (S3 ignores it), nor is one
+		 * libmicrohttpd refuses (a line break): the object's own header
+		 * stays rather than the answer losing it. */
+		if (s3_query_get(query, overrides[i].param, &v) == 1 && v.len > 0 &&
+		    MHD_add_response_header(resp, overrides[i].header, buf_cstr(&v)) == MHD_YES)
 			overridden[i] = true;
-		}
 	}
 	buf_fini(&v);
 	if (full) {

@@ -427,3 +427,34 @@ class HttpEdges(LarderCase):
         got = raw_send(self.larder.port, first + body + second)
         self.assertEqual(got.count(b"HTTP/1.1 200 "), 2, got[:600])
         self.assertTrue(got.endswith(body), got[-200:])
+
+    def headers_of(self, base, method, path, access, secret, extra=None):
+        h = sign_headers(method, base + path, access, secret, extra)
+        c = _connect(base)
+        try:
+            c.request(method, path, headers=h)
+            r = c.getresponse()
+            body = r.read()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+        finally:
+            c.close()
+
+    def test_empty_response_override_keeps_the_header(self):
+        # S3 ignores an override with no value; the cached answer dropped
+        # the object's Content-Type (or Cache-Control) altogether.
+        path = "/%s/small" % BUCKET
+        for query, header, want in (("response-content-type=", "content-type", "text/x-edge"),
+                                    ("response-content-type", "content-type", "text/x-edge"),
+                                    ("response-cache-control=", "cache-control", "no-cache"),
+                                    ("response-content-type=%0D%0Ax", "content-type",
+                                     "text/x-edge")):
+            for method in ("GET", "HEAD", "GET", "HEAD"):  # a miss or hits
+                st, hdrs, _ = self.headers_of(self.larder.url, method, path + "?" + query,
+                                              CLIENT_KEY, CLIENT_SECRET)
+                self.assertEqual(st, 200, (query, method))
+                self.assertEqual(hdrs.get(header), want, (query, method, hdrs))
+        # A value still overrides.
+        st, hdrs, _ = self.headers_of(self.larder.url, "GET",
+                                      path + "?response-content-type=image%2Fpng",
+                                      CLIENT_KEY, CLIENT_SECRET)
+        self.assertEqual((st, hdrs.get("content-type")), (200, "image/png"))
