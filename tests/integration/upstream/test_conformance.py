@@ -458,3 +458,28 @@ class HttpEdges(LarderCase):
                                       path + "?response-content-type=image%2Fpng",
                                       CLIENT_KEY, CLIENT_SECRET)
         self.assertEqual((st, hdrs.get("content-type")), (200, "image/png"))
+
+    def test_repeated_conditional_headers_are_s3s_to_answer(self):
+        # The signature covers both lines (their values joined), S3 reads
+        # both; the cache read the first only and answered 304 where the
+        # upstream answers 200, 200 where it answers 412.
+        path = "/%s/small" % BUCKET
+        up = (self.upstream.access_key, self.upstream.secret_key)
+        self.headers_of(self.larder.url, "GET", path, CLIENT_KEY, CLIENT_SECRET)  # cached
+        for name in ("If-None-Match", "If-Match"):
+            for values in ((self.etag, '"other"'), ('"other"', self.etag)):
+                joined = ",".join(values)
+                answers = []
+                for base, access, secret in ((self.upstream.url,) + up,
+                                             (self.larder.url, CLIENT_KEY, CLIENT_SECRET)):
+                    h = sign_headers("GET", base + path, access, secret, {name: joined})
+                    h["Host"] = base.replace("http://", "")
+                    lines = [kv for kv in h.items() if kv[0] != name]
+                    lines += [(name, v) for v in values]
+                    data = ("GET %s HTTP/1.1\r\n" % path + "".join(
+                        "%s: %s\r\n" % kv for kv in lines) + "Connection: close\r\n\r\n").encode()
+                    got = raw_send(int(base.rsplit(":", 1)[1]), data)
+                    answers.append(got.split(b"\r\n", 1)[0].split(b" ")[1])
+                    if base == self.larder.url:
+                        self.assertIn(b"x-larder-cache: bypass", got, (name, values))
+                self.assertEqual(answers[1], answers[0], (name, values))
