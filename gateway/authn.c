@@ -419,6 +419,30 @@ static bool has_response_override(const char *query)
 	return query_has_any(query, names);
 }
 
+/* The headers a request may carry once only: Content-Length and
+ * Transfer-Encoding (libmicrohttpd frames the body by the first line, a
+ * proxy in front may by another, and the bytes one takes for a body the
+ * other takes for a request of its own: request smuggling, RFC 9112 6.3),
+ * then the ones a cached read takes one value of (cache.c). */
+static const char *const once_headers[] = {
+	"Content-Length", "Transfer-Encoding", "Range", "If-Match", "If-None-Match",
+	"If-Modified-Since", "If-Unmodified-Since",
+};
+#define N_ONCE (sizeof once_headers / sizeof once_headers[0])
+#define N_FRAMING 2 /* the first two */
+
+/* Its index in once_headers, or -1. */
+static int once_header(const char *name)
+{
+	char c = (char)(name[0] | 0x20);
+	if (c != 'c' && c != 't' && c != 'r' && c != 'i')
+		return -1;
+	for (size_t i = 0; i < N_ONCE; i++)
+		if (strcasecmp(name, once_headers[i]) == 0)
+			return (int)i;
+	return -1;
+}
+
 void authn_request(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -428,9 +452,20 @@ void authn_request(struct req *r)
 	 * ("Name: value\r\n"); MHD's memory pool is only the hard backstop. */
 	size_t header_bytes = strlen(r->method) + strlen(r->uri) + 12;
 	bool line_break = false, bad_name = false;
+	unsigned seen[N_ONCE] = { 0 };
 	for (size_t i = 0; i < hc.n; i++) {
 		header_bytes += strlen(hc.v[i].name) + value_len(hc.v[i].value, &line_break) + 4;
 		bad_name |= !sv4_is_token(hc.v[i].name, strlen(hc.v[i].name));
+		int once = once_header(hc.v[i].name);
+		if (once >= 0 && seen[once]++ && once >= N_FRAMING)
+			r->repeats_read_header = true;
+	}
+	if (seen[0] > 1 || seen[1] > 1) {
+		free(hc.v);
+		r->close_after = true;
+		req_fail(r, S3E_INVALID_REQUEST, "A request must not carry more than one "
+		         "Content-Length or Transfer-Encoding header.");
+		return;
 	}
 	/* What the request holds of the connection's pool (req.h, req_queue_response). */
 	r->req_bytes = header_bytes + REQ_POOL_PER_HEADER * hc.n;
@@ -465,6 +500,7 @@ void authn_request(struct req *r)
 		req_fail(r, e, NULL);
 		return;
 	}
+	r->s3_parsed = true;
 	if (peer) {
 		free(hc.v);
 		authenticate_peer(r);

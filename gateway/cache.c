@@ -108,37 +108,6 @@ static bool sends_header(struct req *r, const char *name)
 	return found;
 }
 
-/* The headers a cached answer reads, one value each. */
-static const char *const read_headers[] = {
-	"Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since",
-};
-#define N_READ_HEADERS (sizeof read_headers / sizeof read_headers[0])
-
-static enum MHD_Result count_read_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                         const char *value)
-{
-	unsigned *n = cls;
-	(void)kind;
-	(void)value;
-	for (size_t i = 0; i < N_READ_HEADERS; i++)
-		if (strcasecmp(key, read_headers[i]) == 0)
-			n[i]++;
-	return MHD_YES;
-}
-
-/* Whether one of them came more than once. The signature covers every
- * line (their values joined), S3 reads them all, and req_header sees the
- * first only: such a request is S3's to answer. */
-static bool repeats_read_header(struct req *r)
-{
-	unsigned n[N_READ_HEADERS] = { 0 };
-	MHD_get_connection_values(req_connection(r), MHD_HEADER_KIND, count_read_header, n);
-	for (size_t i = 0; i < N_READ_HEADERS; i++)
-		if (n[i] > 1)
-			return true;
-	return false;
-}
-
 bool cache_wants(struct req *r)
 {
 	struct gw *gw = req_gw(r);
@@ -150,7 +119,9 @@ bool cache_wants(struct req *r)
 	if (!objreply_query_ok(req_query(r)))
 		return false;
 	long part = part_number(r);
-	if (part < 0 || repeats_read_header(r))
+	/* A Range or If-* header sent twice: the signature covers every line
+	 * (their values joined), S3 reads them all, req_header the first only. */
+	if (part < 0 || req_repeats_read_header(r))
 		return false;
 	/* SSE-C reads are never cached; a hit knows nothing of the bucket's
 	 * owner or of who pays, which S3 checks against these. */

@@ -103,6 +103,9 @@ bool req_shaped(const struct req *r);
 void req_err_element(struct req *r, const char *name, const char *text);
 enum MHD_Result req_respond_error(struct req *r);
 const char *req_header(struct req *r, const char *name);
+/* Whether Range, If-Match, If-None-Match, If-Modified-Since or
+ * If-Unmodified-Since came more than once (req_header gives the first). */
+bool req_repeats_read_header(const struct req *r);
 void req_add_common_headers(struct req *r, struct MHD_Response *resp);
 /* MHD_add_response_header that keeps a header with an empty value. */
 void req_add_response_header(struct MHD_Response *resp, const char *name, const char *value);

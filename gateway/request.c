@@ -105,6 +105,11 @@ bool req_authorized(const struct req *r)
 	return r->authorized;
 }
 
+bool req_repeats_read_header(const struct req *r)
+{
+	return r->repeats_read_header;
+}
+
 bool req_presigned(const struct req *r)
 {
 	return r->presigned;
@@ -475,9 +480,9 @@ enum MHD_Result req_respond_error(struct req *r)
 		MHD_add_response_header(resp, "Retry-After", after);
 	}
 	/* A body we did not read, a refused connection over the limit, or a
-	 * request refused before it was read: close rather than try to find
-	 * the next request in the stream. */
-	if (unread_body(r) || r->err == S3E_SLOW_DOWN || r->unparsed)
+	 * request whose end is in doubt: close rather than try to find the
+	 * next request in the stream. */
+	if (unread_body(r) || r->err == S3E_SLOW_DOWN || r->close_after)
 		MHD_add_response_header(resp, "Connection", "close");
 	r->status_sent = (int)s3err_status(r->err);
 	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status_sent, resp);
@@ -622,31 +627,6 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	return r;
 }
 
-/* Counts the Content-Length (n[0]) and Transfer-Encoding (n[1]) lines. */
-static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value)
-{
-	unsigned *n = cls;
-	(void)kind;
-	(void)value;
-	if (strcasecmp(key, "Content-Length") == 0)
-		n[0]++;
-	else if (strcasecmp(key, "Transfer-Encoding") == 0)
-		n[1]++;
-	return MHD_YES;
-}
-
-/* More than one Content-Length or Transfer-Encoding line: libmicrohttpd
- * frames the body by the first, a proxy in front may by another, and the
- * bytes one takes for a body the other takes for a request of its own
- * (request smuggling; RFC 9112 6.3 makes differing lengths an error). */
-static bool ambiguous_framing(struct MHD_Connection *conn)
-{
-	unsigned n[2] = { 0, 0 };
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, count_framing, n);
-	return n[0] > 1 || n[1] > 1;
-}
-
 enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -654,6 +634,7 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 {
 	struct worker *w = cls;
 	struct req *r = *req_cls;
+	(void)conn;
 	(void)url;
 	(void)version;
 	if (!r || r->magic != REQ_MAGIC)
@@ -663,14 +644,9 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		if (r->conn_slot) /* its headers are in */
 			r->conn_slot->awaiting_since = 0;
 		str_copy(r->method, sizeof r->method, method);
-		if (atomic_load(&w->gw->open_connections) > w->gw->cfg->max_connections) {
-			r->unparsed = true;
-			req_fail(r, S3E_SLOW_DOWN, NULL);
-		} else if (ambiguous_framing(conn)) {
-			r->unparsed = true; /* answered, then the connection closed */
-			req_fail(r, S3E_INVALID_REQUEST, "A request must not carry more than one "
-			         "Content-Length or Transfer-Encoding header.");
-		} else
+		if (atomic_load(&w->gw->open_connections) > w->gw->cfg->max_connections)
+			req_fail(r, S3E_SLOW_DOWN, NULL); /* before its path is read */
+		else
 			authn_request(r);
 		if (r->has_err)
 			return req_respond_error(r);
@@ -785,7 +761,7 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 		 * its signature was read. */
 		const char *client = r->key_verified ? rec.key_id
 		                     : r->anonymous ? NULL : METRICS_UNAUTHENTICATED;
-		metrics_request(s3_operation(r->method, r->unparsed ? -1 : (int)r->s3.target, r->query,
+		metrics_request(s3_operation(r->method, r->s3_parsed ? (int)r->s3.target : -1, r->query,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),
 		                rec.status, r->authorized ? rec.bucket : NULL, client,

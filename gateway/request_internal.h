@@ -119,7 +119,9 @@ struct req {
 	struct list_req *list; /* a listing the LIST cache may answer or keep (listcache.c) */
 	bool bypass_logged;    /* a GET/HEAD of an object not answered from the cache */
 	const char *cut;       /* why larder ended the body early (req_cut), or NULL */
-	bool unparsed;         /* refused before its path was read (max_connections, framing) */
+	bool s3_parsed;        /* s3 holds what it asks (else its operation is unknown) */
+	bool close_after;      /* its framing is in doubt: answer, then close */
+	bool repeats_read_header; /* Range or an If-* header came twice (cache.c) */
 
 	/* client response */
 	size_t req_bytes; /* what the request holds of the connection's pool (req_queue_response) */

@@ -596,6 +596,27 @@ class AdminClientRows(AdminCase):
         self.assertEqual(metric(m, "larder_requests_total", op="ListBuckets", status="503"), 0)
         self.assertEqual(metric(m, "larder_requests_total", op="Other", status="503"), 1)
 
+    def test_a_request_refused_on_its_headers_is_no_listbuckets(self):
+        # Refused before its path was parsed (a header name that is no token, a second
+        # Content-Length): it counted as op="ListBuckets" (a GET) or "CreateBucket" (a PUT).
+        m0 = parse_metrics(self.admin("GET", "/metrics")[2].decode())
+        for method, extra in (("GET", b"Bad Name: x\r\n"),
+                              ("PUT", b"Content-Length: 0\r\nContent-Length: 3\r\n")):
+            h = harness.sign_headers(method, self.larder.url + "/bkt/some/key",
+                                     harness.CLIENT_KEY, harness.CLIENT_SECRET)
+            req = ("%s /bkt/some/key HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                   % (method, self.larder.port)).encode()
+            req += b"".join(("%s: %s\r\n" % kv).encode() for kv in h.items()) + extra + b"\r\n"
+            out = harness.raw_exchange(self.larder.port, req, timeout=5)
+            self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:300])
+        time.sleep(0.3)
+        m = parse_metrics(self.admin("GET", "/metrics")[2].decode())
+        for op in ("ListBuckets", "CreateBucket"):
+            self.assertEqual(metric(m, "larder_requests_total", op=op, status="400"),
+                             metric(m0, "larder_requests_total", op=op, status="400"), op)
+        self.assertEqual(metric(m, "larder_requests_total", op="Other", status="400") -
+                         metric(m0, "larder_requests_total", op="Other", status="400"), 2)
+
 
 class AdminBlockingRoute(unittest.TestCase):
     """A route that waits on the upstream (a warm job's bucket check, here against an upstream
