@@ -118,6 +118,7 @@ static void cluster_free(struct cluster *cl)
 		close(cl->wake[1]);
 	pthread_cond_destroy(&cl->cond);
 	pthread_mutex_destroy(&cl->lock);
+	pthread_mutex_destroy(&cl->avoid_lock);
 	cl->magic = 0;
 	free(cl);
 }
@@ -193,6 +194,7 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 	cl->magic = CLUSTER_MAGIC;
 	cl->wake[0] = cl->wake[1] = -1;
 	pthread_mutex_init(&cl->lock, NULL);
+	pthread_mutex_init(&cl->avoid_lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -322,6 +324,51 @@ uint32_t cluster_member_tag(struct cluster *cl, const char *addr)
 			tag = cl_tag_of(s->hash[i]);
 	cl_snap_unref(s);
 	return tag;
+}
+
+bool cluster_avoid(struct cluster *cl, const char *addr, double now)
+{
+	if (!cl || !addr)
+		return false;
+	pthread_mutex_lock(&cl->avoid_lock);
+	size_t slot = 0;
+	bool fresh = true;
+	for (size_t i = 0; i < CLUSTER_AVOID_MAX; i++) {
+		if (strcmp(cl->avoided[i].addr, addr) == 0) {
+			fresh = cl->avoided[i].until <= now;
+			slot = i;
+			break;
+		}
+		if (cl->avoided[i].until < cl->avoided[slot].until)
+			slot = i; /* an empty or ended entry first, else the soonest to end */
+	}
+	snprintf(cl->avoided[slot].addr, sizeof cl->avoided[slot].addr, "%s", addr);
+	cl->avoided[slot].until = now + CLUSTER_AVOID_S;
+	unsigned n = 0;
+	for (size_t i = 0; i < CLUSTER_AVOID_MAX; i++)
+		n += cl->avoided[i].until > now;
+	atomic_store(&cl->n_avoided, n);
+	pthread_mutex_unlock(&cl->avoid_lock);
+	return fresh;
+}
+
+double cluster_avoided(struct cluster *cl, const char *addr, double now)
+{
+	if (!cl || !addr || atomic_load_explicit(&cl->n_avoided, memory_order_relaxed) == 0)
+		return 0;
+	double left = 0;
+	pthread_mutex_lock(&cl->avoid_lock);
+	unsigned n = 0;
+	for (size_t i = 0; i < CLUSTER_AVOID_MAX; i++) {
+		if (cl->avoided[i].until <= now)
+			continue;
+		n++;
+		if (strcmp(cl->avoided[i].addr, addr) == 0)
+			left = cl->avoided[i].until - now;
+	}
+	atomic_store(&cl->n_avoided, n);
+	pthread_mutex_unlock(&cl->avoid_lock);
+	return left;
 }
 
 bool cluster_pick_holder(struct cluster *cl, uint64_t key, const char *const *ids,

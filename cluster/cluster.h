@@ -117,6 +117,21 @@ bool cluster_has_peers(struct cluster *cl);
  * its id), or 0 when no live member has that address. */
 uint32_t cluster_member_tag(struct cluster *cl, const char *addr);
 
+/*
+ * A node that answered nothing: a connection to it or a transfer from it
+ * timed out, or it refused the connection. For CLUSTER_AVOID_S from now
+ * this node's fetches go past it (cluster_avoided): a member that stays
+ * in the membership while it answers nothing (its heartbeat alive beside
+ * wedged workers, a one-way partition, its own S3 hanging) would
+ * otherwise cost every fetch routed to it the whole timeout, on every
+ * node, for as long as it is listed. cluster_avoid returns true when it was
+ * not avoided already (the caller says so once); cluster_avoided the
+ * seconds left (0: not avoided). now: clock_mono_s(). Never block on I/O.
+ */
+#define CLUSTER_AVOID_S 10.0
+bool cluster_avoid(struct cluster *cl, const char *addr, double now);
+double cluster_avoided(struct cluster *cl, const char *addr, double now);
+
 /* Queues an invalidation of (bucket, key) for every other node (key ""
  * for the whole bucket); the heartbeat thread PUBLISHes it at once. Never
  * blocks on I/O. While Redis is down up to 4096 are kept and sent when it

@@ -28,6 +28,7 @@
 #define MEMBER_VAL_MAX 512   /* longer entries are not ours */
 #define INVAL_VALID_MS 60000 /* a signed invalidation message is good this long */
 #define INVAL_MSG_MAX 8192   /* sender, bucket and key (S3 keys: 1,024 bytes at most) */
+#define CLUSTER_AVOID_MAX 16 /* nodes avoided at once; past it the soonest to end goes */
 
 struct member {
 	char id[CLUSTER_NAME_MAX];
@@ -90,6 +91,15 @@ struct cluster {
 	size_t rejected_last;     /* entries rejected at the last heartbeat */
 	unsigned long reconnects, sent, received, dropped, rejected, resyncs;
 	unsigned long inval_rejected; /* invalidation messages not signed with the secret */
+
+	/* Nodes that answered nothing lately (cluster_avoid), under avoid_lock;
+	 * n_avoided lets the common case (none) skip the lock. */
+	pthread_mutex_t avoid_lock;
+	atomic_uint n_avoided;
+	struct {
+		char addr[CLUSTER_NAME_MAX];
+		double until;
+	} avoided[CLUSTER_AVOID_MAX];
 };
 
 /* ---- snapshots (cluster_snapshot.c) ---- */

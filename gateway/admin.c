@@ -390,14 +390,17 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	for (size_t i = 0; i < n; i++)
 		total += caps[i];
 	json_t *members = json_array();
+	double now = clock_mono_s();
 	for (size_t i = 0; members && i < n; i++)
-		json_array_append_new(members, json_pack("{s:s,s:s,s:I,s:f,s:I}", "id", ids[i],
+		json_array_append_new(members, json_pack("{s:s,s:s,s:I,s:f,s:I,s:f}", "id", ids[i],
 		                                         "address", addrs[i], "capacity",
 		                                         (json_int_t)caps[i], /* bytes, whole */
 		                                         "ownership_share",
 		                                         total > 0 ? caps[i] / total : 0.0,
 		                                         "directory_entries",
-		                                         (json_int_t)entries[i]));
+		                                         (json_int_t)entries[i], "avoided_seconds",
+		                                         cluster_avoided(gw->cluster, addrs[i],
+		                                                         now)));
 	free(ids);
 	free(addrs);
 	free(caps);

@@ -593,6 +593,12 @@ static int peer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_o
  * out LARDER_UPSTREAM_TIMEOUT (30 s) for it, its readers with it. Two SYN
  * retransmissions (at 1 s and 3 s) fit in it. */
 #define PEER_CONNECT_TIMEOUT_MS 3500L
+/* How long a transfer from another node may go without a byte. A node
+ * streams what S3 sends it, and S3's slowest first byte with its retries
+ * is a few seconds; a node that stays listed while it answers nothing
+ * (a one-way partition, its S3 hanging) is given up on sooner than S3
+ * would be, then gone past for CLUSTER_AVOID_S (cluster_avoid). */
+#define PEER_STALL_MS 10000L
 
 /* A GET of another node (path style, signed for peers, cluster/peer.h). */
 static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
@@ -616,6 +622,8 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	long up_ms = (long)upstream_timeout_s(gw->up) * 1000L;
 	curl_easy_setopt(f->x.easy, CURLOPT_CONNECTTIMEOUT_MS,
 	                 up_ms < PEER_CONNECT_TIMEOUT_MS ? up_ms : PEER_CONNECT_TIMEOUT_MS);
+	curl_easy_setopt(f->x.easy, CURLOPT_LOW_SPEED_TIME,
+	                 up_ms < PEER_STALL_MS ? up_ms / 1000 : PEER_STALL_MS / 1000);
 	str_copy(f->asked, sizeof f->asked, peer);
 	f->asked_seen = ev_now(f->w->loop);
 	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, peer_progress);
@@ -641,14 +649,18 @@ static int start_transfer(struct fetch *f)
 	/* In a cluster, a chunk (or an object's metadata) comes from a node
 	 * the directory says holds it, else from its owner node, which fetches
 	 * it from S3 once for everybody. */
+	/* A node that answered nothing lately is gone past (cluster_avoid). */
 	char peer[CLUSTER_NAME_MAX];
-	f->to_holder = f->holder[0] && !f->holder_failed && f->hop < PEER_MAX_HOP;
+	double mono = clock_mono_s();
+	f->to_holder = f->holder[0] && !f->holder_failed && f->hop < PEER_MAX_HOP &&
+	               !cluster_avoided(gw->cluster, f->holder, mono);
 	if (f->to_holder)
 		str_copy(peer, sizeof peer, f->holder);
 	f->to_peer = f->to_holder ||
 	             (gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
 	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer) &&
-	              !(f->holder_failed && strcmp(peer, f->holder) == 0));
+	              !(f->holder_failed && strcmp(peer, f->holder) == 0) &&
+	              !cluster_avoided(gw->cluster, peer, mono));
 	/* Marked before it asks, so before any request it causes arrives.
 	 * Alone, every fetch asks S3: chunks and loads start marked so. */
 	if (gw->cluster && f->c)
@@ -885,6 +897,12 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		         f->to_holder ? "its owner" : "S3");
 		if (tls_refused(result))
 			warn_peer_tls(t, result);
+		/* No connection, or no byte for the stall timeout: the next
+		 * fetches go past it for a while rather than wait again. */
+		if ((result == CURLE_OPERATION_TIMEDOUT || result == CURLE_COULDNT_CONNECT) &&
+		    cluster_avoid(gw->cluster, f->asked, clock_mono_s()))
+			log_warn("fetch", "node %s answered nothing (%s): fetches go past it for %.0f s",
+			         f->asked, transfer_strerror(t, result), CLUSTER_AVOID_S);
 		if (f->to_holder)
 			f->holder_failed = true;
 		else

@@ -124,6 +124,73 @@ class ClusterUnreachableMember(ClusterBase):
             self.assertLess(took, 12, "%s waited %.1f s to connect to the ghost" % (k, took))
 
 
+class Silent:
+    """A listener that takes every connection and never answers a byte."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        self.stop_ev = threading.Event()
+        self.sock.settimeout(0.2)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop_ev.set()
+        self.thread.join(5)
+        for c in self.held:
+            c.close()
+        self.sock.close()
+
+
+class ClusterSilentMember(ClusterBase):
+    """A member that stays listed and takes connections but answers nothing (its heartbeat
+    alive beside wedged workers, a one-way partition): a fetch from it gives up after the
+    peer stall timeout, and the next ones go past it for a while instead of each waiting
+    LARDER_UPSTREAM_TIMEOUT (30 s) again."""
+    NODES = 2
+
+    def redis_cmd(self, *args):
+        return self.redis_cli(*args)
+
+    def test_one_wait_then_reads_go_past_it(self):
+        hole = Silent()
+        self.addCleanup(hole.close)
+        addr = "127.0.0.1:%d" % hole.port
+        ghost = Heartbeat(self.redis_cmd, "silent", addr, "1e15")  # owns nearly every key
+        ghost.start()
+        self.addCleanup(ghost.stop)
+        self.wait_view(self.nodes[0], lambda v: "silent" in [m["id"] for m in v["members"]],
+                       "the silent member did not join")
+        keys = ["silent/%d" % i for i in range(4)]
+        bodies = {k: blob(950 + i, 200 * 1024 + i) for i, k in enumerate(keys)}
+        for k, b in bodies.items():
+            self.direct.put_object(Bucket="shared", Key=k, Body=b)
+        took = []
+        for k in keys:  # one after the other: only the first may wait for the silent node
+            t0 = time.monotonic()
+            r = harness.signed_request(self.nodes[0].url, "GET", "/shared/" + k, timeout=45)
+            took.append(time.monotonic() - t0)
+            self.assertEqual((r.status, r.body == bodies[k]), (200, True), (k, r))
+            # Before: 30 s each (the upstream stall timeout), every time.
+            self.assertLess(took[-1], 20, "%s waited %.1f s for the silent node" % (k, took[-1]))
+        self.assertIn("answered nothing", self.nodes[0].log())
+        self.assertLess(max(took[1:]), 5, "after one wait, reads still waited: %r" % took)
+        v = self.view(self.nodes[0])
+        silent = [m for m in v["members"] if m["id"] == "silent"][0]
+        self.assertGreater(silent["avoided_seconds"], 0, silent)
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
