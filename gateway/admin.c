@@ -114,6 +114,7 @@ enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *doc
 }
 
 /* {"error": code, "message": fmt...} with header hname: hval. */
+__attribute__((format(printf, 6, 0)))
 static enum MHD_Result send_error_va(struct MHD_Connection *c, unsigned status,
                                      const char *code, const char *hname, const char *hval,
                                      const char *fmt, va_list ap)
