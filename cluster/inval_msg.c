@@ -26,9 +26,13 @@ static const char *verified(const char *secret, const char *msg, size_t *len, do
 		return NULL;
 	memcpy(exp, msg + 65, el);
 	exp[el] = '\0';
+	/* A sender sets now + INVAL_VALID_MS: an expiry further ahead than
+	 * that and the skew between clocks (or "inf", "nan") would make the
+	 * message good for ever, to replay at will. */
 	char *end;
 	double expiry = strtod(exp, &end);
-	if (*end || expiry + MEMBER_SKEW_MS < now_ms)
+	if (*end || !(expiry + MEMBER_SKEW_MS >= now_ms) ||
+	    !(expiry <= now_ms + INVAL_VALID_MS + MEMBER_SKEW_MS))
 		return NULL;
 	*len -= (size_t)(nl + 1 - msg);
 	return nl + 1;

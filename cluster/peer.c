@@ -172,7 +172,9 @@ int peer_verify(const char *secret, const char *self, const char *method, const 
 	}
 	char *end;
 	long long t = strtoll(date, &end, 10);
-	unsigned long h = strtoul(hop, NULL, 10);
+	/* Digits only: strtoul would take "1x" and "-18446744073709551615" for 1. */
+	unsigned long h = hop[0] && strspn(hop, "0123456789") == strlen(hop) && strlen(hop) < 4
+	                  ? strtoul(hop, NULL, 10) : 0;
 	/* Compared without a subtraction that a date near LLONG_MIN, which
 	 * anybody may send, would overflow. */
 	if (*end || end == date || t < (long long)now - PEER_SKEW_S ||

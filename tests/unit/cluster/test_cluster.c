@@ -988,6 +988,28 @@ static void test_inval_mac_out_of_memory(void **state)
 	assert_int_equal(strlen(again), 0);
 }
 
+/* An invalidation message good for ever could be replayed at will by
+ * anyone who once read one off the channel: its expiry must be a number,
+ * no further ahead than a sender sets it (and the clocks' skew). */
+static void test_inval_expiry_bounded(void **state)
+{
+	(void)state;
+	double now_ms = 1.8e12;
+	char ahead[32], fine[32];
+	snprintf(ahead, sizeof ahead, "%.0f", now_ms + INVAL_VALID_MS + MEMBER_SKEW_MS + 1000);
+	snprintf(fine, sizeof fine, "%.0f", now_ms + INVAL_VALID_MS);
+	const char *const expiries[] = { "inf", "nan", "1e42", "-inf", ahead, fine };
+	for (size_t i = 0; i < sizeof expiries / sizeof expiries[0]; i++) {
+		char body[128], msg[256], mac[65];
+		snprintf(body, sizeof body, "%s\nsender\nbucket\nkey", expiries[i]);
+		assert_int_equal(cl_inval_mac(SECRET, body, strlen(body), mac), 0);
+		snprintf(msg, sizeof msg, "%s\n%s", mac, body);
+		struct inval_msg m;
+		enum inval_verdict v = cl_inval_parse(SECRET, msg, strlen(msg), now_ms, &m);
+		assert_int_equal(v, expiries[i] == fine ? INVAL_OK : INVAL_FORGED);
+	}
+}
+
 static void test_config(void **state)
 {
 	char err[256];
@@ -1038,6 +1060,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_inval_mac_out_of_memory),
+		cmocka_unit_test(test_inval_expiry_bounded),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_start_without_redis),
 		cmocka_unit_test_setup_teardown(test_members_and_ownership, setup, teardown),

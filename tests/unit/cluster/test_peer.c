@@ -3,6 +3,7 @@
  * never when it is dated before the node started. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 
 #include "base/hdrs.h"
+#include "cluster/cluster.h"
 #include "cluster/peer.h"
 
 #define SECRET "the-cluster-secret-of-this-test"
@@ -119,6 +121,36 @@ static void test_old_nonces_make_room(void **state)
 	}
 }
 
+/* A request signed (with the secret) at a hop that is not a number: it was
+ * read with strtoul, which takes "1x" and "-18446744073709551615" for 1. */
+static void test_hop_must_be_digits(void **state)
+{
+	(void)state;
+	static const char *const hops[] = { "1x", "-18446744073709551615", " 1", "", "1", "2" };
+	time_t now = time(NULL) + 400;
+	for (size_t i = 0; i < sizeof hops / sizeof hops[0]; i++) {
+		struct hdrs h, forged;
+		sign(&h, now);
+		char msg[1024], sig[65];
+		snprintf(msg, sizeof msg, "larder-peer-v3\nGET\n%s\n%s\n%s\n%s\n%s\n%s"
+		         "\nbytes=0-99\n\n\n\n\n", PATH, hdrs_get(&h, "X-Larder-Peer-Date"),
+		         hdrs_get(&h, "X-Larder-Peer"), SELF, hdrs_get(&h, "X-Larder-Peer-Nonce"),
+		         hops[i]);
+		cluster_mac(SECRET, msg, strlen(msg), sig);
+		hdrs_init(&forged);
+		static const char *const keep[] = { "Host", "Range", "X-Larder-Peer",
+			"X-Larder-Peer-Date", "X-Larder-Peer-Nonce" };
+		for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++)
+			assert_int_equal(hdrs_add(&forged, keep[k], hdrs_get(&h, keep[k])), 0);
+		assert_int_equal(hdrs_add(&forged, "X-Larder-Peer-Hop", hops[i]), 0);
+		assert_int_equal(hdrs_add(&forged, "X-Larder-Peer-Auth", sig), 0);
+		bool good = strcmp(hops[i], "1") == 0 || strcmp(hops[i], "2") == 0;
+		assert_int_equal(verify(&forged, now), good ? 0 : -1);
+		hdrs_fini(&h);
+		hdrs_fini(&forged);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -126,6 +158,7 @@ int main(void)
 		cmocka_unit_test(test_replay_after_the_table_overflowed),
 		cmocka_unit_test(test_dated_before_the_start),
 		cmocka_unit_test(test_old_nonces_make_room),
+		cmocka_unit_test(test_hop_must_be_digits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
