@@ -46,6 +46,7 @@
 #include "gateway/cluster_profiles.h"
 #include "gateway/prefetch.h"
 #include "gateway/lookahead.h"
+#include "gateway/purge_msg.h"
 #include "gateway/profiles.h"
 #include "gateway/request.h"
 #include "gateway/cache.h"
@@ -482,20 +483,16 @@ static int tls_files_check(const struct cfg *cfg, char **cert, char **key)
 /* Another node's purge (CLUSTER_PURGE): "k" or "p", "BUCKET/WHAT". */
 static void purge_heard(struct gw *gw, const char *msg)
 {
-	const char *slash = msg ? strchr(msg, '/') : NULL;
-	char bucket[64]; /* S3 bucket names are 3-63 bytes */
-	size_t bl = slash ? (size_t)(slash - msg - 1) : 0;
-	if (!slash || (msg[0] != 'k' && msg[0] != 'p') || bl == 0 || bl >= sizeof bucket) {
+	struct purge_msg p;
+	if (!purge_msg_parse(msg, &p)) {
 		log_warn("cluster", "a purge message \"%.80s\" is not \"k|p BUCKET/WHAT\": ignored",
 		         msg ? msg : "");
 		return;
 	}
-	memcpy(bucket, msg + 1, bl);
-	bucket[bl] = '\0';
 	uint64_t n = 0;
-	cache_purge(gw, bucket, slash + 1, msg[0] == 'k', &n);
+	cache_purge(gw, p.bucket, p.what, p.key, &n);
 	log_info("cluster", "purge of %s \"%s\" in bucket %s, from another node: %" PRIu64
-	         " objects", msg[0] == 'k' ? "key" : "prefix", slash + 1, bucket, n);
+	         " objects", p.key ? "key" : "prefix", p.what, p.bucket, n);
 }
 
 /* Another node wrote or saw a new version: forget what we know of it. */
