@@ -15,7 +15,7 @@
 #include "cluster/cluster.h"
 #include "gateway/profiles.h"
 
-#define MSG_MAX 2048   /* an S3 key is at most 1024 bytes */
+#define MSG_MAX CLUSTER_PROFILE_MSG_MAX
 
 /* Unix seconds minus monotonic seconds, now. */
 static double wall_offset(void)
@@ -39,15 +39,30 @@ static void publish(struct gw *gw, const char *msg, int n)
 	cluster_publish_invalidate(gw->cluster, CLUSTER_PROFILE, msg);
 }
 
+int cluster_profiles_format(char *buf, size_t cap, const struct profile_msg *m)
+{
+	switch (m->kind) {
+	case PROFILE_MSG_START:
+		return snprintf(buf, cap, "start\n%s\n%s\n%s\n%s", m->origin, m->name,
+		                m->key_id ? "key" : "tag", m->key_id ? m->key_id : m->tag);
+	case PROFILE_MSG_STOP:
+		return snprintf(buf, cap, "stop\n%s\n%s", m->origin, m->name);
+	case PROFILE_MSG_READ:
+		return snprintf(buf, cap, "read\n%s\n%s\n%.6f\n%s\n%s", m->origin, m->name,
+		                m->unix_s, m->bucket, m->key);
+	}
+	return -1;
+}
+
 void cluster_profiles_started(struct gw *gw, const char *name, const char *key_id,
                               const char *tag)
 {
 	if (!gw->cluster)
 		return;
 	char msg[MSG_MAX];
-	int n = snprintf(msg, sizeof msg, "start\n%s\n%s\n%s\n%s", self(gw), name,
-	                 key_id ? "key" : "tag", key_id ? key_id : tag);
-	publish(gw, msg, n);
+	struct profile_msg m = { .kind = PROFILE_MSG_START, .origin = self(gw), .name = name,
+	                         .key_id = key_id, .tag = tag };
+	publish(gw, msg, cluster_profiles_format(msg, sizeof msg, &m));
 }
 
 void cluster_profiles_stopped(struct gw *gw, const char *name)
@@ -55,8 +70,8 @@ void cluster_profiles_stopped(struct gw *gw, const char *name)
 	if (!gw->cluster)
 		return;
 	char msg[MSG_MAX];
-	int n = snprintf(msg, sizeof msg, "stop\n%s\n%s", self(gw), name);
-	publish(gw, msg, n);
+	struct profile_msg m = { .kind = PROFILE_MSG_STOP, .origin = self(gw), .name = name };
+	publish(gw, msg, cluster_profiles_format(msg, sizeof msg, &m));
 }
 
 void cluster_profiles_relay(void *arg, const char *origin, const char *name, const char *bucket,
@@ -65,9 +80,9 @@ void cluster_profiles_relay(void *arg, const char *origin, const char *name, con
 	struct gw *gw = arg;
 	assert(gw->magic == GW_MAGIC);
 	char msg[MSG_MAX];
-	int n = snprintf(msg, sizeof msg, "read\n%s\n%s\n%.6f\n%s\n%s", origin, name,
-	                 started + wall_offset(), bucket, key);
-	publish(gw, msg, n);
+	struct profile_msg m = { .kind = PROFILE_MSG_READ, .origin = origin, .name = name,
+	                         .unix_s = started + wall_offset(), .bucket = bucket, .key = key };
+	publish(gw, msg, cluster_profiles_format(msg, sizeof msg, &m));
 }
 
 /* Splits s at its first n - 1 newlines into f[0..n-1] (the last field
@@ -86,30 +101,53 @@ static bool split(char *s, char **f, int n)
 	return true;
 }
 
-void cluster_profiles_message(struct gw *gw, const char *msg)
+bool cluster_profiles_parse(char *buf, struct profile_msg *m)
 {
-	char buf[MSG_MAX], *f[6];
-	if (snprintf(buf, sizeof buf, "%s", msg) >= (int)sizeof buf)
-		return;
-	bool ok = false;
+	char *f[6];
+	memset(m, 0, sizeof *m);
 	if (strncmp(buf, "start\n", 6) == 0 && split(buf, f, 5)) {
 		bool key = strcmp(f[3], "key") == 0;
-		ok = key || strcmp(f[3], "tag") == 0;
-		int rc = ok ? profiles_relay_start(gw->profiles, f[1], f[2], key ? f[4] : NULL,
-		                                   key ? NULL : f[4]) : 0;
-		if (rc)
-			log_warn("profiles", "profile %s of node %s not recorded here: %s", f[2], f[1],
-			         strerror(-rc));
+		if (!key && strcmp(f[3], "tag") != 0)
+			return false;
+		m->kind = PROFILE_MSG_START;
+		m->key_id = key ? f[4] : NULL;
+		m->tag = key ? NULL : f[4];
 	} else if (strncmp(buf, "stop\n", 5) == 0 && split(buf, f, 3)) {
-		ok = true;
-		profiles_relay_stop(gw->profiles, f[1], f[2]);
+		m->kind = PROFILE_MSG_STOP;
 	} else if (strncmp(buf, "read\n", 5) == 0 && split(buf, f, 6)) {
 		char *end;
-		double t = strtod(f[3], &end);
-		ok = end != f[3] && !*end;
-		if (ok && strcmp(f[1], self(gw)) == 0)
-			profiles_note_in(gw->profiles, f[2], f[4], f[5], t - wall_offset());
+		m->kind = PROFILE_MSG_READ;
+		m->unix_s = strtod(f[3], &end);
+		if (end == f[3] || *end)
+			return false;
+		m->bucket = f[4];
+		m->key = f[5];
+	} else {
+		return false;
 	}
-	if (!ok)
+	m->origin = f[1];
+	m->name = f[2];
+	return true;
+}
+
+void cluster_profiles_message(struct gw *gw, const char *msg)
+{
+	char buf[MSG_MAX];
+	struct profile_msg m;
+	if (snprintf(buf, sizeof buf, "%s", msg) >= (int)sizeof buf)
+		return;
+	if (!cluster_profiles_parse(buf, &m)) {
 		log_debug("profiles", "malformed profile message from the cluster ignored");
+		return;
+	}
+	if (m.kind == PROFILE_MSG_START) {
+		int rc = profiles_relay_start(gw->profiles, m.origin, m.name, m.key_id, m.tag);
+		if (rc)
+			log_warn("profiles", "profile %s of node %s not recorded here: %s", m.name,
+			         m.origin, strerror(-rc));
+	} else if (m.kind == PROFILE_MSG_STOP) {
+		profiles_relay_stop(gw->profiles, m.origin, m.name);
+	} else if (strcmp(m.origin, self(gw)) == 0) {
+		profiles_note_in(gw->profiles, m.name, m.bucket, m.key, m.unix_s - wall_offset());
+	}
 }

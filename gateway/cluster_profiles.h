@@ -18,6 +18,22 @@
 #include "gateway/server.h"
 
 #define CLUSTER_PROFILE "!profile"
+#define CLUSTER_PROFILE_MSG_MAX 2048 /* bytes with the NUL; an S3 key is at most 1024 */
+
+/* A message's fields. */
+enum profile_msg_kind { PROFILE_MSG_START, PROFILE_MSG_STOP, PROFILE_MSG_READ };
+struct profile_msg {
+	enum profile_msg_kind kind;
+	const char *origin, *name;
+	const char *key_id, *tag; /* start: one of them, the other NULL */
+	double unix_s;            /* read: UNIX */
+	const char *bucket, *key; /* read */
+};
+/* Writes m's message into buf (cap bytes), as snprintf (its length). */
+int cluster_profiles_format(char *buf, size_t cap, const struct profile_msg *m);
+/* Splits the message in buf in place into *m, whose strings then point
+ * into buf; false when it is malformed (m is then undefined). */
+bool cluster_profiles_parse(char *buf, struct profile_msg *m);
 
 /* Profile name started (key_id or tag) / stopped on this node: tell the
  * others. No-ops outside a cluster. */
