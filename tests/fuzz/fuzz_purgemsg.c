@@ -5,7 +5,7 @@
  * Redis and holds the secret chooses.
  *
  * Each input is read twice. As a message: taken exactly when it starts
- * with k or p and has 1-63 bytes before its first slash, and then the
+ * with k or p and has 1-255 bytes before its first slash, and then the
  * parts put back together are the message. As the fields of a purge
  * POST /admin/purge sends (a valid bucket name, newline, what): the
  * message it publishes is read back as that purge.
@@ -32,7 +32,7 @@ static void as_message(const char *msg)
 	bool ok = purge_msg_parse(msg, &p);
 	const char *slash = strchr(msg, '/');
 	size_t bl = slash && slash > msg ? (size_t)(slash - msg - 1) : 0;
-	bool want = (msg[0] == 'k' || msg[0] == 'p') && bl >= 1 && bl <= 63;
+	bool want = (msg[0] == 'k' || msg[0] == 'p') && bl >= 1 && bl <= 255;
 	if (ok != want)
 		fail(ok ? "a malformed purge message taken" : "a well-formed purge message refused");
 	if (!ok)
