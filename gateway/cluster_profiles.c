@@ -5,6 +5,7 @@
 #include "gateway/cluster_profiles.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,7 +119,9 @@ bool cluster_profiles_parse(char *buf, struct profile_msg *m)
 		char *end;
 		m->kind = PROFILE_MSG_READ;
 		m->unix_s = strtod(f[3], &end);
-		if (end == f[3] || *end)
+		/* As a node writes it, finite: a NaN would leave the profile's
+		 * reads in no order (by_start in profiles.c). */
+		if (end == f[3] || *end || !isfinite(m->unix_s))
 			return false;
 		m->bucket = f[4];
 		m->key = f[5];

@@ -10,7 +10,8 @@
  *   "read\nORIGIN\nNAME\nUNIX\nBUCKET\nKEY"   a relay's first read, sent to all;
  *                                           the origin adds it to NAME
  * UNIX is when the read began, in unix seconds (each node's monotonic
- * clock is its own), so the origin orders every node's reads together.
+ * clock is its own; a finite number), so the origin orders every node's
+ * reads together.
  */
 #ifndef LARDER_CLUSTER_PROFILES_H
 #define LARDER_CLUSTER_PROFILES_H

@@ -7,7 +7,7 @@
  *
  * Each input is read twice. As a message: taken exactly when it has the
  * fields of its kind (split at newlines, the last keeping any further
- * ones), "key" or "tag" for a start, a number for UNIX; written
+ * ones), "key" or "tag" for a start, a finite number for UNIX; written
  * again it is the same message (a read's UNIX as the sender writes it).
  * As the fields of a message a node sends (a byte for its kind, eight for
  * UNIX, then ORIGIN, NAME, a field, the last field at newlines): the
@@ -67,8 +67,8 @@ static bool well_formed(const char *s)
 				ok = strcmp(part[3], "key") == 0 || strcmp(part[3], "tag") == 0;
 			} else if (i == 2) {
 				char *end;
-				strtod(part[3], &end);
-				ok = end != part[3] && !*end;
+				double t = strtod(part[3], &end);
+				ok = end != part[3] && !*end && isfinite(t);
 			} else {
 				ok = true;
 			}
