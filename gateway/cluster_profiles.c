@@ -61,8 +61,11 @@ void cluster_profiles_started(struct gw *gw, const char *name, const char *key_i
 	if (!gw->cluster)
 		return;
 	char msg[MSG_MAX];
-	struct profile_msg m = { .kind = PROFILE_MSG_START, .origin = self(gw), .name = name,
-	                         .key_id = key_id, .tag = tag };
+	struct profile_msg m = { .kind = PROFILE_MSG_START,
+		                 .origin = self(gw),
+		                 .name = name,
+		                 .key_id = key_id,
+		                 .tag = tag };
 	publish(gw, msg, cluster_profiles_format(msg, sizeof msg, &m));
 }
 
@@ -81,8 +84,12 @@ void cluster_profiles_relay(void *arg, const char *origin, const char *name, con
 	struct gw *gw = arg;
 	assert(gw->magic == GW_MAGIC);
 	char msg[MSG_MAX];
-	struct profile_msg m = { .kind = PROFILE_MSG_READ, .origin = origin, .name = name,
-	                         .unix_s = started + wall_offset(), .bucket = bucket, .key = key };
+	struct profile_msg m = { .kind = PROFILE_MSG_READ,
+		                 .origin = origin,
+		                 .name = name,
+		                 .unix_s = started + wall_offset(),
+		                 .bucket = bucket,
+		                 .key = key };
 	publish(gw, msg, cluster_profiles_format(msg, sizeof msg, &m));
 }
 

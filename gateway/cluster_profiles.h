@@ -22,7 +22,11 @@
 #define CLUSTER_PROFILE_MSG_MAX 2048 /* bytes with the NUL; an S3 key is at most 1024 */
 
 /* A message's fields. */
-enum profile_msg_kind { PROFILE_MSG_START, PROFILE_MSG_STOP, PROFILE_MSG_READ };
+enum profile_msg_kind {
+	PROFILE_MSG_START,
+	PROFILE_MSG_STOP,
+	PROFILE_MSG_READ
+};
 struct profile_msg {
 	enum profile_msg_kind kind;
 	const char *origin, *name;

@@ -87,7 +87,8 @@ static void as_message(const char *s, size_t n)
 	struct profile_msg m, m2;
 	bool ok = cluster_profiles_parse(buf, &m);
 	if (ok != well_formed(s))
-		fail(ok ? "a malformed profile message taken" : "a well-formed profile message refused");
+		fail(ok ? "a malformed profile message taken"
+		        : "a well-formed profile message refused");
 	if (!ok)
 		return;
 	const char *fields[] = { m.origin, m.name, m.key_id, m.tag, m.bucket, m.key };

@@ -34,7 +34,8 @@ static void as_message(const char *msg)
 	size_t bl = slash && slash > msg ? (size_t)(slash - msg - 1) : 0;
 	bool want = (msg[0] == 'k' || msg[0] == 'p') && bl >= 1 && bl <= 255;
 	if (ok != want)
-		fail(ok ? "a malformed purge message taken" : "a well-formed purge message refused");
+		fail(ok ? "a malformed purge message taken"
+		        : "a well-formed purge message refused");
 	if (!ok)
 		return;
 	if (p.key != (msg[0] == 'k') || p.what != slash + 1 || strlen(p.bucket) != bl ||
