@@ -660,6 +660,20 @@ class ClusterPurge(ClusterBase):
             self.assertEqual({k: self.read(n, k) for k in keys},
                              {k: b"new " + k.encode() for k in keys}, name)
 
+    def test_a_purge_of_a_long_bucket_name_reaches_every_node(self):
+        # S3 kept bucket names of up to 255 bytes made before 2018, and the purge route takes
+        # them; the other nodes read the name into 64 bytes and ignored the purge. (moto makes
+        # no such bucket: the other node's log tells.)
+        a, b = self.nodes
+        bucket = "legacy-bucket-" + "x" * 60  # 74 bytes
+        r = self.admin(a, "POST", "/admin/purge", {"bucket": bucket, "prefix": "p/"})
+        self.assertEqual(r["bucket"], bucket)
+        heard = 'in bucket %s, from another node' % bucket
+        deadline = time.monotonic() + 10
+        while heard not in b.log() and "ignored" not in b.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIn(heard, b.log())
+
 
 class ClusterMissedInvalidations(ClusterBase):
     """Redis keeps no history: what is published while a node is not subscribed never reaches it.
