@@ -48,10 +48,21 @@ class CountingResult(unittest.TextTestResult):
         super().__init__(*a, **k)
         self.passed = 0
         self.started_at = {}
+        self.class_secs = {}
+        self.last_stop = time.monotonic()
 
     def startTest(self, test):
         self.started_at[test.id()] = time.monotonic()
         super().startTest(test)
+
+    def stopTest(self, test):
+        # Wall time per class since the previous test ended: its tests, and its setup and
+        # teardown (larder, moto, Redis), which the slowest list below shows.
+        now = time.monotonic()
+        cls = test.id().rsplit(".", 1)[0]
+        self.class_secs[cls] = self.class_secs.get(cls, 0.0) + now - self.last_stop
+        self.last_stop = now
+        super().stopTest(test)
 
     def addSuccess(self, test):
         self.passed += 1
@@ -77,6 +88,10 @@ def main():
     runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=1 if args.quiet else 2,
                                      resultclass=CountingResult)
     result = runner.run(suite)
+    slowest = sorted(result.class_secs.items(), key=lambda kv: -kv[1])[:12]
+    if len(result.class_secs) > 1:
+        print("slowest classes (s, setup and teardown included): " +
+              ", ".join("%s %.0f" % (name, secs) for name, secs in slowest), flush=True)
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
     counts = {"passed": result.passed, "failed": failed, "skipped": len(result.skipped)}
     if args.counts:
