@@ -433,7 +433,8 @@ class Cluster(ClusterBase):
         self.assertEqual(out.returncode, 0, out.stderr)
         rows = [l.split("\t") for l in out.stdout.decode().splitlines()]
         self.assertEqual(rows[0], ["id", "address", "capacity", "ownership_share",
-                                   "directory_entries"])
+                                   "directory_entries", "avoided_seconds"])
+        self.assertEqual([r[5] for r in rows[1:]], ["0.0"] * 3)
         self.assertEqual([r[0] for r in rows[1:]], ["node-0", "node-1", "node-2"])
         self.assertEqual([r[1] for r in rows[1:]], ["127.0.0.1:%d" % n.port for n in self.nodes])
         out = subprocess.run([harness.larder_binary(), "cluster", "--json", "--admin", admin],

@@ -7,12 +7,14 @@ that is not root, but a listener whose accept queue is full drops SYNs the same 
 tcp_abort_on_overflow off, the default): that is the member's address here, and its membership
 entry, signed with the cluster secret, is kept alive by the test.
 """
+import os
 import socket
+import subprocess
 import threading
 import time
 
 import harness
-from test_cluster import SECRET, ClusterBase, blob
+from test_cluster import SECRET, TOKEN, ClusterBase, blob
 from test_trust_cluster import member_value
 
 
@@ -189,6 +191,12 @@ class ClusterSilentMember(ClusterBase):
         v = self.view(self.nodes[0])
         silent = [m for m in v["members"] if m["id"] == "silent"][0]
         self.assertGreater(silent["avoided_seconds"], 0, silent)
+        out = subprocess.run([harness.larder_binary(), "cluster", "--admin",
+                              "http://127.0.0.1:%d" % self.nodes[0].admin_port],
+                             env=dict(os.environ, LARDER_ADMIN_TOKEN=TOKEN),
+                             capture_output=True, timeout=30)
+        rows = {r.split("\t")[0]: r.split("\t") for r in out.stdout.decode().splitlines()}
+        self.assertGreater(float(rows["silent"][5]), 0, rows)
 
 
 if __name__ == "__main__":

@@ -459,7 +459,8 @@ class Admin(AdminCase):
         # A node alone: the cluster view is a header and no members.
         r = self.cli("cluster")
         self.assertEqual((r.returncode, r.stdout.decode()),
-                         (0, "id\taddress\tcapacity\townership_share\tdirectory_entries\n"))
+                         (0, "id\taddress\tcapacity\townership_share\tdirectory_entries\t"
+                             "avoided_seconds\n"))
 
     def test_cli_purge(self):
         self.cached("cp/one", b"1" * 10)
