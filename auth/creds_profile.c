@@ -147,7 +147,8 @@ static char *default_path(const struct env_copy *env, const char *var, const cha
 }
 
 /* Parses one file into pr. A missing file is not an error. */
-static int profile_load(struct creds_profile *pr, const char *path, bool config_file, char *why, size_t whylen)
+static int profile_load(struct creds_profile *pr, const char *path, bool config_file, char *why,
+                        size_t whylen)
 {
 	if (!path)
 		return 0;

@@ -95,7 +95,8 @@ static enum MHD_Result send_json_with(struct MHD_Connection *c, unsigned status,
 	json_decref(doc);
 	if (!text) {
 		static const char oom[] = "{\"error\":\"internal\",\"message\":\"out of memory\"}\n";
-		return send_body(c, 500, "application/json", strdup(oom), sizeof oom - 1, NULL, NULL);
+		return send_body(c, 500, "application/json", strdup(oom), sizeof oom - 1, NULL,
+		                 NULL);
 	}
 	size_t n = strlen(text);
 	char *withnl = realloc(text, n + 2);

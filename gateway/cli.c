@@ -425,12 +425,15 @@ static void usage_cluster(FILE *f)
 	      "Exit status: 0 ok, 1 the server could not be reached or refused, 2 bad usage.\n", f);
 }
 
+#define CLUSTER_COLUMNS \
+	"id\taddress\tcapacity\townership_share\tdirectory_entries\tavoided_seconds\n"
+
 static void print_cluster(json_t *doc)
 {
 	bool tty = isatty(STDOUT_FILENO);
 	if (!json_is_true(json_object_get(doc, "clustered"))) {
 		printf(tty ? "not in a cluster (LARDER_REDIS_URL is not set): this node serves alone\n"
-		           : "id\taddress\tcapacity\townership_share\tdirectory_entries\tavoided_seconds\n");
+		           : CLUSTER_COLUMNS);
 		return;
 	}
 	const char *self = json_string_value(json_object_get(doc, "self"));
@@ -449,7 +452,7 @@ static void print_cluster(json_t *doc)
 		       (unsigned long long)cli_num(lk, "skipped"));
 		printf("%-24s %-28s %10s %7s %10s\n", "ID", "ADDRESS", "CAPACITY", "SHARE", "DIRECTORY");
 	} else {
-		printf("id\taddress\tcapacity\townership_share\tdirectory_entries\tavoided_seconds\n");
+		printf(CLUSTER_COLUMNS);
 	}
 	size_t i;
 	json_t *m;
@@ -462,15 +465,16 @@ static void print_cluster(json_t *doc)
 		if (tty) {
 			char c[32];
 			cli_human_size(cap > 0 ? (uint64_t)cap : 0, c, sizeof c);
-			printf("%-24s %-28s %10s %6.1f%% %10llu%s", id ? id : "?", addr ? addr : "?", c,
-			       share * 100, (unsigned long long)cli_num(m, "directory_entries"),
+			printf("%-24s %-28s %10s %6.1f%% %10llu%s", id ? id : "?", addr ? addr : "?",
+			       c, share * 100, (unsigned long long)cli_num(m, "directory_entries"),
 			       id && self && strcmp(id, self) == 0 ? "  (this node)" : "");
 			if (avoided > 0)
 				printf("  (answered nothing: gone past for %.0f s more)", avoided);
 			putchar('\n');
 		} else {
 			printf("%s\t%s\t%.0f\t%.6f\t%llu\t%.1f\n", id ? id : "", addr ? addr : "",
-			       cap, share, (unsigned long long)cli_num(m, "directory_entries"), avoided);
+			       cap, share, (unsigned long long)cli_num(m, "directory_entries"),
+			       avoided);
 		}
 	}
 }

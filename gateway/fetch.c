@@ -593,12 +593,28 @@ static int peer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_o
  * out LARDER_UPSTREAM_TIMEOUT (30 s) for it, its readers with it. Two SYN
  * retransmissions (at 1 s and 3 s) fit in it. */
 #define PEER_CONNECT_TIMEOUT_MS 3500L
-/* How long a transfer from another node may go without a byte. A node
- * streams what S3 sends it, and S3's slowest first byte with its retries
- * is a few seconds; a node that stays listed while it answers nothing
- * (a one-way partition, its S3 hanging) is given up on sooner than S3
- * would be, then gone past for CLUSTER_AVOID_S (cluster_avoid). */
+/* How long a transfer from another node may go without a byte, beyond
+ * what that node may itself wait for an upstream slot (the key's or the
+ * bucket's, LARDER_UPSTREAM_SLOT_WAIT_MS): it streams what S3 sends it,
+ * and S3's slowest first byte with its retries is a few seconds. A node
+ * that stays listed while it answers nothing (a one-way partition, its S3
+ * hanging) is given up on sooner than S3 would be, then gone past for
+ * CLUSTER_AVOID_S (cluster_avoid). */
 #define PEER_STALL_MS 10000L
+
+/* The stall bound of f's transfer from a peer, in seconds. A node fetching
+ * for another (an owner asking a holder) gives up in half the time, so it
+ * goes to S3 and answers before the node that asked it gives up on it and
+ * takes a healthy node for a silent one. */
+static long peer_stall_s(const struct fetch *f)
+{
+	const struct gw *gw = f->w->gw;
+	long ms = (long)gw->cfg->upstream_slot_wait_ms + PEER_STALL_MS;
+	if (f->hop > 0)
+		ms /= 2;
+	long up = (long)upstream_timeout_s(gw->up);
+	return ms / 1000 < up ? (ms + 999) / 1000 : up;
+}
 
 /* A GET of another node (path style, signed for peers, cluster/peer.h). */
 static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
@@ -622,8 +638,7 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	long up_ms = (long)upstream_timeout_s(gw->up) * 1000L;
 	curl_easy_setopt(f->x.easy, CURLOPT_CONNECTTIMEOUT_MS,
 	                 up_ms < PEER_CONNECT_TIMEOUT_MS ? up_ms : PEER_CONNECT_TIMEOUT_MS);
-	curl_easy_setopt(f->x.easy, CURLOPT_LOW_SPEED_TIME,
-	                 up_ms < PEER_STALL_MS ? up_ms / 1000 : PEER_STALL_MS / 1000);
+	curl_easy_setopt(f->x.easy, CURLOPT_LOW_SPEED_TIME, peer_stall_s(f));
 	str_copy(f->asked, sizeof f->asked, peer);
 	f->asked_seen = ev_now(f->w->loop);
 	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, peer_progress);
@@ -901,8 +916,9 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		 * fetches go past it for a while rather than wait again. */
 		if ((result == CURLE_OPERATION_TIMEDOUT || result == CURLE_COULDNT_CONNECT) &&
 		    cluster_avoid(gw->cluster, f->asked, clock_mono_s()))
-			log_warn("fetch", "node %s answered nothing (%s): fetches go past it for %.0f s",
-			         f->asked, transfer_strerror(t, result), CLUSTER_AVOID_S);
+			log_warn("fetch", "node %s answered nothing (%s): fetches go past it "
+			         "for %.0f s", f->asked, transfer_strerror(t, result),
+			         CLUSTER_AVOID_S);
 		if (f->to_holder)
 			f->holder_failed = true;
 		else

@@ -450,7 +450,8 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 		{ "larder_cache_evictions_total", "counter", "Chunks evicted by tier.", "tier",
 		  { "ram", "nvme" }, { st->evictions_ram, st->evictions_disk } },
 		{ "larder_cache_used_bytes", "gauge",
-		  "Bytes held by tier (RAM includes chunks being filled).", "tier", { "ram", "nvme" },
+		  "Bytes held by tier (RAM: 512 more per chunk, and chunks being filled).", "tier",
+		  { "ram", "nvme" },
 		  { st->ram_used, st->disk_used } },
 		{ "larder_cache_capacity_bytes", "gauge", "Configured size by tier.", "tier",
 		  { "ram", "nvme" }, { st->ram_capacity, st->disk_capacity } },
@@ -473,7 +474,7 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 	r = r ? r : single(b, "larder_inflight_fetches", "gauge", st->inflight,
 	                   "Chunks being produced right now (upstream fetches and NVMe reads).");
 	r = r ? r : single(b, "larder_cache_filling_bytes", "gauge", st->ram_filling,
-	                   "RAM reserved by chunks being filled.");
+	                   "RAM reserved by chunks being filled (512 bytes more each).");
 	r = r ? r : single(b, "larder_cache_ram_overcommits_total", "counter", st->ram_overcommits,
 	                   "Chunk reservations that took RAM use past its capacity.");
 	r = r ? r : single(b, "larder_chunk_arena_bytes", "gauge", chunk_arena_bytes(),

@@ -761,7 +761,8 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 		 * its signature was read. */
 		const char *client = r->key_verified ? rec.key_id
 		                     : r->anonymous ? NULL : METRICS_UNAUTHENTICATED;
-		metrics_request(s3_operation(r->method, r->s3_parsed ? (int)r->s3.target : -1, r->query,
+		int target = r->s3_parsed ? (int)r->s3.target : -1; /* -1: Other */
+		metrics_request(s3_operation(r->method, target, r->query,
 		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		                                                         "x-amz-copy-source") != NULL),
 		                rec.status, r->authorized ? rec.bucket : NULL, client,

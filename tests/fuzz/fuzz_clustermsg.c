@@ -55,7 +55,8 @@ static void as_message(const char *body, size_t n)
 		char *end_num;
 		double expiry = strtod(body, &end_num);
 		double later = nextafter(expiry + MEMBER_SKEW_MS, INFINITY);
-		if (isfinite(expiry) && cl_inval_parse(SECRET, msg, n + 65, later, &m) != INVAL_FORGED)
+		if (isfinite(expiry) &&
+		    cl_inval_parse(SECRET, msg, n + 65, later, &m) != INVAL_FORGED)
 			fail("an expired message taken");
 		msg[(size_t)n % 64] ^= 1;
 		if (cl_inval_parse(SECRET, msg, n + 65, NOW_MS, &m) != INVAL_FORGED)

@@ -37,7 +37,8 @@ static void check_creds(int rc, const struct creds *c, const char *who)
 		fprintf(stderr, "%s: ", who);
 		fail("credentials without a key or secret");
 	}
-	if (rc != 0 && memcmp(c, &zero, sizeof zero) != 0 && memcmp(c, &before, sizeof before) != 0) {
+	if (rc != 0 && memcmp(c, &zero, sizeof zero) != 0 &&
+	    memcmp(c, &before, sizeof before) != 0) {
 		fprintf(stderr, "%s: ", who);
 		fail("a refused document left credentials behind");
 	}

@@ -72,7 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rev && copy) {
 		char *tok[4096], *save = NULL;
 		size_t n = 0;
-		for (char *t = strtok_r(copy, "&", &save); t && n < 4096; t = strtok_r(NULL, "&", &save))
+		for (char *t = strtok_r(copy, "&", &save); t && n < 4096;
+		     t = strtok_r(NULL, "&", &save))
 			tok[n++] = t;
 		size_t at = 0;
 		for (size_t i = n; i-- > 0;) {
@@ -96,8 +97,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (strncmp(key, bucket, bl) != 0 || key[bl] != '\n')
 			fail("key does not start with the bucket", bucket, query, key);
 		if (!key_ok(key + bl + 1))
-			fail("key holds a parameter not a listing's, twice, or unsorted", bucket, query,
-			     key);
+			fail("key holds a parameter not a listing's, twice, or unsorted", bucket,
+			     query, key);
 		char *again = listcache_key(bucket, key + bl + 1);
 		if (!again || strcmp(again, key) != 0)
 			fail("key's own query gives another key", bucket, query, key);

@@ -570,15 +570,24 @@ class AdminClientRows(AdminCase):
         h["Authorization"] = h["Authorization"].replace("/us-east-1/", "/eu-west-3/")
         st, _, body = harness.http_request(self.larder.url, "GET", "/bkt/k", h)
         self.assertEqual(st, 400, body)
-        time.sleep(0.2)
-        after = self.stats_clients()
+        # counted as each request completes, which may be just after its answer arrived
+        after = self.wait_clients(lambda c: c.get("(unauthenticated)", {}).get("requests", 0)
+                                  >= unauth + 4)
         self.assertEqual(after.get(harness.CLIENT_KEY, {}).get("requests", 0), mine, after)
         self.assertEqual(after["(unauthenticated)"]["requests"], unauth + 4, after)
         self.assertNotIn("(anonymous)", after, after)
         r = harness.signed_request(self.larder.url, "GET", "/bkt/k")  # the key's own
         self.assertIn(r.status, (200, 404), r)
-        time.sleep(0.2)
-        self.assertEqual(self.stats_clients()[harness.CLIENT_KEY]["requests"], mine + 1)
+        self.wait_clients(lambda c: c.get(harness.CLIENT_KEY, {}).get("requests", 0) == mine + 1)
+
+    def wait_clients(self, pred, timeout=5):
+        deadline = time.monotonic() + timeout
+        while True:
+            clients = self.stats_clients()
+            if pred(clients) or time.monotonic() > deadline:
+                self.assertTrue(pred(clients), clients)
+                return clients
+            time.sleep(0.05)
 
     def test_a_request_refused_at_the_connection_limit_is_no_listbuckets(self):
         # It was refused before its path was read, and counted as op="ListBuckets".
@@ -600,6 +609,10 @@ class AdminClientRows(AdminCase):
     def test_a_request_refused_on_its_headers_is_no_listbuckets(self):
         # Refused before its path was parsed (a header name that is no token, a second
         # Content-Length): it counted as op="ListBuckets" (a GET) or "CreateBucket" (a PUT).
+        def count_400(m):
+            return sum(v for (name, labels), v in m.items()
+                       if name == "larder_requests_total" and ("status", "400") in labels)
+
         m0 = parse_metrics(self.admin("GET", "/metrics")[2].decode())
         for method, extra in (("GET", b"Bad Name: x\r\n"),
                               ("PUT", b"Content-Length: 0\r\nContent-Length: 3\r\n")):
@@ -610,8 +623,12 @@ class AdminClientRows(AdminCase):
             req += b"".join(("%s: %s\r\n" % kv).encode() for kv in h.items()) + extra + b"\r\n"
             out = harness.raw_exchange(self.larder.port, req, timeout=5)
             self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:300])
-        time.sleep(0.3)
-        m = parse_metrics(self.admin("GET", "/metrics")[2].decode())
+        deadline = time.monotonic() + 5  # counted as each completes
+        while True:
+            m = parse_metrics(self.admin("GET", "/metrics")[2].decode())
+            if time.monotonic() > deadline or count_400(m) - count_400(m0) >= 2:
+                break
+            time.sleep(0.05)
         for op in ("ListBuckets", "CreateBucket"):
             self.assertEqual(metric(m, "larder_requests_total", op=op, status="400"),
                              metric(m0, "larder_requests_total", op=op, status="400"), op)

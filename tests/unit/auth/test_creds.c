@@ -561,7 +561,8 @@ static void t_sts_parse(void **state)
 	assert_string_equal(c.access_key, "");
 
 	const char *missing = "<R><Credentials><AccessKeyId>A</AccessKeyId></Credentials></R>";
-	assert_int_not_equal(creds_parse_sts(missing, strlen(missing), 200, &c, why, sizeof why), 0);
+	assert_int_not_equal(creds_parse_sts(missing, strlen(missing), 200, &c, why, sizeof why),
+	                     0);
 	assert_non_null(strstr(why, "lacks"));
 
 	const char *junk = "<R><Credentials>";
