@@ -1010,6 +1010,41 @@ static void test_inval_expiry_bounded(void **state)
 	}
 }
 
+/* A node that answered nothing is gone past for CLUSTER_AVOID_S; the table
+ * is bounded, and a full one gives up the entry that ends soonest. */
+static void test_avoid_table(void **state)
+{
+	(void)state;
+	struct cluster_config c = {
+		.redis_url = "redis://127.0.0.1:1", .node_id = "lonely", .advertise = "h:1",
+		.capacity = 1, .heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .secret = SECRET,
+	};
+	char err[256];
+	struct cluster *cl = cluster_start(&c, NULL, NULL, err, sizeof err);
+	assert_non_null(cl);
+	assert_true(cluster_avoided(cl, "a:1", 100.0) == 0);
+	assert_true(cluster_avoid(cl, "a:1", 100.0));  /* new: said once */
+	assert_false(cluster_avoid(cl, "a:1", 101.0)); /* already: extended */
+	assert_true(cluster_avoided(cl, "a:1", 102.0) > CLUSTER_AVOID_S - 1.5);
+	assert_true(cluster_avoided(cl, "b:1", 102.0) == 0);
+	assert_true(cluster_avoided(cl, "a:1", 101.0 + CLUSTER_AVOID_S) == 0);
+	assert_true(cluster_avoid(cl, "a:1", 101.0 + CLUSTER_AVOID_S)); /* ended: new again */
+	/* a:1 ends first; 16 more fill the table and the 17th takes its place. */
+	char addr[32];
+	for (int i = 0; i < CLUSTER_AVOID_MAX; i++) {
+		snprintf(addr, sizeof addr, "n%d:1", i);
+		assert_true(cluster_avoid(cl, addr, 120.0 + i));
+	}
+	assert_true(cluster_avoided(cl, "a:1", 120.0 + CLUSTER_AVOID_MAX) == 0);
+	for (int i = 0; i < CLUSTER_AVOID_MAX; i++) {
+		snprintf(addr, sizeof addr, "n%d:1", i);
+		assert_true(cluster_avoided(cl, addr, 120.0 + CLUSTER_AVOID_MAX - 7) > 0);
+	}
+	assert_true(cluster_avoided(NULL, "a:1", 0) == 0);
+	assert_false(cluster_avoid(NULL, "a:1", 0));
+	cluster_stop(cl);
+}
+
 static void test_config(void **state)
 {
 	char err[256];
@@ -1061,6 +1096,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_inval_mac_out_of_memory),
 		cmocka_unit_test(test_inval_expiry_bounded),
+		cmocka_unit_test(test_avoid_table),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_start_without_redis),
 		cmocka_unit_test_setup_teardown(test_members_and_ownership, setup, teardown),
