@@ -114,46 +114,25 @@ enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *doc
 	return send_json_with(c, status, doc, www_auth ? "WWW-Authenticate" : NULL, www_auth);
 }
 
-/* {"error": code, "message": fmt...} with header hname: hval. */
-__attribute__((format(printf, 6, 0)))
-static enum MHD_Result send_error_va(struct MHD_Connection *c, unsigned status,
-                                     const char *code, const char *hname, const char *hval,
-                                     const char *fmt, va_list ap)
+/* {"error": code, "message": msg}; msg may quote client input, so it is
+ * kept valid UTF-8 for jansson (changed in place). */
+static json_t *error_doc(const char *code, char *msg)
 {
-	char msg[1024];
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	/* The message may quote client input: keep it valid UTF-8 for jansson. */
 	for (char *p = msg; *p; p++)
 		if ((unsigned char)*p < ' ' || (unsigned char)*p >= 0x7f)
 			*p = '?';
-	return send_json_with(c, status, json_pack("{s:s,s:s}", "error", code, "message", msg),
-	                      hname, hval);
+	return json_pack("{s:s,s:s}", "error", code, "message", msg);
 }
 
 enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *code,
                            const char *www_auth, const char *fmt, ...)
 {
+	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	enum MHD_Result r = send_error_va(c, status, code, www_auth ? "WWW-Authenticate" : NULL,
-	                                  www_auth, fmt, ap);
+	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	return r;
-}
-
-static enum MHD_Result send_error_hdr(struct MHD_Connection *c, unsigned status,
-                                      const char *code, const char *hname, const char *hval,
-                                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static enum MHD_Result send_error_hdr(struct MHD_Connection *c, unsigned status,
-                                      const char *code, const char *hname, const char *hval,
-                                      const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	enum MHD_Result r = send_error_va(c, status, code, hname, hval, fmt, ap);
-	va_end(ap);
-	return r;
+	return send_json(c, status, error_doc(code, msg), www_auth);
 }
 
 /* ---- handlers ------------------------------------------------------------------- */
@@ -568,8 +547,9 @@ static enum MHD_Result not_allowed(struct MHD_Connection *c, const struct route 
 			                      routes[i].method,
 			                      strcmp(routes[i].method, "GET") == 0 ? ", HEAD" : "");
 	}
-	return send_error_hdr(c, 405, "method_not_allowed", "Allow", allow,
-	                      "%s takes %s, not %.32s", rt->path, allow, method);
+	char msg[256];
+	snprintf(msg, sizeof msg, "%s takes %s, not %.32s", rt->path, allow, method);
+	return send_json_with(c, 405, error_doc("method_not_allowed", msg), "Allow", allow);
 }
 
 static const struct route *route_headers(struct admin *a, struct MHD_Connection *c,

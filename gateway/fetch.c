@@ -666,7 +666,7 @@ static int start_transfer(struct fetch *f)
 	 * it from S3 once for everybody. */
 	/* A node that answered nothing lately is gone past (cluster_avoid). */
 	char peer[CLUSTER_NAME_MAX];
-	double mono = clock_mono_s();
+	double mono = gw->cluster ? clock_mono_s() : 0; /* no clock read per chunk alone */
 	f->to_holder = f->holder[0] && !f->holder_failed && f->hop < PEER_MAX_HOP &&
 	               !cluster_avoided(gw->cluster, f->holder, mono);
 	if (f->to_holder)

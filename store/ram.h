@@ -33,9 +33,9 @@ struct ram_tier;
 extern const struct tier_ops ram_tier_ops;
 
 /* What each unpinned chunk counts against the capacity besides its bytes:
- * its struct chunk, its entry and its slot in the map, rounded up as the
- * allocator rounds them (measured: about 1 KiB per tiny object, of which
- * its metadata, bounded apart, is the rest). */
+ * its struct chunk (248 bytes, 256 as allocated), its entry (128), its map
+ * slot and a small chunk's bytes as the allocator rounds them: about 450,
+ * rounded up. (A tiny object's metadata is bounded apart: meta.h.) */
 #define RAM_ENTRY_COST 512
 
 /* An empty tier of capacity bytes; NULL when out of memory. Close it with

@@ -20,7 +20,8 @@ import time
 import xml.etree.ElementTree as ET
 
 import harness
-from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase, s3_error, sign_headers
+from harness import (CLIENT_KEY, CLIENT_SECRET, LarderCase, http_request, raw_exchange,
+                     s3_error, sign_headers)
 
 BUCKET = "conform"
 
@@ -351,22 +352,6 @@ class CachedHeaders(LarderCase):
                     self.assertEqual(body, b"")
 
 
-def raw_send(port, data, timeout=5):
-    """Sends data on one connection; returns all that came back by close or timeout."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(data)
-        out = []
-        while True:
-            try:
-                b = s.recv(65536)
-            except socket.timeout:
-                break
-            if not b:
-                break
-            out.append(b)
-        return b"".join(out)
-
-
 def signed_head(base, method, path, headers=None, lines=(), body=b""):
     """A signed request's head as bytes, `lines` added unsigned after the rest."""
     h = sign_headers(method, base + path, CLIENT_KEY, CLIENT_SECRET, headers, body=body)
@@ -398,7 +383,7 @@ class HttpEdges(LarderCase):
         for lengths in ((5, 5 + len(second)), (0, len(second)), (5, 5)):
             first = signed_head(self.larder.url, "PUT", "/%s/smuggle" % BUCKET, body=b"hello",
                                 lines=["Content-Length: %d" % n for n in lengths])
-            got = raw_send(self.larder.port, first + b"hello" + second)
+            got = raw_exchange(self.larder.port, first + b"hello" + second)
             self.assertEqual(got.count(b"HTTP/1.1 "), 1, (lengths, got[:600]))
             self.assertTrue(got.startswith(b"HTTP/1.1 400 "), (lengths, got[:600]))
             self.assertIn(b"Connection: close", got.split(b"\r\n\r\n")[0], lengths)
@@ -413,7 +398,7 @@ class HttpEdges(LarderCase):
             first = signed_head(self.larder.url, "PUT", "/%s/smuggle-te" % BUCKET,
                                 body=b"hello",
                                 lines=["Transfer-Encoding: %s" % c for c in codings])
-            got = raw_send(self.larder.port, first + b"5\r\nhello\r\n0\r\n\r\n" + second)
+            got = raw_exchange(self.larder.port, first + b"5\r\nhello\r\n0\r\n\r\n" + second)
             self.assertEqual(got.count(b"HTTP/1.1 "), 1, (codings, got[:600]))
             self.assertTrue(got.startswith(b"HTTP/1.1 400 "), (codings, got[:600]))
 
@@ -424,20 +409,13 @@ class HttpEdges(LarderCase):
                             lines=["Content-Length: %d" % len(body)])
         second = signed_head(self.larder.url, "GET", "/%s/pipelined" % BUCKET,
                              lines=["Connection: close"])
-        got = raw_send(self.larder.port, first + body + second)
+        got = raw_exchange(self.larder.port, first + body + second)
         self.assertEqual(got.count(b"HTTP/1.1 200 "), 2, got[:600])
         self.assertTrue(got.endswith(body), got[-200:])
 
     def headers_of(self, base, method, path, access, secret, extra=None):
-        h = sign_headers(method, base + path, access, secret, extra)
-        c = _connect(base)
-        try:
-            c.request(method, path, headers=h)
-            r = c.getresponse()
-            body = r.read()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, body
-        finally:
-            c.close()
+        return http_request(base, method, path, sign_headers(method, base + path, access,
+                                                             secret, extra))
 
     def test_empty_response_override_keeps_the_header(self):
         # S3 ignores an override with no value; the cached answer dropped
@@ -478,7 +456,7 @@ class HttpEdges(LarderCase):
                     lines += [(name, v) for v in values]
                     data = ("GET %s HTTP/1.1\r\n" % path + "".join(
                         "%s: %s\r\n" % kv for kv in lines) + "Connection: close\r\n\r\n").encode()
-                    got = raw_send(int(base.rsplit(":", 1)[1]), data)
+                    got = raw_exchange(int(base.rsplit(":", 1)[1]), data)
                     answers.append(got.split(b"\r\n", 1)[0].split(b" ")[1])
                     if base == self.larder.url:
                         self.assertIn(b"x-larder-cache: bypass", got, (name, values))

@@ -945,10 +945,10 @@ static void test_directory_tracks_what_a_restart_recovered(void **state)
 	dir_destroy(da);
 }
 
-static void test_start_without_redis(void **state)
+/* A node whose Redis never answers (nothing listens on port 1): it starts
+ * anyway, alone. */
+static struct cluster *start_lonely(void)
 {
-	/* Nothing listens on this port: the node starts anyway, alone, and
-	 * stops promptly. */
 	struct cluster_config c = {
 		.redis_url = "redis://127.0.0.1:1", .node_id = "lonely", .advertise = "h:1",
 		.capacity = 1, .heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .secret = SECRET,
@@ -956,6 +956,13 @@ static void test_start_without_redis(void **state)
 	char err[256];
 	struct cluster *cl = cluster_start(&c, NULL, NULL, err, sizeof err);
 	assert_non_null(cl);
+	return cl;
+}
+
+static void test_start_without_redis(void **state)
+{
+	(void)state;
+	struct cluster *cl = start_lonely(); /* and it stops promptly */
 	sleep_ms(300);
 	struct cluster_view v;
 	cluster_get_view(cl, &v);
@@ -1015,13 +1022,7 @@ static void test_inval_expiry_bounded(void **state)
 static void test_avoid_table(void **state)
 {
 	(void)state;
-	struct cluster_config c = {
-		.redis_url = "redis://127.0.0.1:1", .node_id = "lonely", .advertise = "h:1",
-		.capacity = 1, .heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .secret = SECRET,
-	};
-	char err[256];
-	struct cluster *cl = cluster_start(&c, NULL, NULL, err, sizeof err);
-	assert_non_null(cl);
+	struct cluster *cl = start_lonely();
 	assert_true(cluster_avoided(cl, "a:1", 100.0) == 0);
 	assert_true(cluster_avoid(cl, "a:1", 100.0));  /* new: said once */
 	assert_false(cluster_avoid(cl, "a:1", 101.0)); /* already: extended */
