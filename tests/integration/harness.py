@@ -74,6 +74,18 @@ def need_client(why, hint=""):
 
 
 _ports_given = set()
+_port_cursor = None
+
+
+def _port_range():
+    """LARDER_TEST_PORTS=LO-HI (run.py --jobs sets it per runner): ports are
+    then taken from that range only, so runners side by side never hand out
+    the same port. None: the kernel's choice (port 0)."""
+    spec = os.environ.get("LARDER_TEST_PORTS")
+    if not spec:
+        return None
+    lo, hi = (int(x) for x in spec.split("-"))
+    return lo, hi
 
 
 def free_port():
@@ -82,9 +94,24 @@ def free_port():
     binds, and the kernel may offer a port that is free only because its
     owner has not started yet: a cluster node once got another node's admin
     port, exited, and the test took the other node's answer for its own."""
+    global _port_cursor
+    rng = _port_range()
     for _ in range(1000):
+        want = 0
+        if rng:
+            lo, hi = rng
+            if _port_cursor is None:  # a runner's next module starts elsewhere in the range
+                _port_cursor = lo + (os.getpid() * 7919) % (hi - lo)
+            want = _port_cursor
+            _port_cursor += 1
+            if _port_cursor >= hi:  # round again: what was handed out then is long gone
+                _port_cursor = lo
+                _ports_given.clear()
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", want))
+            except OSError:
+                continue  # in use, or still in TIME_WAIT from an earlier test
             port = s.getsockname()[1]
         if port not in _ports_given:
             _ports_given.add(port)

@@ -919,21 +919,30 @@ class ClusterJoinedReadTogether(ClusterBase):
         m = self.upstream.mark()
         got, threads = {}, []
 
-        def read_chunks(node):
+        def read_chunks(node, go):
+            # The threads start now and read when go is set: starting 243 threads
+            # on a busy machine took seconds, and node-0, stopped meanwhile, past
+            # the 5 s a member is trusted was left for S3.
             for i in range(0, len(data), MiB):
                 rng = "bytes=%d-%d" % (i, min(i + MiB, len(data)) - 1)
-                t = threading.Thread(target=lambda n=node, i=i, rng=rng: got.__setitem__(
-                    (n.port, i), harness.signed_request(n.url, "GET", "/shared/" + key,
-                                                        {"Range": rng}).body))
+
+                def read(n=node, i=i, rng=rng):
+                    go.wait()
+                    got[(n.port, i)] = harness.signed_request(n.url, "GET", "/shared/" + key,
+                                                              {"Range": rng}).body
+                t = threading.Thread(target=read)
                 t.start()
                 threads.append(t)
 
+        joiner_go, others_go = threading.Event(), threading.Event()
+        read_chunks(joiner, joiner_go)
+        read_chunks(self.nodes[1], others_go)
+        read_chunks(self.nodes[2], others_go)
         self.nodes[0].signal(signal.SIGSTOP)  # well within the 5 s a member is trusted
         try:
-            read_chunks(joiner)
+            joiner_go.set()
             time.sleep(0.5)  # the joiner's fetches are asking node-0
-            read_chunks(self.nodes[1])
-            read_chunks(self.nodes[2])
+            others_go.set()
             time.sleep(0.5)
         finally:
             self.nodes[0].signal(signal.SIGCONT)
