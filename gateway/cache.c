@@ -706,7 +706,7 @@ static void forget_object(struct gw *gw, const char *bucket, const char *key, bo
 
 static int forget_source(void *arg, const char *bucket, const char *key)
 {
-	struct gw *gw = arg;
+	struct gw *gw = req_gw(arg);
 	listcache_invalidate(gw->lists, bucket, key);
 	forget_object(gw, bucket, key, false);
 	return 0;
@@ -714,14 +714,15 @@ static int forget_source(void *arg, const char *bucket, const char *key)
 
 static int tombstone_source(void *arg, const char *bucket, const char *key)
 {
-	struct gw *gw = arg;
-	store_invalidate(gw->store, bucket, key, false);
+	struct req *r = arg;
+	store_write_begin(req_gw(r)->store, (uint64_t)(uintptr_t)r, bucket, key, false);
 	return 0;
 }
 
 /* RenameObject (directory buckets) removes its source, named by
  * x-amz-rename-source (in a presigned URL, a parameter of that name):
- * each is passed to fn as well, however S3 reads it (s3_source_objects). */
+ * each is passed to fn (with r) as well, however S3 reads it
+ * (s3_source_objects). */
 static void each_rename_source(struct req *r, int (*fn)(void *, const char *, const char *))
 {
 	if (req_s3(r)->target != S3T_OBJECT || strcmp(req_method(r), "PUT") != 0)
@@ -732,7 +733,7 @@ static void each_rename_source(struct req *r, int (*fn)(void *, const char *, co
 	if (!src && s3_query_get(req_query(r), "x-amz-rename-source", &q) == 1)
 		src = buf_cstr(&q);
 	if (src)
-		s3_source_objects(src, fn, req_gw(r));
+		s3_source_objects(src, fn, r);
 	buf_fini(&q);
 }
 
@@ -757,8 +758,14 @@ void cache_write_begins(struct req *r)
 	if (!gw->store || req_s3(r)->access != POL_WRITE || !changes_object(r) ||
 	    !req_bucket(r)[0] || !written_object(r, &key, &bucket_wide))
 		return;
-	store_invalidate(gw->store, req_bucket(r), key, bucket_wide);
+	store_write_begin(gw->store, (uint64_t)(uintptr_t)r, req_bucket(r), key, bucket_wide);
 	each_rename_source(r, tombstone_source);
+}
+
+void cache_write_ends(struct req *r)
+{
+	if (req_gw(r)->store)
+		store_write_end(req_gw(r)->store, (uint64_t)(uintptr_t)r);
 }
 
 void cache_invalidate(struct req *r)

@@ -59,10 +59,13 @@ int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exac
  * start, parts and abort change nothing and drop nothing. */
 void cache_invalidate(struct req *r);
 /* Before a write that may change an object goes upstream: its tombstone on
- * NVMe (store_invalidate), so that a crash before S3's answer (S3 may have
- * applied it) cannot give the old version back at the next start;
- * cache_invalidate writes another once the answer is in, newer than what
- * readers learnt meanwhile. */
+ * NVMe (store_write_begin), so that a crash before S3's answer (S3 may have
+ * applied it) cannot give the old version back at the next start, not even
+ * one a reader learnt meanwhile; cache_invalidate writes another once the
+ * answer is in, newer than what readers learnt meanwhile. */
 void cache_write_begins(struct req *r);
+/* The write is over (answered, or given up): what readers learn from now
+ * on is dated as usual. Safe to call when no write began. */
+void cache_write_ends(struct req *r);
 
 #endif

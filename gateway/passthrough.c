@@ -667,6 +667,7 @@ static void upstream_done(struct transfer *t, void *arg, CURLcode result)
 	} else {
 		forget_unheard_write(r);
 	}
+	cache_write_ends(r);
 	if (result != CURLE_OK)
 		log_warn("upstream", "id=%s %s %s: %s", r->id, r->method, buf_cstr(&r->target.url),
 		         transfer_strerror(t, result));

@@ -261,6 +261,8 @@ void req_unref(struct req *r)
 	if (--r->refs > 0)
 		return;
 	pass_fini(r);
+	if (r->write_begun)
+		cache_write_ends(r); /* one stopped before upstream_done */
 	ev_timer_stop(r->w->loop, &r->shape_timer);
 	if (r->upstream_slot)
 		limits_upstream_give(r->key_id);

@@ -102,6 +102,14 @@ struct shard {
 	struct idmap map;
 };
 
+/* A write through this node that has gone, or is about to go, upstream
+ * (store_write_begin): gen, taken before its tombstone's, is older. */
+struct writing {
+	uint64_t owner, gen;
+	bool prefix;
+	char *bucket, *key;        /* one allocation, bucket first */
+};
+
 #define STORE_MAGIC 0x73746f72u /* "stor" */
 
 struct store {
@@ -127,6 +135,11 @@ struct store {
 	bool stopping;
 	pthread_t *threads;
 	unsigned nthreads;
+
+	pthread_mutex_t w_lock;     /* guards writing, nwriting, wcap */
+	struct writing *writing;
+	size_t nwriting, wcap;
+	atomic_size_t writing_n;    /* nwriting, read without the lock */
 
 	atomic_uint_fast64_t inflight_n, hits_ram, hits_disk, misses, coalesced;
 	atomic_uint_fast64_t disk_writes, disk_writes_dropped, disk_write_errors, disk_read_errors;
@@ -222,9 +235,36 @@ static void job_free(struct job *j)
 	free(j);
 }
 
+/*
+ * The generation chunk 0 of (bucket, key) goes to NVMe with: gen, or older
+ * than the tombstone of a write to that object under way through this node.
+ * S3 applies such a write at a moment larder does not see, before its
+ * answer; a read meanwhile may learn the old version, and its chunk 0 (the
+ * object's metadata) would outrank that tombstone. The answer's tombstone
+ * (store_invalidate) covers it, but a crash before the answer leaves only
+ * the first one: then it must.
+ */
+static uint64_t written_floor(struct store *s, const char *bucket, const char *key,
+                              uint64_t gen)
+{
+	if (atomic_load(&s->writing_n) == 0)
+		return gen;
+	pthread_mutex_lock(&s->w_lock);
+	for (size_t i = 0; i < s->nwriting; i++) {
+		const struct writing *w = &s->writing[i];
+		bool covers = strcmp(w->bucket, bucket) == 0 &&
+		              (w->prefix ? strncmp(w->key, key, strlen(w->key)) == 0
+		                         : strcmp(w->key, key) == 0);
+		if (covers && w->gen < gen)
+			gen = w->gen; /* never 0, which names no generation */
+	}
+	pthread_mutex_unlock(&s->w_lock);
+	return gen;
+}
+
 /* A write job with the origin's strings and metadata copied: the caller's
  * die when store_complete returns. */
-static struct job *write_job_new(struct chunk *c, const struct chunk_origin *o)
+static struct job *write_job_new(struct store *s, struct chunk *c, const struct chunk_origin *o)
 {
 	const char *bucket = o && o->bucket ? o->bucket : "";
 	const char *key = o && o->key ? o->key : "";
@@ -255,6 +295,8 @@ static struct job *write_job_new(struct chunk *c, const struct chunk_origin *o)
 		j->o.meta_len = lm;
 	}
 	j->o.index = o ? o->index : 0;
+	if (j->o.index == 0)
+		j->o.gen = written_floor(s, j->o.bucket, j->o.key, j->o.gen);
 	j->o.copy = o && o->copy;
 	chunk_ref(c);
 	j->c = c;
@@ -477,6 +519,7 @@ struct store *store_open(const struct store_config *cfg, store_recover_cb cb, vo
 	for (size_t i = 0; i < INFLIGHT_SHARDS; i++)
 		pthread_mutex_init(&s->inflight[i].lock, NULL);
 	pthread_mutex_init(&s->q_lock, NULL);
+	pthread_mutex_init(&s->w_lock, NULL);
 	pthread_condattr_t ca; /* the batch deadline is on the monotonic clock */
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -567,6 +610,10 @@ void store_close(struct store *s)
 	tier_close(&s->nvme);
 	pthread_mutex_destroy(&s->q_lock);
 	pthread_cond_destroy(&s->q_cv);
+	for (size_t i = 0; i < s->nwriting; i++)
+		free(s->writing[i].bucket);
+	free(s->writing);
+	pthread_mutex_destroy(&s->w_lock);
 	s->magic = 0;
 	free(s);
 }
@@ -693,7 +740,7 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
 		/* A chunk pinned on NVMe is written whatever the queue holds:
 		 * once RAM lets it go, NVMe is where its pin keeps it. The job
 		 * gives the producer's copy back (job_free). */
-		struct job *j = write_job_new(c, o);
+		struct job *j = write_job_new(s, c, o);
 		if (!j || !(job_queue(s, j, false) ||
 		            (disk_pinned(s->disk, &c->id) && job_queue(s, j, true)))) {
 			count(&s->disk_writes_dropped);
@@ -822,7 +869,7 @@ void store_pin_write(struct store *s, struct chunk *c, const struct chunk_origin
 	    !disk_pinned(s->disk, &c->id) || tier_holds(&s->nvme, &c->id, NULL) ||
 	    write_pending(s, &c->id))
 		return;
-	struct job *j = write_job_new(c, o);
+	struct job *j = write_job_new(s, c, o);
 	if (j && !job_queue(s, j, true))
 		job_free(j);
 }
@@ -858,6 +905,61 @@ int store_invalidate(struct store *s, const char *bucket, const char *key, bool 
 	/* Even when the tier is disabled: its entries are still recovered at
 	 * the next start. */
 	return s->disk ? disk_invalidate(s->disk, bucket, key, prefix) : 0;
+}
+
+int store_write_begin(struct store *s, uint64_t owner, const char *bucket, const char *key,
+                      bool prefix)
+{
+	if (!s->disk)
+		return 0;
+	size_t bl = strlen(bucket) + 1, kl = strlen(key) + 1;
+	char *names = malloc(bl + kl);
+	pthread_mutex_lock(&s->w_lock);
+	if (names && s->nwriting == s->wcap) {
+		size_t cap = s->wcap ? s->wcap * 2 : 16;
+		struct writing *nw = realloc(s->writing, cap * sizeof *nw);
+		if (nw) {
+			s->writing = nw;
+			s->wcap = cap;
+		}
+	}
+	if (names && s->nwriting < s->wcap) {
+		memcpy(names, bucket, bl);
+		memcpy(names + bl, key, kl);
+		/* Taken under w_lock: a chunk 0 whose generation is newer looks
+		 * (written_floor) after this entry is in. */
+		s->writing[s->nwriting++] = (struct writing){
+			.owner = owner, .gen = disk_next_gen(s->disk), .prefix = prefix,
+			.bucket = names, .key = names + bl,
+		};
+		atomic_store(&s->writing_n, s->nwriting);
+		names = NULL;
+	}
+	pthread_mutex_unlock(&s->w_lock);
+	if (names) {
+		free(names);
+		log_warn("store", "no memory to note a write to %s/%s%s under way: a crash before "
+		         "its answer may give back the version it replaced", bucket, key,
+		         prefix ? "*" : "");
+	}
+	return store_invalidate(s, bucket, key, prefix);
+}
+
+void store_write_end(struct store *s, uint64_t owner)
+{
+	if (!s->disk || atomic_load(&s->writing_n) == 0)
+		return;
+	pthread_mutex_lock(&s->w_lock);
+	for (size_t i = 0; i < s->nwriting;) {
+		if (s->writing[i].owner == owner) {
+			free(s->writing[i].bucket);
+			s->writing[i] = s->writing[--s->nwriting];
+		} else {
+			i++;
+		}
+	}
+	atomic_store(&s->writing_n, s->nwriting);
+	pthread_mutex_unlock(&s->w_lock);
 }
 
 int store_invalidate_seen(struct store *s, const char *bucket, const char *key)

@@ -149,6 +149,20 @@ uint64_t store_next_gen(struct store *s);
  * Chunks stay (they name one version). Returns 0, or negative errno. */
 int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix);
 
+/* A write through this node to (bucket, key), or with prefix to every key
+ * of bucket under key, is about to go upstream: as store_invalidate, and
+ * until store_write_end(owner) a chunk 0 of an object it covers reaches
+ * NVMe as older than that tombstone. S3 applies the write at some moment
+ * before its answer, and a read meanwhile may learn the old version: if
+ * larder dies before the answer (and the store_invalidate it brings), this
+ * tombstone must cover that chunk. owner names the request (one may begin
+ * several). Any thread. Returns 0, or negative errno. */
+int store_write_begin(struct store *s, uint64_t owner, const char *bucket, const char *key,
+                      bool prefix);
+
+/* The writes owner began are over: answered (and invalidated), or given up. */
+void store_write_end(struct store *s, uint64_t owner);
+
 /* A read found the object (bucket, key) changed upstream (a 412 on
  * If-Match): as store_invalidate, but the caller (a worker) waits for no
  * device: the record outlives a crash of the process, not of the machine

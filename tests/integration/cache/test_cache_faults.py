@@ -1068,9 +1068,9 @@ class SlowFirstByte(FaultCase):
         self.assertEqual(self.origin.count(since=m, method="HEAD", key="slow"), 0)
 
 
-class NvmeTier(harness.S3Asserts, unittest.TestCase):
-    """Restarts, corruption and unusable cache directories; each test starts
-    its own larder processes on a shared origin."""
+class NvmeCase(harness.S3Asserts, unittest.TestCase):
+    """A shared origin; each test starts its own larder processes on a
+    cache directory of its own (start())."""
 
     @classmethod
     def setUpClass(cls):
@@ -1111,6 +1111,10 @@ class NvmeTier(harness.S3Asserts, unittest.TestCase):
         self.assertTrue(wait_on_disk(self.cache_dir, probes),
                         "the chunks never reached a seg-*.log file in LARDER_CACHE_DIR: %s; "
                         "larder log tail:\n%s" % (listing, larder.log()[-6000:]))
+
+
+class NvmeTier(NvmeCase):
+    """Restarts, corruption and unusable cache directories."""
 
     def test_kill9_restart_serves_hits(self):
         data = blob(20, 2 * CHUNK + 4321)

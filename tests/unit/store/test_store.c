@@ -1166,6 +1166,47 @@ static void test_fetch_begun_before_invalidation_not_recovered(void **state)
 	store_close(s);
 }
 
+/* Produces chunk 0 of o's object and waits until n entries were written. */
+static void produce_chunk0(struct store *s, const struct chunk_origin *o, uint64_t n)
+{
+	enum store_role role;
+	struct chunk_id id = cid(0);
+	struct chunk *c = store_acquire(s, &id, CLEN, &role);
+	assert_int_equal(role, STORE_PRODUCE);
+	fill(c, 0);
+	store_complete(s, c, true, 0, o);
+	chunk_unref(c);
+	wait_writes(s, n);
+}
+
+/* A chunk 0 that begins and ends while a write to its object is under way
+ * may hold the version the write replaces (S3 had not applied it yet). If
+ * the process dies before the write's answer, only the tombstone
+ * store_write_begin wrote is on disk: it must cover that chunk. Once the
+ * write is over, a chunk 0 begun afterwards is recovered as usual. */
+static void test_chunk_during_a_write_not_recovered(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/writing", tmpdir);
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	struct chunk_origin o = origin(0);
+	assert_int_equal(store_write_begin(s, 7, o.bucket, o.key, false), 0);
+	produce_chunk0(s, &o, 1);
+	store_close(s); /* as a crash: no store_write_end, no second tombstone */
+
+	int recovered = 0;
+	s = open_disk(dir, 0, recover_cb, &recovered);
+	assert_int_equal(recovered, 0);
+	assert_int_equal(store_write_begin(s, 8, o.bucket, o.key, false), 0);
+	store_write_end(s, 8);
+	produce_chunk0(s, &o, 1);
+	store_close(s);
+	s = open_disk(dir, 0, recover_cb, &recovered);
+	assert_int_equal(recovered, 1);
+	store_close(s);
+}
+
 /* The changed callback of the test below: parks the I/O thread inside its
  * first write until the test lets it go, so the writes queued meanwhile
  * wait in the queue. */
@@ -1322,6 +1363,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pins_in_both_tiers, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_fetch_begun_before_invalidation_not_recovered,
 		                                setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_chunk_during_a_write_not_recovered, setup_dir,
+		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_close_writes_what_is_queued, setup_dir,
 		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_big_write_behind_small_one, setup_dir,

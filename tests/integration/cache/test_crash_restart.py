@@ -1,0 +1,80 @@
+"""Crash consistency of the NVMe tier: larder killed (kill -9) at chosen
+moments, then started again on the same LARDER_CACHE_DIR, must never serve
+an object S3 no longer holds.
+
+The origin is fault_origin.FaultOrigin (it can apply a write and answer it
+late); chunk size is 1 MiB, as in test_cache_faults.
+"""
+import os
+import socket
+import time
+import unittest
+
+import harness
+from test_cache_faults import BUCKET, NvmeCase, blob, finish_larder, md5_etag, wait_on_disk
+
+
+class CrashRestart(NvmeCase):
+
+    def slow_write(self, larder, method, key, body):
+        """Starts a write through larder whose client sends its headers and
+        the first half of its body only: larder has begun the write (and
+        written its tombstone), S3 has not applied it. Returns the socket
+        and the rest of the body."""
+        path = harness.key_path(BUCKET, key)
+        h = harness.sign_headers(method, larder.url + path, harness.CLIENT_KEY,
+                                 harness.CLIENT_SECRET, body=body)
+        h["Content-Length"] = str(len(body))
+        head = "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (method, path, larder.port)
+        head += "".join("%s: %s\r\n" % kv for kv in h.items() if kv[0].lower() != "host")
+        s = socket.create_connection(("127.0.0.1", larder.port), timeout=10)
+        half = len(body) // 2
+        s.sendall(head.encode() + b"\r\n" + body[:half])
+        return s, body[half:]
+
+    def test_read_during_a_write_that_a_crash_cut_short_is_not_served_after_it(self):
+        # A PUT through larder writes its tombstone when it begins; S3 applies
+        # it only once the whole body is in, which for a large upload (or a
+        # multipart completion) takes a while. A cold read meanwhile learns
+        # the old version from S3, and its chunk 0 (with that version's
+        # metadata) reaches NVMe with a generation newer than the tombstone.
+        # If larder dies after S3 applied the write but before it heard the
+        # answer (whose tombstone would cover that chunk), the restart served
+        # the old version, for ever with immutable metadata.
+        key = "cut-short"
+        v1, v2 = blob(61, 300000), blob(62, 200000)
+        self.origin.put(BUCKET, key, v1)
+        a = self.start(LARDER_METADATA_TTL="immutable")
+        sock, rest = self.slow_write(a, "PUT", key, v2)
+        try:
+            # Its tombstone is written before the PUT goes upstream.
+            tombs = os.path.join(self.cache_dir, "tombstones.log")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and os.path.getsize(tombs) == 0:
+                time.sleep(0.02)
+            self.assertGreater(os.path.getsize(tombs), 0, "the PUT never began")
+            r = self.get(a, key)
+            self.assertEqual((r.status, r.headers.get("etag")), (200, md5_etag(v1)), r)
+            self.assertTrue(wait_on_disk(self.cache_dir, [v1[1000:1064]]),
+                            "v1's chunk 0 never reached the NVMe tier: the test proves nothing")
+            self.origin.answer_after_next(5000, methods=("PUT",), key=key)
+            sock.sendall(rest)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (self.origin.get(BUCKET, key).data != v2):
+                time.sleep(0.01)
+            self.assertEqual(self.origin.get(BUCKET, key).data, v2, "S3 never applied the PUT")
+            a.proc.kill()
+            a.proc.wait()
+        finally:
+            sock.close()
+        b = self.start(LARDER_METADATA_TTL="immutable")
+        r = self.get(b, key)
+        self.assertEqual((r.status, r.complete), (200, True), r)
+        self.assertEqual(r.headers.get("etag"), md5_etag(v2),
+                         "the restart served the version S3 had replaced")
+        self.assertTrue(r.body == v2)
+        finish_larder(self, b)
+
+
+if __name__ == "__main__":
+    unittest.main()
