@@ -210,7 +210,13 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 	 * on it), then switches itself off at the first failed writes. */
 	struct statvfs fs;
 	if (fstatvfs(d->dirfd, &fs) == 0) {
+		/* The head's preallocation (dk_head_ensure) is the tier's own
+		 * room, not taken from it: counted in, or a tier that fits warns. */
+		struct stat hs;
 		uint64_t room = (uint64_t)fs.f_bavail * fs.f_frsize + d->used;
+		if (d->head && fstat(d->head->fd, &hs) == 0 &&
+		    (uint64_t)hs.st_blocks * 512 > d->head->size)
+			room += (uint64_t)hs.st_blocks * 512 - d->head->size;
 		if (capacity > room)
 			log_warn(TOPIC, "%s: LARDER_DISK_CACHE_SIZE is %" PRIu64 " bytes, but its file "
 			         "system has room for %" PRIu64 " (free, and what the tier holds): the "

@@ -328,22 +328,34 @@ class FullCacheFileSystem(DurableCase):
             pass
         return filler
 
-    def test_tier_larger_than_its_file_system_is_said(self):
-        # LARDER_DISK_CACHE_SIZE past what the file system holds was taken
-        # without a word: the tier filled it, then switched itself off.
+    def start_log_with_size(self, size):
+        """The log of a start with LARDER_DISK_CACHE_SIZE=size; larder is
+        then started again with the class's 4 MiB."""
         self.larder.stop()
-        self.larder.env["LARDER_DISK_CACHE_SIZE"] = "64MiB"
+        self.larder.env["LARDER_DISK_CACHE_SIZE"] = size
         try:
             self.larder.start()
             self.assertTrue(harness.wait_port(self.ADMIN_PORT, 10), self.larder.log()[-3000:])
-            self.assertRegex(self.larder.log(), r"warn .*LARDER_DISK_CACHE_SIZE is 67108864 "
-                             r"bytes, but its file system has room for \d+")
+            return self.larder.log()
         finally:
             self.larder.stop()
             self.larder.env["LARDER_DISK_CACHE_SIZE"] = "4MiB"
             self.larder.start()
             self.assertTrue(harness.wait_port(self.ADMIN_PORT, 10))
+
+    def test_tier_larger_than_its_file_system_is_said(self):
+        # LARDER_DISK_CACHE_SIZE past what the file system holds was taken
+        # without a word: the tier filled it, then switched itself off.
+        self.assertRegex(self.start_log_with_size("64MiB"), r"warn .*LARDER_DISK_CACHE_SIZE is "
+                         r"67108864 bytes, but its file system has room for \d+")
         self.assertNotIn("LARDER_DISK_CACHE_SIZE is", self.larder.log())
+
+    def test_tier_that_fits_its_file_system_is_not_warned(self):
+        # The check ran after the start had preallocated the head segment
+        # (a quarter of the size, up to 64 MiB): those blocks counted as
+        # taken, and a 13 MiB tier on the 16 MiB file system (room for it
+        # and the tombstones' 1 MiB) was told to shrink.
+        self.assertNotIn("LARDER_DISK_CACHE_SIZE is", self.start_log_with_size("13MiB"))
 
     def test_start_on_a_full_file_system(self):
         # A start rewrites tombstones.log without the records no entry needs
