@@ -160,6 +160,10 @@ static int cluster_check(struct load *L)
 	if (!c->advertise || !strchr(c->advertise, ':'))
 		return load_fail(L, "LARDER_ADVERTISE: a cluster node needs the host:port its peers reach "
 		            "it at, got \"%s\"", c->advertise ? c->advertise : "");
+	/* Its share of the chunks is its capacity: a node with none owns nothing. */
+	if (!c->ram_cache_bytes && !(c->cache_dir && c->disk_cache_bytes))
+		return load_fail(L, "LARDER_RAM_CACHE_SIZE: 0 and no NVMe tier (LARDER_CACHE_DIR, "
+		                 "LARDER_DISK_CACHE_SIZE): a cluster node needs a cache to share");
 	if (c->cluster_ca_file && access(c->cluster_ca_file, R_OK) != 0)
 		return load_fail(L, "LARDER_CLUSTER_CA_FILE: cannot read \"%s\": %s", c->cluster_ca_file,
 		            strerror(errno));

@@ -37,6 +37,8 @@ enum kind {
 	K_POLICY,  /* cache policy name */
 	K_ADMIN,   /* host:port into admin_host + admin_port, or "off" */
 	K_TOKEN,   /* bearer token; empty = unset */
+	K_HOSTPORT, /* host:port kept as written (peers connect to it); empty = unset */
+	K_NAME,    /* min-max visible bytes, no blanks; empty = unset */
 };
 
 struct setting {

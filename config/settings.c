@@ -76,8 +76,10 @@ const struct setting load_settings[] = {
 	SET("admin", "listen", "LARDER_ADMIN_LISTEN", K_ADMIN, admin_host, 0, 0),
 	SET("admin", "token", "LARDER_ADMIN_TOKEN", K_TOKEN, admin_token, 16, 256),
 	SET("cluster", "redis_url", "LARDER_REDIS_URL", K_PATH, redis_url, 0, 0),
-	SET("cluster", "node_id", "LARDER_NODE_ID", K_PATH, node_id, 0, 0),
-	SET("cluster", "advertise", "LARDER_ADVERTISE", K_PATH, advertise, 0, 0),
+	/* At most CLUSTER_NAME_MAX - 1 (cluster/cluster.h), as node ids and
+	 * addresses travel in the membership. */
+	SET("cluster", "node_id", "LARDER_NODE_ID", K_NAME, node_id, 1, 127),
+	SET("cluster", "advertise", "LARDER_ADVERTISE", K_HOSTPORT, advertise, 1, 127),
 	SET("cluster", "secret", "LARDER_CLUSTER_SECRET", K_TOKEN, cluster_secret, 16, 256),
 	SET("cluster", "directory_ttl", "LARDER_DIRECTORY_TTL", K_UINT, directory_ttl_s, 10,
 	    7 * 86400),
@@ -296,6 +298,32 @@ int load_setting(struct load *L, const struct setting *s, const char *v, const c
 	}
 	case K_URL:
 		return set_url(L, field, v, where);
+	case K_HOSTPORT: {
+		/* Peers build http://ADVERTISE/... from it: "host:" or a scheme
+		 * would pass as a name and leave the node unreachable. */
+		if (!*v)
+			return load_set_str(L, field, NULL);
+		if (strstr(v, "://"))
+			return load_fail(L, "%s: expected host:port, not a URL: \"%s\"", where, v);
+		char *host = NULL;
+		uint16_t port = 0;
+		r = set_listen(L, v, where, &host, &port);
+		free(host);
+		if (r)
+			return r;
+		if (strlen(v) > s->max)
+			return load_fail(L, "%s: at most %lu characters, got %zu", where, s->max, strlen(v));
+		return load_set_str(L, field, v);
+	}
+	case K_NAME:
+		if (!*v)
+			return load_set_str(L, field, NULL);
+		for (const char *p = v; *p; p++)
+			if ((unsigned char)*p <= ' ' || *p == 0x7f)
+				return load_fail(L, "%s: a blank or a control character in it", where);
+		if (strlen(v) > s->max)
+			return load_fail(L, "%s: at most %lu characters, got %zu", where, s->max, strlen(v));
+		return load_set_str(L, field, v);
 	case K_REGION:
 		if (!load_valid_region(v))
 			return load_fail(L, "%s: expected a region name such as us-east-1, got \"%s\"", where, v);

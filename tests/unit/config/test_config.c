@@ -833,6 +833,27 @@ static void test_cluster_settings(void **state)
 	                                          "rediss://", "@r:6379", NULL });
 	assert_null(cfg_load_text(NULL, tls, err, sizeof err));
 	assert_null(strstr(err, "hunter2"));
+
+	/* Peers connect to http://ADVERTISE/...: it is a host and a port. */
+	static const char *const bad_advertise[] = { "LARDER_ADVERTISE=10.0.0.1:",
+		"LARDER_ADVERTISE=10.0.0.1:http", "LARDER_ADVERTISE=http://10.0.0.1:8080",
+		"LARDER_ADVERTISE=fd00::1:8080", "LARDER_ADVERTISE=10.0.0.1:8080/" };
+	for (size_t i = 0; i < sizeof bad_advertise / sizeof *bad_advertise; i++) {
+		const char *env[] = { bad_advertise[i], NULL };
+		expect_error(NULL, env, (const char *[]){ "LARDER_ADVERTISE", NULL });
+	}
+	expect_error("[cluster]\nadvertise = :8080\n", NULL,
+	             (const char *[]){ "line 2: [cluster] advertise", NULL });
+	const char *v6[] = { "LARDER_REDIS_URL=redis://r:6379", "LARDER_ADVERTISE=[fd00::1]:8080",
+		"LARDER_CLUSTER_SECRET=0123456789abcdef", "LARDER_NODE_ID=n1", NULL };
+	assert_non_null(c = cfg_load_text(NULL, v6, err, sizeof err));
+	assert_string_equal(c->advertise, "[fd00::1]:8080");
+	cfg_free(c);
+	const char *blank_id[] = { "LARDER_NODE_ID=node one", NULL };
+	expect_error(NULL, blank_id, (const char *[]){ "LARDER_NODE_ID", NULL });
+	const char *no_cache[] = { "LARDER_REDIS_URL=redis://r:6379", "LARDER_ADVERTISE=h:1",
+		"LARDER_CLUSTER_SECRET=0123456789abcdef", "LARDER_RAM_CACHE_SIZE=0", NULL };
+	expect_error(NULL, no_cache, (const char *[]){ "LARDER_RAM_CACHE_SIZE", NULL });
 }
 
 /* [bucket NAME] list_cache_ttl, list_cache_prefixes; [cache] list_cache_size */

@@ -1,0 +1,73 @@
+"""Settings checked as the documentation says: a bad value names the
+setting that holds it (and its line in the file)."""
+import os
+import subprocess
+import unittest
+
+import harness
+
+CLUSTER = {"LARDER_REDIS_URL": "redis://127.0.0.1:6379", "LARDER_NODE_ID": "n1",
+           "LARDER_ADVERTISE": "127.0.0.1:8080", "LARDER_CLUSTER_SECRET": "0123456789abcdef0123"}
+
+
+def run_check(env, config_text=None):
+    """larder serve --check with only env (and the upstream's) set."""
+    binary = harness.larder_binary()
+    if not os.access(binary, os.X_OK):
+        raise unittest.SkipTest("larder binary not built: " + binary)
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
+    e.update({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
+              "LARDER_UPSTREAM_URL": "http://127.0.0.1:9"})
+    e.update(env)
+    args = [binary, "serve", "--check"]
+    if config_text is not None:
+        d = harness.tempfile.mkdtemp(prefix="larder-settings-")
+        path = os.path.join(d, "larder.conf")
+        with open(path, "w") as f:
+            f.write(config_text)
+        args += ["--config", path]
+    try:
+        return subprocess.run(args, env=e, capture_output=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+    finally:
+        if config_text is not None:
+            harness.shutil.rmtree(d, True)
+
+
+class ClusterSettings(unittest.TestCase):
+    """LARDER_ADVERTISE is where peers fetch this node's chunks: an address
+    they cannot use passed --check, and the node then started and was
+    never reachable (its peers fell back to S3). Cluster mistakes named
+    LARDER_REDIS_URL whatever setting was wrong."""
+
+    def assert_refused(self, env, needle, config_text=None):
+        out = run_check(env, config_text)
+        self.assertEqual(out.returncode, 2, (env, out.stdout, out.stderr))
+        self.assertIn(needle, out.stderr, (env, out.stderr))
+        self.assertNotIn(b"configuration ok", out.stdout)
+        return out
+
+    def test_advertise_must_be_host_and_port(self):
+        for bad in ("10.0.0.1:", "10.0.0.1:http", ":8080", "http://10.0.0.1:8080",
+                    "10.0.0.1:8080/", "10.0.0.1:0", "10.0.0.1:99999", "fd00::1:8080"):
+            self.assert_refused(dict(CLUSTER, LARDER_ADVERTISE=bad), b"LARDER_ADVERTISE")
+        for good in ("10.0.0.1:8080", "larder-0.larder-peers.larder.svc.cluster.local:8080",
+                     "larder_1:8080", "[fd00::1]:8080"):
+            out = run_check(dict(CLUSTER, LARDER_ADVERTISE=good))
+            self.assertEqual(out.returncode, 0, (good, out.stderr))
+
+    def test_advertise_in_the_file_names_its_line(self):
+        env = {k: v for k, v in CLUSTER.items() if k != "LARDER_ADVERTISE"}
+        self.assert_refused(env, b"larder.conf:2: [cluster] advertise",
+                            config_text="[cluster]\nadvertise = 10.0.0.1:\n")
+
+    def test_cluster_mistakes_name_their_setting(self):
+        out = self.assert_refused(dict(CLUSTER, LARDER_NODE_ID="node one"), b"LARDER_NODE_ID")
+        self.assertNotIn(b"LARDER_REDIS_URL", out.stderr)
+        out = self.assert_refused(dict(CLUSTER, LARDER_RAM_CACHE_SIZE="0"),
+                                  b"LARDER_RAM_CACHE_SIZE")
+        self.assertNotIn(b"LARDER_REDIS_URL", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
