@@ -394,6 +394,76 @@ void cfg_free(struct cfg *c)
 	free(c);
 }
 
+/* ---- what a reload leaves as it was ---------------------------------------- */
+
+static bool same_str(const char *a, const char *b)
+{
+	return a && b ? strcmp(a, b) == 0 : a == b;
+}
+
+static bool same_setting(const struct setting *s, const struct cfg *a, const struct cfg *b)
+{
+	const char *pa = (const char *)a + s->off, *pb = (const char *)b + s->off;
+	switch (s->kind) {
+	case K_LISTEN:
+		return a->listen_port == b->listen_port && same_str(a->listen_host, b->listen_host);
+	case K_ADMIN:
+		return a->admin_port == b->admin_port && same_str(a->admin_host, b->admin_host);
+	case K_UINT:
+		return *(const unsigned *)pa == *(const unsigned *)pb;
+	case K_SIZE:
+		return *(const size_t *)pa == *(const size_t *)pb;
+	case K_TTL:
+		return *(const long *)pa == *(const long *)pb;
+	case K_ADDR:
+		return *(const enum cfg_addressing *)pa == *(const enum cfg_addressing *)pb;
+	case K_BOOL:
+		return *(const bool *)pa == *(const bool *)pb;
+	default: /* the rest are strings */
+		return same_str(*(char *const *)pa, *(char *const *)pb);
+	}
+}
+
+static bool same_buckets(const struct cfg *a, const struct cfg *b)
+{
+	if (a->n_bucket_regions != b->n_bucket_regions || a->n_list_caches != b->n_list_caches)
+		return false;
+	for (size_t i = 0; i < a->n_bucket_regions; i++)
+		if (!same_str(a->bucket_regions[i].bucket, b->bucket_regions[i].bucket) ||
+		    !same_str(a->bucket_regions[i].region, b->bucket_regions[i].region))
+			return false;
+	for (size_t i = 0; i < a->n_list_caches; i++) {
+		const struct cfg_list_cache *x = &a->list_caches[i], *y = &b->list_caches[i];
+		if (!same_str(x->bucket, y->bucket) || x->ttl_s != y->ttl_s ||
+		    x->n_prefixes != y->n_prefixes)
+			return false;
+		for (size_t j = 0; j < x->n_prefixes; j++)
+			if (!same_str(x->prefixes[j], y->prefixes[j]))
+				return false;
+	}
+	return true;
+}
+
+bool cfg_restart_change(const struct cfg *running, const struct cfg *fresh, size_t *from,
+                        char *out, size_t n)
+{
+	for (size_t i = *from; i < N_SETTINGS; i++) {
+		const struct setting *s = &load_settings[i];
+		if (same_setting(s, running, fresh))
+			continue;
+		*from = i + 1;
+		snprintf(out, n, "[%s] %s (%s)", s->section, s->name, s->env);
+		return true;
+	}
+	if (*from <= N_SETTINGS && !same_buckets(running, fresh)) {
+		*from = N_SETTINGS + 1;
+		snprintf(out, n, "[bucket NAME] sections (region, list_cache_ttl, list_cache_prefixes)");
+		return true;
+	}
+	*from = N_SETTINGS + 1;
+	return false;
+}
+
 const struct client_key *cfg_find_key(const struct cfg *c, const char *id)
 {
 	if (!c || !id)

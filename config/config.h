@@ -155,6 +155,14 @@ void cfg_free(struct cfg *c);
  * caller can give, since shells export many variables. */
 const char *cfg_env_unknown(const char *const *envp, size_t *from);
 
+/* The next setting, from *from on, whose value differs between running
+ * and fresh and that a SIGHUP does not apply (every one but the [key] and
+ * [anonymous] sections, LARDER_CLIENT_KEY/SECRET and LARDER_ANONYMOUS):
+ * "[section] name (LARDER_NAME)" into out, and *from left after it.
+ * false: none left. */
+bool cfg_restart_change(const struct cfg *running, const struct cfg *fresh, size_t *from,
+                        char *out, size_t n);
+
 /* The key with this id, or NULL. */
 const struct client_key *cfg_find_key(const struct cfg *c, const char *id);
 

@@ -666,6 +666,13 @@ static void reload_keys(struct gw *gw, struct cfg **owned)
 	*owned = fresh;
 	log_info("config", "reloaded: %zu client keys%s", fresh->n_keys,
 	         fresh->anonymous.n_grants ? ", anonymous access on" : "");
+	/* Only keys and grants are swapped: say what else changed, or the
+	 * operator takes it for applied. */
+	struct cfg running = *gw->cfg; /* a shallow copy, only compared */
+	running.max_connections = gw->max_connections_set;
+	char what[160];
+	for (size_t at = 0; cfg_restart_change(&running, fresh, &at, what, sizeof what);)
+		log_warn("config", "reload: %s changed: not applied until a restart", what);
 }
 
 /* This node's cluster settings (redis_url NULL: no cluster). */
@@ -774,6 +781,8 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	gw.n_workers = cfg->workers ? cfg->workers : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 	if (gw.n_workers == 0)
 		gw.n_workers = 1;
+	gw.max_connections_set = cfg->max_connections;
+	gw.max_connections_set = cfg->max_connections;
 	int held = port_unheld(ai);
 	if (held != 0 || fit_open_files(cfg) != 0) {
 		if (held == -EADDRINUSE)

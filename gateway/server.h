@@ -60,6 +60,7 @@ struct gw {
 	pthread_rwlock_t keys_lock;
 	struct cfg *keys;
 	const char *config_path;
+	unsigned max_connections_set;   /* as configured, before fit_open_files lowered it */
 
 	atomic_uint open_connections;
 	atomic_bool draining;

@@ -1,10 +1,14 @@
 """Settings checked as the documentation says: a bad value names the
-setting that holds it (and its line in the file)."""
+setting that holds it (and its line in the file), and a SIGHUP says which
+changed settings it did not apply."""
 import os
+import signal
 import subprocess
+import time
 import unittest
 
 import harness
+from harness import Larder
 
 CLUSTER = {"LARDER_REDIS_URL": "redis://127.0.0.1:6379", "LARDER_NODE_ID": "n1",
            "LARDER_ADVERTISE": "127.0.0.1:8080", "LARDER_CLUSTER_SECRET": "0123456789abcdef0123"}
@@ -67,6 +71,45 @@ class ClusterSettings(unittest.TestCase):
         out = self.assert_refused(dict(CLUSTER, LARDER_RAM_CACHE_SIZE="0"),
                                   b"LARDER_RAM_CACHE_SIZE")
         self.assertNotIn(b"LARDER_REDIS_URL", out.stderr)
+
+
+class ReloadSaysWhatItSkips(harness.S3Asserts, unittest.TestCase):
+    """SIGHUP applies keys, grants and the anonymous grants; any other
+    setting changed in the file was dropped without a word, and the log
+    said only "reloaded"."""
+
+    KEY = "[key LARDERSETTINGSKEY01]\nsecret = settings-secret-0000000000000001\nbuckets = *\n"
+
+    def test_changed_settings_that_need_a_restart_are_named(self):
+        conf = "[server]\nmax_skew = 900\n[cache]\nram_size = 64MiB\n" + self.KEY
+        # Past the open-file limit (20,000 here) larder lowers
+        # LARDER_MAX_CONNECTIONS itself: that is no change of the setting.
+        larder = Larder(env={"LARDER_ADMIN_TOKEN": "settings-admin-token-0001",
+                             "LARDER_MAX_CONNECTIONS": "1000000",
+                             "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
+                             "LARDER_UPSTREAM_URL": "http://127.0.0.1:9"},
+                        config_text=conf, client_key=False)
+        self.addCleanup(larder.cleanup)
+        larder.start()
+        larder.write_config(conf.replace("64MiB", "128MiB") +
+                            "[bucket eu-data]\nregion = eu-west-1\n" +
+                            self.KEY.replace("01]", "02]"))
+        larder.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "reloaded" not in larder.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        log = larder.log()
+        self.assertIn("reloaded: 2 client keys", log)
+        self.assertIn("[cache] ram_size", log)
+        self.assertIn("LARDER_RAM_CACHE_SIZE", log)
+        self.assertIn("[bucket", log)
+        self.assertIn("restart", log)
+        # Unchanged settings, and those the environment holds, are not named.
+        for quiet in ("max_skew", "LARDER_ADMIN_TOKEN", "LARDER_LISTEN", "LARDER_NODE_ID",
+                      "max_connections"):
+            self.assertNotIn(quiet, log)
+        self.assertEqual(larder.stop(), 0, larder.log())
+        larder.check_sanitizers(self)
 
 
 if __name__ == "__main__":
