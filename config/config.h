@@ -7,7 +7,8 @@
  * config/larder.conf).
  * Client keys with per-bucket policies need the file; the environment can
  * add one read-write key on every bucket (LARDER_CLIENT_KEY/SECRET).
- * An empty environment variable counts as unset. Unknown sections and
+ * An empty environment variable counts as unset; an empty value in the file
+ * is an error. Unknown sections and
  * settings in the file are errors; file lines are at most 198 characters
  * (libinih), so a long "buckets" list continues on indented lines.
  *

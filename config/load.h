@@ -27,18 +27,18 @@ enum kind {
 	K_SIZE,    /* size_t via cfg_parse_size, in [min, max] */
 	K_LEVEL,   /* log level name */
 	K_LOGDEST, /* "-", "off" or a path */
-	K_DOMAIN,  /* host name; empty = unset */
-	K_URL,     /* http(s) URL; empty = unset */
+	K_DOMAIN,  /* host name */
+	K_URL,     /* http(s) URL */
 	K_REGION,
 	K_ADDR,
 	K_BOOL,
-	K_PATH,    /* file path; empty = unset */
+	K_PATH,    /* file path */
 	K_TTL,     /* seconds, or "immutable" (-1) */
 	K_POLICY,  /* cache policy name */
 	K_ADMIN,   /* host:port into admin_host + admin_port, or "off" */
-	K_TOKEN,   /* bearer token; empty = unset */
-	K_HOSTPORT, /* host:port kept as written (peers connect to it); empty = unset */
-	K_NAME,    /* min-max visible bytes, no blanks; empty = unset */
+	K_TOKEN,   /* bearer token */
+	K_HOSTPORT, /* host:port kept as written (peers connect to it) */
+	K_NAME,    /* min-max visible bytes, no blanks */
 };
 
 struct setting {

@@ -190,8 +190,6 @@ static bool valid_hostname(const char *s)
 
 static int set_url(struct load *L, char **field, const char *v, const char *where)
 {
-	if (!*v)
-		return load_set_str(L, field, NULL);
 	size_t skip;
 	if (strncasecmp(v, "http://", 7) == 0)
 		skip = 7;
@@ -222,6 +220,15 @@ int load_setting(struct load *L, const struct setting *s, const char *v, const c
 	uint64_t size = 0;
 	int r;
 
+	/* Only the file hands over an empty value (an empty variable is unset).
+	 * There "name =" is a mistake, such as a template's empty variable: it
+	 * would turn the upstream URL, the cache directory or the token off
+	 * without a word. */
+	if (!*v && (s->kind == K_TOKEN || s->kind == K_URL || s->kind == K_DOMAIN ||
+	            s->kind == K_PATH || s->kind == K_HOSTPORT || s->kind == K_NAME))
+		return load_fail(L, "%s: no value (to leave it unset, leave the line out or comment it "
+		                 "out)", where);
+
 	switch (s->kind) {
 	case K_LISTEN:
 		return set_listen(L, v, where, &L->c->listen_host, &L->c->listen_port);
@@ -233,8 +240,6 @@ int load_setting(struct load *L, const struct setting *s, const char *v, const c
 		return set_listen(L, v, where, &L->c->admin_host, &L->c->admin_port);
 	case K_TOKEN:
 		/* It travels in an Authorization header: visible ASCII, no blanks. */
-		if (!*v)
-			return load_set_str(L, field, NULL);
 		for (const char *p = v; *p; p++)
 			if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
 				return load_fail(L, "%s: only visible ASCII characters, no spaces", where);
@@ -277,10 +282,8 @@ int load_setting(struct load *L, const struct setting *s, const char *v, const c
 			                 "%s: \"%s\" is not a destination: use \"-\" for standard "
 			                 "output, \"off\" for none, or a file path (./%s for a file so named)",
 			                 where, v, v);
-		return load_set_str(L, field, *v ? v : NULL);
+		return load_set_str(L, field, v);
 	case K_DOMAIN: {
-		if (!*v)
-			return load_set_str(L, field, NULL);
 		char *d = strdup(v);
 		if (!d)
 			return load_fail(L, "out of memory");
@@ -301,8 +304,6 @@ int load_setting(struct load *L, const struct setting *s, const char *v, const c
 	case K_HOSTPORT: {
 		/* Peers build http://ADVERTISE/... from it: "host:" or a scheme
 		 * would pass as a name and leave the node unreachable. */
-		if (!*v)
-			return load_set_str(L, field, NULL);
 		if (strstr(v, "://"))
 			return load_fail(L, "%s: expected host:port, not a URL: \"%s\"", where, v);
 		char *host = NULL;
@@ -316,8 +317,6 @@ int load_setting(struct load *L, const struct setting *s, const char *v, const c
 		return load_set_str(L, field, v);
 	}
 	case K_NAME:
-		if (!*v)
-			return load_set_str(L, field, NULL);
 		for (const char *p = v; *p; p++)
 			if ((unsigned char)*p <= ' ' || *p == 0x7f)
 				return load_fail(L, "%s: a blank or a control character in it", where);

@@ -73,6 +73,25 @@ class ClusterSettings(unittest.TestCase):
         self.assertNotIn(b"LARDER_REDIS_URL", out.stderr)
 
 
+class EmptyValuesInTheFile(unittest.TestCase):
+    """"name =" with nothing after it turned four kinds of setting off (the
+    upstream URL, so AWS S3; the cache directory, so RAM only; the admin
+    token; the cluster's Redis URL...) without a word, where every other
+    setting called it an error: a config template whose variable was empty
+    fell back to the defaults. (An empty environment variable is unset, as
+    documented.)"""
+
+    def test_an_empty_value_is_an_error_naming_the_line(self):
+        for section, name in (("upstream", "url"), ("cache", "dir"), ("admin", "token"),
+                              ("cluster", "redis_url"), ("server", "base_domain"),
+                              ("server", "tls_cert"), ("upstream", "ca_file")):
+            out = run_check({}, "[%s]\n%s =\n" % (section, name))
+            self.assertEqual(out.returncode, 2, (section, name, out.stdout, out.stderr))
+            self.assertIn(("larder.conf:2: [%s] %s" % (section, name)).encode(), out.stderr)
+        out = run_check({"LARDER_UPSTREAM_URL": "", "LARDER_CACHE_DIR": ""})
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+
 class ReloadSaysWhatItSkips(harness.S3Asserts, unittest.TestCase):
     """SIGHUP applies keys, grants and the anonymous grants; any other
     setting changed in the file was dropped without a word, and the log
