@@ -3,8 +3,8 @@
  * environment variables, checked as a whole before anything starts.
  *
  * Precedence: built-in default < file < environment. Every [server],
- * [upstream], [cache] and [admin] setting has an environment variable (see
- * config/larder.conf).
+ * [upstream], [cache], [admin] and [cluster] setting has an environment
+ * variable (see config/larder.conf).
  * Client keys with per-bucket policies need the file; the environment can
  * add one read-write key on every bucket (LARDER_CLIENT_KEY/SECRET).
  * An empty environment variable counts as unset; an empty value in the file
@@ -67,7 +67,7 @@ struct cfg {
 	enum cfg_addressing addressing; /* LARDER_UPSTREAM_ADDRESSING: auto|path|virtual */
 	bool upstream_tls_verify;     /* LARDER_UPSTREAM_TLS_VERIFY, default true */
 	char *upstream_ca_file;       /* LARDER_UPSTREAM_CA_FILE */
-	unsigned upstream_timeout_s;  /* LARDER_UPSTREAM_TIMEOUT: connect + first byte */
+	unsigned upstream_timeout_s;  /* LARDER_UPSTREAM_TIMEOUT: connect; a transfer's stall */
 	unsigned creds_refresh_margin_s; /* LARDER_CREDS_REFRESH_MARGIN: refresh this long before expiry */
 
 	unsigned upstream_retries;    /* LARDER_UPSTREAM_RETRIES: retries of 5xx/SlowDown, default 3 */
