@@ -308,8 +308,9 @@ static char *read_file(const char *path, char *err, size_t errlen)
 		return NULL;
 	}
 	char *text = malloc(MAX_FILE_BYTES + 1);
+	errno = 0;
 	size_t n = text ? fread(text, 1, MAX_FILE_BYTES + 1, f) : 0;
-	bool bad = text && ferror(f);
+	int bad = text && ferror(f) ? (errno ? errno : EIO) : 0;
 	fclose(f);
 	if (!text) {
 		snprintf(err, errlen, "%s: out of memory", path);
@@ -317,8 +318,8 @@ static char *read_file(const char *path, char *err, size_t errlen)
 	}
 	if (bad || n > MAX_FILE_BYTES || memchr(text, '\0', n)) {
 		snprintf(err, errlen, "%s: %s", path,
-		         bad ? "read error" : n > MAX_FILE_BYTES ? "larger than 1 MiB"
-		                                               : "contains a NUL byte");
+		         bad ? strerror(bad) : n > MAX_FILE_BYTES ? "larger than 1 MiB"
+		                                                  : "contains a NUL byte");
 		free(text);
 		return NULL;
 	}

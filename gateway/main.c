@@ -71,10 +71,12 @@ static int serve(int argc, char **argv)
 	const char *path = NULL;
 	int check = 0;
 	for (int i = 0; i < argc; i++) {
-		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-			path = argv[++i];
-		} else if (strncmp(argv[i], "--config=", 9) == 0) {
-			path = argv[i] + 9;
+		if (strcmp(argv[i], "--config") == 0 || strncmp(argv[i], "--config=", 9) == 0) {
+			path = argv[i][8] == '=' ? argv[i] + 9 : i + 1 < argc ? argv[++i] : "";
+			if (!*path) {
+				fprintf(stderr, "larder serve: --config needs a FILE\n");
+				return 2;
+			}
 		} else if (strcmp(argv[i], "--check") == 0) {
 			check = 1;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

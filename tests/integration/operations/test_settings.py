@@ -92,6 +92,33 @@ class EmptyValuesInTheFile(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
 
 
+class ConfigFileArgument(unittest.TestCase):
+    """--config without its FILE was "unknown argument \"--config\"",
+    --config= tried a file named "" (": cannot open"), and a directory
+    was "read error"."""
+
+    def run_serve(self, *args):
+        binary = harness.larder_binary()
+        if not os.access(binary, os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + binary)
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
+        return subprocess.run([binary, "serve"] + list(args), env=e, capture_output=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+
+    def test_config_needs_a_file(self):
+        for args in (["--check", "--config"], ["--config=", "--check"]):
+            out = self.run_serve(*args)
+            self.assertEqual(out.returncode, 2, (args, out.stderr))
+            self.assertIn(b"--config needs a FILE", out.stderr, args)
+
+    def test_a_directory_is_named_as_one(self):
+        d = harness.tempfile.mkdtemp(prefix="larder-settings-")
+        self.addCleanup(harness.shutil.rmtree, d, True)
+        out = self.run_serve("--config", d, "--check")
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn(os.strerror(21).encode(), out.stderr)  # EISDIR
+
+
 class ReloadSaysWhatItSkips(harness.S3Asserts, unittest.TestCase):
     """SIGHUP applies keys, grants and the anonymous grants; any other
     setting changed in the file was dropped without a word, and the log
