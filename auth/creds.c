@@ -233,6 +233,58 @@ static void provider_free(struct creds_provider *p)
 	curl_global_cleanup();
 }
 
+/* The first source that yields credentials into *out (its index in *s),
+ * or an error in err: why the configured source failed, or why each was
+ * passed over. SRC_OK, else -1. */
+static int run_chain(const struct src_ctx *x, struct creds *out, enum source *s, char *err,
+                     size_t errlen)
+{
+	struct buf notes; /* why each source was passed over, for the final error */
+	buf_init(&notes, 1024);
+	char why[512];
+	int rc = SRC_NOT_SET;
+	for (*s = 0; *s < SOURCE_COUNT; (*s)++) {
+		why[0] = '\0';
+		rc = source_fns[*s](x, out, why, sizeof why);
+		if (rc < 0 && *s == SOURCE_IMDS)
+			rc = SRC_NOT_SET; /* no IMDS is the normal case off EC2 */
+		if (rc == SRC_OK || rc < 0)
+			break;
+		if (why[0])
+			buf_printf(&notes, "; %s", why);
+	}
+	if (rc < 0) {
+		creds_seterr(err, errlen, "%s credentials: %s", source_names[*s], why);
+	} else if (rc != SRC_OK) {
+		creds_seterr(err, errlen,
+		             "no AWS credentials found (tried environment, shared credentials/config files, web "
+		             "identity, container, EC2 instance metadata%s)%s",
+		             creds_env_true(x->env, "AWS_EC2_METADATA_DISABLED") ? " [disabled]" : "",
+		             buf_cstr(&notes));
+	}
+	buf_fini(&notes);
+	return rc == SRC_OK ? SRC_OK : -1;
+}
+
+int creds_check(const char *const *envp, const char *region, char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+	struct env_copy env;
+	if (env_copy_init(&env, envp) != 0) {
+		env_copy_fini(&env);
+		creds_seterr(err, errlen, "out of memory");
+		return -1;
+	}
+	struct src_ctx x = { .env = &env, .region = region, .offline = true };
+	struct creds c = { 0 };
+	enum source s;
+	int rc = run_chain(&x, &c, &s, err, errlen);
+	creds_wipe(&c);
+	env_copy_fini(&env);
+	return rc == SRC_OK ? 0 : -1;
+}
+
 struct creds_provider *creds_provider_create(const char *const *envp, const char *region,
                                              unsigned refresh_margin_s, char *err, size_t errlen)
 {
@@ -266,32 +318,8 @@ struct creds_provider *creds_provider_create(const char *const *envp, const char
 	}
 
 	struct src_ctx x = { .env = &p->env, .region = p->region, .stop = NULL };
-	struct buf notes; /* why each source was passed over, for the final error */
-	buf_init(&notes, 1024);
-	char why[512];
-	int rc = SRC_NOT_SET;
 	enum source s;
-	for (s = 0; s < SOURCE_COUNT; s++) {
-		why[0] = '\0';
-		rc = source_fns[s](&x, &p->cur, why, sizeof why);
-		if (rc < 0 && s == SOURCE_IMDS)
-			rc = SRC_NOT_SET; /* no IMDS is the normal case off EC2 */
-		if (rc == SRC_OK || rc < 0)
-			break;
-		if (why[0])
-			buf_printf(&notes, "; %s", why);
-	}
-	if (rc < 0) {
-		creds_seterr(err, errlen, "%s credentials: %s", source_names[s], why);
-	} else if (rc != SRC_OK) {
-		creds_seterr(err, errlen,
-		             "no AWS credentials found (tried environment, shared credentials/config files, web "
-		             "identity, container, EC2 instance metadata%s)%s",
-		             creds_env_true(&p->env, "AWS_EC2_METADATA_DISABLED") ? " [disabled]" : "",
-		             buf_cstr(&notes));
-	}
-	buf_fini(&notes);
-	if (rc != SRC_OK) {
+	if (run_chain(&x, &p->cur, &s, err, errlen) != SRC_OK) {
 		provider_free(p);
 		return NULL;
 	}

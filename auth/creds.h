@@ -64,6 +64,15 @@ struct creds_provider *creds_provider_create(const char *const *envp, const char
                                              unsigned refresh_margin_s,
                                              char *err, size_t errlen);
 
+/*
+ * What creds_provider_create would refuse without asking the network (for
+ * larder serve --check, and the start before it): the chain run on the
+ * environment and the shared files, with a source that would fetch (STS,
+ * the container endpoint, IMDS) taken as working once its local settings
+ * and token file check out. 0, or -1 with the same message in err.
+ */
+int creds_check(const char *const *envp, const char *region, char *err, size_t errlen);
+
 /* Copies the current credentials. Thread-safe; never blocks on I/O. The
  * copy holds secrets: wipe it (explicit_bzero) when done. */
 void creds_provider_get(struct creds_provider *p, struct creds *out);

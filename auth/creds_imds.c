@@ -77,6 +77,8 @@ int creds_src_imds(const struct src_ctx *x, struct creds *out, char *why, size_t
 {
 	if (creds_env_true(x->env, "AWS_EC2_METADATA_DISABLED"))
 		return SRC_NOT_SET;
+	if (x->offline) /* only IMDS knows whether there is an instance role */
+		return SRC_OK;
 	char *base = imds_base(x);
 	char *url = NULL;
 	struct buf tok, hdr, resp;

@@ -47,6 +47,10 @@ struct src_ctx {
 	const struct env_copy *env;
 	const char *region;
 	atomic_bool *stop;
+	/* creds_check: no network. A provider that would fetch answers after
+	 * its local checks: SRC_OK with *out empty (it may well work), or why
+	 * not. */
+	bool offline;
 };
 
 typedef int (*source_fn)(const struct src_ctx *x, struct creds *out, char *why, size_t whylen);

@@ -218,6 +218,10 @@ int creds_src_web_identity(const struct src_ctx *x, struct creds *out, char *why
 		rc = -EINVAL;
 		goto out;
 	}
+	if (x->offline) { /* STS would say the rest */
+		rc = SRC_OK;
+		goto out;
+	}
 	url = sts_endpoint(x);
 	esc = curl_easy_init();
 	if (!url || !esc) {

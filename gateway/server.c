@@ -724,6 +724,10 @@ int gw_check(const struct cfg *cfg)
 		log_error("config", "LARDER_REDIS_URL: %s", err);
 		rc = -1;
 	}
+	if (creds_check(NULL, cfg->upstream_region, err, sizeof err) != 0) {
+		log_error("creds", "no upstream credentials: %s", err);
+		rc = -1;
+	}
 	int e = access_log_check(cfg->access_log);
 	if (e) {
 		log_error("config", "LARDER_ACCESS_LOG: cannot open \"%s\" for writing: %s",
@@ -751,6 +755,14 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	/* A source set up wrong (a key id without its secret, a missing token
+	 * file) is a configuration error, as --check says; a source that
+	 * does not answer is not. */
+	if (creds_check(NULL, cfg->upstream_region, err, sizeof err) != 0) {
+		log_error("creds", "no upstream credentials: %s", err);
+		rc = 2;
+		goto out;
+	}
 	gw.creds = creds_provider_create(NULL, cfg->upstream_region, cfg->creds_refresh_margin_s,
 	                                 err, sizeof err);
 	if (!gw.creds) {

@@ -92,6 +92,69 @@ class EmptyValuesInTheFile(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
 
 
+class UpstreamCredentialsChecked(unittest.TestCase):
+    """--check said "configuration ok" where the start then stopped (exit 1)
+    for want of upstream credentials it was told where to find: a key id
+    without its secret, a profile no file holds, a web identity token file
+    that is not there. The entrypoint runs --check, so a container passed
+    it and then died. --check cannot call STS, the container endpoint or
+    IMDS: it checks what is local."""
+
+    def check(self, env):
+        binary = harness.larder_binary()
+        if not os.access(binary, os.X_OK):
+            raise unittest.SkipTest("larder binary not built: " + binary)
+        d = harness.tempfile.mkdtemp(prefix="larder-settings-")
+        self.addCleanup(harness.shutil.rmtree, d, True)
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
+        e.update({"HOME": d, "AWS_EC2_METADATA_DISABLED": "true",
+                  "LARDER_UPSTREAM_URL": "http://127.0.0.1:9", "LARDER_ADMIN_LISTEN": "off",
+                  "LARDER_LISTEN": "127.0.0.1:%d" % harness.free_port()})
+        e.update({k: v.replace("HOME", d) for k, v in env.items()})
+        check = subprocess.run([binary, "serve", "--check"], env=e, capture_output=True,
+                               timeout=30, stdin=subprocess.DEVNULL)
+        start = subprocess.run([binary, "serve"], env=e, capture_output=True, timeout=30,
+                               stdin=subprocess.DEVNULL)
+        return check, start
+
+    def test_what_the_start_refuses_check_refuses(self):
+        role = "arn:aws:iam::123456789012:role/larder"
+        for env, needle in (({"AWS_ACCESS_KEY_ID": "AKIDONLY"}, b"AWS_SECRET_ACCESS_KEY"),
+                            ({"AWS_PROFILE": "nosuch"}, b"nosuch"),
+                            ({"AWS_WEB_IDENTITY_TOKEN_FILE": "HOME/token", "AWS_ROLE_ARN": role},
+                             b"AWS_WEB_IDENTITY_TOKEN_FILE"),
+                            ({"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/creds",
+                              "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": "HOME/pod-token"},
+                             b"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")):
+            check, start = self.check(env)
+            self.assertEqual(check.returncode, 2, (env, check.stdout, check.stderr))
+            self.assertIn(needle, check.stderr, env)
+            self.assertNotIn(b"configuration ok", check.stdout)
+            self.assertEqual(start.returncode, 2, (env, start.stderr))
+            self.assertIn(needle, start.stderr, env)
+
+    def test_sources_it_cannot_reach_pass(self):
+        d = harness.tempfile.mkdtemp(prefix="larder-settings-")
+        self.addCleanup(harness.shutil.rmtree, d, True)
+        token = os.path.join(d, "token")
+        with open(token, "w") as f:
+            f.write("eyJhbGciOiJSUzI1NiJ9.e30.sig\n")
+        off = {"AWS_EC2_METADATA_DISABLED": "true"}
+        for env, code in (({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}, 0),
+                          (dict(off, AWS_WEB_IDENTITY_TOKEN_FILE=token,
+                                AWS_ROLE_ARN="arn:aws:iam::123456789012:role/larder"), 0),
+                          ({}, 0),  # nothing set: IMDS may answer (it is not asked)
+                          (off, 2)):  # nor IMDS: the start would find nothing
+            binary = harness.larder_binary()
+            e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
+            e.update(env, HOME=d)
+            t0 = time.monotonic()
+            out = subprocess.run([binary, "serve", "--check"], env=e, capture_output=True,
+                                 timeout=30, stdin=subprocess.DEVNULL)
+            self.assertEqual(out.returncode, code, (env, out.stderr))
+            self.assertLess(time.monotonic() - t0, 5, "--check waited on the network")
+
+
 class ConfigFileArgument(unittest.TestCase):
     """--config without its FILE was "unknown argument \"--config\"",
     --config= tried a file named "" (": cannot open"), and a directory

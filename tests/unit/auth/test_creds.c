@@ -1061,6 +1061,50 @@ static void t_nothing_configured(void **state)
 	assert_non_null(strstr(err, "no AWS credentials found"));
 }
 
+/* creds_check: what the chain refuses without the network (--check). */
+static void t_check_offline(void **state)
+{
+	(void)state;
+	char err[512], tok[512];
+	struct envb e;
+	envb_base(&e, true);
+	envb_add(&e, "AWS_ACCESS_KEY_ID=AKIAONLY");
+	assert_int_equal(creds_check((const char *const *)e.v, "us-east-1", err, sizeof err), -1);
+	assert_non_null(strstr(err, "AWS_SECRET_ACCESS_KEY"));
+	envb_free(&e);
+
+	envb_base(&e, true);
+	envb_add(&e, "AWS_PROFILE=nosuch");
+	assert_int_equal(creds_check((const char *const *)e.v, "us-east-1", err, sizeof err), -1);
+	assert_non_null(strstr(err, "nosuch"));
+	envb_free(&e);
+
+	envb_base(&e, true);
+	envb_add(&e, "AWS_ROLE_ARN=arn:aws:iam::123456789012:role/r");
+	envb_add(&e, "AWS_WEB_IDENTITY_TOKEN_FILE=%s/no-such-token", tmpdir);
+	assert_int_equal(creds_check((const char *const *)e.v, "us-east-1", err, sizeof err), -1);
+	assert_non_null(strstr(err, "AWS_WEB_IDENTITY_TOKEN_FILE"));
+	envb_free(&e);
+
+	/* A token that is there: STS is not asked (its endpoint is unreachable). */
+	write_file("check-token", "a.b.c\n", tok, sizeof tok);
+	envb_base(&e, true);
+	envb_add(&e, "AWS_ROLE_ARN=arn:aws:iam::123456789012:role/r");
+	envb_add(&e, "AWS_WEB_IDENTITY_TOKEN_FILE=%s", tok);
+	envb_add(&e, "AWS_ENDPOINT_URL_STS=http://127.0.0.1:1");
+	assert_int_equal(creds_check((const char *const *)e.v, "us-east-1", err, sizeof err), 0);
+	envb_free(&e);
+
+	envb_base(&e, true); /* nothing, not even IMDS */
+	assert_int_equal(creds_check((const char *const *)e.v, "us-east-1", err, sizeof err), -1);
+	assert_non_null(strstr(err, "no AWS credentials found"));
+	envb_free(&e);
+	envb_base(&e, false); /* IMDS may answer: not asked */
+	envb_add(&e, "AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:1");
+	assert_int_equal(creds_check((const char *const *)e.v, "us-east-1", err, sizeof err), 0);
+	envb_free(&e);
+}
+
 /* ---- refresh ------------------------------------------------------- */
 
 #define REFRESH_MARGIN 1
@@ -1311,6 +1355,7 @@ int main(void)
 		cmocka_unit_test_setup(t_imds, test_setup),
 		cmocka_unit_test_setup(t_chain_order, test_setup),
 		cmocka_unit_test_setup(t_nothing_configured, test_setup),
+		cmocka_unit_test_setup(t_check_offline, test_setup),
 		cmocka_unit_test_setup(t_refresh_imds, test_setup),
 		cmocka_unit_test_setup(t_refresh_web_identity_rotating, test_setup),
 		cmocka_unit_test_setup(t_refresh_retry, test_setup),
