@@ -599,6 +599,46 @@ static void test_example_conf(void **state)
 	cfg_free(c);
 }
 
+/* The example gives each number's range after its value ("workers = 0 ; 0-1024"):
+ * its top is taken and one more is refused. Settings whose top another one
+ * caps (window_min, the pin caps) are only refused past it. */
+static void test_example_ranges(void **state)
+{
+	(void)state;
+	assert_non_null(example_path);
+	FILE *f = fopen(example_path, "r");
+	assert_non_null(f);
+	char line[256], section[32] = "", name[64], lo[32], hi[32], text[256], err[512];
+	int checked = 0;
+	while (fgets(line, sizeof line, f)) {
+		if (sscanf(line, ";[%31[a-z]]", section) == 1 || sscanf(line, "[%31[a-z]]", section) == 1)
+			continue;
+		const char *l = line[0] == ';' ? line + 1 : line;
+		if (sscanf(l, "%63[a-z_] = %*s ; %31[0-9A-Za-z]-%31[0-9A-Za-z]", name, lo, hi) != 3 &&
+		    sscanf(l, "%63[a-z_] = %*s ; 0, or %31[0-9A-Za-z]-%31[0-9A-Za-z]", name, lo, hi) != 3)
+			continue;
+		uint64_t top;
+		assert_int_equal(cfg_parse_size(hi, &top), 0);
+		bool capped = strcmp(name, "window_min") == 0 || strncmp(name, "pin_max", 7) == 0;
+		snprintf(text, sizeof text, "[%s]\n%s = %llu\n", section, name,
+		         (unsigned long long)top);
+		struct cfg *c = cfg_load_text(text, NULL, err, sizeof err);
+		if (!c && !capped)
+			fail_msg("%s: the documented top was refused: %s", text, err);
+		cfg_free(c);
+		snprintf(text, sizeof text, "[%s]\n%s = %llu\n", section, name,
+		         (unsigned long long)top + 1);
+		c = cfg_load_text(text, NULL, err, sizeof err);
+		if (c)
+			fail_msg("%s: one past the documented top was taken", text);
+		if (!strstr(err, name))
+			fail_msg("%s: the error does not name it: %s", text, err);
+		checked++;
+	}
+	fclose(f);
+	assert_true(checked >= 25);
+}
+
 /* ---- sizes ---------------------------------------------------------------- */
 
 static void test_sizes(void **state)
@@ -926,6 +966,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_long_lines),
 		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_example_conf),
+		cmocka_unit_test(test_example_ranges),
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_cache_settings),
 		cmocka_unit_test(test_cluster_settings),
