@@ -163,6 +163,22 @@ def larder_binary():
     return os.path.join(build, "gateway", "larder")
 
 
+def run_serve(args, env=None, upstream=True, timeout=30):
+    """`larder serve ARGS` run to its end, in the test's environment less every
+    AWS_* and LARDER_* variable, plus (upstream=True) stand-in upstream
+    settings, plus env. Skips the test when the binary is not built."""
+    binary = larder_binary()
+    if not os.access(binary, os.X_OK):
+        raise unittest.SkipTest("larder binary not built: " + binary)
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
+    if upstream:
+        e.update({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
+                  "LARDER_UPSTREAM_URL": "http://127.0.0.1:9"})
+    e.update(env or {})
+    return subprocess.run([binary, "serve"] + list(args), env=e, capture_output=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
 # ---------------------------------------------------------------- upstream
 
 

@@ -412,16 +412,7 @@ class BadConfiguration(unittest.TestCase):
     """A configuration mistake stops the start, names the setting, exits 2."""
 
     def run_larder(self, env, *args):
-        binary = harness.larder_binary()
-        if not os.access(binary, os.X_OK):
-            raise unittest.SkipTest("larder binary not built: " + binary)
-        e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
-        e.update({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
-                  "LARDER_UPSTREAM_URL": "http://127.0.0.1:9"})
-        e.update(env)
-        import subprocess
-        return subprocess.run([binary, "serve"] + list(args), env=e, capture_output=True,
-                              timeout=30, stdin=subprocess.DEVNULL)
+        return harness.run_serve(args, env)
 
     def test_bad_settings_name_themselves(self):
         for env, needle in (({"LARDER_LISTEN": "127.0.0.1:99999"}, b"LARDER_LISTEN"),

@@ -1,9 +1,11 @@
-"""Settings checked as the documentation says: a bad value names the
-setting that holds it (and its line in the file), and a SIGHUP says which
-changed settings it did not apply."""
+"""Settings checked as the documentation says: a bad value (or upstream
+credentials set up wrong) stops --check and the start alike, naming the
+setting (and its line in the file); a SIGHUP says which changed settings
+it did not apply."""
 import os
+import shutil
 import signal
-import subprocess
+import tempfile
 import time
 import unittest
 
@@ -14,28 +16,24 @@ CLUSTER = {"LARDER_REDIS_URL": "redis://127.0.0.1:6379", "LARDER_NODE_ID": "n1",
            "LARDER_ADVERTISE": "127.0.0.1:8080", "LARDER_CLUSTER_SECRET": "0123456789abcdef0123"}
 
 
+def scratch_dir(case):
+    d = tempfile.mkdtemp(prefix="larder-settings-")
+    case.addCleanup(shutil.rmtree, d, True)
+    return d
+
+
 def run_check(env, config_text=None):
-    """larder serve --check with only env (and the upstream's) set."""
-    binary = harness.larder_binary()
-    if not os.access(binary, os.X_OK):
-        raise unittest.SkipTest("larder binary not built: " + binary)
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
-    e.update({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
-              "LARDER_UPSTREAM_URL": "http://127.0.0.1:9"})
-    e.update(env)
-    args = [binary, "serve", "--check"]
-    if config_text is not None:
-        d = harness.tempfile.mkdtemp(prefix="larder-settings-")
+    """larder serve --check with only env (and a stand-in upstream) set."""
+    if config_text is None:
+        return harness.run_serve(["--check"], env)
+    d = tempfile.mkdtemp(prefix="larder-settings-")
+    try:
         path = os.path.join(d, "larder.conf")
         with open(path, "w") as f:
             f.write(config_text)
-        args += ["--config", path]
-    try:
-        return subprocess.run(args, env=e, capture_output=True, timeout=30,
-                              stdin=subprocess.DEVNULL)
+        return harness.run_serve(["--check", "--config", path], env)
     finally:
-        if config_text is not None:
-            harness.shutil.rmtree(d, True)
+        shutil.rmtree(d, True)
 
 
 class ClusterSettings(unittest.TestCase):
@@ -101,21 +99,13 @@ class UpstreamCredentialsChecked(unittest.TestCase):
     IMDS: it checks what is local."""
 
     def check(self, env):
-        binary = harness.larder_binary()
-        if not os.access(binary, os.X_OK):
-            raise unittest.SkipTest("larder binary not built: " + binary)
-        d = harness.tempfile.mkdtemp(prefix="larder-settings-")
-        self.addCleanup(harness.shutil.rmtree, d, True)
-        e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
-        e.update({"HOME": d, "AWS_EC2_METADATA_DISABLED": "true",
-                  "LARDER_UPSTREAM_URL": "http://127.0.0.1:9", "LARDER_ADMIN_LISTEN": "off",
-                  "LARDER_LISTEN": "127.0.0.1:%d" % harness.free_port()})
+        d = scratch_dir(self)
+        e = {"HOME": d, "AWS_EC2_METADATA_DISABLED": "true",
+             "LARDER_UPSTREAM_URL": "http://127.0.0.1:9", "LARDER_ADMIN_LISTEN": "off",
+             "LARDER_LISTEN": "127.0.0.1:%d" % harness.free_port()}
         e.update({k: v.replace("HOME", d) for k, v in env.items()})
-        check = subprocess.run([binary, "serve", "--check"], env=e, capture_output=True,
-                               timeout=30, stdin=subprocess.DEVNULL)
-        start = subprocess.run([binary, "serve"], env=e, capture_output=True, timeout=30,
-                               stdin=subprocess.DEVNULL)
-        return check, start
+        return (harness.run_serve(["--check"], e, upstream=False),
+                harness.run_serve([], e, upstream=False))
 
     def test_what_the_start_refuses_check_refuses(self):
         role = "arn:aws:iam::123456789012:role/larder"
@@ -134,8 +124,7 @@ class UpstreamCredentialsChecked(unittest.TestCase):
             self.assertIn(needle, start.stderr, env)
 
     def test_sources_it_cannot_reach_pass(self):
-        d = harness.tempfile.mkdtemp(prefix="larder-settings-")
-        self.addCleanup(harness.shutil.rmtree, d, True)
+        d = scratch_dir(self)
         token = os.path.join(d, "token")
         with open(token, "w") as f:
             f.write("eyJhbGciOiJSUzI1NiJ9.e30.sig\n")
@@ -145,12 +134,8 @@ class UpstreamCredentialsChecked(unittest.TestCase):
                                 AWS_ROLE_ARN="arn:aws:iam::123456789012:role/larder"), 0),
                           ({}, 0),  # nothing set: IMDS may answer (it is not asked)
                           (off, 2)):  # nor IMDS: the start would find nothing
-            binary = harness.larder_binary()
-            e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
-            e.update(env, HOME=d)
             t0 = time.monotonic()
-            out = subprocess.run([binary, "serve", "--check"], env=e, capture_output=True,
-                                 timeout=30, stdin=subprocess.DEVNULL)
+            out = harness.run_serve(["--check"], dict(env, HOME=d), upstream=False)
             self.assertEqual(out.returncode, code, (env, out.stderr))
             self.assertLess(time.monotonic() - t0, 5, "--check waited on the network")
 
@@ -160,24 +145,14 @@ class ConfigFileArgument(unittest.TestCase):
     --config= tried a file named "" (": cannot open"), and a directory
     was "read error"."""
 
-    def run_serve(self, *args):
-        binary = harness.larder_binary()
-        if not os.access(binary, os.X_OK):
-            raise unittest.SkipTest("larder binary not built: " + binary)
-        e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LARDER_"))}
-        return subprocess.run([binary, "serve"] + list(args), env=e, capture_output=True,
-                              timeout=30, stdin=subprocess.DEVNULL)
-
     def test_config_needs_a_file(self):
         for args in (["--check", "--config"], ["--config=", "--check"]):
-            out = self.run_serve(*args)
+            out = harness.run_serve(args)
             self.assertEqual(out.returncode, 2, (args, out.stderr))
             self.assertIn(b"--config needs a FILE", out.stderr, args)
 
     def test_a_directory_is_named_as_one(self):
-        d = harness.tempfile.mkdtemp(prefix="larder-settings-")
-        self.addCleanup(harness.shutil.rmtree, d, True)
-        out = self.run_serve("--config", d, "--check")
+        out = harness.run_serve(["--config", scratch_dir(self), "--check"])
         self.assertEqual(out.returncode, 2, out.stderr)
         self.assertIn(os.strerror(21).encode(), out.stderr)  # EISDIR
 
