@@ -642,7 +642,9 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 	store_get_stats(gw->store, &st);
 	log_info("store", "RAM tier %zu MiB; %s; chunk %zu KiB; policy %s; %" PRIu64
 	         " chunks recovered from NVMe", cfg->ram_cache_bytes >> 20,
-	         cfg->cache_dir ? "NVMe tier in LARDER_CACHE_DIR" : "no NVMe tier (LARDER_CACHE_DIR unset)",
+	         !cfg->cache_dir ? "no NVMe tier (LARDER_CACHE_DIR unset)"
+	         : !cfg->disk_cache_bytes ? "no NVMe tier (LARDER_DISK_CACHE_SIZE=0)"
+	                                  : "NVMe tier in LARDER_CACHE_DIR",
 	         cfg->chunk_bytes >> 10, cfg->cache_policy, st.disk_entries);
 	return 0;
 }

@@ -157,6 +157,25 @@ class ConfigFileArgument(unittest.TestCase):
         self.assertIn(os.strerror(21).encode(), out.stderr)  # EISDIR
 
 
+class StartLogSaysWhatRuns(unittest.TestCase):
+    """LARDER_DISK_CACHE_SIZE=0 turns the NVMe tier off (larder.conf), but
+    with LARDER_CACHE_DIR set the start logged "NVMe tier in
+    LARDER_CACHE_DIR"."""
+
+    def test_disk_size_zero_is_logged_as_no_nvme_tier(self):
+        larder = Larder(env={"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b",
+                             "LARDER_UPSTREAM_URL": "http://127.0.0.1:9",
+                             "LARDER_CACHE_DIR": scratch_dir(self),
+                             "LARDER_DISK_CACHE_SIZE": "0"})
+        self.addCleanup(larder.cleanup)
+        larder.start()
+        self.assertEqual(larder.stop(), 0, larder.log())
+        store = [l for l in larder.log().splitlines() if "[store] RAM tier" in l]
+        self.assertEqual(len(store), 1, larder.log())
+        self.assertIn("no NVMe tier", store[0])
+        self.assertIn("LARDER_DISK_CACHE_SIZE", store[0])
+
+
 class ReloadSaysWhatItSkips(harness.S3Asserts, unittest.TestCase):
     """SIGHUP applies keys, grants and the anonymous grants; any other
     setting changed in the file was dropped without a word, and the log
