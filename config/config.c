@@ -507,8 +507,8 @@ unsigned cfg_list_ttl(const struct cfg *c, const char *bucket, const char *prefi
 
 /*
  * <digits>[.<digits>] [unit], unit case-insensitive: none or B (bytes);
- * K, M, G, T, kB, MB, GB, TB (powers of 1000); Ki, Mi, Gi, Ti, KiB ... TiB
- * (powers of 1024). The result must be a whole number of bytes.
+ * K, M, G, T, P, kB ... PB (powers of 1000); Ki, Mi, Gi, Ti, Pi, KiB ... PiB
+ * (powers of 1024): the documented ranges reach 1PiB. The result must be a whole number of bytes.
  */
 int cfg_parse_size(const char *s, uint64_t *out)
 {
@@ -522,6 +522,8 @@ int cfg_parse_size(const char *s, uint64_t *out)
 		{ "mi", 1ull << 20 }, { "mib", 1ull << 20 },
 		{ "gi", 1ull << 30 }, { "gib", 1ull << 30 },
 		{ "ti", 1ull << 40 }, { "tib", 1ull << 40 },
+		{ "p", 1000000000000000ull }, { "pb", 1000000000000000ull },
+		{ "pi", 1ull << 50 }, { "pib", 1ull << 50 },
 	};
 	if (!s || !out)
 		return -EINVAL;

@@ -660,6 +660,9 @@ static void test_sizes(void **state)
 		{ "2MB", 2000000 },
 		{ "3T", 3000000000000ull },
 		{ "1TiB", 1ull << 40 },
+		{ "1PiB", 1ull << 50 },
+		{ "2pb", 2000000000000000ull },
+		{ "16383Pi", 16383ull << 50 },
 		{ "10 B", 10 },
 		{ " 16 KiB ", 16384 },
 		{ "0.5KiB", 512 },
@@ -669,7 +672,7 @@ static void test_sizes(void **state)
 	};
 	static const char *const bad[] = {
 		"", " ", "-1", "+1", "-1KiB", "1.5", "0.1KiB", "abc", "12abc", "1 2", "1.", ".5",
-		"1..5K", "5XiB", "5KiBB", "1e3", "0x10", "18446744073709551616", "16777216TiB",
+		"1..5K", "5XiB", "5KiBB", "1e3", "0x10", "18446744073709551616", "16777216TiB", "16384PiB",
 		"99999999999999999999999GB", "1.123456789123GiB", "10 MiB extra", "1KiB\n2",
 	};
 	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
