@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds larder and runs it in the foreground.
 #
-# Without LARDER_UPSTREAM_URL, a local demo upstream is started first: moto on
-# 127.0.0.1:9000 (no signature checks) with a bucket `demo` holding two objects;
-# it is stopped when larder exits. Without LARDER_CLIENT_KEY, a fixed demo key
-# pair is used and the exports to reach larder with the AWS CLI are printed.
-# Every other LARDER_* setting is read from the environment (see config/larder.conf).
+# Without LARDER_UPSTREAM_URL and without a config file (LARDER_CONFIG, or
+# --config FILE among the arguments, which go to `larder serve`), a local demo
+# upstream is started first: moto on 127.0.0.1:9000 (no signature checks) with
+# a bucket `demo` holding two objects; it is stopped when larder exits. A config
+# file names its own upstream (or S3's), and its own keys. Without
+# LARDER_CLIENT_KEY or a config file, a fixed demo key pair is used and the
+# exports to reach larder with the AWS CLI are printed. Every other LARDER_*
+# setting is read from the environment (see config/larder.conf).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -16,7 +19,7 @@ if ((deps_rc != 0 && deps_rc != 2)); then exit "$deps_rc"; fi
 scripts/build.sh plain
 BIN="${LARDER_BUILD_DIR:-build}/gateway/larder"
 
-export LARDER_LISTEN="${LARDER_LISTEN:-127.0.0.1:8080}"
+listen="${LARDER_LISTEN:-127.0.0.1:8080}" # larder's default; a config file may say another
 moto_pid=""
 larder_pid=""
 cleanup() {
@@ -25,7 +28,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [[ -z "${LARDER_UPSTREAM_URL:-}" ]]; then
+config="${LARDER_CONFIG:-}"
+for arg in "$@"; do
+  case "$arg" in --config|--config=*) config=yes ;; esac
+done
+
+if [[ -z "${LARDER_UPSTREAM_URL:-}" && -z "$config" ]]; then
   if ((deps_rc == 2)); then
     echo "run.sh: LARDER_UPSTREAM_URL is unset and the demo upstream needs python3 with moto and boto3" >&2
     exit 1
@@ -60,7 +68,7 @@ s3.put_object(Bucket="demo", Key="data/numbers.csv", Body=b"n,square\n1,1\n2,4\n
 PY
 fi
 
-if [[ -z "${LARDER_CLIENT_KEY:-}" && -z "${LARDER_CONFIG:-}" ]]; then
+if [[ -z "${LARDER_CLIENT_KEY:-}" && -z "$config" ]]; then
   export LARDER_CLIENT_KEY="LARDERDEMOKEY0000001"
   export LARDER_CLIENT_SECRET="larder-demo-secret-do-not-use-in-production"
   cat <<MSG
@@ -70,13 +78,13 @@ larder demo key (read-write on every bucket). In another shell:
   export AWS_ACCESS_KEY_ID=$LARDER_CLIENT_KEY
   export AWS_SECRET_ACCESS_KEY=$LARDER_CLIENT_SECRET
   export AWS_DEFAULT_REGION=us-east-1
-  export AWS_ENDPOINT_URL=http://$LARDER_LISTEN
-  aws --endpoint-url http://$LARDER_LISTEN s3 ls
+  export AWS_ENDPOINT_URL=http://$listen
+  aws --endpoint-url http://$listen s3 ls
 
 MSG
 fi
 
-echo "run.sh: starting larder on $LARDER_LISTEN (upstream $LARDER_UPSTREAM_URL); Ctrl-C stops it"
+echo "run.sh: starting larder (upstream ${LARDER_UPSTREAM_URL:-as the config file says}); Ctrl-C stops it"
 "$BIN" serve "$@" &
 larder_pid=$!
 trap 'kill -TERM "$larder_pid" 2>/dev/null || true' INT TERM

@@ -853,6 +853,50 @@ class KubernetesManifests(unittest.TestCase):
 # ------------------------------------------------------------------ entrypoint
 
 
+class RunScript(unittest.TestCase):
+    """README's first command, scripts/run.sh, with a config file of the user's."""
+
+    def test_a_config_file_names_the_upstream_not_the_demo(self):
+        # run.sh started its demo moto whenever LARDER_UPSTREAM_URL was unset,
+        # and pointed larder at it through that variable, which outranks the
+        # file: a config file's upstream (and its listen address) was ignored.
+        need_larder(self)
+        tmp = tempfile.mkdtemp(prefix="larder-runsh-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        port, upstream = harness.free_port(), "http://127.0.0.1:%d" % harness.free_port()
+        conf = os.path.join(tmp, "larder.conf")
+        with open(conf, "w") as f:
+            f.write("[server]\nlisten = 127.0.0.1:%d\n[upstream]\nurl = %s\n[admin]\nlisten = off\n"
+                    % (port, upstream))
+        env = base_env({"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "example",
+                        "HOME": tmp})
+        for k in ("CI", "LARDER_BUILD_DIR"):
+            if k in os.environ:
+                env[k] = os.environ[k]
+        out_path = os.path.join(tmp, "out")
+        with open(out_path, "w") as out:
+            p = subprocess.Popen([os.path.join(harness.REPO, "scripts", "run.sh"), "--config", conf],
+                                 env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            up = harness.wait_port(port, 120, p)
+        finally:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        with open(out_path) as f:
+            text = f.read()
+        self.assertTrue(up, text[-3000:])
+        self.assertNotIn("demo upstream", text)
+        self.assertNotIn("demo key", text)
+        self.assertRegex(text, r"listening on http://127\.0\.0\.1:%d .*; upstream %s"
+                         % (port, re.escape(upstream)))
+
+
 class Entrypoint(unittest.TestCase):
     def setUp(self):
         self.larder = need_larder(self)
