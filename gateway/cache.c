@@ -151,10 +151,10 @@ bool cache_active(const struct req *r)
 	return req_cread(r) && req_cread(r)->active;
 }
 
-const char *cache_outcome(const struct req *r, bool with_body)
+const char *cache_outcome(const struct req *r)
 {
 	const struct cread *c = req_cread(r);
-	return c->meta_loaded || (with_body && c->miss) ? "miss" : "hit";
+	return c->meta_loaded || c->miss || c->busy ? "miss" : "hit";
 }
 
 void cache_free(struct req *r)

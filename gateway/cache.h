@@ -36,9 +36,10 @@ bool cache_active(const struct req *r);
 bool cache_passes(struct req *r);              /* the pass-through serves it after all */
 enum MHD_Result cache_respond(struct req *r);  /* the body is in: answer (or wait) */
 /* "hit" or "miss", for x-larder-cache and the access log: a miss when the
- * metadata was learnt or revalidated for this request, or (with_body) when
- * some byte of the body came from upstream. */
-const char *cache_outcome(const struct req *r, bool with_body);
+ * metadata was learnt or revalidated for this request, when some byte of the
+ * body came from upstream, or when a chunk it needed was not held (an error
+ * answer after its fetch failed, or was refused at the memory bound). */
+const char *cache_outcome(const struct req *r);
 void cache_learn(struct req *r);               /* upstream's headers: a part, checksums */
 void cache_end(struct req *r);                 /* the request is over */
 void cache_free(struct req *r);                /* the request is freed */

@@ -474,7 +474,7 @@ enum MHD_Result req_respond_error(struct req *r)
 		MHD_add_response_header(resp, "Content-Range", cr);
 	}
 	if (cache_active(r))
-		MHD_add_response_header(resp, "x-larder-cache", cache_outcome(r, false));
+		MHD_add_response_header(resp, "x-larder-cache", cache_outcome(r));
 	req_add_common_headers(r, resp);
 	if (r->err == S3E_SLOW_DOWN) { /* as S3 does: when to try again */
 		char after[16];
@@ -752,7 +752,7 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 			.duration_ms = (clock_mono_s() - r->t_start) * 1000.0,
 			.upstream_status = (int)r->ustatus,
 			.error_code = err,
-			.cache = cache_active(r) ? cache_outcome(r, true)
+			.cache = cache_active(r) ? cache_outcome(r)
 			       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
 		};
 		log_access(&rec);

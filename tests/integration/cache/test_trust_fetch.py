@@ -486,5 +486,54 @@ class ReadAheadKeepsUp(TrustCase):
         self.assertLess(took, 1.8, "a cold 10-chunk read took %.2f s" % took)
 
 
+class RefusedReadsAreMisses(TrustCase):
+    """x-larder-cache, the access log's cache= and the hit ratio say "hit"
+    only for answers that needed nothing from upstream. A read of a known
+    object whose chunk was not held, answered 503 because its fetch failed or
+    was refused at the memory bound, is a miss: before, both said "hit" (the
+    header even when the log said "miss"), so the hit ratio rose as the RAM
+    tier ran short. 64 KiB chunks; a 128 KiB RAM tier and as much in flight."""
+    EXTRA_ENV = {"LARDER_CHUNK_SIZE": "64KiB", "LARDER_RAM_CACHE_SIZE": "128KiB",
+                 "LARDER_INFLIGHT_SIZE": "128KiB", "LARDER_DISK_CACHE_SIZE": "0",
+                 "LARDER_READAHEAD": "0", "LARDER_UPSTREAM_RETRIES": "0"}
+
+    def known(self, key, size):
+        """key at the origin, its metadata (and chunk 0) learnt by larder."""
+        self.origin.put(BUCKET, key, blob(60, size))
+        r = self.get(key, {"Range": "bytes=0-0"})
+        self.assertEqual(r.status, 206, r)
+
+    def assertMiss(self, r, code):
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (503, code), r)
+        rid = r.headers.get("x-larder-request-id")
+        deadline = time.monotonic() + 5  # the line is written as the request ends
+        while True:
+            logged = [a.get("cache") for a in self.larder.access_records() if a.get("id") == rid]
+            if logged or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual((r.cache, logged), ("miss", ["miss"]), r)
+
+    def test_failed_fetch_is_a_miss(self):
+        self.known("fails", 4 * 65536)
+        self.origin.fail_next(1, status=500, code="InternalError", key="fails")
+        self.assertMiss(self.get("fails", {"Range": "bytes=131072-131081"}),
+                        "ServiceUnavailable")
+
+    def test_fetch_refused_at_the_memory_bound_is_a_miss(self):
+        self.known("probe", 4 * 65536)
+        socks = []
+        try:
+            # Stalled readers of 8 MiB objects hold more chunks than the bound.
+            for i in range(6):
+                self.origin.put(BUCKET, "stall-%d" % i, blob(61, 8 * MiB))
+                socks.append(self.stalled_get("stall-%d" % i)[0])
+            time.sleep(0.5)
+            self.assertMiss(self.get("probe", {"Range": "bytes=131072-131081"}), "SlowDown")
+        finally:
+            for s in socks:
+                s.close()
+
+
 if __name__ == "__main__":
     unittest.main()
