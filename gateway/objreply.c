@@ -87,17 +87,19 @@ int objreply_preconditions(const struct obj_meta *m, const char *im, const char 
 	return 0;
 }
 
-/* The object's headers, replayed; response-* overrides win. */
+/* The object's headers, replayed; response-* overrides win. A 304 (!full)
+ * takes only the overrides of the headers it carries (Cache-Control,
+ * Expires), never a Content-* one. */
 static void add_object_headers(struct MHD_Response *resp, const char *query,
                                const struct obj_meta *m, bool full)
 {
-	static const struct { const char *param, *header; } overrides[] = {
-		{ "response-content-type", "Content-Type" },
-		{ "response-content-language", "Content-Language" },
-		{ "response-expires", "Expires" },
-		{ "response-cache-control", "Cache-Control" },
-		{ "response-content-disposition", "Content-Disposition" },
-		{ "response-content-encoding", "Content-Encoding" },
+	static const struct { const char *param, *header; bool on_304; } overrides[] = {
+		{ "response-content-type", "Content-Type", false },
+		{ "response-content-language", "Content-Language", false },
+		{ "response-expires", "Expires", true },
+		{ "response-cache-control", "Cache-Control", true },
+		{ "response-content-disposition", "Content-Disposition", false },
+		{ "response-content-encoding", "Content-Encoding", false },
 	};
 	struct buf v;
 	buf_init(&v, 8192);
@@ -107,7 +109,8 @@ static void add_object_headers(struct MHD_Response *resp, const char *query,
 		/* An empty override is no override (S3 ignores it), nor is one
 		 * libmicrohttpd refuses (a line break): the object's own header
 		 * stays rather than the answer losing it. */
-		if (s3_query_get(query, overrides[i].param, &v) == 1 && v.len > 0 &&
+		if ((full || overrides[i].on_304) &&
+		    s3_query_get(query, overrides[i].param, &v) == 1 && v.len > 0 &&
 		    MHD_add_response_header(resp, overrides[i].header, buf_cstr(&v)) == MHD_YES)
 			overridden[i] = true;
 	}

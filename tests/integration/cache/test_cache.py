@@ -464,6 +464,32 @@ class CacheReads(CacheCase):
         self.assertNotIn("content-disposition", r.headers)
         self.assertEqual(self.upstream_for(key, m), [])
 
+    def test_response_overrides_on_a_304(self):
+        """A 304 carries no representation headers (RFC 9110 15.4.5; moto's
+        304, like S3's, has no Content-*): the response-content-* overrides
+        are left out of it, as the object's own Content-* are. Before, they
+        went out on the 304, and a cache in front updates its stored copy's
+        headers from a 304's (RFC 9111 4.3.4)."""
+        data = blob(39, C + 10)
+        key = "override/not-modified"
+        etag = self.put(key, data, ContentType="text/original")
+        self.read_all(key)
+        q = {"response-content-type": "application/x-over",
+             "response-content-disposition": "attachment",
+             "response-content-encoding": "identity",
+             "response-content-language": "fr-CH"}
+        representation = ("content-type", "content-disposition", "content-encoding",
+                          "content-language")
+        for method in ("GET", "HEAD"):
+            theirs = self.via_moto(key, {"If-None-Match": etag}, method, query=q)
+            mine = self.via_larder(key, {"If-None-Match": etag}, method, query=q)
+            self.assertEqual((mine.status, theirs.status), (304, 304))
+            self.assertEqual(mine.cache, "hit", mine)
+            self.assertEqual([h for h in representation if h in theirs.headers], [], theirs)
+            self.assertEqual([h for h in representation if h in mine.headers], [],
+                             "%s: %s" % (method, mine.headers))
+            self.assertEqual(mine.headers.get("etag"), etag)
+
     def test_policy_is_checked_before_the_cache(self):
         data = blob(38, 5000)
         key = "policy/secret"
