@@ -213,11 +213,40 @@ static void learn_checksums(struct req *r)
 	buf_fini(&lines);
 }
 
+/* The object this answer of S3's is for (its ETag and size), or false when
+ * it says neither plainly: a 200's Content-Length, a 206's Content-Range. */
+static bool answer_version(struct req *r, const char **etag, uint64_t *size)
+{
+	uint64_t first, last;
+	long status = req_upstream_status(r);
+	*etag = hdrs_get(req_upstream_headers(r), "ETag");
+	if (!*etag)
+		return false;
+	if (status == 206)
+		return content_range_parse(hdrs_get(req_upstream_headers(r), "Content-Range"),
+		                           &first, &last, size);
+	*size = req_upstream_length(r);
+	return status == 200 && !req_header(r, "Range") && *size != MHD_SIZE_UNKNOWN;
+}
+
 void cache_learn(struct req *r)
 {
 	struct gw *gw = req_gw(r);
 	if (!gw->meta || !req_cread(r)) /* not a read the cache wanted */
 		return;
+	/* An answer for another version than the one the cache knows (a HEAD
+	 * with the checksum mode, a part read, sent upstream by cache_passes):
+	 * the object changed upstream. It is forgotten, as after a chunk
+	 * fetch's 412: the reads after this one, which may send If-Match with
+	 * this answer's ETag, must not be judged against the old one. */
+	const char *etag;
+	uint64_t size;
+	if (answer_version(r, &etag, &size) &&
+	    meta_drop_other(gw->meta, req_bucket(r), req_key(r), etag, size)) {
+		log_info("cache", "%s/%s changed upstream (an answer for %s)", req_bucket(r),
+		         req_key(r), etag);
+		fetch_changed(gw, req_bucket(r), req_key(r), true);
+	}
 	/* a whole object's answer (never a range's or a part's) */
 	if (req_cread(r)->want_checksums && req_upstream_status(r) == 200 && !req_cread(r)->part &&
 	    !req_header(r, "Range"))
@@ -225,9 +254,8 @@ void cache_learn(struct req *r)
 	if (!req_cread(r)->part || req_upstream_status(r) != 206)
 		return;
 	const char *cr = hdrs_get(req_upstream_headers(r), "Content-Range");
-	const char *etag = hdrs_get(req_upstream_headers(r), "ETag");
 	const char *count = hdrs_get(req_upstream_headers(r), "x-amz-mp-parts-count");
-	uint64_t first, last, size;
+	uint64_t first, last;
 	unsigned long n = count ? strtoul(count, NULL, 10) : 0;
 	if (!etag || n > 10000 || !content_range_parse(cr, &first, &last, &size))
 		return;

@@ -133,6 +133,22 @@ void fetch_written(const char *bucket, const char *key, double now)
 	atomic_store(&any_written, true);
 }
 
+void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool dropped)
+{
+	/* Its chunk 0 on NVMe names the old version: a restart must not
+	 * bring that back (the new one's may never reach NVMe). */
+	if (gw->store)
+		store_invalidate_seen(gw->store, bucket, key);
+	if (!dropped)
+		meta_drop(gw->meta, bucket, key);
+	if (gw->cluster) {
+		cluster_publish_invalidate(gw->cluster, bucket, key);
+		/* The owner may not have heard yet: learn it from S3, as after
+		 * a write here. */
+		fetch_written(bucket, key, clock_mono_s());
+	}
+}
+
 /* Whether (bucket, key), or its whole bucket, was written through this
  * node less than FETCH_WRITTEN_S ago. */
 static bool written_lately(const char *bucket, const char *key, double now)
@@ -1007,16 +1023,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		log_info("fetch", "%s/%s changed upstream (%ld%s, asked If-Match %s)", f->bucket,
 		         f->key, status, f->changed ? ": an answer for another ETag or size" : "",
 		         f->etag);
-		/* Its chunk 0 on NVMe names the old version: a restart must not
-		 * bring that back (the new one's may never reach NVMe). */
-		store_invalidate_seen(gw->store, f->bucket, f->key);
-		meta_drop(gw->meta, f->bucket, f->key);
-		if (gw->cluster) {
-			cluster_publish_invalidate(gw->cluster, f->bucket, f->key);
-			/* The owner may not have heard yet: learn it from S3,
-			 * as after a write here. */
-			fetch_written(f->bucket, f->key, clock_mono_s());
-		}
+		fetch_changed(gw, f->bucket, f->key, false);
 		store_complete(gw->store, f->c, false, FETCH_ERR_CHANGED, NULL);
 	} else if (f->cancelled) {
 		store_complete(gw->store, f->c, false, FETCH_ERR_CANCELLED, NULL);

@@ -93,6 +93,10 @@ uint64_t fetch_object_key(const char *bucket, const char *key);
  * Thread-safe; a bounded table (a mark it overwrites is forgotten). */
 #define FETCH_WRITTEN_S 90.0
 void fetch_written(const char *bucket, const char *key, double now);
+/* S3 showed (bucket, key) changed since it was learnt (a 412 on If-Match, an
+ * answer for another ETag): what is known of it is forgotten, on NVMe too,
+ * and on the other nodes. dropped: the caller dropped its metadata already. */
+void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool dropped);
 
 /* The object version a reader's chunk fetches are for. */
 struct fetch_producer {

@@ -663,21 +663,43 @@ unsigned meta_loading_ask_hop(struct meta_cache *mc, const char *bucket, const c
 	return hop;
 }
 
+/* meta_drop of e, under its shard's lock. */
+static void drop_entry(struct shard *sh, struct mentry *e)
+{
+	if (e->loading) {
+		e->dropped = true;
+		meta_unref(e->m);
+		e->m = NULL;
+	} else {
+		unlink_entry(sh, e);
+		entry_free(e);
+	}
+}
+
 void meta_drop(struct meta_cache *mc, const char *bucket, const char *key)
 {
 	uint64_t h = name_hash(bucket, key);
 	struct shard *sh = shard_of(mc, h);
 	pthread_mutex_lock(&sh->lock);
 	struct mentry *e = find(sh, h, bucket, key);
-	if (e && e->loading) {
-		e->dropped = true;
-		meta_unref(e->m);
-		e->m = NULL;
-	} else if (e) {
-		unlink_entry(sh, e);
-		entry_free(e);
-	}
+	if (e)
+		drop_entry(sh, e);
 	pthread_mutex_unlock(&sh->lock);
+}
+
+bool meta_drop_other(struct meta_cache *mc, const char *bucket, const char *key,
+                     const char *etag, uint64_t size)
+{
+	uint64_t h = name_hash(bucket, key);
+	struct shard *sh = shard_of(mc, h);
+	pthread_mutex_lock(&sh->lock);
+	struct mentry *e = find(sh, h, bucket, key);
+	bool other = e && e->m && (e->m->negative || e->m->size != size ||
+	                           strcmp(e->m->etag, etag) != 0);
+	if (other)
+		drop_entry(sh, e);
+	pthread_mutex_unlock(&sh->lock);
+	return other;
 }
 
 void meta_drop_bucket(struct meta_cache *mc, const char *bucket)
@@ -689,14 +711,7 @@ void meta_drop_bucket(struct meta_cache *mc, const char *bucket)
 			next = fifo_entry(e->fifo.next);
 			if (strcmp(e->name, bucket) != 0)
 				continue;
-			if (e->loading) {
-				e->dropped = true;
-				meta_unref(e->m);
-				e->m = NULL;
-			} else {
-				unlink_entry(sh, e);
-				entry_free(e);
-			}
+			drop_entry(sh, e);
 		}
 		pthread_mutex_unlock(&sh->lock);
 	}

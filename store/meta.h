@@ -166,6 +166,10 @@ bool meta_part(const struct obj_meta *m, uint32_t n, uint64_t *first, uint64_t *
  * A load in progress is not disturbed, but what it publishes is kept only
  * if no drop happened since it began. */
 void meta_drop(struct meta_cache *mc, const char *bucket, const char *key);
+/* meta_drop, when the entry knows another version than (etag, size): an
+ * answer S3 gave for the object named those. Returns whether it dropped. */
+bool meta_drop_other(struct meta_cache *mc, const char *bucket, const char *key,
+                     const char *etag, uint64_t size);
 void meta_drop_bucket(struct meta_cache *mc, const char *bucket);
 /* Every entry, negative ones included, is revalidated before it is trusted
  * again, whatever its TTL (immutable too), and so is what a load running

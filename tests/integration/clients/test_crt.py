@@ -274,6 +274,46 @@ class CrtRequests(tcf.FaultCase):
                        {"Range": "bytes=0-9", "If-Match": '"0123456789abcdef0123456789abcdef-3"'})
         self.assertEqual((r.status, harness.s3_error(r.body)[0]), (412, "PreconditionFailed"), r)
 
+    def test_object_replaced_upstream_then_head_first(self):
+        """The object replaced at S3 since larder learnt it (within the
+        metadata TTL). A CRT validating checksums sends HEAD with the mode,
+        which goes upstream (the checksums are not known) and names the new
+        version; its GETs then send If-Match on that ETag. They get the new
+        version: before, larder judged them against the old ETag it still
+        held, so every try of the download failed with 412 until the TTL."""
+        mode = {"x-amz-checksum-mode": "ENABLED"}
+        r = self.fetch("GET", self.path("multi.bin"))
+        self.assertEqual((r.status, r.body == self.multi), (200, True), r)
+        new = os.urandom(len(self.multi) + 5)
+        etag = self.origin.put(tcf.BUCKET, self.p + "multi.bin", new)
+        h = self.fetch("HEAD", self.path("multi.bin"), mode)
+        self.assertEqual((h.status, h.headers.get("etag")), (200, etag), h)
+        self.assertEqual(h.headers.get("content-length"), str(len(new)))
+        got = b""
+        for first in range(0, len(new), 2 * MiB):
+            last = min(first + 2 * MiB, len(new)) - 1
+            r = self.fetch("GET", self.path("multi.bin"),
+                           dict(mode, Range="bytes=%d-%d" % (first, last), **{"If-Match": etag}))
+            self.assertEqual((r.status, r.headers.get("etag")), (206, etag), r)
+            got += r.body
+        self.assertTrue(got == new, "the parts put together are not the new version")
+
+    def test_object_replaced_upstream_then_part_first(self):
+        """The same for a current CRT's first request, GET ?partNumber=1 (a
+        part not known yet goes upstream): it reads the size from that
+        answer's Content-Range and the rest as ranges with If-Match on its
+        ETag, which get the new version."""
+        r = self.fetch("GET", self.path("small.bin"))
+        self.assertEqual((r.status, r.body), (200, self.small), r)
+        etag = self.origin.put(tcf.BUCKET, self.p + "small.bin", self.multi, parts=self.sizes)
+        r = self.part("small.bin", 1)
+        self.assertEqual((r.status, r.headers.get("etag")), (206, etag), r)
+        got = r.body
+        r = self.fetch("GET", self.path("small.bin"),
+                       {"Range": "bytes=%d-" % len(got), "If-Match": etag})
+        self.assertEqual((r.status, r.headers.get("etag")), (206, etag), r)
+        self.assertTrue(got + r.body == self.multi, "the parts put together are not the new one")
+
     def test_multipart_etag_carries_part_count(self):
         """A CRT reads the part count from the "-N" of a multipart ETag."""
         for method in ("HEAD", "GET", "HEAD"):

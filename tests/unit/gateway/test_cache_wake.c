@@ -130,6 +130,10 @@ void fetch_written(const char *bucket, const char *key, double now)
 {
 	(void)bucket; (void)key; (void)now;
 }
+void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool dropped)
+{
+	(void)gw; (void)bucket; (void)key; (void)dropped;
+}
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, const char *bucket, const char *key,
                                const char *revalidate)

@@ -238,6 +238,31 @@ static void test_drops(void **state)
 	meta_cache_destroy(mc);
 }
 
+/* meta_drop_other drops an entry only when it knows another version than
+ * the one an answer named (another ETag or size); an answer for the version
+ * it knows, or for a key it does not know, drops nothing. */
+static void test_drop_other(void **state)
+{
+	struct meta_cache *mc = meta_cache_create(1000);
+	struct obj_meta *out;
+	struct chunk_waiter w = { .wake = wake, .arg = &woken };
+	struct obj_meta *m = meta_new(5, "\"old\"", 0, NULL, 0);
+	assert_false(meta_drop_other(mc, "b", "k", "\"new\"", 5));
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_LOAD);
+	meta_publish(mc, "b", "k", m);
+	assert_false(meta_drop_other(mc, "b", "k", "\"old\"", 5));
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_FRESH);
+	meta_unref(out);
+	assert_true(meta_drop_other(mc, "b", "k", "\"old\"", 6));
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_LOAD);
+	meta_publish(mc, "b", "k", m);
+	assert_true(meta_drop_other(mc, "b", "k", "\"new\"", 5));
+	assert_int_equal(meta_lookup(mc, "b", "k", 0, 60, 0, &w, &out), META_LOAD);
+	meta_publish(mc, "b", "k", NULL);
+	meta_unref(m);
+	meta_cache_destroy(mc);
+}
+
 /* After meta_expire_all every entry is revalidated once, immutable and
  * negative ones too, with the old entry in hand; a load that began before
  * it publishes an entry that is revalidated too. */
@@ -466,6 +491,7 @@ int main(void)
 		cmocka_unit_test(test_revalidation_with_another_last_modified),
 		cmocka_unit_test(test_negative),
 		cmocka_unit_test(test_drops),
+		cmocka_unit_test(test_drop_other),
 		cmocka_unit_test(test_expire_all),
 		cmocka_unit_test(test_unwait_and_bound),
 		cmocka_unit_test(test_collect),
