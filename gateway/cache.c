@@ -235,16 +235,18 @@ void cache_learn(struct req *r)
 	if (!gw->meta || !req_cread(r)) /* not a read the cache wanted */
 		return;
 	/* An answer for another version than the one the cache knows (a HEAD
-	 * with the checksum mode, a part read, sent upstream by cache_passes):
-	 * the object changed upstream. It is forgotten, as after a chunk
-	 * fetch's 412: the reads after this one, which may send If-Match with
-	 * this answer's ETag, must not be judged against the old one. */
-	const char *etag;
-	uint64_t size;
-	if (answer_version(r, &etag, &size) &&
-	    meta_drop_other(gw->meta, req_bucket(r), req_key(r), etag, size)) {
+	 * with the checksum mode, a part read, sent upstream by cache_passes),
+	 * or a 404: the object changed upstream. It is forgotten, as after a
+	 * chunk fetch's 412 or 404: the reads after this one, which may send
+	 * If-Match with this answer's ETag, must not be judged against the old
+	 * one. A 404 names no version ("" and 0, which no entry holds). */
+	const char *etag = NULL;
+	uint64_t size = 0;
+	bool gone = req_upstream_status(r) == 404;
+	if ((gone || answer_version(r, &etag, &size)) &&
+	    meta_drop_other(gw->meta, req_bucket(r), req_key(r), gone ? "" : etag, size)) {
 		log_info("cache", "%s/%s changed upstream (an answer for %s)", req_bucket(r),
-		         req_key(r), etag);
+		         req_key(r), gone ? "none: 404" : etag);
 		fetch_changed(gw, req_bucket(r), req_key(r), true);
 	}
 	/* a whole object's answer (never a range's or a part's) */
@@ -257,6 +259,7 @@ void cache_learn(struct req *r)
 	const char *count = hdrs_get(req_upstream_headers(r), "x-amz-mp-parts-count");
 	uint64_t first, last;
 	unsigned long n = count ? strtoul(count, NULL, 10) : 0;
+	etag = hdrs_get(req_upstream_headers(r), "ETag");
 	if (!etag || n > 10000 || !content_range_parse(cr, &first, &last, &size))
 		return;
 	meta_learn_part(gw->meta, req_bucket(r), req_key(r), etag, size, req_cread(r)->part,

@@ -314,6 +314,18 @@ class CrtRequests(tcf.FaultCase):
         self.assertEqual((r.status, r.headers.get("etag")), (206, etag), r)
         self.assertTrue(got + r.body == self.multi, "the parts put together are not the new one")
 
+    def test_object_deleted_upstream_then_head_first(self):
+        """Deleted at S3 since larder learnt it: the HEAD with the mode that
+        goes upstream gets S3's 404, and so do the reads after it, rather
+        than the old object from the cache until the TTL."""
+        r = self.fetch("GET", self.path("multi.bin"))
+        self.assertEqual((r.status, r.body == self.multi), (200, True), r)
+        self.origin.delete(tcf.BUCKET, self.p + "multi.bin")
+        h = self.fetch("HEAD", self.path("multi.bin"), {"x-amz-checksum-mode": "ENABLED"})
+        self.assertEqual(h.status, 404, h)
+        r = self.fetch("GET", self.path("multi.bin"), {"Range": "bytes=0-9"})
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (404, "NoSuchKey"), r)
+
     def test_multipart_etag_carries_part_count(self):
         """A CRT reads the part count from the "-N" of a multipart ETag."""
         for method in ("HEAD", "GET", "HEAD"):
