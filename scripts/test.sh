@@ -143,8 +143,8 @@ fi
 # store's I/O threads share the most state, and the cluster churn (its
 # heartbeat, subscriber and peer traffic under restarts), against the TSan
 # larder (without address randomisation: norand, above): a data race larder
-# reports fails the test (harness.py collects TSan's reports). About 3.5
-# minutes; the whole suite passes so too, in about 12.
+# reports fails the test (harness.py collects TSan's reports). About 3
+# minutes on two runners; the whole suite passes so too, in about 12.
 tsan_modules=(test_prefetch test_lookahead test_profiles test_pins test_admin test_operations
               test_cache_faults test_cluster_churn)
 if ((deps_rc != 2)) && (($# == 0)); then
