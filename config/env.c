@@ -132,7 +132,11 @@ int load_env(struct load *L, const char *const *envp)
 	if ((v = env_trimmed(L, envp, "LARDER_ANONYMOUS")) != NULL) {
 		load_free_grants(&c->anonymous);
 		c->anonymous.write = false;
-		load_grants(L, &c->anonymous, v, "LARDER_ANONYMOUS");
+		/* "," alone grants nothing where grants were plainly meant (the
+		 * file's [anonymous] says "buckets is missing" for it). */
+		if (load_grants(L, &c->anonymous, v, "LARDER_ANONYMOUS") == 0 &&
+		    !c->anonymous.n_grants)
+			load_fail(L, "LARDER_ANONYMOUS: names no bucket in \"%s\"", v);
 		free(v);
 	}
 	return L->failed ? -1 : 0;

@@ -432,6 +432,7 @@ static const struct bad bad_cases[] = {
 	{ "[key AK1]\nsecret = s\nbuckets = abc/./x\n", { 0 }, { "buckets", "segment" } },
 	{ "[key AK1]\nsecret = s\nbuckets = abc\nbuckets = def\n", { 0 }, { "line 4:", "buckets", "set twice" } },
 	{ NULL, { "LARDER_ANONYMOUS=Bad", 0 }, { "LARDER_ANONYMOUS:", "\"Bad\"" } },
+	{ NULL, { "LARDER_ANONYMOUS=,", 0 }, { "LARDER_ANONYMOUS:", "names no bucket in \",\"" } },
 	/* [bucket] */
 	{ "[bucket abc]\n", { 0 }, { "line 1:", "[bucket abc]: region is missing" } },
 	{ "[bucket A_B]\nregion = x\n", { 0 }, { "[bucket A_B]", "invalid bucket name" } },
