@@ -77,12 +77,15 @@ int file_dir_each(const char *dir, const char *suffix, void (*fn)(void *arg, con
 		snprintf(err, errlen, "%s: cannot read: %s", dir, strerror(errno));
 		return -1;
 	}
-	size_t sl = strlen(suffix);
+	size_t sl = strlen(suffix), tl = sizeof ".tmp" - 1;
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		size_t l = strlen(e->d_name);
 		if (l > sl && strcmp(e->d_name + l - sl, suffix) == 0)
 			fn(arg, e->d_name);
+		else if (l > sl + tl && strcmp(e->d_name + l - tl, ".tmp") == 0 &&
+		         strncmp(e->d_name + l - tl - sl, suffix, sl) == 0)
+			unlinkat(dirfd(d), e->d_name, 0); /* a file_replace killed mid-save */
 	}
 	closedir(d);
 	return 0;

@@ -17,8 +17,10 @@
 int file_replace(const char *path, const void *data, size_t n);
 
 /* Makes directory dir unless it exists, then calls fn(arg, name) for each
- * file in it whose name ends with suffix (within this call). Returns 0, or
- * -1 with err set when dir cannot be made or read. */
+ * file in it whose name ends with suffix (within this call), and removes
+ * each NAME<suffix>.tmp: what a file_replace killed mid-save left, which
+ * nothing else would (call it before anything writes into dir). Returns 0,
+ * or -1 with err set when dir cannot be made or read. */
 int file_dir_each(const char *dir, const char *suffix, void (*fn)(void *arg, const char *name),
                   void *arg, char *err, size_t errlen);
 
