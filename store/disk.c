@@ -103,6 +103,52 @@ static int record_chunk_bytes(struct disk *d, uint64_t chunk_bytes)
 	return file_replace(path, text, (size_t)n);
 }
 
+/* Whole oldest segments go (never the head) until what the tier holds is
+ * under its limit. */
+static void drop_oldest_past_limit(struct disk *d)
+{
+	while (d->used > d->limit && d->first && d->first != d->head) {
+		struct seg *s = d->first;
+		while (s->first)
+			dk_evict(d, s->first);
+		dk_seg_remove(d, s);
+	}
+}
+
+/*
+ * A tier larger than its file system filled it (and everything else on
+ * it), then switched itself off at the first failed writes, and stayed so:
+ * it never evicted to make room. It is cut to what the file system has
+ * room for (free, and what the tier holds), less an eighth for what else
+ * writes there (tombstones, pins, other tenants), with a WARN.
+ */
+#define FIT_FLOOR (64u << 10) /* LARDER_DISK_CACHE_SIZE's least */
+static void fit_file_system(struct disk *d)
+{
+	struct statvfs fs;
+	if (fstatvfs(d->dirfd, &fs) != 0 || fs.f_blocks == 0) /* ramfs: no size to fit */
+		return;
+	/* The head's preallocation (dk_head_ensure) is the tier's own room,
+	 * not taken from it: counted in, or a tier that fits would be cut. */
+	struct stat hs;
+	uint64_t room = (uint64_t)fs.f_bavail * fs.f_frsize + d->used;
+	if (d->head && fstat(d->head->fd, &hs) == 0 && (uint64_t)hs.st_blocks * 512 > d->head->size)
+		room += (uint64_t)hs.st_blocks * 512 - d->head->size;
+	if (d->capacity <= room)
+		return;
+	uint64_t fit = room - room / 8;
+	if (fit < FIT_FLOOR)
+		fit = FIT_FLOOR;
+	log_warn(TOPIC, "%s: LARDER_DISK_CACHE_SIZE is %" PRIu64 " bytes, but its file system has "
+	         "room for %" PRIu64 " (free, and what the tier holds): the tier uses %" PRIu64
+	         "; set a size below that", d->dir, d->capacity, room, fit);
+	d->capacity = fit; /* disk_open's: no other thread has d yet */
+	d->reserve = d->seg_bytes < fit / 4 ? d->seg_bytes : fit / 4;
+	d->limit = fit - d->reserve;
+	policy_set_capacity(d->pol, d->limit);
+	drop_oldest_past_limit(d);
+}
+
 struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_bytes,
                        uint64_t chunk_bytes, enum policy_kind policy, double stale_after_s,
                        store_recover_cb cb, void *cb_arg, char *err, size_t errlen)
@@ -189,13 +235,8 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 		snprintf(err, errlen, "cache directory %s: writing %s failed: %s", dir,
 		         CHUNK_SIZE_NAME, strerror(-rc));
 	/* A smaller capacity than last time: whole oldest segments go. */
-	while (rc == 0 && d->used > d->limit && d->first) {
-		struct seg *s = d->first;
-		while (s->first) {
-			dk_evict(d, s->first);
-		}
-		dk_seg_remove(d, s);
-	}
+	if (rc == 0)
+		drop_oldest_past_limit(d);
 	if (rc == 0 && (rc = dk_head_ensure(d, 0)) < 0)
 		snprintf(err, errlen, "cache directory %s: cannot create a segment: %s", dir,
 		         strerror(-rc));
@@ -206,23 +247,7 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 		goto fail;
 	log_info(TOPIC, "%s: %" PRIu64 " entries in %" PRIu64 " segments, %" PRIu64 " of %" PRIu64
 	         " bytes", dir, (uint64_t)d->count, d->nsegs, d->used, capacity);
-	/* A tier larger than its file system fills it (and everything else
-	 * on it), then switches itself off at the first failed writes. */
-	struct statvfs fs;
-	if (fstatvfs(d->dirfd, &fs) == 0) {
-		/* The head's preallocation (dk_head_ensure) is the tier's own
-		 * room, not taken from it: counted in, or a tier that fits warns. */
-		struct stat hs;
-		uint64_t room = (uint64_t)fs.f_bavail * fs.f_frsize + d->used;
-		if (d->head && fstat(d->head->fd, &hs) == 0 &&
-		    (uint64_t)hs.st_blocks * 512 > d->head->size)
-			room += (uint64_t)hs.st_blocks * 512 - d->head->size;
-		if (capacity > room)
-			log_warn(TOPIC, "%s: LARDER_DISK_CACHE_SIZE is %" PRIu64 " bytes, but its file "
-			         "system has room for %" PRIu64 " (free, and what the tier holds): the "
-			         "tier will fill it and then stop writing; set a size below that", dir,
-			         capacity, room);
-	}
+	fit_file_system(d);
 	return d;
 fail:
 	disk_close(d);

@@ -547,8 +547,12 @@ struct store *store_open(const struct store_config *cfg, store_recover_cb cb, vo
 		if (!s->disk)
 			goto fail;
 		s->nvme = (struct tier){ .ops = &disk_tier_ops, .t = s->disk };
-		uint64_t nvme_pin = cfg->pin_nvme_bytes ? cfg->pin_nvme_bytes : cfg->disk_bytes / 2;
-		disk_pin_limit(s->disk, nvme_pin < cfg->disk_bytes ? nvme_pin : cfg->disk_bytes);
+		/* The tier's size: disk_bytes, or less where its file system
+		 * has less room (disk_open cuts it to fit). */
+		struct disk_stats ds;
+		disk_get_stats(s->disk, &ds);
+		uint64_t nvme_pin = cfg->pin_nvme_bytes ? cfg->pin_nvme_bytes : ds.capacity / 2;
+		disk_pin_limit(s->disk, nvme_pin < ds.capacity ? nvme_pin : ds.capacity);
 		if (cfg->changed)
 			tier_on_evict(&s->nvme, cfg->changed, cfg->changed_arg);
 		atomic_store(&s->disk_ok, true);

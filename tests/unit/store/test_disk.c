@@ -1019,6 +1019,42 @@ static void test_large_entries_without_direct_io(void **state)
 	assert_int_equal(umount(ram), 0);
 }
 
+/* A tier larger than its file system filled it, then switched itself off
+ * at the first failed writes, and never evicted to make room: it is cut to
+ * what the file system holds, and keeps writing by evicting. */
+static void test_tier_cut_to_its_file_system(void **state)
+{
+	struct fx *f = *state;
+	char mnt[96], dir[128];
+	snprintf(mnt, sizeof mnt, "%s/small", f->root);
+	assert_int_equal(mkdir(mnt, 0755), 0);
+	if (mount("tmpfs", mnt, "tmpfs", 0, "size=8m") != 0) {
+		print_message("cannot mount a tmpfs (%s): not checked\n", strerror(errno));
+		skip();
+	}
+	snprintf(dir, sizeof dir, "%s/cache", mnt);
+	struct disk *d = open_ok(dir, 64 * MiB, 16 * MiB, NULL, NULL);
+	struct disk_stats st = stats(d);
+	assert_true(st.capacity < 8 * MiB);
+	assert_true(st.capacity > 4 * MiB);
+	for (uint64_t n = 1; n <= 40; n++) /* 20 MiB through an 8 MiB file system */
+		put(d, n, 0, 0, 512 * KiB);
+	st = stats(d);
+	assert_int_equal(st.write_errors, 0);
+	assert_true(st.used <= st.capacity);
+	expect_held(d, 40, 0, 512 * KiB);
+	disk_close(d);
+	/* Opened again, full of the last run's entries: still cut, still writing. */
+	d = open_ok(dir, 64 * MiB, 16 * MiB, NULL, NULL);
+	expect_held(d, 40, 0, 512 * KiB);
+	for (uint64_t n = 41; n <= 60; n++)
+		put(d, n, 0, 0, 512 * KiB);
+	assert_int_equal(stats(d).write_errors, 0);
+	expect_held(d, 60, 0, 512 * KiB);
+	disk_close(d);
+	assert_int_equal(umount(mnt), 0);
+}
+
 /* ---- unusable directories ---------------------------------------------- */
 
 static void test_bad_dir(void **state)
@@ -1173,6 +1209,7 @@ int main(void)
 		T(test_shrink_on_reopen),
 		T(test_large_entries_skip_page_cache),
 		T(test_large_entries_without_direct_io),
+		T(test_tier_cut_to_its_file_system),
 		T(test_refused_direct_write),
 		T(test_bad_dir),
 		T(test_readers_race_writer),
