@@ -608,10 +608,11 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	if (q)
 		*q++ = '\0';
 	r->query = q ? q : r->path + strlen(r->path);
-	/* Unique, not secret: the worker, its counter, and a mix of the time
-	 * and counter so ids differ across restarts. */
+	/* Unique, not secret: the worker, its counter, and a mix of the time,
+	 * the counter and the process's salt, so ids differ across restarts
+	 * and across the nodes of a cluster, whose logs are read together. */
 	uint64_t mix = splitmix_mix(((uint64_t)time(NULL) << 32) ^ ((uint64_t)w->index << 24) ^
-	                            w->next_id);
+	                            w->next_id ^ w->id_salt);
 	put_hex(r->id, w->index, 2);
 	put_hex(r->id + 2, w->next_id++, 6);
 	put_hex(r->id + 8, mix, 8);

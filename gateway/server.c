@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <pthread.h>
 #include <signal.h>
@@ -195,6 +196,8 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	w->magic = WORKER_MAGIC;
 	w->index = index;
 	w->gw = gw;
+	if (RAND_bytes((unsigned char *)&w->id_salt, sizeof w->id_salt) != 1)
+		w->id_salt = (uint64_t)getpid() << 32 ^ (uint64_t)(clock_mono_s() * 1e9);
 	w->loop = ev_loop_new(EVFLAG_AUTO);
 	if (!w->loop)
 		return -1;

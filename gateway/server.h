@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "base/list.h"
 #include "config/config.h"
@@ -101,6 +102,7 @@ struct worker {
 	struct shaper_waker slot_waker;
 	ev_async slot_async;
 	unsigned long next_id;
+	uint64_t id_salt;          /* random: request ids differ across nodes and restarts */
 };
 
 /* The passive TCP address of a listener (setting names it in the error
