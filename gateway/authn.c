@@ -181,6 +181,7 @@ static void authenticate_peer(struct req *r)
 	}
 	snprintf(r->key_id, sizeof r->key_id, "peer:%.120s", node);
 	r->key_verified = true;
+	r->from_peer = true;
 	if (r->s3.target != S3T_OBJECT || r->s3.access != POL_READ) {
 		req_fail(r, S3E_ACCESS_DENIED, "peers may only read objects");
 		return;

@@ -360,8 +360,10 @@ static void print_stats(json_t *doc)
 		for (size_t i = 0; i < sizeof columns / sizeof columns[0]; i++)
 			printf("%s%c", columns[i], i + 1 < sizeof columns / sizeof columns[0] ? '\t' : '\n');
 	print_row(tty, "total", "-", json_object_get(doc, "total"));
-	static const char *const groups[][2] = { { "buckets", "bucket" }, { "clients", "client" } };
-	for (size_t g = 0; g < 2; g++) {
+	static const char *const groups[][2] = {
+		{ "buckets", "bucket" }, { "clients", "client" }, { "peers", "peer" },
+	};
+	for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
 		const char *name;
 		json_t *row;
 		json_object_foreach(json_object_get(doc, groups[g][0]), name, row)

@@ -736,6 +736,7 @@ static int start_transfer(struct fetch *f)
 	if (!rc)
 		rc = f->to_peer ? prepare_peer(f, peer, &h)
 		                : upstream_prepare(gw->up, &f->x, &rq, &f->target);
+	f->x.peer = f->to_peer; /* counted apart from S3's requests (count_transfer) */
 	hdrs_fini(&h);
 	return rc ? rc : transfer_submit(&f->x);
 }

@@ -198,7 +198,12 @@ static struct {
 	counter up_hist[12];               /* per bucket (not cumulative); [11]: +Inf */
 	counter up_sum_us;
 
-	struct table buckets, clients;
+	counter peer_requests[600];        /* chunk fetches sent to other nodes, [status] */
+	counter peer_bytes;
+	counter peer_served[4];            /* requests of other nodes: hit, miss, bypass, other */
+	counter peer_served_bytes;
+
+	struct table buckets, clients, peers;
 } M;
 
 static const double hist_bounds[11] = {
@@ -272,6 +277,13 @@ static const char *printable(const char *name, char out[NAME_MAX_BYTES + 1])
 
 /* ---- the calls from the gateway ---------------------------------------------- */
 
+/* 0 hit, 1 miss, 2 bypass, -1 none */
+static int cache_index(const char *cache)
+{
+	return !cache ? -1 : strcmp(cache, "hit") == 0 ? 0 : strcmp(cache, "miss") == 0 ? 1
+	     : strcmp(cache, "bypass") == 0 ? 2 : -1;
+}
+
 void metrics_request(const char *op, int status, const char *bucket, const char *key_id,
                      const char *cache, uint64_t bytes_out, uint64_t bytes_in)
 {
@@ -281,8 +293,7 @@ void metrics_request(const char *op, int status, const char *bucket, const char 
 	add(&M.requests[o][status], 1);
 	add(&M.req_bytes_out[o], bytes_out);
 	add(&M.req_bytes_in[o], bytes_in);
-	int c = !cache ? -1 : strcmp(cache, "hit") == 0 ? 0 : strcmp(cache, "miss") == 0 ? 1
-	      : strcmp(cache, "bypass") == 0 ? 2 : -1;
+	int c = cache_index(cache);
 	if (c >= 0) {
 		add(&M.cache_requests[c], 1);
 		add(&M.cache_bytes[c], bytes_out);
@@ -314,6 +325,21 @@ void metrics_upstream(int status, uint64_t bytes, double seconds, bool retry)
 	add(&M.up_sum_us, (uint64_t)(seconds * 1e6 + 0.5));
 }
 
+void metrics_peer_fetch(int status, uint64_t bytes)
+{
+	add(&M.peer_requests[status < 0 || status >= 600 ? 0 : status], 1);
+	add(&M.peer_bytes, bytes);
+}
+
+void metrics_peer_served(const char *node, const char *cache, uint64_t bytes_out)
+{
+	int c = cache_index(cache);
+	add(&M.peer_served[c < 0 ? 3 : c], 1);
+	add(&M.peer_served_bytes, bytes_out);
+	char name[NAME_MAX_BYTES + 1];
+	row_add(row_for(&M.peers, printable(node && *node ? node : "?", name)), c, bytes_out, 0);
+}
+
 void metrics_upstream_throttled(void)
 {
 	add(&M.up_throttled, 1);
@@ -324,7 +350,7 @@ void metrics_upstream_shaped_wait(void)
 	add(&M.up_shaped_waits, 1);
 }
 
-void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry)
+void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry, bool peer)
 {
 	curl_off_t bytes = 0, us = 0;
 	curl_easy_getinfo(easy, CURLINFO_SIZE_DOWNLOAD_T, &bytes);
@@ -335,6 +361,10 @@ void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry)
 	            result == CURLE_READ_ERROR;
 	if (result != CURLE_OK && !ours)
 		status = 0;
+	if (peer) {
+		metrics_peer_fetch((int)status, bytes > 0 ? (uint64_t)bytes : 0);
+		return;
+	}
 	metrics_upstream((int)status, bytes > 0 ? (uint64_t)bytes : 0,
 	                 us > 0 ? (double)us / 1e6 : 0.0, retry);
 }
@@ -375,6 +405,15 @@ static int label_value(struct buf *b, const char *v)
 		  : *v == '\n'  ? buf_puts(b, "\\n")
 		                : buf_putc(b, *v);
 	return r;
+}
+
+/* Peer fetches answered 5xx. */
+static uint64_t peer_errors_5xx(void)
+{
+	uint64_t n = 0;
+	for (int s = 500; s < 600; s++)
+		n += get(&M.peer_requests[s]);
+	return n;
 }
 
 /* A family whose samples differ by the value of one label. */
@@ -501,17 +540,21 @@ static int render_cache(struct buf *b, const struct store_stats *st)
 	return r;
 }
 
+/* A counter family by HTTP status: the statuses counted so far. */
+static int by_status(struct buf *b, const char *name, const char *help, const counter *v)
+{
+	int r = family(b, name, "counter", help);
+	for (int s = 0; s < 600 && !r; s++)
+		if (get(&v[s]))
+			r = buf_printf(b, "%s{status=\"%d\"} %" PRIu64 "\n", name, s, get(&v[s]));
+	return r;
+}
+
 static int render_upstream(struct buf *b)
 {
-	int r = family(b, "larder_upstream_requests_total", "counter",
-	               "Requests sent upstream (pass-through and cache fills) by HTTP status "
-	               "(0: no response).");
-	for (int s = 0; s < 600 && !r; s++) {
-		uint64_t v = get(&M.up_requests[s]);
-		if (v)
-			r = buf_printf(b, "larder_upstream_requests_total{status=\"%d\"} %" PRIu64 "\n",
-			               s, v);
-	}
+	int r = by_status(b, "larder_upstream_requests_total",
+	                  "Requests sent upstream (pass-through and cache fills) by HTTP status "
+	                  "(0: no response).", M.up_requests);
 	r = r ? r : single(b, "larder_upstream_response_bytes_total", "counter", get(&M.up_bytes),
 	                   "Response body bytes received from upstream.");
 	r = r ? r : single(b, "larder_upstream_errors_total", "counter", get(&M.up_errors),
@@ -533,6 +576,28 @@ static int render_upstream(struct buf *b)
 	r = r ? r : buf_printf(b, "larder_upstream_request_duration_seconds_sum %.6f\n",
 	                       (double)get(&M.up_sum_us) / 1e6);
 	r = r ? r : sample(b, "larder_upstream_request_duration_seconds_count", NULL, cum);
+	return r;
+}
+
+/* What went between this node and the others of its cluster. */
+static int render_peers(struct buf *b)
+{
+	int r = by_status(b, "larder_peer_requests_total",
+	                  "Chunk fetches this node sent to other nodes of the cluster (not to "
+	                  "upstream) by HTTP status (0: no answer).", M.peer_requests);
+	r = r ? r : single(b, "larder_peer_response_bytes_total", "counter", get(&M.peer_bytes),
+	                   "Response body bytes received from other nodes.");
+	const struct labeled served = {
+		"larder_peer_served_total", "counter",
+		"Requests other nodes sent this node, by cache result (other: not answered "
+		"from the cache, e.g. refused); not in larder_requests_total.", "result",
+		{ "hit", "miss", "bypass", "other" },
+		{ get(&M.peer_served[0]), get(&M.peer_served[1]), get(&M.peer_served[2]),
+		  get(&M.peer_served[3]) },
+	};
+	r = r ? r : render_labeled(b, &served);
+	r = r ? r : single(b, "larder_peer_served_bytes_total", "counter",
+	                   get(&M.peer_served_bytes), "Response body bytes sent to other nodes.");
 	return r;
 }
 
@@ -630,6 +695,7 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "secret, expired or malformed), each heartbeat that read one.");
 		r = r ? r : sample(out, "larder_cluster_members_rejected_total", NULL,
 		                   g->members_rejected);
+		r = r ? r : render_peers(out);
 		const struct labeled dir_families[] = {
 			{ "larder_directory_entries", "gauge",
 			  "Placement directory keys listed: by all members as they last reported "
@@ -776,10 +842,21 @@ json_t *metrics_stats_json(const struct metrics_gauges *g)
 	                                         get(&M.cache_bytes[0]), in));
 	r = r ? r : json_object_set_new(doc, "buckets", table_json(&M.buckets));
 	r = r ? r : json_object_set_new(doc, "clients", table_json(&M.clients));
+	r = r ? r : json_object_set_new(doc, "peers", table_json(&M.peers));
 	if (!r) {
 		r = set_u64(up, "requests", up_req) | set_u64(up, "bytes", get(&M.up_bytes)) |
 		    set_u64(up, "errors", get(&M.up_errors)) | set_u64(up, "retries", get(&M.up_retries));
 		r = r ? r : json_object_set(doc, "upstream", up);
+	}
+	if (!r) {
+		uint64_t peer_req = 0;
+		for (int s = 0; s < 600; s++)
+			peer_req += get(&M.peer_requests[s]);
+		r = json_object_set_new(doc, "peer_fetches",
+		                        json_pack("{s:I,s:I,s:I}", "requests", (json_int_t)peer_req,
+		                                  "bytes", (json_int_t)get(&M.peer_bytes),
+		                                  "errors", (json_int_t)(get(&M.peer_requests[0]) +
+		                                                         peer_errors_5xx())));
 	}
 	const struct store_stats *st = g ? g->store : NULL;
 	if (!r && st) {

@@ -66,8 +66,23 @@ void metrics_request(const char *op, int status, const char *bucket, const char 
 void metrics_upstream(int status, uint64_t bytes, double seconds, bool retry);
 
 /* The same from a finished curl handle: bytes and time from curl, and a
- * failed result (other than larder cancelling it itself) counts as status 0. */
-void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry);
+ * failed result (other than larder cancelling it itself) counts as status 0.
+ * peer: it asked another node of the cluster, not upstream: counted in the
+ * peer figures (metrics_peer_fetch) instead. */
+void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry, bool peer);
+
+/* A chunk fetch this node sent to another node is over: its status (0: no
+ * answer, or broken off) and the body bytes received. */
+void metrics_peer_fetch(int status, uint64_t bytes);
+
+/*
+ * A request another node sent this node is over (called beside its
+ * access-log line, instead of metrics_request: a peer's fetch for its own
+ * client is not a client request here, and summed over the nodes the
+ * client figures count each client request once). node: the peer's name;
+ * cache as for metrics_request.
+ */
+void metrics_peer_served(const char *node, const char *cache, uint64_t bytes_out);
 
 /* Upstream shaping (gateway/shaper.h): a 503 SlowDown answer; a request
  * that had to wait for a slot. */
@@ -116,7 +131,8 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g);
  * The /admin/stats document, a new reference (json_decref it), or NULL when
  * out of memory:
  *   { "total": ROW, "buckets": { NAME: ROW, ... }, "clients": { ID: ROW, ... },
- *     "upstream": {...}, "cache": {...},
+ *     "peers": { NODE: ROW, ... } (requests other nodes sent this one),
+ *     "upstream": {...}, "peer_fetches": {requests, bytes, errors}, "cache": {...},
  *     "pins": [ {id, bucket, prefix | keys (a count), bytes, until (unix s)}, ... ],
  *     "resident": { KEY ID: {bytes, max_bytes (0: no limit)}, ... } }
  * ROW: requests, hits, misses, bypass, hit_ratio (hits / (hits + misses),

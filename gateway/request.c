@@ -609,7 +609,7 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 		*q++ = '\0';
 	r->query = q ? q : r->path + strlen(r->path);
 	/* Unique, not secret: the worker, its counter, and a mix of the time,
-	 * the counter and the process's salt, so ids differ across restarts
+	 * the counter and the worker's random salt, so ids differ across restarts
 	 * and across the nodes of a cluster, whose logs are read together. */
 	uint64_t mix = splitmix_mix(((uint64_t)time(NULL) << 32) ^ ((uint64_t)w->index << 24) ^
 	                            w->next_id ^ w->id_salt);
@@ -765,12 +765,15 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 		const char *client = r->key_verified ? rec.key_id
 		                     : r->anonymous ? NULL : METRICS_UNAUTHENTICATED;
 		int target = r->s3_parsed ? (int)r->s3.target : -1; /* -1: Other */
-		metrics_request(s3_operation(r->method, target, r->query,
-		                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-		                                                         "x-amz-copy-source") != NULL),
-		                rec.status, r->authorized ? rec.bucket : NULL, client,
-		                listcache_hit(r) ? NULL : rec.cache, /* object reads only */
-		                rec.bytes_out, rec.bytes_in);
+		bool copy = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		                                        "x-amz-copy-source") != NULL;
+		if (r->from_peer) /* a node fetching for its client: not a client request */
+			metrics_peer_served(rec.key_id + strlen("peer:"), rec.cache, rec.bytes_out);
+		else
+			metrics_request(s3_operation(r->method, target, r->query, copy), rec.status,
+			                r->authorized ? rec.bucket : NULL, client,
+			                listcache_hit(r) ? NULL : rec.cache, /* object reads only */
+			                rec.bytes_out, rec.bytes_in);
 	}
 	cache_end(r);
 	list_unlink(&w->live, &r->link);

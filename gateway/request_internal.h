@@ -57,6 +57,7 @@ struct req {
 
 	char key_id[129];  /* as the request names it (the access log's) */
 	bool key_verified; /* its signature matched key_id's secret */
+	bool from_peer;    /* another node's, its peer signature verified (key_id "peer:NODE") */
 	bool anonymous;    /* unsigned: the anonymous key's grants apply */
 	bool authorized;   /* signature (or anonymous grant) and policy passed */
 	unsigned max_upstream; /* the key's max_upstream_requests (0: no limit) */

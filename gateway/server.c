@@ -82,11 +82,12 @@ static void mhd_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* Every upstream and peer exchange a worker runs ends here first: counted
- * once, whoever owns it (a retry is one that followed a failed try). */
+ * once, whoever owns it (a retry is one that followed a failed try); a
+ * chunk asked of another node is not a request to S3. */
 static void count_transfer(const struct transfer *t, CURLcode result, void *arg)
 {
 	(void)arg;
-	metrics_upstream_curl(t->easy, t->status, result, t->retries > 0);
+	metrics_upstream_curl(t->easy, t->status, result, t->retries > 0, t->peer);
 }
 
 /* Before the loop sleeps: publish fetched bytes, unpause transfers, then

@@ -70,6 +70,7 @@ struct transfer {
 	CURL *easy;
 	struct curl_slist *headers;    /* the request's, owned */
 	bool running;                  /* submitted, not finished */
+	bool peer;                     /* to another node of the cluster, not upstream */
 	bool read_paused, write_paused;
 	bool pending;                  /* queued for unpausing (curlev) */
 	struct transfer *pending_next;

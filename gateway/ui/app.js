@@ -117,6 +117,7 @@ function renderUpstream(s, rates) {
     ["errors", count(s.upstream.errors), rates ? rates.upErr.toFixed(1) + " /s" : "-"],
     ["retries", count(s.upstream.retries), ""],
     ["bytes received", bytes(s.upstream.bytes), ""],
+    ["chunks asked of other nodes", s.peer_fetches ? count(s.peer_fetches.requests) : "-", ""],
     ["served to clients", bytes(s.total.bytes_served), ""],
     ["upstream bytes saved", bytes(s.total.upstream_bytes_saved), ""],
     ["object hit ratio (since start)", pct(s.total.hit_ratio), ""],

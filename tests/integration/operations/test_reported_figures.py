@@ -5,11 +5,24 @@ log that gathers several nodes could make them disagree.
   request from every other, also across the nodes of a cluster whose logs an
   operator reads together (two nodes serving their first request in the same
   second once gave both the same id).
+- Cluster totals: summed over the nodes (as the Grafana dashboard sums them),
+  larder_upstream_requests_total and larder_upstream_response_bytes_total are
+  what S3 (moto) saw, and larder_requests_total and
+  larder_cache_requests_total count the clients' requests once: a chunk one
+  node fetches from another is counted as peer traffic
+  (larder_peer_requests_total on the asking node, larder_peer_served_total on
+  the answering one), not as a second upstream request and a second client
+  request.
 """
+import json
 import time
 import unittest
 
 import harness
+import test_cluster
+from test_admin import admin_request, metric, parse_metrics
+
+MiB = 1024 * 1024
 
 
 def one_id(node):
@@ -39,6 +52,66 @@ class RequestIdsAcrossProcesses(unittest.TestCase):
                 n.stop()
                 n.cleanup()
 
+
+class ClusterTotals(test_cluster.ClusterBase):
+    NODES = 2
+
+    def metrics(self, node):
+        status, _, body = admin_request(node.admin_port, "GET", "/metrics", test_cluster.TOKEN)
+        self.assertEqual(status, 200)
+        return parse_metrics(body.decode())
+
+    def stats(self, node):
+        status, _, body = admin_request(node.admin_port, "GET", "/admin/stats",
+                                        test_cluster.TOKEN)
+        self.assertEqual(status, 200)
+        return json.loads(body)
+
+    @staticmethod
+    def total(m, name, **labels):
+        """The sum of a family's samples whose labels include labels."""
+        want = set(labels.items())
+        return sum(v for (n, ls), v in m.items() if n == name and want <= ls)
+
+    def test_summed_over_nodes_each_request_counts_once(self):
+        data = test_cluster.blob(7, 4 * MiB + 7)  # 5 chunks, spread over both nodes
+        self.direct.put_object(Bucket="shared", Key="totals/a", Body=data)
+        mark = self.upstream.mark()
+        before = [self.metrics(n) for n in self.nodes]
+        for n in self.nodes:  # a cold read on node 0, then node 1 reads what node 0 fetched
+            r = harness.signed_request(n.url, "GET", "/shared/totals/a")
+            self.assertEqual((r.status, r.body == data), (200, True))
+        time.sleep(0.3)
+        s3 = self.upstream.from_larder(mark)
+        self.assertGreaterEqual(len(s3), 5)
+
+        def delta(name, **labels):
+            return sum(self.total(self.metrics(n), name, **labels) - self.total(b, name, **labels)
+                       for n, b in zip(self.nodes, before))
+        deadline = time.monotonic() + 10  # a request counts once libmicrohttpd reports it done
+        while delta("larder_requests_total", op="GetObject") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(delta("larder_requests_total", op="GetObject"), 2)
+        self.assertEqual(delta("larder_cache_requests_total"), 2)
+        self.assertEqual(delta("larder_response_body_bytes_total", op="GetObject"),
+                         2 * len(data))
+        self.assertEqual(delta("larder_upstream_requests_total"), len(s3))
+        self.assertEqual(delta("larder_upstream_response_bytes_total"),
+                         sum(r["bytes_out"] for r in s3))
+        # What went between the nodes is there, apart.
+        peer = delta("larder_peer_requests_total")
+        self.assertGreater(peer, 0)
+        self.assertEqual(delta("larder_peer_served_total"), peer)
+        # /admin/stats says the same: totals of clients' requests, peers in their own rows.
+        docs = [self.stats(n) for n in self.nodes]
+        self.assertEqual(sum(d["upstream"]["requests"] for d in docs),
+                         sum(self.total(self.metrics(n), "larder_upstream_requests_total")
+                             for n in self.nodes))
+        for d in docs:
+            self.assertFalse([k for k in d["clients"] if k.startswith("peer:")], d["clients"])
+            self.assertEqual(sum(r["requests"] for r in d["clients"].values()),
+                             d["total"]["requests"])
+        self.assertEqual(sum(r["requests"] for d in docs for r in d["peers"].values()), peer)
 
 
 if __name__ == "__main__":

@@ -422,6 +422,44 @@ static void test_pin_bytes_escaped(void **state)
 	free(text);
 }
 
+/* What goes between the nodes of a cluster is no client's request and no
+ * upstream request: summed over the nodes, those count each one once. */
+static void test_peer_traffic_apart(void **state)
+{
+	(void)state;
+	metrics_request("GetObject", 200, "data", "AK1", "miss", 100, 0);
+	metrics_peer_served("node-1", "hit", 64);
+	metrics_peer_served("node-1", NULL, 200);
+	metrics_peer_fetch(206, 64);
+	metrics_peer_fetch(0, 0);
+	metrics_upstream(206, 36, 0.01, false);
+	struct metrics_gauges g = { .clustered = true };
+	char *text = render(&g);
+	assert_true(value_of(text, "larder_requests_total", "op=\"GetObject\",status=\"200\"") == 1);
+	assert_true(value_of(text, "larder_cache_requests_total", "result=\"hit\"") == 0);
+	assert_true(value_of(text, "larder_upstream_requests_total", "status=\"206\"") == 1);
+	assert_true(value_of(text, "larder_upstream_response_bytes_total", NULL) == 36);
+	assert_true(value_of(text, "larder_peer_requests_total", "status=\"206\"") == 1);
+	assert_true(value_of(text, "larder_peer_requests_total", "status=\"0\"") == 1);
+	assert_true(value_of(text, "larder_peer_response_bytes_total", NULL) == 64);
+	assert_true(value_of(text, "larder_peer_served_total", "result=\"hit\"") == 1);
+	assert_true(value_of(text, "larder_peer_served_total", "result=\"other\"") == 1);
+	assert_true(value_of(text, "larder_peer_served_bytes_total", NULL) == 264);
+	free(text);
+	json_t *doc = metrics_stats_json(NULL);
+	assert_non_null(doc);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "total"),
+	                                                    "requests")), 1);
+	assert_null(json_object_get(json_object_get(doc, "clients"), "node-1"));
+	json_t *peer = json_object_get(json_object_get(doc, "peers"), "node-1");
+	assert_int_equal(json_integer_value(json_object_get(peer, "requests")), 2);
+	assert_int_equal(json_integer_value(json_object_get(peer, "hits")), 1);
+	json_t *fetches = json_object_get(doc, "peer_fetches");
+	assert_int_equal(json_integer_value(json_object_get(fetches, "requests")), 2);
+	assert_int_equal(json_integer_value(json_object_get(fetches, "errors")), 1);
+	json_decref(doc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -431,6 +469,7 @@ int main(void)
 		cmocka_unit_test_setup(test_rows_are_bounded, setup),
 		cmocka_unit_test_setup(test_threads, setup),
 		cmocka_unit_test_setup(test_pin_bytes_escaped, setup),
+		cmocka_unit_test_setup(test_peer_traffic_apart, setup),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
