@@ -306,13 +306,14 @@ void metrics_request(const char *op, int status, const char *bucket, const char 
 	        c, bytes_out, bytes_in);
 }
 
-void metrics_upstream(int status, uint64_t bytes, double seconds, bool retry)
+/* error: it failed (metrics_upstream's errors), not stopped by larder. */
+static void count_upstream(int status, uint64_t bytes, double seconds, bool retry, bool error)
 {
 	if (status < 0 || status >= 600)
 		status = 0;
 	add(&M.up_requests[status], 1);
 	add(&M.up_bytes, bytes);
-	if (status == 0 || status >= 500)
+	if (error)
 		add(&M.up_errors, 1);
 	if (retry)
 		add(&M.up_retries, 1);
@@ -323,6 +324,11 @@ void metrics_upstream(int status, uint64_t bytes, double seconds, bool retry)
 		i++;
 	add(&M.up_hist[i], 1);
 	add(&M.up_sum_us, (uint64_t)(seconds * 1e6 + 0.5));
+}
+
+void metrics_upstream(int status, uint64_t bytes, double seconds, bool retry)
+{
+	count_upstream(status, bytes, seconds, retry, status <= 0 || status >= 500);
 }
 
 void metrics_peer_fetch(int status, uint64_t bytes)
@@ -365,8 +371,10 @@ void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry,
 		metrics_peer_fetch((int)status, bytes > 0 ? (uint64_t)bytes : 0);
 		return;
 	}
-	metrics_upstream((int)status, bytes > 0 ? (uint64_t)bytes : 0,
-	                 us > 0 ? (double)us / 1e6 : 0.0, retry);
+	/* One larder stopped before an answer came is no upstream failure. */
+	count_upstream((int)status, bytes > 0 ? (uint64_t)bytes : 0,
+	               us > 0 ? (double)us / 1e6 : 0.0, retry,
+	               (status == 0 && !ours) || status >= 500);
 }
 
 void metrics_reset(void)

@@ -67,6 +67,8 @@ void metrics_upstream(int status, uint64_t bytes, double seconds, bool retry);
 
 /* The same from a finished curl handle: bytes and time from curl, and a
  * failed result (other than larder cancelling it itself) counts as status 0.
+ * One larder stopped (the client left: CURLE_ABORTED_BY_CALLBACK) counts with
+ * the status it had, and is no error.
  * peer: it asked another node of the cluster, not upstream: counted in the
  * peer figures (metrics_peer_fetch) instead. */
 void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry, bool peer);

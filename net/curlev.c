@@ -175,8 +175,15 @@ int curlev_add(struct curlev *c, CURL *easy)
 
 void curlev_remove(struct curlev *c, CURL *easy)
 {
-	if (curl_multi_remove_handle(c->multi, easy) == CURLM_OK)
-		c->running--;
+	if (curl_multi_remove_handle(c->multi, easy) != CURLM_OK)
+		return;
+	c->running--;
+	/* Stopped by its owner: it was sent all the same (S3 counts it), so
+	 * the observer sees it end too, as one larder broke off. */
+	struct transfer *t = NULL;
+	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&t);
+	if (c->observe && t && t->magic == TRANSFER_MAGIC)
+		c->observe(t, CURLE_ABORTED_BY_CALLBACK, c->observe_arg);
 }
 
 unsigned curlev_running(const struct curlev *c)

@@ -18,7 +18,8 @@ struct curlev;
 struct transfer;
 
 /* Sees every exchange that ends (success or failure, retries and resends
- * included) before its owner does: where the metrics are counted once. */
+ * included) before its owner does: where the metrics are counted once. One
+ * its owner stops (transfer_stop) ends with CURLE_ABORTED_BY_CALLBACK. */
 typedef void (*curlev_observe_cb)(const struct transfer *t, CURLcode result, void *arg);
 
 /* observe may be NULL. */

@@ -13,8 +13,14 @@ log that gathers several nodes could make them disagree.
   (larder_peer_requests_total on the asking node, larder_peer_served_total on
   the answering one), not as a second upstream request and a second client
   request.
+- Requests larder stops itself: a pass-through GET whose client left mid-body
+  reached S3 (which bills it) and is counted in larder_upstream_requests_total
+  with the bytes that came (it used to be left out, as if never sent).
 """
+import http.client
 import json
+import os
+import socket
 import time
 import unittest
 
@@ -51,6 +57,54 @@ class RequestIdsAcrossProcesses(unittest.TestCase):
             for n in nodes:
                 n.stop()
                 n.cleanup()
+
+
+class StoppedUpstreamRequests(harness.LarderCase):
+    ADMIN_PORT = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ADMIN_PORT = harness.free_port()
+        cls.LARDER_ENV = {"LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % cls.ADMIN_PORT,
+                          "LARDER_ADMIN_TOKEN": test_cluster.TOKEN}
+        super().setUpClass()
+        cls.direct.create_bucket(Bucket="figures")
+
+    def metrics(self):
+        status, _, body = admin_request(self.ADMIN_PORT, "GET", "/metrics", test_cluster.TOKEN)
+        self.assertEqual(status, 200)
+        return parse_metrics(body.decode())
+
+    def test_a_pass_through_read_the_client_left_is_counted(self):
+        self.direct.put_object(Bucket="figures", Key="big", Body=os.urandom(16 * MiB))
+        before, mark = self.metrics(), self.upstream.mark()
+        # x-amz-expected-bucket-owner: never from the cache, S3 checks it.
+        path = "/figures/big"
+        h = harness.sign_headers("GET", self.larder.url + path, harness.CLIENT_KEY,
+                                 harness.CLIENT_SECRET,
+                                 {"x-amz-expected-bucket-owner": "123456789012"})
+        c = http.client.HTTPConnection("127.0.0.1", self.larder.port, timeout=10)
+        try:
+            c.request("GET", path, headers=h)
+            r = c.getresponse()
+            self.assertEqual((r.status, r.getheader("x-larder-cache")), (200, "bypass"))
+            self.assertEqual(len(r.read(100000)), 100000)
+            c.sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            c.close()
+        deadline = time.monotonic() + 10
+        while not [x for x in self.larder.access_records() if x.get("key") == "big"]:
+            self.assertLess(time.monotonic(), deadline, "no access-log line")
+            time.sleep(0.05)
+        sent = self.upstream.from_larder(mark)
+        self.assertEqual(len(sent), 1, sent)
+        after = self.metrics()
+
+        def delta(name, **labels):
+            return metric(after, name, **labels) - metric(before, name, **labels)
+        self.assertEqual(delta("larder_upstream_requests_total", status="200"), 1)
+        self.assertGreaterEqual(delta("larder_upstream_response_bytes_total"), 100000)
+        self.assertEqual(delta("larder_upstream_errors_total"), 0)  # larder stopped it
 
 
 class ClusterTotals(test_cluster.ClusterBase):

@@ -460,6 +460,26 @@ static void test_peer_traffic_apart(void **state)
 	json_decref(doc);
 }
 
+/* A transfer larder stopped (its client left) reached upstream: counted, with
+ * the status it had, and no error; one that failed by itself is an error. */
+static void test_stopped_transfer_counts(void **state)
+{
+	(void)state;
+	CURL *easy = curl_easy_init();
+	assert_non_null(easy);
+	metrics_upstream_curl(easy, 200, CURLE_ABORTED_BY_CALLBACK, false, false);
+	metrics_upstream_curl(easy, 0, CURLE_ABORTED_BY_CALLBACK, false, false);
+	metrics_upstream_curl(easy, 0, CURLE_COULDNT_CONNECT, false, false);
+	metrics_upstream_curl(easy, 206, CURLE_OK, false, true); /* a peer's: not upstream's */
+	curl_easy_cleanup(easy);
+	char *text = render(NULL);
+	assert_true(value_of(text, "larder_upstream_requests_total", "status=\"200\"") == 1);
+	assert_true(value_of(text, "larder_upstream_requests_total", "status=\"0\"") == 2);
+	assert_true(value_of(text, "larder_upstream_requests_total", "status=\"206\"") == -1);
+	assert_true(value_of(text, "larder_upstream_errors_total", NULL) == 1);
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -470,6 +490,7 @@ int main(void)
 		cmocka_unit_test_setup(test_threads, setup),
 		cmocka_unit_test_setup(test_pin_bytes_escaped, setup),
 		cmocka_unit_test_setup(test_peer_traffic_apart, setup),
+		cmocka_unit_test_setup(test_stopped_transfer_counts, setup),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
