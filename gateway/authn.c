@@ -523,10 +523,12 @@ void authn_request(struct req *r)
 	const struct client_key *k = NULL;
 	unsigned char signing_key[32];
 	if (sigv2) {
+		/* Named, verified or not (the access log's key_id): key_verified
+		 * says which, and the metrics count only verified ones as keys. */
+		str_copy(r->key_id, sizeof r->key_id, v2.access_key);
 		if (!(k = cfg_find_key(keys, v2.access_key))) {
 			req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
 		} else {
-			str_copy(r->key_id, sizeof r->key_id, v2.access_key);
 			struct buf resource;
 			buf_init(&resource, strlen(r->path) + sizeof r->s3.bucket + 2);
 			buf_printf(&resource, "%s%s%s", r->s3.virtual_host ? "/" : "",
@@ -562,6 +564,7 @@ void authn_request(struct req *r)
 	} else if (!scope_ok(r, &auth)) {
 		k = NULL;
 	} else if (!(k = cfg_find_key(keys, auth.access_key))) {
+		str_copy(r->key_id, sizeof r->key_id, auth.access_key); /* for the log */
 		req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
 	} else {
 		str_copy(r->key_id, sizeof r->key_id, auth.access_key);

@@ -13,6 +13,9 @@ log that gathers several nodes could make them disagree.
   (larder_peer_requests_total on the asking node, larder_peer_served_total on
   the answering one), not as a second upstream request and a second client
   request.
+- The access log's key_id is the key id a request names, also one that names
+  no key (InvalidAccessKeyId: the line said "-", so the client could not be
+  told), while /admin/stats counts it as (unauthenticated), not as a key row.
 - Requests larder stops itself: a pass-through GET whose client left mid-body
   reached S3 (which bills it) and is counted in larder_upstream_requests_total
   with the bytes that came (it used to be left out, as if never sent).
@@ -59,7 +62,7 @@ class RequestIdsAcrossProcesses(unittest.TestCase):
                 n.cleanup()
 
 
-class StoppedUpstreamRequests(harness.LarderCase):
+class SingleNode(harness.LarderCase):
     ADMIN_PORT = None
 
     @classmethod
@@ -105,6 +108,30 @@ class StoppedUpstreamRequests(harness.LarderCase):
         self.assertEqual(delta("larder_upstream_requests_total", status="200"), 1)
         self.assertGreaterEqual(delta("larder_upstream_response_bytes_total"), 100000)
         self.assertEqual(delta("larder_upstream_errors_total"), 0)  # larder stopped it
+
+    def test_an_unknown_key_id_is_in_the_access_log(self):
+        for sigv2 in (False, True):
+            key = "NOSUCHKEY%s00000000" % ("V2" if sigv2 else "V4")
+            s3 = self.larder.client(key=key, secret="x" * 40,
+                                    **({"signature_version": "s3"} if sigv2 else {}))
+            with self.assertRaises(Exception) as cm:
+                s3.head_bucket(Bucket="figures")
+            rid = cm.exception.response["ResponseMetadata"]["HTTPHeaders"].get(
+                "x-larder-request-id")
+            deadline = time.monotonic() + 10
+            while True:
+                lines = [x for x in self.larder.access_records() if x.get("id") == rid]
+                if lines or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(len(lines), 1, rid)
+            self.assertEqual((lines[0]["key_id"], lines[0]["error"]),
+                             (key, "InvalidAccessKeyId"))
+        status, _, body = admin_request(self.ADMIN_PORT, "GET", "/admin/stats",
+                                        test_cluster.TOKEN)
+        clients = json.loads(body)["clients"]
+        self.assertFalse([k for k in clients if k.startswith("NOSUCHKEY")], clients)
+        self.assertGreaterEqual(clients["(unauthenticated)"]["requests"], 2)
 
 
 class ClusterTotals(test_cluster.ClusterBase):
