@@ -18,6 +18,7 @@
 #include "auth/sigv4.h"
 #include "base/log.h"
 #include "gateway/listxml.h"
+#include "gateway/metrics.h"
 #include "gateway/server.h"
 #include "gateway/upstream.h"
 
@@ -282,6 +283,15 @@ static const struct transfer_ops check_ops = {
 	.restart = check_prepare,
 };
 
+/* A blocking request to upstream, counted as the worker loops count theirs
+ * (no curlev sees it). */
+static CURLcode perform_counted(struct transfer *t)
+{
+	CURLcode rc = transfer_perform(t);
+	metrics_upstream_curl(t->easy, t->status, rc, false, false);
+	return rc;
+}
+
 int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t errlen)
 {
 	struct bucket_check bc = { .magic = CHECK_MAGIC, .up = gw->up, .bucket = bucket };
@@ -290,7 +300,7 @@ int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t e
 	up_target_init(&bc.target);
 	long status = 0;
 	int rc = check_prepare(&t, &bc);
-	if (!rc && transfer_perform(&t) != CURLE_OK)
+	if (!rc && perform_counted(&t) != CURLE_OK)
 		rc = -EIO;
 	status = t.status;
 	if (rc == -EIO)
@@ -317,7 +327,7 @@ int prefetch_read_object(struct gw *gw, const char *bucket, const char *key, str
 	transfer_init(&t, &check_ops, &bc, NULL, NULL);
 	up_target_init(&bc.target);
 	int rc = check_prepare(&t, &bc);
-	if (!rc && transfer_perform(&t) != CURLE_OK)
+	if (!rc && perform_counted(&t) != CURLE_OK)
 		rc = -EIO;
 	long status = t.status;
 	if (rc == -EIO)

@@ -18,7 +18,9 @@ log that gathers several nodes could make them disagree.
   told), while /admin/stats counts it as (unauthenticated), not as a key row.
 - Requests larder stops itself: a pass-through GET whose client left mid-body
   reached S3 (which bills it) and is counted in larder_upstream_requests_total
-  with the bytes that came (it used to be left out, as if never sent).
+  with the bytes that came (it used to be left out, as if never sent); so are
+  the requests a warm job sends before it starts (the bucket check, the
+  manifest), which were sent outside the counted engine.
 """
 import http.client
 import json
@@ -108,6 +110,33 @@ class SingleNode(harness.LarderCase):
         self.assertEqual(delta("larder_upstream_requests_total", status="200"), 1)
         self.assertGreaterEqual(delta("larder_upstream_response_bytes_total"), 100000)
         self.assertEqual(delta("larder_upstream_errors_total"), 0)  # larder stopped it
+
+    def test_every_request_a_warm_job_sends_is_counted(self):
+        self.direct.put_object(Bucket="figures", Key="warm/a", Body=b"a" * 5000)
+        self.direct.put_object(Bucket="figures", Key="warm/manifest", Body=b"warm/a\n")
+        for body in ({"bucket": "figures", "prefix": "warm/a"},
+                     {"bucket": "figures", "manifest": "warm/manifest"}):
+            before, mark = self.metrics(), self.upstream.mark()
+            status, _, doc = admin_request(self.ADMIN_PORT, "POST", "/admin/prefetch",
+                                           test_cluster.TOKEN, json.dumps(body).encode())
+            self.assertEqual(status, 202, doc)
+            job = json.loads(doc)["job"]
+            deadline = time.monotonic() + 20
+            while True:
+                status, _, doc = admin_request(self.ADMIN_PORT, "GET", "/admin/jobs/" + job,
+                                               test_cluster.TOKEN)
+                if json.loads(doc)["state"] not in ("listing", "running", "queued"):
+                    break
+                self.assertLess(time.monotonic(), deadline, doc)
+                time.sleep(0.05)
+            self.assertEqual(json.loads(doc)["state"], "done", doc)
+            sent = self.upstream.from_larder(mark)
+            after = self.metrics()
+            self.assertEqual(sum(v for (n, _), v in after.items()
+                                 if n == "larder_upstream_requests_total")
+                             - sum(v for (n, _), v in before.items()
+                                   if n == "larder_upstream_requests_total"),
+                             len(sent), [(r["method"], r["target"]) for r in sent])
 
     def test_an_unknown_key_id_is_in_the_access_log(self):
         for sigv2 in (False, True):
