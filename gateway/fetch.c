@@ -112,6 +112,12 @@ static struct {
 	double when[WRITTEN_SLOTS];
 } written = { .lock = PTHREAD_MUTEX_INITIALIZER };
 static atomic_bool any_written; /* read-only nodes never look in the table */
+static _Atomic double resynced_at = -1e9; /* fetch_resynced */
+
+void fetch_resynced(double now)
+{
+	atomic_store(&resynced_at, now);
+}
 
 void fetch_written(const char *bucket, const char *key, double now)
 {
@@ -754,9 +760,13 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 	f->owner_ops = ops;
 	f->owner = owner;
 	f->hop = hop;
-	/* Written through this node lately: from S3, neither the owner nor a
-	 * holder (fetch_written). */
-	f->peer_failed = w->gw->cluster && written_lately(bucket, key, clock_mono_s());
+	/* Written through this node lately, or revalidating since the
+	 * subscription started again: from S3, neither the owner nor a holder
+	 * (fetch_written, fetch_resynced). */
+	double now = clock_mono_s();
+	f->peer_failed = w->gw->cluster && (written_lately(bucket, key, now) ||
+	                                    (revalidate && now - atomic_load(&resynced_at) <
+	                                                       FETCH_WRITTEN_S));
 	/* Before anything is asked: its answer may be of a version a write
 	 * through larder replaces before the answer is heard. */
 	f->gen = w->gw->store ? store_next_gen(w->gw->store) : 0;

@@ -93,6 +93,13 @@ uint64_t fetch_object_key(const char *bucket, const char *key);
  * Thread-safe; a bounded table (a mark it overwrites is forgotten). */
 #define FETCH_WRITTEN_S 90.0
 void fetch_written(const char *bucket, const char *key, double now);
+/* This node's invalidation subscription started at now (monotonic
+ * seconds): it may have missed some, and revalidates all it caches. Until
+ * FETCH_WRITTEN_S later, a meta fetch that revalidates learns the object
+ * from S3, not from another node: the owner may have missed the same
+ * invalidations and not subscribed again yet (the nodes come back one by
+ * one), and its 304 would make this node keep the old version. Thread-safe. */
+void fetch_resynced(double now);
 /* S3 showed (bucket, key) changed since it was learnt (a 412 on If-Match, an
  * answer for another ETag): what is known of it is forgotten, on NVMe too,
  * and on the other nodes. dropped: the caller dropped its metadata already. */

@@ -522,6 +522,7 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 		 * before it is served again, and every listing asked again. */
 		meta_expire_all(gw->meta);
 		listcache_invalidate(gw->lists, NULL, NULL);
+		fetch_resynced(clock_mono_s());
 		return;
 	}
 	/* Durable too, like a write through this node (this is the cluster's

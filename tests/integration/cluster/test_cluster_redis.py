@@ -1,0 +1,74 @@
+"""What the cluster does when Redis itself misbehaves: restarts, lockouts, errors.
+
+Redis holds membership, the placement directory and the invalidation channel.
+Losing any of it must cost only hints: every node keeps serving the bytes of
+the version S3 has once it hears (or revalidates) a write through another node.
+"""
+import time
+
+from test_cluster import ClusterBase
+
+
+class ClusterResyncOwnerLate(ClusterBase):
+    """After a Redis outage the nodes subscribe again one by one (each backs off on its own). A
+    node that subscribes again revalidates everything it caches; if it asks the object's owner,
+    and the owner has not subscribed again yet, the owner still trusts the version a write
+    through a third node replaced while neither listened, answers 304, and the reader keeps that
+    old version for ever (LARDER_METADATA_TTL=immutable), even after the owner revalidates its
+    own. Nodes 1 (reader) and 2 (owner) talk to Redis as their own users, so the test can keep
+    their subscribers out and let them back in one at a time."""
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        if i in (1, 2):
+            user = "node-%d" % i
+            cls.redis_cli("ACL", "SETUSER", user, "on", ">pw-" + user, "~*", "&*", "+@all")
+            n.env["LARDER_REDIS_URL"] = "redis://%s:pw-%s@127.0.0.1:%d" % (
+                user, user, cls.redis.port)
+        return n
+
+    def lock_out(self, node, user):
+        self.redis_cli("ACL", "SETUSER", user, "-subscribe")
+        self.redis_cli("CLIENT", "KILL", "USER", user, "TYPE", "pubsub")
+        self.wait_view(node, lambda v: not v["subscribed"], user + " still subscribed")
+
+    def let_in(self, node, user):
+        before = self.view(node)["resyncs"]
+        self.redis_cli("ACL", "SETUSER", user, "+subscribe")
+        self.wait_view(node, lambda v: v["subscribed"] and v["resyncs"] > before,
+                       user + " did not subscribe again")
+
+    def test_reader_that_resubscribes_first_does_not_learn_the_old_version(self):
+        writer, reader, owner = self.nodes
+        keys = ["late/%d" % i for i in range(12)]
+        for k in keys:
+            self.direct.put_object(Bucket="shared", Key=k, Body=b"old " + k.encode())
+            for n in (reader, owner, writer):
+                self.assertEqual(self.read(n, k), b"old " + k.encode())
+        # The keys node 2 owns: node 1 asked it for them.
+        owned = sorted({r.get("key") for r in owner.access_records()
+                        if r.get("key_id", "").startswith("peer:") and r.get("key") in keys})
+        self.assertTrue(owned, "node 2 owns none of the keys")
+        try:
+            self.lock_out(reader, "node-1")
+            self.lock_out(owner, "node-2")
+            self.wait_members(3)
+            sent = self.view(writer)["invalidations_sent"]
+            for k in owned:
+                writer.client().put_object(Bucket="shared", Key=k, Body=b"new " + k.encode())
+            self.wait_view(writer, lambda v: v["invalidations_sent"] >= sent + len(owned),
+                           "node-0 did not publish")
+            # The reader listens again first and revalidates; the owner has not yet.
+            self.let_in(reader, "node-1")
+            self.wait_members(3)
+            for k in owned:
+                self.assertEqual(self.read(reader, k), b"new " + k.encode(), k)
+            self.let_in(owner, "node-2")
+            time.sleep(0.5)
+            for k in owned:
+                self.assertEqual(self.read(reader, k), b"new " + k.encode(), k)
+                self.assertEqual(self.read(owner, k), b"new " + k.encode(), k)
+        finally:
+            for user in ("node-1", "node-2"):
+                self.redis_cli("ACL", "SETUSER", user, "+subscribe")
