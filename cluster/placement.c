@@ -50,6 +50,7 @@ struct placement_ask {
 };
 
 static atomic_ulong n_found, n_none, n_failed, n_skipped;
+static atomic_bool refused_warned; /* an error reply logged, none answered since */
 
 void placement_get_counts(struct placement_counts *out)
 {
@@ -146,7 +147,6 @@ static void answer(struct placement_ask *a, const char *addr)
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
-	(void)ac;
 	struct placement_ask *a = priv;
 	assert(a->magic == ASK_MAGIC);
 	struct placement *p = a->p;
@@ -167,11 +167,23 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 			}
 			found = cluster_pick_holder(p->cl, a->key, ids, lens, n, addr, sizeof addr);
 			atomic_fetch_add(found ? &n_found : &n_none, 1);
+			if (atomic_exchange(&refused_warned, false))
+				log_info(TOPIC, "redis answers directory lookups again");
 		} else {
 			atomic_fetch_add(&n_failed, 1);
 		}
 		p->timeouts = 0;
 		answer(a, found ? addr : NULL);
+	}
+	/* An error (NOAUTH after a refused AUTH, LOADING): Redis keeps the
+	 * connection, and the lookups on it would fail for as long as it
+	 * lives. A new one, after RECONNECT_S, authenticates again. */
+	if (r && r->type == REDIS_REPLY_ERROR && p->ac == ac &&
+	    !(ac->c.flags & REDIS_DISCONNECTING)) {
+		if (!atomic_exchange(&refused_warned, true))
+			log_warn(TOPIC, "redis refused a directory lookup (%.*s): reconnecting",
+			         (int)(r->len < 200 ? r->len : 200), r->str);
+		redisAsyncDisconnect(ac);
 	}
 	a->magic = 0;
 	free(a);

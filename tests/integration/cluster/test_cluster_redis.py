@@ -4,6 +4,7 @@ Redis holds membership, the placement directory and the invalidation channel.
 Losing any of it must cost only hints: every node keeps serving the bytes of
 the version S3 has once it hears (or revalidates) a write through another node.
 """
+import subprocess
 import time
 
 from test_cluster import ClusterBase
@@ -72,3 +73,61 @@ class ClusterResyncOwnerLate(ClusterBase):
         finally:
             for user in ("node-1", "node-2"):
                 self.redis_cli("ACL", "SETUSER", user, "+subscribe")
+
+
+class ClusterLookupsAfterRefusal(ClusterBase):
+    """A directory lookup connection that Redis refused (a wrong password: Redis restarted
+    without the password it was given by CONFIG SET, until an operator sets it again) must not
+    stay refused once Redis takes the password again: the lookups would fail for as long as the
+    connection lives, and every chunk a holder has would be fetched from S3 again. Redis never
+    closes such a connection itself. The lookups' connections are dropped here while the
+    heartbeat's stay, as when Redis restarts and a lookup reconnects before the next heartbeat
+    sees the loss."""
+    NODES = 2
+    REDIS_PASSWORD = "pw-first-0123456789abcdef"
+    OTHER = "pw-other-0123456789abcdef"
+
+    def cli(self, password, *args):
+        out = subprocess.run(["redis-cli", "--no-auth-warning", "-a", password,
+                              "-p", str(self.redis.port)] + list(args),
+                             capture_output=True, text=True, timeout=10)
+        self.assertEqual(out.returncode, 0, out)
+        return out.stdout.strip()
+
+    def cold_reads(self, prefix, n):
+        for i in range(n):
+            k = "%s/%d" % (prefix, i)
+            self.direct.put_object(Bucket="shared", Key=k, Body=b"x" * 10)
+            for node in self.nodes:
+                self.assertEqual(self.read(node, k), b"x" * 10)
+
+    def lookups(self):
+        return [self.view(n)["directory"]["lookups"] for n in self.nodes]
+
+    def test_lookups_work_again_once_redis_takes_the_password(self):
+        self.cold_reads("before", 6)
+        self.assertTrue(all(c["none"] > 0 and c["failed"] == 0 for c in self.lookups()),
+                        self.lookups())
+        self.cli(self.REDIS_PASSWORD, "CONFIG", "SET", "requirepass", self.OTHER)
+        try:
+            killed = 0
+            for line in self.cli(self.OTHER, "CLIENT", "LIST").splitlines():
+                f = dict(p.split("=", 1) for p in line.split() if "=" in p)
+                if f.get("cmd") in ("smembers", "auth", "select") and f.get("sub") == "0":
+                    self.cli(self.OTHER, "CLIENT", "KILL", "ID", f["id"])
+                    killed += 1
+            self.assertGreater(killed, 0)
+            time.sleep(1.5)  # past the lookups' reconnect delay
+            self.cold_reads("refused", 6)  # lookups reconnect, and are refused
+            self.assertTrue(any(c["failed"] > 0 for c in self.lookups()), self.lookups())
+        finally:
+            self.cli(self.OTHER, "CONFIG", "SET", "requirepass", self.REDIS_PASSWORD)
+        self.wait_members(2)
+        time.sleep(2.5)  # any connection dropped since can reconnect
+        before = self.lookups()
+        self.cold_reads("after", 6)
+        after = self.lookups()
+        for b, a in zip(before, after):
+            self.assertEqual(a["failed"], b["failed"], (before, after))
+        self.assertGreater(sum(a["none"] - b["none"] for b, a in zip(before, after)), 0,
+                           (before, after))
