@@ -112,6 +112,27 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	lost(p);
 }
 
+/* An error answer (a refused AUTH or SELECT, NOAUTH, LOADING): Redis keeps
+ * the connection, and the lookups on it would fail for as long as it
+ * lives. It is dropped: the next lookup after RECONNECT_S opens a new one,
+ * which authenticates again. Logged once until a lookup is answered. */
+static void refused(struct placement *p, redisAsyncContext *ac, const redisReply *r)
+{
+	if (!r || r->type != REDIS_REPLY_ERROR || p->ac != ac || (ac->c.flags & REDIS_DISCONNECTING))
+		return;
+	if (!atomic_exchange(&refused_warned, true))
+		log_warn(TOPIC, "redis refused the directory lookups' connection (%.*s): reconnecting",
+		         (int)(r->len < 200 ? r->len : 200), r->str);
+	redisAsyncDisconnect(ac);
+}
+
+static void on_setup_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct placement *p = priv;
+	assert(p->magic == PLACEMENT_MAGIC);
+	refused(p, ac, reply);
+}
+
 static void connect_now(struct placement *p)
 {
 	struct cluster_redis rs;
@@ -126,14 +147,14 @@ static void connect_now(struct placement *p)
 	ac->data = p;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	/* Queued: sent first once connected. A refusal shows up as error
-	 * replies to the lookups, which then answer "nobody". */
+	/* Queued: sent first once connected. A refusal drops the connection
+	 * (refused); lookups already queued behind it answer "nobody". */
 	if (rs.password[0] && rs.user[0])
-		redisAsyncCommand(ac, NULL, NULL, "AUTH %s %s", rs.user, rs.password);
+		redisAsyncCommand(ac, on_setup_reply, p, "AUTH %s %s", rs.user, rs.password);
 	else if (rs.password[0])
-		redisAsyncCommand(ac, NULL, NULL, "AUTH %s", rs.password);
+		redisAsyncCommand(ac, on_setup_reply, p, "AUTH %s", rs.password);
 	if (rs.db)
-		redisAsyncCommand(ac, NULL, NULL, "SELECT %d", rs.db);
+		redisAsyncCommand(ac, on_setup_reply, p, "SELECT %d", rs.db);
 	p->ac = ac;
 }
 
@@ -175,16 +196,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 		p->timeouts = 0;
 		answer(a, found ? addr : NULL);
 	}
-	/* An error (NOAUTH after a refused AUTH, LOADING): Redis keeps the
-	 * connection, and the lookups on it would fail for as long as it
-	 * lives. A new one, after RECONNECT_S, authenticates again. */
-	if (r && r->type == REDIS_REPLY_ERROR && p->ac == ac &&
-	    !(ac->c.flags & REDIS_DISCONNECTING)) {
-		if (!atomic_exchange(&refused_warned, true))
-			log_warn(TOPIC, "redis refused a directory lookup (%.*s): reconnecting",
-			         (int)(r->len < 200 ? r->len : 200), r->str);
-		redisAsyncDisconnect(ac);
-	}
+	refused(p, ac, r);
 	a->magic = 0;
 	free(a);
 }
