@@ -313,6 +313,16 @@ bool cluster_has_peers(struct cluster *cl)
 	return others;
 }
 
+bool cluster_listening(struct cluster *cl)
+{
+	if (!cl)
+		return true;
+	pthread_mutex_lock(&cl->lock);
+	bool on = cl->subscribed;
+	pthread_mutex_unlock(&cl->lock);
+	return on;
+}
+
 uint32_t cluster_member_tag(struct cluster *cl, const char *addr)
 {
 	if (!cl || !addr)

@@ -113,6 +113,11 @@ void cluster_redis_settings(struct cluster *cl, struct cluster_redis *out);
 /* Whether another live node is known. Never blocks on I/O. */
 bool cluster_has_peers(struct cluster *cl);
 
+/* Whether this node hears the invalidation channel now (true without a
+ * cluster). While it does not, it may be missing writes through other
+ * nodes, and what it trusts must not be handed to them (cache.c). */
+bool cluster_listening(struct cluster *cl);
+
 /* A nonzero 32-bit tag of the live member at advertise address addr (from
  * its id), or 0 when no live member has that address. */
 uint32_t cluster_member_tag(struct cluster *cl, const char *addr);

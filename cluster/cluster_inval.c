@@ -299,17 +299,18 @@ static bool sub_serve(struct cluster *cl, redisContext *c, char *why, size_t why
 
 /* Listening from now on, or no longer. What was published while this node
  * was not listening is lost (Redis keeps no history): on each start, the
- * callback hears CLUSTER_RESYNC, before any message that follows it. */
+ * callback hears CLUSTER_RESYNC, before any message that follows it, and
+ * before cluster_listening says so. */
 static void set_subscribed(struct cluster *cl, bool on, bool again)
 {
+	if (on && cl->cb)
+		cl->cb(cl->cb_arg, CLUSTER_RESYNC, "");
 	pthread_mutex_lock(&cl->lock);
 	cl->subscribed = on;
 	if (on && again)
 		cl->reconnects++;
 	cl->resyncs += on;
 	pthread_mutex_unlock(&cl->lock);
-	if (on && cl->cb)
-		cl->cb(cl->cb_arg, CLUSTER_RESYNC, "");
 }
 
 void *cl_subscriber_main(void *arg)

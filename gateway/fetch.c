@@ -760,13 +760,15 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 	f->owner_ops = ops;
 	f->owner = owner;
 	f->hop = hop;
-	/* Written through this node lately, or revalidating since the
-	 * subscription started again: from S3, neither the owner nor a holder
-	 * (fetch_written, fetch_resynced). */
+	/* Written through this node lately, revalidating since the
+	 * subscription started again, or for a peer while not hearing
+	 * invalidations (a holder may have missed them too): from S3, neither
+	 * the owner nor a holder (fetch_written, fetch_resynced). */
 	double now = clock_mono_s();
 	f->peer_failed = w->gw->cluster && (written_lately(bucket, key, now) ||
 	                                    (revalidate && now - atomic_load(&resynced_at) <
-	                                                       FETCH_WRITTEN_S));
+	                                                       FETCH_RESYNC_S) ||
+	                                    (hop && !cluster_listening(w->gw->cluster)));
 	/* Before anything is asked: its answer may be of a version a write
 	 * through larder replaces before the answer is heard. */
 	f->gen = w->gw->store ? store_next_gen(w->gw->store) : 0;

@@ -95,10 +95,13 @@ uint64_t fetch_object_key(const char *bucket, const char *key);
 void fetch_written(const char *bucket, const char *key, double now);
 /* This node's invalidation subscription started at now (monotonic
  * seconds): it may have missed some, and revalidates all it caches. Until
- * FETCH_WRITTEN_S later, a meta fetch that revalidates learns the object
+ * FETCH_RESYNC_S later, a meta fetch that revalidates learns the object
  * from S3, not from another node: the owner may have missed the same
- * invalidations and not subscribed again yet (the nodes come back one by
- * one), and its 304 would make this node keep the old version. Thread-safe. */
+ * invalidations, and its 304 would make this node keep the old version.
+ * An owner that knows it is not listening asks S3 itself (cache.c); this
+ * covers one whose subscriber has not noticed its loss yet (two PING
+ * periods, 10 s) or subscribes again a moment later. Thread-safe. */
+#define FETCH_RESYNC_S 15.0
 void fetch_resynced(double now);
 /* S3 showed (bucket, key) changed since it was learnt (a 412 on If-Match, an
  * answer for another ETag): what is known of it is forgotten, on NVMe too,

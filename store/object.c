@@ -139,8 +139,9 @@ enum obj_meta_step obj_meta_step(const struct objects *o, const char *bucket, co
 	if (a->hop && !a->loaded && !obj_may_wait(a->hop, meta_loading_ask_hop(o->meta, bucket, key)))
 		return OBJ_META_CYCLE;
 	struct obj_meta *m = NULL;
-	enum meta_role role = meta_lookup(o->meta, bucket, key, now, o->ttl_s, o->negative_ttl_s,
-	                                  a->waiter, &m);
+	bool recheck = a->recheck && !a->loaded && !a->wait_since;
+	enum meta_role role = meta_lookup(o->meta, bucket, key, now, recheck ? 0 : o->ttl_s,
+	                                  recheck ? 0 : o->negative_ttl_s, a->waiter, &m);
 	if (role == META_FRESH) {
 		*out = m;
 		return OBJ_META_READY;

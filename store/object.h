@@ -128,6 +128,9 @@ struct obj_meta_ask {
 	bool share_failures;     /* a failed load it waited on fails it too */
 	unsigned hop;            /* a request from another node of a cluster: its hop
 	                            (cluster/peer.h; 0: a client's), see obj_may_wait */
+	bool recheck;            /* the entry is revalidated however fresh, unless this
+	                            asker waited for a load (a peer's request while this
+	                            node may have missed invalidations) */
 	bool waiting;            /* registered with the metadata cache: clear it when
 	                            woken, or cancel with obj_meta_cancel */
 	bool loaded;             /* private: it started a load (it waits for its own) */
