@@ -88,7 +88,8 @@ class CountingResult(unittest.TextTestResult):
 # Only the order depends on it.
 MODULE_SECS = {
     "test_cluster": 267, "test_loadtest_smoke": 237, "test_prefetch": 74, "test_cache_faults": 74,
-    "test_trust_cluster": 70, "test_trust_fetch": 63, "test_cluster_churn": 50, "test_pins": 48,
+    "test_trust_cluster": 70, "test_trust_fetch": 63, "test_cluster_redis": 60,
+    "test_cluster_churn": 50, "test_pins": 48,
     "test_operations": 48, "test_cluster_pins": 37, "test_refusals": 34, "test_cache": 34,
     "test_trust_durable": 33, "test_passthrough": 31, "test_pins_restart": 29,
     "test_pins_nvme": 28, "test_cluster_partition": 28, "test_cluster_profiles": 27,
