@@ -486,9 +486,12 @@ void cache_begin(struct req *r)
 	c->ask.hop = req_peer_hop(r);
 	/* Not hearing invalidations (its subscriber lost Redis): what it
 	 * trusts may be a version a write through another node replaced, and
-	 * the node asking would keep it for good. That node may have heard
-	 * nothing either (it subscribed again first, or never had the object). */
-	c->ask.recheck = c->ask.hop && !cluster_listening(req_gw(r)->cluster);
+	 * a node learning the object from it would keep it for good. That node
+	 * may have heard nothing either (it subscribed again first, or never
+	 * had the object). A chunk fetch names its version (If-Match): the
+	 * answer is checked against it, not learnt. */
+	c->ask.recheck = c->ask.hop && !req_header(r, "If-Match") &&
+	                 !cluster_listening(req_gw(r)->cluster);
 	if (!c->head && !req_peer_hop(r)) /* a client's read, not a peer fetching for one */
 		lookahead_note_read(req_gw(r)->lookahead, req_bucket(r), req_key(r), clock_mono_s());
 	resolve(r);
