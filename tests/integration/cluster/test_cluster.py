@@ -158,7 +158,12 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
         self.fail("%s: %r" % (what, v))
 
     @classmethod
-    def wait_members(cls, n, timeout=20):
+    def wait_members(cls, n, timeout=20, subscribed=True):
+        """Until every live node lists n members and (unless subscribed is False, for a test
+        that keeps a subscriber out) hears the invalidation channel: a node's subscriber
+        may join seconds after its heartbeat, and a write through another node meanwhile
+        is never heard by it (on a busy machine, a test that read right after would see
+        the old version)."""
         deadline = time.monotonic() + timeout
         views = None
         while time.monotonic() < deadline:
@@ -167,7 +172,8 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
             except OSError as e:  # a node just started: its admin port may not listen yet
                 views = e
             else:
-                if all(v["redis_up"] and len(v["members"]) == n for v in views):
+                if all(v["redis_up"] and len(v["members"]) == n and
+                       (v["subscribed"] or not subscribed) for v in views):
                     return views
             time.sleep(0.2)
         raise AssertionError("the cluster did not form with %d members: %r" % (n, views))
@@ -776,7 +782,7 @@ class ClusterInvalidationOwnerMissed(ClusterBase):
         try:
             self.redis_cli("CLIENT", "KILL", "USER", "node-2")
             self.wait_view(owner, lambda v: not v["subscribed"], "node-2 still subscribed")
-            self.wait_members(3)
+            self.wait_members(3, subscribed=False)
             heard = self.view(reader)["invalidations_received"]
             for k in owned:
                 writer.client().put_object(Bucket="shared", Key=k, Body=b"new " + k.encode())
@@ -934,6 +940,11 @@ class ClusterJoinedReadTogether(ClusterBase):
                 t.start()
                 threads.append(t)
 
+        def lookups_missed():  # directory lookups that failed or timed out (100 ms), all nodes
+            return sum(v["directory"]["lookups"]["failed"] + v["directory"]["lookups"]["skipped"]
+                       for v in (self.view(n) for n in self.nodes if n.alive()))
+
+        missed = lookups_missed()
         joiner_go, others_go = threading.Event(), threading.Event()
         read_chunks(joiner, joiner_go)
         read_chunks(self.nodes[1], others_go)
@@ -950,7 +961,12 @@ class ClusterJoinedReadTogether(ClusterBase):
             t.join()
         wrong = sorted({i for (port, i), body in got.items() if body != data[i:i + MiB]})
         self.assertEqual((len(got), wrong), (3 * len(range(0, len(data), MiB)), []))
-        self.assertEqual(len(self.gets(m, key)), 0, "S3 was asked for cached chunks")
+        # A lookup in the directory that takes past its 100 ms (a busy machine: two test
+        # runners and ASan) finds no holder, and its chunk is read from S3, by design; a
+        # request that went to S3 rather than wait on a fetch would be one more.
+        missed = lookups_missed() - missed
+        self.assertLessEqual(len(self.gets(m, key)), missed,
+                             "S3 was asked for cached chunks (%d lookups missed)" % missed)
 
 
 class ClusterOwnFirst(ClusterBase):
