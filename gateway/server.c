@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -472,10 +473,24 @@ static int ca_file_check(const char *path, const char *setting)
 	return -1;
 }
 
+/* An https upstream (AWS S3 when unset) whose certificate is not checked:
+ * whoever is on the path can read and change every object larder caches
+ * and serves, so say so at every start rather than only in the file. */
+static void upstream_verify_warn(const struct cfg *cfg)
+{
+	const char *url = cfg->upstream_url;
+	if (cfg->upstream_tls_verify || (url && strncasecmp(url, "https://", 8) != 0))
+		return;
+	log_warn("config", "LARDER_UPSTREAM_TLS_VERIFY=false: the upstream's certificate is not "
+	         "verified: anyone on the path to it can read and alter what larder serves%s",
+	         cfg->upstream_ca_file ? " (LARDER_UPSTREAM_CA_FILE is not used)" : "");
+}
+
 /* The TLS files a start needs: a certificate and key that go together, and
  * CA files with a certificate in them. */
 static int tls_files_check(const struct cfg *cfg, char **cert, char **key)
 {
+	upstream_verify_warn(cfg);
 	int rc = cfg->tls_cert ? load_tls(cfg, cert, key) : 0;
 	if (ca_file_check(cfg->upstream_ca_file, "LARDER_UPSTREAM_CA_FILE") != 0)
 		rc = -1;

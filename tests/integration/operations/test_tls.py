@@ -122,6 +122,23 @@ class Tls(LarderCase):
         self.assertIn(b"holds no certificate", out.stderr)
         self.assertEqual(self.check(LARDER_UPSTREAM_CA_FILE=self.cert).returncode, 0)
 
+    def test_upstream_verification_turned_off_is_a_warning(self):
+        # It was silent: nothing at start or in --check said that larder
+        # would take any certificate from an https upstream.
+        for url in ("https://s3.example.test", None):
+            with self.subTest(url=url):
+                env = {"LARDER_UPSTREAM_TLS_VERIFY": "false"}
+                if url:
+                    env["LARDER_UPSTREAM_URL"] = url
+                out = self.check(**env)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertIn(b"LARDER_UPSTREAM_TLS_VERIFY", out.stderr)
+                self.assertIn(b"not verified", out.stderr)
+        out = self.check(LARDER_UPSTREAM_TLS_VERIFY="false",
+                         LARDER_UPSTREAM_URL="http://127.0.0.1:9")
+        self.assertNotIn(b"LARDER_UPSTREAM_TLS_VERIFY", out.stderr, "no TLS to verify")
+        self.assertNotIn(b"LARDER_UPSTREAM_TLS_VERIFY", self.check().stderr)
+
     def test_an_upstream_that_cannot_be_reached_is_logged_with_why(self):
         # A cold read answered 503 with only "upstream 0, retry N" lines at info: no reason.
         import socket
