@@ -26,6 +26,96 @@ def make_cert(where):
     return cert, key
 
 
+def signed_cert(where, name, names, issuer=None, days=(-1, 2), ca=False):
+    """A certificate (EC key) for names (IP addresses or DNS names), valid from
+    days[0] to days[1] from now, signed by issuer ((cert, key) paths) or by
+    itself; returns its (cert, key) paths."""
+    import datetime
+    import ipaddress
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, name)])
+    sign_key, issuer_name = key, subject
+    if issuer:
+        with open(issuer[0], "rb") as f:
+            issuer_name = x509.load_pem_x509_certificate(f.read()).subject
+        with open(issuer[1], "rb") as f:
+            sign_key = serialization.load_pem_private_key(f.read(), None)
+    alt = []
+    for n in names:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            alt.append(x509.DNSName(n))
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer_name)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now + datetime.timedelta(days=days[0]))
+               .not_valid_after(now + datetime.timedelta(days=days[1]))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if alt:
+        builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
+    cert = builder.sign(sign_key, hashes.SHA256())
+    paths = os.path.join(where, name + ".pem"), os.path.join(where, name + "-key.pem")
+    with open(paths[0], "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(paths[1], "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return paths
+
+
+class TlsOrigin:
+    """An https origin on loopback that answers every GET with BODY (ranges
+    too) and counts the requests that reached it."""
+    BODY = b"bytes only a verified upstream may hand out"
+
+    def __init__(self, cert, key):
+        import http.server
+        import ssl
+        import threading
+        origin = self
+        self.requests = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                origin.requests += 1
+                body, first = origin.BODY, 0
+                rng = self.headers.get("Range", "")
+                if rng.startswith("bytes="):
+                    lo, _, hi = rng[6:].partition("-")
+                    first = int(lo)
+                    last = min(int(hi) if hi else len(body) - 1, len(body) - 1)
+                    self.send_response(206)
+                    self.send_header("Content-Range", "bytes %d-%d/%d" % (first, last, len(body)))
+                    body = body[first:last + 1]
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("ETag", '"e1"')
+                self.send_header("Last-Modified", "Mon, 30 Nov 2026 10:00:00 GMT")
+                self.end_headers()
+                self.wfile.write(body)
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.url = "https://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class Tls(LarderCase):
     @classmethod
     def setUpClass(cls):
@@ -139,6 +229,42 @@ class Tls(LarderCase):
         self.assertNotIn(b"LARDER_UPSTREAM_TLS_VERIFY", out.stderr, "no TLS to verify")
         self.assertNotIn(b"LARDER_UPSTREAM_TLS_VERIFY", self.check().stderr)
 
+    def test_an_upstream_certificate_that_does_not_verify_is_refused(self):
+        # Nothing tested that larder checks the upstream's certificate at all.
+        where = tempfile.mkdtemp(dir=self.tmp)
+        ca = signed_cert(where, "ca", [], ca=True)
+        other_ca = signed_cert(where, "other-ca", [], ca=True)
+        here = ["127.0.0.1", "localhost"]
+        cases = (("good", dict(names=here, issuer=ca), 200, ""),
+                 ("self", dict(names=here), 503, "self-signed"),
+                 ("othername", dict(names=["s3.example.test"], issuer=ca), 503, "name"),
+                 ("expired", dict(names=here, issuer=ca, days=(-9, -1)), 503, "expired"),
+                 ("untrusted", dict(names=here, issuer=other_ca), 503, "issuer"))
+        for name, how, status, why in cases:
+            with self.subTest(cert=name):
+                origin = TlsOrigin(*signed_cert(where, name, **how))
+                larder = harness.Larder(env={
+                    "LARDER_UPSTREAM_URL": origin.url, "LARDER_UPSTREAM_CA_FILE": ca[0],
+                    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret",
+                    "LARDER_UPSTREAM_RETRIES": "1", "LARDER_LOG_LEVEL": "warn"})
+                try:
+                    larder.start()
+                    r = harness.signed_request(larder.url, "GET", "/tls-bucket/obj")
+                    self.assertEqual(r.status, status, r)
+                    if status == 200:
+                        self.assertEqual(r.body, TlsOrigin.BODY)
+                        continue
+                    self.assertNotIn(TlsOrigin.BODY[:10], r.body)
+                    self.assertEqual(origin.requests, 0, "a request went to the origin")
+                    lines = [line for line in larder.log().splitlines()
+                             if "could not learn it upstream" in line]
+                    self.assertTrue(lines, larder.log()[-2000:])
+                    self.assertIn(why, lines[0])
+                finally:
+                    self.assertEqual(larder.stop(), 0)
+                    larder.cleanup()
+                    origin.close()
+
     def test_an_upstream_that_cannot_be_reached_is_logged_with_why(self):
         # A cold read answered 503 with only "upstream 0, retry N" lines at info: no reason.
         import socket
@@ -163,26 +289,12 @@ class Tls(LarderCase):
     def test_an_expired_certificate_is_a_warning(self):
         # openssl req here cannot backdate a certificate (-not_before came in OpenSSL 3.4).
         import datetime
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "old")])
-        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                .public_key(key.public_key()).serial_number(1)
-                .not_valid_before(datetime.datetime(2020, 1, 1))
-                .not_valid_after(datetime.datetime(2020, 2, 1)).sign(key, hashes.SHA256()))
-        expired_key = os.path.join(self.tmp, "old-key.pem")
-        expired = os.path.join(self.tmp, "old.pem")
-        with open(expired, "wb") as f:
-            f.write(cert.public_bytes(serialization.Encoding.PEM))
-        with open(expired_key, "wb") as f:
-            f.write(key.private_bytes(serialization.Encoding.PEM,
-                                      serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption()))
+        ended = datetime.datetime.now(datetime.timezone.utc).date() - datetime.timedelta(days=3)
+        expired, expired_key = signed_cert(tempfile.mkdtemp(dir=self.tmp), "old", [],
+                                           days=(-30, -3))
         out = self.check(LARDER_TLS_CERT=expired, LARDER_TLS_KEY=expired_key)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn(b"expired on 2020-02-01", out.stderr)
+        self.assertIn(b"expired on " + ended.isoformat().encode(), out.stderr)
 
     def test_only_tls_1_2_and_up_with_forward_secrecy(self):
         # GnuTLS's defaults took TLS 1.0 and 1.1, and RSA key exchange; S3 takes neither.
