@@ -669,6 +669,22 @@ static int open_cache(struct gw *gw, const struct cfg *cfg, char *err, size_t er
 	return 0;
 }
 
+/* A certificate renewed in place (the same path, new content) on a SIGHUP:
+ * the one read at start is still served, so say so, or the operator takes
+ * the reload for one of it (a changed path is reported with the settings). */
+static void tls_renewal_warn(const struct gw *gw, const struct cfg *fresh)
+{
+	const char *path = gw->cfg->tls_cert;
+	char *cert = NULL;
+	if (!gw->tls_cert || !fresh->tls_cert || strcmp(fresh->tls_cert, path) != 0 ||
+	    load_pem(path, "LARDER_TLS_CERT", &cert) != 0)
+		return;
+	if (strcmp(cert, gw->tls_cert) != 0)
+		log_warn("config", "reload: the certificate in LARDER_TLS_CERT (\"%s\") changed: the "
+		         "one read at start is served until a restart", path);
+	free(cert);
+}
+
 /* SIGHUP: new keys and policies from the same file and environment. */
 static void reload_keys(struct gw *gw, struct cfg **owned)
 {
@@ -695,6 +711,7 @@ static void reload_keys(struct gw *gw, struct cfg **owned)
 	char what[160];
 	for (size_t at = 0; cfg_restart_change(&running, fresh, &at, what, sizeof what);)
 		log_warn("config", "reload: %s changed: not applied until a restart", what);
+	tls_renewal_warn(gw, fresh);
 }
 
 /* This node's cluster settings (redis_url NULL: no cluster). */

@@ -265,6 +265,40 @@ class Tls(LarderCase):
                     larder.cleanup()
                     origin.close()
 
+    def test_a_certificate_renewed_in_place_is_not_taken_for_reloaded(self):
+        # The files are read at start only, and a SIGHUP after a renewal (the
+        # usual hook of a certificate tool) said "reloaded" and nothing else.
+        import signal
+        import shutil
+        import time
+        where = tempfile.mkdtemp(dir=self.tmp)
+        cert, key = os.path.join(where, "cert.pem"), os.path.join(where, "key.pem")
+        shutil.copy(self.cert, cert)
+        shutil.copy(self.LARDER_ENV["LARDER_TLS_KEY"], key)
+        larder = harness.Larder(upstream=self.upstream, env={"LARDER_TLS_CERT": cert,
+                                                             "LARDER_TLS_KEY": key}).start()
+
+        def reload():
+            before = larder.log().count("reloaded:")
+            larder.signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while larder.log().count("reloaded:") == before and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)  # what the reload did not apply is logged right after
+            return larder.log()[larder.log().rfind("reloaded:"):]
+
+        try:
+            self.assertNotIn("LARDER_TLS_CERT", reload())
+            renewed_cert, renewed_key = make_cert(tempfile.mkdtemp(dir=self.tmp))
+            shutil.copy(renewed_cert, cert)
+            shutil.copy(renewed_key, key)
+            said = reload()
+            self.assertIn("LARDER_TLS_CERT", said)
+            self.assertIn("until a restart", said)
+        finally:
+            self.assertEqual(larder.stop(), 0)
+            larder.cleanup()
+
     def test_an_upstream_that_cannot_be_reached_is_logged_with_why(self):
         # A cold read answered 503 with only "upstream 0, retry N" lines at info: no reason.
         import socket
