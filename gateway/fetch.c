@@ -672,6 +672,9 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 		curl_easy_setopt(f->x.easy, CURLOPT_SSL_VERIFYPEER, 1L);
 		curl_easy_setopt(f->x.easy, CURLOPT_SSL_VERIFYHOST, 2L);
 		curl_easy_setopt(f->x.easy, CURLOPT_CAINFO, ca);
+		/* That file only: libcurl's built-in CA folder (the system's
+		 * CAs) would vouch for a node too. */
+		curl_easy_setopt(f->x.easy, CURLOPT_CAPATH, NULL);
 	}
 	return 0;
 }

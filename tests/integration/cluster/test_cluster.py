@@ -1121,5 +1121,49 @@ class TlsClusterUnverified(TlsCluster):
         self.assertLessEqual(len(warned), 2, warned)  # once a minute per node
 
 
+class TlsClusterCaFileOnly(TlsClusterUnverified):
+    """LARDER_CLUSTER_CA_FILE is the only CA a node's certificate is verified against. libcurl
+    kept its built-in CA folder (/etc/ssl/certs) besides the file, so any CA the system trusts
+    vouched for a node: here the nodes' CA is put in a private copy of that folder (a mount
+    namespace of their own) and not in LARDER_CLUSTER_CA_FILE, and peers must refuse them."""
+
+    @classmethod
+    def setUpClass(cls):
+        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
+                               capture_output=True)
+        if probe.returncode != 0:
+            raise unittest.SkipTest("needs a mount namespace (unshare -m): run as root")
+        super().setUpClass()
+
+    @classmethod
+    def extra_env(cls):
+        if "cert" not in cls.__dict__:
+            import test_tls
+            cls.tmp = tempfile.mkdtemp(prefix="larder-tls-cluster-")
+            system_ca = test_tls.signed_cert(cls.tmp, "system-ca", [], ca=True)
+            cls.cluster_ca, _ = test_tls.signed_cert(cls.tmp, "cluster-ca", [], ca=True)
+            cls.cert, cls.key = test_tls.signed_cert(cls.tmp, "node", ["127.0.0.1"],
+                                                     issuer=system_ca)
+            certs = os.path.join(cls.tmp, "system-certs")
+            os.mkdir(certs)
+            name = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", system_ca[0]],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+            shutil.copy(system_ca[0], os.path.join(certs, name + ".0"))
+            cls.wrapper = os.path.join(cls.tmp, "larder-with-system-ca")
+            with open(cls.wrapper, "w") as f:
+                f.write("#!/bin/sh\nexec unshare -m --propagation private sh -c "
+                        "'mount --bind \"$0\" /etc/ssl/certs && exec \"$@\"' %s %s \"$@\"\n"
+                        % (certs, harness.larder_binary()))
+            os.chmod(cls.wrapper, 0o755)
+        return {"LARDER_TLS_CERT": cls.cert, "LARDER_TLS_KEY": cls.key,
+                "LARDER_CLUSTER_CA_FILE": cls.cluster_ca}
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        n.binary = cls.wrapper
+        return n
+
+
 if __name__ == "__main__":
     unittest.main()
