@@ -352,6 +352,9 @@ void upstream_curl_defaults(const struct upstream *u, CURL *e)
 	/* A stalled upstream (no byte for the timeout) fails the transfer. */
 	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)upstream_timeout_s(u));
+	/* S3 speaks TLS 1.2 and up: anything older is a downgrade, whatever
+	 * the system's OpenSSL configuration would allow. */
+	curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
 	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, upstream_tls_verify(u) ? 1L : 0L);
 	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, upstream_tls_verify(u) ? 2L : 0L);
 	if (upstream_ca_file(u))

@@ -72,7 +72,7 @@ class TlsOrigin:
     too) and counts the requests that reached it."""
     BODY = b"bytes only a verified upstream may hand out"
 
-    def __init__(self, cert, key):
+    def __init__(self, cert, key, old_tls=False):
         import http.server
         import ssl
         import threading
@@ -106,6 +106,13 @@ class TlsOrigin:
 
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
+        if old_tls:  # TLS 1.0 and 1.1 only, which OpenSSL's defaults here refuse too
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+                ctx.minimum_version = ssl.TLSVersion.TLSv1
+                ctx.maximum_version = ssl.TLSVersion.TLSv1_1
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
         self.url = "https://127.0.0.1:%d" % self.server.server_address[1]
@@ -298,6 +305,31 @@ class Tls(LarderCase):
         finally:
             self.assertEqual(larder.stop(), 0)
             larder.cleanup()
+
+    def test_an_upstream_below_tls_1_2_is_refused(self):
+        # The floor was the system's OpenSSL configuration: one that allows
+        # TLS 1.0 (OPENSSL_CONF here) let larder fetch over TLS 1.1, which no
+        # S3 endpoint speaks, so only a downgrade would bring it about.
+        where = tempfile.mkdtemp(dir=self.tmp)
+        ca = signed_cert(where, "ca", [], ca=True)
+        conf = os.path.join(where, "openssl.cnf")
+        with open(conf, "w") as f:
+            f.write("openssl_conf = conf\n[conf]\nssl_conf = ssl\n[ssl]\nsystem_default = tls\n"
+                    "[tls]\nMinProtocol = TLSv1\nCipherString = DEFAULT:@SECLEVEL=0\n")
+        origin = TlsOrigin(*signed_cert(where, "old", ["127.0.0.1"], issuer=ca), old_tls=True)
+        larder = harness.Larder(env={
+            "LARDER_UPSTREAM_URL": origin.url, "LARDER_UPSTREAM_CA_FILE": ca[0],
+            "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret",
+            "LARDER_UPSTREAM_RETRIES": "1", "LARDER_LOG_LEVEL": "warn", "OPENSSL_CONF": conf})
+        try:
+            larder.start()
+            r = harness.signed_request(larder.url, "GET", "/tls-bucket/obj")
+            self.assertEqual(r.status, 503, r)
+            self.assertEqual(origin.requests, 0, "a request went to the origin over TLS 1.1")
+        finally:
+            self.assertEqual(larder.stop(), 0)
+            larder.cleanup()
+            origin.close()
 
     def test_an_upstream_that_cannot_be_reached_is_logged_with_why(self):
         # A cold read answered 503 with only "upstream 0, retry N" lines at info: no reason.
