@@ -190,6 +190,7 @@ static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
 /* GnuTLS's defaults less what S3's own endpoints refuse: TLS 1.2 and 1.3
  * only, and no key exchange without forward secrecy. */
 #define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-RSA"
+#define TLS_TRIAL_WHY 256 /* bytes of libmicrohttpd's reason kept */
 
 static int worker_start(struct gw *gw, struct worker *w, unsigned index,
                         const struct addrinfo *ai)
@@ -436,6 +437,53 @@ static int tls_pair_check(const char *cert_pem, const char *key_pem, const struc
 	return rc;
 }
 
+/* The first thing libmicrohttpd says while it tries a TLS pair. */
+static void tls_trial_log(void *cls, const char *fmt, va_list ap)
+{
+	char *why = cls;
+	if (!*why)
+		vsnprintf(why, TLS_TRIAL_WHY, fmt, ap);
+}
+
+static enum MHD_Result tls_trial_access(void *cls, struct MHD_Connection *c, const char *url,
+                                        const char *method, const char *version,
+                                        const char *upload_data, size_t *upload_data_size,
+                                        void **con_cls)
+{
+	(void)cls;
+	(void)c;
+	(void)url;
+	(void)method;
+	(void)version;
+	(void)upload_data;
+	(void)upload_data_size;
+	(void)con_cls;
+	return MHD_NO;
+}
+
+/* Whether GnuTLS, which serves the port, takes the pair with the port's
+ * priorities: OpenSSL reads some that it cannot (a secp256k1 key), and
+ * the start then failed to listen with GnuTLS's reason at info only. A
+ * daemon with no socket tries them as the workers will. */
+static int tls_trial(const char *cert_pem, const char *key_pem, const struct cfg *cfg)
+{
+	char why[TLS_TRIAL_WHY] = "";
+	struct MHD_Daemon *d = MHD_start_daemon(
+		MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+		tls_trial_access, NULL, MHD_OPTION_EXTERNAL_LOGGER, tls_trial_log, why,
+		MHD_OPTION_HTTPS_MEM_CERT, cert_pem, MHD_OPTION_HTTPS_MEM_KEY, key_pem,
+		MHD_OPTION_HTTPS_PRIORITIES, TLS_PRIORITIES, MHD_OPTION_END);
+	if (d) {
+		MHD_stop_daemon(d);
+		return 0;
+	}
+	why[strcspn(why, "\n")] = '\0';
+	log_error("config", "LARDER_TLS_CERT, LARDER_TLS_KEY: GnuTLS, which serves the port, cannot "
+	          "use \"%s\" with \"%s\": %s", cfg->tls_cert, cfg->tls_key,
+	          *why ? why : "no reason given");
+	return -1;
+}
+
 /* Reads LARDER_TLS_CERT and LARDER_TLS_KEY into *cert and *key (free
  * them; the key is wiped first) and checks them as a pair. */
 static int load_tls(const struct cfg *cfg, char **cert, char **key)
@@ -444,7 +492,9 @@ static int load_tls(const struct cfg *cfg, char **cert, char **key)
 	if (load_pem(cfg->tls_cert, "LARDER_TLS_CERT", cert) != 0 ||
 	    load_pem(cfg->tls_key, "LARDER_TLS_KEY", key) != 0)
 		return -1;
-	return tls_pair_check(*cert, *key, cfg);
+	if (tls_pair_check(*cert, *key, cfg) != 0)
+		return -1;
+	return tls_trial(*cert, *key, cfg);
 }
 
 static void free_tls(char *cert, char *key)

@@ -199,16 +199,34 @@ class Tls(LarderCase):
                 out = self.check(LARDER_TLS_CERT=cert_file, LARDER_TLS_KEY=key_file)
                 self.assertEqual(out.returncode, 2, out.stderr)
                 self.assertIn(says, out.stderr)
-        larder = harness.Larder(upstream=self.upstream,
-                                env={"LARDER_TLS_CERT": self.cert, "LARDER_TLS_KEY": other_key,
-                                     "LARDER_LOG_LEVEL": "warn"})
+        self.assert_start_refused(self.cert, other_key, b"LARDER_TLS_KEY")
+
+    def assert_start_refused(self, cert, key, says):
+        """serve (not --check) with this pair exits 2 and says so."""
+        larder = harness.Larder(upstream=self.upstream, env={
+            "LARDER_TLS_CERT": cert, "LARDER_TLS_KEY": key, "LARDER_LOG_LEVEL": "warn"})
         try:
             proc = subprocess.run([harness.larder_binary(), "serve"], env=larder.env,
                                   capture_output=True, timeout=30)
             self.assertEqual(proc.returncode, 2, proc.stderr)
-            self.assertIn(b"LARDER_TLS_KEY", proc.stderr)
+            self.assertIn(says, proc.stderr)
         finally:
             larder.cleanup()
+
+    def test_a_pair_only_openssl_reads_stops_the_start_as_a_setting(self):
+        # A secp256k1 key: OpenSSL (the pair check) reads it, GnuTLS (the port) does not.
+        # --check said "configuration ok" and the start exited 1 with "cannot listen", the
+        # reason logged at info only.
+        where = tempfile.mkdtemp(dir=self.tmp)
+        cert, key = os.path.join(where, "k1.pem"), os.path.join(where, "k1-key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:secp256k1", "-nodes", "-days", "2", "-subj", "/CN=k1",
+                        "-keyout", key, "-out", cert], check=True, capture_output=True)
+        out = self.check(LARDER_TLS_CERT=cert, LARDER_TLS_KEY=key)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn(b"LARDER_TLS_CERT", out.stderr)
+        self.assertIn(b"GnuTLS", out.stderr)
+        self.assert_start_refused(cert, key, b"GnuTLS")
 
     def test_a_ca_file_without_a_certificate_is_an_error(self):
         # curl took it, and every exchange with the upstream then failed.
