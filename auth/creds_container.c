@@ -112,7 +112,7 @@ int creds_src_container(const struct src_ctx *x, struct creds *out, char *why, s
 	struct creds_http_call call = {
 		.method = "GET", .url = url, .headers = hdrs,
 		.connect_ms = CONTAINER_CONNECT_MS, .total_ms = CONTAINER_TOTAL_MS,
-		.no_proxy = true, .stop = x->stop,
+		.no_proxy = true, .stop = x->stop, .ca_file = creds_env_get(x->env, "AWS_CA_BUNDLE"),
 	};
 	long status;
 	rc = creds_http_do(&call, &resp, &status, why, whylen);

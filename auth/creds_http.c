@@ -77,6 +77,8 @@ int creds_http_do(const struct creds_http_call *c, struct buf *resp, long *statu
 	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 	if (c->no_proxy)
 		curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+	if (c->ca_file)
+		curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
 	if (strcmp(c->method, "GET") != 0) {
 		const char *body = c->body ? c->body : "";
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);

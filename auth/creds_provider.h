@@ -132,6 +132,7 @@ struct creds_http_call {
 	const char *body;            /* POST/PUT body, may be NULL */
 	long connect_ms, total_ms;
 	bool no_proxy;               /* metadata endpoints never go via a proxy */
+	const char *ca_file;         /* CA bundle (AWS_CA_BUNDLE), NULL: the system's */
 	atomic_bool *stop;           /* aborts the transfer when set */
 };
 

@@ -250,6 +250,7 @@ int creds_src_web_identity(const struct src_ctx *x, struct creds *out, char *why
 	struct creds_http_call call = {
 		.method = "POST", .url = url, .headers = hdrs, .body = form.p,
 		.connect_ms = STS_CONNECT_MS, .total_ms = STS_TOTAL_MS, .stop = x->stop,
+		.ca_file = creds_env_get(x->env, "AWS_CA_BUNDLE"),
 	};
 	long status;
 	rc = creds_http_do(&call, &resp, &status, why, whylen);

@@ -67,6 +67,13 @@ def signed_cert(where, name, names, issuer=None, days=(-1, 2), ca=False):
     return paths
 
 
+STS_ANSWER = """<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>ASIATLSTEST</AccessKeyId>
+<SecretAccessKey>tls-test-secret</SecretAccessKey><SessionToken>tls-test-token</SessionToken>
+<Expiration>2099-01-01T00:00:00Z</Expiration></Credentials></AssumeRoleWithWebIdentityResult>
+</AssumeRoleWithWebIdentityResponse>"""
+
+
 class TlsOrigin:
     """An https origin on loopback that answers every GET with BODY (ranges
     too) and counts the requests that reached it."""
@@ -84,6 +91,16 @@ class TlsOrigin:
 
             def log_message(self, *args):
                 pass
+
+            def do_POST(self):  # STS: AssumeRoleWithWebIdentity
+                origin.requests += 1
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                body = STS_ANSWER.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def do_GET(self):
                 origin.requests += 1
@@ -348,6 +365,32 @@ class Tls(LarderCase):
             self.assertEqual(larder.stop(), 0)
             larder.cleanup()
             origin.close()
+
+    def test_an_sts_endpoint_behind_a_private_ca_takes_aws_ca_bundle(self):
+        # LARDER_UPSTREAM_CA_FILE covers S3 only, and AWS_CA_BUNDLE (the SDKs' setting) was
+        # not read: an STS endpoint (AWS_ENDPOINT_URL_STS) under a private CA could not be
+        # reached unless its CA went into the system's store.
+        where = tempfile.mkdtemp(dir=self.tmp)
+        ca = signed_cert(where, "ca", [], ca=True)
+        sts = TlsOrigin(*signed_cert(where, "sts", ["127.0.0.1"], issuer=ca))
+        token = os.path.join(where, "token")
+        with open(token, "w") as f:
+            f.write("eyJhbGciOiJSUzI1NiJ9.tls-test.c2ln")
+        larder = harness.Larder(env={
+            "LARDER_UPSTREAM_URL": self.upstream.url, "AWS_ENDPOINT_URL_STS": sts.url,
+            "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/tls-test",
+            "AWS_WEB_IDENTITY_TOKEN_FILE": token, "AWS_CA_BUNDLE": ca[0],
+            "AWS_EC2_METADATA_DISABLED": "true", "LARDER_LOG_LEVEL": "info"})
+        try:
+            larder.start()
+            self.assertEqual(sts.requests, 1, larder.log()[-2000:])
+            self.assertNotIn("certificate", larder.log())
+            self.assertEqual(larder.stop(), 0)
+        finally:
+            if larder.proc and larder.alive():
+                larder.stop()
+            larder.cleanup()
+            sts.close()
 
     def test_an_upstream_that_cannot_be_reached_is_logged_with_why(self):
         # A cold read answered 503 with only "upstream 0, retry N" lines at info: no reason.
