@@ -149,6 +149,14 @@ class Tls(LarderCase):
         super().setUpClass()
         cls.https = cls.larder.url.replace("http://", "https://")
 
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
     def client(self, **kw):
         return boto3.session.Session().client(
             "s3", endpoint_url=self.https, region_name=harness.REGION,
