@@ -57,7 +57,7 @@ class ClusterResyncOwnerLate(ClusterBase):
         try:
             self.lock_out(reader, "node-1")
             self.lock_out(owner, "node-2")
-            self.wait_members(3)
+            self.wait_members(3, subscribed=False)
             sent = self.view(writer)["invalidations_sent"]
             for k in owned:
                 writer.client().put_object(Bucket="shared", Key=k, Body=b"new " + k.encode())
@@ -65,7 +65,7 @@ class ClusterResyncOwnerLate(ClusterBase):
                            "node-0 did not publish")
             # The reader listens again first; the owner has not yet.
             self.let_in(reader, "node-1")
-            self.wait_members(3)
+            self.wait_members(3, subscribed=False)
             for k in owned:
                 self.assertEqual(self.read(reader, k), b"new " + k.encode(), k)
             self.let_in(owner, "node-2")
