@@ -438,6 +438,7 @@ static int tls_pair_check(const char *cert_pem, const char *key_pem, const struc
 }
 
 /* The first thing libmicrohttpd says while it tries a TLS pair. */
+__attribute__((format(printf, 2, 0)))
 static void tls_trial_log(void *cls, const char *fmt, va_list ap)
 {
 	char *why = cls;
