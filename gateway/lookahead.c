@@ -182,7 +182,7 @@ static void la_move(struct lookaheads *l, struct la *a)
 	size_t gate = la_gate(a);
 	if (gate > a->gate)
 		a->gate = gate;
-	prefetch_gate(l->p, a->job, a->gate);
+	prefetch_gate(l->p, a->job, a->position, a->gate);
 }
 
 /* The job's sized callback (prefetch.h), on the prefetch loop's thread. */

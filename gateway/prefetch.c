@@ -303,6 +303,19 @@ static void drop_untaken_keys(struct pf_job *j)
 	j->next_key = j->key_base = n;
 }
 
+/* A gated job lets go of the keys its reader went past before it started
+ * them: a lookahead's reader that jumps ahead (a job resumed far into its
+ * list) would otherwise have every key it skipped fetched for nothing. */
+static void skip_passed_keys(struct pf_job *j)
+{
+	size_t to = j->gated ? atomic_load(&j->skip_to) : 0, n = atomic_load(&j->n_keys);
+	for (; j->next_key < to && j->next_key < n; j->next_key++) {
+		size_t at = j->next_key - j->key_base;
+		free(j->keys[at]);
+		j->keys[at] = NULL;
+	}
+}
+
 /* Advances one running job; false when it has finished. */
 static bool job_step(struct pf_job *j)
 {
@@ -333,6 +346,7 @@ static bool job_step(struct pf_job *j)
 	}
 	if (j->pin && j->listed && !atomic_load(&j->listing_done))
 		return true; /* a listed pin warms once its whole size is known */
+	skip_passed_keys(j);
 	unsigned active = 0;
 	for (unsigned k = 0; k < j->concurrency; k++) {
 		struct pf_obj *o = &j->active[k];
@@ -617,7 +631,7 @@ int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out)
 	return rc;
 }
 
-int prefetch_gate(struct prefetch *p, const char *id, size_t n)
+int prefetch_gate(struct prefetch *p, const char *id, size_t from, size_t n)
 {
 	int rc = -1;
 	pthread_mutex_lock(&p->lock);
@@ -625,6 +639,9 @@ int prefetch_gate(struct prefetch *p, const char *id, size_t n)
 		if (strcmp(j->id, id) == 0) {
 			size_t g = atomic_load(&j->gate);
 			while (g < n && !atomic_compare_exchange_weak(&j->gate, &g, n))
+				;
+			g = atomic_load(&j->skip_to);
+			while (g < from && !atomic_compare_exchange_weak(&j->skip_to, &g, from))
 				;
 			rc = 0;
 			break;

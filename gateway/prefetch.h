@@ -74,9 +74,10 @@ size_t prefetch_room(struct prefetch *p);
 int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out);
 /* Asks a running job to stop. 0; -ENOENT, no such job; -EALREADY, it ended. */
 int prefetch_cancel(struct prefetch *p, const char *id);
-/* Lets a gated job start its keys [0, n) (a gate only moves forward).
- * Returns 0, or -1 when no such job. */
-int prefetch_gate(struct prefetch *p, const char *id, size_t n);
+/* Lets a gated job start its keys [from, n): keys below from that it has
+ * not started yet are skipped, never warmed (its reader went past them).
+ * Both only move forward. Returns 0, or -1 when no such job. */
+int prefetch_gate(struct prefetch *p, const char *id, size_t from, size_t n);
 /* Reads the object bucket/key into body (blocking, like
  * prefetch_check_bucket). Returns 0, or -1 with a message. */
 int prefetch_read_object(struct gw *gw, const char *bucket, const char *key, struct buf *body,

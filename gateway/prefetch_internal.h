@@ -70,6 +70,7 @@ struct pf_job {
 	_Atomic bool listing_done;   /* read by the admin thread */
 	bool gated;                  /* a lookahead's: keys start below the gate only */
 	_Atomic size_t gate;
+	_Atomic size_t skip_to;      /* a gated job's keys below it not started are skipped */
 	bool listed;                 /* its keys come from a listing (not keys, not a manifest) */
 	bool pin;                    /* pins what it warms (pins.h; the pin's id is the job's) */
 	char pin_hdr[PIN_HEADER_MAX]; /* its chunk fetches to owners ask them to pin too */

@@ -28,7 +28,7 @@
 /* ---- the stand-in prefetch ------------------------------------------------------- */
 
 static pthread_mutex_t stub_lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t started_keys, gate;
+static size_t started_keys, gate, skip_to;
 static unsigned started_conc, cancels;
 static bool started_gated;
 static char job_state[16] = "warming";
@@ -46,18 +46,20 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	started_gated = rq->gated;
 	sized_fn = rq->sized;
 	sized_arg = rq->sized_arg;
-	gate = 0;
+	gate = skip_to = 0;
 	snprintf(id, 24, "pf-1");
 	pthread_mutex_unlock(&stub_lock);
 	return 0;
 }
 
-int prefetch_gate(struct prefetch *p, const char *id, size_t n)
+int prefetch_gate(struct prefetch *p, const char *id, size_t from, size_t n)
 {
 	(void)p, (void)id;
 	pthread_mutex_lock(&stub_lock);
 	if (n > gate)
 		gate = n;
+	if (from > skip_to)
+		skip_to = from;
 	pthread_mutex_unlock(&stub_lock);
 	return 0;
 }
@@ -99,6 +101,15 @@ static size_t gate_now(void)
 	size_t g = gate;
 	pthread_mutex_unlock(&stub_lock);
 	return g;
+}
+
+/* Keys below it the job skips unless it started them. */
+static size_t skip_now(void)
+{
+	pthread_mutex_lock(&stub_lock);
+	size_t s = skip_to;
+	pthread_mutex_unlock(&stub_lock);
+	return s;
 }
 
 /* The job learnt key index's size. */
@@ -175,9 +186,11 @@ static void test_gate_follows_the_furthest_read(void **state)
 	assert_true(started_gated);
 	assert_int_equal(started_conc, 32);
 	assert_int_equal(gate_now(), 3); /* the first window at once */
+	assert_int_equal(skip_now(), 0);
 	double now = clock_mono_s();
 	lookahead_note_read(f->l, "b", "k2", now);
 	assert_int_equal(gate_now(), 6);
+	assert_int_equal(skip_now(), 3); /* the reader is past k0-k2 */
 	assert_int_equal(info_of(f).position, 3);
 	lookahead_note_read(f->l, "b", "k0", now);     /* behind: nothing */
 	lookahead_note_read(f->l, "b", "nope", now);   /* not listed */
@@ -186,6 +199,7 @@ static void test_gate_follows_the_furthest_read(void **state)
 	assert_int_equal(info_of(f).position, 3);
 	lookahead_note_read(f->l, "b", "k8", now); /* a jump: capped at the list's end */
 	assert_int_equal(gate_now(), 10);
+	assert_int_equal(skip_now(), 9); /* k3-k7, jumped over, are not warmed */
 	struct lookahead_info i = info_of(f);
 	assert_int_equal(i.position, 9);
 	assert_int_equal(i.keys, 10);
