@@ -176,13 +176,18 @@ static size_t la_gate(const struct la *a)
 	return k;
 }
 
-/* Moves a's job's gate to where la_gate says (under l->lock). */
+/* Moves a's job's gate to where la_gate says (under l->lock). Keys further
+ * behind the furthest read than the window reaches ahead of it, not started
+ * yet, are skipped: a reader that jumps ahead (a job resumed far into its
+ * list) does not have every key it jumped over fetched; a few keys behind,
+ * which readers slightly out of order may still take, are warmed. */
 static void la_move(struct lookaheads *l, struct la *a)
 {
 	size_t gate = la_gate(a);
+	size_t back = gate > a->position ? gate - a->position : a->window;
 	if (gate > a->gate)
 		a->gate = gate;
-	prefetch_gate(l->p, a->job, a->position, a->gate);
+	prefetch_gate(l->p, a->job, a->position > back ? a->position - back : 0, a->gate);
 }
 
 /* The job's sized callback (prefetch.h), on the prefetch loop's thread. */

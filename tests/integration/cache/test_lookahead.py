@@ -132,13 +132,13 @@ class Lookahead(AdminCalls, LarderCase):
                          {"bucket": BUCKET, "keys": 30, "position": 0, "window": 4})
         self.assertGreater(mine[0]["bytes"], 0)
         # A jump ahead: the furthest read counts; reading back does not move it. The
-        # keys jumped over (4-10) are not warmed.
+        # keys jumped over more than a window behind it (4-6) are not warmed.
         self.read(keys[10])
         self.read(keys[2])
-        l = self.wait_for(la, lambda l: l["objects"] >= 8, "keys 11-14 warm")
+        l = self.wait_for(la, lambda l: l["objects"] >= 12, "keys 7-14 warm")
         self.assertEqual(l["position"], 11)
         time.sleep(0.3)
-        self.assertEqual(self.info(la)["objects"], 8)
+        self.assertEqual(self.info(la)["objects"], 12)
         st, r = self.call("DELETE", "/admin/lookahead/" + la)
         self.assertEqual((st, r["state"]), (200, "ended"), r)
         self.assertEqual(self.info(la)["state"], "ended")
@@ -159,7 +159,8 @@ class Lookahead(AdminCalls, LarderCase):
         self.wait_for(la, lambda l: l["position"] == 101, "the jump")
         time.sleep(1.0)
         gets = self.upstream_gets(mark, "skip")
-        want = ["/%s/%s" % (BUCKET, k) for k in keys[:3] + keys[100:104]]
+        # The first window, then a window behind the read and one ahead of it.
+        want = ["/%s/%s" % (BUCKET, k) for k in keys[:3] + keys[98:104]]
         self.assertEqual(sorted(gets), sorted(want))
         for i in range(101, 104):
             self.assertEqual(self.read(keys[i]).cache, "hit", i)
@@ -228,13 +229,14 @@ class Lookahead(AdminCalls, LarderCase):
         self.wait_for(la, lambda l: l["objects"] == 3, "key 2 warm")
         self.read(keys[7])                    # past it (position 1 + window 2): behind
         self.read(keys[1])                    # already passed: ahead
-        # Keys 3-6, jumped over, are not fetched: 0-2, then 7 (read) and 8-9.
-        l = self.wait_for(la, lambda l: l["objects"] == 5, "the rest warm")
+        # Keys 3-5, jumped over, are not fetched: 0-2, then 6-9 (a window behind the
+        # furthest read and the window ahead of it).
+        l = self.wait_for(la, lambda l: l["objects"] == 7, "the rest warm")
         during = self.lookahead_metrics()
         self.assertEqual(during["larder_lookaheads"] - before["larder_lookaheads"], 1)
         delta = {k: during[k] - before[k] for k in during if k != "larder_lookaheads"}
         self.assertEqual(delta, {
-            "larder_lookahead_objects_total": 5,
+            "larder_lookahead_objects_total": 7,
             "larder_lookahead_bytes_total": l["bytes"],
             'larder_lookahead_reads_total{warmed="ahead"}': 2,
             'larder_lookahead_reads_total{warmed="behind"}': 1,
@@ -246,7 +248,7 @@ class Lookahead(AdminCalls, LarderCase):
             self.assertEqual(st, 202, r)
             self.wait_job(r["job"])
         self.assertEqual(self.lookahead_metrics(), during)
-        self.assertEqual((self.info(la)["objects"], self.info(la)["bytes"]), (5, l["bytes"]))
+        self.assertEqual((self.info(la)["objects"], self.info(la)["bytes"]), (7, l["bytes"]))
         self.assertEqual(self.call("DELETE", "/admin/lookahead/" + la)[0], 200)
         after = self.lookahead_metrics()
         self.assertEqual(after["larder_lookaheads"], before["larder_lookaheads"])
