@@ -235,6 +235,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 	}
 	if (!o->sized) {
 		o->sized = true;
+		o->listed = o->meta->size; /* counted once: the check below is for listed sizes */
 		tell_size(j, o, o->meta->size);
 		atomic_fetch_add(&j->bytes_total, o->meta->size);
 		o->n_chunks = obj_chunk_count(o->meta->size, ob->chunk_bytes);

@@ -38,7 +38,7 @@ struct pf_obj {
 	_Atomic bool woken;
 	unsigned meta_tries;
 	bool sized;                  /* its size is already in bytes_total */
-	uint64_t listed;             /* the size its listing gave (0: none) */
+	uint64_t listed;             /* the size in bytes_total: listed or learnt (0: none) */
 	uint64_t next_chunk, n_chunks;
 	struct chunk *held[PF_HELD];
 	unsigned n_held;

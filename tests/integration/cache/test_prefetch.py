@@ -93,6 +93,20 @@ class Prefetch(AdminCalls, LarderCase):
         self.assertEqual(st, 200)
         self.assertTrue({j["id"] for j in jobs["jobs"]} >= {r["job"]}, jobs)
 
+    def test_a_key_lists_total_counts_each_object_once(self):
+        # A key list's sizes are learnt as it warms: an object of several chunks
+        # (warmed over several steps) must not be counted in bytes_total again on
+        # each, or the progress bar stops at half and the ETA never reaches 0.
+        data = blob(41, 3 * CHUNK + 7)
+        self.direct.put_object(Bucket="warm", Key="total/obj", Body=data)
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm", "keys": ["total/obj"],
+                                                      "bandwidth_bytes_per_second": 4 * CHUNK})
+        self.assertEqual(st, 202, r)
+        info = self.wait_job(r["job"])
+        self.assertEqual((info["state"], info["errors"]), ("done", 0), info)
+        self.assertEqual((info["bytes_done"], info["bytes_total"], info["eta_seconds"]),
+                         (len(data), len(data), 0), info)
+
     def test_client_read_during_a_job_joins_it_and_cancel(self):
         big = blob(99, 12 * CHUNK + 5)
         self.direct.put_object(Bucket="warm", Key="shards/big.tar", Body=big)
