@@ -157,7 +157,14 @@ void cluster_profiles_message(struct gw *gw, const char *msg)
 			         m.origin, strerror(-rc));
 	} else if (m.kind == PROFILE_MSG_STOP) {
 		profiles_relay_stop(gw->profiles, m.origin, m.name);
-	} else if (strcmp(m.origin, self(gw)) == 0) {
-		profiles_note_in(gw->profiles, m.name, m.bucket, m.key, m.unix_s - wall_offset());
+	} else if (strcmp(m.origin, self(gw)) == 0 &&
+	           !profiles_note_in(gw->profiles, m.name, m.bucket, m.key,
+	                             m.unix_s - wall_offset())) {
+		/* A relay of a profile not recording here: this node stopped (or
+		 * crashed) while it recorded, and the others never heard of its end.
+		 * Tell them now, or they relay its reads for as long as they run. */
+		log_info("profiles", "profile %s is not recording: its relays are told to stop",
+		         m.name);
+		cluster_profiles_stopped(gw, m.name);
 	}
 }

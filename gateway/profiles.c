@@ -411,15 +411,17 @@ void profiles_note(struct profiles *p, const char *key_id, const char *tag, cons
 	pthread_mutex_unlock(&p->lock);
 }
 
-void profiles_note_in(struct profiles *p, const char *name, const char *bucket, const char *key,
+bool profiles_note_in(struct profiles *p, const char *name, const char *bucket, const char *key,
                       double started)
 {
 	uint64_t h = read_hash(bucket, key);
 	pthread_mutex_lock(&p->lock);
 	struct profile *x = find(p, name, NULL);
-	if (x && x->recording)
+	bool recording = x && x->recording;
+	if (recording)
 		note_one(x, bucket, key, h, started);
 	pthread_mutex_unlock(&p->lock);
+	return recording;
 }
 
 void profiles_on_relay(struct profiles *p, profile_relay_fn fn, void *arg)

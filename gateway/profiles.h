@@ -75,8 +75,9 @@ int profiles_relay_start(struct profiles *p, const char *origin, const char *nam
                          const char *key_id, const char *tag);
 void profiles_relay_stop(struct profiles *p, const char *origin, const char *name);
 /* Adds a first read of bucket/key that began at started (clock_mono_s) to
- * profile name if it is recording (a read another node relayed). */
-void profiles_note_in(struct profiles *p, const char *name, const char *bucket, const char *key,
+ * profile name if it is recording (a read another node relayed). false
+ * when it is not: the relay that sent it is stale. */
+bool profiles_note_in(struct profiles *p, const char *name, const char *bucket, const char *key,
                       double started);
 /* Up to max profiles, by name; returns how many. */
 size_t profiles_list(struct profiles *p, struct profile_info *out, size_t max);

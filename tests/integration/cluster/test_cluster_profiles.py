@@ -71,3 +71,38 @@ class ClusterProfiles(ClusterBase):
         for k in order:  # chunks node 0 owns come from it: a "miss" on node 1, but no GET
             self.get(self.nodes[1], k)
         self.assertEqual([q for q in self.upstream.from_larder(mark) if q["method"] == "GET"], [])
+
+    def relayed_reads(self, action):
+        """The profile messages of reads published on Redis while action runs."""
+        import subprocess
+        sub = subprocess.Popen(["redis-cli", "-p", str(self.redis.port), "--no-raw",
+                                "SUBSCRIBE", "larder:invalidate"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+        try:
+            time.sleep(0.3)
+            action()
+            time.sleep(1.0)
+        finally:
+            sub.terminate()
+        out = sub.communicate(timeout=10)[0]
+        return [line for line in out.splitlines() if "\\nread\\n" in line]
+
+    def test_a_restarted_origin_ends_the_other_nodes_relays(self):
+        # Node 0 stops (restart, crash) while recording: the stop never reaches node 1,
+        # whose relay would go on recording (up to a million reads in its memory) and
+        # sending every first read of the tag on Redis for a profile nobody records.
+        keys = ["crelay/%02d" % i for i in range(3)]
+        for i, k in enumerate(keys):
+            self.direct.put_object(Bucket="shared", Key=k, Body=blob(500 + i, KiB))
+        self.admin(self.nodes[0], "POST", "/admin/profiles", {"name": "rs", "tag": "job-rs"})
+        time.sleep(1)  # the start reaches node 1 through Redis
+        node = self.nodes[0]
+        self.assertEqual(node.stop(), 0)
+        node.start()
+        self.wait_members(2)
+        self.assertIsNone(self.profile(node, "rs"))
+        first = self.relayed_reads(lambda: self.get(self.nodes[1], keys[0], "job-rs"))
+        self.assertEqual(len(first), 1, first)  # the relay's last: node 0 ends it
+        later = self.relayed_reads(lambda: [self.get(self.nodes[1], k, "job-rs")
+                                            for k in keys[1:]])
+        self.assertEqual(later, [])

@@ -137,11 +137,11 @@ static void t_relay(void **state)
 	/* The origin: relayed reads merge with its own by start time. */
 	assert_int_equal(profiles_start(p, "mine", NULL, "job"), 0);
 	profiles_note(p, NULL, "job", "b", "late", 9.0);
-	profiles_note_in(p, "mine", "b", "early", 1.0);
-	profiles_note_in(p, "mine", "b", "late", 8.0);      /* known: only its time moves */
-	profiles_note_in(p, "nope", "b", "x", 1.0);
+	assert_true(profiles_note_in(p, "mine", "b", "early", 1.0));
+	assert_true(profiles_note_in(p, "mine", "b", "late", 8.0)); /* known: only its time moves */
+	assert_false(profiles_note_in(p, "nope", "b", "x", 1.0));  /* a stale relay's */
 	assert_int_equal(profiles_stop(p, "mine"), 0);
-	profiles_note_in(p, "mine", "b", "after", 10.0);    /* stopped: not added */
+	assert_false(profiles_note_in(p, "mine", "b", "after", 10.0)); /* stopped: not added */
 	char **buckets, **keys;
 	size_t n;
 	assert_int_equal(profiles_get(p, "mine", &buckets, &keys, &n), 0);
