@@ -54,7 +54,9 @@ static void usage_jobs(FILE *f)
 	      "Exit status: 0 ok, 1 the server could not be reached or refused, 2 bad usage.\n", f);
 }
 
-/* The keys of a local manifest file, as a JSON array; NULL on error (reported). */
+/* The keys of a local manifest file, as a JSON array; NULL on error
+ * (reported). Each line is a key as written, as in a manifest object: a
+ * CR inside it is part of the key, a CRLF's CR is dropped. */
 static json_t *read_manifest(const char *path)
 {
 	FILE *f = fopen(path, "r");
@@ -63,16 +65,22 @@ static json_t *read_manifest(const char *path)
 		return NULL;
 	}
 	json_t *keys = json_array();
-	char line[4096];
-	while (keys && fgets(line, sizeof line, f)) {
-		size_t n = strcspn(line, "\r\n");
-		line[n] = '\0';
-		if (n && json_array_append_new(keys, json_string(line)) != 0) {
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t got;
+	while (keys && (got = getline(&line, &cap, f)) > 0) {
+		size_t n = (size_t)got;
+		if (line[n - 1] == '\n')
+			n--;
+		if (n && line[n - 1] == '\r')
+			n--;
+		if (n && json_array_append_new(keys, json_stringn(line, n)) != 0) {
 			fprintf(stderr, "larder warm: %s: a line is not valid UTF-8\n", path);
 			json_decref(keys);
 			keys = NULL;
 		}
 	}
+	free(line);
 	fclose(f);
 	return keys;
 }

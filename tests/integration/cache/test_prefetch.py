@@ -228,6 +228,21 @@ class Prefetch(AdminCalls, LarderCase):
         self.assertEqual(self.cli("jobs", "--cancel", "pf-424242").returncode, 1)
         self.assertEqual(self.cli("warm", "--help").returncode, 0)
 
+    def test_cli_manifest_file_keys_as_written(self):
+        # A local manifest is read as a manifest object is: each line's key exactly as
+        # written (a CR inside a key is part of it), a CRLF's CR dropped.
+        import tempfile
+        keys = ["file/plain", "file/cr\rinside", "file/blank "]
+        for i, k in enumerate(keys):
+            self.direct.put_object(Bucket="warm", Key=k, Body=blob(70 + i, 2000))
+        with tempfile.NamedTemporaryFile("wb", suffix=".txt") as f:
+            f.write(b"file/plain\r\nfile/cr\rinside\n\nfile/blank \n")
+            f.flush()
+            out = self.cli("warm", "--manifest", f.name, "s3://warm")
+        self.assertEqual(out.returncode, 0, out)
+        self.assertIn("objects 3/3\tbytes 6000/6000\terrors 0",
+                      out.stdout.decode().strip().splitlines()[-1])
+
     def test_bad_requests_change_nothing(self):
         st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm", "prefix": "x/"}, token=None)
         self.assertEqual(st, 401, r)
