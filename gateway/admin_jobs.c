@@ -371,10 +371,17 @@ enum MHD_Result admin_jobs(struct admin *a, struct MHD_Connection *c, struct are
 	return send_json(c, 200, json_pack("{s:o}", "jobs", arr), NULL);
 }
 
+/* A warm job's status by id: a lookahead's warming is not one (it is not
+ * listed, and its lookahead ends it). */
+static bool job_get(struct admin *a, const char *id, struct prefetch_info *info)
+{
+	return prefetch_get(a->gw->prefetch, id, info) == 0 && !info->gated;
+}
+
 enum MHD_Result admin_job_get(struct admin *a, struct MHD_Connection *c, struct areq *q)
 {
 	struct prefetch_info info;
-	if (prefetch_get(a->gw->prefetch, q->rest, &info) != 0)
+	if (!job_get(a, q->rest, &info))
 		return send_error(c, 404, "not_found", NULL, "no job %.64s", q->rest);
 	return send_json(c, 200, job_json(&info), NULL);
 }
@@ -382,6 +389,8 @@ enum MHD_Result admin_job_get(struct admin *a, struct MHD_Connection *c, struct 
 enum MHD_Result admin_job_cancel(struct admin *a, struct MHD_Connection *c, struct areq *q)
 {
 	struct prefetch_info info;
+	if (!job_get(a, q->rest, &info))
+		return send_error(c, 404, "not_found", NULL, "no job %.64s", q->rest);
 	int rc = prefetch_cancel(a->gw->prefetch, q->rest);
 	if (rc == -EALREADY && prefetch_get(a->gw->prefetch, q->rest, &info) == 0)
 		return send_error(c, 409, "job_ended", NULL, "job %.64s has ended: %s", q->rest,

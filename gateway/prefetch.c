@@ -610,6 +610,7 @@ static void info_of(const struct pf_job *j, struct prefetch_info *out)
 	out->errors = atomic_load(&j->errors);
 	out->listing_done = atomic_load(&j->listing_done);
 	out->pin_refused = atomic_load(&j->pin_refused);
+	out->gated = j->gated;
 	double end = j->finished > 0 ? j->finished : clock_mono_s();
 	out->elapsed_s = j->started > 0 ? end - j->started : 0;
 	out->rate_bps = out->elapsed_s > 0 ? (double)out->bytes_done / out->elapsed_s : 0;

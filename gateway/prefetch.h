@@ -49,6 +49,7 @@ struct prefetch_info {
 	uint64_t objects_done, objects_total, bytes_done, bytes_total, errors;
 	bool listing_done;
 	bool pin_refused;               /* failed: its pin would pass the pin limit */
+	bool gated;                     /* a lookahead's (prefetch_req) */
 	double elapsed_s, rate_bps, eta_s; /* eta_s < 0: unknown */
 };
 

@@ -166,6 +166,29 @@ class Lookahead(AdminCalls, LarderCase):
             self.assertEqual(self.read(keys[i]).cache, "hit", i)
         self.assertEqual(self.call("DELETE", "/admin/lookahead/" + la)[0], 200)
 
+    def test_its_warm_job_is_not_an_admin_job(self):
+        # A lookahead's warming is not listed in /admin/jobs: neither may it be followed
+        # or cancelled there by its id (a script cancelling jobs would stop the lookahead's
+        # warming while the lookahead went on "running").
+        keys = self.put_set("hidden", 12)
+        st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "keys": keys,
+                                                       "window": 2})
+        self.assertEqual(st, 201, r)
+        la = r["id"]
+        self.wait_for(la, lambda l: l["objects"] == 2, "the first window warm")
+        st, jobs = self.call("GET", "/admin/jobs")
+        listed = {j["id"] for j in jobs["jobs"]}
+        for i in range(1, 200):
+            st, info = self.call("GET", "/admin/jobs/pf-%d" % i)
+            if st == 200:
+                self.assertIn(info["id"], listed, info)
+            st, c = self.call("DELETE", "/admin/jobs/pf-%d" % i)
+            if st == 202:
+                self.assertIn(c["job"], listed, c)
+        self.read(keys[0])
+        self.wait_for(la, lambda l: l["objects"] == 3, "key 2 warm")
+        self.assertEqual(self.call("DELETE", "/admin/lookahead/" + la)[0], 200)
+
     def test_byte_window_keeps_that_many_bytes_ahead(self):
         size = 20000
         keys = ["bytes/%03d.bin" % i for i in range(12)]
