@@ -36,7 +36,7 @@ static void usage_warm(FILE *f)
 	      "recorded, in its order: larder profile) into larder's cache, and\n"
 	      "follows it: a progress bar on a terminal, a line every two seconds otherwise\n"
 	      "(a profile that read several buckets is replayed as a job per bucket, each\n"
-	      "followed in turn).\n"
+	      "followed in turn; --no-wait prints each job's id, one a line, and returns).\n"
 	      "--pin DURATION (90s, 30m, 6h, 2d) keeps what it warms cached that long, however\n"
 	      "much else is read (in RAM up to LARDER_PIN_MAX, on NVMe up to\n"
 	      "LARDER_PIN_MAX_NVME; larder unpin ends it early).\n"
@@ -227,15 +227,19 @@ int cli_warm(int argc, char **argv)
 		buf_fini(&resp);
 		return 1;
 	}
+	/* A profile's replay is a job per bucket: each is printed (--no-wait)
+	 * or followed in turn, and any one's errors are the command's. */
+	json_t *jobs = json_object_get(doc, "jobs");
 	if (o.no_wait) {
 		printf("%s\n", id);
+		for (size_t k = 1; k < json_array_size(jobs); k++) {
+			const char *more = json_string_value(json_array_get(jobs, k));
+			printf("%s\n", more ? more : "?");
+		}
 		json_decref(doc);
 		buf_fini(&resp);
 		return 0;
 	}
-	/* A profile's replay is a job per bucket: each is followed in turn,
-	 * and any one's errors are the command's. */
-	json_t *jobs = json_object_get(doc, "jobs");
 	rc = follow_job(&o, id, &resp);
 	for (size_t k = 1; k < json_array_size(jobs); k++) {
 		const char *more = json_string_value(json_array_get(jobs, k));

@@ -218,3 +218,14 @@ class Profiles(AdminCalls, LarderCase):
         out = self.cli("warm", "--profile", "two-buckets")
         self.assertEqual(out.returncode, 1, (out.stdout, out.stderr))
         self.assertIn(b"errors", out.stderr)
+
+    def test_warm_no_wait_prints_every_job_of_a_replay(self):
+        # --no-wait prints the job id to follow; a replay is a job per bucket, and printing
+        # the first alone left the others to be found in `larder jobs`.
+        self.two_bucket_profile("two-nowait", "prof-nowait", "k")
+        out = self.cli("warm", "--no-wait", "--profile", "two-nowait")
+        self.assertEqual(out.returncode, 0, out)
+        ids = out.stdout.decode().split()
+        self.assertEqual(len(ids), 2, out.stdout)
+        for job in ids:
+            self.assertIn(self.wait_job(job)["bucket"], ("prof", "prof-nowait"))
