@@ -21,6 +21,7 @@
 #include "base/file.h"
 #include "base/fnv.h"
 #include "base/log.h"
+#include "gateway/s3req.h"
 
 struct read {
 	char *bucket, *key;
@@ -236,7 +237,9 @@ static void load(void *arg, const char *file)
 	json_array_foreach(reads, i, r) {
 		const char *b = json_string_value(json_array_get(r, 0));
 		const char *k = json_string_value(json_array_get(r, 1));
-		if (!b || !k || add_read(x, b, k, read_hash(b, k), (double)i) != 0)
+		/* Only what a read could have named: a replay signs requests for it. */
+		if (!b || !k || !s3_bucket_name_ok(b, strlen(b)) || !*k ||
+		    add_read(x, b, k, read_hash(b, k), (double)i) != 0)
 			goto bad;
 	}
 	json_decref(doc);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -45,11 +46,11 @@ static void t_record_save_and_load(void **state)
 	assert_int_equal(profiles_start(p, "both", "AK", "t"), -EINVAL);
 	assert_int_equal(profiles_start(p, "bykey", "AKID", NULL), 0);
 
-	profiles_note(p, "AKID", "t1", "b", "k2", 2.0);
-	profiles_note(p, NULL, "t1", "b", "k1", 1.0);  /* began first, ended second */
-	profiles_note(p, NULL, "t1", "b", "k2", 3.0);  /* read again: nothing new */
-	profiles_note(p, NULL, "t9", "b", "k3", 4.0);  /* another tag */
-	profiles_note(p, "AKID", NULL, "c", "k4", 5.0);
+	profiles_note(p, "AKID", "t1", "bkt", "k2", 2.0);
+	profiles_note(p, NULL, "t1", "bkt", "k1", 1.0);  /* began first, ended second */
+	profiles_note(p, NULL, "t1", "bkt", "k2", 3.0);  /* read again: nothing new */
+	profiles_note(p, NULL, "t9", "bkt", "k3", 4.0);  /* another tag */
+	profiles_note(p, "AKID", NULL, "cbk", "k4", 5.0);
 	assert_int_equal(profiles_stop(p, "job"), 0);
 	assert_int_equal(profiles_stop(p, "job"), -EALREADY);
 	assert_int_equal(profiles_stop(p, "none"), -ENOENT);
@@ -69,9 +70,9 @@ static void t_record_save_and_load(void **state)
 	assert_int_equal(profiles_list(p, info, 4), 2);
 	assert_int_equal(profiles_get(p, "bykey", &b, &k, &n), 0);
 	assert_int_equal(n, 2);
-	assert_string_equal(b[0], "b");
+	assert_string_equal(b[0], "bkt");
 	assert_string_equal(k[0], "k2");
-	assert_string_equal(b[1], "c");
+	assert_string_equal(b[1], "cbk");
 	assert_string_equal(k[1], "k4");
 	profile_reads_free(b, k, n);
 	assert_int_equal(profiles_get(p, "job", &b, &k, &n), 0);
@@ -152,12 +153,56 @@ static void t_relay(void **state)
 	profiles_close(p);
 }
 
+/* A saved profile whose reads name no valid bucket or key (a file edited or
+ * damaged) is skipped at load, not replayed: a replay would send larder's
+ * signed requests upstream for whatever path it names. */
+static void t_load_skips_reads_that_are_not_objects(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/larder-test-profiles-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[160];
+	snprintf(path, sizeof path, "%s/profiles", dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	static const char *const bad[][2] = { { "..", "k" }, { "a/b", "k" }, { "b", "k" },
+		                              { "bucket", "" } };
+	char body[400];
+	const char *const names[] = { "p0", "p1", "p2", "p3", "good" };
+	for (int i = 0; i < 5; i++) {
+		const char *b = i < 4 ? bad[i][0] : "bucket", *k = i < 4 ? bad[i][1] : "k";
+		snprintf(body, sizeof body, "{\"version\":1,\"name\":\"%s\",\"tag\":\"t\","
+		         "\"dropped\":0,\"reads\":[[\"bucket\",\"a\"],[\"%s\",\"%s\"]]}", names[i], b,
+		         k);
+		snprintf(path, sizeof path, "%s/profiles/%s.json", dir, names[i]);
+		FILE *f = fopen(path, "w");
+		assert_non_null(f);
+		fputs(body, f);
+		fclose(f);
+	}
+	char err[256];
+	struct profiles *p = profiles_open(dir, err, sizeof err);
+	assert_non_null(p);
+	struct profile_info info[8];
+	assert_int_equal(profiles_list(p, info, 8), 1);
+	assert_string_equal(info[0].name, "good");
+	assert_int_equal(info[0].reads, 2);
+	profiles_close(p);
+	for (int i = 0; i < 5; i++) {
+		snprintf(path, sizeof path, "%s/profiles/%s.json", dir, names[i]);
+		assert_int_equal(unlink(path), 0);
+	}
+	snprintf(path, sizeof path, "%s/profiles", dir);
+	assert_int_equal(rmdir(path), 0);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(t_names),
 		cmocka_unit_test(t_record_save_and_load),
 		cmocka_unit_test(t_relay),
+		cmocka_unit_test(t_load_skips_reads_that_are_not_objects),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
