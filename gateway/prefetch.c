@@ -338,6 +338,13 @@ static bool job_step(struct pf_job *j)
 		         atomic_load(&j->bytes_done), atomic_load(&j->errors));
 		return false;
 	}
+	if (j->pin && !pins_has(j->p->gw->pins, j->id)) {
+		/* Its pin ended early (unpin): the rest warms unpinned, and its
+		 * fetches stop asking the owners to pin, which would hold what
+		 * they fetch from now on until the pin's time, past the unpin. */
+		j->pin = false;
+		log_info("prefetch", "job %s: its pin ended; warming on unpinned", j->id);
+	}
 	pf_list_step(j);
 	if (atomic_load(&j->listing_done) && state == PF_LISTING) {
 		/* A listed pin knows its size now: refuse it before warming. */

@@ -96,6 +96,34 @@ class ClusterPins(ClusterBase):
         self.assertEqual(self.wait_pins(self.nodes[1], []), ([], 0))
         self.assertEqual(self.pins(self.nodes[0]), ([], 0))
 
+    def test_unpin_while_its_job_runs_leaves_no_hold_on_the_owner(self):
+        # The job went on fetching with its pin header after the unpin, so each owner
+        # pinned again what it fetched later, until the pin's time (up to 30 days of its
+        # pin room), and no unpin on the posting node could end that any more.
+        for i in range(12):
+            self.direct.put_object(Bucket="shared", Key="midjob/%02d" % i, Body=blob(300 + i, MiB))
+        r = self.admin(self.nodes[0], "POST", "/admin/prefetch",
+                       {"bucket": "shared", "prefix": "midjob/", "pin_seconds": 600,
+                        "concurrency": 1, "bandwidth_bytes_per_second": 4 * MiB})
+        deadline = time.monotonic() + 30
+        while self.admin(self.nodes[0], "GET", "/admin/jobs/" + r["job"])["bytes_done"] < 3 * MiB:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        self.assertEqual(self.admin(self.nodes[0], "POST", "/admin/unpin", {"job": r["job"]}),
+                         {"unpinned": 1})
+        deadline = time.monotonic() + 60
+        while True:
+            info = self.admin(self.nodes[0], "GET", "/admin/jobs/" + r["job"])
+            if info["state"] != "warming":
+                break
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        self.assertEqual((info["state"], info["objects_done"]), ("done", 12), info)
+        self.assertLess(info["elapsed_seconds"], 600)
+        time.sleep(1)  # the announcement's way through Redis
+        self.assertEqual(self.pins(self.nodes[0]), ([], 0))
+        self.assertEqual(self.pins(self.nodes[1]), ([], 0))
+
     def test_a_chunk_asked_twice_by_a_peer_counts_once(self):
         """A pinned job's peer may ask the owner for one chunk more than once
         (a retry, two readers): the owner's pin holds it once, bytes and all."""
