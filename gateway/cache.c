@@ -213,18 +213,19 @@ static void learn_checksums(struct req *r)
 	buf_fini(&lines);
 }
 
-/* The object this answer of S3's is for (its ETag and size), or false when
- * it says neither plainly: a 200's Content-Length, a 206's Content-Range. */
-static bool answer_version(struct req *r, const char **etag, uint64_t *size)
+/* The object this answer of S3's is for (its ETag and size; a 206's byte
+ * range in *first, *last), or false when it says neither plainly: a 200's
+ * Content-Length, a 206's Content-Range. */
+static bool answer_version(struct req *r, const char **etag, uint64_t *first, uint64_t *last,
+                           uint64_t *size)
 {
-	uint64_t first, last;
 	long status = req_upstream_status(r);
 	*etag = hdrs_get(req_upstream_headers(r), "ETag");
 	if (!*etag)
 		return false;
 	if (status == 206)
 		return content_range_parse(hdrs_get(req_upstream_headers(r), "Content-Range"),
-		                           &first, &last, size);
+		                           first, last, size);
 	*size = req_upstream_length(r);
 	return status == 200 && !req_header(r, "Range") && *size != MHD_SIZE_UNKNOWN;
 }
@@ -241,9 +242,10 @@ void cache_learn(struct req *r)
 	 * If-Match with this answer's ETag, must not be judged against the old
 	 * one. A 404 names no version ("" and 0, which no entry holds). */
 	const char *etag = NULL;
-	uint64_t size = 0;
+	uint64_t first = 0, last = 0, size = 0;
 	bool gone = req_upstream_status(r) == 404;
-	if ((gone || answer_version(r, &etag, &size)) &&
+	bool known = !gone && answer_version(r, &etag, &first, &last, &size);
+	if ((gone || known) &&
 	    meta_drop_other(gw->meta, req_bucket(r), req_key(r), gone ? "" : etag, size)) {
 		log_info("cache", "%s/%s changed upstream (an answer for %s)", req_bucket(r),
 		         req_key(r), gone ? "none: 404" : etag);
@@ -253,14 +255,12 @@ void cache_learn(struct req *r)
 	if (req_cread(r)->want_checksums && req_upstream_status(r) == 200 && !req_cread(r)->part &&
 	    !req_header(r, "Range"))
 		learn_checksums(r);
-	if (!req_cread(r)->part || req_upstream_status(r) != 206)
+	/* A part's bytes, from the range answer_version read. */
+	if (!known || !req_cread(r)->part || req_upstream_status(r) != 206)
 		return;
-	const char *cr = hdrs_get(req_upstream_headers(r), "Content-Range");
 	const char *count = hdrs_get(req_upstream_headers(r), "x-amz-mp-parts-count");
-	uint64_t first, last;
 	unsigned long n = count ? strtoul(count, NULL, 10) : 0;
-	etag = hdrs_get(req_upstream_headers(r), "ETag");
-	if (!etag || n > 10000 || !content_range_parse(cr, &first, &last, &size))
+	if (n > 10000)
 		return;
 	meta_learn_part(gw->meta, req_bucket(r), req_key(r), etag, size, req_cread(r)->part,
 	                first, last, (uint32_t)n);
