@@ -591,8 +591,11 @@ void disk_drop(struct disk *d, const struct chunk_id *id)
 {
 	pthread_mutex_lock(&d->lock);
 	struct dent *e = dk_idx_find(d, id, chunk_id_hash(id));
-	if (e)
+	if (e) {
+		struct seg *s = e->seg;
 		dk_entry_drop(d, e);
+		dk_seg_remove_if_empty(d, s); /* a purge gives its room back now */
+	}
 	pthread_mutex_unlock(&d->lock);
 }
 

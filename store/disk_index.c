@@ -22,7 +22,10 @@
  * head that holds dead bytes (so it can be reclaimed next); else evicts
  * the policy's next victim. A write that still cannot fit is declined
  * (returns 0, like a policy refusal), as is an entry larger than
- * capacity - reserve.
+ * capacity - reserve. A drop (a purge, an invalidation) that leaves a
+ * sealed segment with no live entry removes it at once, so used follows
+ * what a purge freed; the head stays, and the segment reclaim is copying
+ * out of (it drops the lock around each copy) is left to reclaim.
  *
  * Preallocation. A new head's file gets its blocks at once (fallocate,
  * FALLOC_FL_KEEP_SIZE, up to the reserve), so an append writes into
@@ -183,6 +186,12 @@ void dk_seg_remove(struct disk *d, struct seg *s)
 	dk_seg_unref(s);
 }
 
+void dk_seg_remove_if_empty(struct disk *d, struct seg *s)
+{
+	if (!s->first && s != d->head && s != d->reclaiming)
+		dk_seg_remove(d, s);
+}
+
 void dk_seg_trim(struct seg *s)
 {
 	(void)ftruncate(s->fd, (off_t)s->size);
@@ -322,6 +331,7 @@ static int reclaim(struct disk *d, struct seg *s)
 	if (!buf)
 		return -ENOMEM;
 	int rc = 0;
+	d->reclaiming = s; /* entries dropped meanwhile must not remove it */
 	while (s->first) {
 		struct dent *e = s->first;
 		struct chunk_id id = e->id;
@@ -364,6 +374,7 @@ static int reclaim(struct disk *d, struct seg *s)
 		dk_seg_unref(hd);
 	}
 	free(buf);
+	d->reclaiming = NULL;
 	if (rc == 0) {
 		log_debug(TOPIC, "%s: reclaimed segment %016" PRIx64 " (%" PRIu64 " bytes)", d->dir,
 		          s->seq, s->size);

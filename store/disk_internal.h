@@ -75,6 +75,7 @@ struct disk {
 	struct dent **slots;
 	size_t nslots, count;
 	struct seg *first, *last, *head;
+	struct seg *reclaiming;     /* the segment reclaim is copying out of, or NULL */
 	_Atomic bool no_direct;     /* the file system refused O_DIRECT: all through the page cache */
 	uint64_t nsegs, next_seq, used, live;
 	uint64_t evictions, reclaimed, write_errors, read_errors, corrupt;
@@ -176,6 +177,10 @@ struct seg *dk_seg_add(struct disk *d, uint64_t seq, int fd, uint64_t size);
 /* Removes an empty-of-live-entries segment: unlinks the file, drops the
  * list's reference (the fd closes when no reader has it pinned). */
 void dk_seg_remove(struct disk *d, struct seg *s);
+
+/* Removes s if no live entry is left in it, unless it is the head or
+ * being reclaimed (reclaim removes it itself). Called with d->lock held. */
+void dk_seg_remove_if_empty(struct disk *d, struct seg *s);
 
 /* Gives back the blocks past the end of s's file (its preallocation). */
 void dk_seg_trim(struct seg *s);

@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -557,6 +558,46 @@ static void test_reclaim_keeps_live(void **state)
 	assert_int_equal(stats(d).entries, 14);
 	for (uint64_t n = 1; n < 14; n += 2)
 		expect_held(d, n, 0, len);
+	disk_close(d);
+}
+
+/* Dropping every entry of a sealed segment removes its file at once: a
+ * purge gives its room back (and says so in used) without waiting for
+ * writes to reclaim it. The head stays, whatever it holds. */
+static void test_emptied_segments_removed(void **state)
+{
+	struct fx *f = *state;
+	struct disk *d = open_ok(f->dir, 1 * MiB, 128 * KiB, NULL, NULL);
+	const size_t len = 64 * KiB - 200;
+	for (uint64_t n = 0; n < 14; n++)
+		put(d, n, 1, 0, len);
+	uint64_t full = stats(d).used;
+	assert_true(stats(d).segments >= 7);
+	for (uint64_t n = 0; n < 14; n++) {
+		struct chunk_id id = id_of(n);
+		disk_drop(d, &id);
+		assert_int_equal(stats(d).used, dir_bytes(f->dir));
+		assert_int_equal(disk_check(d), 0);
+	}
+	struct disk_stats s = stats(d);
+	assert_int_equal(s.entries, 0);
+	assert_int_equal(s.live_bytes, 0);
+	assert_true(s.segments <= 1);
+	assert_true(s.used <= 128 * KiB);
+	assert_true(s.used < full);
+	/* Still writable; after a restart the removed files' entries are gone
+	 * (drops are not written: the head's two may come back, which is
+	 * harmless for chunks, see disk_tomb.c). */
+	put(d, 50, 1, 0, len);
+	disk_close(d);
+	d = open_ok(f->dir, 1 * MiB, 128 * KiB, NULL, NULL);
+	assert_true(stats(d).entries <= 3);
+	expect_held(d, 50, 0, len);
+	for (uint64_t n = 0; n < 12; n++) {
+		struct chunk_id id = id_of(n);
+		size_t got;
+		assert_false(disk_lookup(d, &id, &got));
+	}
 	disk_close(d);
 }
 
@@ -1149,13 +1190,28 @@ static void *race_reader(void *arg)
 	return NULL;
 }
 
+/* Drops from another thread, so that they land while the writer's
+ * reclaim has the lock released around a copy. */
+static void *race_dropper(void *arg)
+{
+	struct race *r = arg;
+	for (uint64_t i = 0; !r->stop; i++) {
+		struct chunk_id id = id_of(mix(i * 5 + 1) % 64);
+		disk_drop(r->d, &id);
+		if (i % 16 == 0)
+			sched_yield();
+	}
+	return NULL;
+}
+
 static void test_readers_race_writer(void **state)
 {
 	struct fx *f = *state;
 	struct race r = { .d = open_ok(f->dir, 1 * MiB, 64 * KiB, NULL, NULL) };
-	pthread_t t[3];
+	pthread_t t[4];
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(pthread_create(&t[i], NULL, race_reader, &r), 0);
+	assert_int_equal(pthread_create(&t[3], NULL, race_dropper, &r), 0);
 	for (unsigned i = 0; i < 3000; i++) {
 		uint64_t n = mix(i) % 64;
 		unsigned v = r.ver[n] + 1;
@@ -1173,7 +1229,7 @@ static void test_readers_race_writer(void **state)
 		}
 	}
 	r.stop = 1;
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		pthread_join(t[i], NULL);
 	assert_int_equal(r.mismatches, 0);
 	struct disk_stats s = stats(r.d);
@@ -1198,6 +1254,7 @@ int main(void)
 		T(test_capacity_mixed_lru),
 		T(test_capacity_mixed_subset),
 		T(test_reclaim_keeps_live),
+		T(test_emptied_segments_removed),
 		T(test_pinned_entries),
 		T(test_tiny_pins_count_their_entries),
 		T(test_eviction_order),
