@@ -600,6 +600,28 @@ static void test_example_conf(void **state)
 	cfg_free(c);
 }
 
+/* The example "shows its default" for every setting it sets: loaded as it
+ * is, it differs from no file at all only in its [bucket] section. */
+static void test_example_shows_the_defaults(void **state)
+{
+	(void)state;
+	assert_non_null(example_path);
+	FILE *f = fopen(example_path, "r");
+	assert_non_null(f);
+	static char text[64 * 1024];
+	size_t n = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	assert_true(n > 0 && n < sizeof text - 1);
+	text[n] = '\0';
+	struct cfg *example = load_ok(text, NULL), *builtin = load_ok("", NULL);
+	char what[160];
+	for (size_t at = 0; cfg_restart_change(builtin, example, &at, what, sizeof what);)
+		if (strncmp(what, "[bucket", 7) != 0)
+			fail_msg("config/larder.conf sets %s to another value than its default", what);
+	cfg_free(example);
+	cfg_free(builtin);
+}
+
 /* The example gives each number's range after its value ("workers = 0 ; 0-1024"):
  * its top is taken and one more is refused. Settings whose top another one
  * caps (window_min, the pin caps) are only refused past it. */
@@ -971,6 +993,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_example_conf),
 		cmocka_unit_test(test_example_ranges),
+		cmocka_unit_test(test_example_shows_the_defaults),
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_cache_settings),
 		cmocka_unit_test(test_cluster_settings),
