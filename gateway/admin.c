@@ -700,7 +700,7 @@ int admin_start(struct gw *gw)
 	}
 	gw->admin = a;
 	log_info("admin", "admin listener on http://%s:%u%s", cfg->admin_host, cfg->admin_port,
-	         cfg->admin_token ? "" : " (no LARDER_ADMIN_TOKEN: only /healthz answers)");
+	         cfg->admin_token ? "" : " (no LARDER_ADMIN_TOKEN: only /healthz and /ui answer)");
 	return 0;
 }
 

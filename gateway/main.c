@@ -58,9 +58,9 @@ static void usage(FILE *f)
 	      "unpin     end a pin (larder warm --pin) early\n"
 	      "profile   record what a job reads, to warm it again (larder warm --profile)\n"
 	      "cluster   a running larder's view of its cluster: members, Redis, directory\n"
-	      "          stats and purge talk to the admin endpoint (--admin URL, else\n"
+	      "          all but serve talk to the admin endpoint (--admin URL, else\n"
 	      "          $LARDER_ADMIN_URL) with the token in $LARDER_ADMIN_TOKEN;\n"
-	      "          \"larder stats --help\" and \"larder purge --help\" tell more\n"
+	      "          \"larder COMMAND --help\" tells more\n"
 	      "\n"
 	      "Exit status: 0 on a clean stop or a valid --check, 1 on a runtime failure,\n"
 	      "2 on bad usage or configuration.\n", f);

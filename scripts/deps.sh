@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
 # Installs what building and testing larder needs on Debian 12 (apt-get, non-interactive).
 # A second run only checks (dpkg-query) and returns at once.
+#   scripts/deps.sh        what the test suite needs (scripts/test.sh)
+#   scripts/deps.sh run    only what building larder and its demo upstream need
+#                          (scripts/run.sh): no test clients, no browser, no npm
 set -euo pipefail
+mode="${1:-test}"
+case "$mode" in run|test) ;; *) echo "usage: $0 [run|test]" >&2; exit 64 ;; esac
 
 PACKAGES=(
   meson ninja-build pkg-config gcc clang libclang-rt-14-dev
   libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjemalloc-dev libev-dev
   libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libexpat1-dev zlib1g-dev libisal-dev
-  redis-server curl procps python3
-  s3cmd rclone nodejs openssl docker-compose python3-yaml
-  # clients the training workload uses, for Debian's /usr/bin/python3: the AWS
-  # CRT S3 client (aws-c-s3), PyTorch, fsspec, boto3; s3fs is the FUSE client
-  python3-awscrt python3-torch python3-fsspec python3-boto3 python3-requests s3fs
-  # fsspec's HTTP filesystem needs aiohttp (an optional dependency of python3-fsspec)
-  python3-aiohttp
-  # the dashboard (GET /ui) is tested in a real browser, headless
-  chromium fonts-liberation
+  curl procps python3
 )
+if [[ "$mode" == test ]]; then
+  PACKAGES+=(
+    redis-server s3cmd rclone nodejs openssl docker-compose python3-yaml
+    # clients the training workload uses, for Debian's /usr/bin/python3: the AWS
+    # CRT S3 client (aws-c-s3), PyTorch, fsspec, boto3; s3fs is the FUSE client
+    python3-awscrt python3-torch python3-fsspec python3-boto3 python3-requests s3fs
+    # fsspec's HTTP filesystem needs aiohttp (an optional dependency of python3-fsspec)
+    python3-aiohttp
+    # the dashboard (GET /ui) is tested in a real browser, headless
+    chromium fonts-liberation
+  )
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -25,7 +34,7 @@ for p in "${PACKAGES[@]}"; do
 done
 # npm: Debian's package, unless the installed nodejs brings its own (NodeSource's
 # nodejs includes npm and conflicts with Debian's npm package).
-command -v npm >/dev/null 2>&1 || missing+=(npm)
+[[ "$mode" == run ]] || command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if ((${#missing[@]})); then
   echo "deps: installing ${missing[*]}" >&2
@@ -43,7 +52,7 @@ fi
 # v3, installed from the npm registry into tests/integration/clients/node/node_modules
 # (versions from its package.json). Only when missing; a failure is fatal.
 NODE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/integration/clients/node"
-if [[ ! -d "$NODE_DIR/node_modules/@aws-sdk/client-s3" || ! -d "$NODE_DIR/node_modules/@aws-sdk/lib-storage" ]]; then
+if [[ "$mode" == test ]] && [[ ! -d "$NODE_DIR/node_modules/@aws-sdk/client-s3" || ! -d "$NODE_DIR/node_modules/@aws-sdk/lib-storage" ]]; then
   echo "deps: npm install in tests/integration/clients/node" >&2
   if ! (cd "$NODE_DIR" && npm install --no-audit --no-fund --no-package-lock --no-update-notifier </dev/null >&2); then
     echo "deps: npm install of the AWS SDK for JavaScript failed (see above)" >&2
@@ -58,7 +67,7 @@ if ! python3 -c 'import boto3, botocore, moto, requests, werkzeug' 2>/dev/null; 
   py_ok=0
   echo "deps: python3 cannot import boto3, botocore, moto (>= 5), requests and werkzeug." >&2
 fi
-if ! command -v aws >/dev/null 2>&1; then
+if [[ "$mode" == test ]] && ! command -v aws >/dev/null 2>&1; then
   py_ok=0
   echo "deps: the AWS CLI (aws) is not on PATH." >&2
 fi

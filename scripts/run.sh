@@ -14,7 +14,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 deps_rc=0
-scripts/deps.sh || deps_rc=$?
+scripts/deps.sh run || deps_rc=$?
 if ((deps_rc != 0 && deps_rc != 2)); then exit "$deps_rc"; fi
 scripts/build.sh plain
 BIN="${LARDER_BUILD_DIR:-build}/gateway/larder"

@@ -678,7 +678,7 @@ class AdminBlockingRoute(unittest.TestCase):
 
 
 class AdminWithoutToken(AdminCase):
-    """No LARDER_ADMIN_TOKEN: only /healthz answers; the rest says how to fix it."""
+    """No LARDER_ADMIN_TOKEN: only /healthz (and the /ui page) answers; the rest says how to fix it."""
     TOKEN = None
 
     def test_only_healthz(self):
