@@ -140,8 +140,14 @@ double cluster_avoided(struct cluster *cl, const char *addr, double now);
 /* Queues an invalidation of (bucket, key) for every other node (key ""
  * for the whole bucket); the heartbeat thread PUBLISHes it at once. Never
  * blocks on I/O. While Redis is down up to 4096 are kept and sent when it
- * returns; beyond that the oldest are dropped (counted in the view). */
-void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key);
+ * returns; beyond that the oldest are dropped (counted in the view).
+ * Returns a ticket for cluster_published (0: nothing was queued). */
+uint64_t cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key);
+/* Whether waiting for ticket is over: Redis answered its PUBLISH (so the
+ * message is on its way to every subscribed node), or refused it, or Redis
+ * is not up (the message waits in the queue: nobody can be told now).
+ * Takes cl->lock only when the ticket is not out yet. */
+bool cluster_published(struct cluster *cl, uint64_t ticket);
 /* Messages that are not invalidations ride the same channel under a
  * "bucket" no S3 bucket can be named: CLUSTER_UNPIN with key "NODE/JOB"
  * ends the pin NODE/JOB on every other node. */

@@ -49,6 +49,7 @@ struct snapshot {
 
 struct inval {
 	struct inval *next;
+	uint64_t seq; /* cluster_publish_invalidate's ticket (0: a resync) */
 	size_t len;
 	char msg[]; /* sender \n bucket \n key, not NUL-terminated */
 };
@@ -84,6 +85,7 @@ struct cluster {
 	unsigned long members_gen; /* bumped when the members (not their counts) change */
 	struct inval *q_head, *q_tail;
 	size_t q_len;
+	uint64_t q_seq;           /* the last ticket handed out */
 	enum redis_state state;
 	bool subscribed;
 	bool resync_due;          /* queued invalidations were dropped: tell the others */
@@ -91,6 +93,11 @@ struct cluster {
 	size_t rejected_last;     /* entries rejected at the last heartbeat */
 	unsigned long reconnects, sent, received, dropped, rejected, resyncs;
 	unsigned long inval_rejected; /* invalidation messages not signed with the secret */
+	bool publish_refused;         /* Redis answered the last batch's PUBLISH with an error */
+
+	/* Every ticket up to this one was published (Redis answered PUBLISH), or
+	 * refused by Redis: cluster_published. Written by the heartbeat thread. */
+	_Atomic uint64_t q_done;
 
 	/* Nodes that answered nothing lately (cluster_avoid), under avoid_lock;
 	 * n_avoided lets the common case (none) skip the lock. */

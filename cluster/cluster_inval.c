@@ -55,6 +55,7 @@ static struct inval *inval_new(const struct cluster *cl, const char *bucket, con
 	if (!e)
 		return NULL;
 	e->next = NULL;
+	e->seq = 0;
 	e->len = il + bl + kl + 2;
 	memcpy(e->msg, cl->self.id, il);
 	e->msg[il] = '\n';
@@ -133,15 +134,43 @@ int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen
 		                   body.len);
 	}
 	buf_fini(&body);
-	int rc = redis_read_replies(c, n, why, whylen);
+	/* An error answer (an ACL without PUBLISH, a read-only replica) told
+	 * nobody: counted as dropped, not sent, and logged once per run of
+	 * them. Sending it again would be refused again. */
+	int rc = 0;
+	size_t refused = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		redisReply *reply;
+		if (redisGetReply(c, (void **)&reply) != REDIS_OK) {
+			snprintf(why, whylen, "%s", c->errstr);
+			rc = -1;
+			break;
+		}
+		if (reply->type == REDIS_REPLY_ERROR) {
+			if (!refused)
+				snprintf(why, whylen, "%s", reply->str);
+			refused++;
+		}
+		freeReplyObject(reply);
+	}
 	pthread_mutex_lock(&cl->lock);
 	if (rc == 0) {
-		cl->sent += n;
+		cl->sent += n - refused;
+		cl->dropped += refused;
+		if (refused && !cl->publish_refused)
+			log_warn(TOPIC, "Redis refused %zu invalidation message(s): other nodes may serve "
+			         "what this node's writes replaced until their metadata expires: %s",
+			         refused, why);
+		cl->publish_refused = refused != 0;
+		uint64_t done = 0;
 		while (batch) {
 			struct inval *e = batch;
 			batch = e->next;
+			done = e->seq > done ? e->seq : done;
 			free(e);
 		}
+		if (done)
+			atomic_store(&cl->q_done, done);
 	} else {
 		queue_requeue(cl, batch);
 	}
@@ -149,14 +178,15 @@ int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen
 	return rc;
 }
 
-void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key)
+uint64_t cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key)
 {
 	if (!cl || !bucket || !bucket[0] || strchr(bucket, '\n'))
-		return;
+		return 0;
 	struct inval *e = inval_new(cl, bucket, key ? key : "");
 	if (!e)
-		return;
+		return 0;
 	pthread_mutex_lock(&cl->lock);
+	uint64_t seq = e->seq = ++cl->q_seq;
 	if (cl->q_tail)
 		cl->q_tail->next = e;
 	else
@@ -172,6 +202,17 @@ void cluster_publish_invalidate(struct cluster *cl, const char *bucket, const ch
 	}
 	pthread_cond_signal(&cl->cond);
 	pthread_mutex_unlock(&cl->lock);
+	return seq;
+}
+
+bool cluster_published(struct cluster *cl, uint64_t ticket)
+{
+	if (!cl || !ticket || atomic_load(&cl->q_done) >= ticket)
+		return true;
+	pthread_mutex_lock(&cl->lock);
+	bool waits = cl->state == REDIS_UP && !cl->stopping;
+	pthread_mutex_unlock(&cl->lock);
+	return !waits;
 }
 
 static void on_message(struct cluster *cl, const char *signed_msg, size_t len)

@@ -728,9 +728,10 @@ static bool changes_object(const struct req *r)
  * the upstream write took far longer); marked written before the
  * metadata drop, so a load that starts after it does not learn the old
  * version from a node the invalidation has not reached yet; then every
- * node is told. */
-static void forget_object(struct gw *gw, const char *bucket, const char *key, bool bucket_wide)
+ * node is told, and the write's answer ends once they are. */
+static void forget_object(struct req *r, const char *bucket, const char *key, bool bucket_wide)
 {
+	struct gw *gw = req_gw(r);
 	if (gw->store)
 		store_invalidate(gw->store, bucket, key, bucket_wide);
 	if (gw->cluster)
@@ -740,14 +741,13 @@ static void forget_object(struct gw *gw, const char *bucket, const char *key, bo
 	else
 		meta_drop(gw->meta, bucket, key);
 	if (gw->cluster)
-		cluster_publish_invalidate(gw->cluster, bucket, key);
+		req_telling_others(r, cluster_publish_invalidate(gw->cluster, bucket, key));
 }
 
 static int forget_source(void *arg, const char *bucket, const char *key)
 {
-	struct gw *gw = req_gw(arg);
-	listcache_invalidate(gw->lists, bucket, key);
-	forget_object(gw, bucket, key, false);
+	listcache_invalidate(req_gw(arg)->lists, bucket, key);
+	forget_object(arg, bucket, key, false);
 	return 0;
 }
 
@@ -826,7 +826,7 @@ void cache_invalidate(struct req *r)
 	bool bucket_wide;
 	if (!gw->meta || !written_object(r, &key, &bucket_wide))
 		return;
-	forget_object(gw, req_bucket(r), key, bucket_wide);
+	forget_object(r, req_bucket(r), key, bucket_wide);
 	each_rename_source(r, forget_source);
 }
 

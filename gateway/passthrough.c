@@ -19,8 +19,10 @@
 
 #include "auth/chunked.h"
 #include "auth/sigv4.h"
+#include "base/clock.h"
 #include "base/hdrs.h"
 #include "base/log.h"
+#include "cluster/cluster.h"
 #include "gateway/authn.h"
 #include "gateway/cache.h"
 #include "gateway/listcache.h"
@@ -783,6 +785,41 @@ void pass_finish_body(struct req *r)
 /* ------------------------------------------------------------------ */
 /* response */
 
+/*
+ * The end of a write's answer. A client that has a write's answer may read
+ * the object through any node at once, and S3 would give it the new
+ * version. So the answer's end (its last byte, or the end of a chunked
+ * body, or the whole answer when it has no body) waits until the write is
+ * done upstream (upstream_done forgets what it changed here and queues the
+ * invalidation for the others) and Redis answered that invalidation's
+ * PUBLISH: by then it is on its way to every other node. Not while Redis
+ * is down (nobody can be told), and at most TOLD_WAIT_MAX_S. Polled every
+ * millisecond: writes are few, and the heartbeat thread has no way to
+ * wake a worker's loop. Returns true when it must wait (woken by the
+ * shaping timer, or by upstream_done).
+ */
+#define TOLD_WAIT_MAX_S 1.0
+
+bool pass_end_waits(struct req *r)
+{
+	if (!r->s3_parsed || r->s3.access != POL_WRITE || r->has_err)
+		return false;
+	if (!r->udone)
+		return true;
+	if (r->uresult != CURLE_OK || !r->told_ticket ||
+	    cluster_published(r->w->gw->cluster, r->told_ticket))
+		return false;
+	double now = clock_mono_s();
+	if (!r->told_wait)
+		r->told_wait = now;
+	if (now - r->told_wait > TOLD_WAIT_MAX_S)
+		return false;
+	ev_timer_stop(r->w->loop, &r->shape_timer);
+	ev_timer_set(&r->shape_timer, 0.001, 0);
+	ev_timer_start(r->w->loop, &r->shape_timer);
+	return true;
+}
+
 static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 {
 	struct req *r = cls;
@@ -791,6 +828,14 @@ static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 	if (pbuf_used(&r->downbuf)) {
 		if (!(max = req_shape(r, max)))
 			return 0; /* the key's max_bytes_per_second: wait for tokens */
+		if (r->resp_len != MHD_SIZE_UNKNOWN && r->bytes_out + max >= r->resp_len &&
+		    pass_end_waits(r)) {
+			max = (size_t)(r->resp_len - r->bytes_out - 1); /* all but the last byte */
+			if (!max) {
+				req_suspend(r);
+				return 0;
+			}
+		}
 		size_t n = pbuf_take(&r->downbuf, out, max);
 		r->bytes_out += n;
 		if (r->up.write_paused)
@@ -800,6 +845,10 @@ static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 	if (r->udone) {
 		bool complete = r->uresult == CURLE_OK &&
 		                (r->resp_len == MHD_SIZE_UNKNOWN || r->bytes_out == r->resp_len);
+		if (complete && pass_end_waits(r)) {
+			req_suspend(r);
+			return 0;
+		}
 		if (complete)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		req_cut(r, "upstream-error");
@@ -816,12 +865,15 @@ static void response_done(void *cls)
 	req_unref(cls);
 }
 
-enum MHD_Result pass_respond(struct req *r)
+uint64_t pass_response_size(const struct req *r)
 {
 	bool bodyless = strcmp(r->method, "HEAD") == 0 || r->ustatus == 204 || r->ustatus == 304;
-	uint64_t size = r->resp_len;
-	if (bodyless && size == MHD_SIZE_UNKNOWN)
-		size = 0;
+	return bodyless && r->resp_len == MHD_SIZE_UNKNOWN ? 0 : r->resp_len;
+}
+
+enum MHD_Result pass_respond(struct req *r)
+{
+	uint64_t size = pass_response_size(r);
 	struct MHD_Response *resp = MHD_create_response_from_callback(size, 64 * 1024, read_response,
 	                                                              r, response_done);
 	if (!resp)

@@ -37,6 +37,11 @@ void pass_finish_body(struct req *r);
 
 /* Upstream's headers are in: queues the streamed response. */
 enum MHD_Result pass_respond(struct req *r);
+/* The size pass_respond gives libmicrohttpd (MHD_SIZE_UNKNOWN: chunked). */
+uint64_t pass_response_size(const struct req *r);
+/* Whether a write's answer must not end yet: it waits for upstream's end
+ * and for the other nodes to be told (see passthrough.c). */
+bool pass_end_waits(struct req *r);
 
 /* The x-amz-* headers a presigned URL carries as query parameters, added
  * to h as headers; h NULL only checks them. 0, or -EINVAL for one that

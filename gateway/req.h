@@ -48,6 +48,10 @@ void req_count_out(struct req *r, uint64_t n);
 /* upstream's answer, as far as it came (status 0: none yet) */
 long req_upstream_status(const struct req *r);
 void req_set_upstream_status(struct req *r, long s);
+/* The other nodes are being told of what this write changed (the
+ * cluster's ticket): the end of its answer waits until they are
+ * (passthrough.c, "The end of a write's answer"). */
+void req_telling_others(struct req *r, uint64_t ticket);
 const struct hdrs *req_upstream_headers(const struct req *r);
 /* its Content-Length; MHD_SIZE_UNKNOWN when not known */
 uint64_t req_upstream_length(const struct req *r);

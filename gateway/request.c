@@ -150,6 +150,12 @@ long req_upstream_status(const struct req *r)
 	return r->ustatus;
 }
 
+void req_telling_others(struct req *r, uint64_t ticket)
+{
+	if (ticket > r->told_ticket)
+		r->told_ticket = ticket;
+}
+
 void req_set_upstream_status(struct req *r, long s)
 {
 	r->ustatus = s;
@@ -696,8 +702,13 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		return listcache_respond(r);
 	if (r->has_err)
 		return req_respond_error(r);
-	if (r->uhdrs_done)
+	/* An answer with no body is whole once queued: a write's waits (passthrough.c). */
+	if (r->uhdrs_done && !(pass_response_size(r) == 0 && pass_end_waits(r)))
 		return pass_respond(r);
+	if (r->udone && r->uhdrs_done) {
+		req_suspend(r);
+		return MHD_YES;
+	}
 	if (r->udone) {
 		req_fail(r, S3E_SERVICE_UNAVAILABLE, NULL);
 		return req_respond_error(r);

@@ -115,6 +115,8 @@ struct req {
 	CURLcode uresult;
 	struct pbuf downbuf;
 	uint64_t resp_len; /* MHD_SIZE_UNKNOWN when not known */
+	uint64_t told_ticket; /* a write's invalidation for the other nodes (cluster_publish_...) */
+	double told_wait;     /* when its answer's end began to wait for it (0: not yet) */
 
 	struct cread *cache;   /* the cached read (cache.c), once cache_wants said yes */
 	struct list_req *list; /* a listing the LIST cache may answer or keep (listcache.c) */

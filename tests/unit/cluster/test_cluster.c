@@ -356,7 +356,11 @@ static void test_invalidation(void **state)
 	assert_int_equal(rec_resyncs(&ra), 1);
 	assert_int_equal(rec_resyncs(&rb), 1);
 
-	cluster_publish_invalidate(a, "bucket-1", "dir/obj.bin");
+	/* A ticket is out once Redis answered its PUBLISH: by then the
+	 * message is on its way to b. */
+	uint64_t t1 = cluster_publish_invalidate(a, "bucket-1", "dir/obj.bin");
+	assert_true(t1 > 0);
+	ASSERT_WITHIN(2, cluster_published(a, t1));
 	ASSERT_WITHIN(2, rec_n(&rb) == 1);
 	assert_string_equal(rb.bucket, "bucket-1");
 	assert_string_equal(rb.key, "dir/obj.bin");
@@ -371,9 +375,11 @@ static void test_invalidation(void **state)
 	assert_string_equal(ra.bucket, "bucket-3");
 	assert_string_equal(ra.key, "odd\nkey");
 
-	/* Nobody hears their own; invalid buckets are not sent. */
-	cluster_publish_invalidate(a, "", "k");
-	cluster_publish_invalidate(a, "bad\nbucket", "k");
+	/* Nobody hears their own; invalid buckets are not sent (no ticket). */
+	assert_int_equal(cluster_publish_invalidate(a, "", "k"), 0);
+	assert_int_equal(cluster_publish_invalidate(a, "bad\nbucket", "k"), 0);
+	assert_true(cluster_published(a, 0));
+	assert_true(cluster_published(NULL, 5));
 	sleep_ms(300);
 	assert_int_equal(rec_n(&ra), 1);
 	assert_int_equal(rec_n(&rb), 2);
@@ -507,8 +513,8 @@ static void test_redis_outage(void **state)
 	char ids[4][CLUSTER_NAME_MAX];
 	assert_int_equal(cluster_members(a, ids, NULL, NULL, NULL, 4), 1);
 	assert_string_equal(ids[0], "node-a");
-	/* Invalidations wait for Redis. */
-	cluster_publish_invalidate(a, "bucket-1", "while-down");
+	/* Invalidations wait for Redis; nobody waits for their ticket. */
+	assert_true(cluster_published(a, cluster_publish_invalidate(a, "bucket-1", "while-down")));
 
 	sleep_ms(500);
 	redis_start();
@@ -543,6 +549,22 @@ static void redis_do(const char *cmd)
 	redisFree(c);
 }
 
+/* node-a, as the Redis user node-a (password pw-a), which the caller's
+ * ACL SETUSER made. */
+static struct cluster *node_as_user_a(struct rec *r)
+{
+	char url[96];
+	snprintf(url, sizeof url, "redis://node-a:pw-a@127.0.0.1:%d", redis_port);
+	struct cluster_config ca = {
+		.redis_url = url, .node_id = "node-a", .advertise = "10.0.0.1:8080", .capacity = 1,
+		.heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .secret = SECRET,
+	};
+	char err[256];
+	struct cluster *a = cluster_start(&ca, on_inval, r, err, sizeof err);
+	assert_non_null(a);
+	return a;
+}
+
 /* Node a alone loses Redis (its user is locked out; b stays subscribed)
  * and drops queued invalidations past the bound: b cannot know which,
  * so a's return tells b to revalidate everything. */
@@ -550,17 +572,9 @@ static void test_dropped_invalidations_resync_the_others(void **state)
 {
 	NEED_REDIS();
 	redis_do("ACL SETUSER node-a on >pw-a ~* &* +@all");
-	char url[96];
-	snprintf(url, sizeof url, "redis://node-a:pw-a@127.0.0.1:%d", redis_port);
-	struct cluster_config ca = {
-		.redis_url = url, .node_id = "node-a", .advertise = "10.0.0.1:8080", .capacity = 1,
-		.heartbeat_ms = HB_MS, .ttl_ms = TTL_MS, .secret = SECRET,
-	};
 	struct rec ra = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct rec rb = { .lock = PTHREAD_MUTEX_INITIALIZER };
-	char err[256];
-	struct cluster *a = cluster_start(&ca, on_inval, &ra, err, sizeof err);
-	assert_non_null(a);
+	struct cluster *a = node_as_user_a(&ra);
 	struct cluster *b = node("node-b", "10.0.0.2:8080", 1, &rb);
 	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
 	assert_int_equal(rec_resyncs(&rb), 1);
@@ -587,6 +601,33 @@ static void test_dropped_invalidations_resync_the_others(void **state)
 	assert_int_equal(rec_resyncs(&rb), 2);
 	cluster_stop(a);
 	cluster_stop(b);
+}
+
+/* Redis refuses a's PUBLISH (its ACL user lacks it) while taking its
+ * heartbeats: nobody hears a's invalidations, so they count as dropped,
+ * not sent, and their tickets end (waiting would not help). */
+static void test_refused_publish_counts_as_dropped(void **state)
+{
+	NEED_REDIS();
+	redis_do("ACL SETUSER node-a on >pw-a ~* &* +@all -publish");
+	struct rec ra = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct rec rb = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct cluster *a = node_as_user_a(&ra);
+	struct cluster *b = node("node-b", "10.0.0.2:8080", 1, &rb);
+	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
+	uint64_t t = 0;
+	for (int i = 0; i < 3; i++)
+		t = cluster_publish_invalidate(a, "bucket-1", "k");
+	ASSERT_WITHIN(2, cluster_published(a, t));
+	struct cluster_view v;
+	ASSERT_WITHIN(2, (cluster_get_view(a, &v), v.invalidations_dropped == 3));
+	assert_int_equal(v.invalidations_sent, 0);
+	assert_true(v.redis_up);
+	sleep_ms(300);
+	assert_int_equal(rec_n(&rb), 0);
+	cluster_stop(a);
+	cluster_stop(b);
+	redis_do("ACL SETUSER node-a +publish");
 }
 
 /* ---- placement directory ---- */
@@ -1106,6 +1147,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_forged_members_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_outage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dropped_invalidations_resync_the_others, setup,
+		                                teardown),
+		cmocka_unit_test_setup_teardown(test_refused_publish_counts_as_dropped, setup,
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_directory_lists_what_hashing_cannot_tell, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_many_entries, setup, teardown),

@@ -94,6 +94,7 @@ bool req_responded(const struct req *r) { (void)r; return false; }
 const struct s3req *req_s3(const struct req *r) { (void)r; return NULL; }
 void req_set_cread(struct req *r, struct cread *c) { (void)r; (void)c; }
 void req_set_upstream_status(struct req *r, long s) { (void)r; (void)s; }
+void req_telling_others(struct req *r, uint64_t t) { (void)r; (void)t; }
 int req_status_sent(const struct req *r) { (void)r; return 0; }
 void req_unref(struct req *r) { (void)r; }
 const struct hdrs *req_upstream_headers(const struct req *r) { (void)r; return NULL; }
@@ -155,9 +156,10 @@ void listcache_invalidate(struct listcache *lc, const char *b, const char *k)
 {
 	(void)lc; (void)b; (void)k;
 }
-void cluster_publish_invalidate(struct cluster *cl, const char *b, const char *k)
+uint64_t cluster_publish_invalidate(struct cluster *cl, const char *b, const char *k)
 {
 	(void)cl; (void)b; (void)k;
+	return 0;
 }
 bool cluster_listening(struct cluster *cl)
 {
