@@ -42,6 +42,18 @@ void httpdate_format(time_t t, char out[HTTPDATE_SIZE])
 	memcpy(p, " GMT", 5);
 }
 
+void httpdate_now(char out[HTTPDATE_SIZE])
+{
+	static __thread time_t last = -1;
+	static __thread char text[HTTPDATE_SIZE];
+	time_t t = time(NULL);
+	if (t != last) {
+		httpdate_format(t, text);
+		last = t;
+	}
+	memcpy(out, text, HTTPDATE_SIZE);
+}
+
 /* n decimal digits at p. */
 static bool digits(const char *p, size_t n, int *v)
 {

@@ -28,6 +28,10 @@
  * after 9999 is clamped to the nearest date the form can write. */
 void httpdate_format(time_t t, char out[HTTPDATE_SIZE]);
 
+/* The current time as httpdate_format writes it (a response's Date),
+ * formatted once a second per thread. */
+void httpdate_now(char out[HTTPDATE_SIZE]);
+
 /* Parses an IMF-fixdate whose zone is "GMT". s may be NULL (-EINVAL).
  * Returns 0 with *out set, or -EINVAL. */
 int httpdate_parse(const char *s, time_t *out);

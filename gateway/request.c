@@ -227,6 +227,16 @@ static bool headers_fit(struct req *r, struct MHD_Response *resp)
 	return false;
 }
 
+/* Every answer carries the time it was made (RFC 9110 6.6.1), as S3's do:
+ * SDKs correct their clocks by it, caches in front compute ages from it.
+ * libmicrohttpd's own is off (MHD_USE_SUPPRESS_DATE_NO_CLOCK). */
+static void add_date(struct MHD_Response *resp)
+{
+	char date[HTTPDATE_SIZE];
+	httpdate_now(date);
+	MHD_add_response_header(resp, "Date", date);
+}
+
 /* A signed GET of an object answered 200 or 206 is a read an access profile
  * records. Noted as its answer is queued, not when the last byte has gone:
  * a client holds the whole answer before libmicrohttpd reports the request
@@ -245,6 +255,8 @@ enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Re
 {
 	if (!headers_fit(r, resp))
 		return req_respond_error(r);
+	if (!MHD_get_response_header(resp, "Date")) /* a pass-through keeps S3's */
+		add_date(resp);
 	r->status_sent = (int)status;
 	note_read(r, status);
 	enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
@@ -465,10 +477,8 @@ enum MHD_Result req_respond_error(struct req *r)
 		return MHD_NO;
 	if (strcmp(r->method, "HEAD") != 0) /* counted as S3's log counts it: the body sent */
 		r->bytes_out += body_len;
-	char date[HTTPDATE_SIZE];
-	httpdate_format(time(NULL), date);
 	MHD_add_response_header(resp, "Content-Type", "application/xml");
-	MHD_add_response_header(resp, "Date", date);
+	add_date(resp);
 	MHD_add_response_header(resp, "Server", "larder");
 	MHD_add_response_header(resp, "x-amz-request-id", r->id);
 	if (r->err_headers)
