@@ -347,6 +347,26 @@ int authn_check_body(struct req *r)
 	return rc == 0 ? 0 : -EACCES;
 }
 
+/* What S3's RequestTimeTooSkewed says besides: the request's date as sent,
+ * the server's time and the bound, so that whoever reads it sees how far
+ * off the client's clock is. */
+static void skew_elements(struct req *r)
+{
+	const char *sent = req_header(r, "x-amz-date");
+	if (!sent)
+		sent = req_header(r, "Date");
+	if (sent)
+		req_err_element(r, "RequestTime", sent);
+	time_t now = time(NULL);
+	struct tm tm;
+	char text[32];
+	gmtime_r(&now, &tm);
+	strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	req_err_element(r, "ServerTime", text);
+	snprintf(text, sizeof text, "%llu", (unsigned long long)r->w->gw->cfg->max_skew_s * 1000ULL);
+	req_err_element(r, "MaxAllowedSkewMilliseconds", text);
+}
+
 /* Why a verification failed, in S3's words where S3 has them. */
 static void fail_verify(struct req *r, enum sv4_status st, const struct sv4_request *sreq,
                         const struct sv4_auth *auth, bool v2)
@@ -355,6 +375,8 @@ static void fail_verify(struct req *r, enum sv4_status st, const struct sv4_requ
 	const char *m = NULL;
 	if (st == SV4_EXPIRED) {
 		m = "Request has expired";
+	} else if (st == SV4_SKEWED) {
+		skew_elements(r);
 	} else if (st == SV4_UNSIGNED_HEADER) {
 		struct buf names;
 		/* Twice the default header limit; a longer list is left out, never cut. */

@@ -1,8 +1,10 @@
-"""Time as larder tells it: the Date every answer carries."""
+"""Time as larder tells it: the Date every answer carries, what a
+RequestTimeTooSkewed names."""
 import datetime
 import email.utils
 import re
 import unittest
+import xml.etree.ElementTree as ET
 
 import harness
 from harness import CLIENT_KEY, CLIENT_SECRET, LarderCase
@@ -11,6 +13,11 @@ BUCKET = "clock-bucket"
 IMF_FIXDATE = re.compile(r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d "
                          r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} "
                          r"\d\d:\d\d:\d\d GMT$")
+
+
+def error_fields(body):
+    root = ET.fromstring(body)
+    return {child.tag: child.text for child in root}
 
 
 class Dates(LarderCase):
@@ -53,6 +60,25 @@ class Dates(LarderCase):
                 self.assertEqual(st, status)
                 self.assertDateNow(h, what)
                 self.assertEqual(len([1 for k in h if k == "date"]), 1)
+
+    def test_skewed_request_names_both_times(self):
+        """S3's RequestTimeTooSkewed carries RequestTime (as sent),
+        ServerTime and MaxAllowedSkewMilliseconds."""
+        when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=20)
+        path = "/%s/obj" % BUCKET
+        h = harness.sign_headers("GET", self.larder.url + path, CLIENT_KEY, CLIENT_SECRET,
+                                 when=when)
+        st, hdrs, body = harness.http_request(self.larder.url, "GET", path, h)
+        self.assertEqual(st, 403, body)
+        f = error_fields(body)
+        self.assertEqual(f["Code"], "RequestTimeTooSkewed")
+        self.assertEqual(f.get("RequestTime"), h["X-Amz-Date"], body)
+        self.assertEqual(f.get("MaxAllowedSkewMilliseconds"), "900000", body)
+        server = datetime.datetime.strptime(f.get("ServerTime") or "", "%Y-%m-%dT%H:%M:%SZ")
+        server = server.replace(tzinfo=datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.assertLess(abs((now - server).total_seconds()), 60, body)
+        self.assertDateNow(hdrs, "the error")
 
 
 if __name__ == "__main__":
