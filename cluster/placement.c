@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "cluster/cluster.h"
 #include "cluster/directory.h"
@@ -35,7 +36,7 @@ struct placement {
 	struct ev_loop *loop;
 	struct cluster *cl;
 	redisAsyncContext *ac; /* connected or connecting; NULL: neither */
-	double retry_at;       /* ev_now before which no new connection is tried */
+	double retry_at;       /* clock_mono_s() before which no connection is tried */
 	unsigned pending;      /* asks whose reply is still to come */
 	unsigned timeouts;     /* asks timed out in a row */
 };
@@ -87,7 +88,7 @@ void placement_destroy(struct placement *p)
 static void lost(struct placement *p)
 {
 	p->ac = NULL;
-	p->retry_at = ev_now(p->loop) + RECONNECT_S;
+	p->retry_at = clock_mono_s() + RECONNECT_S;
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -141,7 +142,7 @@ static void connect_now(struct placement *p)
 	if (!ac || ac->err || redisLibevAttach(p->loop, ac) != REDIS_OK) {
 		if (ac)
 			redisAsyncFree(ac);
-		p->retry_at = ev_now(p->loop) + RECONNECT_S;
+		p->retry_at = clock_mono_s() + RECONNECT_S;
 		return;
 	}
 	ac->data = p;
@@ -224,7 +225,7 @@ struct placement_ask *placement_ask(struct placement *p, uint64_t key, placement
 {
 	if (!p || !cluster_has_peers(p->cl))
 		return NULL;
-	if (!p->ac && ev_now(p->loop) >= p->retry_at)
+	if (!p->ac && clock_mono_s() >= p->retry_at)
 		connect_now(p);
 	/* While connecting, the command waits in hiredis's buffer; the
 	 * timer bounds the wait either way. */

@@ -77,7 +77,7 @@ struct fetch {
 	struct placement_ask *ask;   /* a directory lookup under way, before the first try */
 	char holder[CLUSTER_NAME_MAX]; /* a node the directory says holds it, or "" */
 	char asked[CLUSTER_NAME_MAX];  /* the node this attempt asks (to_peer) */
-	double asked_seen;           /* when it was last seen a member (ev_now) */
+	double asked_seen;           /* when it was last seen a member (clock_mono_s) */
 	bool to_holder;              /* this attempt asks that holder */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
@@ -598,7 +598,7 @@ static int peer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_o
 	(void)ultotal;
 	(void)ulnow;
 	struct fetch *f = arg;
-	double now = ev_now(f->w->loop);
+	double now = clock_mono_s();
 	if (!f->to_peer || now - f->asked_seen < 1.0)
 		return 0;
 	if (!cluster_member_tag(f->w->gw->cluster, f->asked))
@@ -662,7 +662,7 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	                 up_ms < PEER_CONNECT_TIMEOUT_MS ? up_ms : PEER_CONNECT_TIMEOUT_MS);
 	curl_easy_setopt(f->x.easy, CURLOPT_LOW_SPEED_TIME, peer_stall_s(f));
 	str_copy(f->asked, sizeof f->asked, peer);
-	f->asked_seen = ev_now(f->w->loop);
+	f->asked_seen = clock_mono_s();
 	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, peer_progress);
 	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFODATA, f);
 	curl_easy_setopt(f->x.easy, CURLOPT_NOPROGRESS, 0L);
@@ -730,11 +730,11 @@ static int start_transfer(struct fetch *f)
 	};
 	enum shaper_verdict v = SHAPER_GO;
 	if (!rc && !f->to_peer)
-		v = shaper_acquire(gw->shaper, &f->slot, f->bucket, f->key, ev_now(f->w->loop));
+		v = shaper_acquire(gw->shaper, &f->slot, f->bucket, f->key, clock_mono_s());
 	if (v == SHAPER_WAIT) { /* slot_cb comes back here, told or timed out */
 		hdrs_fini(&h);
 		ev_timer_set(&f->slot_timer,
-		             shaper_wait_left(gw->shaper, &f->slot, ev_now(f->w->loop)), 0);
+		             shaper_wait_left(gw->shaper, &f->slot, clock_mono_s()), 0);
 		ev_timer_start(f->w->loop, &f->slot_timer);
 		return 0;
 	}
@@ -918,7 +918,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	assert(f->magic == FETCH_MAGIC && t == &f->x);
 	bool meta_only = f->meta_kind && !f->c;
 	long status = t->status;
-	shaper_release(gw->shaper, &f->slot, status, ev_now(f->w->loop));
+	shaper_release(gw->shaper, &f->slot, status, clock_mono_s());
 	/* A metadata fetch that learnt the object and fills no chunk stopped
 	 * its transfer on purpose (on_body): done, not a failure. */
 	bool learnt_only = meta_only && f->meta;

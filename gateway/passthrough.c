@@ -314,10 +314,10 @@ static int submit(struct req *r)
 	enum shaper_verdict v = SHAPER_GO;
 	if (r->s3.bucket[0])
 		v = shaper_acquire(r->w->gw->shaper, &r->slot, r->s3.bucket, slot_key(r),
-		                   ev_now(r->w->loop));
+		                   clock_mono_s());
 	if (v == SHAPER_WAIT) { /* slot_cb comes back here, told or timed out */
 		ev_timer_set(&r->slot_timer,
-		             shaper_wait_left(r->w->gw->shaper, &r->slot, ev_now(r->w->loop)), 0);
+		             shaper_wait_left(r->w->gw->shaper, &r->slot, clock_mono_s()), 0);
 		ev_timer_start(r->w->loop, &r->slot_timer);
 		return 0;
 	}
@@ -655,7 +655,7 @@ static void upstream_done(struct transfer *t, void *arg, CURLcode result)
 {
 	struct req *r = arg;
 	assert(r->magic == REQ_MAGIC && t == &r->up);
-	shaper_release(r->w->gw->shaper, &r->slot, t->status, ev_now(r->w->loop));
+	shaper_release(r->w->gw->shaper, &r->slot, t->status, clock_mono_s());
 	if (r->slowed) {
 		r->slowed = false;
 		if (transfer_retry_later(t) >= 0)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "auth/sigv4.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "gateway/listxml.h"
 #include "gateway/metrics.h"
@@ -80,7 +81,7 @@ void pf_list_step(struct pf_job *j)
 	if (!j->slot_wait)
 		return;
 	const char *key = j->manifest ? j->manifest : j->prefix;
-	if (shaper_acquire(j->p->gw->shaper, &j->slot, j->bucket, key, ev_now(j->p->w->loop)) !=
+	if (shaper_acquire(j->p->gw->shaper, &j->slot, j->bucket, key, clock_mono_s()) !=
 	    SHAPER_GO)
 		return; /* the next tick asks again */
 	j->slot_wait = false;
@@ -199,7 +200,7 @@ static void list_done(struct transfer *t, void *arg, CURLcode result)
 {
 	struct pf_job *j = arg;
 	assert(j->magic == PREFETCH_MAGIC && t == &j->x);
-	shaper_release(j->p->gw->shaper, &j->slot, t->status, ev_now(j->p->w->loop));
+	shaper_release(j->p->gw->shaper, &j->slot, t->status, clock_mono_s());
 	if (atomic_load(&j->cancel)) {
 		atomic_store(&j->listing_done, true);
 		return;

@@ -530,7 +530,7 @@ static void put_hex(char *out, uint64_t v, int digits)
 struct conn_slot {
 	struct req *pending;
 	struct list_node link;    /* the worker's conns */
-	double awaiting_since;    /* ev_now when it began to wait; 0: a request is handled */
+	double awaiting_since;    /* clock_mono_s() when it began to wait; 0: handled */
 	MHD_socket fd;
 };
 
@@ -556,7 +556,7 @@ void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket
 		struct conn_slot *slot = calloc(1, sizeof *slot); /* NULL: not tracked */
 		if (slot && ci) {
 			slot->fd = ci->connect_fd;
-			slot->awaiting_since = ev_now(w->loop);
+			slot->awaiting_since = clock_mono_s();
 			list_push_front(&w->conns, &slot->link);
 		} else {
 			free(slot);
@@ -580,8 +580,9 @@ void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket
 static void header_deadline_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = t->data;
+	(void)loop;
 	(void)revents;
-	double now = ev_now(loop), limit = (double)w->gw->cfg->client_timeout_s;
+	double now = clock_mono_s(), limit = (double)w->gw->cfg->client_timeout_s;
 	for (struct list_node *n = w->conns.first; n; n = n->next) {
 		struct conn_slot *slot = list_item(n, struct conn_slot, link);
 		if (slot->awaiting_since && now - slot->awaiting_since > limit) {
@@ -752,7 +753,7 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 	*req_cls = NULL;
 	if (r->conn_slot && r->conn_slot->pending == r) {
 		r->conn_slot->pending = NULL;
-		r->conn_slot->awaiting_since = ev_now(w->loop); /* the next request's headers */
+		r->conn_slot->awaiting_since = clock_mono_s(); /* the next request's headers */
 	}
 	r->conn_slot = NULL;
 	r->conn = NULL;

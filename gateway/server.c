@@ -121,7 +121,7 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	assert(w->magic == WORKER_MAGIC);
 	(void)revents;
 	unsigned running = request_count_started(w);
-	if (running > 0 && ev_now(loop) < w->drain_deadline)
+	if (running > 0 && clock_mono_s() < w->drain_deadline)
 		return;
 	if (running > 0)
 		log_warn("server", "worker %u: %u requests still running after the grace period; "
@@ -161,7 +161,7 @@ static void stop_cb(struct ev_loop *loop, ev_async *a, int revents)
 	MHD_socket ls = MHD_quiesce_daemon(w->mhd);
 	if (ls != MHD_INVALID_SOCKET)
 		close(ls);
-	w->drain_deadline = ev_now(loop) + w->gw->cfg->shutdown_grace_s;
+	w->drain_deadline = clock_mono_s() + w->gw->cfg->shutdown_grace_s;
 	ev_timer_init(&w->drain_timer, drain_cb, 0., 0.05);
 	w->drain_timer.data = w;
 	ev_timer_again(loop, &w->drain_timer);

@@ -1,8 +1,22 @@
-"""Time as larder tells it: the Date every answer carries, what a
-RequestTimeTooSkewed names."""
+"""Time as larder tells it and as it measures it: the Date every answer
+carries, what a RequestTimeTooSkewed names, and timeouts that a step of the
+wall clock (NTP) must not move.
+
+The clock steps use doubles/timeshift.c, an LD_PRELOAD library built here
+with the system's C compiler: it offsets the wall clock of the larder
+process only, by an amount the test rewrites in a file, while the monotonic
+clock runs on."""
 import datetime
 import email.utils
+import os
 import re
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import time
 import unittest
 import xml.etree.ElementTree as ET
 
@@ -79,6 +93,114 @@ class Dates(LarderCase):
         now = datetime.datetime.now(datetime.timezone.utc)
         self.assertLess(abs((now - server).total_seconds()), 60, body)
         self.assertDateNow(hdrs, "the error")
+
+
+def build_timeshift(out_dir):
+    """doubles/timeshift.c built into out_dir; the test is skipped without a
+    compiler (failed under CI, which has one)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    harness.need_client(None if cc else "no C compiler to build doubles/timeshift.c")
+    src = os.path.join(harness.HERE, "doubles", "timeshift.c")
+    lib = os.path.join(out_dir, "timeshift.so")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", lib, src, "-ldl"], check=True,
+                   capture_output=True, timeout=120)
+    return lib
+
+
+class WallClockSteps(unittest.TestCase):
+    """A step of the wall clock must neither close healthy connections nor
+    keep slow ones open: the header deadline is a duration."""
+    TIMEOUT = 4  # LARDER_CLIENT_TIMEOUT
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="larder-clock-")
+        cls.shift_file = os.path.join(cls.tmp, "offset")
+        with open(cls.shift_file, "wb") as f:
+            f.write(b"\0" * 4096)
+        try:
+            lib = build_timeshift(cls.tmp)
+        except BaseException:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+        cls.upstream = harness.Upstream().start()
+        cls.larder = harness.Larder(cls.upstream, env={
+            "LD_PRELOAD": lib, "TIMESHIFT_FILE": cls.shift_file,
+            "LARDER_CLIENT_TIMEOUT": str(cls.TIMEOUT)})
+        # An ASan build wants its runtime first among the libraries.
+        cls.larder.env["ASAN_OPTIONS"] += ":verify_asan_link_order=0"
+        try:
+            cls.larder.start()
+        except BaseException:
+            cls.upstream.cleanup()
+            cls.larder.cleanup()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            code = cls.larder.stop()
+            cls.larder.check_sanitizers()
+            if code != 0:
+                raise AssertionError("larder exited %s; its log:\n%s" % (code, cls.larder.log()))
+        finally:
+            cls.larder.cleanup()
+            cls.upstream.cleanup()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def shift(self, seconds):
+        with open(self.shift_file, "r+b") as f:
+            f.write(struct.pack("<q", int(seconds * 1e9)))
+
+    def tearDown(self):
+        self.shift(0)
+        time.sleep(1.2)  # the deadline's next round sees the clock back
+
+    def test_forward_step_keeps_a_request_in_progress(self):
+        """An hour forward, in the middle of a request's headers: the
+        request still gets its answer (it closed the connection)."""
+        s = socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
+        try:
+            s.sendall(b"GET /%s/obj HTTP/1.1\r\nHost: x\r\n" % BUCKET.encode())
+            time.sleep(0.5)
+            self.shift(3600)
+            time.sleep(2.5)  # more than two rounds of the deadline, within the timeout
+            try:
+                s.sendall(b"Connection: close\r\n\r\n")
+                answer = s.recv(4096)
+            except OSError as e:
+                answer = repr(e).encode()
+            # Anonymous: refused by larder itself, nothing reaches S3.
+            self.assertTrue(answer.startswith(b"HTTP/1.1 403"), answer[:200])
+        finally:
+            s.close()
+
+    def test_backward_step_still_ends_slow_headers(self):
+        """An hour back: headers dribbled in a byte at a time are still cut
+        off at LARDER_CLIENT_TIMEOUT (they were kept for the hour)."""
+        s = socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
+        try:
+            s.sendall(b"GET /%s/obj HTTP/1.1\r\nHost: x\r\nX-Slow: " % BUCKET.encode())
+            time.sleep(0.3)
+            self.shift(-3600)
+            start = time.monotonic()
+            closed_after = None
+            while time.monotonic() - start < 3 * self.TIMEOUT:
+                try:
+                    s.sendall(b"a")
+                    ready, _, _ = select.select([s], [], [], 0.3)
+                    gone = bool(ready) and s.recv(4096) == b""
+                except OSError:
+                    gone = True
+                if gone:
+                    closed_after = time.monotonic() - start
+                    break
+            self.assertIsNotNone(closed_after, "slow headers kept open past %ds"
+                                 % (3 * self.TIMEOUT))
+            self.assertLess(closed_after, self.TIMEOUT + 3)
+        finally:
+            s.close()
 
 
 if __name__ == "__main__":
