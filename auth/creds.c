@@ -138,17 +138,45 @@ static int64_t mono_ms(void)
  * short-lived credentials), fall back to the retry schedule instead of
  * asking again at once.
  */
-static unsigned next_delay(time_t exp, unsigned margin, unsigned *backoff)
+static unsigned next_delay(time_t exp, unsigned margin, unsigned *backoff, time_t *due_wall)
 {
 	time_t now = time(NULL);
 	long long d = (long long)exp - margin - now;
+	*due_wall = 0;
 	if (d >= 1) {
 		*backoff = RETRY_MIN_S;
+		*due_wall = exp - (time_t)margin;
 		return d > 24 * 3600 ? 24 * 3600 : (unsigned)d;
 	}
 	unsigned b = *backoff;
 	*backoff = b * 2 > RETRY_MAX_S ? RETRY_MAX_S : b * 2;
 	return b;
+}
+
+/*
+ * When a refresh scheduled for the wall-clock time due_wall (0: none, a
+ * retry) is due, in mono_ms() terms, given the wait planned at mono_due.
+ * The delay was counted on the monotonic clock, but an expiry is a time of
+ * day (the issuer's): when the wall clock steps forward (NTP correcting a
+ * clock that ran behind), the credentials expire sooner than planned, and
+ * the refresh comes forward with them. A step back leaves the plan alone.
+ */
+static int64_t refresh_due(int64_t mono_due, time_t due_wall, int64_t now)
+{
+	if (!due_wall)
+		return mono_due;
+	long long left = (long long)due_wall - (long long)time(NULL);
+	int64_t by_wall = now + (left > 0 ? left * 1000LL : 0);
+	return by_wall < mono_due ? by_wall : mono_due;
+}
+
+/* How long to sleep before looking at the clocks again: a step of the wall
+ * clock is seen within an eighth of the wait left, and within a minute. */
+static int64_t recheck_ms(int64_t left)
+{
+	int64_t slice = left / 8;
+	slice = slice < 1000 ? 1000 : slice > 60000 ? 60000 : slice;
+	return left < slice ? left : slice;
 }
 
 static void *refresh_main(void *arg)
@@ -162,13 +190,16 @@ static void *refresh_main(void *arg)
 	unsigned backoff = RETRY_MIN_S;
 
 	pthread_mutex_lock(&p->lock);
-	int64_t due = mono_ms() + 1000LL * next_delay(p->cur.expiration, p->margin_s, &backoff);
+	time_t due_wall; /* the time of day it is due by the expiry; 0: a retry */
+	int64_t due = mono_ms() + 1000LL * next_delay(p->cur.expiration, p->margin_s, &backoff,
+	                                              &due_wall);
 	while (!atomic_load(&p->stop)) {
 		int64_t now = mono_ms();
+		due = refresh_due(due, due_wall, now);
 		if (now < due) {
 			struct timespec ts;
 			clock_gettime(CLOCK_MONOTONIC, &ts);
-			int64_t left = due - now;
+			int64_t left = recheck_ms(due - now);
 			ts.tv_sec += left / 1000;
 			ts.tv_nsec += (left % 1000) * 1000000;
 			if (ts.tv_nsec >= 1000000000) {
@@ -196,7 +227,7 @@ static void *refresh_main(void *arg)
 				         masked);
 				break;
 			}
-			unsigned d = next_delay(nc.expiration, p->margin_s, &backoff);
+			unsigned d = next_delay(nc.expiration, p->margin_s, &backoff, &due_wall);
 			log_info(TOPIC, "refreshed %s credentials %s, next refresh in %us", source_names[p->src],
 			         masked, d);
 			due = mono_ms() + 1000LL * d;
@@ -213,6 +244,7 @@ static void *refresh_main(void *arg)
 				log_error(TOPIC, "refresh from %s failed: %s; current credentials have EXPIRED, "
 				          "retrying in %us", source_names[p->src], why, d);
 			due = mono_ms() + 1000LL * d;
+			due_wall = 0;
 		}
 		creds_wipe(&nc);
 	}

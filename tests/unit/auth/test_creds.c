@@ -54,6 +54,20 @@ struct stand_in {
 	atomic_int fail_count;
 };
 
+/* time() of everything in this file, the code under test and the stand-ins
+ * alike (-Wl,--wrap=time): the wall clock plus clock_step_s, a step of the
+ * machine's clock as NTP makes one. The monotonic clock is left alone. */
+static atomic_llong clock_step_s;
+time_t __real_time(time_t *t);
+time_t __wrap_time(time_t *t);
+time_t __wrap_time(time_t *t)
+{
+	time_t v = __real_time(NULL) + (time_t)atomic_load(&clock_step_s);
+	if (t)
+		*t = v;
+	return v;
+}
+
 static struct stand_in imds_srv = { .kind = KIND_IMDS };
 static struct stand_in ctr_srv = { .kind = KIND_CONTAINER };
 static struct stand_in sts_srv = { .kind = KIND_STS };
@@ -464,6 +478,7 @@ static int group_teardown(void **state)
 
 static int test_setup(void **state)
 {
+	atomic_store(&clock_step_s, 0);
 	stand_in_reset(&imds_srv);
 	stand_in_reset(&ctr_srv);
 	stand_in_reset(&sts_srv);
@@ -1179,6 +1194,29 @@ static void t_refresh_web_identity_rotating(void **state)
 	envb_free(&e);
 }
 
+static void t_refresh_after_clock_step(void **state)
+{
+	/* Credentials due for a refresh in 12 s; then the wall clock steps 12 s
+	 * forward (it had run behind): by the time of day they are due now,
+	 * and the refresh must not wait out the 12 s counted before the step. */
+	atomic_store(&imds_srv.expire_in, REFRESH_MARGIN + 12);
+	struct envb e;
+	envb_base(&e, false);
+	envb_add(&e, "AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:%u", imds_srv.port);
+	char err[512] = "";
+	struct creds_provider *p = create(&e, REFRESH_MARGIN, err, sizeof err);
+	assert_non_null(p);
+	struct timespec ts = { 0, 300 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	assert_int_equal(creds_provider_refreshes(p), 0);
+	atomic_store(&clock_step_s, 12);
+	struct creds c;
+	assert_true(poll_for_new_key(p, "ASIAIMDSKEY0001", 4000, &c));
+	assert_true(creds_provider_refreshes(p) >= 1);
+	creds_provider_destroy(p);
+	envb_free(&e);
+}
+
 static void t_refresh_retry(void **state)
 {
 	/* Credential request 2 (the first refresh) fails; the retry after the
@@ -1359,6 +1397,7 @@ int main(void)
 		cmocka_unit_test_setup(t_refresh_imds, test_setup),
 		cmocka_unit_test_setup(t_refresh_web_identity_rotating, test_setup),
 		cmocka_unit_test_setup(t_refresh_retry, test_setup),
+		cmocka_unit_test_setup(t_refresh_after_clock_step, test_setup),
 		cmocka_unit_test_setup(t_destroy_is_prompt, test_setup),
 		cmocka_unit_test_setup(t_no_secrets_logged, test_setup),
 	};
