@@ -449,7 +449,7 @@ static bool has_response_override(const char *query)
  * then the ones a cached read takes one value of (cache.c). */
 static const char *const once_headers[] = {
 	"Content-Length", "Transfer-Encoding", "Range", "If-Match", "If-None-Match",
-	"If-Modified-Since", "If-Unmodified-Since",
+	"If-Modified-Since", "If-Unmodified-Since", "If-Range",
 };
 #define N_ONCE (sizeof once_headers / sizeof once_headers[0])
 #define N_FRAMING 2 /* the first two */

@@ -573,7 +573,7 @@ enum MHD_Result cache_respond(struct req *r)
 	unsigned status = 200;
 	c->start = 0;
 	c->end = m->size ? m->size - 1 : 0;
-	if (pre == 0 && c->want_range) {
+	if (pre == 0 && c->want_range && objreply_if_range(m, req_header(r, "If-Range"))) {
 		if (range_resolve(&c->range, m->size, &c->start, &c->end) == RANGE_UNSATISFIABLE)
 			return respond_s3(r, S3E_INVALID_RANGE, m);
 		status = 206;

@@ -87,6 +87,17 @@ int objreply_preconditions(const struct obj_meta *m, const char *im, const char 
 	return 0;
 }
 
+bool objreply_if_range(const struct obj_meta *m, const char *if_range)
+{
+	if (!if_range)
+		return true;
+	struct slice v = slice_trim(slice_cstr(if_range));
+	if (v.len && v.p[0] == '"') /* a weak tag (W/"...") never matches */
+		return slice_eq(v, slice_cstr(m->etag));
+	time_t t;
+	return httpdate_parse(if_range, &t) == 0 && m->last_modified && t == m->last_modified;
+}
+
 /* The object's headers, replayed; response-* overrides win. A 304 (!full)
  * takes only the overrides of the headers it carries (Cache-Control,
  * Expires), never a Content-* one. */

@@ -26,6 +26,13 @@ int objreply_preconditions(const struct obj_meta *m, const char *if_match,
                            const char *if_none_match, const char *if_unmodified_since,
                            const char *if_modified_since);
 
+/* If-Range (RFC 9110 13.1.5), NULL when absent: whether the Range may be
+ * served. It holds for the object's ETag, compared strongly, or for its
+ * Last-Modified exactly; any other value means the whole object (a 200),
+ * as it does from S3: a client resuming a download of a version that has
+ * since changed must not get the new version's bytes spliced onto its own. */
+bool objreply_if_range(const struct obj_meta *m, const char *if_range);
+
 /* The answer being built. */
 struct objreply {
 	unsigned status;          /* 200, 206 or 304 */

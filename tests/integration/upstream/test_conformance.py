@@ -317,6 +317,42 @@ class CachedHeaders(LarderCase):
                 self.assertEqual((st, ET.fromstring(body).findtext("Condition")), (412, cond),
                                  (extra, attempt, body))
 
+    def test_if_range_serves_the_range_only_for_the_current_version(self):
+        # RFC 9110 13.1.5: a Range with If-Range is served only when the
+        # validator is the object's current one (its ETag, compared
+        # strongly, or exactly its Last-Modified); otherwise the whole
+        # object, 200. A client resuming a download of a version that has
+        # changed since got 206 with the new version's bytes, to splice
+        # onto the old ones. moto ignores If-Range: checked against larder.
+        key = "if-range"
+        data = bytes(range(256)) * 40
+        self.direct.put_object(Bucket=BUCKET, Key=key, Body=data)
+        path = "/%s/%s" % (BUCKET, key)
+        head = self.direct.head_object(Bucket=BUCKET, Key=key)
+        etag, lm = head["ETag"], head["ResponseMetadata"]["HTTPHeaders"]["last-modified"]
+        rng = {"Range": "bytes=100-199"}
+        cases = (({"If-Range": etag}, 206), ({"If-Range": '"stale"'}, 200),
+                 ({"If-Range": "W/" + etag}, 200), ({"If-Range": lm}, 206),
+                 ({"If-Range": "Mon, 01 Jan 2001 00:00:00 GMT"}, 200),
+                 ({"If-Range": "not a validator"}, 200))
+        for method in ("GET", "HEAD", "GET", "HEAD"):  # the first is a miss, then hits
+            for extra, want in cases:
+                st, hdrs, body = self.headers(self.larder.url, method, path, CLIENT_KEY,
+                                              CLIENT_SECRET, dict(rng, **extra))
+                hdrs = dict(hdrs)
+                self.assertEqual(st, want, (method, extra))
+                if want == 206:
+                    self.assertEqual(hdrs.get("content-range"), "bytes 100-199/%d" % len(data))
+                    self.assertEqual(body, data[100:200] if method == "GET" else b"")
+                else:
+                    self.assertNotIn("content-range", hdrs, (method, extra))
+                    self.assertEqual(hdrs.get("content-length"), str(len(data)), (method, extra))
+                    self.assertTrue(body == (data if method == "GET" else b""), (method, extra))
+        # Without a Range, If-Range changes nothing.
+        st, _, body = self.headers(self.larder.url, "GET", path, CLIENT_KEY, CLIENT_SECRET,
+                                   {"If-Range": '"stale"'})
+        self.assertTrue(st == 200 and body == data)
+
     def test_conditional_precedence_on_hits(self):
         # The GetObject reference: If-Match true and If-Unmodified-Since false
         # gives 200; If-None-Match false and If-Modified-Since true gives 304

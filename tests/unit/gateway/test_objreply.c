@@ -55,6 +55,27 @@ static void test_preconditions(void **state)
 	meta_unref(m);
 }
 
+static void test_if_range(void **state)
+{
+	(void)state;
+	struct obj_meta *m = meta_new(10, "\"abc\"", LM, NULL, 0);
+	assert_true(objreply_if_range(m, NULL));
+	assert_true(objreply_if_range(m, "\"abc\""));
+	assert_true(objreply_if_range(m, " \"abc\" "));
+	assert_true(objreply_if_range(m, "Wed, 01 Jan 2025 00:00:00 GMT"));
+	/* a weak tag, another tag, a list, a date other than Last-Modified
+	 * (before or after it), or no validator at all: the whole object */
+	assert_false(objreply_if_range(m, "W/\"abc\""));
+	assert_false(objreply_if_range(m, "\"abd\""));
+	assert_false(objreply_if_range(m, "\"x\", \"abc\""));
+	assert_false(objreply_if_range(m, "*"));
+	assert_false(objreply_if_range(m, "abc"));
+	assert_false(objreply_if_range(m, "Tue, 31 Dec 2024 00:00:00 GMT"));
+	assert_false(objreply_if_range(m, "Thu, 02 Jan 2025 00:00:00 GMT"));
+	assert_false(objreply_if_range(m, ""));
+	meta_unref(m);
+}
+
 static void test_headers(void **state)
 {
 	(void)state;
@@ -100,6 +121,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_query_ok),
 		cmocka_unit_test(test_preconditions),
+		cmocka_unit_test(test_if_range),
 		cmocka_unit_test(test_headers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
