@@ -227,6 +227,10 @@ static bool answer_version(struct req *r, const char **etag, uint64_t *first, ui
 		return content_range_parse(hdrs_get(req_upstream_headers(r), "Content-Range"),
 		                           first, last, size);
 	*size = req_upstream_length(r);
+	/* S3 answers a part of a multipart object with 206; a store that
+	 * answers 200 and names the parts (moto) sent the part alone. */
+	if (req_cread(r)->part && hdrs_get(req_upstream_headers(r), "x-amz-mp-parts-count"))
+		return false;
 	return status == 200 && !req_header(r, "Range") && *size != MHD_SIZE_UNKNOWN;
 }
 

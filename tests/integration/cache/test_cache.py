@@ -587,6 +587,31 @@ class CacheReads(CacheCase):
                     if method == "GET" and r.status == 200:
                         self.assertTrue(r.body == data)
 
+    def test_part_answered_200_keeps_the_object(self):
+        # S3 answers a part of a multipart object with 206 and its range; an
+        # S3-compatible store (moto here) may answer 200 with the part's length
+        # and x-amz-mp-parts-count. That is not the whole object: the cached one
+        # must stay (it was dropped as changed, and read again, at each part read).
+        s3 = self.upstream.client()
+        key = "parts/two"
+        p1, p2 = blob(43, 5 * MiB), blob(44, 1000)
+        up = s3.create_multipart_upload(Bucket=BUCKET, Key=key)
+        parts = [{"PartNumber": i, "ETag": s3.upload_part(Bucket=BUCKET, Key=key,
+                                                          UploadId=up["UploadId"], PartNumber=i,
+                                                          Body=p)["ETag"]}
+                 for i, p in ((1, p1), (2, p2))]
+        s3.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=up["UploadId"],
+                                     MultipartUpload={"Parts": parts})
+        self.assertTrue(self.read_all(key).body == p1 + p2)
+        for method in ("HEAD", "GET"):
+            r = self.via_larder(key, None, method, {"partNumber": "1"})
+            self.assertIn(r.status, (200, 206), r)
+            m = self.upstream.mark()
+            r = self.via_larder(key)
+            self.assertEqual((r.status, r.cache), (200, "hit"), "after a %s of part 1" % method)
+            self.assertTrue(r.body == p1 + p2)
+            self.assertEqual(self.upstream_for(key, m), [])
+
     def test_long_metadata_names_are_replayed(self):
         # S3 bounds user metadata as a whole (2 KB), not each name.
         key = "meta/long-names"
