@@ -44,8 +44,10 @@ void httpdate_format(time_t t, char out[HTTPDATE_SIZE])
 
 void httpdate_now(char out[HTTPDATE_SIZE])
 {
-	static __thread time_t last = -1;
-	static __thread char text[HTTPDATE_SIZE];
+	/* initial-exec, as base/log.c's: no __tls_get_addr, so the binary needs
+	 * no ld-linux.so by name (the container's runtime stage lists what it links). */
+	static __thread __attribute__((tls_model("initial-exec"))) time_t last = -1;
+	static __thread __attribute__((tls_model("initial-exec"))) char text[HTTPDATE_SIZE];
 	time_t t = time(NULL);
 	if (t != last) {
 		httpdate_format(t, text);

@@ -269,6 +269,21 @@ def image_env():
 # ------------------------------------------------------------------ Dockerfile
 
 
+
+def assert_redis_evicts(case, argv, limit):
+    """A full Redis with its default policy (noeviction) refuses every node's heartbeat,
+    and each node works alone (docs/cluster.md, "Redis's memory"); past a container's limit
+    it is killed and comes back empty. So: a maxmemory under the limit, allkeys-lru."""
+    opts = dict(zip(argv[1::2], argv[2::2]))
+    case.assertEqual(opts.get("--maxmemory-policy"), "allkeys-lru", argv)
+    m = re.fullmatch(r"(\d+)mb", opts.get("--maxmemory", ""))
+    case.assertTrue(m, argv)
+    if limit:
+        mi = re.fullmatch(r"(\d+)Mi", limit)
+        case.assertTrue(mi, limit)
+        # Redis takes more than its data (buffers, fragmentation): keep a quarter free.
+        case.assertLessEqual(int(m.group(1)) * 1000 * 1000, int(mi.group(1)) * 1024 * 1024 * 3 / 4)
+
 class DockerfileChecks(unittest.TestCase):
     def test_two_stages_on_debian_12_slim(self):
         args, stages = dockerfile_stages()
@@ -481,6 +496,7 @@ class ComposeFiles(unittest.TestCase):
             password = url[len("redis://:"):-len("@redis:6379")]
             self.assertEqual(services["redis"]["command"][-2:],
                              ["--requirepass", "${REDIS_PASSWORD:-%s}" % password])
+            assert_redis_evicts(self, services["redis"]["command"], None)
             for k in ("LARDER_CLIENT_KEY", "LARDER_CLIENT_SECRET", "LARDER_CLUSTER_SECRET",
                       "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
                 self.assertTrue(env.get(k), k)
@@ -723,6 +739,11 @@ class KubernetesManifests(unittest.TestCase):
         self.assertEqual(len(sa), 1)
         self.assertIn("eks.amazonaws.com/role-arn", sa[0]["metadata"].get("annotations", {}))
         self.assertTrue(self.by_kind.get("Deployment") and self.by_kind.get("StatefulSet"))
+
+    def test_redis_evicts_before_its_limit(self):
+        redis = self.workload("Deployment", "redis")
+        c = redis["spec"]["template"]["spec"]["containers"][0]
+        assert_redis_evicts(self, c["args"], c["resources"]["limits"]["memory"])
 
     def workload(self, kind, name="larder"):
         found = [d for _, d in self.by_kind.get(kind, []) if d["metadata"]["name"] == name]
