@@ -438,6 +438,8 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->invalidations_dropped = cl->dropped;
 	out->resyncs = cl->resyncs;
 	out->members_rejected = cl->rejected;
+	out->clock_known = cl->clock_known;
+	out->clock_offset_ms = cl->clock_offset_ms;
 	for (size_t i = 0; i < cl->snap->n; i++)
 		out->directory_entries += cl->snap->m[i].dir_entries;
 	pthread_mutex_unlock(&cl->lock);

@@ -178,6 +178,9 @@ struct cluster_view {
 	                                        * that reads one counts it) */
 	uint64_t directory_entries;            /* placement entries of all members, as they
 	                                        * last reported them in their heartbeats */
+	bool clock_known;                      /* clock_offset_ms was measured */
+	double clock_offset_ms;                /* this node's wall clock minus Redis's, at the
+	                                        * last heartbeat (half its round trip off) */
 };
 
 void cluster_get_view(struct cluster *cl, struct cluster_view *out);

@@ -50,13 +50,47 @@ double cl_wall_ms(void)
 }
 
 /*
+ * This node's wall clock against Redis's (TIME), halfway through the
+ * round trip that asked: members' entries, invalidations and peer
+ * requests are dated by the sender's clock and judged by the receiver's,
+ * so a node whose clock is off by more than MEMBER_SKEW_MS has its
+ * invalidations dropped and its peer requests refused by the others,
+ * silently on their side. Said here, where it can be fixed: a WARN when
+ * the offset passes CLOCK_WARN_MS (and an INFO when it is back under), and
+ * the offset in the view. A reply that is not TIME's (an ACL without it)
+ * leaves the offset unknown.
+ */
+static void clock_check(struct cluster *cl, const redisReply *t, double sent_ms, double got_ms)
+{
+	if (t->type != REDIS_REPLY_ARRAY || t->elements != 2 ||
+	    t->element[0]->type != REDIS_REPLY_STRING || t->element[1]->type != REDIS_REPLY_STRING)
+		return;
+	double redis_ms = strtod(t->element[0]->str, NULL) * 1e3 +
+	                  strtod(t->element[1]->str, NULL) / 1e3;
+	double off = (sent_ms + got_ms) / 2 - redis_ms;
+	bool off_now = off > CLOCK_WARN_MS || off < -CLOCK_WARN_MS;
+	pthread_mutex_lock(&cl->lock);
+	if (off_now && !cl->clock_warned)
+		log_warn(TOPIC, "this node's clock is %.1f s %s Redis's: the other nodes drop its "
+		         "invalidations and refuse its peer requests past %.0f s; keep clocks in "
+		         "step (NTP)", (off < 0 ? -off : off) / 1e3, off < 0 ? "behind" : "ahead of",
+		         MEMBER_SKEW_MS / 1e3);
+	else if (!off_now && cl->clock_warned)
+		log_info(TOPIC, "this node's clock agrees with Redis's again (%.0f ms)", off);
+	cl->clock_warned = off_now;
+	cl->clock_offset_ms = off;
+	cl->clock_known = true;
+	pthread_mutex_unlock(&cl->lock);
+}
+
+/*
  * One heartbeat: refresh our key, read the members. Returns the new
  * snapshot, or NULL with why filled when the connection failed (the caller
  * drops it). Malformed entries written by others are skipped, not fatal.
  */
 static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why, size_t whylen)
 {
-	redisReply *set = NULL, *add = NULL, *ids = NULL, *vals = NULL;
+	redisReply *set = NULL, *add = NULL, *ids = NULL, *vals = NULL, *clock = NULL;
 	const char **argv = NULL;
 	size_t *argl = NULL;
 	char (*keys)[sizeof cl->node_key] = NULL;
@@ -75,12 +109,15 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 	redisAppendCommand(c, "SET %s %s PX %u", cl->node_key, val, cl->ttl_ms);
 	redisAppendCommand(c, "SADD " NODES_SET " %s", cl->self.id);
 	redisAppendCommand(c, "SMEMBERS " NODES_SET);
+	redisAppendCommand(c, "TIME");
 	if (redisGetReply(c, (void **)&set) != REDIS_OK ||
 	    redisGetReply(c, (void **)&add) != REDIS_OK ||
-	    redisGetReply(c, (void **)&ids) != REDIS_OK) {
+	    redisGetReply(c, (void **)&ids) != REDIS_OK ||
+	    redisGetReply(c, (void **)&clock) != REDIS_OK) {
 		snprintf(why, whylen, "%s", c->errstr);
 		goto out;
 	}
+	clock_check(cl, clock, now_ms, cl_wall_ms());
 	if (set->type == REDIS_REPLY_ERROR || add->type == REDIS_REPLY_ERROR ||
 	    ids->type != REDIS_REPLY_ARRAY) {
 		snprintf(why, whylen, "%s", set->type == REDIS_REPLY_ERROR   ? set->str
@@ -201,6 +238,8 @@ out:
 		freeReplyObject(ids);
 	if (vals)
 		freeReplyObject(vals);
+	if (clock)
+		freeReplyObject(clock);
 	free(argv);
 	free(argl);
 	free(keys);

@@ -25,6 +25,7 @@
 #define IO_TIMEOUT_MS 500
 #define QUEUE_MAX 4096
 #define MEMBER_SKEW_MS 30000 /* how far apart nodes' clocks may be */
+#define CLOCK_WARN_MS 1000   /* a clock this far off Redis's is logged (clock_check) */
 #define MEMBER_VAL_MAX 512   /* longer entries are not ours */
 #define INVAL_VALID_MS 60000 /* a signed invalidation message is good this long */
 #define INVAL_MSG_MAX 8192   /* sender, bucket and key (S3 keys: 1,024 bytes at most) */
@@ -94,6 +95,8 @@ struct cluster {
 	unsigned long reconnects, sent, received, dropped, rejected, resyncs;
 	unsigned long inval_rejected; /* invalidation messages not signed with the secret */
 	bool publish_refused;         /* Redis answered the last batch's PUBLISH with an error */
+	bool clock_known, clock_warned;
+	double clock_offset_ms;       /* this node's wall clock minus Redis's (clock_check) */
 
 	/* Every ticket up to this one was published (Redis answered PUBLISH), or
 	 * refused by Redis: cluster_published. Written by the heartbeat thread. */

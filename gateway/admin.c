@@ -184,6 +184,8 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		g->resyncs = v.resyncs;
 		g->redis_reconnects = v.redis_reconnects;
 		g->members_rejected = v.members_rejected;
+		g->clock_known = v.clock_known;
+		g->clock_offset_ms = v.clock_offset_ms;
 		g->directory_entries = v.directory_entries;
 		dir_get_stats(gw->dir, &g->dir);
 		placement_get_counts(&g->lookups);
@@ -399,7 +401,8 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                        "lookups", "found", (json_int_t)pc.found, "none",
 	                        (json_int_t)pc.none, "failed", (json_int_t)pc.failed, "skipped",
 	                        (json_int_t)pc.skipped);
-	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:b,s:o,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I}",
+	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:b,s:o,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,"
+	                                   "s:o}",
 	                                   "clustered", 1, "self", v.self, "redis_up", v.redis_up,
 	                                   "subscribed", v.subscribed, "members",
 	                                   members, "members_rejected",
@@ -413,7 +416,9 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                                   (json_int_t)v.invalidations_rejected,
 	                                   "invalidations_dropped",
 	                                   (json_int_t)v.invalidations_dropped, "resyncs",
-	                                   (json_int_t)v.resyncs), NULL);
+	                                   (json_int_t)v.resyncs, "clock_offset_ms",
+	                                   v.clock_known ? json_integer((json_int_t)v.clock_offset_ms)
+	                                                 : json_null()), NULL);
 }
 
 /* GET /ui and /ui/{file}: the dashboard. No token: the page holds no data;

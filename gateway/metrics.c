@@ -704,6 +704,13 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "secret, expired or malformed), each heartbeat that read one.");
 		r = r ? r : sample(out, "larder_cluster_members_rejected_total", NULL,
 		                   g->members_rejected);
+		if (g->clock_known) {
+			r = r ? r : family(out, "larder_cluster_clock_offset_seconds", "gauge",
+			                   "This node's wall clock minus Redis's, at the last heartbeat "
+			                   "(nodes more than 30 s apart drop each other's invalidations).");
+			r = r ? r : buf_printf(out, "larder_cluster_clock_offset_seconds %.3f\n",
+			                       g->clock_offset_ms / 1e3);
+		}
 		r = r ? r : render_peers(out);
 		const struct labeled dir_families[] = {
 			{ "larder_directory_entries", "gauge",

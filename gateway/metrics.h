@@ -111,6 +111,8 @@ struct metrics_gauges {
 	uint64_t resyncs;                 /* all metadata revalidated: invalidations maybe missed */
 	uint64_t redis_reconnects;
 	uint64_t members_rejected;        /* membership entries not signed with the secret */
+	bool clock_known;                 /* clock_offset_ms was measured */
+	double clock_offset_ms;           /* this node's wall clock minus Redis's */
 	uint64_t directory_entries;       /* placement entries of all members */
 	struct dir_stats dir;             /* this node's directory publishing */
 	struct placement_counts lookups;  /* this node's directory lookups */

@@ -4,10 +4,16 @@ Redis holds membership, the placement directory and the invalidation channel.
 Losing any of it must cost only hints: every node keeps serving the bytes of
 the version S3 has once it hears (or revalidates) a write through another node.
 """
+import os
+import shutil
+import struct
 import subprocess
+import tempfile
 import time
+import urllib.request
 
-from test_cluster import ClusterBase
+from test_clock import build_timeshift
+from test_cluster import TOKEN, ClusterBase
 
 
 class ClusterResyncOwnerLate(ClusterBase):
@@ -142,3 +148,63 @@ class ClusterLookupsAfterRefusal(ClusterBase):
             self.assertEqual(a["failed"], b["failed"], (before, after))
         self.assertGreater(sum(a["none"] - b["none"] for b, a in zip(before, after)), 0,
                            (before, after))
+
+
+class ClusterClockOffset(ClusterBase):
+    """A node whose wall clock is off Redis's says so: members' entries,
+    invalidations and peer requests are dated by one node's clock and judged by
+    another's, and the others drop what a node 30 s off sends without a word on
+    its side. node-1's clock runs 5 s ahead here (doubles/timeshift.c)."""
+    NODES = 2
+    AHEAD_S = 5
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="larder-clock-cluster-")
+        cls.shift_file = os.path.join(cls.tmp, "offset")
+        with open(cls.shift_file, "wb") as f:
+            f.write(struct.pack("<q", int(cls.AHEAD_S * 1e9)) + b"\0" * 4088)
+        try:
+            cls.lib = build_timeshift(cls.tmp)
+            super().setUpClass()
+        except BaseException:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        if i == 1:
+            n.env.update({"LD_PRELOAD": cls.lib, "TIMESHIFT_FILE": cls.shift_file})
+            # An ASan build wants its runtime first among the libraries.
+            n.env["ASAN_OPTIONS"] = n.env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+        return n
+
+    def test_offset_reported_and_logged(self):
+        right, ahead = self.nodes
+        self.assertLess(abs(self.view(right)["clock_offset_ms"]), 1000)
+        self.assertAlmostEqual(self.view(ahead)["clock_offset_ms"], self.AHEAD_S * 1000,
+                               delta=1000)
+        self.assertIn("clock is 5.0 s ahead of Redis's", ahead.log())
+        self.assertNotIn("clock is", right.log())
+        metrics = urllib.request.urlopen(urllib.request.Request(
+            "http://127.0.0.1:%d/metrics" % ahead.admin_port,
+            headers={"Authorization": "Bearer " + TOKEN}), timeout=10).read().decode()
+        value = [l.split()[1] for l in metrics.splitlines()
+                 if l.startswith("larder_cluster_clock_offset_seconds ")]
+        self.assertEqual(len(value), 1, metrics)
+        self.assertAlmostEqual(float(value[0]), self.AHEAD_S, delta=1)
+        with open(self.shift_file, "r+b") as f:
+            f.write(struct.pack("<q", 0))
+        self.wait_view(ahead, lambda v: abs(v["clock_offset_ms"]) < 1000, "offset back to 0")
+        deadline = time.monotonic() + 5
+        while "agrees with Redis's again" not in ahead.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertIn("agrees with Redis's again", ahead.log())
