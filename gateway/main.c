@@ -88,6 +88,12 @@ static int serve(int argc, char **argv)
 			return 2;
 		}
 	}
+	/* Before any thread starts (the access log's flusher, below): a thread
+	 * that does not block them would take a SIGHUP or a SIGTERM whenever the
+	 * main thread is not waiting for one (starting, reloading, draining),
+	 * and its default action ends the process. */
+	if (!check)
+		gw_block_signals(NULL);
 	if (!path) {
 		path = getenv("LARDER_CONFIG");
 		if (path && !*path)

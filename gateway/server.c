@@ -827,6 +827,18 @@ int gw_check(const struct cfg *cfg)
 	return rc;
 }
 
+void gw_block_signals(sigset_t *set)
+{
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	if (set)
+		*set = sigs;
+}
+
 int gw_run(struct cfg *cfg, const char *config_path)
 {
 	struct gw gw = { .magic = GW_MAGIC, .cfg = cfg, .keys = cfg, .config_path = config_path };
@@ -835,14 +847,10 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	int rc = 1;
 	pthread_rwlock_init(&gw.keys_lock, NULL);
 
-	/* Signals go to the main thread only: block them before any thread
-	 * starts (threads inherit the mask), then sigwait below. */
+	/* Signals go to the main thread only (sigwait below). serve() blocked
+	 * them already, before the access log's flusher thread started. */
 	sigset_t sigs;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	gw_block_signals(&sigs);
 	signal(SIGPIPE, SIG_IGN);
 
 	/* A source set up wrong (a key id without its secret, a missing token

@@ -11,6 +11,7 @@
 #include <ev.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -109,6 +110,12 @@ struct worker {
  * logged when host does not resolve: then NULL). freeaddrinfo() it. */
 struct addrinfo *gw_resolve(const char *setting, const char *host, unsigned port);
 
+/* Blocks SIGTERM, SIGINT and SIGHUP in the calling thread and so in every
+ * thread it starts after (gw_run waits for them with sigwait); fills set
+ * with them when set is not NULL. Call it before the first thread starts:
+ * a thread that does not block them takes them with their default action
+ * (the process dies) whenever the main thread is not in sigwait. */
+void gw_block_signals(sigset_t *set);
 /* Runs larder until SIGTERM/SIGINT (drain, exit 0); SIGHUP reloads keys
  * from config_path (or the environment). Returns the process exit code. */
 int gw_run(struct cfg *cfg, const char *config_path);

@@ -116,6 +116,36 @@ class OwnLarder(OwnLarderCase):
         took = self.finish(larder)
         self.assertLess(took, 5, "draining waited for requests whose headers never came")
 
+    def test_sighup_while_draining_does_not_end_the_drain(self):
+        # The access log as shipped (LARDER_ACCESS_LOG_FLUSH_MS unset) runs a
+        # flusher thread. It was started before the signals were blocked, so
+        # a SIGHUP that came while the main thread was not in sigwait (here:
+        # draining; also starting or reloading) reached that thread with its
+        # default action: the process died, cutting the download.
+        data = os.urandom(MiB) * 8
+        self.direct.put_object(Bucket="ops", Key="hup-drain.bin", Body=data)
+        larder = self.start_larder(env={"LARDER_SHUTDOWN_GRACE": "20",
+                                        "LARDER_ACCESS_LOG_FLUSH_MS": None})
+        conn = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=30)
+        conn.request("GET", "/ops/hup-drain.bin",
+                     headers=signed(larder, "GET", "/ops/hup-drain.bin"))
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 200)
+        got = resp.read(64 * 1024)  # the rest waits: the download stays in flight
+        larder.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while "draining for up to" not in larder.log() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        larder.signal(signal.SIGHUP)
+        time.sleep(0.5)
+        self.assertTrue(larder.alive(), "a SIGHUP while draining ended larder (exit %s)"
+                        % larder.proc.poll())
+        got += resp.read()
+        self.assertEqual(got, data)
+        conn.close()
+        self.assertEqual(larder.proc.wait(25), 0, larder.log()[-3000:])
+        larder.check_sanitizers(self)
+
     def test_sighup_reloads_keys_keeping_connections(self):
         k1, s1 = "LARDERRELOADKEY00001", "reload-secret-one-000000000000000000000001"
         k2, s2 = "LARDERRELOADKEY00002", "reload-secret-two-000000000000000000000002"
@@ -536,6 +566,31 @@ class ThreadNames(OwnLarderCase):
         self.assertEqual(names.get("larder-worker"), 3, names)
         self.assertEqual(names.get("larder-io"), 2, names)   # the store's default
         self.assertEqual(names.get("larder-log"), 1, names)  # the access log's flusher
+        self.finish(larder)
+
+    def test_only_the_main_thread_takes_the_signals(self):
+        # gw_run waits for SIGTERM, SIGINT and SIGHUP with sigwait; any other
+        # thread that does not block them takes them with their default
+        # action (the process ends) while the main thread is not waiting.
+        larder = self.start_larder(env={"LARDER_ACCESS_LOG_FLUSH_MS": None})
+        deadline = time.monotonic() + 10
+        while self.thread_names(larder.proc.pid).get("larder-worker") != 2:
+            self.assertLess(time.monotonic(), deadline, "the workers did not start")
+            time.sleep(0.05)
+        want = (1 << (signal.SIGHUP - 1)) | (1 << (signal.SIGINT - 1)) | \
+            (1 << (signal.SIGTERM - 1))
+        task = "/proc/%d/task" % larder.proc.pid
+        for tid in os.listdir(task):
+            if int(tid) == larder.proc.pid:
+                continue  # the main thread: in sigwait, which unblocks them while it waits
+            try:
+                with open(os.path.join(task, tid, "status")) as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+            except FileNotFoundError:
+                continue
+            blocked = int(fields["SigBlk"].strip(), 16)
+            self.assertEqual(blocked & want, want, "thread %s (%s) takes the signals"
+                             % (tid, fields["Name"].strip()))
         self.finish(larder)
 
     @staticmethod
