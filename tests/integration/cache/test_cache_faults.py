@@ -101,6 +101,28 @@ class FaultOriginSelfTest(harness.S3Asserts, unittest.TestCase):
         self.assertS3Error(lambda: self.s3.head_object(Bucket="self-a", Key="dir/o b+j"), 404,
                            "404")
 
+    def test_put_cut_mid_body_stores_nothing(self):
+        # As at S3: a PUT whose client leaves before Content-Length bytes
+        # came is not an object (the double stored the bytes that came).
+        self.s3.create_bucket(Bucket="self-cut")
+        url = self.origin.url + "/self-cut/half"
+        h = harness.sign_headers("PUT", url, ORIGIN_KEY, ORIGIN_SECRET,
+                                 payload="UNSIGNED-PAYLOAD",
+                                 headers={"X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"})
+        h["Content-Length"] = "1000"
+        h["Host"] = url.split("/")[2]
+        mark = self.origin.mark()
+        with socket.create_connection(("127.0.0.1", self.origin.port), timeout=10) as s:
+            s.sendall(("PUT /self-cut/half HTTP/1.1\r\n" +
+                       "".join("%s: %s\r\n" % kv for kv in h.items()) + "\r\n").encode()
+                      + b"x" * 400)
+        deadline = time.monotonic() + 5  # the origin's thread sees the close
+        while not self.origin.requests(mark) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertTrue(self.origin.wait_idle())
+        self.assertEqual([r["status"] for r in self.origin.requests(mark)], ["incomplete-body"])
+        self.assertIsNone(self.origin.get("self-cut", "half"))
+
     def test_ranges(self):
         data = blob(2, 1000)
         self.origin.put("self-r", "r", data)

@@ -58,7 +58,8 @@ added (method, and optionally bucket and key); each kind is consumed at most
 once per request, so a delay and a drop can hit the same GET.
 
 The request log has one dict per request: seq, t, method, target, bucket, key,
-query, headers (lower-case names), range, if_match, status, auth_error (the
+query, headers (lower-case names), range, if_match, status ("incomplete-body" for
+a body that ended before its Content-Length: nothing stored), auth_error (the
 error code when the signature check refused it), faults (the kinds applied),
 body_sent (object body bytes written) and dropped (the connection was cut).
 """
@@ -464,7 +465,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 parts.append(self.rfile.read(size))
                 self.rfile.readline()
         n = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(n) if n else b""
+        body = self.rfile.read(n) if n else b""
+        # A client that left before its body ended: S3 keeps nothing of it
+        # (it would have stored the bytes that came as the whole object).
+        self.short_body = len(body) < n
+        return body
 
     def _send(self, status, headers, body=b"", length=None):
         self.send_response(status)
@@ -597,6 +602,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     "range": hdrs.get("range"), "if_match": hdrs.get("if-match"),
                     "status": None, "faults": [], "body_sent": 0, "done": False}
         srv._record(self.rec)
+        if getattr(self, "short_body", False):
+            self.rec.update(status="incomplete-body", done=True)
+            self.close_connection = True
+            return None
         if refuse:
             self.rec["faults"] = ["refuse"]
             self.close_connection = True
