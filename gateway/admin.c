@@ -635,6 +635,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char
 	}
 	if (q->too_big)
 		return too_large(c, q->route);
+	/* The listener lasts the drain (health, metrics, jobs); a job started
+	 * now would only be cancelled at the stop. */
+	if (atomic_load(&a->gw->draining) && (q->route->fn == admin_prefetch ||
+	                                       q->route->fn == admin_lookahead ||
+	                                       q->route->fn == admin_profile_start))
+		return send_error(c, 503, "draining", NULL, "larder is stopping: no new jobs");
 	log_debug("admin", "%s %s", method, url);
 	return q->route->fn(a, c, q);
 }

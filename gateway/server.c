@@ -995,11 +995,13 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	/* Leave the cluster first: peers stop sending chunk requests here.
 	 * The workers still use gw.cluster (now just this node) as they drain. */
 	cluster_leave(gw.cluster);
-	admin_stop(&gw);
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		ev_async_send(gw.workers[i].loop, &gw.workers[i].stop_async);
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		pthread_join(gw.workers[i].thread, NULL);
+	/* The admin listener lasts the drain: /readyz answers 503 (draining),
+	 * /healthz and /metrics go on. Stopped before what its routes use. */
+	admin_stop(&gw);
 	lookahead_destroy(gw.lookahead);
 	gw.lookahead = NULL;
 	pins_shutdown(gw.pins); /* before the warm jobs are cancelled: their pins stay saved */

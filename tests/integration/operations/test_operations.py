@@ -1,6 +1,7 @@
 """Operating larder: signals, limits, the access log, hostile input."""
 import hashlib
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -140,6 +141,51 @@ class OwnLarder(OwnLarderCase):
         time.sleep(0.5)
         self.assertTrue(larder.alive(), "a SIGHUP while draining ended larder (exit %s)"
                         % larder.proc.poll())
+        got += resp.read()
+        self.assertEqual(got, data)
+        conn.close()
+        self.assertEqual(larder.proc.wait(25), 0, larder.log()[-3000:])
+        larder.check_sanitizers(self)
+
+    def test_admin_answers_while_draining(self):
+        # The admin listener was stopped at SIGTERM, before the drain: /readyz
+        # could never say 503 "draining" as documented (its port refused
+        # connections), nor /healthz and /metrics answer while requests ran.
+        data = os.urandom(MiB) * 8
+        self.direct.put_object(Bucket="ops", Key="admin-drain.bin", Body=data)
+        token = "drain-token-0123456789abcdef"
+        admin_port = harness.free_port()
+        larder = self.start_larder(env={"LARDER_SHUTDOWN_GRACE": "20",
+                                        "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % admin_port,
+                                        "LARDER_ADMIN_TOKEN": token})
+
+        def admin(method, path, body=None):
+            c = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=10)
+            try:
+                c.request(method, path, body=body, headers={"Authorization": "Bearer " + token})
+                r = c.getresponse()
+                body = r.read()
+                json_type = r.getheader("Content-Type", "").startswith("application/json")
+                return r.status, json.loads(body) if json_type else body
+            finally:
+                c.close()
+
+        conn = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=30)
+        conn.request("GET", "/ops/admin-drain.bin",
+                     headers=signed(larder, "GET", "/ops/admin-drain.bin"))
+        resp = conn.getresponse()
+        got = resp.read(64 * 1024)  # the rest waits: the download stays in flight
+        larder.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while "draining for up to" not in larder.log() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        status, doc = admin("GET", "/readyz")
+        self.assertEqual((status, doc["ready"], doc["checks"]["draining"]), (503, False, True))
+        self.assertEqual(admin("GET", "/healthz")[0], 200)
+        self.assertEqual(admin("GET", "/metrics")[0], 200)
+        status, doc = admin("POST", "/admin/prefetch",
+                            json.dumps({"bucket": "ops", "keys": ["admin-drain.bin"]}))
+        self.assertEqual((status, doc["error"]), (503, "draining"))
         got += resp.read()
         self.assertEqual(got, data)
         conn.close()
