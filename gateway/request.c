@@ -442,9 +442,19 @@ void req_err_headers(struct req *r, const char *lines)
 	r->err_headers = lines;
 }
 
+/* Draining (SIGTERM): the connection ends with this answer, so a client
+ * opens its next request elsewhere rather than race the close of an idle
+ * connection at the end of the drain (and lose that request unanswered). */
+static bool closing_after(const struct req *r)
+{
+	return atomic_load(&r->w->gw->draining);
+}
+
 void req_add_common_headers(struct req *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "x-larder-request-id", r->id);
+	if (closing_after(r))
+		MHD_add_response_header(resp, "Connection", "close");
 }
 
 /* True while the client may still be sending a body larder will not read. */
@@ -500,7 +510,7 @@ enum MHD_Result req_respond_error(struct req *r)
 	/* A body we did not read, a refused connection over the limit, or a
 	 * request whose end is in doubt: close rather than try to find the
 	 * next request in the stream. */
-	if (unread_body(r) || r->err == S3E_SLOW_DOWN || r->close_after)
+	if ((unread_body(r) || r->err == S3E_SLOW_DOWN || r->close_after) && !closing_after(r))
 		MHD_add_response_header(resp, "Connection", "close");
 	r->status_sent = (int)s3err_status(r->err);
 	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status_sent, resp);

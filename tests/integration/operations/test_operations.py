@@ -192,6 +192,37 @@ class OwnLarder(OwnLarderCase):
         self.assertEqual(larder.proc.wait(25), 0, larder.log()[-3000:])
         larder.check_sanitizers(self)
 
+    def test_answers_while_draining_close_their_connection(self):
+        # A keep-alive connection that goes on sending while larder drains:
+        # each answer must end it, or the client's next request may cross
+        # the close of the idle connection at the end of the drain and be
+        # lost unanswered (a PUT then leaves the client in doubt).
+        data = os.urandom(MiB) * 8
+        self.direct.put_object(Bucket="ops", Key="ka-drain.bin", Body=data)
+        self.direct.put_object(Bucket="ops", Key="ka-small", Body=b"small")
+        larder = self.start_larder(env={"LARDER_SHUTDOWN_GRACE": "20"})
+        ka = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=10)
+        ka.request("GET", "/ops/ka-small", headers=signed(larder, "GET", "/ops/ka-small"))
+        r = ka.getresponse()
+        self.assertEqual((r.status, r.read(), r.getheader("Connection")), (200, b"small", None))
+        slow = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=30)
+        slow.request("GET", "/ops/ka-drain.bin", headers=signed(larder, "GET", "/ops/ka-drain.bin"))
+        resp = slow.getresponse()
+        got = resp.read(64 * 1024)  # the rest waits: the drain goes on
+        larder.signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while "draining for up to" not in larder.log() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ka.request("GET", "/ops/ka-small", headers=signed(larder, "GET", "/ops/ka-small"))
+        r = ka.getresponse()
+        self.assertEqual((r.status, r.read(), r.getheader("Connection")), (200, b"small", "close"))
+        ka.close()
+        got += resp.read()
+        self.assertEqual(got, data)
+        slow.close()
+        self.assertEqual(larder.proc.wait(25), 0, larder.log()[-3000:])
+        larder.check_sanitizers(self)
+
     def test_sighup_reloads_keys_keeping_connections(self):
         k1, s1 = "LARDERRELOADKEY00001", "reload-secret-one-000000000000000000000001"
         k2, s2 = "LARDERRELOADKEY00002", "reload-secret-two-000000000000000000000002"
