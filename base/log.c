@@ -131,6 +131,7 @@ struct alog_buf {
 
 static _Atomic int access_fd = -1;
 static bool access_is_file;
+static char access_path[4096]; /* the file's, for log_access_reopen */
 static size_t access_buf_bytes;
 static unsigned access_flush_ms;
 static pthread_mutex_t bufs_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -226,6 +227,8 @@ int log_access_open(const char *where, size_t buffer_bytes, unsigned flush_ms)
 		if (fd < 0)
 			return -errno;
 		access_is_file = true;
+		if ((size_t)snprintf(access_path, sizeof access_path, "%s", where) >= sizeof access_path)
+			access_path[0] = '\0'; /* too long to keep: not reopened */
 	}
 	access_buf_bytes = flush_ms ? buffer_bytes : 0;
 	access_flush_ms = flush_ms;
@@ -269,6 +272,24 @@ void log_access_close(void)
 void log_access_flush(void)
 {
 	flush_all(false);
+}
+
+int log_access_reopen(void)
+{
+	int fd = atomic_load(&access_fd);
+	if (fd < 0 || !access_is_file)
+		return 0;
+	if (!access_path[0])
+		return -ENAMETOOLONG;
+	int nfd = open(access_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (nfd < 0)
+		return -errno;
+	flush_all(false); /* what is buffered ends the old file */
+	/* The same descriptor number from now on names the new file, so a
+	 * thread writing meanwhile writes its line to one or the other. */
+	int rc = dup3(nfd, fd, O_CLOEXEC) < 0 ? -errno : 0;
+	close(nfd);
+	return rc;
 }
 
 /* The calling thread's buffer, made on its first line; NULL when memory

@@ -33,6 +33,10 @@ void log_set_level(enum log_level l);
 int log_access_open(const char *where, size_t buffer_bytes, unsigned flush_ms);
 /* Writes out every thread's buffered lines (log_access_close does too). */
 void log_access_flush(void);
+/* A file access log opened again by its path (SIGHUP: a rotation renamed
+ * it), in place of the open one; the lines buffered go to the old one.
+ * 0, also for stdout and off; -errno keeps the old file. */
+int log_access_reopen(void);
 void log_access_close(void);
 
 void log_write(enum log_level l, const char *topic, const char *fmt, ...)

@@ -740,6 +740,10 @@ static void tls_renewal_warn(const struct gw *gw, const struct cfg *fresh)
 static void reload_keys(struct gw *gw, struct cfg **owned)
 {
 	char err[512];
+	int e = log_access_reopen(); /* logrotate renames it, then sends SIGHUP */
+	if (e)
+		log_error("config", "reload: reopening the access log \"%s\" failed, writing on to "
+		          "the open one: %s", gw->cfg->access_log, strerror(-e));
 	struct cfg *fresh = cfg_load(gw->config_path, err, sizeof err);
 	if (!fresh) {
 		log_error("config", "reload failed, keeping the current keys: %s", err);

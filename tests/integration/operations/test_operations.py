@@ -620,6 +620,40 @@ class AccessLogBuffering(OwnLarderCase):
         self.finish(larder)
 
 
+    def test_sighup_reopens_a_renamed_log(self):
+        # logrotate renames the file, then sends SIGHUP: larder wrote on to
+        # the renamed file for good (only copytruncate rotated it).
+        self.direct.put_object(Bucket="ops", Key="alog", Body=b"x" * 1000)
+        larder = self.start_larder(env={"LARDER_ACCESS_LOG_FLUSH_MS": None})
+        path = larder.access_log_path
+        self.read_requests(larder, 1)
+        self.wait_lines(path, 1)
+        os.rename(path, path + ".1")
+        larder.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "reloaded:" not in larder.log() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.read_requests(larder, 2)
+        self.wait_lines(path, 2)
+        self.finish(larder)
+        self.assertEqual(len(self.lines(path + ".1")), 1)
+        self.assertEqual(len(self.lines(path)), 2)
+
+    @staticmethod
+    def lines(path):
+        try:
+            with open(path) as f:
+                return [ln for ln in f.read().splitlines() if ln.strip()]
+        except FileNotFoundError:
+            return []
+
+    def wait_lines(self, path, n):
+        deadline = time.monotonic() + 5  # the default flush interval is 1 s
+        while time.monotonic() < deadline and len(self.lines(path)) < n:
+            time.sleep(0.05)
+        self.assertEqual(len(self.lines(path)), n, path)
+
+
 class ThreadNames(OwnLarderCase):
     """Every thread says what it is, so top -H and perf's per-thread views
     split larder's CPU by role (docs/ARCHITECTURE.md, "Threads and loops")."""
