@@ -237,6 +237,7 @@ const struct transfer_ops pf_list_ops = {
  * built again when S3 names the bucket's region. */
 struct bucket_check {
 	unsigned magic;
+	struct gw *gw;
 	struct upstream *up;
 	const char *bucket;
 	const char *key;             /* NULL: the bucket */
@@ -244,6 +245,21 @@ struct bucket_check {
 	struct up_target target;
 };
 #define CHECK_MAGIC 0x70636b62u
+
+/* curl's progress hook on an admin thread's blocking request: at the stop
+ * it gives up, so the listener can end without waiting out the upstream
+ * timeout. */
+static int check_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                          curl_off_t ulnow)
+{
+	struct bucket_check *bc = arg;
+	assert(bc->magic == CHECK_MAGIC);
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	return atomic_load(&bc->gw->stopping) ? 1 : 0;
+}
 
 static int check_prepare(struct transfer *t, void *arg)
 {
@@ -257,6 +273,11 @@ static int check_prepare(struct transfer *t, void *arg)
 	};
 	int rc = upstream_prepare(bc->up, t, &rq, &bc->target);
 	hdrs_fini(&h);
+	if (rc == 0) {
+		curl_easy_setopt(t->easy, CURLOPT_XFERINFOFUNCTION, check_progress);
+		curl_easy_setopt(t->easy, CURLOPT_XFERINFODATA, bc);
+		curl_easy_setopt(t->easy, CURLOPT_NOPROGRESS, 0L);
+	}
 	return rc;
 }
 
@@ -295,7 +316,7 @@ static CURLcode perform_counted(struct transfer *t)
 
 int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t errlen)
 {
-	struct bucket_check bc = { .magic = CHECK_MAGIC, .up = gw->up, .bucket = bucket };
+	struct bucket_check bc = { .magic = CHECK_MAGIC, .gw = gw, .up = gw->up, .bucket = bucket };
 	struct transfer t;
 	transfer_init(&t, &check_ops, &bc, NULL, NULL);
 	up_target_init(&bc.target);
@@ -322,7 +343,7 @@ int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t e
 int prefetch_read_object(struct gw *gw, const char *bucket, const char *key, struct buf *body,
                          char *err, size_t errlen)
 {
-	struct bucket_check bc = { .magic = CHECK_MAGIC, .up = gw->up, .bucket = bucket,
+	struct bucket_check bc = { .magic = CHECK_MAGIC, .gw = gw, .up = gw->up, .bucket = bucket,
 		                   .key = key, .body = body };
 	struct transfer t;
 	transfer_init(&t, &check_ops, &bc, NULL, NULL);

@@ -1004,7 +1004,10 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	for (unsigned i = 0; i < gw.n_workers; i++)
 		pthread_join(gw.workers[i].thread, NULL);
 	/* The admin listener lasts the drain: /readyz answers 503 (draining),
-	 * /healthz and /metrics go on. Stopped before what its routes use. */
+	 * /healthz and /metrics go on. Stopped before what its routes use, once
+	 * a route waiting on S3 has given up (it would hold the exit for up to
+	 * LARDER_UPSTREAM_TIMEOUT). */
+	atomic_store(&gw.stopping, true);
 	admin_stop(&gw);
 	lookahead_destroy(gw.lookahead);
 	gw.lookahead = NULL;

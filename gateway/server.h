@@ -66,6 +66,7 @@ struct gw {
 
 	atomic_uint open_connections;
 	atomic_bool draining;
+	atomic_bool stopping;           /* the drain is over: blocking upstream calls give up */
 	unsigned n_workers;
 	struct worker *workers;
 	struct admin *admin;            /* the admin listener (gateway/admin.h), or NULL */

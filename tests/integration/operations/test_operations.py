@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 import unittest
@@ -221,6 +222,38 @@ class OwnLarder(OwnLarderCase):
         self.assertEqual(got, data)
         slow.close()
         self.assertEqual(larder.proc.wait(25), 0, larder.log()[-3000:])
+        larder.check_sanitizers(self)
+
+    def test_stop_does_not_wait_for_an_admin_call_on_a_silent_upstream(self):
+        # A warm job's bucket check runs on the admin listener's thread and
+        # waits on S3; stopping the listener waited for it, holding the exit
+        # for up to LARDER_UPSTREAM_TIMEOUT past the drain.
+        hole = socket.socket()  # accepts, never answers
+        self.addCleanup(hole.close)
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(8)
+        token = "stop-token-0123456789abcdef"
+        admin_port = harness.free_port()
+        larder = self.start_larder(env={
+            "LARDER_UPSTREAM_URL": "http://127.0.0.1:%d" % hole.getsockname()[1],
+            "LARDER_UPSTREAM_TIMEOUT": "60", "LARDER_SHUTDOWN_GRACE": "5",
+            "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % admin_port, "LARDER_ADMIN_TOKEN": token})
+        c = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=90)
+        self.addCleanup(c.close)
+        c.request("POST", "/admin/prefetch", body=json.dumps({"bucket": "ops", "keys": ["k"]}),
+                  headers={"Authorization": "Bearer " + token})
+        hole.settimeout(10)
+        waiting, _ = hole.accept()  # the bucket check reached the upstream
+        self.addCleanup(waiting.close)
+        t0 = time.monotonic()
+        larder.signal(signal.SIGTERM)
+        try:
+            code = larder.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.fail("larder was still running 15 s after SIGTERM (grace 5 s, nothing in "
+                      "flight but the admin call)")
+        self.assertEqual(code, 0, larder.log()[-3000:])
+        self.assertLess(time.monotonic() - t0, 7)
         larder.check_sanitizers(self)
 
     def test_sighup_reloads_keys_keeping_connections(self):
