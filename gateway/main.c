@@ -134,9 +134,7 @@ static int serve(int argc, char **argv)
 		cfg_free(cfg);
 		return 2;
 	}
-	if (cfg->n_keys == 0 && cfg->anonymous.n_grants == 0)
-		log_warn("config", "no client keys configured (LARDER_CLIENT_KEY/LARDER_CLIENT_SECRET "
-		         "or [key] sections): every request will be refused");
+	gw_warn_no_keys(cfg);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	int rc = gw_run(cfg, path);
 	curl_global_cleanup();

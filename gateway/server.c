@@ -736,6 +736,13 @@ static void tls_renewal_warn(const struct gw *gw, const struct cfg *fresh)
 	free(cert);
 }
 
+void gw_warn_no_keys(const struct cfg *cfg)
+{
+	if (cfg->n_keys == 0 && cfg->anonymous.n_grants == 0)
+		log_warn("config", "no client keys configured (LARDER_CLIENT_KEY/LARDER_CLIENT_SECRET "
+		         "or [key] sections): every request will be refused");
+}
+
 /* SIGHUP: new keys and policies from the same file and environment. */
 static void reload_keys(struct gw *gw, struct cfg **owned)
 {
@@ -759,6 +766,7 @@ static void reload_keys(struct gw *gw, struct cfg **owned)
 	*owned = fresh;
 	log_info("config", "reloaded: %zu client keys%s", fresh->n_keys,
 	         fresh->anonymous.n_grants ? ", anonymous access on" : "");
+	gw_warn_no_keys(fresh);
 	/* Only keys and grants are swapped: say what else changed, or the
 	 * operator takes it for applied. */
 	struct cfg running = *gw->cfg; /* a shallow copy, only compared */

@@ -117,6 +117,10 @@ struct addrinfo *gw_resolve(const char *setting, const char *host, unsigned port
  * a thread that does not block them takes them with their default action
  * (the process dies) whenever the main thread is not in sigwait. */
 void gw_block_signals(sigset_t *set);
+/* Warns when cfg has neither client keys nor anonymous grants: every
+ * request would be refused (at start, and after a SIGHUP: a configuration
+ * file caught empty mid-write reloads as valid). */
+void gw_warn_no_keys(const struct cfg *cfg);
 /* Runs larder until SIGTERM/SIGINT (drain, exit 0); SIGHUP reloads keys
  * from config_path (or the environment). Returns the process exit code. */
 int gw_run(struct cfg *cfg, const char *config_path);

@@ -306,6 +306,24 @@ class OwnLarder(OwnLarderCase):
         self.assertEqual(c1.list_objects_v2(Bucket="ops")["ResponseMetadata"]["HTTPStatusCode"], 200)
         self.finish(larder)
 
+    def test_sighup_to_no_keys_at_all_is_warned_of(self):
+        # A file caught empty mid-write (a shell's > truncates first) reloads
+        # as valid: every request is then refused, which the start warns of
+        # and the reload only logged as "reloaded: 0 client keys".
+        k1, s1 = "LARDERRELOADKEY00004", "reload-secret-four-00000000000000000000004"
+        larder = self.start_larder(
+            config_text="[key %s]\nsecret = %s\naccess = read-write\nbuckets = ops\n" % (k1, s1),
+            client_key=False)
+        self.assertNotIn("no client keys configured", larder.log())
+        larder.write_config("")
+        larder.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while "no client keys configured" not in larder.log() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertIn("reloaded: 0 client keys", larder.log())
+        self.assertIn("no client keys configured", larder.log())
+        self.finish(larder)
+
     def test_connection_limit_gives_slowdown(self):
         larder = self.start_larder(env={"LARDER_MAX_CONNECTIONS": "4",
                                         "LARDER_CLIENT_TIMEOUT": "60"})
