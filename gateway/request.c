@@ -16,6 +16,7 @@
 #include "gateway/request.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -282,6 +283,7 @@ void req_unref(struct req *r)
 	if (r->write_begun)
 		cache_write_ends(r); /* one stopped before upstream_done */
 	ev_timer_stop(r->w->loop, &r->shape_timer);
+	ev_io_stop(r->w->loop, &r->gone_watch);
 	if (r->upstream_slot)
 		limits_upstream_give(r->key_id);
 	if (r->sha)
@@ -298,10 +300,13 @@ void req_unref(struct req *r)
 	free(r);
 }
 
+static void watch_gone(struct req *r);
+
 /* Resumes the client connection if it waits: whatever it waited for may
  * now be possible; if not, the callback suspends it again. */
 void req_wake(struct req *r)
 {
+	ev_io_stop(r->w->loop, &r->gone_watch);
 	if (r->suspended && r->conn) {
 		r->suspended = false;
 		MHD_resume_connection(r->conn);
@@ -314,9 +319,10 @@ void req_wake(struct req *r)
  * a request woken then finds its fetch gone and its connection closes. */
 void req_suspend(struct req *r)
 {
-	if (!r->suspended && r->conn && !r->w->closing) {
+	if (!r->suspended && r->conn && !r->w->closing && !r->gone) {
 		r->suspended = true;
 		MHD_suspend_connection(r->conn);
+		watch_gone(r);
 	}
 }
 
@@ -544,6 +550,48 @@ struct conn_slot {
 	MHD_socket fd;
 };
 
+/*
+ * A client that leaves while its request waits unanswered (for S3's first
+ * byte, a slot in its prefix's window, a fetch another reader started):
+ * libmicrohttpd watches no suspended connection, so nothing would notice
+ * until the wait ends, up to LARDER_UPSTREAM_TIMEOUT, while the request
+ * holds its connection slot, its key's max_upstream_requests slot, and a
+ * pass-through's request to S3. So the connection is watched while it
+ * waits: readable with nothing to read (recv() 0: the client's FIN, or an
+ * error) ends the request as libmicrohttpd does a client abort, closing
+ * the connection with no answer, as nginx does unless told to ignore
+ * client aborts. Readable with bytes (a pipelined next request) tells
+ * nothing: the watch stops. Only before the answer is queued and once the
+ * request's body is in; a waiting answer's body is cut by its own writes.
+ */
+static void gone_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct req *r = io->data;
+	assert(r->magic == REQ_MAGIC);
+	(void)revents;
+	char c;
+	ssize_t n = recv(io->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	ev_io_stop(loop, io);
+	if (n > 0)
+		return;
+	r->gone = true;
+	req_cut(r, "client-gone");
+	log_debug("server", "id=%s the client left before its answer", r->id);
+	pass_stop(r);
+	req_wake(r);
+}
+
+static void watch_gone(struct req *r)
+{
+	if (r->responded || !r->client_body_done || !r->conn_slot ||
+	    ev_is_active(&r->gone_watch))
+		return;
+	ev_io_set(&r->gone_watch, r->conn_slot->fd, EV_READ);
+	ev_io_start(r->w->loop, &r->gone_watch);
+}
+
 enum MHD_Result request_accept_cb(void *cls, const struct sockaddr *addr, socklen_t len)
 {
 	struct worker *w = cls;
@@ -620,6 +668,8 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->w = w;
 	ev_timer_init(&r->shape_timer, shape_cb, 0, 0);
 	r->shape_timer.data = r;
+	ev_io_init(&r->gone_watch, gone_cb, -1, EV_READ);
+	r->gone_watch.data = r;
 	buf_init(&r->err_extra, 64 * 1024); /* a Range header or a list of header names, escaped */
 	r->conn = conn;
 	r->t_start = clock_mono_s();
@@ -667,7 +717,7 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 	(void)conn;
 	(void)url;
 	(void)version;
-	if (!r || r->magic != REQ_MAGIC)
+	if (!r || r->magic != REQ_MAGIC || r->gone)
 		return MHD_NO;
 	if (!r->started) {
 		r->started = true;
@@ -768,6 +818,7 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 	r->conn_slot = NULL;
 	r->conn = NULL;
 	r->suspended = false;
+	ev_io_stop(r->w->loop, &r->gone_watch);
 	pass_stop(r); /* the client is gone or done: nothing more to fetch */
 	if (r->started) {
 		const char *err = r->has_err ? s3err_code(r->err) : r->cut ? r->cut : toe_str(toe);

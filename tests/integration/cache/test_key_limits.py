@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import http.client
@@ -184,6 +185,42 @@ class MaxUpstreamRequests(KeyLimitsCase):
             for (_, _, want), r in zip(reads, got):
                 if r.status != 503:
                     self.assertEqual((r.status // 100, r.body), (2, want))
+
+    def test_a_client_that_left_gives_its_slot_back(self):
+        # Two reads of the capped key wait for S3's first byte (4 s); their
+        # clients leave after 0.3 s. Their slots must come back then, not when
+        # S3 answers: a third read right after goes through (it got 503
+        # SlowDown before), cold and as a pass-through (?versionId).
+        larder = self.start()
+        for k in ("left-0", "left-1", "after-0", "after-1"):
+            self.origin.put(BUCKET, k, blob(len(k), 3000))
+        for query in ("?versionId=null", ""):
+            m = self.origin.mark()
+            self.origin.delay_next(4000, n=2, bucket=BUCKET, key=None)
+            socks = []
+            for k in ("left-0", "left-1"):
+                path = harness.key_path(BUCKET, k) + query
+                h = harness.sign_headers("GET", larder.url + path, CAPPED, CAPPED_SECRET)
+                s = socket.create_connection(("127.0.0.1", larder.port), timeout=10)
+                s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n" % (
+                    path, larder.port, "".join("%s: %s\r\n" % kv for kv in h.items())))
+                    .encode())
+                socks.append(s)
+            deadline = time.monotonic() + 3
+            while self.origin.count(since=m, method="GET") < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.3)
+            for s in socks:
+                s.close()
+            time.sleep(0.5)
+            k = "after-%d" % (query != "")
+            t0 = time.monotonic()
+            r = fetch(larder.url, "GET", harness.key_path(BUCKET, k) + query, key=CAPPED,
+                      secret=CAPPED_SECRET)
+            self.assertEqual(r.status, 200, (query, r))
+            self.assertLess(time.monotonic() - t0, 2.5, query)
+            self.origin.clear_faults()
+            self.origin.wait_idle(10)
 
     def test_other_keys_are_not_limited(self):
         larder = self.start()
