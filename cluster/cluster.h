@@ -143,10 +143,11 @@ double cluster_avoided(struct cluster *cl, const char *addr, double now);
  * returns; beyond that the oldest are dropped (counted in the view).
  * Returns a ticket for cluster_published (0: nothing was queued). */
 uint64_t cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key);
-/* Whether waiting for ticket is over: Redis answered its PUBLISH (so the
- * message is on its way to every subscribed node), or refused it, or Redis
- * is not up (the message waits in the queue: nobody can be told now).
- * Takes cl->lock only when the ticket is not out yet. */
+/* Whether waiting for ticket is over: every node that Redis delivered its
+ * message to has applied it (each answers with a CLUSTER_ACK once its
+ * callback returned), or Redis refused it, or Redis is not up (the
+ * message waits in the queue: nobody can be told now), or too many
+ * tickets came after it to keep its count (PEND_MAX). */
 bool cluster_published(struct cluster *cl, uint64_t ticket);
 /* Messages that are not invalidations ride the same channel under a
  * "bucket" no S3 bucket can be named: CLUSTER_UNPIN with key "NODE/JOB"
@@ -155,6 +156,10 @@ bool cluster_published(struct cluster *cl, uint64_t ticket);
 /* CLUSTER_PURGE with key "k" or "p", then "BUCKET/KEY-OR-PREFIX": a purge
  * (POST /admin/purge) of a key or a prefix, for every other node to do. */
 #define CLUSTER_PURGE "!purge"
+/* CLUSTER_ACK with key "NODE MAC16": this node applied NODE's message whose
+ * mac starts with MAC16 (cluster_published). Handled inside the cluster:
+ * cb never sees one. */
+#define CLUSTER_ACK "!ack"
 /* cb gets CLUSTER_RESYNC (key "") when this node may have missed
  * invalidations: each time its subscription starts (at start, after a
  * Redis outage), and when another node dropped some it had queued. What

@@ -29,6 +29,8 @@
 #define MEMBER_VAL_MAX 512   /* longer entries are not ours */
 #define INVAL_VALID_MS 60000 /* a signed invalidation message is good this long */
 #define INVAL_MSG_MAX 8192   /* sender, bucket and key (S3 keys: 1,024 bytes at most) */
+#define PEND_MAX 256         /* tickets whose acknowledgements are counted (cluster_published) */
+#define ACK_MAC_LEN 16       /* hex digits of a message's mac an ack names */
 #define CLUSTER_AVOID_MAX 16 /* nodes avoided at once; past it the soonest to end goes */
 
 struct member {
@@ -50,7 +52,9 @@ struct snapshot {
 
 struct inval {
 	struct inval *next;
-	uint64_t seq; /* cluster_publish_invalidate's ticket (0: a resync) */
+	uint64_t seq; /* cluster_publish_invalidate's ticket (0: a resync or an ack) */
+	bool ack;     /* a CLUSTER_ACK: not counted as an invalidation */
+	char mac[ACK_MAC_LEN]; /* the start of its mac, once signed (acks name it) */
 	size_t len;
 	char msg[]; /* sender \n bucket \n key, not NUL-terminated */
 };
@@ -101,6 +105,13 @@ struct cluster {
 	/* Every ticket up to this one was published (Redis answered PUBLISH), or
 	 * refused by Redis: cluster_published. Written by the heartbeat thread. */
 	_Atomic uint64_t q_done;
+	/* Published tickets, by seq % PEND_MAX, under lock: how many nodes
+	 * Redis delivered each to (expect) and how many said they applied it. */
+	struct {
+		uint64_t seq;
+		char mac[ACK_MAC_LEN];
+		long expect, acks;
+	} pend[PEND_MAX];
 
 	/* Nodes that answered nothing lately (cluster_avoid), under avoid_lock;
 	 * n_avoided lets the common case (none) skip the lock. */

@@ -9,6 +9,13 @@
  * so a read never blocks. A silent connection is probed with PING every
  * ttl_ms; no answer by the next probe means the connection is dead.
  *
+ * Acknowledgements. A node that applied another's message (its callback
+ * returned) publishes CLUSTER_ACK with key "<sender> <the message's mac's
+ * first ACK_MAC_LEN hex digits>". The sender counts them per ticket
+ * against what PUBLISH answered (the subscribers it reached, its own
+ * among them, which counts itself), so cluster_published can say when
+ * every node that heard a write has forgotten what it replaced.
+ *
  * Message on larder:invalidate: "<mac>\n<expiry>\n<sender id>\n<bucket>\n<key>".
  * Ids and bucket names hold no newline (checked); the key is the rest,
  * whatever it holds (read by inval_msg.c). Receivers skip their own
@@ -56,6 +63,7 @@ static struct inval *inval_new(const struct cluster *cl, const char *bucket, con
 		return NULL;
 	e->next = NULL;
 	e->seq = 0;
+	e->ack = false;
 	e->len = il + bl + kl + 2;
 	memcpy(e->msg, cl->self.id, il);
 	e->msg[il] = '\n';
@@ -63,6 +71,19 @@ static struct inval *inval_new(const struct cluster *cl, const char *bucket, con
 	e->msg[il + 1 + bl] = '\n';
 	memcpy(e->msg + il + bl + 2, key, kl);
 	return e;
+}
+
+/* Drops e, taken off the queue's head past QUEUE_MAX. A lost invalidation
+ * makes the others resync; a lost ack only makes its sender wait its
+ * bound. Call with cl->lock held. */
+static void drop_queued(struct cluster *cl, struct inval *e)
+{
+	cl->q_len--;
+	if (!e->ack) {
+		cl->dropped++;
+		cl->resync_due = true;
+	}
+	free(e);
 }
 
 /* Puts a batch back at the head of the queue (after a failed send), dropping
@@ -81,13 +102,42 @@ static void queue_requeue(struct cluster *cl, struct inval *batch)
 	while (cl->q_len > QUEUE_MAX) {
 		struct inval *e = cl->q_head;
 		cl->q_head = e->next;
-		free(e);
-		cl->q_len--;
-		cl->dropped++;
-		cl->resync_due = true;
+		drop_queued(cl, e);
 	}
 	if (!cl->q_head)
 		cl->q_tail = NULL;
+}
+
+/* A ticket about to be published: its acknowledgements count from now on
+ * (a fast node may answer before Redis's answer to the PUBLISH is read). */
+static void pend_open(struct cluster *cl, const struct inval *e)
+{
+	pthread_mutex_lock(&cl->lock);
+	size_t i = e->seq % PEND_MAX;
+	cl->pend[i].seq = e->seq;
+	memcpy(cl->pend[i].mac, e->mac, ACK_MAC_LEN);
+	cl->pend[i].expect = -1; /* not known until PUBLISH answers */
+	cl->pend[i].acks = 0;
+	pthread_mutex_unlock(&cl->lock);
+}
+
+static void pend_expect(struct cluster *cl, const struct inval *e, long long receivers)
+{
+	pthread_mutex_lock(&cl->lock);
+	size_t i = e->seq % PEND_MAX;
+	if (cl->pend[i].seq == e->seq)
+		cl->pend[i].expect = receivers > 0 ? (long)receivers : 0;
+	pthread_mutex_unlock(&cl->lock);
+}
+
+/* A node applied the message whose mac starts with mac. Call with cl->lock held. */
+static void pend_acked(struct cluster *cl, const char *mac)
+{
+	for (size_t i = 0; i < PEND_MAX; i++)
+		if (cl->pend[i].seq && memcmp(cl->pend[i].mac, mac, ACK_MAC_LEN) == 0) {
+			cl->pend[i].acks++;
+			return;
+		}
 }
 
 /* PUBLISHes everything queued, pipelined. Returns 0, or -1 with why filled
@@ -130,6 +180,9 @@ int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen
 		if (buf_append(&body, head, hl) != 0 || buf_append(&body, e->msg, e->len) != 0 ||
 		    cl_inval_mac(cl->secret, body.p, body.len, mac) != 0)
 			buf_reset(&body); /* out of memory: an empty message, which receivers drop */
+		memcpy(e->mac, mac, ACK_MAC_LEN);
+		if (e->seq)
+			pend_open(cl, e);
 		redisAppendCommand(c, "PUBLISH " INVAL_CHANNEL " %s\n%b", mac, body.p ? body.p : "",
 		                   body.len);
 	}
@@ -138,24 +191,30 @@ int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen
 	 * nobody: counted as dropped, not sent, and logged once per run of
 	 * them. Sending it again would be refused again. */
 	int rc = 0;
-	size_t refused = 0;
-	for (size_t i = 0; i < n && rc == 0; i++) {
+	size_t refused = 0, acks = 0;
+	for (struct inval *e = batch; e && rc == 0; e = e->next) {
 		redisReply *reply;
 		if (redisGetReply(c, (void **)&reply) != REDIS_OK) {
 			snprintf(why, whylen, "%s", c->errstr);
 			rc = -1;
 			break;
 		}
+		acks += e->ack;
 		if (reply->type == REDIS_REPLY_ERROR) {
 			if (!refused)
 				snprintf(why, whylen, "%s", reply->str);
 			refused++;
+			acks -= e->ack;
 		}
+		/* PUBLISH answers how many subscribers it reached: the nodes that
+		 * will acknowledge (this one's own subscriber among them). */
+		if (e->seq)
+			pend_expect(cl, e, reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0);
 		freeReplyObject(reply);
 	}
 	pthread_mutex_lock(&cl->lock);
 	if (rc == 0) {
-		cl->sent += n - refused;
+		cl->sent += n - refused - acks;
 		cl->dropped += refused;
 		if (refused && !cl->publish_refused)
 			log_warn(TOPIC, "Redis refused %zu invalidation message(s): other nodes may serve "
@@ -178,15 +237,11 @@ int cl_flush_queue(struct cluster *cl, redisContext *c, char *why, size_t whylen
 	return rc;
 }
 
-uint64_t cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key)
+/* Queues e (and takes it) for the heartbeat thread; its ticket, or 0 for an ack. */
+static uint64_t queue_push(struct cluster *cl, struct inval *e)
 {
-	if (!cl || !bucket || !bucket[0] || strchr(bucket, '\n'))
-		return 0;
-	struct inval *e = inval_new(cl, bucket, key ? key : "");
-	if (!e)
-		return 0;
 	pthread_mutex_lock(&cl->lock);
-	uint64_t seq = e->seq = ++cl->q_seq;
+	uint64_t seq = e->seq = e->ack ? 0 : ++cl->q_seq;
 	if (cl->q_tail)
 		cl->q_tail->next = e;
 	else
@@ -195,24 +250,55 @@ uint64_t cluster_publish_invalidate(struct cluster *cl, const char *bucket, cons
 	if (++cl->q_len > QUEUE_MAX) {
 		struct inval *old = cl->q_head;
 		cl->q_head = old->next;
-		free(old);
-		cl->q_len--;
-		cl->dropped++;
-		cl->resync_due = true;
+		drop_queued(cl, old);
 	}
 	pthread_cond_signal(&cl->cond);
 	pthread_mutex_unlock(&cl->lock);
 	return seq;
 }
 
+uint64_t cluster_publish_invalidate(struct cluster *cl, const char *bucket, const char *key)
+{
+	if (!cl || !bucket || !bucket[0] || strchr(bucket, '\n'))
+		return 0;
+	struct inval *e = inval_new(cl, bucket, key ? key : "");
+	return e ? queue_push(cl, e) : 0;
+}
+
 bool cluster_published(struct cluster *cl, uint64_t ticket)
 {
-	if (!cl || !ticket || atomic_load(&cl->q_done) >= ticket)
+	if (!cl || !ticket)
 		return true;
+	bool out = atomic_load(&cl->q_done) >= ticket;
 	pthread_mutex_lock(&cl->lock);
-	bool waits = cl->state == REDIS_UP && !cl->stopping;
+	bool over;
+	if (!out) {
+		over = cl->state != REDIS_UP || cl->stopping;
+	} else {
+		size_t i = ticket % PEND_MAX;
+		over = cl->pend[i].seq != ticket || /* refused, or its place reused */
+		       (cl->pend[i].expect >= 0 && cl->pend[i].acks >= cl->pend[i].expect) ||
+		       cl->state != REDIS_UP || cl->stopping;
+	}
 	pthread_mutex_unlock(&cl->lock);
-	return !waits;
+	return over;
+}
+
+/* Tells sender that this node applied its message (the mac's start). */
+static void ack(struct cluster *cl, const char *sender, size_t sender_len, const char *mac)
+{
+	char key[CLUSTER_NAME_MAX + ACK_MAC_LEN + 2];
+	if (sender_len >= CLUSTER_NAME_MAX)
+		return;
+	memcpy(key, sender, sender_len);
+	key[sender_len] = ' ';
+	memcpy(key + sender_len + 1, mac, ACK_MAC_LEN);
+	key[sender_len + 1 + ACK_MAC_LEN] = '\0';
+	struct inval *e = inval_new(cl, CLUSTER_ACK, key);
+	if (e) {
+		e->ack = true;
+		queue_push(cl, e);
+	}
 }
 
 static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
@@ -230,8 +316,24 @@ static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
 		log_debug(TOPIC, "malformed invalidation message ignored");
 		return;
 	}
-	if (m.sender_len == strlen(cl->self.id) && memcmp(m.sender, cl->self.id, m.sender_len) == 0)
-		return; /* our own */
+	size_t self_len = strlen(cl->self.id);
+	bool own = m.sender_len == self_len && memcmp(m.sender, cl->self.id, self_len) == 0;
+	if (m.bucket_len == strlen(CLUSTER_ACK) && memcmp(m.bucket, CLUSTER_ACK, m.bucket_len) == 0) {
+		/* "NODE MAC16": counted when NODE is this node. */
+		if (!own && m.key_len == self_len + 1 + ACK_MAC_LEN &&
+		    memcmp(m.key, cl->self.id, self_len) == 0 && m.key[self_len] == ' ') {
+			pthread_mutex_lock(&cl->lock);
+			pend_acked(cl, m.key + self_len + 1);
+			pthread_mutex_unlock(&cl->lock);
+		}
+		return;
+	}
+	if (own) { /* our own subscriber counts among those PUBLISH reached */
+		pthread_mutex_lock(&cl->lock);
+		pend_acked(cl, signed_msg);
+		pthread_mutex_unlock(&cl->lock);
+		return;
+	}
 	size_t blen = m.bucket_len, klen = m.key_len;
 	char *bk = malloc(blen + klen + 2);
 	if (!bk)
@@ -248,6 +350,7 @@ static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
 	if (cl->cb)
 		cl->cb(cl->cb_arg, bk, bk + blen + 1);
 	free(bk);
+	ack(cl, m.sender, m.sender_len, signed_msg); /* applied: the sender may answer its client */
 }
 
 static void on_reply(struct cluster *cl, redisReply *r)
