@@ -105,8 +105,9 @@ void log_mhd(void *cls, const char *fmt, va_list ap)
 	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
 		msg[--n] = '\0';
 	/* A TLS handshake that failed or never began (a load balancer's TCP
-	 * check every few seconds) is the client's business. */
-	if (strstr(msg, "handshake"))
+	 * check every few seconds) is the client's business; so is a close
+	 * larder asked for (its access log says why: a client that left). */
+	if (strstr(msg, "handshake") || strstr(msg, "Application reported internal error"))
 		log_debug((const char *)cls, "%s", msg);
 	else
 		log_info((const char *)cls, "%s", msg);

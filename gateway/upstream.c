@@ -342,6 +342,10 @@ struct curl_slist *hdrs_to_curl(const struct hdrs *h)
 void upstream_curl_defaults(const struct upstream *u, CURL *e)
 {
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	/* A transfer dropped during its name lookup (its client left, the stop)
+	 * forgets the resolver thread rather than joining it: joining held the
+	 * worker's loop, every client on it, until a hung lookup gave up. */
+	curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);
 	/* S3 keys are opaque: "a/./b" and "a/../b" are keys, not paths to tidy. */
 	curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);

@@ -9,7 +9,11 @@ bucket lives in, records what arrived, and answers as S3 would.
 import hashlib
 import http.server
 import json
+import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -396,6 +400,75 @@ class UnreachableUpstream(harness.S3Asserts, unittest.TestCase):
             larder.cleanup()
         self.assertEqual(code, 0)
         self.assertEqual(san, "")
+
+
+class HungNameLookup(unittest.TestCase):
+    """The upstream's name does not resolve: its DNS server never answers (a
+    mount namespace whose /etc/resolv.conf names a UDP socket that reads
+    nothing). A client that leaves while its request waits on the lookup must
+    not stall the others on its worker: libcurl joined its resolver thread
+    when larder dropped the transfer, holding the worker's loop until the
+    lookup gave up (4 s here, 5 s x 2 attempts by default)."""
+    LOOKUP_S = 4
+
+    def setUp(self):
+        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
+                               capture_output=True)
+        if probe.returncode != 0:
+            self.skipTest("needs a mount namespace (unshare -m): run as root")
+        self.tmp = tempfile.mkdtemp(prefix="larder-dns-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.addCleanup(self.dns.close)
+        try:
+            self.dns.bind(("127.0.0.2", 53))  # resolv.conf names no port
+        except OSError as e:
+            self.skipTest("cannot take 127.0.0.2:53 for a silent DNS server: %s" % e)
+        resolv = os.path.join(self.tmp, "resolv.conf")
+        with open(resolv, "w") as f:
+            f.write("nameserver 127.0.0.2\noptions timeout:%d attempts:1\n" % self.LOOKUP_S)
+        wrapper = os.path.join(self.tmp, "larder-with-silent-dns")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nexec unshare -m --propagation private sh -c "
+                    "'mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"' %s %s \"$@\"\n"
+                    % (resolv, harness.larder_binary()))
+        os.chmod(wrapper, 0o755)
+        self.larder = harness.Larder(binary=wrapper, env={
+            "LARDER_UPSTREAM_URL": "http://upstream.larder-dns.test:9000",
+            "AWS_ACCESS_KEY_ID": UP_KEY, "AWS_SECRET_ACCESS_KEY": UP_SECRET,
+            "LARDER_WORKERS": "1", "LARDER_UPSTREAM_RETRIES": "0"}).start()
+        self.addCleanup(self.larder.cleanup)
+
+    def test_a_client_leaving_a_lookup_does_not_stall_the_worker(self):
+        # A pass-through (versionId): leaving cancels its transfer.
+        path = "/any-bucket/k?versionId=null"
+        h = harness.sign_headers("GET", self.larder.url + path, harness.CLIENT_KEY,
+                                 harness.CLIENT_SECRET)
+        s = socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
+        s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n" % (
+            path, self.larder.port, "".join("%s: %s\r\n" % kv for kv in h.items()))).encode())
+        time.sleep(0.5)  # its lookup has started
+        s.close()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        r = harness.signed_request(self.larder.url, "GET", "/any-bucket/k",
+                                   secret="not-the-secret-0123456789", timeout=30)
+        took = time.monotonic() - t0
+        self.assertEqual(r.status, 403)
+        self.assertLess(took, 1.5, "a request that needs no upstream waited on another's lookup")
+        # A cold read's lookup (a fetch goes on for the cache when its reader leaves)
+        # is dropped at the stop.
+        s = socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
+        s.sendall(("GET /any-bucket/k HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n" % (
+            self.larder.port, "".join("%s: %s\r\n" % kv for kv in harness.sign_headers(
+                "GET", self.larder.url + "/any-bucket/k", harness.CLIENT_KEY,
+                harness.CLIENT_SECRET).items()))).encode())
+        time.sleep(0.5)
+        s.close()
+        t0 = time.monotonic()
+        self.assertEqual(self.larder.stop(), 0)
+        self.assertLess(time.monotonic() - t0, 2, "the stop waited on the lookup")
+        self.assertEqual(self.larder.sanitizer_text(), "")
 
 
 if __name__ == "__main__":
