@@ -174,9 +174,30 @@ static void retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
 		failed_to_start(t);
 }
 
+/* Failures that the same request would meet again at once: the upstream's
+ * certificate (or the CA file, or the URL) is wrong until someone fixes it.
+ * Retrying them only delays the client's error. */
+static bool retry_helps(CURLcode r)
+{
+	switch (r) {
+	case CURLE_FAILED_INIT:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CRL_BADFILE:
+	case CURLE_SSL_ISSUER_ERROR:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+	case CURLE_URL_MALFORMAT:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		return false;
+	default:
+		return true;
+	}
+}
+
 double transfer_retry_later(struct transfer *t)
 {
-	if (!t->ev || t->retries >= t->retry.max || t->last_result == CURLE_FAILED_INIT)
+	if (!t->ev || t->retries >= t->retry.max || !retry_helps(t->last_result))
 		return -1.0;
 	double base = t->retry.base_s;
 	for (unsigned i = 0; i < t->retries && base < t->retry.cap_s; i++)

@@ -130,7 +130,13 @@ class TlsOrigin:
                 ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
                 ctx.minimum_version = ssl.TLSVersion.TLSv1
                 ctx.maximum_version = ssl.TLSVersion.TLSv1_1
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            def get_request(self):  # accept() runs the handshake: count it, good or bad
+                origin.connections += 1
+                return super().get_request()
+
+        self.connections = 0
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
         self.url = "https://127.0.0.1:%d" % self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -306,6 +312,9 @@ class Tls(LarderCase):
                         continue
                     self.assertNotIn(TlsOrigin.BODY[:10], r.body)
                     self.assertEqual(origin.requests, 0, "a request went to the origin")
+                    # A certificate that failed fails again: not retried (it was, with
+                    # LARDER_UPSTREAM_RETRIES' backoff, before the client heard).
+                    self.assertEqual(origin.connections, 1)
                     lines = [line for line in larder.log().splitlines()
                              if "could not learn it upstream" in line]
                     self.assertTrue(lines, larder.log()[-2000:])
