@@ -212,6 +212,14 @@ static int save(struct profiles *p, const struct profile *x)
 }
 
 /* Loads one saved profile; a file that is not one is skipped, logged. */
+static size_t count_of(const struct profile *list)
+{
+	size_t n = 0;
+	for (; list; list = list->next)
+		n++;
+	return n;
+}
+
 static void load(void *arg, const char *file)
 {
 	struct profiles *p = arg;
@@ -245,8 +253,12 @@ static void load(void *arg, const char *file)
 	json_decref(doc);
 	pthread_mutex_lock(&p->lock);
 	struct profile **link;
-	if (find(p, x->name, &link)) {
+	bool full = count_of(p->list) >= PROFILES_MAX;
+	if (full || find(p, x->name, &link)) {
 		pthread_mutex_unlock(&p->lock);
+		if (full)
+			log_warn("profiles", "%s: skipped: %d profiles kept already (remove some)", path,
+			         PROFILES_MAX);
 		profile_free(x);
 		return;
 	}
@@ -325,10 +337,7 @@ int profiles_start(struct profiles *p, const char *name, const char *key_id, con
 	pthread_mutex_lock(&p->lock);
 	struct profile **link;
 	struct profile *old = find(p, name, &link);
-	size_t count = 0;
-	for (struct profile *y = p->list; y; y = y->next)
-		count++;
-	if ((old && old->recording) || (!old && count >= PROFILES_MAX)) {
+	if ((old && old->recording) || (!old && count_of(p->list) >= PROFILES_MAX)) {
 		pthread_mutex_unlock(&p->lock);
 		profile_free(x);
 		return old ? -EEXIST : -ENOSPC;
@@ -479,10 +488,7 @@ int profiles_relay_start(struct profiles *p, const char *origin, const char *nam
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&p->lock);
-	size_t count = 0;
-	for (struct profile *y = p->relays; y; y = y->next)
-		count++;
-	if (count >= PROFILES_MAX) {
+	if (count_of(p->relays) >= PROFILES_MAX) {
 		pthread_mutex_unlock(&p->lock);
 		profile_free(x);
 		return -ENOSPC;

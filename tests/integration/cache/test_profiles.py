@@ -229,3 +229,44 @@ class Profiles(AdminCalls, LarderCase):
         self.assertEqual(len(ids), 2, out.stdout)
         for job in ids:
             self.assertIn(self.wait_job(job)["bucket"], ("prof", "prof-nowait"))
+
+
+class ProfilesPastTheCap(AdminCalls, LarderCase):
+    """A profiles folder holding more than the 1,024 profiles larder keeps (copied in
+    by hand, or kept from a build that did not bound them at start) loads 1,024 and
+    says which it skipped: it loaded them all, and new ones were then refused."""
+    ADMIN_TOKEN = TOKEN
+    CAP = 1024
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cache_dir = tempfile.mkdtemp(prefix="larder-profiles-cap-")
+        folder = os.path.join(cls.cache_dir, "profiles")
+        os.mkdir(folder)
+        for i in range(cls.CAP + 6):
+            with open(os.path.join(folder, "p%04d.json" % i), "w") as f:
+                json.dump({"name": "p%04d" % i, "tag": "t", "reads": [["prof", "k"]]}, f)
+        port = harness.free_port()
+        cls.admin = "http://127.0.0.1:%d" % port
+        cls.LARDER_ENV = {"LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % port,
+                          "LARDER_ADMIN_TOKEN": TOKEN, "LARDER_CACHE_DIR": cls.cache_dir,
+                          "LARDER_DISK_CACHE_SIZE": "64MiB"}
+        try:
+            super().setUpClass()
+        except BaseException:
+            shutil.rmtree(cls.cache_dir, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            shutil.rmtree(cls.cache_dir, ignore_errors=True)
+
+    def test_loads_the_cap_and_says_what_it_skipped(self):
+        st, r = self.call("GET", "/admin/profiles")
+        self.assertEqual(st, 200, r)
+        self.assertEqual(len(r["profiles"]), self.CAP)
+        skipped = [l for l in self.larder.log().splitlines() if "profiles kept already" in l]
+        self.assertEqual(len(skipped), 6, skipped)
