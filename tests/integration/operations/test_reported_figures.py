@@ -125,7 +125,7 @@ class SingleNode(harness.LarderCase):
             while True:
                 status, _, doc = admin_request(self.ADMIN_PORT, "GET", "/admin/jobs/" + job,
                                                test_cluster.TOKEN)
-                if json.loads(doc)["state"] not in ("listing", "running", "queued"):
+                if json.loads(doc)["state"] not in ("listing", "warming"):  # prefetch.c's states
                     break
                 self.assertLess(time.monotonic(), deadline, doc)
                 time.sleep(0.05)
