@@ -2,6 +2,8 @@
 
     origin = FaultOrigin().start()           # http://127.0.0.1:<port>, key ORIGIN_KEY
     origin.put("bkt", "obj", data, content_type="text/plain", metadata={"a": "1"})
+    origin.put_synthetic("bkt", "big", 6 << 30)   # bytes computed from their offset
+                                             # (synthetic_bytes), none held in memory
     origin.fail_next(2, key="obj")           # next 2 GETs of obj: 503 SlowDown
     origin.drop_next(300000, key="obj")      # next GET: 300000 body bytes, then hang up
     origin.cut_headers_next(key="obj")       # next GET: status line and some headers, then
@@ -17,6 +19,8 @@
     ...
     origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
     origin.ignore_if_match = True            # a broken upstream/proxy: If-Match not evaluated
+    origin.ignore_range = True               # a broken upstream/proxy: Range not evaluated
+                                             # (200 and the whole object)
     origin.answer_etag[("bkt", "obj")] = None   # GET/HEAD of obj answer this ETag (None: none)
     origin.extra_headers[("bkt", "obj")] = {"x-amz-...": "v"}  # added to GET/HEAD answers,
                                              # in place of what it would send (Content-Range ...)
@@ -174,9 +178,64 @@ def decode_aws_chunked(body):
         i += size + 2
 
 
+BLOCK = 4096
+
+
+def synthetic_block(seed, index):
+    """Block `index` (BLOCK bytes) of a synthetic object: its SHA-256 repeated."""
+    return hashlib.sha256(seed + struct.pack(">Q", index)).digest() * (BLOCK // 32)
+
+
+def synthetic_bytes(seed, first, n):
+    """Bytes first .. first+n-1 of the synthetic object named by seed."""
+    out, at, end = [], first, first + n
+    while at < end:
+        index, within = divmod(at, BLOCK)
+        take = min(BLOCK - within, end - at)
+        out.append(synthetic_block(seed, index)[within:within + take])
+        at += take
+    return b"".join(out)
+
+
+class SyntheticBytes:
+    """A read-only bytes stand-in of any size (many GiB) whose bytes are
+    computed from their offset (synthetic_bytes), never held in memory.
+    Slices of up to 1 MiB are real bytes; larger ones are views."""
+
+    def __init__(self, size, seed=b"", start=0):
+        self.size, self.seed, self.start = size, seed, start
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, s):
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            raise TypeError("SyntheticBytes takes plain slices")
+        first, stop, _ = s.indices(self.size)
+        n = max(0, stop - first)
+        if n <= 1024 * 1024:
+            return synthetic_bytes(self.seed, self.start + first, n)
+        return SyntheticBytes(n, self.seed, self.start + first)
+
+    def __bytes__(self):
+        return synthetic_bytes(self.seed, self.start, self.size)
+
+
 class StoredObject:
     def __init__(self, data, content_type="binary/octet-stream", metadata=None, mtime=None,
                  parts=None):
+        if isinstance(data, SyntheticBytes):
+            # an identity of its own: hashing many GiB is too slow for a test
+            self.data = data
+            self.etag = '"%s"' % hashlib.md5(b"synthetic:%d:" % len(data)
+                                             + data.seed).hexdigest()
+            self.parts = list(parts or [])
+            if self.parts:
+                self.etag = self.etag[:-1] + '-%d"' % len(self.parts)
+            self.content_type = content_type
+            self.metadata = dict(metadata or {})
+            self.mtime = int(time.time() if mtime is None else mtime)
+            return
         self.data = bytes(data)
         self.etag = etag_of(self.data)
         # parts (sizes adding up to the data's): uploaded in parts, with S3's
@@ -223,6 +282,7 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         self.buckets = set()
         self.faults = []
         self.ignore_if_match = False
+        self.ignore_range = False
         self.answer_etag = {}
         self.extra_headers = {}
         self.list_pages = {}
@@ -269,6 +329,15 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
             self.buckets.add(bucket)
             self.objects[(bucket, key)] = obj
         return obj.etag
+
+    def put_synthetic(self, bucket, key, size, seed=b"", parts=None, **attrs):
+        """Stores a synthetic object of size bytes (SyntheticBytes: computed
+        from their offset, so many GiB cost no memory); returns its ETag.
+        parts: sizes adding up to size, for partNumber and x-amz-mp-parts-count
+        (the ETag then ends in -<count>, but is not S3's MD5 of MD5s)."""
+        if parts:
+            assert sum(parts) == size and min(parts) > 0
+        return self.put(bucket, key, SyntheticBytes(size, seed), parts=parts, **attrs)
 
     def get(self, bucket, key):
         with self.lock:
@@ -756,7 +825,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             headers["Content-Range"] = "bytes %d-%d/%d" % (first, last, size)
             if obj.parts:
                 headers["x-amz-mp-parts-count"] = str(len(obj.parts))
-        elif hdrs.get("range") is not None:
+        elif hdrs.get("range") is not None and not srv.ignore_range:
             r = parse_range(hdrs["range"], size)
             if r == "unsatisfiable":
                 return self._error(416, "InvalidRange", "The requested range is not satisfiable",
