@@ -41,10 +41,17 @@ struct profile {
 	size_t *set;                 /* recording: indices + 1 into reads, 0 empty */
 	size_t set_cap;              /* a power of two, or 0 */
 	char *origin;                /* a relay: the node whose profile this is */
+	/* Stopped, a profile's reads change no more: a stop sorts and saves
+	 * them, and a replay copies them, without the lock (which every
+	 * worker's read takes while any profile records). */
+	unsigned users;              /* callers using reads outside the lock */
+	bool saving;                 /* being sorted and saved by its stop */
+	bool gone;                   /* replaced while used: its last user frees it */
 };
 
 struct profiles {
 	pthread_mutex_t lock;
+	pthread_cond_t saved;        /* a profile's save ended */
 	char *dir;                   /* DIR/profiles, or NULL */
 	struct profile *list;
 	atomic_uint recording;       /* profiles and relays recording: 0 skips the lock */
@@ -93,6 +100,24 @@ static struct profile *find(struct profiles *p, const char *name, struct profile
 	if (link)
 		*link = pp;
 	return *pp;
+}
+
+/* Lock held. Waits while profile name is being saved (a replay reads it
+ * sorted, a new recording of it saves to the same file); then returns it,
+ * or NULL, as find does. */
+static struct profile *find_saved(struct profiles *p, const char *name, struct profile ***link)
+{
+	struct profile *x;
+	while ((x = find(p, name, link)) && x->saving)
+		pthread_cond_wait(&p->saved, &p->lock);
+	return x;
+}
+
+/* Lock held. x has one user fewer; true when it was replaced meanwhile
+ * and is the caller's to free (once the lock is released). */
+static bool put(struct profile *x)
+{
+	return --x->users == 0 && x->gone;
 }
 
 /* ---- the set of reads --------------------------------------------------------- */
@@ -182,7 +207,7 @@ static int add_read(struct profile *x, const char *bucket, const char *key, uint
 
 /* ---- files ------------------------------------------------------------------ */
 
-/* Lock held. Writes dir/NAME.json atomically: NAME.json.tmp, fsync,
+/* Writes dir/NAME.json atomically: NAME.json.tmp, fsync,
  * rename, fsync of the directory. */
 static int save(struct profiles *p, const struct profile *x)
 {
@@ -280,6 +305,7 @@ struct profiles *profiles_open(const char *dir, char *err, size_t errlen)
 		return NULL;
 	}
 	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->saved, NULL);
 	if (!dir || !dir[0])
 		return p;
 	size_t n = strlen(dir) + sizeof "/profiles";
@@ -293,6 +319,7 @@ struct profiles *profiles_open(const char *dir, char *err, size_t errlen)
 	return p;
 fail:
 	free(p->dir);
+	pthread_cond_destroy(&p->saved);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 	return NULL;
@@ -315,6 +342,7 @@ void profiles_close(struct profiles *p)
 		profile_free(x);
 	}
 	free(p->dir);
+	pthread_cond_destroy(&p->saved);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -336,7 +364,7 @@ int profiles_start(struct profiles *p, const char *name, const char *key_id, con
 	}
 	pthread_mutex_lock(&p->lock);
 	struct profile **link;
-	struct profile *old = find(p, name, &link);
+	struct profile *old = find_saved(p, name, &link);
 	if ((old && old->recording) || (!old && count_of(p->list) >= PROFILES_MAX)) {
 		pthread_mutex_unlock(&p->lock);
 		profile_free(x);
@@ -344,12 +372,15 @@ int profiles_start(struct profiles *p, const char *name, const char *key_id, con
 	}
 	if (old) {
 		*link = old->next;
-		profile_free(old);
+		old->gone = true;
+		if (old->users)
+			old = NULL; /* a replay copying it frees it */
 		find(p, name, &link);
 	}
 	*link = x;
 	atomic_fetch_add(&p->recording, 1);
 	pthread_mutex_unlock(&p->lock);
+	profile_free(old);
 	return 0;
 }
 
@@ -358,16 +389,32 @@ int profiles_stop(struct profiles *p, const char *name)
 	pthread_mutex_lock(&p->lock);
 	struct profile *x = find(p, name, NULL);
 	int rc = !x ? -ENOENT : !x->recording ? -EALREADY : 0;
+	size_t *set = NULL;
 	if (!rc) {
-		x->recording = false;
+		x->recording = false; /* its reads change no more */
 		atomic_fetch_sub(&p->recording, 1);
-		settle(x);
-		free(x->set);
+		set = x->set;
 		x->set = NULL;
 		x->set_cap = 0;
-		rc = save(p, x);
+		x->saving = true;
+		x->users++;
 	}
 	pthread_mutex_unlock(&p->lock);
+	free(set);
+	if (rc)
+		return rc;
+	/* Sorted and written without the lock: until saving ends a replay
+	 * of it or a new recording of that name waits, and nothing else
+	 * touches a stopped profile's reads. */
+	settle(x);
+	rc = save(p, x);
+	pthread_mutex_lock(&p->lock);
+	x->saving = false;
+	pthread_cond_broadcast(&p->saved);
+	bool drop = put(x);
+	pthread_mutex_unlock(&p->lock);
+	if (drop)
+		profile_free(x);
 	return rc;
 }
 
@@ -533,23 +580,43 @@ int profiles_get(struct profiles *p, const char *name, char ***buckets, char ***
 	*buckets = *keys = NULL;
 	*n = 0;
 	pthread_mutex_lock(&p->lock);
-	struct profile *x = find(p, name, NULL);
+	struct profile *x = find_saved(p, name, NULL);
 	int rc = x ? 0 : -ENOENT;
-	size_t got = 0;
+	size_t got = 0, n_reads = 0;
 	char **b = NULL, **k = NULL;
+	struct read *reads = NULL, *copy = NULL;
 	if (x) {
-		settle(x);
-		b = calloc(x->n ? x->n : 1, sizeof *b);
-		k = calloc(x->n ? x->n : 1, sizeof *k);
-		rc = b && k ? 0 : -ENOMEM;
-		for (; !rc && got < x->n; got++) {
-			b[got] = strdup(x->reads[got].bucket);
-			k[got] = strdup(x->reads[got].key);
-			if (!b[got] || !k[got])
-				rc = -ENOMEM;
+		x->users++; /* its strings stay, even if it is replaced */
+		n_reads = x->n;
+		reads = x->reads; /* stopped: settled, and changed no more */
+		if (x->recording) {
+			/* Still growing: a copy of the array, in the order noted. */
+			copy = malloc((n_reads ? n_reads : 1) * sizeof *copy);
+			if (copy)
+				memcpy(copy, x->reads, n_reads * sizeof *copy);
+			reads = copy;
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
+	if (!x)
+		return rc;
+	if (copy && n_reads > 1)
+		qsort(copy, n_reads, sizeof *copy, by_start);
+	b = calloc(n_reads ? n_reads : 1, sizeof *b);
+	k = calloc(n_reads ? n_reads : 1, sizeof *k);
+	rc = reads && b && k ? 0 : -ENOMEM;
+	for (; !rc && got < n_reads; got++) {
+		b[got] = strdup(reads[got].bucket);
+		k[got] = strdup(reads[got].key);
+		if (!b[got] || !k[got])
+			rc = -ENOMEM;
+	}
+	free(copy);
+	pthread_mutex_lock(&p->lock);
+	bool drop = put(x);
+	pthread_mutex_unlock(&p->lock);
+	if (drop)
+		profile_free(x);
 	if (rc) {
 		profile_reads_free(b, k, got);
 		return rc;

@@ -15,7 +15,11 @@
  * shutdown), atomically (a temporary file, fsync, rename); profiles found
  * there are loaded at start. Without one they live in memory only.
  *
- * Every function is thread-safe.
+ * Every function is thread-safe. Reads are noted under one lock; a stop
+ * sorts and saves, and a replay (profiles_get) copies, a profile's reads
+ * without it, so neither holds up the workers' reads however large it is.
+ * While a profile is being saved, a replay of it or a new recording of its
+ * name waits for the save to end.
  */
 #ifndef LARDER_PROFILES_H
 #define LARDER_PROFILES_H
