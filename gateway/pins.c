@@ -301,6 +301,31 @@ int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t 
 	return rc;
 }
 
+int pins_drop(struct pins *p, const char *id, const struct chunk_id *cid)
+{
+	pthread_mutex_lock(&p->lock);
+	struct pin *x = find(p, id, NULL);
+	int rc = -ENOENT;
+	if (x && pinset_remove(&x->held, cid)) {
+		/* Pinned as its fetch began: among the last, so looked for from the end. */
+		for (size_t i = x->n; i-- > 0;) {
+			struct pinned_id d = x->ids[i];
+			if (!chunk_id_eq(&d.id, cid))
+				continue;
+			store_unpin(p->store, &d.id, d.tiers);
+			memmove(&x->ids[i], &x->ids[i + 1], (x->n - i - 1) * sizeof *x->ids);
+			x->n--;
+			x->bytes -= d.len;
+			x->nvme_bytes -= store_pin_nvme_bytes(d.len, d.len ? d.len : 1);
+			x->dirty = true;
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
 void pins_peer_header(char out[PIN_HEADER_MAX], const char *node, const char *id, int64_t until)
 {
 	snprintf(out, PIN_HEADER_MAX, "%.120s/%.23s %lld", node, id, (long long)until);

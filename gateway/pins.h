@@ -76,6 +76,10 @@ int pins_begin(struct pins *p, const char *id, const char *bucket, const char *p
 /* Pins one more chunk of pin id. Returns 0, -ENOENT when the pin has
  * ended, -ENOSPC when the pin limit would be passed, or -ENOMEM. */
 int pins_add(struct pins *p, const char *id, const struct chunk_id *cid, size_t len);
+/* Takes chunk cid out of pin id (its fetch failed: the object changed or
+ * went, or S3 failed): it is unpinned and no longer counted. 0, or -ENOENT
+ * (no such pin, or the pin does not hold it). */
+int pins_drop(struct pins *p, const char *id, const struct chunk_id *cid);
 /* A prefix pin sized by its listing asks for its room up front: ram_bytes
  * of RAM pin room or nvme_bytes of NVMe pin room (each chunk counted as its
  * entry: store_pin_nvme_bytes), beside

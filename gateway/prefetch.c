@@ -255,10 +255,13 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 			k++;
 			continue;
 		}
-		if (st == CHUNK_READY)
+		if (st == CHUNK_READY) {
 			count_warmed(j, c->len);
-		else
+		} else {
 			atomic_fetch_add(&j->errors, 1);
+			if (j->pin) /* pinned as it began: the pin holds what arrived */
+				pins_drop(j->p->gw->pins, j->id, &c->id);
+		}
 		obj_unwant(c, false);
 		o->held[k] = o->held[--o->n_held];
 	}

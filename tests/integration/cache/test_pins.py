@@ -221,6 +221,30 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
             self.call("POST", "/admin/unpin", {"bucket": "pin", "prefix": "pinned/"})
         self.assertEqual(self.pins(), ([], 0))
 
+    def test_chunks_that_fail_leave_the_pin(self):
+        # A pin counted each chunk from when its fetch began; chunks that then failed (the
+        # object deleted since larder learnt its size: metadata is immutable here) stayed in
+        # it, so the pin showed bytes the cache did not hold and saved chunks that never came.
+        self.direct.put_object(Bucket="pin", Key="fails/gone.bin", Body=blob(4000, 4 * MiB))
+        self.direct.put_object(Bucket="pin", Key="fails/kept.bin", Body=blob(4001, 2 * MiB))
+        self.s3.head_object(Bucket="pin", Key="fails/gone.bin")
+        self.direct.delete_object(Bucket="pin", Key="fails/gone.bin")
+        info = self.warm({"keys": ["fails/gone.bin", "fails/kept.bin"], "pin_seconds": 60})
+        try:
+            # What larder had of gone.bin (its HEAD may have brought a chunk) is warm, the rest
+            # failed: the pin holds what is warm, and only that.
+            self.assertEqual(info["state"], "done", info)
+            self.assertGreater(info["errors"], 0, info)
+            warm = info["bytes_done"]
+            self.assertEqual(warm, 2 * MiB + (4 - info["errors"]) * MiB, info)
+            pins, pinned_bytes = self.pins()
+            self.assertEqual([(p["id"], p["bytes"]) for p in pins], [(info["id"], warm)])
+            self.assertEqual(pinned_bytes, warm)
+        finally:
+            self.call("POST", "/admin/unpin", {"job": info["id"]})
+            self.direct.delete_object(Bucket="pin", Key="fails/kept.bin")
+        self.assertEqual(self.pins(), ([], 0))
+
     def test_pin_expires(self):
         keys = sorted(self.pinned)[:4]
         info = self.warm({"keys": keys, "pin_seconds": 2})

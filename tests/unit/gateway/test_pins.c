@@ -279,6 +279,35 @@ static void t_memory_only(void **state)
 	store_close(s);
 }
 
+/* A chunk whose fetch failed leaves its pin: unpinned, no longer counted;
+ * the pin's other chunks stay. */
+static void t_drop(void **state)
+{
+	(void)state;
+	struct store *s = ram_store();
+	struct pins *p = open_pins(s, NULL);
+	assert_int_equal(pins_begin(p, "pf-1", "b", NULL, (int64_t)time(NULL) + 60), 0);
+	struct chunk_id c[3] = { cid(1), cid(2), cid(3) };
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pins_add(p, "pf-1", &c[i], CLEN), 0);
+	assert_int_equal(pins_drop(p, "pf-1", &c[1]), 0);
+	assert_int_equal(pins_drop(p, "pf-1", &c[1]), -ENOENT);
+	assert_int_equal(pins_drop(p, "pf-9", &c[0]), -ENOENT);
+	assert_int_equal(store_pinned(s, &c[1]), 0);
+	assert_int_not_equal(store_pinned(s, &c[2]), 0);
+	assert_int_equal(pin_held(s), 2 * CLEN);
+	struct pin_info info[2];
+	assert_int_equal(pins_list(p, info, 2), 1);
+	assert_int_equal(info[0].bytes, 2 * CLEN);
+	free(info[0].prefix);
+	assert_int_equal(pins_add(p, "pf-1", &c[1], CLEN), 0); /* pinned again: counted once */
+	assert_int_equal(pin_held(s), 3 * CLEN);
+	assert_int_equal(pins_end(p, "pf-1"), 0);
+	assert_int_equal(pin_held(s), 0);
+	pins_destroy(p);
+	store_close(s);
+}
+
 /* A pin that ends after pins_shutdown (a warm job a shutdown cancels)
  * keeps its file. */
 static void t_shutdown_keeps_files(void **state)
@@ -348,6 +377,7 @@ int main(void)
 		cmocka_unit_test(t_restore_without_memory),
 		cmocka_unit_test(t_expired_and_bad_files),
 		cmocka_unit_test(t_memory_only),
+		cmocka_unit_test(t_drop),
 		cmocka_unit_test(t_shutdown_keeps_files),
 		cmocka_unit_test(t_reserved_room),
 	};
