@@ -592,7 +592,7 @@ int profiles_get(struct profiles *p, const char *name, char ***buckets, char ***
 		if (x->recording) {
 			/* Still growing: a copy of the array, in the order noted. */
 			copy = malloc((n_reads ? n_reads : 1) * sizeof *copy);
-			if (copy)
+			if (copy && n_reads)
 				memcpy(copy, x->reads, n_reads * sizeof *copy);
 			reads = copy;
 		}
@@ -604,7 +604,7 @@ int profiles_get(struct profiles *p, const char *name, char ***buckets, char ***
 		qsort(copy, n_reads, sizeof *copy, by_start);
 	b = calloc(n_reads ? n_reads : 1, sizeof *b);
 	k = calloc(n_reads ? n_reads : 1, sizeof *k);
-	rc = reads && b && k ? 0 : -ENOMEM;
+	rc = (reads || !n_reads) && b && k ? 0 : -ENOMEM; /* no reads yet: reads may be NULL */
 	for (; !rc && got < n_reads; got++) {
 		b[got] = strdup(reads[got].bucket);
 		k[got] = strdup(reads[got].key);
