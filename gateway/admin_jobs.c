@@ -343,7 +343,11 @@ enum MHD_Result admin_prefetch(struct admin *a, struct MHD_Connection *c, struct
 		ret = job_refused(c, rc, err);
 		goto out;
 	}
-	if (rq.pin_seconds && pin_refused(a->gw->prefetch, id, err, sizeof err)) {
+	/* A prefix pin is sized by its listing: refused here. A key list is sized
+	 * object by object as it warms, so its refusal is its job's failure,
+	 * whenever it comes (answering 409 when it came within the wait would
+	 * make the answer depend on timing). */
+	if (rq.pin_seconds && prefix && pin_refused(a->gw->prefetch, id, err, sizeof err)) {
 		ret = send_error(c, 409, "pin_too_large", NULL, "%s", err);
 		goto out;
 	}

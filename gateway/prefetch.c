@@ -239,6 +239,14 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		tell_size(j, o, o->meta->size);
 		atomic_fetch_add(&j->bytes_total, o->meta->size);
 		o->n_chunks = obj_chunk_count(o->meta->size, ob->chunk_bytes);
+		/* A key list's pin is sized object by object: refused as soon as one
+		 * does not fit, before its chunks are fetched (it pinned and then
+		 * let go of the limit's worth of a large object). */
+		if (j->pin && !j->listed) {
+			j->pin_nvme_want += store_pin_nvme_bytes(o->meta->size, ob->chunk_bytes);
+			if (!pin_fits(j))
+				return true;
+		}
 	} else if (o->listed != o->meta->size) {
 		/* Replaced since it was listed: warm what a read gets now. */
 		atomic_fetch_add(&j->bytes_total, o->meta->size);

@@ -174,6 +174,22 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
                                                       "pin_seconds": 0})
         self.assertEqual(st, 400, r)
 
+    def test_a_key_past_the_limit_is_refused_before_its_chunks(self):
+        # A key list is sized object by object: one larger than the limit (40 MiB against
+        # 32) failed the job only once the limit's worth of its chunks had been fetched and
+        # pinned (32 GETs here), though its size was known before the first.
+        self.direct.put_object(Bucket="pin", Key="huge/one.bin", Body=blob(5000, 40 * MiB))
+        try:
+            m = self.upstream.mark()
+            info = self.warm({"keys": ["huge/one.bin"], "pin_seconds": 60})
+            self.assertEqual(info["state"], "failed", info)
+            self.assertIn("pin refused", info["error"])
+            gets = [r for r in self.upstream.from_larder(m) if r["method"] == "GET"]
+            self.assertLessEqual(len(gets), 2, [r["target"] for r in gets])
+            self.assertEqual(self.pins(), ([], 0))
+        finally:
+            self.direct.delete_object(Bucket="pin", Key="huge/one.bin")
+
     def test_a_pin_keeps_the_room_it_was_sized_for(self):
         # Two prefix pins that could not both fit were both taken (the up-front check counted
         # only what was pinned already, not what a pin job still warming would pin), and the
