@@ -776,11 +776,7 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 	/* An answer with no body is whole once queued: a write's waits (passthrough.c). */
 	if (r->uhdrs_done && !(pass_response_size(r) == 0 && pass_end_waits(r)))
 		return pass_respond(r);
-	if (r->udone && r->uhdrs_done) {
-		req_suspend(r);
-		return MHD_YES;
-	}
-	if (r->udone) {
+	if (r->udone && !r->uhdrs_done) {
 		req_fail(r, S3E_SERVICE_UNAVAILABLE, NULL);
 		return req_respond_error(r);
 	}
