@@ -620,6 +620,43 @@ def http_request(base, method, path, headers=None, body=None, timeout=30):
         c.close()
 
 
+def signed_socket(larder, method, path, key=CLIENT_KEY, secret=CLIENT_SECRET, body=b"",
+                  sent=None, timeout=10):
+    """A connection to larder that has sent a request signed for key: its
+    headers, then the first `sent` bytes of body (all of it by default). For
+    tests that leave a request unfinished or hang up on it; the caller closes
+    the socket."""
+    h = sign_headers(method, larder.url + path, key, secret, body=body)
+    if body:
+        h["Content-Length"] = str(len(body))
+    head = "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (method, path, larder.port)
+    head += "".join("%s: %s\r\n" % kv for kv in h.items() if kv[0].lower() != "host")
+    s = socket.create_connection(("127.0.0.1", larder.port), timeout=timeout)
+    s.sendall(head.encode() + b"\r\n" + body[:len(body) if sent is None else sent])
+    return s
+
+
+def need_mount_namespace(case):
+    """Skips case (a TestCase, or its class in setUpClass) without unshare -m (root)."""
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        raise unittest.SkipTest("needs a mount namespace (unshare -m): run as root")
+
+
+def bind_mount_wrapper(path, source, target, binary=None):
+    """Writes an executable at path that runs binary (larder's by default) in a
+    mount namespace of its own where source is bind-mounted over target (a
+    private /etc/resolv.conf or CA folder), so tests can change what larder
+    sees of the system without touching it."""
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\nexec unshare -m --propagation private sh -c "
+                "'mount --bind \"$0\" %s && exec \"$@\"' %s %s \"$@\"\n"
+                % (target, source, binary or larder_binary()))
+    os.chmod(path, 0o755)
+    return path
+
+
 def raw_exchange(port, data, timeout=10, shutdown_write=False, later=None, pause=0.0):
     """Sends raw bytes (and `later` bytes `pause` seconds after them, as a
     slow client sends its body), returns everything read until close or

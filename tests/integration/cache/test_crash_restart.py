@@ -6,7 +6,6 @@ The origin is fault_origin.FaultOrigin (it can apply a write and answer it
 late); chunk size is 1 MiB, as in test_cache_faults.
 """
 import os
-import socket
 import time
 import unittest
 
@@ -21,15 +20,9 @@ class CrashRestart(NvmeCase):
         the first half of its body only: larder has begun the write (and
         written its tombstone), S3 has not applied it. Returns the socket
         and the rest of the body."""
-        path = harness.key_path(BUCKET, key)
-        h = harness.sign_headers(method, larder.url + path, harness.CLIENT_KEY,
-                                 harness.CLIENT_SECRET, body=body)
-        h["Content-Length"] = str(len(body))
-        head = "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (method, path, larder.port)
-        head += "".join("%s: %s\r\n" % kv for kv in h.items() if kv[0].lower() != "host")
-        s = socket.create_connection(("127.0.0.1", larder.port), timeout=10)
         half = len(body) // 2
-        s.sendall(head.encode() + b"\r\n" + body[:half])
+        s = harness.signed_socket(larder, method, harness.key_path(BUCKET, key), body=body,
+                                  sent=half)
         return s, body[half:]
 
     def test_read_during_a_write_that_a_crash_cut_short_is_not_served_after_it(self):

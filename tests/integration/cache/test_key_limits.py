@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import http.client
@@ -197,15 +196,9 @@ class MaxUpstreamRequests(KeyLimitsCase):
         for query in ("?versionId=null", ""):
             m = self.origin.mark()
             self.origin.delay_next(4000, n=2, bucket=BUCKET, key=None)
-            socks = []
-            for k in ("left-0", "left-1"):
-                path = harness.key_path(BUCKET, k) + query
-                h = harness.sign_headers("GET", larder.url + path, CAPPED, CAPPED_SECRET)
-                s = socket.create_connection(("127.0.0.1", larder.port), timeout=10)
-                s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n" % (
-                    path, larder.port, "".join("%s: %s\r\n" % kv for kv in h.items())))
-                    .encode())
-                socks.append(s)
+            socks = [harness.signed_socket(larder, "GET", harness.key_path(BUCKET, k) + query,
+                                           CAPPED, CAPPED_SECRET)
+                     for k in ("left-0", "left-1")]
             deadline = time.monotonic() + 3
             while self.origin.count(since=m, method="GET") < 2 and time.monotonic() < deadline:
                 time.sleep(0.02)

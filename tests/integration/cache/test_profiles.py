@@ -241,6 +241,7 @@ class ProfilesPastTheCap(AdminCalls, LarderCase):
     @classmethod
     def setUpClass(cls):
         cls.cache_dir = tempfile.mkdtemp(prefix="larder-profiles-cap-")
+        cls.addClassCleanup(shutil.rmtree, cls.cache_dir, True)
         folder = os.path.join(cls.cache_dir, "profiles")
         os.mkdir(folder)
         for i in range(cls.CAP + 6):
@@ -251,18 +252,7 @@ class ProfilesPastTheCap(AdminCalls, LarderCase):
         cls.LARDER_ENV = {"LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % port,
                           "LARDER_ADMIN_TOKEN": TOKEN, "LARDER_CACHE_DIR": cls.cache_dir,
                           "LARDER_DISK_CACHE_SIZE": "64MiB"}
-        try:
-            super().setUpClass()
-        except BaseException:
-            shutil.rmtree(cls.cache_dir, ignore_errors=True)
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            shutil.rmtree(cls.cache_dir, ignore_errors=True)
+        super().setUpClass()
 
     def test_loads_the_cap_and_says_what_it_skipped(self):
         st, r = self.call("GET", "/admin/profiles")

@@ -1156,10 +1156,7 @@ class TlsClusterCaFileOnly(TlsClusterUnverified):
 
     @classmethod
     def setUpClass(cls):
-        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
-                               capture_output=True)
-        if probe.returncode != 0:
-            raise unittest.SkipTest("needs a mount namespace (unshare -m): run as root")
+        harness.need_mount_namespace(cls)
         super().setUpClass()
 
     @classmethod
@@ -1176,12 +1173,8 @@ class TlsClusterCaFileOnly(TlsClusterUnverified):
             name = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", system_ca[0]],
                                   check=True, capture_output=True, text=True).stdout.strip()
             shutil.copy(system_ca[0], os.path.join(certs, name + ".0"))
-            cls.wrapper = os.path.join(cls.tmp, "larder-with-system-ca")
-            with open(cls.wrapper, "w") as f:
-                f.write("#!/bin/sh\nexec unshare -m --propagation private sh -c "
-                        "'mount --bind \"$0\" /etc/ssl/certs && exec \"$@\"' %s %s \"$@\"\n"
-                        % (certs, harness.larder_binary()))
-            os.chmod(cls.wrapper, 0o755)
+            cls.wrapper = harness.bind_mount_wrapper(
+                os.path.join(cls.tmp, "larder-with-system-ca"), certs, "/etc/ssl/certs")
         return {"LARDER_TLS_CERT": cls.cert, "LARDER_TLS_KEY": cls.key,
                 "LARDER_CLUSTER_CA_FILE": cls.cluster_ca}
 

@@ -10,8 +10,8 @@ import struct
 import subprocess
 import tempfile
 import time
-import urllib.request
 
+from test_admin import admin_request, metric, parse_metrics
 from test_clock import build_timeshift
 from test_cluster import TOKEN, ClusterBase
 
@@ -161,22 +161,12 @@ class ClusterClockOffset(ClusterBase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="larder-clock-cluster-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)  # after tearDownClass, or a failure
         cls.shift_file = os.path.join(cls.tmp, "offset")
         with open(cls.shift_file, "wb") as f:
             f.write(struct.pack("<q", int(cls.AHEAD_S * 1e9)) + b"\0" * 4088)
-        try:
-            cls.lib = build_timeshift(cls.tmp)
-            super().setUpClass()
-        except BaseException:
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            shutil.rmtree(cls.tmp, ignore_errors=True)
+        cls.lib = build_timeshift(cls.tmp)
+        super().setUpClass()
 
     @classmethod
     def make_node(cls, i, port=None, admin=None):
@@ -194,13 +184,12 @@ class ClusterClockOffset(ClusterBase):
                                delta=1000)
         self.assertIn("clock is 5.0 s ahead of Redis's", ahead.log())
         self.assertNotIn("clock is", right.log())
-        metrics = urllib.request.urlopen(urllib.request.Request(
-            "http://127.0.0.1:%d/metrics" % ahead.admin_port,
-            headers={"Authorization": "Bearer " + TOKEN}), timeout=10).read().decode()
-        value = [l.split()[1] for l in metrics.splitlines()
-                 if l.startswith("larder_cluster_clock_offset_seconds ")]
-        self.assertEqual(len(value), 1, metrics)
-        self.assertAlmostEqual(float(value[0]), self.AHEAD_S, delta=1)
+        status, _, text = admin_request(ahead.admin_port, "GET", "/metrics", TOKEN)
+        self.assertEqual(status, 200)
+        m = parse_metrics(text.decode())
+        self.assertIn(("larder_cluster_clock_offset_seconds", frozenset()), m)
+        self.assertAlmostEqual(metric(m, "larder_cluster_clock_offset_seconds"), self.AHEAD_S,
+                               delta=1)
         with open(self.shift_file, "r+b") as f:
             f.write(struct.pack("<q", 0))
         self.wait_view(ahead, lambda v: abs(v["clock_offset_ms"]) < 1000, "offset back to 0")

@@ -118,42 +118,53 @@ class OwnLarder(OwnLarderCase):
         took = self.finish(larder)
         self.assertLess(took, 5, "draining waited for requests whose headers never came")
 
-    def test_sighup_while_draining_does_not_end_the_drain(self):
-        # The access log as shipped (LARDER_ACCESS_LOG_FLUSH_MS unset) runs a
-        # flusher thread. It was started before the signals were blocked, so
-        # a SIGHUP that came while the main thread was not in sigwait (here:
-        # draining; also starting or reloading) reached that thread with its
-        # default action: the process died, cutting the download.
+    def download_in_flight(self, larder, key):
+        """An 8 MiB object uploaded as key and a GET of it through larder whose first
+        64 KiB are read: the rest waits, so the download stays in flight.
+        (connection, response, bytes read, the object's bytes)."""
         data = os.urandom(MiB) * 8
-        self.direct.put_object(Bucket="ops", Key="hup-drain.bin", Body=data)
-        larder = self.start_larder(env={"LARDER_SHUTDOWN_GRACE": "20",
-                                        "LARDER_ACCESS_LOG_FLUSH_MS": None})
+        self.direct.put_object(Bucket="ops", Key=key, Body=data)
         conn = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=30)
-        conn.request("GET", "/ops/hup-drain.bin",
-                     headers=signed(larder, "GET", "/ops/hup-drain.bin"))
+        conn.request("GET", "/ops/" + key, headers=signed(larder, "GET", "/ops/" + key))
         resp = conn.getresponse()
         self.assertEqual(resp.status, 200)
-        got = resp.read(64 * 1024)  # the rest waits: the download stays in flight
+        return conn, resp, resp.read(64 * 1024), data
+
+    def drain(self, larder):
+        """SIGTERM, then until larder says it drains."""
         larder.signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
         while "draining for up to" not in larder.log() and time.monotonic() < deadline:
             time.sleep(0.02)
-        larder.signal(signal.SIGHUP)
-        time.sleep(0.5)
-        self.assertTrue(larder.alive(), "a SIGHUP while draining ended larder (exit %s)"
-                        % larder.proc.poll())
+
+    def finish_download(self, larder, conn, resp, got, data):
+        """The download in flight ends whole, and larder exits 0, sanitizers quiet."""
         got += resp.read()
         self.assertEqual(got, data)
         conn.close()
         self.assertEqual(larder.proc.wait(25), 0, larder.log()[-3000:])
         larder.check_sanitizers(self)
 
+    def test_sighup_while_draining_does_not_end_the_drain(self):
+        # The access log as shipped (LARDER_ACCESS_LOG_FLUSH_MS unset) runs a
+        # flusher thread. It was started before the signals were blocked, so
+        # a SIGHUP that came while the main thread was not in sigwait (here:
+        # draining; also starting or reloading) reached that thread with its
+        # default action: the process died, cutting the download.
+        larder = self.start_larder(env={"LARDER_SHUTDOWN_GRACE": "20",
+                                        "LARDER_ACCESS_LOG_FLUSH_MS": None})
+        download = self.download_in_flight(larder, "hup-drain.bin")
+        self.drain(larder)
+        larder.signal(signal.SIGHUP)
+        time.sleep(0.5)
+        self.assertTrue(larder.alive(), "a SIGHUP while draining ended larder (exit %s)"
+                        % larder.proc.poll())
+        self.finish_download(larder, *download)
+
     def test_admin_answers_while_draining(self):
         # The admin listener was stopped at SIGTERM, before the drain: /readyz
         # could never say 503 "draining" as documented (its port refused
         # connections), nor /healthz and /metrics answer while requests ran.
-        data = os.urandom(MiB) * 8
-        self.direct.put_object(Bucket="ops", Key="admin-drain.bin", Body=data)
         token = "drain-token-0123456789abcdef"
         admin_port = harness.free_port()
         larder = self.start_larder(env={"LARDER_SHUTDOWN_GRACE": "20",
@@ -171,15 +182,8 @@ class OwnLarder(OwnLarderCase):
             finally:
                 c.close()
 
-        conn = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=30)
-        conn.request("GET", "/ops/admin-drain.bin",
-                     headers=signed(larder, "GET", "/ops/admin-drain.bin"))
-        resp = conn.getresponse()
-        got = resp.read(64 * 1024)  # the rest waits: the download stays in flight
-        larder.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while "draining for up to" not in larder.log() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        download = self.download_in_flight(larder, "admin-drain.bin")
+        self.drain(larder)
         status, doc = admin("GET", "/readyz")
         self.assertEqual((status, doc["ready"], doc["checks"]["draining"]), (503, False, True))
         self.assertEqual(admin("GET", "/healthz")[0], 200)
@@ -187,42 +191,26 @@ class OwnLarder(OwnLarderCase):
         status, doc = admin("POST", "/admin/prefetch",
                             json.dumps({"bucket": "ops", "keys": ["admin-drain.bin"]}))
         self.assertEqual((status, doc["error"]), (503, "draining"))
-        got += resp.read()
-        self.assertEqual(got, data)
-        conn.close()
-        self.assertEqual(larder.proc.wait(25), 0, larder.log()[-3000:])
-        larder.check_sanitizers(self)
+        self.finish_download(larder, *download)
 
     def test_answers_while_draining_close_their_connection(self):
         # A keep-alive connection that goes on sending while larder drains:
         # each answer must end it, or the client's next request may cross
         # the close of the idle connection at the end of the drain and be
         # lost unanswered (a PUT then leaves the client in doubt).
-        data = os.urandom(MiB) * 8
-        self.direct.put_object(Bucket="ops", Key="ka-drain.bin", Body=data)
         self.direct.put_object(Bucket="ops", Key="ka-small", Body=b"small")
         larder = self.start_larder(env={"LARDER_SHUTDOWN_GRACE": "20"})
         ka = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=10)
         ka.request("GET", "/ops/ka-small", headers=signed(larder, "GET", "/ops/ka-small"))
         r = ka.getresponse()
         self.assertEqual((r.status, r.read(), r.getheader("Connection")), (200, b"small", None))
-        slow = http.client.HTTPConnection("127.0.0.1", larder.port, timeout=30)
-        slow.request("GET", "/ops/ka-drain.bin", headers=signed(larder, "GET", "/ops/ka-drain.bin"))
-        resp = slow.getresponse()
-        got = resp.read(64 * 1024)  # the rest waits: the drain goes on
-        larder.signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while "draining for up to" not in larder.log() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        download = self.download_in_flight(larder, "ka-drain.bin")  # the drain goes on
+        self.drain(larder)
         ka.request("GET", "/ops/ka-small", headers=signed(larder, "GET", "/ops/ka-small"))
         r = ka.getresponse()
         self.assertEqual((r.status, r.read(), r.getheader("Connection")), (200, b"small", "close"))
         ka.close()
-        got += resp.read()
-        self.assertEqual(got, data)
-        slow.close()
-        self.assertEqual(larder.proc.wait(25), 0, larder.log()[-3000:])
-        larder.check_sanitizers(self)
+        self.finish_download(larder, *download)
 
     def test_stop_does_not_wait_for_an_admin_call_on_a_silent_upstream(self):
         # A warm job's bucket check runs on the admin listener's thread and

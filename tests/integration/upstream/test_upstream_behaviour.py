@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -315,12 +314,7 @@ class UpstreamBehaviour(StandInCase):
 
     def test_client_disconnect_cancels_upstream(self):
         self.origin.aborted.clear()
-        url = self.larder.url + "/slow-bucket/obj"
-        h = harness.sign_headers("GET", url, harness.CLIENT_KEY, harness.CLIENT_SECRET)
-        s = socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
-        req = "GET /slow-bucket/obj HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % self.larder.port + "".join(
-            "%s: %s\r\n" % kv for kv in h.items()) + "\r\n"
-        s.sendall(req.encode())
+        s = harness.signed_socket(self.larder, "GET", "/slow-bucket/obj")
         head = s.recv(65536)
         s.close()
         self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:300])
@@ -412,10 +406,7 @@ class HungNameLookup(unittest.TestCase):
     LOOKUP_S = 4
 
     def setUp(self):
-        probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
-                               capture_output=True)
-        if probe.returncode != 0:
-            self.skipTest("needs a mount namespace (unshare -m): run as root")
+        harness.need_mount_namespace(self)
         self.tmp = tempfile.mkdtemp(prefix="larder-dns-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -427,12 +418,8 @@ class HungNameLookup(unittest.TestCase):
         resolv = os.path.join(self.tmp, "resolv.conf")
         with open(resolv, "w") as f:
             f.write("nameserver 127.0.0.2\noptions timeout:%d attempts:1\n" % self.LOOKUP_S)
-        wrapper = os.path.join(self.tmp, "larder-with-silent-dns")
-        with open(wrapper, "w") as f:
-            f.write("#!/bin/sh\nexec unshare -m --propagation private sh -c "
-                    "'mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"' %s %s \"$@\"\n"
-                    % (resolv, harness.larder_binary()))
-        os.chmod(wrapper, 0o755)
+        wrapper = harness.bind_mount_wrapper(os.path.join(self.tmp, "larder-with-silent-dns"),
+                                             resolv, "/etc/resolv.conf")
         self.larder = harness.Larder(binary=wrapper, env={
             "LARDER_UPSTREAM_URL": "http://upstream.larder-dns.test:9000",
             "AWS_ACCESS_KEY_ID": UP_KEY, "AWS_SECRET_ACCESS_KEY": UP_SECRET,
@@ -441,12 +428,7 @@ class HungNameLookup(unittest.TestCase):
 
     def test_a_client_leaving_a_lookup_does_not_stall_the_worker(self):
         # A pass-through (versionId): leaving cancels its transfer.
-        path = "/any-bucket/k?versionId=null"
-        h = harness.sign_headers("GET", self.larder.url + path, harness.CLIENT_KEY,
-                                 harness.CLIENT_SECRET)
-        s = socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
-        s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n" % (
-            path, self.larder.port, "".join("%s: %s\r\n" % kv for kv in h.items()))).encode())
+        s = harness.signed_socket(self.larder, "GET", "/any-bucket/k?versionId=null")
         time.sleep(0.5)  # its lookup has started
         s.close()
         time.sleep(0.2)
@@ -458,11 +440,7 @@ class HungNameLookup(unittest.TestCase):
         self.assertLess(took, 1.5, "a request that needs no upstream waited on another's lookup")
         # A cold read's lookup (a fetch goes on for the cache when its reader leaves)
         # is dropped at the stop.
-        s = socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
-        s.sendall(("GET /any-bucket/k HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n" % (
-            self.larder.port, "".join("%s: %s\r\n" % kv for kv in harness.sign_headers(
-                "GET", self.larder.url + "/any-bucket/k", harness.CLIENT_KEY,
-                harness.CLIENT_SECRET).items()))).encode())
+        s = harness.signed_socket(self.larder, "GET", "/any-bucket/k")
         time.sleep(0.5)
         s.close()
         t0 = time.monotonic()

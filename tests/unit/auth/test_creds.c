@@ -1143,16 +1143,24 @@ static bool poll_for_new_key(struct creds_provider *p, const char *first, int ti
 	return false;
 }
 
+/* A provider reading the IMDS stand-in, whose credentials are due for a
+ * refresh due_s seconds from now (they expire at now + margin + due_s). */
+static struct creds_provider *imds_provider(struct envb *e, int due_s)
+{
+	atomic_store(&imds_srv.expire_in, REFRESH_MARGIN + due_s);
+	envb_base(e, false);
+	envb_add(e, "AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:%u", imds_srv.port);
+	char err[512] = "";
+	struct creds_provider *p = create(e, REFRESH_MARGIN, err, sizeof err);
+	assert_non_null(p);
+	return p;
+}
+
 static void t_refresh_imds(void **state)
 {
 	/* Each set expires two seconds after now + margin: refreshed in ~2 s. */
-	atomic_store(&imds_srv.expire_in, REFRESH_MARGIN + 2);
 	struct envb e;
-	envb_base(&e, false);
-	envb_add(&e, "AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:%u", imds_srv.port);
-	char err[512] = "";
-	struct creds_provider *p = create(&e, REFRESH_MARGIN, err, sizeof err);
-	assert_non_null(p);
+	struct creds_provider *p = imds_provider(&e, 2);
 	assert_int_equal(creds_provider_refreshes(p), 0);
 	struct creds c;
 	creds_provider_get(p, &c);
@@ -1199,13 +1207,8 @@ static void t_refresh_after_clock_step(void **state)
 	/* Credentials due for a refresh in 12 s; then the wall clock steps 12 s
 	 * forward (it had run behind): by the time of day they are due now,
 	 * and the refresh must not wait out the 12 s counted before the step. */
-	atomic_store(&imds_srv.expire_in, REFRESH_MARGIN + 12);
 	struct envb e;
-	envb_base(&e, false);
-	envb_add(&e, "AWS_EC2_METADATA_SERVICE_ENDPOINT=http://127.0.0.1:%u", imds_srv.port);
-	char err[512] = "";
-	struct creds_provider *p = create(&e, REFRESH_MARGIN, err, sizeof err);
-	assert_non_null(p);
+	struct creds_provider *p = imds_provider(&e, 12);
 	struct timespec ts = { 0, 300 * 1000 * 1000 };
 	nanosleep(&ts, NULL);
 	assert_int_equal(creds_provider_refreshes(p), 0);
