@@ -28,7 +28,9 @@ import json
 import multiprocessing
 import os
 import queue
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 import unittest
@@ -101,6 +103,28 @@ MODULE_SECS = {
 PORT_BASE, PORT_SPAN = 20000, 3000
 
 
+def scratch_root():
+    """A folder for every scratch file of this run, made TMPDIR for the tests and all they
+    start (larder, moto, Redis, the clients): a test that forgets its folder, or dies before
+    removing it, leaves it here, not in /tmp. LARDER_TEST_KEEP keeps it, as it keeps larder's."""
+    root = tempfile.mkdtemp(prefix="larder-tests-")
+    os.environ["TMPDIR"] = root
+    tempfile.tempdir = root
+    return root
+
+
+def remove_scratch(root):
+    """Removes root, unless something is still mounted under it (a FUSE test that could not
+    unmount: removing through the mount would delete the files it shows)."""
+    with open("/proc/self/mounts") as f:
+        mounts = [line.split()[1] for line in f]
+    inside = [m for m in mounts if m == root or m.startswith(root + "/")]
+    if inside:
+        print("run.py: left %s: still mounted there: %s" % (root, ", ".join(inside)), flush=True)
+        return
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def run_suite(suite, stream, quiet):
     runner = unittest.TextTestRunner(stream=stream, verbosity=1 if quiet else 2,
                                      resultclass=CountingResult)
@@ -170,6 +194,7 @@ def main():
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
     sys.path[:0] = folders()
+    root = scratch_root()
     if args.jobs > 1:
         names = args.names or module_names()
         counts, class_secs = run_jobs(names, args.jobs, args.quiet)
@@ -181,6 +206,10 @@ def main():
     if len(class_secs) > 1:
         print("slowest classes (s, setup and teardown included): " +
               ", ".join("%s %.0f" % (name, secs) for name, secs in slowest), flush=True)
+    if os.environ.get("LARDER_TEST_KEEP"):
+        print("run.py: scratch files kept in %s" % root, flush=True)
+    else:
+        remove_scratch(root)
     if args.counts:
         with open(args.counts, "w") as f:
             json.dump(counts, f)
