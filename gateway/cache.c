@@ -348,7 +348,7 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	 * time reports to a reader, and cache_end lets go of the one it knows. */
 	let_go_of_meta_fetch(c);
 	/* Learning brings chunk 0: not past the memory bound. */
-	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes) || !req_upstream_take(r))
+	if (cread_over_budget(r, req_gw(r)->objects.chunk_bytes) || !req_upstream_wait(r))
 		return -EBUSY;
 	/* A whole read with checksum mode learns the object's checksums with
 	 * it (one whole GET, fetch.h); a range or part never gets them. */
@@ -393,14 +393,18 @@ static void resolve(struct req *r)
 		switch (obj_meta_step(&gw->objects, req_bucket(r), req_key(r), &c->ask,
 		                      start_meta_fetch, r, clock_mono_s(), &c->meta, &st)) {
 		case OBJ_META_READY:
+			req_upstream_unwait(r); /* another's load taught it while it waited */
 			drop_other_version(r);
 			return;
-		case OBJ_META_WAIT:
+		case OBJ_META_WAIT: /* for another's load (woken by it), not for a slot */
+			req_upstream_unwait(r);
 			c->meta_loaded = true;
 			return;
 		case OBJ_META_LOADING: /* this request learns it, then waits like the others */
 			continue;
 		case OBJ_META_NO_LOAD:
+			if (req_upstream_waits(r))
+				return; /* for a slot of its key's: asked again (cache_respond) */
 			req_fail(r, st == -EBUSY ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
 			return;
 		case OBJ_META_CYCLE: /* the asking node falls back (gateway/fetch.c) */
@@ -554,6 +558,8 @@ static enum MHD_Result respond_upstream_error(struct req *r)
 enum MHD_Result cache_respond(struct req *r)
 {
 	struct cread *c = req_cread(r);
+	if (!c->meta && req_upstream_waits(r)) /* for a slot to learn it: asks again */
+		resolve(r);
 	if (req_failed(r))
 		return req_respond_error(r);
 	if (c->has_uerr)
@@ -606,6 +612,11 @@ enum MHD_Result cache_respond(struct req *r)
 	if (body) {
 		uint64_t first = obj_chunk_index(c->start, cread_chunk_bytes(r));
 		struct chunk *ch = cread_chunk_for(r, first);
+		if (!ch && req_upstream_waits(r)) { /* for a slot to fetch it: asked again */
+			c->busy = false;
+			req_suspend(r);
+			return MHD_YES;
+		}
 		if (!ch)
 			return respond_s3(r, c->busy ? S3E_SLOW_DOWN : S3E_INTERNAL, NULL);
 		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);

@@ -63,7 +63,7 @@ bool cread_refetch_allowed(struct cread *c, uint64_t i)
 	return c->refetches++ < 3;
 }
 
-static struct chunk *get_chunk(struct req *r, uint64_t i);
+static struct chunk *get_chunk(struct req *r, uint64_t i, bool now);
 
 /* The chunks an iovec response points into, released when MHD is done. */
 #define IOV_HOLD_MAGIC 0x696f7668u /* "iovh" */
@@ -103,7 +103,7 @@ static struct chunk *want_chunk(struct req *r, uint64_t i)
 		if (c->ahead[k] && c->ahead_index[k] == i)
 			held = c->ahead[k];
 	if (!held)
-		return get_chunk(r, i);
+		return get_chunk(r, i, false);
 	obj_want(held);
 	return held;
 }
@@ -243,9 +243,11 @@ bool cread_over_budget(const struct req *r, uint64_t extra)
 }
 
 /* obj_produce_fn of a reader: a chunk fetch, unless chunk memory is at its
- * bound before the reader answered. */
+ * bound before the reader answered. now: the chunk the reader is at (not
+ * one read ahead). */
 struct producing {
 	struct req *r;
+	bool now;
 	bool declined;
 };
 
@@ -254,9 +256,11 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
 	struct producing *p = arg;
 	struct req *r = p->r;
 	/* A fetch goes to the origin: before the answer it takes the key's
-	 * upstream slot (max_upstream_requests), a refusal is 503 SlowDown;
-	 * a reader halfway through its answer takes one if it can. */
-	if (!req_responded(r) && (cread_over_budget(r, 0) || !req_upstream_take(r))) {
+	 * upstream slot (max_upstream_requests), waiting for one (503 SlowDown
+	 * when none came in time); a read-ahead before the answer, and a
+	 * reader halfway through its answer, take one if they can. */
+	if (!req_responded(r) &&
+	    (cread_over_budget(r, 0) || !(p->now ? req_upstream_wait(r) : req_upstream_try(r)))) {
 		p->declined = true;
 		return FETCH_ERR_CANCELLED;
 	}
@@ -274,10 +278,10 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
  * response still gets its next chunk, one per connection. And NULL (busy)
  * for a request from another node when the chunk's producer asks a node at
  * a hop it may not wait for (obj_may_wait): the asker falls back at once. */
-static struct chunk *get_chunk(struct req *r, uint64_t i)
+static struct chunk *get_chunk(struct req *r, uint64_t i, bool now)
 {
 	struct obj_ref ref = obj_of(r);
-	struct producing p = { r, false };
+	struct producing p = { r, now, false };
 	enum store_role role;
 	struct chunk *ch = obj_acquire(&req_gw(r)->objects, &ref, i, produce, &p, &role);
 	if (ch && role == STORE_WAIT && !obj_may_wait(req_peer_hop(r), atomic_load(&ch->ask_hop)))
@@ -287,6 +291,8 @@ static struct chunk *get_chunk(struct req *r, uint64_t i)
 		req_cread(r)->busy = true;
 		return NULL;
 	}
+	if (ch && now) /* held, or fetched by another reader: no slot needed now */
+		req_upstream_unwait(r);
 	if (ch && req_peer_hop(r) > 0 && /* a pinned job's fetch from another node: pin it here */
 	    pins_hold_peer(req_gw(r)->pins, req_bucket(r), MHD_lookup_connection_value(
 	                   req_connection(r), MHD_HEADER_KIND, PIN_HEADER), &ch->id, ch->len))
@@ -362,7 +368,7 @@ static void read_ahead(struct req *r, uint64_t i, unsigned n)
 			continue;
 		if (cread_over_budget(r, cs))
 			break;
-		c->ahead[free_slot] = get_chunk(r, j);
+		c->ahead[free_slot] = get_chunk(r, j, false);
 		c->ahead_index[free_slot] = j;
 	}
 }
@@ -399,7 +405,7 @@ struct chunk *cread_chunk_for(struct req *r, uint64_t i)
 			c->ahead[k] = NULL;
 		}
 	if (!c->cur)
-		c->cur = get_chunk(r, i);
+		c->cur = get_chunk(r, i, true);
 	c->cur_index = i;
 	if (c->cur && !c->head && !last_of_range(r, i)) {
 		c->ahead_from = i + 1;

@@ -21,6 +21,8 @@ struct key_count {
 	double t_fill;     /* when tokens was last brought up to date */
 	bool charged;      /* its fills carry its charge: its index + 1 */
 	uint64_t max_resident; /* its max_resident_bytes (0: no limit) */
+	struct list *queue;    /* limits_place of requests waiting for a slot, oldest first
+	                        * (its own allocation: the table moves when it grows) */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -39,19 +41,54 @@ static struct key_count *entry(const char *id)
 		counts = xrealloc(counts, cap * sizeof *counts);
 		cap_counts = cap;
 	}
-	counts[n_counts] = (struct key_count){ .id = xstrdup(id) };
+	counts[n_counts] = (struct key_count){ .id = xstrdup(id),
+	                                        .queue = xcalloc(1, sizeof(struct list)) };
 	return &counts[n_counts++];
+}
+
+/* Whether e has a slot free for a request that waits behind nobody. Under lock. */
+static bool slot_free(const struct key_count *e, unsigned max)
+{
+	return max == 0 || e->upstream < max;
 }
 
 bool limits_upstream_take(const char *key_id, unsigned max)
 {
 	pthread_mutex_lock(&lock);
 	struct key_count *e = entry(key_id);
-	bool ok = max == 0 || e->upstream < max;
+	bool ok = slot_free(e, max) && list_empty(e->queue);
 	if (ok)
 		e->upstream++;
 	pthread_mutex_unlock(&lock);
 	return ok;
+}
+
+bool limits_upstream_queue(const char *key_id, unsigned max, struct limits_place *p)
+{
+	pthread_mutex_lock(&lock);
+	struct key_count *e = entry(key_id);
+	bool first = p->queued ? e->queue->first == &p->link : list_empty(e->queue);
+	bool ok = first && slot_free(e, max);
+	if (ok) {
+		e->upstream++;
+		if (p->queued)
+			list_unlink(e->queue, &p->link);
+		p->queued = false;
+	} else if (!p->queued) {
+		list_push_back(e->queue, &p->link);
+		p->queued = true;
+	}
+	pthread_mutex_unlock(&lock);
+	return ok;
+}
+
+void limits_upstream_unqueue(const char *key_id, struct limits_place *p)
+{
+	pthread_mutex_lock(&lock);
+	if (p->queued)
+		list_unlink(entry(key_id)->queue, &p->link);
+	p->queued = false;
+	pthread_mutex_unlock(&lock);
 }
 
 void limits_upstream_give(const char *key_id)

@@ -13,8 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* No headers of ours here: -Igateway puts this file before the system's
- * <limits.h> for the libraries that include that (curl does). */
+/* No other header of ours here: -Igateway puts this file before the
+ * system's <limits.h> for the libraries that include that (curl does);
+ * base/list.h includes only <stdbool.h> and <stddef.h>. */
+#include "base/list.h"
+
 struct client_key;
 struct metrics_resident;
 struct store;
@@ -23,10 +26,26 @@ struct store;
 #define LIMITS_RETRY_AFTER_S 1
 
 /* Takes one of key_id's upstream slots: false when max (> 0) are taken
- * already. max 0 means no limit (the slot is still counted). */
+ * already, or when requests queue for them (limits_upstream_queue: a
+ * newcomer does not go before them). max 0 means no limit (the slot is
+ * still counted). */
 bool limits_upstream_take(const char *key_id, unsigned max);
-/* Gives back a slot limits_upstream_take gave. */
+/* Gives back a slot limits_upstream_take or limits_upstream_queue gave. */
 void limits_upstream_give(const char *key_id);
+
+/* A request's place in its key's queue for a slot (zeroed: not queued).
+ * Its fields are limits.c's, under its lock. */
+struct limits_place {
+	struct list_node link;
+	bool queued;
+};
+/* As limits_upstream_take, but a request refused joins the key's queue
+ * (first in, first served): asked again, it gets a slot once it is the
+ * oldest waiter and one is free. True: it holds one (and left the queue). */
+bool limits_upstream_queue(const char *key_id, unsigned max, struct limits_place *p);
+/* Leaves the queue (a request that gave up waiting, or ended); no-op when
+ * not queued. */
+void limits_upstream_unqueue(const char *key_id, struct limits_place *p);
 
 /* Of want bytes key_id would send now, how many its token bucket (rate
  * bytes a second, refilled continuously; it holds at most 50 ms of rate so

@@ -90,9 +90,18 @@ void req_cut(struct req *r, const char *why);
  * key's max_upstream_requests slots, held until r ends. False (and r
  * failed with 503 SlowDown) when the key has them all. */
 bool req_upstream_take(struct req *r);
-/* The same for a reader whose answer has begun: a slot if there is one,
- * else it goes on without (it cannot be refused any more). */
-void req_upstream_try(struct req *r);
+/* The same for a cached read before its answer, which waits for a slot
+ * rather than being refused at once, as a fetch waits for its prefix's
+ * window: false while it waits (req_upstream_waits; it is woken to ask
+ * again: its caller suspends it), and false with r failed (503 SlowDown)
+ * once it waited LARDER_UPSTREAM_SLOT_WAIT_MS. */
+bool req_upstream_wait(struct req *r);
+bool req_upstream_waits(const struct req *r);
+/* Stops waiting for a slot (it no longer needs one now); no-op when not. */
+void req_upstream_unwait(struct req *r);
+/* A slot if there is one free, never refused: for a reader whose answer
+ * has begun (it goes on without), and read-ahead (skipped without). */
+bool req_upstream_try(struct req *r);
 /* The store charge of r's cache fills: its key's (limits_charge), 0 for an
  * unsigned request or another node's. */
 unsigned req_charge(const struct req *r);

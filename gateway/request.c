@@ -259,6 +259,7 @@ enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Re
 	if (!MHD_get_response_header(resp, "Date")) /* a pass-through keeps S3's */
 		add_date(resp);
 	r->status_sent = (int)status;
+	req_upstream_unwait(r);
 	note_read(r, status);
 	enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
 	MHD_destroy_response(resp);
@@ -284,6 +285,7 @@ void req_unref(struct req *r)
 		cache_write_ends(r); /* one stopped before upstream_done */
 	ev_timer_stop(r->w->loop, &r->shape_timer);
 	ev_io_stop(r->w->loop, &r->gone_watch);
+	req_upstream_unwait(r);
 	if (r->upstream_slot)
 		limits_upstream_give(r->key_id);
 	if (r->sha)
@@ -329,23 +331,78 @@ void req_suspend(struct req *r)
 /* ------------------------------------------------------------------ */
 /* errors larder raises */
 
+#define KEY_SLOTS_TAKEN "Too many requests for this access key are waiting on the origin " \
+	"(max_upstream_requests)."
+
 bool req_upstream_take(struct req *r)
 {
 	if (r->upstream_slot || r->peer_hop)
 		return true;
 	if (!limits_upstream_take(r->key_id, r->max_upstream)) {
-		req_fail(r, S3E_SLOW_DOWN, "Too many requests for this access key are waiting on "
-		         "the origin (max_upstream_requests).");
+		req_fail(r, S3E_SLOW_DOWN, KEY_SLOTS_TAKEN);
 		return false;
 	}
 	r->upstream_slot = true;
 	return true;
 }
 
-void req_upstream_try(struct req *r)
+/* How often a request waiting for a slot of its key's asks again. */
+#define KEY_SLOT_POLL_S 0.005
+
+static void key_slot_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	struct req *r = t->data;
+	assert(r->magic == REQ_MAGIC);
+	if (r->key_place.queued)
+		req_wake(r);
+	else
+		ev_timer_stop(r->w->loop, t);
+}
+
+bool req_upstream_wait(struct req *r)
+{
+	if (r->upstream_slot || r->peer_hop)
+		return true;
+	double now = clock_mono_s();
+	if (!r->key_place.queued)
+		r->key_wait_until = now + r->w->gw->cfg->upstream_slot_wait_ms / 1000.0;
+	if (limits_upstream_queue(r->key_id, r->max_upstream, &r->key_place)) {
+		ev_timer_stop(r->w->loop, &r->key_timer);
+		r->upstream_slot = true;
+		return true;
+	}
+	if (now >= r->key_wait_until) {
+		req_upstream_unwait(r);
+		req_fail(r, S3E_SLOW_DOWN, KEY_SLOTS_TAKEN);
+		return false;
+	}
+	if (!ev_is_active(&r->key_timer)) {
+		ev_timer_set(&r->key_timer, KEY_SLOT_POLL_S, KEY_SLOT_POLL_S);
+		ev_timer_start(r->w->loop, &r->key_timer);
+	}
+	return false;
+}
+
+bool req_upstream_waits(const struct req *r)
+{
+	return r->key_place.queued;
+}
+
+void req_upstream_unwait(struct req *r)
+{
+	if (!r->key_place.queued) /* only r's worker changes it */
+		return;
+	ev_timer_stop(r->w->loop, &r->key_timer);
+	limits_upstream_unqueue(r->key_id, &r->key_place);
+}
+
+bool req_upstream_try(struct req *r)
 {
 	if (!r->upstream_slot && !r->peer_hop && limits_upstream_take(r->key_id, r->max_upstream))
 		r->upstream_slot = true;
+	return r->upstream_slot || r->peer_hop;
 }
 
 unsigned req_charge(const struct req *r)
@@ -519,6 +576,7 @@ enum MHD_Result req_respond_error(struct req *r)
 	if ((unread_body(r) || r->err == S3E_SLOW_DOWN || r->close_after) && !closing_after(r))
 		MHD_add_response_header(resp, "Connection", "close");
 	r->status_sent = (int)s3err_status(r->err);
+	req_upstream_unwait(r);
 	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status_sent, resp);
 	MHD_destroy_response(resp);
 	r->responded = true;
@@ -668,6 +726,8 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->w = w;
 	ev_timer_init(&r->shape_timer, shape_cb, 0, 0);
 	r->shape_timer.data = r;
+	ev_timer_init(&r->key_timer, key_slot_cb, 0, 0);
+	r->key_timer.data = r;
 	ev_io_init(&r->gone_watch, gone_cb, -1, EV_READ);
 	r->gone_watch.data = r;
 	buf_init(&r->err_extra, 64 * 1024); /* a Range header or a list of header names, escaped */

@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 
 #include "auth/chunked.h"
+#include "gateway/limits.h"
 #include "gateway/range.h"
 #include "gateway/shaper.h"
 #include "gateway/req.h"
@@ -62,6 +63,9 @@ struct req {
 	bool authorized;   /* signature (or anonymous grant) and policy passed */
 	unsigned max_upstream; /* the key's max_upstream_requests (0: no limit) */
 	bool upstream_slot;    /* holds one of them (limits.h) until it ends */
+	struct limits_place key_place; /* waits for one (req_upstream_wait) */
+	ev_timer key_timer;    /* asks again for it while it waits */
+	double key_wait_until; /* when it stops waiting: 503 SlowDown */
 	uint64_t max_rate;     /* the key's max_bytes_per_second (0: no limit) */
 	ev_timer shape_timer;  /* wakes the response when the key's tokens return */
 	ev_io gone_watch;      /* its connection while it waits unanswered (watch_gone) */
