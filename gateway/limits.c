@@ -23,6 +23,7 @@ struct key_count {
 	uint64_t max_resident; /* its max_resident_bytes (0: no limit) */
 	struct list *queue;    /* limits_place of requests waiting for a slot, oldest first
 	                        * (its own allocation: the table moves when it grows) */
+	unsigned max;          /* the max its last waiter asked with (wake_head) */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -52,6 +53,17 @@ static bool slot_free(const struct key_count *e, unsigned max)
 	return max == 0 || e->upstream < max;
 }
 
+/* Wakes e's oldest waiter when a slot is free for it. Under lock, which a
+ * place leaves its queue under before its request ends: the waiter is alive. */
+static void wake_head(const struct key_count *e)
+{
+	if (list_empty(e->queue) || !slot_free(e, e->max))
+		return;
+	struct limits_place *head = list_item(e->queue->first, struct limits_place, link);
+	if (head->wake)
+		head->wake(head->arg);
+}
+
 bool limits_upstream_take(const char *key_id, unsigned max)
 {
 	pthread_mutex_lock(&lock);
@@ -67,6 +79,7 @@ bool limits_upstream_queue(const char *key_id, unsigned max, struct limits_place
 {
 	pthread_mutex_lock(&lock);
 	struct key_count *e = entry(key_id);
+	e->max = max;
 	bool first = p->queued ? e->queue->first == &p->link : list_empty(e->queue);
 	bool ok = first && slot_free(e, max);
 	if (ok) {
@@ -74,6 +87,7 @@ bool limits_upstream_queue(const char *key_id, unsigned max, struct limits_place
 		if (p->queued)
 			list_unlink(e->queue, &p->link);
 		p->queued = false;
+		wake_head(e); /* the next may fit too */
 	} else if (!p->queued) {
 		list_push_back(e->queue, &p->link);
 		p->queued = true;
@@ -85,8 +99,13 @@ bool limits_upstream_queue(const char *key_id, unsigned max, struct limits_place
 void limits_upstream_unqueue(const char *key_id, struct limits_place *p)
 {
 	pthread_mutex_lock(&lock);
-	if (p->queued)
-		list_unlink(entry(key_id)->queue, &p->link);
+	if (p->queued) {
+		struct key_count *e = entry(key_id);
+		bool was_head = e->queue->first == &p->link;
+		list_unlink(e->queue, &p->link);
+		if (was_head)
+			wake_head(e);
+	}
 	p->queued = false;
 	pthread_mutex_unlock(&lock);
 }
@@ -97,6 +116,7 @@ void limits_upstream_give(const char *key_id)
 	struct key_count *e = entry(key_id);
 	if (e->upstream)
 		e->upstream--;
+	wake_head(e);
 	pthread_mutex_unlock(&lock);
 }
 

@@ -34,14 +34,19 @@ bool limits_upstream_take(const char *key_id, unsigned max);
 void limits_upstream_give(const char *key_id);
 
 /* A request's place in its key's queue for a slot (zeroed: not queued).
- * Its fields are limits.c's, under its lock. */
+ * link and queued are limits.c's, under its lock. wake(arg) is called,
+ * on whichever thread gave a slot back and under limits.c's lock, when the
+ * place is the oldest and a slot is free: it must only queue the request to
+ * ask again (take no lock that is held while calling into limits.h). */
 struct limits_place {
 	struct list_node link;
 	bool queued;
+	void (*wake)(void *arg);
+	void *arg;
 };
 /* As limits_upstream_take, but a request refused joins the key's queue
- * (first in, first served): asked again, it gets a slot once it is the
- * oldest waiter and one is free. True: it holds one (and left the queue). */
+ * (first in, first served): asked again (woken), it gets a slot once it is
+ * the oldest waiter and one is free. True: it holds one (and left the queue). */
 bool limits_upstream_queue(const char *key_id, unsigned max, struct limits_place *p);
 /* Leaves the queue (a request that gave up waiting, or ended); no-op when
  * not queued. */

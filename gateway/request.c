@@ -346,8 +346,10 @@ bool req_upstream_take(struct req *r)
 	return true;
 }
 
-/* How often a request waiting for a slot of its key's asks again. */
-#define KEY_SLOT_POLL_S 0.005
+/* A request waiting for a slot of its key's is woken when one is given
+ * back to it (limits_place.wake: cache_wake_reader); it also asks again this
+ * often, for a max_upstream_requests a reload raised, and to stop waiting. */
+#define KEY_SLOT_POLL_S 0.1
 
 static void key_slot_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
@@ -366,8 +368,11 @@ bool req_upstream_wait(struct req *r)
 	if (r->upstream_slot || r->peer_hop)
 		return true;
 	double now = clock_mono_s();
-	if (!r->key_place.queued)
+	if (!r->key_place.queued) {
 		r->key_wait_until = now + r->w->gw->cfg->upstream_slot_wait_ms / 1000.0;
+		r->key_place.wake = cache_wake_reader;
+		r->key_place.arg = r;
+	}
 	if (limits_upstream_queue(r->key_id, r->max_upstream, &r->key_place)) {
 		ev_timer_stop(r->w->loop, &r->key_timer);
 		r->upstream_slot = true;
