@@ -305,16 +305,31 @@ static int entry_pwrite(struct disk *d, struct seg *s, unsigned char *whole,
 	return file_pwritev_all(s->fd, iov, 3, off);
 }
 
-/* disk_write of data, or of chunk c's bytes when data is NULL. An entry of
- * more than DISK_DIRECT_ABOVE bytes is laid out whole (header, names, data,
- * padding) in the thread's page-aligned buffer and written with O_DIRECT:
- * for such sizes that costs a fraction of the page cache's copy, and the
- * machine does not hold the tier's bytes twice (docs/benchmarks.md,
- * "Large entries past the page cache"). Smaller entries go through the
- * page cache, where a hit reads them without waiting on the device
- * (store.c, INLINE_READ_MAX). data must not be in that buffer. */
-static int write_entry(struct disk *d, const struct chunk_id *id, const struct chunk_origin *o,
-                       const void *data, struct chunk *c, size_t len)
+/* An entry laid out before any lock is taken (entry_lay_out): its header
+ * and names in hb, its bytes at data, and its index entry e. With O_DIRECT
+ * (whole set) hb is the thread's page-aligned buffer and holds the whole
+ * entry, data and padding included; otherwise hb is allocated. */
+struct entry_out {
+	unsigned char *whole;       /* chunk_scratch: the entry laid out for O_DIRECT */
+	unsigned char *hb;          /* header and names: whole, or allocated */
+	const void *data;
+	size_t vl;                  /* bytes of names and metadata */
+	struct dent *e;             /* the index entry; NULL once the index holds it */
+};
+
+static void entry_out_free(struct entry_out *x)
+{
+	free(x->e);
+	if (!x->whole)
+		free(x->hb);
+}
+
+/* Lays out the entry of chunk id (data, or c's bytes when data is NULL) in
+ * x: everything that needs no lock, the bytes, the CRCs, the header. An
+ * entry of more than DISK_DIRECT_ABOVE bytes is laid out whole for O_DIRECT
+ * (write_entry). Returns 0, or a negative errno with nothing left to free. */
+static int entry_lay_out(struct disk *d, const struct chunk_id *id, const struct chunk_origin *o,
+                         const void *data, struct chunk *c, size_t len, struct entry_out *x)
 {
 	const char *bucket = o && o->bucket ? o->bucket : "";
 	const char *key = o && o->key ? o->key : "";
@@ -325,17 +340,16 @@ static int write_entry(struct disk *d, const struct chunk_id *id, const struct c
 	    len > UINT32_MAX)
 		return -EINVAL;
 
-	/* Everything that needs no lock: the bytes, the CRCs, the header. */
 	size_t vl = bl + kl + el + ml;
 	uint64_t esz = dk_entry_size(vl, len);
-	unsigned char *whole = NULL; /* the entry laid out for O_DIRECT */
+	*x = (struct entry_out){ .vl = vl };
 	if (len > DISK_DIRECT_ABOVE && !atomic_load_explicit(&d->no_direct, memory_order_relaxed))
-		whole = chunk_scratch(esz);
-	unsigned char *hb = whole ? whole : malloc(HDR_LEN + vl);
-	if (!hb)
+		x->whole = chunk_scratch(esz);
+	x->hb = x->whole ? x->whole : malloc(HDR_LEN + vl);
+	if (!x->hb)
 		return -ENOMEM;
-	if (whole) {
-		unsigned char *at = whole + HDR_LEN + vl;
+	if (x->whole) {
+		unsigned char *at = x->whole + HDR_LEN + vl;
 		int r = c ? chunk_read(c, 0, at, len) : 0;
 		if (r < 0)
 			return r;
@@ -344,9 +358,10 @@ static int write_entry(struct disk *d, const struct chunk_id *id, const struct c
 		memset(at + len, 0, esz - HDR_LEN - vl - len);
 		data = at;
 	} else if (c && !(data = chunk_view(c))) {
-		free(hb);
+		entry_out_free(x);
 		return -ENOMEM;
 	}
+	x->data = data;
 	struct hdr h = {
 		.id = *id, .index = o ? o->index : 0,
 		.bucket_len = (uint16_t)bl, .key_len = (uint16_t)kl, .etag_len = (uint16_t)el,
@@ -357,17 +372,16 @@ static int write_entry(struct disk *d, const struct chunk_id *id, const struct c
 	};
 	struct dent *e = calloc(1, sizeof *e);
 	if (!e) {
-		if (!whole)
-			free(hb);
+		entry_out_free(x);
 		return -ENOMEM;
 	}
-	unsigned char *v = hb + HDR_LEN;
+	unsigned char *v = x->hb + HDR_LEN;
 	memcpy(v, bucket, bl);
 	memcpy(v + bl, key, kl);
 	memcpy(v + bl + kl, etag, el);
 	if (ml)
 		memcpy(v + bl + kl + el, o->meta, ml);
-	dk_hdr_encode(&h, hb, v);
+	dk_hdr_encode(&h, x->hb, v);
 	e->id = *id;
 	e->hash = chunk_id_hash(id);
 	e->copy = h.flags & HDR_F_COPY;
@@ -377,48 +391,56 @@ static int write_entry(struct disk *d, const struct chunk_id *id, const struct c
 	e->data_crc = h.data_crc;
 	e->gen = h.gen;
 	e->chunk0 = h.index == 0;
+	x->e = e;
+	return 0;
+}
 
-	pthread_mutex_lock(&d->wlock);
-	pthread_mutex_lock(&d->lock);
-	double now = clock_mono_s();
-	struct dent *old = dk_idx_find(d, id, e->hash);
+/* Under wlock and lock: drops the entry e replaces, admits e, evicts and
+ * reclaims until it fits, and reserves its bytes at the end of the head.
+ * Returns 1 with *off where e goes in d->head (counted in s->size and
+ * d->used; the head referenced once more for the write), 0 when e is not
+ * admitted or no room can be made, or a negative errno. */
+static int entry_place(struct disk *d, struct dent *e, double now, uint64_t *off)
+{
+	struct dent *old = dk_idx_find(d, &e->id, e->hash);
 	if (old)
 		dk_entry_drop(d, old); /* a write replaces */
-	int rc = 0;
 	/* A pinned chunk is always admitted (its cap bounds them); pinned
 	 * entries take their bytes out of what the policy may hold. */
-	if (esz > d->limit || (!pinset_has(&d->pins, id) &&
-	                       !policy_admit_reserved(d->pol, dk_rank(e), esz, d->pinned, now)))
-		goto out;
+	if (e->esz > d->limit ||
+	    (!pinset_has(&d->pins, &e->id) &&
+	     !policy_admit_reserved(d->pol, dk_rank(e), e->esz, d->pinned, now)))
+		return 0;
 	struct policy_entry *victim;
-	while (policy_used(d->pol) + d->pinned + esz > policy_capacity(d->pol) &&
+	while (policy_used(d->pol) + d->pinned + e->esz > policy_capacity(d->pol) &&
 	       (victim = policy_victim(d->pol, now)) != NULL) {
 		dk_evict(d, dk_entry_of(victim));
 	}
-	if ((rc = dk_room_make(d, esz, now)) <= 0 || (rc = dk_idx_reserve(d)) < 0)
-		goto out;
-	if ((rc = dk_head_ensure(d, esz)) < 0) {
+	int rc;
+	if ((rc = dk_room_make(d, e->esz, now)) <= 0 || (rc = dk_idx_reserve(d)) < 0)
+		return rc;
+	if ((rc = dk_head_ensure(d, e->esz)) < 0) {
 		d->write_errors++;
-		goto out;
+		return rc;
 	}
 	struct seg *s = d->head;
-	uint64_t off = s->size;
-	s->size += esz;
-	d->used += esz;
+	*off = s->size;
+	s->size += e->esz;
+	d->used += e->esz;
 	atomic_fetch_add(&s->refs, 1);
-	pthread_mutex_unlock(&d->lock);
+	return 1;
+}
 
-	struct iovec iov[3] = {
-		{ hb, HDR_LEN + vl },
-		{ (void *)(uintptr_t)data, len },
-		{ (void *)(uintptr_t)zeros, (size_t)(esz - HDR_LEN - vl - len) },
-	};
-	rc = entry_pwrite(d, s, whole, iov, off);
-
-	pthread_mutex_lock(&d->lock);
+/* Under lock, after the write of x's entry at off in s ended with rc: the
+ * entry joins the index (x->e then belongs to it), or on a failed write
+ * its room in s is given back. Drops the write's reference to s. */
+static void entry_commit(struct disk *d, struct seg *s, uint64_t off, int rc,
+                         struct entry_out *x, double now)
+{
+	struct dent *e = x->e;
 	if (rc < 0) {
 		d->write_errors++;
-		dk_append_undo(d, s, off, esz);
+		dk_append_undo(d, s, off, e->esz);
 		log_warn(TOPIC, "%s: segment %016" PRIx64 ": pwritev() failed: %s", d->dir, s->seq,
 		         strerror(-rc));
 	} else {
@@ -426,21 +448,58 @@ static int write_entry(struct disk *d, const struct chunk_id *id, const struct c
 		dk_idx_put(d->slots, d->nslots, e);
 		d->count++;
 		dk_seg_link_entry(s, e);
-		d->live += esz;
-		policy_insert(d->pol, &e->pe, dk_rank(e), esz, now);
-		if (pinset_has(&d->pins, id)) /* pinned now, not when the write began */
+		d->live += e->esz;
+		policy_insert(d->pol, &e->pe, dk_rank(e), e->esz, now);
+		if (pinset_has(&d->pins, &e->id)) /* pinned now, not when the write began */
 			dk_entry_pin(d, e, true, now);
-		e = NULL;
+		x->e = NULL;
 	}
 	dk_seg_unref(s);
-out:
+}
+
+/* disk_write of data, or of chunk c's bytes when data is NULL. An entry of
+ * more than DISK_DIRECT_ABOVE bytes is laid out whole (header, names, data,
+ * padding) in the thread's page-aligned buffer and written with O_DIRECT:
+ * for such sizes that costs a fraction of the page cache's copy, and the
+ * machine does not hold the tier's bytes twice (docs/benchmarks.md,
+ * "Large entries past the page cache"). Smaller entries go through the
+ * page cache, where a hit reads them without waiting on the device
+ * (store.c, INLINE_READ_MAX). data must not be in that buffer.
+ *
+ * Three steps: the entry is laid out with no lock held (entry_lay_out),
+ * placed under wlock and lock (entry_place), written with only wlock held,
+ * and committed under lock again (entry_commit). */
+static int write_entry(struct disk *d, const struct chunk_id *id, const struct chunk_origin *o,
+                       const void *data, struct chunk *c, size_t len)
+{
+	struct entry_out x;
+	int rc = entry_lay_out(d, id, o, data, c, len, &x);
+	if (rc < 0)
+		return rc;
+
+	pthread_mutex_lock(&d->wlock);
+	pthread_mutex_lock(&d->lock);
+	double now = clock_mono_s();
+	uint64_t off = 0;
+	rc = entry_place(d, x.e, now, &off);
+	if (rc > 0) {
+		struct seg *s = d->head;
+		pthread_mutex_unlock(&d->lock);
+		uint64_t esz = x.e->esz;
+		struct iovec iov[3] = {
+			{ x.hb, HDR_LEN + x.vl },
+			{ (void *)(uintptr_t)x.data, len },
+			{ (void *)(uintptr_t)zeros, (size_t)(esz - HDR_LEN - x.vl - len) },
+		};
+		rc = entry_pwrite(d, s, x.whole, iov, off);
+		pthread_mutex_lock(&d->lock);
+		entry_commit(d, s, off, rc, &x, now);
+	}
 	if (rc > 0)
 		rc = 0;
 	pthread_mutex_unlock(&d->lock);
 	pthread_mutex_unlock(&d->wlock);
-	free(e);
-	if (!whole)
-		free(hb);
+	entry_out_free(&x);
 	return rc;
 }
 
