@@ -149,6 +149,70 @@ static void fit_file_system(struct disk *d)
 	drop_oldest_past_limit(d);
 }
 
+/*
+ * What the directory holds, read into d (disk_open's, under no lock: no
+ * other thread has d yet): the segments scanned (entries cut to another
+ * chunk size than chunk_bytes discarded, and the size recorded), whole
+ * oldest segments dropped past the limit, a fresh head started, and the
+ * entries' metadata handed to cb. Returns 0, or a negative errno with err
+ * filled.
+ */
+static int load_segments(struct disk *d, uint64_t chunk_bytes, store_recover_cb cb, void *cb_arg,
+                         char *err, size_t errlen)
+{
+	const char *dir = d->dir;
+	/* A chunk is found by its id, (bucket, key, ETag, index), and under
+	 * another chunk size an index names other bytes of the object: entries
+	 * cut to another size are discarded, not served. */
+	uint64_t was = chunk_bytes ? recorded_chunk_bytes(d) : 0;
+	/* No record: a new directory, or one whose record was lost (or from
+	 * before it): its entries' size is unknown, so they go too. */
+	d->discard = chunk_bytes && !was;
+	if (was && was != chunk_bytes) {
+		d->discard = true;
+		if (was == UINT64_MAX)
+			log_warn(TOPIC, "%s/%s: unreadable: every entry is discarded (fetched again)",
+			         dir, CHUNK_SIZE_NAME);
+		else
+			log_warn(TOPIC, "%s: entries cut to %" PRIu64 "-byte chunks, this larder cuts %"
+			         PRIu64 ": every entry is discarded (fetched again)", dir, was,
+			         chunk_bytes);
+	}
+
+	uint64_t *seqs = NULL;
+	size_t nseqs = 0, cap = 0;
+	unsigned char *var = NULL;
+	int rc = dk_list_segments(d, &seqs, &nseqs);
+	if (rc < 0) {
+		snprintf(err, errlen, "cache directory %s: reading it failed: %s", dir, strerror(-rc));
+		return rc;
+	}
+	double now = clock_mono_s();
+	for (size_t i = 0; i < nseqs && rc == 0; i++)
+		rc = dk_scan_segment(d, seqs[i], now, &var, &cap, err, errlen);
+	if (rc == 0 && chunk_bytes && !was && nseqs)
+		log_warn(TOPIC, "%s: no %s file: the size its entries were cut to is unknown, so "
+		         "every entry is discarded (fetched again)", dir, CHUNK_SIZE_NAME);
+	d->next_seq = nseqs ? seqs[nseqs - 1] + 1 : 1;
+	free(seqs);
+	d->discard = false;
+	/* Recorded once the old entries are gone, before any new one is cut. */
+	if (rc == 0 && chunk_bytes && was != chunk_bytes &&
+	    (rc = record_chunk_bytes(d, chunk_bytes)) < 0)
+		snprintf(err, errlen, "cache directory %s: writing %s failed: %s", dir,
+		         CHUNK_SIZE_NAME, strerror(-rc));
+	/* A smaller capacity than last time: whole oldest segments go. */
+	if (rc == 0)
+		drop_oldest_past_limit(d);
+	if (rc == 0 && (rc = dk_head_ensure(d, 0)) < 0)
+		snprintf(err, errlen, "cache directory %s: cannot create a segment: %s", dir,
+		         strerror(-rc));
+	if (rc == 0)
+		rc = dk_recover(d, cb, cb_arg, &var, &cap, err, errlen);
+	free(var);
+	return rc;
+}
+
 struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_bytes,
                        uint64_t chunk_bytes, enum policy_kind policy, double stale_after_s,
                        store_recover_cb cb, void *cb_arg, char *err, size_t errlen)
@@ -195,55 +259,7 @@ struct disk *disk_open(const char *dir, uint64_t capacity, uint64_t segment_byte
 		goto fail;
 	}
 
-	/* A chunk is found by its id, (bucket, key, ETag, index), and under
-	 * another chunk size an index names other bytes of the object: entries
-	 * cut to another size are discarded, not served. */
-	uint64_t was = chunk_bytes ? recorded_chunk_bytes(d) : 0;
-	/* No record: a new directory, or one whose record was lost (or from
-	 * before it): its entries' size is unknown, so they go too. */
-	d->discard = chunk_bytes && !was;
-	if (was && was != chunk_bytes) {
-		d->discard = true;
-		if (was == UINT64_MAX)
-			log_warn(TOPIC, "%s/%s: unreadable: every entry is discarded (fetched again)",
-			         dir, CHUNK_SIZE_NAME);
-		else
-			log_warn(TOPIC, "%s: entries cut to %" PRIu64 "-byte chunks, this larder cuts %"
-			         PRIu64 ": every entry is discarded (fetched again)", dir, was,
-			         chunk_bytes);
-	}
-
-	uint64_t *seqs = NULL;
-	size_t nseqs = 0, cap = 0;
-	unsigned char *var = NULL;
-	if ((rc = dk_list_segments(d, &seqs, &nseqs)) < 0) {
-		snprintf(err, errlen, "cache directory %s: reading it failed: %s", dir, strerror(-rc));
-		goto fail;
-	}
-	double now = clock_mono_s();
-	for (size_t i = 0; i < nseqs && rc == 0; i++)
-		rc = dk_scan_segment(d, seqs[i], now, &var, &cap, err, errlen);
-	if (rc == 0 && chunk_bytes && !was && nseqs)
-		log_warn(TOPIC, "%s: no %s file: the size its entries were cut to is unknown, so "
-		         "every entry is discarded (fetched again)", dir, CHUNK_SIZE_NAME);
-	d->next_seq = nseqs ? seqs[nseqs - 1] + 1 : 1;
-	free(seqs);
-	d->discard = false;
-	/* Recorded once the old entries are gone, before any new one is cut. */
-	if (rc == 0 && chunk_bytes && was != chunk_bytes &&
-	    (rc = record_chunk_bytes(d, chunk_bytes)) < 0)
-		snprintf(err, errlen, "cache directory %s: writing %s failed: %s", dir,
-		         CHUNK_SIZE_NAME, strerror(-rc));
-	/* A smaller capacity than last time: whole oldest segments go. */
-	if (rc == 0)
-		drop_oldest_past_limit(d);
-	if (rc == 0 && (rc = dk_head_ensure(d, 0)) < 0)
-		snprintf(err, errlen, "cache directory %s: cannot create a segment: %s", dir,
-		         strerror(-rc));
-	if (rc == 0)
-		rc = dk_recover(d, cb, cb_arg, &var, &cap, err, errlen);
-	free(var);
-	if (rc < 0)
+	if ((rc = load_segments(d, chunk_bytes, cb, cb_arg, err, errlen)) < 0)
 		goto fail;
 	log_info(TOPIC, "%s: %" PRIu64 " entries in %" PRIu64 " segments, %" PRIu64 " of %" PRIu64
 	         " bytes", dir, (uint64_t)d->count, d->nsegs, d->used, capacity);
