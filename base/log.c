@@ -270,11 +270,6 @@ void log_access_close(void)
 	access_is_file = false;
 }
 
-void log_access_flush(void)
-{
-	flush_all(false);
-}
-
 int log_access_reopen(void)
 {
 	int fd = atomic_load(&access_fd);

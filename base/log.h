@@ -31,8 +31,6 @@ void log_set_level(enum log_level l);
  * buffer_bytes (0: every line is written at once) for at most flush_ms
  * (0: no time bound, so no buffer either). Returns 0, or -errno. */
 int log_access_open(const char *where, size_t buffer_bytes, unsigned flush_ms);
-/* Writes out every thread's buffered lines (log_access_close does too). */
-void log_access_flush(void);
 /* A file access log opened again by its path (SIGHUP: a rotation renamed
  * it), in place of the open one; the lines buffered go to the old one.
  * 0, also for stdout and off; -errno keeps the old file. */
