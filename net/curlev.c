@@ -20,7 +20,6 @@ struct curlev {
 	struct ev_loop *loop;
 	CURLM *multi;
 	ev_timer timer;
-	unsigned running;
 	curlev_observe_cb observe;
 	void *observe_arg;
 	struct transfer *pending;  /* transfers to unpause (transfer.pending_next) */
@@ -43,7 +42,6 @@ static void check_done(struct curlev *c)
 		CURL *easy = m->easy_handle;
 		CURLcode rc = m->data.result;
 		curl_multi_remove_handle(c->multi, easy);
-		c->running--;
 		struct transfer *t = NULL;
 		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&t);
 		assert(t && t->magic == TRANSFER_MAGIC && t->easy == easy);
@@ -169,7 +167,6 @@ int curlev_add(struct curlev *c, CURL *easy)
 		log_error("upstream", "curl_multi_add_handle() failed: %s", curl_multi_strerror(rc));
 		return -1;
 	}
-	c->running++;
 	return 0;
 }
 
@@ -177,18 +174,12 @@ void curlev_remove(struct curlev *c, CURL *easy)
 {
 	if (curl_multi_remove_handle(c->multi, easy) != CURLM_OK)
 		return;
-	c->running--;
 	/* Stopped by its owner: it was sent all the same (S3 counts it), so
 	 * the observer sees it end too, as one larder broke off. */
 	struct transfer *t = NULL;
 	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&t);
 	if (c->observe && t && t->magic == TRANSFER_MAGIC)
 		c->observe(t, CURLE_ABORTED_BY_CALLBACK, c->observe_arg);
-}
-
-unsigned curlev_running(const struct curlev *c)
-{
-	return c->running;
 }
 
 struct ev_loop *curlev_loop(const struct curlev *c)

@@ -28,9 +28,6 @@ void curlev_destroy(struct curlev *c);
 
 struct ev_loop *curlev_loop(const struct curlev *c);
 
-/* Number of transfers in progress. */
-unsigned curlev_running(const struct curlev *c);
-
 /* Unpauses the transfers that asked for it (transfer_unpause); run by the
  * owner of the loop before it sleeps, never from inside curl. */
 void curlev_run_pending(struct curlev *c);
