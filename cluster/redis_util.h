@@ -1,5 +1,5 @@
 /*
- * redis_util.h - small helpers shared by the store's blocking Redis users
+ * redis_util.h - small helpers shared by the cluster's blocking Redis users
  * (cluster/cluster_*.c, cluster/directory.c).
  */
 #ifndef LARDER_REDIS_UTIL_H

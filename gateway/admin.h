@@ -1,8 +1,9 @@
 /*
  * admin.h - the admin listener (LARDER_ADMIN_LISTEN, default 127.0.0.1:9090).
  *
- * Its own libmicrohttpd daemon with one internal thread: admin traffic is
- * tiny, and nothing it does ever runs on (or waits for) a client worker.
+ * Its own libmicrohttpd daemon with a thread per connection (at most
+ * ADMIN_CONNECTIONS, admin.c): a route that waits on S3 or on a file never holds up
+ * /healthz, and nothing it does ever runs on (or waits for) a client worker.
  *
  *   GET  /healthz       200 {"status":"ok"} while the process runs; no token
  *   GET  /readyz        200 or 503 {"ready":..., "checks":{...}}: upstream

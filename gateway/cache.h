@@ -5,7 +5,8 @@
  * reader that owns it through fetch_owner_ops (gateway/fetch.h), which
  * cache.c implements.
  *
- * A request's cached-read state (struct cread) is private to cache.c; the
+ * A request's cached-read state (struct cread, gateway/cread.h) is private
+ * to cache.c and cache_body.c; the
  * request holds it from cache_wants to cache_free.
  */
 #ifndef LARDER_CACHE_H

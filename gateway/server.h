@@ -2,8 +2,9 @@
  * server.h - larder's process: W workers, each a libev loop driving its own
  * libmicrohttpd daemon (external epoll, SO_REUSEPORT on the shared port)
  * and its own curl multi handle. A request lives on the worker that
- * accepted it, start to finish. Shared between workers: the upstream
- * (region cache, credentials) and the client keys (swapped on SIGHUP).
+ * accepted it, start to finish. Shared between workers: everything in
+ * struct gw (the store, metadata, upstream, shaper, keys swapped on SIGHUP,
+ * jobs, cluster); docs/ARCHITECTURE.md "Threads and loops" and "Locks".
  */
 #ifndef LARDER_SERVER_H
 #define LARDER_SERVER_H
