@@ -25,7 +25,6 @@ struct admin {
 /* One admin request (MHD's req_cls). */
 struct areq {
 	unsigned magic;
-	bool first_seen;
 	bool too_big;
 	struct buf body;
 	const struct route *route;

@@ -25,7 +25,6 @@
 #define REQ_MAGIC 0x6c617272u
 #define PIPE_CAP (256 * 1024)
 #define HELD_BODY_MAX (2 * 1024 * 1024) /* DeleteObjects: 1,000 keys of 1,024 bytes, in XML */
-#define MAX_UPSTREAM_HEADER_BYTES (64 * 1024)
 
 /* A bounded byte queue: data lives in [off, len). */
 struct pbuf {
