@@ -338,6 +338,19 @@ static void let_go_of_meta_fetch(struct cread *c)
 	c->meta_fetch = NULL;
 }
 
+/* The chunk a meta fetch for r asks for: the one its range starts in, when
+ * that is known before the object's size (bytes=a-b, bytes=a-) and the
+ * range is served whatever the object (no If-Range); else chunk 0. A small
+ * read far into a cold object then costs one upstream GET and one first
+ * byte, not chunk 0's as well. */
+static uint64_t first_chunk(struct req *r)
+{
+	const struct cread *c = req_cread(r);
+	if (c->head || c->part || !c->want_range || c->range.suffix || req_header(r, "If-Range"))
+		return 0;
+	return obj_chunk_index(c->range.a, cread_chunk_bytes(r));
+}
+
 /* obj_load_fn: this request learns the object with a meta fetch. */
 static int start_meta_fetch(void *arg, const char *revalidate)
 {
@@ -358,7 +371,8 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 		                                           req_key(r), revalidate);
 	else
 		c->meta_fetch = fetch_meta_start(req_worker(r), &owner_ops, r, req_peer_hop(r),
-		                                 req_bucket(r), req_key(r), revalidate);
+		                                 req_bucket(r), req_key(r), revalidate,
+		                                 first_chunk(r));
 	if (c->meta_fetch)
 		fetch_charge(c->meta_fetch, req_charge(r));
 	return c->meta_fetch ? 0 : -EIO;
@@ -430,8 +444,9 @@ static void cache_owner_detach(void *arg, struct fetch *f)
 		req_cread(owner)->meta_fetch = NULL;
 }
 
-/* Keeps chunk 0's want unless this reader holds a chunk already. */
-static bool cache_owner_learnt(void *arg, long status, struct chunk *c0)
+/* Keeps the want of the chunk learnt with (index) unless this reader holds
+ * a chunk already. */
+static bool cache_owner_learnt(void *arg, long status, struct chunk *c0, uint64_t index)
 {
 	struct req *owner = arg;
 	assert(req_valid(owner));
@@ -442,7 +457,7 @@ static bool cache_owner_learnt(void *arg, long status, struct chunk *c0)
 		pins_hold_peer(req_gw(owner)->pins, req_bucket(owner), MHD_lookup_connection_value(
 		               req_connection(owner), MHD_HEADER_KIND, PIN_HEADER), &c0->id, c0->len);
 	req_cread(owner)->cur = c0;
-	req_cread(owner)->cur_index = 0;
+	req_cread(owner)->cur_index = index;
 	return true;
 }
 

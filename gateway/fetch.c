@@ -1,11 +1,14 @@
 /*
  * fetch.c - upstream GETs that fill the cache (see fetch.h).
  *
- * A meta fetch asks for bytes 0..chunk-1 without knowing the ETag. When
- * upstream's headers arrive it publishes the object's metadata (waking the
- * readers that waited for it), then asks the store for chunk 0 under its
- * real id: if nobody has it, the rest of this response fills it; if
- * someone does, the transfer stops. A meta fetch for a reader with
+ * A meta fetch asks for one chunk's range without knowing the ETag: chunk
+ * 0, or for a reader of a range (on a node alone) the chunk its first byte
+ * is in, so that a read into the middle of a large object costs one
+ * upstream GET, not chunk 0's as well. When upstream's headers arrive it
+ * publishes the object's metadata (waking the readers that waited for
+ * it), then asks the store for that chunk under its real id: if nobody
+ * has it, the rest of this response fills it; if someone does, the
+ * transfer stops. A meta fetch for a reader with
  * x-amz-checksum-mode asks for the whole object with the mode instead (S3
  * sends no checksum for a range): its x-amz-checksum-* headers are learnt
  * with the metadata, its first bytes fill chunk 0, and the transfer stops
@@ -55,6 +58,7 @@ struct fetch {
 	char pin[PIN_HEADER_MAX];    /* a pinned warm job's chunk: X-Larder-Pin to its owner */
 	char *revalidate;            /* meta fetches: If-None-Match */
 	uint64_t index, start;       /* chunk index and its first byte */
+	uint64_t learn_index;        /* meta fetch: the chunk its range asks for */
 	uint64_t size;               /* the object's size, as its metadata says */
 	struct chunk *c;             /* the chunk being filled (a reference) */
 	struct obj_meta *meta;       /* what the meta fetch learnt (chunk 0's origin) */
@@ -83,7 +87,7 @@ struct fetch {
 	bool failed_headers;         /* a response that is not what we asked for */
 	bool changed;                /* an answer for another version: as good as a 412 */
 	bool uncacheable;            /* meta fetch: an answer the cache cannot keep */
-	bool fills_chunk0;           /* meta fetch: its answer is chunk 0 whole */
+	bool fills_chunk;            /* meta fetch: its answer is chunk learn_index whole */
 	uint64_t gen;                /* meta fetch: NVMe time order when it began, for
 	                                chunk 0, claimed only once the answer is in */
 	struct shaper_slot slot;     /* its place in the prefix's window (gateway/shaper.h) */
@@ -385,8 +389,12 @@ static unsigned ask_hop(const struct fetch *f)
 	return !f->to_peer ? 0 : f->to_holder ? PEER_MAX_HOP : f->hop + 1;
 }
 
-/* learn: a chunk 0 up to this size is filled past the memory bound. */
+/* learn: a first chunk up to this size is filled past the memory bound. */
 #define CHUNK0_FILL_ANYWAY (1024 * 1024)
+
+/* meta_start: the first chunk index a meta fetch may ask for. S3's objects
+ * end far below it; past it the Range's last byte would not fit in 64 bits. */
+#define MAX_LEARN_INDEX(cs) (UINT64_MAX / (cs) - 1)
 
 bool fetch_memory_over(const struct gw *gw, uint64_t extra)
 {
@@ -397,19 +405,19 @@ bool fetch_memory_over(const struct gw *gw, uint64_t extra)
 	return chunk_live_bytes() + extra > cfg->ram_cache_bytes + budget;
 }
 
-/* obj_produce_fn of a meta fetch: the rest of its response fills chunk 0
- * when it is chunk 0's whole range. */
-static int claim_chunk0(void *arg, struct chunk *c, uint64_t index)
+/* obj_produce_fn of a meta fetch: the rest of its response fills the
+ * chunk it asked for when it is that chunk's whole range. */
+static int claim_chunk(void *arg, struct chunk *c, uint64_t index)
 {
 	struct fetch *f = arg;
-	if (!f->fills_chunk0)
+	if (!f->fills_chunk)
 		return FETCH_ERR_CANCELLED;
 	chunk_ref(c);
 	chunk_keep(c);
 	atomic_store(&c->ask_hop, ask_hop(f));
 	f->c = c;
 	f->index = index;
-	f->start = 0;
+	f->start = obj_chunk_offset(index, chunk_bytes(f));
 	return 0;
 }
 
@@ -450,7 +458,8 @@ static void learn(struct fetch *f)
 	uint64_t a = 0, b = 0, size = 0;
 	bool ok = false;
 	if (status == 206)
-		ok = content_range_parse(resp_header(f, "Content-Range"), &a, &b, &size) && a == 0;
+		ok = content_range_parse(resp_header(f, "Content-Range"), &a, &b, &size) &&
+		     a == obj_chunk_offset(f->learn_index, chunk_bytes(f));
 	else if (status == 200) /* the whole object: its size is its body's length */
 		ok = (size = hdrs_body_length(&f->x.resp, false)) != HDRS_LENGTH_UNKNOWN;
 	const char *etag = resp_header(f, "ETag");
@@ -482,14 +491,17 @@ static void learn(struct fetch *f)
 	str_copy(f->etag, sizeof f->etag, etag);
 	if (f->whole && (status == 200 || (status == 206 && f->to_peer)))
 		learn_checksums(f);
-	/* Chunk 0 under its real id, claimed before the metadata is published:
-	 * a reader woken by the metadata then joins this fetch instead of
-	 * starting its own. */
+	/* The chunk asked for (chunk 0, or the reader's first) under its real
+	 * id, claimed before the metadata is published: a reader woken by the
+	 * metadata then joins this fetch instead of starting its own. A 200
+	 * (an upstream that ignored the Range) fills nothing unless it was
+	 * asked for the whole object, which starts with chunk 0. */
 	struct chunk *c0 = NULL;
+	uint64_t k = status == 206 ? f->learn_index : 0;
 	if (size > 0) {
 		struct obj_ref ref = { f->bucket, f->key, f->meta };
-		size_t len0 = obj_chunk_len(size, 0, chunk_bytes(f));
-		f->fills_chunk0 = (status == 206 && b + 1 == len0) || (status == 200 && f->whole);
+		size_t len0 = obj_chunk_len(size, k, chunk_bytes(f));
+		f->fills_chunk = (status == 206 && b + 1 == a + len0) || (status == 200 && f->whole);
 		/* The bound was checked when the fetch started, but chunk 0's
 		 * memory is taken only now: any number of cold reads waiting
 		 * for their first byte passed it at once. A reader's fetch
@@ -498,18 +510,18 @@ static void learn(struct fetch *f)
 		 * one it fills, its bytes on their way: declined, it would be
 		 * asked for again at once (a second upstream GET) for little
 		 * memory, at most CHUNK0_FILL_ANYWAY a connection. */
-		if (f->owner && f->fills_chunk0 && len0 > CHUNK0_FILL_ANYWAY &&
+		if (f->owner && f->fills_chunk && len0 > CHUNK0_FILL_ANYWAY &&
 		    fetch_memory_over(gw, len0))
-			f->fills_chunk0 = false;
-		c0 = obj_acquire(&gw->objects, &ref, 0, claim_chunk0, f, NULL);
+			f->fills_chunk = false;
+		c0 = obj_acquire(&gw->objects, &ref, k, claim_chunk, f, NULL);
 	}
 	if (!f->c)
 		f->discard = true;
-	/* The reader that asked takes chunk 0's want from here (fetch.h);
+	/* The reader that asked takes the chunk's want from here (fetch.h);
 	 * else it is let go. */
 	bool taken = false;
 	if (f->owner)
-		taken = f->owner_ops->learnt(f->owner, status, c0 && f->c == c0 ? c0 : NULL);
+		taken = f->owner_ops->learnt(f->owner, status, c0 && f->c == c0 ? c0 : NULL, k);
 	if (c0 && !taken)
 		obj_unwant(c0, false);
 	meta_publish(gw->meta, f->bucket, f->key, f->meta);
@@ -712,7 +724,8 @@ static int start_transfer(struct fetch *f)
 	char range[CONTENT_RANGE_SIZE];
 	range[0] = '\0';
 	if (f->meta_kind && !f->c && !f->no_range && (!f->whole || f->to_peer))
-		range_format(range, 0, chunk_bytes(f) - 1);
+		range_format(range, obj_chunk_offset(f->learn_index, chunk_bytes(f)),
+		             obj_chunk_offset(f->learn_index + 1, chunk_bytes(f)) - 1);
 	else if (f->meta_kind && !f->c)
 		; /* the whole object (an empty one, or for its checksums) */
 	else
@@ -752,7 +765,8 @@ static int start_transfer(struct fetch *f)
 
 static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                 unsigned hop, const char *bucket, const char *key,
-                                const char *revalidate, const char *pin, bool whole)
+                                const char *revalidate, const char *pin, bool whole,
+                                uint64_t first_chunk)
 {
 	struct fetch *f = fetch_new(w, bucket, key, !ops); /* no reader: a warm job's */
 	if (!f)
@@ -760,6 +774,11 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 	str_copy(f->pin, sizeof f->pin, pin ? pin : "");
 	f->meta_kind = true;
 	f->whole = whole;
+	/* In a cluster the first read goes by the object's key to its owner
+	 * node, which is asked for chunk 0 (dir_key_of); an index past any
+	 * object S3 holds (a range from the end of 64 bits) is not asked. */
+	if (!whole && !w->gw->cluster && first_chunk < MAX_LEARN_INDEX(chunk_bytes(f)))
+		f->learn_index = first_chunk;
 	f->owner_ops = ops;
 	f->owner = owner;
 	f->hop = hop;
@@ -790,22 +809,22 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, const char *bucket, const char *key,
-                               const char *revalidate)
+                               const char *revalidate, uint64_t first_chunk)
 {
-	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL, false);
+	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL, false, first_chunk);
 }
 
 struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_owner_ops *ops,
                                          void *owner, unsigned hop, const char *bucket,
                                          const char *key, const char *revalidate)
 {
-	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL, true);
+	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL, true, 0);
 }
 
 struct fetch *fetch_meta_start_job(struct worker *w, const char *bucket, const char *key,
                                    const char *revalidate, const char *pin, bool whole)
 {
-	return meta_start(w, NULL, NULL, 0, bucket, key, revalidate, pin, whole);
+	return meta_start(w, NULL, NULL, 0, bucket, key, revalidate, pin, whole, 0);
 }
 
 static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
@@ -970,6 +989,14 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		meta_publish(gw->meta, f->bucket, f->key, NULL);
 		fetch_free(f);
 		return;
+	}
+	if (meta_only && !f->meta && status == 416 && f->learn_index) {
+		/* The reader's first chunk is past the object's end (its range
+		 * is not satisfiable, or the object shrank): learn it from
+		 * chunk 0, as any other read. */
+		f->learn_index = 0;
+		if (start_transfer(f) == 0)
+			return;
 	}
 	if (meta_only && !f->meta && status == 416 && !f->no_range) {
 		/* No byte 0: an empty object (or one that just became empty).

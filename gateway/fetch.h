@@ -1,7 +1,8 @@
 /*
  * fetch.h - one upstream GET that fills the cache: either the first read of
- * an object (chunk 0 as a range, which also teaches its size, ETag and
- * headers) or one chunk of a known version (a range with If-Match, so
+ * an object (one chunk as a range, chunk 0 or the one a reader's range
+ * starts in, which also teaches its size, ETag and headers) or one chunk
+ * of a known version (a range with If-Match, so
  * chunks of different versions never mix).
  *
  * A fetch belongs to the worker that started it and outlives any one
@@ -37,12 +38,13 @@ struct fetch;
  * before it forgets the pointer: the hooks run until the fetch ends. */
 struct fetch_owner_ops {
 	/* The object is learnt (status: upstream's, for the access log). c0:
-	 * chunk 0, which this fetch fills, or NULL. c0 comes with one want
+	 * chunk index (0 unless fetch_meta_start was given another), which
+	 * this fetch fills, or NULL. c0 comes with one want
 	 * (store/object.h) the owner may keep: true when it did (it will read
 	 * the chunk and obj_unwant it), false to let the fetch drop it. A small
 	 * object's chunk may complete before the owner gets to it, and
 	 * admission may decline to keep it; it must not be fetched twice. */
-	bool (*learnt)(void *owner, long status, struct chunk *c0);
+	bool (*learnt)(void *owner, long status, struct chunk *c0, uint64_t index);
 	/* Upstream's own answer when the object could not be learnt (404, 403,
 	 * ...; status 0: never reached), for the owner's client as it is. */
 	void (*upstream_error)(void *owner, long status, const struct hdrs *h, const char *body,
@@ -53,14 +55,20 @@ struct fetch_owner_ops {
 	void (*detach)(void *owner, struct fetch *f);
 };
 
-/* Starts learning (bucket, key): GET chunk 0 as a range. revalidate: the
+/* Starts learning (bucket, key): GET chunk first_chunk as a range (on a
+ * node of a cluster, chunk 0 whatever first_chunk says: the object's owner
+ * node is asked). A reader of a range gives the chunk its range starts in,
+ * so that a small read far into a cold object costs one GET; the other
+ * readers give 0. Past the object's end (S3's 416) chunk 0 is asked
+ * instead. Only chunk 0's NVMe entry carries the metadata (a restart knows
+ * the object again from it). revalidate: the
  * expired entry's ETag to send as If-None-Match, or NULL. owner (with its
  * ops; NULL for none): the reader that asked; it may go away first
  * (fetch_disown). hop as for fetch_chunk_start. Returns NULL when the
  * transfer could not start. */
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, const char *bucket, const char *key,
-                               const char *revalidate);
+                               const char *revalidate, uint64_t first_chunk);
 /* The same for a warm job (no owner, hop 0). pin: NULL, or for a pinned
  * job a pins_peer_header() (gateway/pins.h) its request to the chunk's owner
  * carries. whole: learn the object as fetch_meta_start_checksums does, so

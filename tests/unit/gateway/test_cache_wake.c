@@ -139,16 +139,17 @@ void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool drop
 }
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, const char *bucket, const char *key,
-                               const char *revalidate)
+                               const char *revalidate, uint64_t first_chunk)
 {
 	(void)w; (void)ops; (void)owner; (void)hop; (void)bucket; (void)key; (void)revalidate;
+	(void)first_chunk;
 	return NULL;
 }
 struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_owner_ops *ops,
                                          void *owner, unsigned hop, const char *bucket,
                                          const char *key, const char *revalidate)
 {
-	return fetch_meta_start(w, ops, owner, hop, bucket, key, revalidate);
+	return fetch_meta_start(w, ops, owner, hop, bucket, key, revalidate, 0);
 }
 void lookahead_note_read(struct lookaheads *l, const char *b, const char *k, double now)
 {
