@@ -339,15 +339,18 @@ static void let_go_of_meta_fetch(struct cread *c)
 }
 
 /* The chunk a meta fetch for r asks for: the one its range starts in, when
- * that is known before the object's size (bytes=a-b, bytes=a-) and the
- * range is served whatever the object (no If-Range); else chunk 0. A small
- * read far into a cold object then costs one upstream GET and one first
- * byte, not chunk 0's as well. */
+ * that is known before the object's size (bytes=a-b, bytes=a-), the last
+ * one for a suffix of at most a chunk (bytes=-n: a Parquet footer), when
+ * the range is served whatever the object (no If-Range); else chunk 0. A
+ * small read far into a cold object then costs one upstream GET and one
+ * first byte, not chunk 0's as well. */
 static uint64_t first_chunk(struct req *r)
 {
 	const struct cread *c = req_cread(r);
-	if (c->head || c->part || !c->want_range || c->range.suffix || req_header(r, "If-Range"))
+	if (c->head || c->part || !c->want_range || req_header(r, "If-Range"))
 		return 0;
+	if (c->range.suffix)
+		return c->range.b && c->range.b <= cread_chunk_bytes(r) ? FETCH_LAST_CHUNK : 0;
 	return obj_chunk_index(c->range.a, cread_chunk_bytes(r));
 }
 

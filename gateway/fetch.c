@@ -59,6 +59,8 @@ struct fetch {
 	char *revalidate;            /* meta fetches: If-None-Match */
 	uint64_t index, start;       /* chunk index and its first byte */
 	uint64_t learn_index;        /* meta fetch: the chunk its range asks for */
+	bool learn_last;             /* meta fetch: asks for the last chunk's bytes (bytes=-chunk) */
+	uint64_t skip;               /* body bytes before that chunk's first, not kept */
 	uint64_t size;               /* the object's size, as its metadata says */
 	struct chunk *c;             /* the chunk being filled (a reference) */
 	struct obj_meta *meta;       /* what the meta fetch learnt (chunk 0's origin) */
@@ -437,6 +439,14 @@ static void learn_checksums(struct fetch *f)
 	buf_fini(&lines);
 }
 
+/* Whether a 206 for bytes=-chunk covers what it should: the object's last
+ * chunk-size bytes, or all of a smaller one. */
+static bool suffix_fits(const struct fetch *f, uint64_t a, uint64_t b, uint64_t size)
+{
+	uint64_t cs = chunk_bytes(f);
+	return b + 1 == size && b + 1 - a == (size < cs ? size : cs);
+}
+
 /* Meta fetch, headers in: what is this object? */
 static void learn(struct fetch *f)
 {
@@ -459,7 +469,8 @@ static void learn(struct fetch *f)
 	bool ok = false;
 	if (status == 206)
 		ok = content_range_parse(resp_header(f, "Content-Range"), &a, &b, &size) &&
-		     a == obj_chunk_offset(f->learn_index, chunk_bytes(f));
+		     (f->learn_last ? suffix_fits(f, a, b, size)
+		                    : a == obj_chunk_offset(f->learn_index, chunk_bytes(f)));
 	else if (status == 200) /* the whole object: its size is its body's length */
 		ok = (size = hdrs_body_length(&f->x.resp, false)) != HDRS_LENGTH_UNKNOWN;
 	const char *etag = resp_header(f, "ETag");
@@ -498,6 +509,11 @@ static void learn(struct fetch *f)
 	 * asked for the whole object, which starts with chunk 0. */
 	struct chunk *c0 = NULL;
 	uint64_t k = status == 206 ? f->learn_index : 0;
+	if (status == 206 && f->learn_last) { /* the bytes up to the last chunk are let go */
+		k = obj_chunk_index(size - 1, chunk_bytes(f));
+		f->skip = obj_chunk_offset(k, chunk_bytes(f)) - a;
+		a += f->skip;
+	}
 	if (size > 0) {
 		struct obj_ref ref = { f->bucket, f->key, f->meta };
 		size_t len0 = obj_chunk_len(size, k, chunk_bytes(f));
@@ -575,6 +591,13 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
 	}
 	if (!f->c)
 		return 0;
+	if (f->skip) { /* a suffix's bytes before the last chunk (learn) */
+		size_t n = len < f->skip ? len : (size_t)f->skip;
+		f->skip -= n;
+		if (n == len || on_body(t, arg, data + n, len - n) == len - n)
+			return len;
+		return 0;
+	}
 	/* Nobody wants this chunk any more, and the last reader gave up on it
 	 * (its client went away): stop fetching it. */
 	if (!obj_wanted(f->c)) {
@@ -695,6 +718,7 @@ static int start_transfer(struct fetch *f)
 {
 	struct gw *gw = f->w->gw;
 	f->discard = false;
+	f->skip = 0; /* a retry of the chunk asks for its own range */
 	f->failed_headers = false;
 	f->changed = false;
 	buf_reset(&f->errbody);
@@ -723,7 +747,9 @@ static int start_transfer(struct fetch *f)
 	hdrs_init(&h);
 	char range[CONTENT_RANGE_SIZE];
 	range[0] = '\0';
-	if (f->meta_kind && !f->c && !f->no_range && (!f->whole || f->to_peer))
+	if (f->meta_kind && !f->c && !f->no_range && f->learn_last)
+		snprintf(range, sizeof range, "bytes=-%" PRIu64, chunk_bytes(f));
+	else if (f->meta_kind && !f->c && !f->no_range && (!f->whole || f->to_peer))
 		range_format(range, obj_chunk_offset(f->learn_index, chunk_bytes(f)),
 		             obj_chunk_offset(f->learn_index + 1, chunk_bytes(f)) - 1);
 	else if (f->meta_kind && !f->c)
@@ -777,7 +803,9 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 	/* In a cluster the first read goes by the object's key to its owner
 	 * node, which is asked for chunk 0 (dir_key_of); an index past any
 	 * object S3 holds (a range from the end of 64 bits) is not asked. */
-	if (!whole && !w->gw->cluster && first_chunk < MAX_LEARN_INDEX(chunk_bytes(f)))
+	if (!whole && !w->gw->cluster && first_chunk == FETCH_LAST_CHUNK)
+		f->learn_last = true;
+	else if (!whole && !w->gw->cluster && first_chunk < MAX_LEARN_INDEX(chunk_bytes(f)))
 		f->learn_index = first_chunk;
 	f->owner_ops = ops;
 	f->owner = owner;

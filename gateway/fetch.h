@@ -60,12 +60,15 @@ struct fetch_owner_ops {
  * node is asked). A reader of a range gives the chunk its range starts in,
  * so that a small read far into a cold object costs one GET; the other
  * readers give 0. Past the object's end (S3's 416) chunk 0 is asked
- * instead. Only chunk 0's NVMe entry carries the metadata (a restart knows
- * the object again from it). revalidate: the
+ * instead. FETCH_LAST_CHUNK (a suffix range, bytes=-n): the object's last
+ * chunk-size bytes, of which the last chunk is kept. Only chunk 0's NVMe
+ * entry carries the metadata (a restart knows the object again from it).
+ * revalidate: the
  * expired entry's ETag to send as If-None-Match, or NULL. owner (with its
  * ops; NULL for none): the reader that asked; it may go away first
  * (fetch_disown). hop as for fetch_chunk_start. Returns NULL when the
  * transfer could not start. */
+#define FETCH_LAST_CHUNK UINT64_MAX
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, const char *bucket, const char *key,
                                const char *revalidate, uint64_t first_chunk);

@@ -104,6 +104,35 @@ class ColdRanges(LarderCase):
         r = self.get("too-short", "bytes=%d-" % C)
         self.assertEqual((r.status, r.body), (206, data[C:]))
 
+    def test_suffix_of_a_cold_object_costs_its_last_chunk(self):
+        # bytes=-n (a Parquet footer read without the size) of at most a
+        # chunk asks for the last chunk's worth of bytes, bytes=-chunk, and
+        # keeps the last chunk of them: one GET, not chunk 0 first.
+        data = blob(5, 5 * C + 1000)
+        self.put("table.parquet", data)
+        mark = self.upstream.mark()
+        for n in (8, 1000, 65536):
+            r = self.get("table.parquet", "bytes=-%d" % n)
+            self.assertEqual((r.status, r.body), (206, data[-n:]), n)
+        sent = self.gets("table.parquet", mark)
+        # the footer's bytes=-65536 starts in chunk 4: that chunk's own GET
+        self.assertEqual([self.range_of(g) for g in sent],
+                         ["bytes=-%d" % C, "bytes=%d-%d" % (4 * C, 5 * C - 1)], sent)
+        r = self.get("table.parquet", None)
+        self.assertEqual((r.status, r.body), (200, data))
+        # A suffix longer than a chunk, and one longer than a small object:
+        # learnt from chunk 0 / whole, as before.
+        self.put("small.parquet", data[:5000])
+        self.put("long-suffix", data)
+        mark = self.upstream.mark()
+        r = self.get("small.parquet", "bytes=-9000")
+        self.assertEqual((r.status, r.body), (206, data[:5000]))
+        self.assertEqual([self.range_of(g) for g in self.gets("small.parquet", mark)],
+                         ["bytes=-%d" % C])
+        r = self.get("long-suffix", "bytes=-%d" % (C + 1))
+        self.assertEqual((r.status, r.body), (206, data[-(C + 1):]))
+        self.assertEqual(self.range_of(self.gets("long-suffix", mark)[0]), "bytes=0-%d" % (C - 1))
+
     def test_concurrent_cold_ranges_of_one_object_share_its_learning(self):
         # Readers of one cold object at different places: one learns it
         # (with the chunk its range is in), the others wait for that and
