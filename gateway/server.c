@@ -904,7 +904,6 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	if (gw.n_workers == 0)
 		gw.n_workers = 1;
 	gw.max_connections_set = cfg->max_connections;
-	gw.max_connections_set = cfg->max_connections;
 	int held = port_unheld(ai);
 	if (held != 0 || fit_open_files(cfg) != 0) {
 		if (held == -EADDRINUSE)
