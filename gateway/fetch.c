@@ -883,12 +883,6 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 	return 0;
 }
 
-int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
-                      const struct obj_meta *m, uint64_t index, unsigned hop)
-{
-	return chunk_start(w, c, bucket, key, m, index, hop, NULL, false, 0);
-}
-
 int fetch_produce(void *arg, struct chunk *c, uint64_t index)
 {
 	const struct fetch_producer *p = arg;

@@ -66,7 +66,7 @@ struct fetch_owner_ops {
  * revalidate: the
  * expired entry's ETag to send as If-None-Match, or NULL. owner (with its
  * ops; NULL for none): the reader that asked; it may go away first
- * (fetch_disown). hop as for fetch_chunk_start. Returns NULL when the
+ * (fetch_disown). hop as for struct fetch_producer. Returns NULL when the
  * transfer could not start. */
 #define FETCH_LAST_CHUNK UINT64_MAX
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
@@ -124,20 +124,16 @@ struct fetch_producer {
 	struct worker *w;
 	const char *bucket, *key;
 	const struct obj_meta *meta;
-	unsigned hop;                /* as fetch_chunk_start's */
+	unsigned hop;                /* 0 for this node's own readers, else the hop of the
+	                              * peer request that wants the chunk (cluster/peer.h) */
 	const char *pin;             /* a pinned warm job's pins_peer_header(), or NULL */
 	bool background;             /* a warm job's: after demand reads (gateway/shaper.h) */
 	unsigned charge;             /* the store charge of the chunks (req_charge); 0: nobody */
 };
-/* An obj_produce_fn (store/object.h): fetch_chunk_start with arg a struct
- * fetch_producer; FETCH_ERR_UPSTREAM when it could not start. */
+/* An obj_produce_fn (store/object.h) with arg a struct fetch_producer:
+ * starts producing chunk c (a reference is taken) of the version
+ * p->meta; FETCH_ERR_UPSTREAM when it could not start. */
 int fetch_produce(void *arg, struct chunk *c, uint64_t index);
-
-/* Starts producing chunk c (a reference is taken) of the object version m.
- * hop: 0 for this node's own readers, else the hop of the peer request
- * that wants it (see cluster/peer.h). */
-int fetch_chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
-                      const struct obj_meta *m, uint64_t index, unsigned hop);
 
 /* The chunk a meta fetch fills is charged to charge (req_charge) in the
  * store. */
