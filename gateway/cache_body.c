@@ -283,7 +283,8 @@ static struct chunk *get_chunk(struct req *r, uint64_t i, bool now)
 	struct obj_ref ref = obj_of(r);
 	struct producing p = { r, now, false };
 	enum store_role role;
-	struct chunk *ch = obj_acquire(&req_gw(r)->objects, &ref, i, produce, &p, &role);
+	struct chunk *ch = obj_acquire(&req_gw(r)->objects, &ref, i, req_charge(r), produce, &p,
+	                               &role);
 	if (ch && role == STORE_WAIT && !obj_may_wait(req_peer_hop(r), atomic_load(&ch->ask_hop)))
 		p.declined = true;
 	if (ch && p.declined) {

@@ -529,7 +529,7 @@ static void learn(struct fetch *f)
 		if (f->owner && f->fills_chunk && len0 > CHUNK0_FILL_ANYWAY &&
 		    fetch_memory_over(gw, len0))
 			f->fills_chunk = false;
-		c0 = obj_acquire(&gw->objects, &ref, k, claim_chunk, f, NULL);
+		c0 = obj_acquire(&gw->objects, &ref, k, f->charge, claim_chunk, f, NULL);
 	}
 	if (!f->c)
 		f->discard = true;

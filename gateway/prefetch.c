@@ -280,7 +280,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 	while (o->n_held < PF_HELD && o->next_chunk < o->n_chunks && under_cap(j)) {
 		uint64_t i = o->next_chunk;
 		enum store_role role;
-		struct chunk *c = obj_acquire(ob, &ref, i, fetch_produce, &fp, &role);
+		struct chunk *c = obj_acquire(ob, &ref, i, 0, fetch_produce, &fp, &role);
 		if (!c)
 			break;
 		if (j->pin && pin_chunk(j, o, i, c) == -ENOSPC) {

@@ -68,7 +68,8 @@ void obj_chunk_id(const struct obj_ref *ref, uint64_t i, struct chunk_id *out)
 /* ---- acquire or produce ------------------------------------------------- */
 
 struct chunk *obj_acquire(const struct objects *o, const struct obj_ref *ref, uint64_t i,
-                          obj_produce_fn produce, void *arg, enum store_role *role)
+                          unsigned charge, obj_produce_fn produce, void *arg,
+                          enum store_role *role)
 {
 	size_t len = obj_chunk_len(ref->meta->size, i, o->chunk_bytes);
 	if (len == 0)
@@ -76,7 +77,7 @@ struct chunk *obj_acquire(const struct objects *o, const struct obj_ref *ref, ui
 	struct chunk_id id;
 	obj_chunk_id(ref, i, &id);
 	enum store_role r;
-	struct chunk *c = store_acquire(o->store, &id, len, &r);
+	struct chunk *c = store_acquire_charged(o->store, &id, len, charge, &r);
 	if (!c)
 		return NULL;
 	/* Counted before the producer runs: it may ask obj_wanted at once. */

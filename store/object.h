@@ -76,11 +76,14 @@ typedef int (*obj_produce_fn)(void *arg, struct chunk *c, uint64_t i);
  * from NVMe by the store), produced by someone else, or nobody had it: then
  * it was created and produce(arg, c, i) called before this returns. Of
  * concurrent acquirers only the first one's producer runs; the others get
- * the same chunk. *role (may be NULL) says which. NULL when out of memory
- * or when i is past the object's end.
+ * the same chunk. *role (may be NULL) says which. charge: the reader's
+ * store charge (its fills' chunk_origin.charge; 0: nobody), which a chunk
+ * read back from NVMe for it enters RAM with (store_acquire_charged). NULL
+ * when out of memory or when i is past the object's end.
  */
 struct chunk *obj_acquire(const struct objects *o, const struct obj_ref *ref, uint64_t i,
-                          obj_produce_fn produce, void *arg, enum store_role *role);
+                          unsigned charge, obj_produce_fn produce, void *arg,
+                          enum store_role *role);
 
 /* ---- who wants a chunk --------------------------------------------------
  * Readers, read-ahead and warming jobs each count as one want while they

@@ -85,7 +85,8 @@ enum job_kind { JOB_READ, JOB_WRITE };
 struct job {
 	enum job_kind kind;
 	struct chunk *c;            /* a reference */
-	struct chunk_origin o;      /* JOB_WRITE: strings copied into names[] */
+	struct chunk_origin o;      /* JOB_WRITE: strings copied into names[]; JOB_READ: the
+	                             * charge only (store_acquire_charged) */
 	bool dropped;               /* store_drop ran while it was active */
 	struct job *next;
 	char names[];
@@ -364,11 +365,12 @@ static int read_chunk(struct store *s, struct chunk *c, bool cached_only)
 	return r == 0 && chunk_append(c, b, c->len) != 0 ? -ENOMEM : r;
 }
 
-/* The end of a read of c from NVMe, r its result (not -EAGAIN). */
-static void read_done(struct store *s, struct chunk *c, int r)
+/* The end of a read of c from NVMe, r its result (not -EAGAIN); o names
+ * only the charge the reader that caused it brings (store_acquire_charged). */
+static void read_done(struct store *s, struct chunk *c, int r, const struct chunk_origin *o)
 {
 	if (r == 0) {
-		finish(s, c, true, 0, NULL, false);
+		finish(s, c, true, 0, o, false);
 		return;
 	}
 	count(&s->disk_read_errors);
@@ -383,7 +385,7 @@ static void read_done(struct store *s, struct chunk *c, int r)
 
 static void run_read(struct store *s, struct job *j)
 {
-	read_done(s, j->c, read_chunk(s, j->c, false));
+	read_done(s, j->c, read_chunk(s, j->c, false), &j->o);
 }
 
 static void run_write(struct store *s, struct job *j)
@@ -627,6 +629,12 @@ void store_close(struct store *s)
 struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t len,
                             enum store_role *role)
 {
+	return store_acquire_charged(s, id, len, 0, role);
+}
+
+struct chunk *store_acquire_charged(struct store *s, const struct chunk_id *id, size_t len,
+                                    unsigned charge, enum store_role *role)
+{
 	struct tier_gone *dead = NULL;
 	double now = clock_mono_s();
 	struct chunk *c;
@@ -694,14 +702,16 @@ struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t l
 	 * the copy (two wake-ups and a suspended request; docs/benchmarks.md,
 	 * "NVMe hits from the page cache"). Whoever joins meanwhile waits on
 	 * c as on any producer. */
+	struct chunk_origin promoted = { .charge = charge };
 	int r = len <= INLINE_READ_MAX ? read_chunk(s, c, true) : -EAGAIN;
 	if (r != -EAGAIN) {
-		read_done(s, c, r);
+		read_done(s, c, r, &promoted);
 		*role = r == 0 ? STORE_HIT : STORE_WAIT; /* failed: the caller acquires again */
 	} else {
 		struct job *j = calloc(1, sizeof *j);
 		if (j) {
 			j->kind = JOB_READ;
+			j->o = promoted;
 			chunk_ref(c);
 			j->c = c;
 			if (job_queue(s, j, false))

@@ -113,6 +113,11 @@ enum store_role { STORE_HIT, STORE_WAIT, STORE_PRODUCE };
  */
 struct chunk *store_acquire(struct store *s, const struct chunk_id *id, size_t len,
                             enum store_role *role);
+/* The same for a reader whose fills count against charge (store_charge_limit;
+ * 0: nobody): a chunk this call has the store read back from NVMe enters
+ * RAM charged to it, as if that reader had fetched it. */
+struct chunk *store_acquire_charged(struct store *s, const struct chunk_id *id, size_t len,
+                                    unsigned charge, enum store_role *role);
 
 /*
  * The producer is done (the producer then still releases its reference). ok: the chunk is READY (filled == len), leaves
@@ -209,8 +214,10 @@ void store_pin_write(struct store *s, struct chunk *c, const struct chunk_origin
  * chunk completed with chunk_origin.charge = n counts against charge n
  * while it stays in RAM, whoever reads it later; with a limit, charge n's
  * own chunks make room for its new ones, so its bytes settle at the limit
- * while other charges' stay (store/ram.h). The NVMe tier and chunks read
- * back from it are charged to nobody. n is 1..STORE_CHARGE_MAX.
+ * while other charges' stay (store/ram.h). A chunk read back from NVMe
+ * counts against the charge of the reader whose store_acquire_charged
+ * started the read (0: nobody); NVMe entries themselves carry no charge.
+ * n is 1..STORE_CHARGE_MAX.
  * store_charge_limit: 0, -EINVAL (n out of range) or -ENOMEM; max 0 is no
  * limit. store_charged: the bytes charged to n now.
  */

@@ -5,6 +5,7 @@ SlowDown and Retry-After, and the key's other readers and other keys go on. max_
 max_resident_bytes bounds the bytes of the RAM tier a key's misses keep.
 The upstream is fault_origin.FaultOrigin, which can hold each GET back so
 the misses overlap."""
+import functools
 import json
 import os
 import shutil
@@ -367,7 +368,8 @@ class MaxResidentBytes(KeyLimitsCase):
     MiB RAM tier (no NVMe): the bytes charged to it end within 15% of 16 MiB,
     and another key's 24 MiB read before it all stay hits. Objects of 3 MiB
     with 1 MiB chunks: chunk 0 of each comes with the object's first GET,
-    the others from chunk fetches; both are charged."""
+    the others from chunk fetches; both are charged. With an NVMe tier, so
+    are the chunks the key's later passes read back from NVMe."""
 
     def admin_get(self, admin, path):
         req = urllib.request.Request(admin + path,
@@ -375,26 +377,33 @@ class MaxResidentBytes(KeyLimitsCase):
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.read()
 
-    def test_capped_key_settles_at_its_cap_and_others_stay(self):
+    def start_two_jobs(self, prefix, seed, **extra):
+        """A larder with its admin port, and on the origin 8 objects of 3 MiB
+        for the uncapped key and 20 for the capped one, named prefix-...
+        Returns (larder, admin URL, theirs, mine)."""
         port = harness.free_port()
         admin = "http://127.0.0.1:%d" % port
-        larder = self.start(LARDER_DISK_CACHE_SIZE="0", LARDER_CACHE_DIR=None,
-                            LARDER_ADMIN_LISTEN="127.0.0.1:%d" % port,
-                            LARDER_ADMIN_TOKEN=ADMIN_TOKEN)
-        theirs = ["res-free-%d" % i for i in range(8)]     # 24 MiB
-        mine = ["res-small-%d" % i for i in range(20)]     # 60 MiB
-        data = {}
+        larder = self.start(LARDER_ADMIN_LISTEN="127.0.0.1:%d" % port,
+                            LARDER_ADMIN_TOKEN=ADMIN_TOKEN, **extra)
+        theirs = ["%s-free-%d" % (prefix, i) for i in range(8)]     # 24 MiB
+        mine = ["%s-small-%d" % (prefix, i) for i in range(20)]     # 60 MiB
+        self.data = {}
         for i, k in enumerate(theirs + mine):
-            data[k] = blob(40 + i, 3 * MiB)
-            self.origin.put(BUCKET, k, data[k])
-        for k in theirs:
-            r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=FREE,
-                      secret=FREE_SECRET)
-            self.assertEqual((r.status, r.body == data[k]), (200, True), r)
-        for k in mine:
-            r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=SMALL,
-                      secret=SMALL_SECRET)
-            self.assertEqual((r.status, r.body == data[k]), (200, True), r)
+            self.data[k] = blob(seed + i, 3 * MiB)
+            self.origin.put(BUCKET, k, self.data[k])
+        return larder, admin, theirs, mine
+
+    def read(self, larder, keys, who, secret):
+        """GETs keys one after another as who; each must come back whole."""
+        for k in keys:
+            r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=who, secret=secret)
+            self.assertEqual((r.status, r.body == self.data[k]), (200, True), (k, r))
+
+    def test_capped_key_settles_at_its_cap_and_others_stay(self):
+        larder, admin, theirs, mine = self.start_two_jobs(
+            "res", 40, LARDER_DISK_CACHE_SIZE="0", LARDER_CACHE_DIR=None)
+        self.read(larder, theirs, FREE, FREE_SECRET)
+        self.read(larder, mine, SMALL, SMALL_SECRET)
 
         res = json.loads(self.admin_get(admin, "/admin/stats"))["resident"]
         self.assertEqual(res[SMALL]["max_bytes"], 16 * MiB, res)
@@ -408,10 +417,7 @@ class MaxResidentBytes(KeyLimitsCase):
 
         # The other key's data was all kept: its second read is all hits.
         m = self.origin.mark()
-        for k in theirs:
-            r = fetch(larder.url, "GET", harness.key_path(BUCKET, k), key=FREE,
-                      secret=FREE_SECRET)
-            self.assertEqual((r.status, r.body == data[k]), (200, True), r)
+        self.read(larder, theirs, FREE, FREE_SECRET)
         self.assertEqual(self.origin.requests(m, "GET"), [])
 
         # A SIGHUP that lowers the cap applies it at once.
@@ -427,6 +433,59 @@ class MaxResidentBytes(KeyLimitsCase):
         self.assertEqual(res[SMALL]["max_bytes"], 8 * MiB, res)
         self.assertLessEqual(res[SMALL]["bytes"], 8 * MiB, res)
         self.assertEqual(res[FREE]["bytes"], 24 * MiB, res)
+
+    def stats(self, admin):
+        return json.loads(self.admin_get(admin, "/admin/stats"))
+
+    def wait_nvme_settled(self, admin, chunks):
+        """Until the NVMe tier holds chunks entries (the write-through is
+        asynchronous), or its count stops growing for a second."""
+        last, since = -1, time.monotonic()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            n = self.stats(admin)["cache"]["nvme"]["chunks"]
+            if n >= chunks:
+                return n
+            if n != last:
+                last, since = n, time.monotonic()
+            elif time.monotonic() - since > 1:
+                return n
+            time.sleep(0.05)
+        return last
+
+    def test_chunks_read_back_from_nvme_are_charged(self):
+        """With an NVMe tier the capped key's second pass reads its data back
+        from NVMe into RAM. Those promotions are charged to it as its fills
+        are: it stays at its cap, and the other key's data stays in RAM (its
+        re-read is all RAM hits). Uncharged (before audit round 7) they filled
+        the RAM tier (63 of 64 chunks) and the other key's re-read found 8 of
+        its 24 chunks pushed down to NVMe."""
+        larder, admin, theirs, mine = self.start_two_jobs("nvme", 140,
+                                                          LARDER_DISK_CACHE_SIZE="256MiB")
+        read = functools.partial(self.read, larder)
+        read(theirs, FREE, FREE_SECRET)
+        read(mine, SMALL, SMALL_SECRET)
+        # Every chunk on NVMe, so the second pass reads them back from there.
+        self.assertEqual(self.wait_nvme_settled(admin, 84), 84)
+        for _ in range(2):
+            read(theirs, FREE, FREE_SECRET)         # the other job keeps its data warm
+            m = self.origin.mark()
+            read(mine, SMALL, SMALL_SECRET)         # the next epoch
+            self.assertEqual(self.origin.requests(m, "GET"), [])
+
+        # The other key's data is still all in RAM: its re-read is all RAM hits.
+        st = self.stats(admin)
+        nvme_hits, ram_hits = st["cache"]["nvme"]["hits"], st["cache"]["ram"]["hits"]
+        m = self.origin.mark()
+        read(theirs, FREE, FREE_SECRET)
+        self.assertEqual(self.origin.requests(m, "GET"), [])
+        after = self.stats(admin)
+        self.assertEqual(after["cache"]["nvme"]["hits"] - nvme_hits, 0,
+                         (st["resident"], st["cache"]))
+        self.assertGreaterEqual(after["cache"]["ram"]["hits"] - ram_hits, 24, after["cache"])
+        self.assertLessEqual(after["resident"][SMALL]["bytes"], 16 * MiB, after["resident"])
+        self.assertEqual(after["resident"][FREE], {"bytes": 24 * MiB, "max_bytes": 0},
+                         after["resident"])
 
 
 class BadLimitRefused(unittest.TestCase):

@@ -149,8 +149,8 @@ static void test_acquire_produces_once(void **state)
 	struct fixture *f = *state;
 	struct producer p = { .s = f->s };
 	enum store_role r1, r2;
-	struct chunk *a = obj_acquire(&f->o, &f->ref, 2, produce, &p, &r1);
-	struct chunk *b = obj_acquire(&f->o, &f->ref, 2, produce, &p, &r2);
+	struct chunk *a = obj_acquire(&f->o, &f->ref, 2, 0, produce, &p, &r1);
+	struct chunk *b = obj_acquire(&f->o, &f->ref, 2, 0, produce, &p, &r2);
 	assert_non_null(a);
 	assert_ptr_equal(a, b);
 	assert_int_equal(r1, STORE_PRODUCE);
@@ -162,14 +162,14 @@ static void test_acquire_produces_once(void **state)
 	chunk_append(p.c, "abcde", 5);
 	store_complete(f->s, p.c, true, 0, NULL);
 	chunk_unref(p.c);
-	struct chunk *c = obj_acquire(&f->o, &f->ref, 2, produce, &p, &r1);
+	struct chunk *c = obj_acquire(&f->o, &f->ref, 2, 0, produce, &p, &r1);
 	assert_int_equal(r1, STORE_HIT);
 	assert_int_equal(atomic_load(&p.calls), 1);
 	obj_unwant(a, false);
 	obj_unwant(b, false);
 	obj_unwant(c, false);
 	/* past the end: nothing */
-	assert_null(obj_acquire(&f->o, &f->ref, 3, produce, &p, &r1));
+	assert_null(obj_acquire(&f->o, &f->ref, 3, 0, produce, &p, &r1));
 }
 
 struct racer {
@@ -183,7 +183,7 @@ static void *race(void *arg)
 {
 	struct racer *r = arg;
 	pthread_barrier_wait(r->go);
-	r->got = obj_acquire(&r->f->o, &r->f->ref, 0, produce, r->p, NULL);
+	r->got = obj_acquire(&r->f->o, &r->f->ref, 0, 0, produce, r->p, NULL);
 	return NULL;
 }
 
@@ -222,7 +222,7 @@ static void test_acquire_producer_fails(void **state)
 	struct fixture *f = *state;
 	struct producer p = { .s = f->s, .result = -1234 };
 	enum store_role role;
-	struct chunk *c = obj_acquire(&f->o, &f->ref, 1, produce, &p, &role);
+	struct chunk *c = obj_acquire(&f->o, &f->ref, 1, 0, produce, &p, &role);
 	assert_non_null(c);
 	assert_int_equal(role, STORE_PRODUCE);
 	assert_int_equal(chunk_state(c), CHUNK_FAILED);
@@ -230,7 +230,7 @@ static void test_acquire_producer_fails(void **state)
 	obj_unwant(c, false);
 	/* it left the in-flight table: the next acquirer produces again */
 	p.result = 0;
-	c = obj_acquire(&f->o, &f->ref, 1, produce, &p, &role);
+	c = obj_acquire(&f->o, &f->ref, 1, 0, produce, &p, &role);
 	assert_int_equal(role, STORE_PRODUCE);
 	assert_int_equal(atomic_load(&p.calls), 2);
 	store_complete(f->s, p.c, false, -1, NULL);
@@ -458,7 +458,7 @@ static void test_forget(void **state)
 	struct producer p = { .s = f->s };
 	for (uint64_t i = 0; i < 3; i++) {
 		p.calls = 0;
-		struct chunk *c = obj_acquire(&f->o, &f->ref, i, produce, &p, NULL);
+		struct chunk *c = obj_acquire(&f->o, &f->ref, i, 0, produce, &p, NULL);
 		char bytes[CS];
 		memset(bytes, 'x', sizeof bytes);
 		chunk_append(p.c, bytes, c->len);

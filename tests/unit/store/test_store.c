@@ -1008,6 +1008,82 @@ static void test_disk_uncached_read_goes_to_io_threads(void **state)
 	store_close(s);
 }
 
+/* Chunk i read back from NVMe for a reader of charge (0: nobody): its
+ * bytes checked, and the RAM tier offered it (the I/O thread that may
+ * have read it does so just after the chunk turns READY). */
+static void promote(struct store *s, uint64_t i, unsigned charge)
+{
+	enum store_role role;
+	struct chunk_id id = cid(i);
+	uint64_t disk_hits = stats(s).hits_disk;
+	struct chunk *c = store_acquire_charged(s, &id, CLEN, charge, &role);
+	assert_non_null(c);
+	assert_true(role == STORE_HIT || role == STORE_WAIT);
+	assert_int_equal(wait_done(c), CHUNK_READY);
+	assert_true(data_ok(c, i));
+	chunk_unref(c);
+	assert_int_equal(stats(s).hits_disk, disk_hits + 1);
+	for (int k = 0; k < 2000 && stats(s).inflight > 0; k++)
+		msleep(1);
+	assert_int_equal(stats(s).inflight, 0);
+}
+
+/* A chunk read back from NVMe into RAM counts against the charge of the
+ * reader that caused it, as a fetch would: with a limit, the charge's own
+ * chunks make room and its bytes stay at it (a key's re-read of its data
+ * set from NVMe, every epoch after the first, filled RAM uncharged). A
+ * later reader of another charge does not move it; a pinned chunk counts
+ * against no charge; store_acquire charges nobody. */
+static void test_promotion_charged(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/charged", tmpdir);
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	for (uint64_t i = 0; i < 8; i++)
+		produce(s, 20 + i); /* charged to nobody */
+	wait_writes(s, 8);
+	store_close(s);
+
+	s = open_disk(dir, 0, NULL, NULL); /* RAM empty, NVMe full */
+	assert_int_equal(stats(s).ram_entries, 0);
+	assert_int_equal(store_charge_limit(s, 1, 2 * CLEN), 0);
+	for (uint64_t i = 0; i < 4; i++)
+		promote(s, 20 + i, 1);
+	assert_int_equal(store_charged(s, 1), 2 * CLEN);
+	assert_int_equal(stats(s).ram_entries, 2);
+
+	/* Another charge's read of what charge 1 holds is a RAM hit. */
+	uint64_t ram_hits = stats(s).hits_ram;
+	for (uint64_t i = 0; i < 4; i++) {
+		enum store_role role;
+		struct chunk_id id = cid(20 + i);
+		struct chunk *c = store_acquire_charged(s, &id, CLEN, 2, &role);
+		assert_non_null(c);
+		if (role != STORE_HIT) { /* one charge 1 did not keep: read for charge 2 */
+			assert_int_equal(role, STORE_WAIT);
+			assert_int_equal(wait_done(c), CHUNK_READY);
+		}
+		chunk_unref(c);
+	}
+	for (int k = 0; k < 2000 && stats(s).inflight > 0; k++)
+		msleep(1);
+	assert_int_equal(stats(s).hits_ram, ram_hits + 2);
+	assert_int_equal(store_charged(s, 1), 2 * CLEN);
+	assert_int_equal(store_charged(s, 2), 2 * CLEN);
+
+	/* Pinned: kept, charged to nobody. Uncharged reader: nobody either. */
+	struct chunk_id id = cid(24);
+	assert_true(store_pin(s, &id, CLEN) & STORE_PIN_RAM);
+	promote(s, 24, 1);
+	promote(s, 25, 0);
+	assert_int_equal(store_charged(s, 1), 2 * CLEN);
+	assert_int_equal(stats(s).ram_entries, 6);
+	assert_int_equal(stats(s).ram_pinned, CLEN);
+	store_unpin(s, &id, store_pinned(s, &id));
+	store_close(s);
+}
+
 /* The directory vanishes under the store: writes fail, the tier is
  * switched off, RAM keeps serving. */
 static void test_disk_failing(void **state)
@@ -1356,6 +1432,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_corrupt_refetch, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_uncached_read_goes_to_io_threads, setup_dir,
 		                                teardown_dir),
+		cmocka_unit_test_setup_teardown(test_promotion_charged, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_failing, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_comes_back, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_write_without_memory, setup_dir, teardown_dir),
