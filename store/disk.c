@@ -528,7 +528,7 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
 /* disk_read, and with cached_only disk_read_cached: a read that would wait
  * for the device ends -EAGAIN, with nothing dropped or counted. */
 static int read_entry(struct disk *d, const struct chunk_id *id, void *out, size_t len,
-                      bool cached_only)
+                      bool cached_only, bool *copy)
 {
 	int flags = cached_only ? RWF_NOWAIT : 0;
 	uint64_t hash = chunk_id_hash(id);
@@ -541,6 +541,8 @@ static int read_entry(struct disk *d, const struct chunk_id *id, void *out, size
 	struct seg *s = e->seg;
 	uint64_t off = e->off;
 	uint32_t vl = e->var_len, crc = e->data_crc;
+	if (copy)
+		*copy = e->copy;
 	atomic_fetch_add(&s->refs, 1);
 	if (!e->pinned)
 		policy_touch(d->pol, &e->pe, clock_mono_s());
@@ -584,14 +586,15 @@ static int read_entry(struct disk *d, const struct chunk_id *id, void *out, size
 	return bad ? -EIO : rc;
 }
 
-int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len)
+int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len, bool *copy)
 {
-	return read_entry(d, id, out, len, false);
+	return read_entry(d, id, out, len, false, copy);
 }
 
-int disk_read_cached(struct disk *d, const struct chunk_id *id, void *out, size_t len)
+int disk_read_cached(struct disk *d, const struct chunk_id *id, void *out, size_t len,
+                     bool *copy)
 {
-	return read_entry(d, id, out, len, true);
+	return read_entry(d, id, out, len, true, copy);
 }
 
 uint64_t disk_next_gen(struct disk *d)

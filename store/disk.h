@@ -68,16 +68,18 @@ int disk_write(struct disk *d, const struct chunk_id *id, const struct chunk_ori
  * system takes it (through the page cache where it does not). */
 #define DISK_DIRECT_ABOVE ((size_t)512 << 10)
 
-/* Reads a chunk's data into out (len bytes, the entry's length). Returns 0,
- * -ENOENT (not held), -EINVAL (len is not the entry's length), -EIO
- * (checksum failure: the entry is dropped), or another negative errno
- * (the entry is dropped). */
-int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len);
+/* Reads a chunk's data into out (len bytes, the entry's length), and into
+ * *copy (when not NULL) whether the entry is a reader's copy of another
+ * node's chunk (chunk_origin.copy). Returns 0, -ENOENT (not held), -EINVAL
+ * (len is not the entry's length), -EIO (checksum failure: the entry is
+ * dropped), or another negative errno (the entry is dropped). */
+int disk_read(struct disk *d, const struct chunk_id *id, void *out, size_t len, bool *copy);
 /* disk_read from the page cache only, for a caller that must not wait on
  * the device (a worker loop): -EAGAIN when a byte of the entry is not
  * cached (or the file system cannot tell), with the entry kept and nothing
  * counted; otherwise as disk_read. */
-int disk_read_cached(struct disk *d, const struct chunk_id *id, void *out, size_t len);
+int disk_read_cached(struct disk *d, const struct chunk_id *id, void *out, size_t len,
+                     bool *copy);
 
 /* Calls fn for every entry the tier holds (store_each_nvme), under the
  * index lock: fn must not call into the tier. */

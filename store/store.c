@@ -86,7 +86,7 @@ struct job {
 	enum job_kind kind;
 	struct chunk *c;            /* a reference */
 	struct chunk_origin o;      /* JOB_WRITE: strings copied into names[]; JOB_READ: the
-	                             * charge only (store_acquire_charged) */
+	                             * charge (store_acquire_charged) and copy (the entry's) */
 	bool dropped;               /* store_drop ran while it was active */
 	struct job *next;
 	char names[];
@@ -349,24 +349,25 @@ static void finish(struct store *s, struct chunk *c, bool ok, int reason,
                    const struct chunk_origin *o, bool write_through);
 
 /* Reads c from NVMe into its bytes (disk_read, or with cached_only
- * disk_read_cached): 0, the read's -errno, or -ENOMEM when there was no
- * memory for the bytes. */
-static int read_chunk(struct store *s, struct chunk *c, bool cached_only)
+ * disk_read_cached), and whether the entry is a copy into *copy: 0, the
+ * read's -errno, or -ENOMEM when there was no memory for the bytes. */
+static int read_chunk(struct store *s, struct chunk *c, bool cached_only, bool *copy)
 {
 	if (!disk_usable(s))
 		return -ENOENT;
 	void *b = chunk_stage(c);
 	if (!b)
 		return -ENOMEM;
-	int r = cached_only ? disk_read_cached(s->disk, &c->id, b, c->len)
-	                    : disk_read(s->disk, &c->id, b, c->len);
+	int r = cached_only ? disk_read_cached(s->disk, &c->id, b, c->len, copy)
+	                    : disk_read(s->disk, &c->id, b, c->len, copy);
 	/* One append for the whole chunk: NVMe reads are fast next to the
 	 * network the readers send it to. */
 	return r == 0 && chunk_append(c, b, c->len) != 0 ? -ENOMEM : r;
 }
 
 /* The end of a read of c from NVMe, r its result (not -EAGAIN); o names
- * only the charge the reader that caused it brings (store_acquire_charged). */
+ * only the charge the reader that caused it brings (store_acquire_charged)
+ * and whether the entry is a copy, which RAM keeps after its own chunks. */
 static void read_done(struct store *s, struct chunk *c, int r, const struct chunk_origin *o)
 {
 	if (r == 0) {
@@ -385,7 +386,7 @@ static void read_done(struct store *s, struct chunk *c, int r, const struct chun
 
 static void run_read(struct store *s, struct job *j)
 {
-	read_done(s, j->c, read_chunk(s, j->c, false), &j->o);
+	read_done(s, j->c, read_chunk(s, j->c, false, &j->o.copy), &j->o);
 }
 
 static void run_write(struct store *s, struct job *j)
@@ -703,7 +704,7 @@ struct chunk *store_acquire_charged(struct store *s, const struct chunk_id *id, 
 	 * "NVMe hits from the page cache"). Whoever joins meanwhile waits on
 	 * c as on any producer. */
 	struct chunk_origin promoted = { .charge = charge };
-	int r = len <= INLINE_READ_MAX ? read_chunk(s, c, true) : -EAGAIN;
+	int r = len <= INLINE_READ_MAX ? read_chunk(s, c, true, &promoted.copy) : -EAGAIN;
 	if (r != -EAGAIN) {
 		read_done(s, c, r, &promoted);
 		*role = r == 0 ? STORE_HIT : STORE_WAIT; /* failed: the caller acquires again */

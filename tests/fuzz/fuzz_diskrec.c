@@ -160,7 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!disk_lookup(d, &f.id[i], &len))
 			continue; /* a later duplicate id, dropped */
 		void *buf = malloc(len ? len : 1);
-		if (buf && disk_read(d, &f.id[i], buf, len) == -EINVAL)
+		if (buf && disk_read(d, &f.id[i], buf, len, NULL) == -EINVAL)
 			__builtin_trap(); /* the length disk_lookup gave */
 		free(buf);
 	}

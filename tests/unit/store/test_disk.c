@@ -160,7 +160,7 @@ static void expect_held(struct disk *d, uint64_t n, unsigned v, size_t len)
 	assert_int_equal(got, len);
 	unsigned char *want = data_of(n, v, len), *buf = malloc(len ? len : 1);
 	assert_non_null(buf);
-	assert_int_equal(disk_read(d, &id, buf, len), 0);
+	assert_int_equal(disk_read(d, &id, buf, len, NULL), 0);
 	assert_memory_equal(buf, want, len);
 	free(buf);
 	free(want);
@@ -171,7 +171,7 @@ static void expect_gone(struct disk *d, uint64_t n)
 	struct chunk_id id = id_of(n);
 	unsigned char b[1];
 	assert_false(disk_lookup(d, &id, NULL));
-	assert_int_equal(disk_read(d, &id, b, 0), -ENOENT);
+	assert_int_equal(disk_read(d, &id, b, 0, NULL), -ENOENT);
 }
 
 /* The segment files of dir, sorted by name; returns how many (<= max). */
@@ -258,7 +258,7 @@ static void test_round_trip(void **state)
 	/* The wrong length is refused and leaves the entry alone. */
 	struct chunk_id id = id_of(4);
 	unsigned char b[8];
-	assert_int_equal(disk_read(d, &id, b, 3), -EINVAL);
+	assert_int_equal(disk_read(d, &id, b, 3, NULL), -EINVAL);
 	expect_held(d, 4, 0, sizes[4]);
 
 	struct disk_stats s = stats(d);
@@ -429,9 +429,9 @@ static void test_corrupt_data(void **state)
 	struct chunk_id id = id_of(1);
 	unsigned char *buf = malloc(10000);
 	assert_non_null(buf);
-	assert_int_equal(disk_read(d, &id, buf, 10000), -EIO);
+	assert_int_equal(disk_read(d, &id, buf, 10000, NULL), -EIO);
 	assert_false(disk_lookup(d, &id, NULL));
-	assert_int_equal(disk_read(d, &id, buf, 10000), -ENOENT);
+	assert_int_equal(disk_read(d, &id, buf, 10000, NULL), -ENOENT);
 	free(buf);
 	assert_int_equal(stats(d).corrupt, 1);
 	assert_int_equal(stats(d).entries, 1);
@@ -1171,7 +1171,7 @@ static void *race_reader(void *arg)
 		unsigned v0 = r->ver[n];
 		if (!disk_lookup(r->d, &id, &len))
 			continue;
-		int rc = disk_read(r->d, &id, buf, len);
+		int rc = disk_read(r->d, &id, buf, len, NULL);
 		if (rc != 0)
 			continue; /* rewritten or evicted in between */
 		unsigned v1 = r->ver[n];

@@ -1084,6 +1084,33 @@ static void test_promotion_charged(void **state)
 	store_close(s);
 }
 
+/* A reader's copy of another node's chunk, read back from NVMe, is still a
+ * copy in RAM: it goes before this node's own chunks (it entered RAM ranked
+ * as one of them, and pushed one out where the cluster's rule keeps it). */
+static void test_promoted_copy_ranks_after_own(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/copies", tmpdir);
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	for (uint64_t i = 0; i < 4; i++)
+		produce_as(s, 300 + i, CLEN, true);
+	wait_writes(s, 4);
+	store_close(s);
+
+	s = open_disk(dir, 0, NULL, NULL); /* RAM empty */
+	for (uint64_t i = 0; i < 4; i++)
+		promote(s, 300 + i, 0);
+	assert_int_equal(stats(s).ram_entries, 4);
+	for (uint64_t i = 0; i < 64; i++) /* RAM holds 64: four must go */
+		produce(s, 400 + i);
+	uint64_t ram_hits = stats(s).hits_ram;
+	for (uint64_t i = 0; i < 4; i++)
+		promote(s, 300 + i, 0); /* from NVMe each: the copies went first */
+	assert_int_equal(stats(s).hits_ram, ram_hits);
+	store_close(s);
+}
+
 /* The directory vanishes under the store: writes fail, the tier is
  * switched off, RAM keeps serving. */
 static void test_disk_failing(void **state)
@@ -1433,6 +1460,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disk_uncached_read_goes_to_io_threads, setup_dir,
 		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_promotion_charged, setup_dir, teardown_dir),
+		cmocka_unit_test_setup_teardown(test_promoted_copy_ranks_after_own, setup_dir,
+		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_failing, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_comes_back, setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_disk_write_without_memory, setup_dir, teardown_dir),
