@@ -205,6 +205,7 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 	snprintf(cl->secret, sizeof cl->secret, "%s", c->secret);
 	snprintf(cl->self.id, sizeof cl->self.id, "%s", c->node_id);
 	snprintf(cl->self.addr, sizeof cl->self.addr, "%s", c->advertise);
+	cl->self.protocol = CLUSTER_PROTOCOL;
 	/* The capacity as peers will parse it, so everyone's weights match. */
 	char capstr[40];
 	snprintf(capstr, sizeof capstr, "%.17g", c->capacity);
@@ -438,6 +439,7 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->invalidations_dropped = cl->dropped;
 	out->resyncs = cl->resyncs;
 	out->members_rejected = cl->rejected;
+	out->others = cl->others_total;
 	out->clock_known = cl->clock_known;
 	out->clock_offset_ms = cl->clock_offset_ms;
 	for (size_t i = 0; i < cl->snap->n; i++)
@@ -464,5 +466,24 @@ size_t cluster_members(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],
 			dir_entries[i] = s->m[i].dir_entries;
 	}
 	cl_snap_unref(s);
+	return n;
+}
+
+size_t cluster_others(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],
+                      char (*addrs)[CLUSTER_NAME_MAX], unsigned *protocols, size_t max)
+{
+	if (!cl)
+		return 0;
+	pthread_mutex_lock(&cl->lock);
+	size_t n = cl->n_others < max ? cl->n_others : max;
+	for (size_t i = 0; i < n; i++) {
+		if (ids)
+			memcpy(ids[i], cl->others[i].id, CLUSTER_NAME_MAX);
+		if (addrs)
+			memcpy(addrs[i], cl->others[i].addr, CLUSTER_NAME_MAX);
+		if (protocols)
+			protocols[i] = cl->others[i].protocol;
+	}
+	pthread_mutex_unlock(&cl->lock);
 	return n;
 }

@@ -36,6 +36,19 @@
 
 #define CLUSTER_NAME_MAX 128 /* node ids and addresses, NUL included */
 
+/*
+ * The cluster protocol this node speaks, written in its membership entry.
+ * Only nodes of the same protocol are members to each other: a node of
+ * another one (an older or newer larder in a rolling upgrade) is listed
+ * apart (cluster_others), never an owner, holder or node asked, and not
+ * waited for. Raise it with any change that makes nodes misread or refuse
+ * what the others send or expect: the membership entry, the peer
+ * signature (cluster/peer.h), the invalidation channel's messages or
+ * their acknowledgements. Entries written before the field existed are
+ * protocol 1 (larders up to 2026-11-30).
+ */
+#define CLUSTER_PROTOCOL 2u
+
 struct directory;
 
 struct cluster_config {
@@ -181,6 +194,8 @@ struct cluster_view {
 	unsigned long members_rejected;        /* entries in Redis ignored: not signed with the
 	                                        * secret, expired or malformed (each heartbeat
 	                                        * that reads one counts it) */
+	size_t others;                         /* nodes of another protocol (CLUSTER_PROTOCOL)
+	                                        * signed with the secret: not members */
 	uint64_t directory_entries;            /* placement entries of all members, as they
 	                                        * last reported them in their heartbeats */
 	bool clock_known;                      /* clock_offset_ms was measured */
@@ -200,5 +215,11 @@ void cluster_mac(const char *secret, const void *msg, size_t len, char out[65]);
 size_t cluster_members(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],
                        char (*addrs)[CLUSTER_NAME_MAX], double *caps, uint64_t *dir_entries,
                        size_t max);
+
+/* Copies up to max of the nodes of another protocol seen at the last
+ * heartbeat (id, advertise address, protocol); any output may be NULL.
+ * Returns how many were copied. */
+size_t cluster_others(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],
+                      char (*addrs)[CLUSTER_NAME_MAX], unsigned *protocols, size_t max);
 
 #endif

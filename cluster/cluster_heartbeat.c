@@ -4,8 +4,12 @@
  * invalidations and flushes the placement directory.
  *
  * Keys. larder:node:<id> = "<advertise>\t<capacity>\t<directory entries>\t
- * <expiry>\t<mac>" with PX ttl_ms (the third field is informative: the
- * cluster view sums it), and the set larder:nodes of ids. Why a set and not
+ * <expiry>\t<protocol>\t<mac>" with PX ttl_ms (the third field is
+ * informative: the cluster view sums it), and the set larder:nodes of ids.
+ * An entry of another protocol (CLUSTER_PROTOCOL; none: 1) is no member,
+ * only listed in cl->others and logged: in a rolling upgrade the nodes of
+ * each version work as a cluster of their own, and read from S3 what the
+ * others hold, rather than send requests the others may misread. Why a set and not
  * SCAN MATCH larder:node:*: SCAN walks the whole keyspace, and the same
  * Redis holds the placement hints (design.md, "Cluster"), possibly
  * millions of keys; reading a set costs the number of members, whatever else Redis holds. The key's TTL
@@ -83,6 +87,38 @@ static void clock_check(struct cluster *cl, const redisReply *t, double sent_ms,
 	pthread_mutex_unlock(&cl->lock);
 }
 
+/* Whether id is among the first n of list. */
+static bool listed(const struct member *list, size_t n, const char *id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(list[i].id, id) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * The nodes of another protocol this heartbeat read (o[0, n)) replace
+ * the last ones; each of the first OTHERS_MAX that was not listed before
+ * is logged (a WARN: the
+ * cluster is split in two until the upgrade ends), and the end of them
+ * once (INFO). Call with cl->lock held.
+ */
+static void others_install(struct cluster *cl, const struct member *o, size_t n)
+{
+	for (size_t i = 0; i < n && i < OTHERS_MAX; i++)
+		if (!listed(cl->others, cl->n_others, o[i].id))
+			log_warn(TOPIC, "node %s (%s) speaks cluster protocol %u, this node %u (another "
+			         "larder version): it is no member here until both speak the same: "
+			         "nothing is asked of it and no write waits for it, and what it "
+			         "holds is read from S3 (docs/cluster.md, \"Rolling upgrades\")",
+			         o[i].id, o[i].addr, o[i].protocol, CLUSTER_PROTOCOL);
+	if (cl->others_total && !n)
+		log_info(TOPIC, "every node speaks cluster protocol %u again", CLUSTER_PROTOCOL);
+	cl->n_others = n < OTHERS_MAX ? n : OTHERS_MAX;
+	memcpy(cl->others, o, cl->n_others * sizeof *o);
+	cl->others_total = n;
+}
+
 /*
  * One heartbeat: refresh our key, read the members. Returns the new
  * snapshot, or NULL with why filled when the connection failed (the caller
@@ -94,14 +130,15 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 	const char **argv = NULL;
 	size_t *argl = NULL;
 	char (*keys)[sizeof cl->node_key] = NULL;
+	struct member *others = NULL;
 	struct snapshot *s = NULL;
 
 	struct dir_stats ds;
 	dir_get_stats(cl->dir, &ds);
 	char val[MEMBER_VAL_MAX + 1];
 	double now_ms = cl_wall_ms();
-	int body = snprintf(val, sizeof val, "%s\t%" PRIu64 "\t%.0f", cl->node_val, ds.entries,
-	                    now_ms + cl->ttl_ms);
+	int body = snprintf(val, sizeof val, "%s\t%" PRIu64 "\t%.0f\t%u", cl->node_val,
+	                    ds.entries, now_ms + cl->ttl_ms, CLUSTER_PROTOCOL);
 	if (body > 0 && (size_t)body + 65 < sizeof val) {
 		val[body] = '\t';
 		cl_member_mac(cl->secret, cl->self.id, val, (size_t)body, val + body + 1);
@@ -132,7 +169,8 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 	argv = calloc(n + 2, sizeof *argv);
 	argl = calloc(n + 2, sizeof *argl);
 	keys = calloc(n + 1, sizeof *keys);
-	if (!argv || !argl || !keys) {
+	others = calloc(n + 1, sizeof *others);
+	if (!argv || !argl || !keys || !others) {
 		snprintf(why, whylen, "out of memory");
 		goto out;
 	}
@@ -163,7 +201,7 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 		snprintf(why, whylen, "out of memory");
 		goto out;
 	}
-	size_t live = 0, dead = 0, rejected = 0;
+	size_t live = 0, dead = 0, rejected = 0, n_others = 0;
 	const char *rejected_id = NULL;
 	bool dup = false;
 	for (size_t i = 0; i < k; i++) {
@@ -187,11 +225,13 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 		}
 		struct member *m = &s->m[live];
 		snprintf(m->id, sizeof m->id, "%s", id);
-		if (cl_parse_member(cl, v->str, v->len, now_ms, m)) {
-			live++;
-		} else {
+		if (!cl_parse_member(cl, v->str, v->len, now_ms, m)) {
 			rejected++;
 			rejected_id = id;
+		} else if (m->protocol != CLUSTER_PROTOCOL) {
+			others[n_others++] = *m;
+		} else {
+			live++;
 		}
 	}
 	s->m[live] = cl->self;
@@ -228,6 +268,7 @@ static struct snapshot *heartbeat(struct cluster *cl, redisContext *c, char *why
 		         rejected_id);
 	cl->rejected_last = rejected;
 	cl->rejected += rejected;
+	others_install(cl, others, n_others);
 	pthread_mutex_unlock(&cl->lock);
 out:
 	if (set)
@@ -243,6 +284,7 @@ out:
 	free(argv);
 	free(argl);
 	free(keys);
+	free(others);
 	return s;
 }
 

@@ -32,12 +32,14 @@
 #define PEND_MAX 256         /* tickets whose acknowledgements are counted (cluster_published) */
 #define ACK_MAC_LEN 16       /* hex digits of a message's mac an ack names */
 #define CLUSTER_AVOID_MAX 16 /* nodes avoided at once; past it the soonest to end goes */
+#define OTHERS_MAX 64        /* nodes of another protocol listed (cl->others); more are counted */
 
 struct member {
 	char id[CLUSTER_NAME_MAX];
 	char addr[CLUSTER_NAME_MAX];
 	double cap;
 	uint64_t dir_entries;
+	unsigned protocol; /* CLUSTER_PROTOCOL, or another: not a member (cl->others) */
 };
 
 /* Immutable once published. hash[] and weight[] parallel m[] for rdv_pick. */
@@ -96,6 +98,11 @@ struct cluster {
 	bool resync_due;          /* queued invalidations were dropped: tell the others */
 	bool dup_warned;
 	size_t rejected_last;     /* entries rejected at the last heartbeat */
+	/* Signed entries of another protocol at the last heartbeat: the first
+	 * OTHERS_MAX, and how many in all. Not members: nothing is asked of
+	 * them, and their acknowledgements do not count (cluster_inval.c). */
+	struct member others[OTHERS_MAX];
+	size_t n_others, others_total;
 	unsigned long reconnects, sent, received, dropped, rejected, resyncs;
 	unsigned long inval_rejected; /* invalidation messages not signed with the secret */
 	bool publish_refused;         /* Redis answered the last batch's PUBLISH with an error */
@@ -165,8 +172,9 @@ int cl_inval_mac(const char *secret, const char *body, size_t len, char out[65])
  * a membership entry. */
 void cl_member_mac(const char *secret, const char *id, const char *body, size_t len,
                    char out[65]);
-/* A membership entry value read from Redis into m (whose id is set); false
- * when forged, stale (now_ms past its expiry + MEMBER_SKEW_MS) or malformed. */
+/* A membership entry value read from Redis into m (whose id is set),
+ * protocol included (1 for an entry without one); false when forged,
+ * stale (now_ms past its expiry + MEMBER_SKEW_MS) or malformed. */
 bool cl_parse_member(const struct cluster *cl, const char *v, size_t len, double now_ms,
                      struct member *m);
 

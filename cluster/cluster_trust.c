@@ -77,9 +77,10 @@ void cl_member_mac(const char *secret, const char *id, const char *body, size_t 
 	explicit_bzero(msg, sizeof msg);
 }
 
-/* "<addr>\t<capacity>\t<directory entries>\t<expiry>\t<mac>", written by
- * a node with our secret and not expired, into m (whose id is set); false
- * when forged, stale or malformed. */
+/* "<addr>\t<capacity>\t<directory entries>\t<expiry>\t<protocol>\t<mac>"
+ * (or without "\t<protocol>": protocol 1, a larder from before the field),
+ * written by a node with our secret and not expired, into m (whose id is
+ * set); false when forged, stale or malformed. */
 bool cl_parse_member(const struct cluster *cl, const char *v, size_t len, double now_ms,
                      struct member *m)
 {
@@ -108,7 +109,16 @@ bool cl_parse_member(const struct cluster *cl, const char *v, size_t len, double
 		return false;
 	p = end + 1;
 	double expiry = strtod(p, &end);
-	if (errno || end == p || end != last)
+	if (errno || end == p || (end != last && *end != '\t'))
 		return false;
+	/* Entries from before the protocol field are protocol 1. */
+	m->protocol = 1;
+	if (end != last) {
+		p = end + 1;
+		unsigned long proto = *p >= '0' && *p <= '9' ? strtoul(p, &end, 10) : 0;
+		if (errno || proto == 0 || proto > 1000000 || end != last)
+			return false;
+		m->protocol = (unsigned)proto;
+	}
 	return now_ms <= expiry + MEMBER_SKEW_MS;
 }

@@ -384,6 +384,15 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 		                                         (json_int_t)entries[i], "avoided_seconds",
 		                                         cluster_avoided(gw->cluster, addrs[i],
 		                                                         now)));
+	/* Nodes of another protocol (a rolling upgrade): listed, never asked. */
+	json_t *others = json_array();
+	unsigned *protos = calloc(MAX, sizeof *protos);
+	size_t no = ids && addrs && protos ? cluster_others(gw->cluster, ids, addrs, protos, MAX)
+	                                   : 0;
+	for (size_t i = 0; others && i < no; i++)
+		json_array_append_new(others, json_pack("{s:s,s:s,s:I}", "id", ids[i], "address",
+		                                        addrs[i], "protocol", (json_int_t)protos[i]));
+	free(protos);
 	free(ids);
 	free(addrs);
 	free(caps);
@@ -401,11 +410,12 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                        "lookups", "found", (json_int_t)pc.found, "none",
 	                        (json_int_t)pc.none, "failed", (json_int_t)pc.failed, "skipped",
 	                        (json_int_t)pc.skipped);
-	return send_json(c, 200, json_pack("{s:b,s:s,s:b,s:b,s:o,s:I,s:o,s:I,s:I,s:I,s:I,s:I,s:I,"
-	                                   "s:o}",
-	                                   "clustered", 1, "self", v.self, "redis_up", v.redis_up,
+	return send_json(c, 200, json_pack("{s:b,s:s,s:I,s:b,s:b,s:o,s:o,s:I,s:o,s:I,s:I,s:I,s:I,"
+	                                   "s:I,s:I,s:o}",
+	                                   "clustered", 1, "self", v.self, "protocol",
+	                                   (json_int_t)CLUSTER_PROTOCOL, "redis_up", v.redis_up,
 	                                   "subscribed", v.subscribed, "members",
-	                                   members, "members_rejected",
+	                                   members, "other_protocol", others, "members_rejected",
 	                                   (json_int_t)v.members_rejected, "directory", dir,
 	                                   "redis_reconnects",
 	                                   (json_int_t)v.redis_reconnects, "invalidations_sent",

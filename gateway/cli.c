@@ -479,6 +479,16 @@ static void print_cluster(json_t *doc)
 			       avoided);
 		}
 	}
+	/* Nodes of another protocol (a rolling upgrade): on a terminal only,
+	 * so the table's columns stay the members'. */
+	json_t *others = json_object_get(doc, "other_protocol");
+	json_array_foreach(tty ? others : NULL, i, m) {
+		const char *id = json_string_value(json_object_get(m, "id"));
+		const char *addr = json_string_value(json_object_get(m, "address"));
+		printf("%-24s %-28s  another larder (cluster protocol %llu): no member\n",
+		       id ? id : "?", addr ? addr : "?",
+		       (unsigned long long)cli_num(m, "protocol"));
+	}
 }
 
 int cli_cluster(int argc, char **argv)

@@ -87,6 +87,8 @@ static void as_member(const char *body, size_t n)
 	if (cl_parse_member(&cl, v, n + 65, NOW_MS, &m)) {
 		if (!m.addr[0] || strchr(m.addr, '\t') || !(m.cap > 0) || !isfinite(m.cap))
 			fail("a member taken with no address or a bad capacity");
+		if (m.protocol == 0)
+			fail("a member taken with protocol 0");
 		/* Another node's id: its mac does not match. */
 		snprintf(m.id, sizeof m.id, "node-c");
 		if (cl_parse_member(&cl, v, n + 65, NOW_MS, &m))

@@ -15,7 +15,7 @@ import time
 
 import harness
 from test_cluster import SECRET, TOKEN, ClusterBase, blob
-from test_trust_cluster import member_value
+from test_trust_cluster import CLUSTER_PROTOCOL, member_value
 
 
 class SynDrop:
@@ -56,16 +56,18 @@ class SynDrop:
 
 
 class Heartbeat:
-    """Keeps a signed membership entry for node_id at addr alive, as a node does."""
+    """Keeps a signed membership entry for node_id at addr alive, as a node of protocol does
+    (None: a larder from before the protocol field)."""
 
-    def __init__(self, redis_cmd, node_id, addr, cap):
+    def __init__(self, redis_cmd, node_id, addr, cap, protocol=CLUSTER_PROTOCOL):
         self.redis_cmd, self.id, self.addr, self.cap = redis_cmd, node_id, addr, cap
+        self.protocol = protocol
         self.stop_ev = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def beat(self):
         val = member_value(self.addr, self.cap, 0, int(time.time() * 1000) + 5000, SECRET,
-                           self.id)
+                           self.id, self.protocol)
         self.redis_cmd("SET", "larder:node:" + self.id, val, "PX", "5000")
         self.redis_cmd("SADD", "larder:nodes", self.id)
 

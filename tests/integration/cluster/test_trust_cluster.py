@@ -161,16 +161,24 @@ def hmac_hex(secret, msg):
     return hmac.new(secret.encode(), msg.encode(), hashlib.sha256).hexdigest()
 
 
-def member_value(addr, cap, entries, expiry_ms, secret, node_id):
-    """A membership entry as a node with secret writes it (docs/cluster.md)."""
+CLUSTER_PROTOCOL = 2  # cluster/cluster.h
+
+
+def member_value(addr, cap, entries, expiry_ms, secret, node_id, protocol=CLUSTER_PROTOCOL):
+    """A membership entry as a node with secret writes it (docs/cluster.md); protocol None: as
+    a larder from before the protocol field wrote it."""
     body = "%s\t%s\t%d\t%d" % (addr, cap, entries, expiry_ms)
+    if protocol is not None:
+        body += "\t%d" % protocol
     return "%s\t%s" % (body, hmac_hex(secret, "larder-member-v1\n%s\n%s" % (node_id, body)))
 
 
 class Rogue:
-    """A listener that counts the connections made to it (and never answers)."""
+    """A listener that counts the connections made to it and never answers (or, with close,
+    closes them at once: a request sent there fails at once)."""
 
-    def __init__(self):
+    def __init__(self, close=False):
+        self.close_at_once = close
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
@@ -186,7 +194,10 @@ class Rogue:
             except OSError:
                 return
             self.hits += 1
-            self.conns.append(c)
+            if self.close_at_once:
+                c.close()
+            else:
+                self.conns.append(c)
 
     def close(self):
         self.sock.close()

@@ -258,13 +258,16 @@ static struct cluster *node(const char *id, const char *adv, double cap, struct 
 	return cl;
 }
 
-/* A membership entry for id as a node with secret writes it (cluster/cluster.c,
- * "Trust"), expiring at expiry_ms (unix milliseconds). */
-static void member_entry(char *out, size_t outlen, const char *secret, const char *id,
-                         const char *addr_cap, double expiry_ms)
+/* A membership entry for id as a node of protocol with secret writes it
+ * (cluster/cluster_trust.c; protocol 0: none, as before the field), expiring
+ * at expiry_ms (unix milliseconds). */
+static void member_entry_of(char *out, size_t outlen, const char *secret, const char *id,
+                            const char *addr_cap, double expiry_ms, unsigned protocol)
 {
 	char body[256], msg[512];
-	snprintf(body, sizeof body, "%s\t0\t%.0f", addr_cap, expiry_ms);
+	int bl = snprintf(body, sizeof body, "%s\t0\t%.0f", addr_cap, expiry_ms);
+	if (protocol)
+		snprintf(body + bl, sizeof body - (size_t)bl, "\t%u", protocol);
 	int n = snprintf(msg, sizeof msg, "larder-member-v1\n%s\n%s", id, body);
 	unsigned char md[32];
 	unsigned mdlen = sizeof md;
@@ -273,6 +276,13 @@ static void member_entry(char *out, size_t outlen, const char *secret, const cha
 	for (int i = 0; i < 32; i++)
 		snprintf(hex + 2 * i, 3, "%02x", md[i]);
 	snprintf(out, outlen, "%s\t%s", body, hex);
+}
+
+/* The same, as a node of this version writes it. */
+static void member_entry(char *out, size_t outlen, const char *secret, const char *id,
+                         const char *addr_cap, double expiry_ms)
+{
+	member_entry_of(out, outlen, secret, id, addr_cap, expiry_ms, CLUSTER_PROTOCOL);
 }
 
 static double unix_ms(void)
@@ -450,6 +460,59 @@ static void test_leave(void **state)
 	r = redisCommand(c, "EXISTS larder:node:node-b");
 	assert_int_equal(r->integer, 0);
 	freeReplyObject(r);
+	redisFree(c);
+	cluster_stop(a);
+}
+
+/* A node of another protocol (a rolling upgrade: an entry without the
+ * field, as larders before it wrote, or of a later protocol) is no member:
+ * it owns nothing here, and is listed apart; a later entry of this
+ * protocol under the same id makes it a member again. */
+static void test_other_protocol_not_a_member(void **state)
+{
+	NEED_REDIS();
+	struct cluster *a = node("node-a", "10.0.0.1:8080", 1, NULL);
+	ASSERT_WITHIN(3, ready(a, 1));
+	redisContext *c = redis_connect();
+	assert_non_null(c);
+	char older[512], newer[512], bad[512], same[512];
+	double now = unix_ms();
+	member_entry_of(older, sizeof older, SECRET, "older", "10.0.0.5:1\t1e30", now + 60000, 0);
+	member_entry_of(newer, sizeof newer, SECRET, "newer", "10.0.0.6:1\t1e30", now + 60000,
+	                CLUSTER_PROTOCOL + 1);
+	/* A protocol that is not a number is malformed, not another protocol. */
+	snprintf(bad, sizeof bad, "10.0.0.8:1\t1\t0\t%.0f\tx2", now + 60000);
+	char hex[65];
+	cl_member_mac(SECRET, "bad", bad, strlen(bad), hex);
+	snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "\t%s", hex);
+	const char *const entries[][2] = { { "older", older }, { "newer", newer }, { "bad", bad } };
+	for (size_t i = 0; i < 3; i++) {
+		freeReplyObject(redisCommand(c, "SET larder:node:%s %s PX 60000", entries[i][0],
+		                             entries[i][1]));
+		freeReplyObject(redisCommand(c, "SADD larder:nodes %s", entries[i][0]));
+	}
+	struct cluster_view v;
+	ASSERT_WITHIN(3, (cluster_get_view(a, &v), v.others == 2 && v.members_rejected > 0));
+	assert_int_equal(v.members, 1);
+	for (uint64_t k = 0; k < 100; k++)
+		assert_false(cluster_owner(a, k, NULL, 0));
+	char ids[4][CLUSTER_NAME_MAX], addrs[4][CLUSTER_NAME_MAX];
+	unsigned protos[4];
+	assert_int_equal(cluster_others(a, ids, addrs, protos, 4), 2);
+	for (size_t i = 0; i < 2; i++) {
+		bool old = strcmp(ids[i], "older") == 0;
+		assert_string_equal(addrs[i], old ? "10.0.0.5:1" : "10.0.0.6:1");
+		assert_int_equal(protos[i], old ? 1 : CLUSTER_PROTOCOL + 1);
+	}
+	/* Upgraded: a member, and listed apart no more. */
+	member_entry(same, sizeof same, SECRET, "older", "10.0.0.5:1\t1", now + 60000);
+	freeReplyObject(redisCommand(c, "SET larder:node:older %s PX 60000", same));
+	freeReplyObject(redisCommand(c, "DEL larder:node:newer larder:node:bad"));
+	ASSERT_WITHIN(3, members(a) == 2);
+	cluster_get_view(a, &v);
+	assert_int_equal(v.others, 0);
+	assert_int_equal(cluster_others(a, ids, NULL, NULL, 4), 0);
+	freeReplyObject(redisCommand(c, "DEL larder:node:older"));
 	redisFree(c);
 	cluster_stop(a);
 }
@@ -1154,6 +1217,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_invalidation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forged_members_ignored, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_other_protocol_not_a_member, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_outage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dropped_invalidations_resync_the_others, setup,
 		                                teardown),
