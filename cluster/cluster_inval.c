@@ -14,7 +14,13 @@
  * first ACK_MAC_LEN hex digits>". The sender counts them per ticket
  * against what PUBLISH answered (the subscribers it reached, its own
  * among them, which counts itself), so cluster_published can say when
- * every node that heard a write has forgotten what it replaced.
+ * every node that heard a write has forgotten what it replaced. Only the
+ * members count, at most as many as there are: a node of another protocol
+ * (CLUSTER_PROTOCOL; in a rolling upgrade) hears the message too, but may
+ * never acknowledge it (a larder from before acknowledgements), and one
+ * that does is no member whose reads the write must wait for; nor are
+ * other subscribers of the channel (redis-cli, a cluster with another
+ * secret).
  *
  * Message on larder:invalidate: "<mac>\n<expiry>\n<sender id>\n<bucket>\n<key>".
  * Ids and bucket names hold no newline (checked); the key is the rest,
@@ -121,13 +127,29 @@ static void pend_open(struct cluster *cl, const struct inval *e)
 	pthread_mutex_unlock(&cl->lock);
 }
 
+/* receivers: what PUBLISH answered. The subscribers past the members (this
+ * node included) are not waited for: see Acknowledgements above. */
 static void pend_expect(struct cluster *cl, const struct inval *e, long long receivers)
 {
 	pthread_mutex_lock(&cl->lock);
 	size_t i = e->seq % PEND_MAX;
+	long long members = (long long)cl->snap->n;
+	if (receivers > members)
+		receivers = members;
 	if (cl->pend[i].seq == e->seq)
 		cl->pend[i].expect = receivers > 0 ? (long)receivers : 0;
 	pthread_mutex_unlock(&cl->lock);
+}
+
+/* Whether id (len bytes) is a member: of this protocol, live at the last
+ * heartbeat. Call with cl->lock held. */
+static bool is_member(const struct cluster *cl, const char *id, size_t len)
+{
+	const struct snapshot *s = cl->snap;
+	for (size_t i = 0; i < s->n; i++)
+		if (strlen(s->m[i].id) == len && memcmp(s->m[i].id, id, len) == 0)
+			return true;
+	return false;
 }
 
 /* A node applied the message whose mac starts with mac. Call with cl->lock held. */
@@ -319,11 +341,13 @@ static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
 	size_t self_len = strlen(cl->self.id);
 	bool own = m.sender_len == self_len && memcmp(m.sender, cl->self.id, self_len) == 0;
 	if (m.bucket_len == strlen(CLUSTER_ACK) && memcmp(m.bucket, CLUSTER_ACK, m.bucket_len) == 0) {
-		/* "NODE MAC16": counted when NODE is this node. */
+		/* "NODE MAC16": counted when NODE is this node, and a member
+		 * sent it. */
 		if (!own && m.key_len == self_len + 1 + ACK_MAC_LEN &&
 		    memcmp(m.key, cl->self.id, self_len) == 0 && m.key[self_len] == ' ') {
 			pthread_mutex_lock(&cl->lock);
-			pend_acked(cl, m.key + self_len + 1);
+			if (is_member(cl, m.sender, m.sender_len))
+				pend_acked(cl, m.key + self_len + 1);
 			pthread_mutex_unlock(&cl->lock);
 		}
 		return;
