@@ -105,6 +105,7 @@ struct cluster {
 	size_t n_others, others_total;
 	unsigned long reconnects, sent, received, dropped, rejected, resyncs;
 	unsigned long inval_rejected; /* invalidation messages not signed with the secret */
+	double inval_warned_ms;       /* when the last of them was logged (clock_mono_ms), or 0 */
 	bool publish_refused;         /* Redis answered the last batch's PUBLISH with an error */
 	bool clock_known, clock_warned;
 	double clock_offset_ms;       /* this node's wall clock minus Redis's (clock_check) */

@@ -54,6 +54,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "cluster/redis_util.h"
 
@@ -328,10 +329,23 @@ static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
 	struct inval_msg m;
 	enum inval_verdict v = cl_inval_parse(cl->secret, signed_msg, len, cl_wall_ms(), &m);
 	if (v == INVAL_FORGED) {
+		/* A WARN at most once a minute: a node that publishes these is
+		 * not heard, so what is written through it stays served here. */
+		double now = clock_mono_ms();
 		pthread_mutex_lock(&cl->lock);
 		cl->inval_rejected++;
+		bool warn = !cl->inval_warned_ms || now - cl->inval_warned_ms >= 60e3;
+		if (warn)
+			cl->inval_warned_ms = now;
 		pthread_mutex_unlock(&cl->lock);
-		log_debug(TOPIC, "an invalidation message not signed with the cluster secret ignored");
+		if (warn)
+			log_warn(TOPIC, "ignoring invalidation messages not signed with the cluster "
+			         "secret, or expired: writes through their sender are not heard here "
+			         "(a node with another LARDER_CLUSTER_SECRET, a larder from before "
+			         "2026-11-25, which does not sign them, or someone else publishing)");
+		else
+			log_debug(TOPIC, "an invalidation message not signed with the cluster secret "
+			          "ignored");
 		return;
 	}
 	if (v == INVAL_MALFORMED) {

@@ -174,3 +174,13 @@ class ClusterRollingUpgrade(ClusterBase):
         self.assertTrue(any("\n!ack\n" not in m and m.endswith("roll/b.bin")
                             for m in listener.messages), listener.messages)
         self.wait_members(2)
+
+    def test_unsigned_invalidations_are_logged(self):
+        # A larder from before 2026-11-25 publishes its invalidations unsigned: they are
+        # dropped (nobody can tell them from a forgery), so what is written through it stays
+        # served here. Said in the log, not only counted (before: a debug line).
+        self.redis_cli("PUBLISH", "larder:invalidate", "old-0\nshared\nroll/u.bin")
+        for n in self.nodes:
+            self.wait_view(n, lambda v: v["invalidations_rejected"] >= 1, "message rejected")
+            self.assertIn("ignoring invalidation messages not signed with the cluster secret",
+                          n.log())
