@@ -108,6 +108,7 @@ def scratch_root():
     start (larder, moto, Redis, the clients): a test that forgets its folder, or dies before
     removing it, leaves it here, not in /tmp. LARDER_TEST_KEEP keeps it, as it keeps larder's."""
     root = tempfile.mkdtemp(prefix="larder-tests-")
+    os.chmod(root, 0o1777)  # as /tmp: tests run some things as another user (nobody)
     os.environ["TMPDIR"] = root
     tempfile.tempdir = root
     return root
