@@ -274,7 +274,7 @@ void cache_learn(struct req *r)
 
 /* chunk_waiter.wake: runs on whichever thread changed the chunk or the
  * metadata; only queues the request for its own worker. */
-void cache_wake_reader(void *arg)
+static void waiter_wake(void *arg)
 {
 	struct req *r = arg;
 	assert(req_valid(r));
@@ -505,7 +505,7 @@ void cache_begin(struct req *r)
 {
 	struct cread *c = req_cread(r);
 	c->active = true;
-	c->waiter.wake = cache_wake_reader;
+	c->waiter.wake = waiter_wake;
 	c->waiter.arg = r;
 	c->ask.waiter = &c->waiter;
 	c->ask.share_failures = true;
@@ -711,7 +711,7 @@ void cache_end(struct req *r)
 	if (!c || !c->active)
 		return;
 	struct gw *gw = req_gw(r);
-	/* Off its key's queue first: a slot given back wakes (queues) it. */
+	/* Off its key's queue: it waits for no slot any more. */
 	req_upstream_unwait(r);
 	obj_meta_cancel(&gw->objects, req_bucket(r), req_key(r), &c->ask);
 	if (c->chunk_waiting)

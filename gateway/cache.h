@@ -45,9 +45,6 @@ void cache_learn(struct req *r);               /* upstream's headers: a part, ch
 void cache_end(struct req *r);                 /* the request is over */
 void cache_free(struct req *r);                /* the request is freed */
 void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->wake_async */
-/* Queues the cached read r (a struct req *) to ask again on its worker
- * (cache_wake_cb): what it waits for may be there. Any thread. */
-void cache_wake_reader(void *r);
 
 /* ---- forgetting ------------------------------------------------------------ */
 

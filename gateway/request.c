@@ -285,7 +285,11 @@ void req_unref(struct req *r)
 		cache_write_ends(r); /* one stopped before upstream_done */
 	ev_timer_stop(r->w->loop, &r->shape_timer);
 	ev_io_stop(r->w->loop, &r->gone_watch);
-	req_upstream_unwait(r);
+	req_upstream_unwait(r); /* no slot wakes it now: off the worker's list too */
+	pthread_mutex_lock(&r->w->wake_lock);
+	if (r->key_woken)
+		list_unlink(&r->w->key_woken, &r->key_woken_link);
+	pthread_mutex_unlock(&r->w->wake_lock);
 	if (r->upstream_slot)
 		limits_upstream_give(r->key_id);
 	if (r->sha)
@@ -347,9 +351,47 @@ bool req_upstream_take(struct req *r)
 }
 
 /* A request waiting for a slot of its key's is woken when one is given
- * back to it (limits_place.wake: cache_wake_reader); it also asks again this
+ * back to it (limits_place.wake: key_slot_wake); it also asks again this
  * often, for a max_upstream_requests a reload raised, and to stop waiting. */
 #define KEY_SLOT_POLL_S 0.1
+
+/* limits_place.wake: on whichever thread gave a slot back, under limits.c's
+ * lock (which req_unref leaves the queue under before r is freed); only
+ * queues r for its worker, whose loop resumes it (request_key_wake_cb). */
+static void key_slot_wake(void *arg)
+{
+	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC);
+	struct worker *w = r->w;
+	pthread_mutex_lock(&w->wake_lock);
+	if (!r->key_woken) {
+		r->key_woken = true;
+		list_push_back(&w->key_woken, &r->key_woken_link);
+	}
+	pthread_mutex_unlock(&w->wake_lock);
+	ev_async_send(w->loop, &w->key_async);
+}
+
+void request_key_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
+{
+	struct worker *w = a->data;
+	assert(w->magic == WORKER_MAGIC);
+	(void)loop;
+	(void)revents;
+	for (;;) { /* one at a time: another thread may queue them meanwhile */
+		pthread_mutex_lock(&w->wake_lock);
+		struct list_node *n = w->key_woken.first;
+		struct req *r = n ? list_item(n, struct req, key_woken_link) : NULL;
+		if (r) {
+			list_unlink(&w->key_woken, n);
+			r->key_woken = false;
+		}
+		pthread_mutex_unlock(&w->wake_lock);
+		if (!r)
+			return;
+		req_wake(r);
+	}
+}
 
 static void key_slot_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
@@ -370,7 +412,7 @@ bool req_upstream_wait(struct req *r)
 	double now = clock_mono_s();
 	if (!r->key_place.queued) {
 		r->key_wait_until = now + r->w->gw->cfg->upstream_slot_wait_ms / 1000.0;
-		r->key_place.wake = cache_wake_reader;
+		r->key_place.wake = key_slot_wake;
 		r->key_place.arg = r;
 	}
 	if (limits_upstream_queue(r->key_id, r->max_upstream, &r->key_place)) {
@@ -772,6 +814,26 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	return r;
 }
 
+/* Sends r upstream through the pass-through. One without a body first waits
+ * for a slot of its key's, as a cached read does (req_upstream_wait), in
+ * the same queue; suspend: it waits suspended (woken to ask again; not in
+ * the first call, which libmicrohttpd follows with another at once). One
+ * with a body is refused at once when the key has none free (pass_start):
+ * its client may be sending the body, which a wait would leave unread. */
+static enum MHD_Result pass_or_wait(struct req *r, bool suspend)
+{
+	if (r->body == BODY_NONE && !req_upstream_wait(r)) {
+		if (r->has_err)
+			return req_respond_error(r);
+	} else if (pass_start(r) != 0) {
+		req_fail(r, S3E_INTERNAL, NULL);
+		return req_respond_error(r);
+	}
+	if (suspend)
+		req_suspend(r);
+	return MHD_YES;
+}
+
 enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -803,11 +865,7 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 			return MHD_YES; /* answered from the LIST cache below */
 		if (r->body_check || r->start_verified)
 			return MHD_YES; /* upstream once the body is in and checked */
-		if (pass_start(r) != 0) {
-			req_fail(r, S3E_INTERNAL, NULL);
-			return req_respond_error(r);
-		}
-		return MHD_YES;
+		return pass_or_wait(r, false);
 	}
 	if (*upload_data_size) {
 		size_t used = pass_take_body(r, upload_data, *upload_data_size);
@@ -825,15 +883,12 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		 * or it asks for a part whose bytes are not known yet: the
 		 * pass-through serves this request as it would any other. */
 		cache_end(r);
-		if (pass_start(r) != 0) {
-			req_fail(r, S3E_INTERNAL, NULL);
-			return req_respond_error(r);
-		}
-		req_suspend(r);
-		return MHD_YES;
+		return pass_or_wait(r, true);
 	}
 	if (cache_active(r))
 		return cache_respond(r);
+	if (req_upstream_waits(r)) /* a pass-through woken, or its wait is over */
+		return pass_or_wait(r, true);
 	if (listcache_hit(r) && !r->has_err)
 		return listcache_respond(r);
 	if (r->has_err)

@@ -51,6 +51,10 @@ void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket
  * ever. Such a connection is shut down (libmicrohttpd then closes it). */
 void request_header_deadline_start(struct worker *w);
 
+/* worker->key_async: resumes the requests a slot of their key's was given
+ * back to (limits_place.wake), to ask for it again. */
+void request_key_wake_cb(struct ev_loop *loop, ev_async *a, int revents);
+
 /* Shutdown: cancels every request still live on the worker (their clients
  * get a closed connection) so the daemon can stop. */
 void request_abort_all(struct worker *w);

@@ -64,6 +64,8 @@ struct req {
 	bool upstream_slot;    /* holds one of them (limits.h) until it ends */
 	struct limits_place key_place; /* waits for one (req_upstream_wait) */
 	ev_timer key_timer;    /* asks again for it while it waits */
+	struct list_node key_woken_link; /* on its worker's key_woken (under wake_lock) */
+	bool key_woken;
 	double key_wait_until; /* when it stops waiting: 503 SlowDown */
 	uint64_t max_rate;     /* the key's max_bytes_per_second (0: no limit) */
 	ev_timer shape_timer;  /* wakes the response when the key's tokens return */

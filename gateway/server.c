@@ -256,6 +256,9 @@ static int worker_start(struct gw *gw, struct worker *w, unsigned index,
 	ev_async_init(&w->wake_async, cache_wake_cb);
 	w->wake_async.data = w;
 	ev_async_start(w->loop, &w->wake_async);
+	ev_async_init(&w->key_async, request_key_wake_cb);
+	w->key_async.data = w;
+	ev_async_start(w->loop, &w->key_async);
 	shaper_waker_init(&w->slot_waker, slot_wake);
 	ev_async_init(&w->slot_async, slot_async_cb);
 	w->slot_async.data = w;

@@ -100,6 +100,11 @@ struct worker {
 	pthread_mutex_t wake_lock;
 	struct req *wake_head;
 	ev_async wake_async;
+	/* Requests a slot of their key's was given back to by another thread
+	 * (gateway/limits.h), queued under wake_lock too: they ask again on this
+	 * loop (key_async, request.c). */
+	struct list key_woken;
+	ev_async key_async;
 	/* Upstream requests given their place in an S3 prefix's window by
 	 * another thread (gateway/shaper.h): told on this loop by slot_async. */
 	struct shaper_waker slot_waker;

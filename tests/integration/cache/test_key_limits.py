@@ -1,6 +1,6 @@
 """Per-key limits of [key ID] sections (issue 14 item 1): a key's
-max_upstream_requests bounds its concurrent misses; a cached read beyond it
-waits for a slot (LARDER_UPSTREAM_SLOT_WAIT_MS), then is refused with 503
+max_upstream_requests bounds its concurrent misses; a request without a body
+beyond it (a cached read, a LIST) waits for a slot (LARDER_UPSTREAM_SLOT_WAIT_MS), then is refused with 503
 SlowDown and Retry-After, and the key's other readers and other keys go on. max_bytes_per_second shapes a key's reads smoothly.
 max_resident_bytes bounds the bytes of the RAM tier a key's misses keep.
 The upstream is fault_origin.FaultOrigin, which can hold each GET back so
@@ -137,6 +137,77 @@ class MaxUpstreamRequests(KeyLimitsCase):
         for a, b in zip(ends, ends[2:]):
             self.assertGreater(b - a, 0.4 - 0.05, "3 GETs at once at the origin: %s" % ends)
         self.assertLess(elapsed, 4 * 0.4 + 1.5, "the reads waited too long for their slots")
+
+    def test_pass_through_requests_past_the_cap_wait_for_a_slot(self):
+        # Requests larder does not cache (ListObjectsV2, a GET of a
+        # version) were refused at once past the key's cap, where S3 would
+        # have served them (boto3's standard retries and the CRT give up on
+        # them as they did on cached reads: audit round 7). Without a body
+        # they wait for a slot in the same queue, 2 at a time at the origin.
+        larder = self.start()
+        self.origin.create_bucket("plain")
+        page = ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.'
+                'amazonaws.com/doc/2006-03-01/"><Name>plain</Name><Prefix></Prefix>'
+                '<KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false'
+                '</IsTruncated></ListBucketResult>')
+        self.origin.list_pages["plain"] = lambda q: page
+        self.addCleanup(self.origin.list_pages.pop, "plain")
+        data = {"pt-%d" % i: blob(80 + i, 2000 + i) for i in range(3)}
+        for k, v in data.items():
+            self.origin.put("plain", k, v)
+        reads = [("GET", "/plain?list-type=2", page.encode())] * 5 + \
+                [("GET", "/plain/%s?versionId=null" % k, v) for k, v in data.items()]
+        self.origin.throttle_above(1000, service_ms=400)
+        self.addCleanup(self.origin.throttle_above, None)
+        out = [None] * len(reads)
+
+        def one(i):
+            out[i] = fetch(larder.url, reads[i][0], reads[i][1], key=CAPPED,
+                           secret=CAPPED_SECRET)
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(reads))]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - t0
+        self.assertEqual([r.status for r in out], [200] * len(reads), out)
+        for (_, path, want), r in zip(reads, out):
+            self.assertEqual(r.body, want, path)
+        self.assertEqual(self.origin.max_inflight, 2)
+        self.assertLess(elapsed, 4 * 0.4 + 1.5, "the requests waited too long for their slots")
+
+    def test_pass_through_waits_end(self):
+        # A pass-through that waits LARDER_UPSTREAM_SLOT_WAIT_MS gets 503
+        # SlowDown, and one whose client leaves while it waits leaves the
+        # queue: neither holds a slot after.
+        larder = self.start(LARDER_UPSTREAM_SLOT_WAIT_MS="600")
+        self.origin.create_bucket("plain")
+        self.origin.put("plain", "pt", blob(90, 1000))
+        path = "/plain/pt?versionId=null"
+        m = self.origin.mark()
+        self.origin.delay_next(1500, n=2, bucket="plain")
+        holders = [threading.Thread(target=fetch, args=(larder.url, "GET", path),
+                                    kwargs={"key": CAPPED, "secret": CAPPED_SECRET})
+                   for _ in range(2)]
+        for t in holders:
+            t.start()
+        deadline = time.monotonic() + 3
+        while self.origin.count(since=m, method="GET", bucket="plain") < 2 and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+        left = harness.signed_socket(larder, "GET", path, CAPPED, CAPPED_SECRET)
+        time.sleep(0.2)
+        left.close()
+        t0 = time.monotonic()
+        r = fetch(larder.url, "GET", path, key=CAPPED, secret=CAPPED_SECRET)
+        self.assertEqual((r.status, harness.s3_error(r.body)[0]), (503, "SlowDown"), r)
+        self.assertGreater(time.monotonic() - t0, 0.5)
+        for t in holders:
+            t.join()
+        for _ in range(2):
+            r = fetch(larder.url, "GET", path, key=CAPPED, secret=CAPPED_SECRET)
+            self.assertEqual(r.status, 200, r)
 
     def test_cold_reads_that_wait_too_long_slow_down(self):
         # Waiting is bounded by LARDER_UPSTREAM_SLOT_WAIT_MS: past it, the

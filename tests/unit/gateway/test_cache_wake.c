@@ -1,6 +1,6 @@
 /*
  * test_cache_wake.c - the worker's wake list of cached reads (gateway/cache.c:
- * cache_wake_reader queues a reader from any thread, cache_wake_cb resumes the
+ * waiter_wake queues a reader from any thread, cache_wake_cb resumes the
  * queued ones on the worker's loop).
  *
  * cache.c is compiled in with stand-ins for the request (struct req is
