@@ -370,14 +370,12 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	 * it (one whole GET, fetch.h); a range or part never gets them. */
 	if (c->want_checksums && (!c->want_range || req_peer_hop(r) > 0) && !c->part)
 		c->meta_fetch = fetch_meta_start_checksums(req_worker(r), &owner_ops, r,
-		                                           req_peer_hop(r), req_bucket(r),
-		                                           req_key(r), revalidate);
+		                                           req_peer_hop(r), req_charge(r),
+		                                           req_bucket(r), req_key(r), revalidate);
 	else
 		c->meta_fetch = fetch_meta_start(req_worker(r), &owner_ops, r, req_peer_hop(r),
-		                                 req_bucket(r), req_key(r), revalidate,
-		                                 first_chunk(r));
-	if (c->meta_fetch)
-		fetch_charge(c->meta_fetch, req_charge(r));
+		                                 req_charge(r), req_bucket(r), req_key(r),
+		                                 revalidate, first_chunk(r));
 	return c->meta_fetch ? 0 : -EIO;
 }
 

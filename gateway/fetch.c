@@ -95,7 +95,7 @@ struct fetch {
 	struct shaper_slot slot;     /* its place in the prefix's window (gateway/shaper.h) */
 	ev_timer slot_timer;         /* waiting for that place */
 	bool no_slot;                /* it waited too long for one: SlowDown */
-	unsigned charge;             /* the store charge of its chunk (fetch_charge) */
+	unsigned charge;             /* the store charge of its chunk, and its slot's tenant */
 	struct buf errbody;
 };
 
@@ -790,13 +790,15 @@ static int start_transfer(struct fetch *f)
 }
 
 static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
-                                unsigned hop, const char *bucket, const char *key,
-                                const char *revalidate, const char *pin, bool whole,
-                                uint64_t first_chunk)
+                                unsigned hop, unsigned charge, const char *bucket,
+                                const char *key, const char *revalidate, const char *pin,
+                                bool whole, uint64_t first_chunk)
 {
 	struct fetch *f = fetch_new(w, bucket, key, !ops); /* no reader: a warm job's */
 	if (!f)
 		return NULL;
+	f->charge = charge;
+	shaper_slot_tenant(&f->slot, charge);
 	str_copy(f->pin, sizeof f->pin, pin ? pin : "");
 	f->meta_kind = true;
 	f->whole = whole;
@@ -836,23 +838,25 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 }
 
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
-                               unsigned hop, const char *bucket, const char *key,
-                               const char *revalidate, uint64_t first_chunk)
+                               unsigned hop, unsigned charge, const char *bucket,
+                               const char *key, const char *revalidate, uint64_t first_chunk)
 {
-	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL, false, first_chunk);
+	return meta_start(w, ops, owner, hop, charge, bucket, key, revalidate, NULL, false,
+	                  first_chunk);
 }
 
 struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_owner_ops *ops,
-                                         void *owner, unsigned hop, const char *bucket,
-                                         const char *key, const char *revalidate)
+                                         void *owner, unsigned hop, unsigned charge,
+                                         const char *bucket, const char *key,
+                                         const char *revalidate)
 {
-	return meta_start(w, ops, owner, hop, bucket, key, revalidate, NULL, true, 0);
+	return meta_start(w, ops, owner, hop, charge, bucket, key, revalidate, NULL, true, 0);
 }
 
 struct fetch *fetch_meta_start_job(struct worker *w, const char *bucket, const char *key,
                                    const char *revalidate, const char *pin, bool whole)
 {
-	return meta_start(w, NULL, NULL, 0, bucket, key, revalidate, pin, whole, 0);
+	return meta_start(w, NULL, NULL, 0, 0, bucket, key, revalidate, pin, whole, 0);
 }
 
 static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
@@ -864,6 +868,7 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 		return -ENOMEM;
 	f->hop = hop;
 	f->charge = charge;
+	shaper_slot_tenant(&f->slot, charge);
 	str_copy(f->pin, sizeof f->pin, pin ? pin : "");
 	chunk_ref(c);
 	chunk_keep(c);
@@ -890,11 +895,6 @@ int fetch_produce(void *arg, struct chunk *c, uint64_t index)
 	                   p->background, p->charge) == 0
 	               ? 0
 	               : FETCH_ERR_UPSTREAM;
-}
-
-void fetch_charge(struct fetch *f, unsigned charge)
-{
-	f->charge = charge;
 }
 
 void fetch_disown(struct fetch *f)

@@ -66,12 +66,14 @@ struct fetch_owner_ops {
  * revalidate: the
  * expired entry's ETag to send as If-None-Match, or NULL. owner (with its
  * ops; NULL for none): the reader that asked; it may go away first
- * (fetch_disown). hop as for struct fetch_producer. Returns NULL when the
- * transfer could not start. */
+ * (fetch_disown). hop as for struct fetch_producer. charge: the reader's
+ * req_charge, which the chunk it fills is charged to in the store, and
+ * whose turn it waits for in its prefix's window (shaper_slot_tenant).
+ * Returns NULL when the transfer could not start. */
 #define FETCH_LAST_CHUNK UINT64_MAX
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
-                               unsigned hop, const char *bucket, const char *key,
-                               const char *revalidate, uint64_t first_chunk);
+                               unsigned hop, unsigned charge, const char *bucket,
+                               const char *key, const char *revalidate, uint64_t first_chunk);
 /* The same for a warm job (no owner, hop 0). pin: NULL, or for a pinned
  * job a pins_peer_header() (gateway/pins.h) its request to the chunk's owner
  * carries. whole: learn the object as fetch_meta_start_checksums does, so
@@ -87,8 +89,9 @@ struct fetch *fetch_meta_start_job(struct worker *w, const char *bucket, const c
  * fetched as ranges). Another node is asked for chunk 0 as a range with the
  * mode; a larder answers that with the checksums it knows. */
 struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_owner_ops *ops,
-                                         void *owner, unsigned hop, const char *bucket,
-                                         const char *key, const char *revalidate);
+                                         void *owner, unsigned hop, unsigned charge,
+                                         const char *bucket, const char *key,
+                                         const char *revalidate);
 
 /* The key an object's first read goes by, before its ETag is known (the
  * metadata fetch, chunk 0): its owner, and the directory key of its chunk
@@ -134,10 +137,6 @@ struct fetch_producer {
  * starts producing chunk c (a reference is taken) of the version
  * p->meta; FETCH_ERR_UPSTREAM when it could not start. */
 int fetch_produce(void *arg, struct chunk *c, uint64_t index);
-
-/* The chunk a meta fetch fills is charged to charge (req_charge) in the
- * store. */
-void fetch_charge(struct fetch *f, unsigned charge);
 
 /* The owner is gone: its fetch goes on for the other readers. */
 void fetch_disown(struct fetch *f);

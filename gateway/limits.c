@@ -156,16 +156,28 @@ static unsigned charge_of(const struct key_count *e)
 	return i <= STORE_CHARGE_MAX ? (unsigned)i : 0;
 }
 
-unsigned limits_charge(const char *key_id)
+/* key_id's charge; charge: it is charged from now on. */
+static unsigned number(const char *key_id, bool charge)
 {
 	if (!key_id || !*key_id)
 		return 0;
 	pthread_mutex_lock(&lock);
 	struct key_count *e = entry(key_id);
 	unsigned c = charge_of(e);
-	e->charged = c != 0;
+	if (charge)
+		e->charged = c != 0;
 	pthread_mutex_unlock(&lock);
 	return c;
+}
+
+unsigned limits_charge(const char *key_id)
+{
+	return number(key_id, true);
+}
+
+unsigned limits_tenant(const char *key_id)
+{
+	return number(key_id, false);
 }
 
 void limits_resident_apply(struct store *s, const struct client_key *keys, size_t n)

@@ -63,6 +63,9 @@ size_t limits_bytes_take(const char *key_id, uint64_t rate, size_t want, double 
  * id for the process's life, so chunks stay charged across a SIGHUP. 0
  * (nobody) for NULL or "" (unsigned requests) and past STORE_CHARGE_MAX ids. */
 unsigned limits_charge(const char *key_id);
+/* The same number, charging nothing to key_id (it is not listed among the
+ * keys charged so far): whose request it is, for the shaper's turns. */
+unsigned limits_tenant(const char *key_id);
 
 /* Gives every key of keys (n of them) its max_resident_bytes in the store,
  * and every other key charged so far no limit (a SIGHUP dropped it or its

@@ -572,6 +572,8 @@ int pass_start(struct req *r)
 	struct gw *gw = r->w->gw;
 	if (!req_upstream_take(r))
 		return -EBUSY;
+	/* Its turn in its prefix's window is its key's, as a cache fill's is. */
+	shaper_slot_tenant(&r->slot, r->peer_hop ? 0 : limits_tenant(r->key_id));
 	if (!r->write_begun) {
 		r->write_begun = true;
 		cache_write_begins(r);

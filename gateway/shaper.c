@@ -30,7 +30,8 @@ struct entry {
 	double window;
 	double credit;          /* successes since it last grew, in windows */
 	double grown_at;        /* when it last grew or was cut */
-	struct list queue;      /* waiting requests (shaper_slot.link), oldest first */
+	struct list queue;      /* the first waiter of each lane (shaper_slot.link, leads),
+	                         * in line for their turns (shaper.h) */
 };
 
 struct shaper {
@@ -71,6 +72,11 @@ void shaper_slot_init(struct shaper_slot *slot, bool background, struct shaper_w
 	slot->placed = placed;
 }
 
+void shaper_slot_tenant(struct shaper_slot *slot, unsigned tenant)
+{
+	slot->tenant = tenant;
+}
+
 void shaper_waker_init(struct shaper_waker *wk, void (*wake)(struct shaper_waker *wk))
 {
 	memset(wk, 0, sizeof *wk);
@@ -93,20 +99,56 @@ static bool entry_idle(const struct shaper *sh, const struct entry *e)
 	return e->inflight == 0 && list_empty(&e->queue) && e->window >= sh->set.window_max;
 }
 
+/* The slot that leads s's lane on e's queue (a tenant's waiters of one
+ * kind), or NULL: none of them waits. Under the lock. */
+static struct shaper_slot *lead_of(const struct entry *e, const struct shaper_slot *s)
+{
+	for (struct list_node *n = e->queue.first; n; n = n->next) {
+		struct shaper_slot *l = list_item(n, struct shaper_slot, link);
+		if (l->tenant == s->tenant && l->background == s->background)
+			return l;
+	}
+	return NULL;
+}
+
+/* s waits: last of its lane, or a new lane's first, last in line. */
 static void enqueue(struct entry *e, struct shaper_slot *s)
 {
-	list_push_back(&e->queue, &s->link);
+	struct shaper_slot *lead = lead_of(e, s);
+	if (lead) {
+		list_push_back(&lead->lane, &s->link);
+	} else {
+		list_push_back(&e->queue, &s->link);
+		s->leads = true;
+	}
 	s->queued = true;
 	e->waiting++;
 	if (!s->background)
 		e->demand_waiting++;
 }
 
+/* s waits no more (it has its place, or gave up). When it led its lane,
+ * the next of the lane leads it, last in line: a lane served waits for
+ * the others' turns. */
 static void dequeue(struct entry *e, struct shaper_slot *s)
 {
 	if (!s->queued)
 		return;
-	list_unlink(&e->queue, &s->link);
+	if (s->leads) {
+		list_unlink(&e->queue, &s->link);
+		s->leads = false;
+		struct list_node *n = s->lane.first;
+		if (n) {
+			struct shaper_slot *next = list_item(n, struct shaper_slot, link);
+			list_unlink(&s->lane, n);
+			next->lane = s->lane; /* the rest: the nodes know no list */
+			next->leads = true;
+			list_push_back(&e->queue, n);
+		}
+		s->lane = (struct list){ 0 };
+	} else {
+		list_unlink(&lead_of(e, s)->lane, &s->link);
+	}
 	s->queued = false;
 	e->waiting--;
 	if (!s->background)
@@ -150,7 +192,7 @@ static bool may_go(const struct entry *e, const struct shaper_slot *slot)
 	if (e->inflight >= limit_of(slot, e))
 		return false;
 	if (slot->queued)
-		return true; /* grant_waiters passes them oldest first; a queued
+		return true; /* grant_waiters passes them in turn; a queued
 		              * slot asking again found none of this room */
 	return slot->background ? e->waiting == 0 : e->demand_waiting == 0;
 }
@@ -163,27 +205,25 @@ static void take_place(struct entry *e, struct shaper_slot *slot)
 	slot->held = true;
 }
 
-/* Gives the places e has room for to its oldest waiters that may take
- * them, and tells their wakers. A background waiter that may not go
- * (demand reads wait, or background's share is taken) is passed over.
- * Under the lock. */
+/* Gives the places e has room for, one at a time, to the first waiter of
+ * the first lane in line that may take it, and tells their wakers. A
+ * background lane that may not go (demand reads wait, or background's
+ * share is taken) is passed over. Under the lock. */
 static void grant_waiters(struct entry *e)
 {
-	struct list_node *n = e->queue.first;
-	while (n && e->inflight < (unsigned)e->window) {
-		struct list_node *next = n->next;
-		struct shaper_slot *s = list_item(n, struct shaper_slot, link);
-		if (may_go(e, s)) {
-			take_place(e, s);
-			if (s->waker) {
-				list_push_back(&s->waker->granted, &s->link);
-				s->granted = true;
-				s->waker->wake(s->waker);
-			}
-		} else if (!s->background || e->demand_waiting == 0) {
-			break; /* the window, or background's share of it, is full */
+	while (e->inflight < (unsigned)e->window) {
+		struct shaper_slot *s = NULL;
+		for (struct list_node *n = e->queue.first; n && !s; n = n->next)
+			if (may_go(e, list_item(n, struct shaper_slot, link)))
+				s = list_item(n, struct shaper_slot, link);
+		if (!s)
+			return; /* the window, or background's share of it, is full */
+		take_place(e, s);
+		if (s->waker) {
+			list_push_back(&s->waker->granted, &s->link);
+			s->granted = true;
+			s->waker->wake(s->waker);
 		}
-		n = next;
 	}
 }
 

@@ -11,11 +11,15 @@
  * jobs, lookahead) gets a slot only while no demand read waits for one,
  * and leaves a quarter of the window to demand reads.
  *
- * Waiting requests get their places in the order they began to wait,
- * demand reads before background ones: a place that frees (or a window
- * that grows) goes at once to the oldest waiter that may take it, which is
- * then told through its waker (below). A newcomer waits behind waiters of
- * its kind.
+ * Waiting requests wait in lanes: a lane is one tenant's waiters of one
+ * kind (a tenant: the client key a request is for, shaper_slot_tenant),
+ * oldest first. Lanes take turns: a place that frees (or a window that
+ * grows) goes at once to the oldest waiter of the first lane in line that
+ * may take it (demand reads before background ones), which is then told
+ * through its waker (below), and its lane goes to the back of the line.
+ * So a key with many requests waiting (a reader's read-ahead) delays
+ * another key's by at most one place per other lane, not by all of its
+ * own. A newcomer waits behind waiters of its kind.
  *
  * Shared by all workers; thread-safe (one lock; the table is bounded: a
  * prefix that finds it full is not shaped).
@@ -55,10 +59,14 @@ struct shaper_slot {
 	bool queued;            /* it waits: on its prefix's queue */
 	bool granted;           /* given a place while it waited: on its waker's list */
 	bool background;
+	unsigned tenant;        /* whose request (shaper_slot_tenant) */
+	bool leads;             /* it waits first of its lane: on its prefix's queue */
 	double since;           /* when it first asked, for the wait bound; < 0: not yet */
 	struct shaper_waker *waker; /* NULL: it finds its place when it asks again */
 	void (*placed)(struct shaper_slot *slot); /* with a waker: told by shaper_tell */
-	struct list_node link;  /* on its prefix's queue, oldest first, or its waker's list */
+	struct list_node link;  /* on its prefix's queue of lanes (leads), on the lane
+	                         * of the slot that leads it, or on its waker's list */
+	struct list lane;       /* while it leads: the rest of its lane, oldest first */
 };
 
 enum shaper_verdict {
@@ -77,6 +85,10 @@ void shaper_destroy(struct shaper *sh);
 void shaper_slot_init(struct shaper_slot *slot, bool background, struct shaper_waker *waker,
                       void (*placed)(struct shaper_slot *slot));
 void shaper_waker_init(struct shaper_waker *wk, void (*wake)(struct shaper_waker *wk));
+/* Whose request the slot is for (0, as shaper_slot_init leaves it: nobody's):
+ * waiters of different tenants take turns. Before it asks, or while it
+ * neither waits nor holds a place. */
+void shaper_slot_tenant(struct shaper_slot *slot, unsigned tenant);
 
 /* Asks for a slot to bucket's prefix of key at time now (monotonic
  * seconds). After SHAPER_TIMEOUT the slot starts over. */

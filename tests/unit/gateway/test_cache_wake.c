@@ -127,7 +127,6 @@ ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 void cread_release_as(struct req *r, bool gave_up) { (void)r; (void)gave_up; }
 void cread_release(struct req *r) { (void)r; }
 
-void fetch_charge(struct fetch *f, unsigned charge) { (void)f; (void)charge; }
 void fetch_disown(struct fetch *f) { (void)f; }
 void fetch_written(const char *bucket, const char *key, double now)
 {
@@ -138,18 +137,19 @@ void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool drop
 	(void)gw; (void)bucket; (void)key; (void)dropped;
 }
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
-                               unsigned hop, const char *bucket, const char *key,
-                               const char *revalidate, uint64_t first_chunk)
+                               unsigned hop, unsigned charge, const char *bucket,
+                               const char *key, const char *revalidate, uint64_t first_chunk)
 {
-	(void)w; (void)ops; (void)owner; (void)hop; (void)bucket; (void)key; (void)revalidate;
-	(void)first_chunk;
+	(void)w; (void)ops; (void)owner; (void)hop; (void)charge; (void)bucket; (void)key;
+	(void)revalidate; (void)first_chunk;
 	return NULL;
 }
 struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_owner_ops *ops,
-                                         void *owner, unsigned hop, const char *bucket,
-                                         const char *key, const char *revalidate)
+                                         void *owner, unsigned hop, unsigned charge,
+                                         const char *bucket, const char *key,
+                                         const char *revalidate)
 {
-	return fetch_meta_start(w, ops, owner, hop, bucket, key, revalidate, 0);
+	return fetch_meta_start(w, ops, owner, hop, charge, bucket, key, revalidate, 0);
 }
 void lookahead_note_read(struct lookaheads *l, const char *b, const char *k, double now)
 {

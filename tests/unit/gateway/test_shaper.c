@@ -236,6 +236,7 @@ struct teller {
 	struct shaper *sh;
 	atomic_int wakes;
 	bool placed;
+	unsigned tenant;
 	struct shaper_slot slot;
 };
 
@@ -256,6 +257,7 @@ static void *tell_race(void *arg)
 	struct teller *t = arg;
 	for (int i = 0; i < 20000; i++) {
 		shaper_slot_init(&t->slot, false, &t->wk, teller_placed);
+		shaper_slot_tenant(&t->slot, t->tenant);
 		t->placed = false;
 		enum shaper_verdict v = shaper_acquire(t->sh, &t->slot, "b", "p/k", 0);
 		while (v == SHAPER_WAIT && !t->placed) {
@@ -278,6 +280,7 @@ static void test_threads_told(void **state)
 	for (int i = 0; i < 2; i++) {
 		memset(&t[i], 0, sizeof t[i]);
 		t[i].sh = sh;
+		t[i].tenant = (unsigned)i + 1; /* lanes of their own */
 		shaper_waker_init(&t[i].wk, teller_wake);
 		pthread_create(&th[i], NULL, tell_race, &t[i]);
 	}
@@ -333,6 +336,111 @@ static void test_waiters_served_in_order(void **state)
 	shaper_release(sh, &quick, 200, 1.0);
 	shaper_release(sh, &late, 200, 1.0);
 	assert_int_equal(shaper_waits(sh), 5);
+	shaper_destroy(sh);
+}
+
+/* Which of the n slots that wait (waits[i]) got the place that freed: the
+ * one whose acquire goes now (the others ask again and still wait). */
+static int placed_one(struct shaper *sh, struct shaper_slot *s, bool *waits, int n, double now)
+{
+	int got = -1;
+	for (int i = 0; i < n; i++)
+		if (waits[i] && shaper_acquire(sh, &s[i], "b", "p/k", now) == SHAPER_GO) {
+			assert_int_equal(got, -1);
+			got = i;
+			waits[i] = false;
+		}
+	return got;
+}
+
+/* Tenants take turns: a key with many fetches waiting (a reader's
+ * read-ahead) does not keep another key's read waiting behind them all;
+ * a tenant's own waiters keep their order, and a waiter that gives up
+ * passes its tenant's turn to the next of its tenant's. */
+static void test_tenants_take_turns(void **state)
+{
+	(void)state;
+	struct shaper *sh = make(2, 1);
+	/* 0, 1: tenant 1's, in flight; 2-7: tenant 1's, waiting (a reader's
+	 * read-ahead); 8, 9: tenant 2's, waiting since later; 10: tenant 3's, last */
+	struct shaper_slot w[11];
+	bool waits[11];
+	for (int i = 0; i < 11; i++) {
+		shaper_slot_init(&w[i], false, NULL, NULL);
+		shaper_slot_tenant(&w[i], i < 8 ? 1 : i < 10 ? 2 : 3);
+		assert_int_equal(shaper_acquire(sh, &w[i], "b", "p/k", 0.01 * i),
+		                 i < 2 ? SHAPER_GO : SHAPER_WAIT);
+		waits[i] = i >= 2;
+	}
+	/* Each step: one finishes (and one waiting gives up, or -1), and the
+	 * place goes to placed. 4 gives up: 5 is next of tenant 1's; then
+	 * tenant 1 alone waits, in its order. */
+	static const struct { int done, gives_up, placed; } steps[] = {
+		{ 0, -1, 2 }, { 1, -1, 8 }, { 2, -1, 10 }, { 8, -1, 3 }, { 10, 4, 9 },
+		{ 3, -1, 5 }, { 9, -1, 6 }, { 5, -1, 7 },
+	};
+	for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+		double now = 0.1 * (double)(k + 1);
+		if (steps[k].gives_up >= 0) {
+			shaper_cancel(sh, &w[steps[k].gives_up]);
+			waits[steps[k].gives_up] = false;
+		}
+		shaper_release(sh, &w[steps[k].done], 200, now);
+		assert_int_equal(placed_one(sh, w, waits, 11, now), steps[k].placed);
+	}
+	shaper_release(sh, &w[6], 200, 1);
+	shaper_release(sh, &w[7], 200, 1);
+	shaper_destroy(sh);
+}
+
+/* Many tenants and both kinds waiting, giving up and finishing in a
+ * random order: never more than the window in flight, and every waiter
+ * that stays gets its place. */
+static void test_lanes_random(void **state)
+{
+	(void)state;
+	struct shaper *sh = make(3, 1);
+	enum { N = 64 };
+	static struct shaper_slot s[N];
+	bool waits[N] = { 0 }, holds[N] = { 0 };
+	unsigned seed = 7;
+	for (int step = 0; step < 20000; step++) {
+		seed = seed * 1103515245u + 12345u;
+		int i = (int)((seed >> 8) % N);
+		if (holds[i]) {
+			shaper_release(sh, &s[i], 200, 0);
+			holds[i] = false;
+		} else if (waits[i] && (seed >> 20) % 4 == 0) {
+			shaper_cancel(sh, &s[i]);
+			waits[i] = false;
+		} else if (!waits[i]) {
+			shaper_slot_init(&s[i], (seed >> 24) % 5 == 0, NULL, NULL);
+			shaper_slot_tenant(&s[i], (seed >> 16) % 4);
+			waits[i] = true;
+		}
+		int n_held = 0;
+		for (int k = 0; k < N; k++) {
+			if (waits[k] && shaper_acquire(sh, &s[k], "b", "p/k", 0) == SHAPER_GO) {
+				waits[k] = false;
+				holds[k] = true;
+			}
+			n_held += holds[k];
+		}
+		assert_true(n_held <= 3);
+	}
+	for (int round = 0; round < N; round++)
+		for (int k = 0; k < N; k++) {
+			if (holds[k]) {
+				shaper_release(sh, &s[k], 200, 0);
+				holds[k] = false;
+			}
+			if (waits[k] && shaper_acquire(sh, &s[k], "b", "p/k", 0) == SHAPER_GO) {
+				waits[k] = false;
+				holds[k] = true;
+			}
+		}
+	for (int k = 0; k < N; k++)
+		assert_false(waits[k] || holds[k]);
 	shaper_destroy(sh);
 }
 
@@ -449,6 +557,8 @@ int main(void)
 		cmocka_unit_test(test_demand_first),
 		cmocka_unit_test(test_wait_times_out),
 		cmocka_unit_test(test_waiters_served_in_order),
+		cmocka_unit_test(test_tenants_take_turns),
+		cmocka_unit_test(test_lanes_random),
 		cmocka_unit_test(test_waiters_told),
 		cmocka_unit_test(test_background_in_line),
 		cmocka_unit_test(test_many_prefixes),
