@@ -101,7 +101,9 @@ bool cl_parse_member(const struct cluster *cl, const char *v, size_t len, double
 	char *end;
 	errno = 0;
 	m->cap = strtod(tab + 1, &end);
-	if (errno || end == tab + 1 || !(m->cap > 0) || !isfinite(m->cap) || *end != '\t')
+	/* Bytes of cache: past 2^62 (4 EiB) it is no cache, and would not fit
+	 * the integers it is shown as (GET /admin/cluster). */
+	if (errno || end == tab + 1 || !(m->cap > 0) || !(m->cap < 0x1p62) || *end != '\t')
 		return false;
 	const char *p = end + 1;
 	m->dir_entries = strtoull(p, &end, 10);

@@ -85,7 +85,7 @@ static void as_member(const char *body, size_t n)
 	memset(&m, 0, sizeof m);
 	snprintf(m.id, sizeof m.id, "node-b");
 	if (cl_parse_member(&cl, v, n + 65, NOW_MS, &m)) {
-		if (!m.addr[0] || strchr(m.addr, '\t') || !(m.cap > 0) || !isfinite(m.cap))
+		if (!m.addr[0] || strchr(m.addr, '\t') || !(m.cap > 0) || !(m.cap < 0x1p62))
 			fail("a member taken with no address or a bad capacity");
 		if (m.protocol == 0)
 			fail("a member taken with protocol 0");

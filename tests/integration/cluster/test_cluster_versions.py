@@ -87,10 +87,10 @@ class ClusterRollingUpgrade(ClusterBase):
 
     def setUp(self):
         # An older node's entry (no protocol field), at an address that closes every
-        # connection; capacity 1e30: were it a member, it would own every chunk.
+        # connection; capacity 1e18: were it a member, it would own every chunk.
         self.closer = Rogue(close=True)
         self.addCleanup(self.closer.close)
-        self.old = Heartbeat(self.redis_cli, "old-0", "127.0.0.1:%d" % self.closer.port, "1e30",
+        self.old = Heartbeat(self.redis_cli, "old-0", "127.0.0.1:%d" % self.closer.port, "1e18",
                              protocol=None)
         self.old.start()
         self.addCleanup(self.old.stop)

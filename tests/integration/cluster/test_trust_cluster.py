@@ -222,10 +222,10 @@ class RedisTrust(ClusterBase):
         # replay of a valid-looking entry under another id.
         far = int(time.time() * 1000) + 3600 * 1000
         forged = {
-            "evil-plain": "%s\t1e30\t0" % addr,
-            "evil-wrongkey": member_value(addr, "1e30", 0, far, "not-the-cluster-secret-00",
+            "evil-plain": "%s\t1e18\t0" % addr,
+            "evil-wrongkey": member_value(addr, "1e18", 0, far, "not-the-cluster-secret-00",
                                           "evil-wrongkey"),
-            "evil-renamed": member_value(addr, "1e30", 0, far, SECRET, "someone-else"),
+            "evil-renamed": member_value(addr, "1e18", 0, far, SECRET, "someone-else"),
         }
         for node_id, val in forged.items():
             self.redis_cmd("SET", "larder:node:" + node_id, val, "PX", "600000")
@@ -509,8 +509,8 @@ class PeerAnswerChecks(ClusterBase):
         super().tearDownClass()
 
     def rogue_joins(self):
-        # A capacity of 1e30: the rogue owns every chunk (all but surely).
-        val = member_value("127.0.0.1:%d" % self.rogue.port, "1e30", 0,
+        # A capacity of 1e18 (an EB): the rogue owns every chunk (all but surely).
+        val = member_value("127.0.0.1:%d" % self.rogue.port, "1e18", 0,
                            int(time.time() * 1000) + 600000, SECRET, "rogue")
         self.redis_cmd("SET", "larder:node:rogue", val, "PX", "600000")
         self.redis_cmd("SADD", "larder:nodes", "rogue")

@@ -477,8 +477,8 @@ static void test_other_protocol_not_a_member(void **state)
 	assert_non_null(c);
 	char older[512], newer[512], bad[512], same[512];
 	double now = unix_ms();
-	member_entry_of(older, sizeof older, SECRET, "older", "10.0.0.5:1\t1e30", now + 60000, 0);
-	member_entry_of(newer, sizeof newer, SECRET, "newer", "10.0.0.6:1\t1e30", now + 60000,
+	member_entry_of(older, sizeof older, SECRET, "older", "10.0.0.5:1\t1e18", now + 60000, 0);
+	member_entry_of(newer, sizeof newer, SECRET, "newer", "10.0.0.6:1\t1e18", now + 60000,
 	                CLUSTER_PROTOCOL + 1);
 	/* A protocol that is not a number is malformed, not another protocol. */
 	snprintf(bad, sizeof bad, "10.0.0.8:1\t1\t0\t%.0f\tx2", now + 60000);
@@ -528,13 +528,13 @@ static void test_forged_members_ignored(void **state)
 	assert_non_null(c);
 	char wrong[512], stale[512], renamed[512], good[512];
 	double now = unix_ms();
-	member_entry(wrong, sizeof wrong, "some-other-secret-000000", "wrong", "10.6.6.6:1\t1e30",
+	member_entry(wrong, sizeof wrong, "some-other-secret-000000", "wrong", "10.6.6.6:1\t1e18",
 	             now + 60000);
-	member_entry(stale, sizeof stale, SECRET, "stale", "10.6.6.6:1\t1e30", now - 120000);
-	member_entry(renamed, sizeof renamed, SECRET, "node-x", "10.6.6.6:1\t1e30", now + 60000);
+	member_entry(stale, sizeof stale, SECRET, "stale", "10.6.6.6:1\t1e18", now - 120000);
+	member_entry(renamed, sizeof renamed, SECRET, "node-x", "10.6.6.6:1\t1e18", now + 60000);
 	member_entry(good, sizeof good, SECRET, "good", "10.0.0.7:1\t1", now + 60000);
 	const char *const forged[][2] = {
-		{ "plain", "10.6.6.6:1\t1e30" }, /* the format before entries were signed */
+		{ "plain", "10.6.6.6:1\t1e18" }, /* the format before entries were signed */
 		{ "wrong", wrong }, { "stale", stale }, { "renamed", renamed },
 	};
 	for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
@@ -1130,6 +1130,29 @@ static void test_inval_expiry_bounded(void **state)
 	}
 }
 
+/* A member's capacity is its cache's bytes: one past 2^62 (4 EiB) is no
+ * cache, and turned into a JSON integer (GET /admin/cluster) it overflowed
+ * (undefined behaviour: 1e30 came out as INT64_MIN). */
+static void test_member_capacity_bounded(void **state)
+{
+	(void)state;
+	static struct cluster cl; /* only its secret is read */
+	snprintf(cl.secret, sizeof cl.secret, "%s", SECRET);
+	double now_ms = 1.8e12;
+	const char *const caps[] = { "1e30", "4.7e18", "inf", "0", "-5", "1e18", "1073741824" };
+	for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+		char v[256];
+		int n = snprintf(v, sizeof v, "10.0.0.1:8080\t%s\t0\t%.0f\t2", caps[i], now_ms + 1000);
+		v[n] = '\t';
+		cl_member_mac(SECRET, "node-b", v, (size_t)n, v + n + 1);
+		struct member m;
+		memset(&m, 0, sizeof m);
+		snprintf(m.id, sizeof m.id, "node-b");
+		bool good = i >= 5;
+		assert_int_equal(cl_parse_member(&cl, v, strlen(v), now_ms, &m), good);
+	}
+}
+
 /* A node that answered nothing is gone past for CLUSTER_AVOID_S; the table
  * is bounded, and a full one gives up the entry that ends soonest. */
 static void test_avoid_table(void **state)
@@ -1210,6 +1233,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_inval_mac_out_of_memory),
 		cmocka_unit_test(test_inval_expiry_bounded),
+		cmocka_unit_test(test_member_capacity_bounded),
 		cmocka_unit_test(test_avoid_table),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_start_without_redis),
