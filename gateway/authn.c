@@ -466,64 +466,82 @@ static int once_header(const char *name)
 	return -1;
 }
 
-void authn_request(struct req *r)
+/*
+ * Phase 1, the headers as sent: a request line plus headers of at most
+ * LARDER_MAX_HEADER_SIZE, Content-Length and Transfer-Encoding once each,
+ * no line break in a value, every name a token. Sets r->req_bytes and
+ * r->repeats_read_header. Refuses with InvalidRequest (a repeated framing
+ * header; the connection closes after), RequestHeaderSectionTooLarge or
+ * InvalidArgument. Returns whether r passed.
+ */
+static bool screen_headers(struct req *r, const struct hdr_collect *hc)
 {
-	struct gw *gw = r->w->gw;
-	struct hdr_collect hc = { 0 };
-	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &hc);
 	/* LARDER_MAX_HEADER_SIZE bounds the request line plus headers as sent
 	 * ("Name: value\r\n"); MHD's memory pool is only the hard backstop. */
 	size_t header_bytes = strlen(r->method) + strlen(r->uri) + 12;
 	bool line_break = false, bad_name = false;
 	unsigned seen[N_ONCE] = { 0 };
-	for (size_t i = 0; i < hc.n; i++) {
-		header_bytes += strlen(hc.v[i].name) + value_len(hc.v[i].value, &line_break) + 4;
-		bad_name |= !sv4_is_token(hc.v[i].name, strlen(hc.v[i].name));
-		int once = once_header(hc.v[i].name);
+	for (size_t i = 0; i < hc->n; i++) {
+		header_bytes += strlen(hc->v[i].name) + value_len(hc->v[i].value, &line_break) + 4;
+		bad_name |= !sv4_is_token(hc->v[i].name, strlen(hc->v[i].name));
+		int once = once_header(hc->v[i].name);
 		if (once >= 0 && seen[once]++ && once >= N_FRAMING)
 			r->repeats_read_header = true;
 	}
 	if (seen[0] > 1 || seen[1] > 1) {
-		free(hc.v);
 		r->close_after = true;
 		req_fail(r, S3E_INVALID_REQUEST, "A request must not carry more than one "
 		         "Content-Length or Transfer-Encoding header.");
-		return;
+		return false;
 	}
 	/* What the request holds of the connection's pool (req.h, req_queue_response). */
-	r->req_bytes = header_bytes + REQ_POOL_PER_HEADER * hc.n;
-	if (header_bytes > gw->cfg->max_header_bytes) {
-		free(hc.v);
+	r->req_bytes = header_bytes + REQ_POOL_PER_HEADER * hc->n;
+	if (header_bytes > r->w->gw->cfg->max_header_bytes)
 		req_fail(r, S3E_HEADER_TOO_LARGE, NULL);
-		return;
-	}
-	if (line_break) { /* RFC 9110 5.5: reject, or it may reach S3 as a header of its own */
-		free(hc.v);
+	else if (line_break) /* RFC 9110 5.5: reject, or it may reach S3 as a header of its own */
 		req_fail(r, S3E_INVALID_ARGUMENT, "A header value contains a line break.");
-		return;
-	}
-	if (bad_name) { /* "Name : v", a control byte, a folded line libmicrohttpd kept */
-		free(hc.v);
+	else if (bad_name) /* "Name : v", a control byte, a folded line libmicrohttpd kept */
 		req_fail(r, S3E_INVALID_ARGUMENT, "A header name is not a token (RFC 9110 5.1).");
-		return;
-	}
+	return !r->has_err;
+}
+
+/*
+ * Phase 2, what the request names: its query's names must be plain, then
+ * s3req_parse reads the bucket, key and operation into r->s3 (path style
+ * or a virtual host under LARDER_BASE_DOMAIN). *peer says whether another
+ * node sent it. Refuses with InvalidArgument or s3req_parse's error.
+ * Returns whether r->s3 is parsed.
+ */
+static bool parse_target(struct req *r, bool *peer)
+{
 	if (!s3_query_names_plain(r->query)) {
-		free(hc.v);
 		req_fail(r, S3E_INVALID_ARGUMENT, "Query parameter names must not be percent-encoded.");
-		return;
+		return false;
 	}
 	/* Peers always ask path style (fetch.c), with this node's advertised
 	 * address as Host: read as a virtual host under LARDER_BASE_DOMAIN, it
 	 * would name a bucket of the node's own name. */
-	bool peer = req_header(r, "X-Larder-Peer-Auth") != NULL;
+	*peer = req_header(r, "X-Larder-Peer-Auth") != NULL;
 	enum s3err e;
 	if (s3req_parse(&r->s3, r->method, req_header(r, "Host"), r->path, r->query,
-	                peer ? NULL : gw->cfg->base_domain, &e) != 0) {
-		free(hc.v);
+	                *peer ? NULL : r->w->gw->cfg->base_domain, &e) != 0) {
 		req_fail(r, e, NULL);
-		return;
+		return false;
 	}
 	r->s3_parsed = true;
+	return true;
+}
+
+void authn_request(struct req *r)
+{
+	struct gw *gw = r->w->gw;
+	struct hdr_collect hc = { 0 };
+	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, collect_header, &hc);
+	bool peer = false;
+	if (!screen_headers(r, &hc) || !parse_target(r, &peer)) {
+		free(hc.v);
+		return;
+	}
 	if (peer) {
 		free(hc.v);
 		authenticate_peer(r);
