@@ -532,6 +532,128 @@ static bool parse_target(struct req *r, bool *peer)
 	return true;
 }
 
+/* What the signature phase leaves for the policy and the body plan. */
+struct authn {
+	struct sv4_request sreq;
+	/* SigV4's, as sv4_parse read it; for SigV2, presigned is set (it
+	 * signs no payload hash, so the body is unsigned). */
+	struct sv4_auth auth;
+	/* SV4_OK once a signature was found (and, for SigV4, verified). */
+	enum sv4_status st;
+	unsigned char signing_key[32]; /* SigV4's, for aws-chunked bodies */
+};
+
+/* Reads the request's signature, if any, into a (sv4_parse); for SigV2
+ * into *v2 as well. Returns whether it is SigV2. Refuses nothing: the
+ * verdict is authenticate's. */
+static bool parse_signature(struct authn *a, struct sv2_auth *v2)
+{
+	a->st = sv4_parse(&a->sreq, &a->auth);
+	/* boto3 and the AWS CLI still presign with SigV2 for a custom
+	 * endpoint, and old clients sign headers with it. */
+	return (a->st == SV4_NO_AUTH || a->st == SV4_UNSUPPORTED) &&
+	       sv2_parse(&a->sreq, v2) == SV4_OK;
+}
+
+/* A SigV2 signature (a header, or a presigned URL's query): its key must
+ * be one of keys and its signature match. Sets r->key_id (named, verified
+ * or not: the access log's key_id; r->key_verified says which, and the
+ * metrics count only verified ones as keys), r->presigned(_v2). Refuses
+ * with InvalidAccessKeyId or fail_verify's error. Returns the key, or
+ * NULL. */
+static const struct client_key *verify_v2(struct req *r, struct authn *a,
+                                          const struct sv2_auth *v2, const struct cfg *keys)
+{
+	const struct client_key *k;
+	str_copy(r->key_id, sizeof r->key_id, v2->access_key);
+	if (!(k = cfg_find_key(keys, v2->access_key))) {
+		req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
+	} else {
+		struct buf resource;
+		buf_init(&resource, strlen(r->path) + sizeof r->s3.bucket + 2);
+		buf_printf(&resource, "%s%s%s", r->s3.virtual_host ? "/" : "",
+		           r->s3.virtual_host ? r->s3.bucket : "", r->path);
+		enum sv4_status v = sv2_verify(&a->sreq, v2, buf_cstr(&resource), k->secret,
+		                               time(NULL), r->w->gw->cfg->max_skew_s);
+		buf_fini(&resource);
+		r->key_verified = v == SV4_OK;
+		if (v != SV4_OK) {
+			a->auth.presigned = v2->presigned;
+			fail_verify(r, v, &a->sreq, &a->auth, true);
+			k = NULL;
+		}
+	}
+	a->st = SV4_OK;
+	a->auth.presigned = true; /* SigV2 signs no payload hash: the body is unsigned */
+	r->presigned_v2 = r->presigned = v2->presigned;
+	return k;
+}
+
+/* A SigV4 signature sv4_parse read whole (a header, or a presigned URL's
+ * query): its scope must be ours (scope_ok), its key one of keys, its
+ * signature match (which leaves a->signing_key). Sets r->key_id, as
+ * verify_v2 does, and r->presigned. Refuses with scope_ok's error,
+ * InvalidAccessKeyId or fail_verify's. Returns the key, or NULL. */
+static const struct client_key *verify_v4(struct req *r, struct authn *a,
+                                          const struct cfg *keys)
+{
+	const struct client_key *k;
+	if (!scope_ok(r, &a->auth))
+		return NULL;
+	if (!(k = cfg_find_key(keys, a->auth.access_key))) {
+		str_copy(r->key_id, sizeof r->key_id, a->auth.access_key); /* for the log */
+		req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
+		return NULL;
+	}
+	str_copy(r->key_id, sizeof r->key_id, a->auth.access_key);
+	r->presigned = a->auth.presigned;
+	a->st = sv4_verify(&a->sreq, &a->auth, k->secret, time(NULL), r->w->gw->cfg->max_skew_s,
+	                   a->signing_key);
+	r->key_verified = a->st == SV4_OK;
+	if (a->st != SV4_OK) {
+		fail_verify(r, a->st, &a->sreq, &a->auth, false);
+		return NULL;
+	}
+	return k;
+}
+
+/*
+ * Phase 3, who signed the request (v2 non-NULL: SigV2, parse_signature):
+ * SigV2, anonymous (a grant of keys->anonymous; r->anonymous), or SigV4.
+ * Refuses, besides verify_v2's and verify_v4's errors: a browser upload
+ * (POST Object) with NotImplemented, an anonymous request without
+ * anonymous grants with AccessDenied, a SigV4 signature sv4_parse could
+ * not read with sv4_to_s3err's. Returns the key whose grants apply, or
+ * NULL when refused. Under keys_lock, which the key needs.
+ */
+static const struct client_key *authenticate(struct req *r, struct authn *a,
+                                             const struct sv2_auth *v2, const struct cfg *keys)
+{
+	if (v2)
+		return verify_v2(r, a, v2, keys);
+	if (a->st == SV4_NO_AUTH && is_form_upload(r)) {
+		/* A browser upload (POST Object) signs its policy document in
+		 * the form, which larder does not read: said plainly, not taken
+		 * for an anonymous request and refused as such. */
+		req_fail(r, S3E_NOT_IMPLEMENTED, "POST Object (browser-based uploads with a signed "
+		         "policy, as generate_presigned_post makes) is not supported by larder; "
+		         "use a presigned PUT");
+		return NULL;
+	}
+	if (a->st == SV4_NO_AUTH) {
+		r->anonymous = true;
+		if (keys->anonymous.n_grants)
+			return &keys->anonymous;
+		req_fail(r, S3E_ACCESS_DENIED, NULL);
+		return NULL;
+	}
+	if (a->st != SV4_OK) {
+		req_fail(r, sv4_to_s3err(a->st, a->auth.presigned), sv4_status_str(a->st));
+		return NULL;
+	}
+	return verify_v4(r, a, keys);
+}
+
 void authn_request(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -547,75 +669,18 @@ void authn_request(struct req *r)
 		authenticate_peer(r);
 		return;
 	}
-	struct sv4_request sreq = {
-		.method = r->method, .path = r->path, .query = r->query,
-		.headers = hc.v, .n_headers = hc.n,
+	struct authn a = {
+		.sreq = {
+			.method = r->method, .path = r->path, .query = r->query,
+			.headers = hc.v, .n_headers = hc.n,
+		},
 	};
-	struct sv4_auth auth;
-	enum sv4_status st = sv4_parse(&sreq, &auth);
-	/* boto3 and the AWS CLI still presign with SigV2 for a custom
-	 * endpoint, and old clients sign headers with it. */
 	struct sv2_auth v2;
-	bool sigv2 = (st == SV4_NO_AUTH || st == SV4_UNSUPPORTED) && sv2_parse(&sreq, &v2) == SV4_OK;
+	bool sigv2 = parse_signature(&a, &v2);
 
 	pthread_rwlock_rdlock(&gw->keys_lock);
 	const struct cfg *keys = gw->keys;
-	const struct client_key *k = NULL;
-	unsigned char signing_key[32];
-	if (sigv2) {
-		/* Named, verified or not (the access log's key_id): key_verified
-		 * says which, and the metrics count only verified ones as keys. */
-		str_copy(r->key_id, sizeof r->key_id, v2.access_key);
-		if (!(k = cfg_find_key(keys, v2.access_key))) {
-			req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
-		} else {
-			struct buf resource;
-			buf_init(&resource, strlen(r->path) + sizeof r->s3.bucket + 2);
-			buf_printf(&resource, "%s%s%s", r->s3.virtual_host ? "/" : "",
-			           r->s3.virtual_host ? r->s3.bucket : "", r->path);
-			enum sv4_status v = sv2_verify(&sreq, &v2, buf_cstr(&resource), k->secret,
-			                               time(NULL), gw->cfg->max_skew_s);
-			buf_fini(&resource);
-			r->key_verified = v == SV4_OK;
-			if (v != SV4_OK) {
-				auth.presigned = v2.presigned;
-				fail_verify(r, v, &sreq, &auth, true);
-				k = NULL;
-			}
-		}
-		st = SV4_OK;
-		auth.presigned = true; /* SigV2 signs no payload hash: the body is unsigned */
-		r->presigned_v2 = r->presigned = v2.presigned;
-	} else if (st == SV4_NO_AUTH && is_form_upload(r)) {
-		/* A browser upload (POST Object) signs its policy document in
-		 * the form, which larder does not read: said plainly, not taken
-		 * for an anonymous request and refused as such. */
-		req_fail(r, S3E_NOT_IMPLEMENTED, "POST Object (browser-based uploads with a signed "
-		         "policy, as generate_presigned_post makes) is not supported by larder; "
-		         "use a presigned PUT");
-	} else if (st == SV4_NO_AUTH) {
-		r->anonymous = true;
-		if (keys->anonymous.n_grants)
-			k = &keys->anonymous;
-		else
-			req_fail(r, S3E_ACCESS_DENIED, NULL);
-	} else if (st != SV4_OK) {
-		req_fail(r, sv4_to_s3err(st, auth.presigned), sv4_status_str(st));
-	} else if (!scope_ok(r, &auth)) {
-		k = NULL;
-	} else if (!(k = cfg_find_key(keys, auth.access_key))) {
-		str_copy(r->key_id, sizeof r->key_id, auth.access_key); /* for the log */
-		req_fail(r, S3E_INVALID_ACCESS_KEY, NULL);
-	} else {
-		str_copy(r->key_id, sizeof r->key_id, auth.access_key);
-		r->presigned = auth.presigned;
-		st = sv4_verify(&sreq, &auth, k->secret, time(NULL), gw->cfg->max_skew_s, signing_key);
-		r->key_verified = st == SV4_OK;
-		if (st != SV4_OK) {
-			fail_verify(r, st, &sreq, &auth, false);
-			k = NULL;
-		}
-	}
+	const struct client_key *k = authenticate(r, &a, sigv2 ? &v2 : NULL, keys);
 	if (k && !r->has_err && r->presigned && pass_query_headers(r, NULL) != 0) {
 		req_fail(r, S3E_INVALID_ARGUMENT, "A header carried in the query is not a valid "
 		         "header");
@@ -630,7 +695,7 @@ void authn_request(struct req *r)
 		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
 		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
 		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
-		enum pol_access need = governs_object(r, &sreq) ? POL_GOVERN
+		enum pol_access need = governs_object(r, &a.sreq) ? POL_GOVERN
 		                       : inspects_object(r) ? POL_INSPECT : r->s3.access;
 		bool allowed = pol_allows(k, need, bucket, key, list_prefix);
 		/* "c+d/" is "c d/" to a reader that takes '+' for a space: the
@@ -657,7 +722,7 @@ void authn_request(struct req *r)
 		else if (is_create_session(r))
 			req_fail(r, S3E_ACCESS_DENIED, "CreateSession would hand out larder's own "
 			         "credentials");
-		else if (sources_allowed(r, k, &sreq))
+		else if (sources_allowed(r, k, &a.sreq))
 			r->authorized = true;
 		r->max_upstream = k->max_upstream_requests;
 		r->max_rate = k->max_bytes_per_second;
@@ -670,12 +735,13 @@ void authn_request(struct req *r)
 	/* What the body is and how it is checked. */
 	const char *cl = req_header(r, "Content-Length");
 	const char *te = req_header(r, "Transfer-Encoding");
-	const char *claimed = st == SV4_OK && !auth.presigned ? auth.payload_hash : SV4_UNSIGNED_PAYLOAD;
+	const char *claimed = a.st == SV4_OK && !a.auth.presigned ? a.auth.payload_hash
+	                                                          : SV4_UNSIGNED_PAYLOAD;
 	/* A presigned URL (and SigV2) signs no payload hash, but the request
 	 * may still send a digest in x-amz-content-sha256 (a presigned URL can
 	 * sign that header to fix the body): S3 holds the body to it, and so
 	 * does larder, which sends it upstream for S3 to check again. */
-	const char *sent = auth.presigned ? req_header(r, "x-amz-content-sha256") : NULL;
+	const char *sent = a.auth.presigned ? req_header(r, "x-amz-content-sha256") : NULL;
 	if (sent && strlen(sent) == 64 && strspn(sent, "0123456789abcdefABCDEF") == 64)
 		claimed = sent;
 	int64_t len = 0;
@@ -730,9 +796,9 @@ void authn_request(struct req *r)
 			return;
 		}
 		char scope[160];
-		snprintf(scope, sizeof scope, "%s/%s/%s/aws4_request", auth.date, auth.region,
-		         auth.service);
-		r->ack = ack_create((enum ack_mode)mode, signing_key, auth.signature, auth.amz_date,
+		snprintf(scope, sizeof scope, "%s/%s/%s/aws4_request", a.auth.date, a.auth.region,
+		         a.auth.service);
+		r->ack = ack_create((enum ack_mode)mode, a.signing_key, a.auth.signature, a.auth.amz_date,
 		                    scope, v, req_header(r, "x-amz-trailer"), pass_chunk_sink, r);
 		if (!r->ack) {
 			req_fail(r, S3E_INTERNAL, NULL);
