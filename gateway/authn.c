@@ -654,6 +654,78 @@ static const struct client_key *authenticate(struct req *r, struct authn *a,
 	return verify_v4(r, a, keys);
 }
 
+/*
+ * Phase 4, what the query carries besides the signature: the headers a
+ * presigned URL holds as query parameters must be valid headers (they go
+ * upstream as headers: pass_query_headers), and an anonymous request may
+ * not ask for response-* overrides. Refuses with InvalidArgument or
+ * InvalidRequest. Returns k, or NULL when refused.
+ */
+static const struct client_key *screen_query(struct req *r, const struct client_key *k,
+                                             const struct cfg *keys)
+{
+	if (k && !r->has_err && r->presigned && pass_query_headers(r, NULL) != 0) {
+		req_fail(r, S3E_INVALID_ARGUMENT, "A header carried in the query is not a valid "
+		         "header");
+		k = NULL;
+	}
+	if (k == &keys->anonymous && !r->has_err && has_response_override(r->query)) {
+		req_fail(r, S3E_INVALID_REQUEST, "Request specific response headers cannot be used "
+		         "for anonymous GET requests.");
+		k = NULL;
+	}
+	return k;
+}
+
+/*
+ * Phase 5, the policy: whether k's grants allow what r does (the access
+ * it needs: POL_GOVERN, POL_INSPECT or r->s3.access; a listing's prefix
+ * both ways upstream may read it; every copy or rename source), and no
+ * key may CreateSession. A DeleteObjects a prefix grant does not cover
+ * as a whole, and every RestoreObject, are decided again on their body
+ * (r->body_check; r->held_body is set up for it). Sets r->authorized and
+ * the key's limits (r->max_upstream, r->max_rate). Refuses with
+ * AccessDenied (a message says when a grant of the whole bucket would
+ * do), or sources_allowed's InvalidArgument. Under keys_lock.
+ */
+static void authorize(struct req *r, const struct client_key *k, const struct sv4_request *sreq)
+{
+	const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
+	const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
+	const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
+	enum pol_access need = governs_object(r, sreq) ? POL_GOVERN
+	                       : inspects_object(r) ? POL_INSPECT : r->s3.access;
+	bool allowed = pol_allows(k, need, bucket, key, list_prefix);
+	/* "c+d/" is "c d/" to a reader that takes '+' for a space: the
+	 * grant must cover the prefix whichever way upstream reads it. */
+	if (allowed && r->s3.listing && r->s3.list_prefix_plus)
+		allowed = pol_allows(k, r->s3.access, bucket, NULL,
+		                     buf_cstr(&r->s3.list_prefix_spaced));
+	/* A key with a prefix grant may delete many objects at once when
+	 * each is under its grant: decided once the body is in. */
+	if (!allowed && need == POL_WRITE && is_post_of(r, S3T_BUCKET, "delete")) {
+		r->body_check = CHECK_DELETE;
+		allowed = true;
+	}
+	if (allowed && is_post_of(r, S3T_OBJECT, "restore"))
+		r->body_check = CHECK_RESTORE;
+	buf_init(&r->held_body, HELD_BODY_MAX);
+	if (!allowed && need == POL_GOVERN && pol_allows(k, POL_WRITE, bucket, key, list_prefix))
+		req_fail(r, S3E_ACCESS_DENIED, "Changing an object's ACL, tags or lock, or "
+		         "removing a version, needs a grant of the whole bucket");
+	else if (!allowed && need == POL_INSPECT && pol_allows(k, POL_READ, bucket, key, list_prefix))
+		req_fail(r, S3E_ACCESS_DENIED, INSPECT_DENIED);
+	else if (!allowed)
+		req_fail(r, S3E_ACCESS_DENIED, NULL);
+	else if (is_create_session(r))
+		req_fail(r, S3E_ACCESS_DENIED, "CreateSession would hand out larder's own "
+		         "credentials");
+	else if (sources_allowed(r, k, sreq))
+		r->authorized = true;
+	r->max_upstream = k->max_upstream_requests;
+	r->max_rate = k->max_bytes_per_second;
+}
+
 void authn_request(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -681,52 +753,9 @@ void authn_request(struct req *r)
 	pthread_rwlock_rdlock(&gw->keys_lock);
 	const struct cfg *keys = gw->keys;
 	const struct client_key *k = authenticate(r, &a, sigv2 ? &v2 : NULL, keys);
-	if (k && !r->has_err && r->presigned && pass_query_headers(r, NULL) != 0) {
-		req_fail(r, S3E_INVALID_ARGUMENT, "A header carried in the query is not a valid "
-		         "header");
-		k = NULL;
-	}
-	if (k == &keys->anonymous && !r->has_err && has_response_override(r->query)) {
-		req_fail(r, S3E_INVALID_REQUEST, "Request specific response headers cannot be used "
-		         "for anonymous GET requests.");
-		k = NULL;
-	}
-	if (k && !r->has_err) {
-		const char *bucket = r->s3.target == S3T_SERVICE ? NULL : r->s3.bucket;
-		const char *key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL;
-		const char *list_prefix = r->s3.listing ? buf_cstr(&r->s3.list_prefix) : NULL;
-		enum pol_access need = governs_object(r, &a.sreq) ? POL_GOVERN
-		                       : inspects_object(r) ? POL_INSPECT : r->s3.access;
-		bool allowed = pol_allows(k, need, bucket, key, list_prefix);
-		/* "c+d/" is "c d/" to a reader that takes '+' for a space: the
-		 * grant must cover the prefix whichever way upstream reads it. */
-		if (allowed && r->s3.listing && r->s3.list_prefix_plus)
-			allowed = pol_allows(k, r->s3.access, bucket, NULL,
-			                     buf_cstr(&r->s3.list_prefix_spaced));
-		/* A key with a prefix grant may delete many objects at once when
-		 * each is under its grant: decided once the body is in. */
-		if (!allowed && need == POL_WRITE && is_post_of(r, S3T_BUCKET, "delete")) {
-			r->body_check = CHECK_DELETE;
-			allowed = true;
-		}
-		if (allowed && is_post_of(r, S3T_OBJECT, "restore"))
-			r->body_check = CHECK_RESTORE;
-		buf_init(&r->held_body, HELD_BODY_MAX);
-		if (!allowed && need == POL_GOVERN && pol_allows(k, POL_WRITE, bucket, key, list_prefix))
-			req_fail(r, S3E_ACCESS_DENIED, "Changing an object's ACL, tags or lock, or "
-			         "removing a version, needs a grant of the whole bucket");
-		else if (!allowed && need == POL_INSPECT && pol_allows(k, POL_READ, bucket, key, list_prefix))
-			req_fail(r, S3E_ACCESS_DENIED, INSPECT_DENIED);
-		else if (!allowed)
-			req_fail(r, S3E_ACCESS_DENIED, NULL);
-		else if (is_create_session(r))
-			req_fail(r, S3E_ACCESS_DENIED, "CreateSession would hand out larder's own "
-			         "credentials");
-		else if (sources_allowed(r, k, &a.sreq))
-			r->authorized = true;
-		r->max_upstream = k->max_upstream_requests;
-		r->max_rate = k->max_bytes_per_second;
-	}
+	k = screen_query(r, k, keys);
+	if (k && !r->has_err)
+		authorize(r, k, &a.sreq);
 	pthread_rwlock_unlock(&gw->keys_lock);
 	free(hc.v);
 	if (r->has_err)
