@@ -726,6 +726,182 @@ static void authorize(struct req *r, const struct client_key *k, const struct sv
 	r->max_rate = k->max_bytes_per_second;
 }
 
+/* The payload hash the request claims: SigV4's signed one; otherwise
+ * (a presigned URL, SigV2, anonymous) UNSIGNED-PAYLOAD, or a digest sent
+ * in x-amz-content-sha256. Refuses nothing. */
+static const char *payload_claim(struct req *r, const struct authn *a)
+{
+	const char *claimed = a->st == SV4_OK && !a->auth.presigned ? a->auth.payload_hash
+	                                                            : SV4_UNSIGNED_PAYLOAD;
+	/* A presigned URL (and SigV2) signs no payload hash, but the request
+	 * may still send a digest in x-amz-content-sha256 (a presigned URL can
+	 * sign that header to fix the body): S3 holds the body to it, and so
+	 * does larder, which sends it upstream for S3 to check again. */
+	const char *sent = a->auth.presigned ? req_header(r, "x-amz-content-sha256") : NULL;
+	if (sent && strlen(sent) == 64 && strspn(sent, "0123456789abcdefABCDEF") == 64)
+		claimed = sent;
+	return claimed;
+}
+
+/* How the body is framed (cl, te: the headers, or NULL): *len is its
+ * Content-Length, -1 when chunked, 0 when neither is sent. Refuses with
+ * InvalidArgument (a Content-Length that is not a number), InvalidRequest
+ * (both headers), MissingContentLength (a PUT with neither) or
+ * NotImplemented (a coding other than chunked). Returns whether r passed. */
+static bool body_framing(struct req *r, const char *cl, const char *te, int64_t *len)
+{
+	*len = 0;
+	if (cl) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(cl, &end, 10);
+		if (errno || *end || v < 0 || end == cl) {
+			req_fail(r, S3E_INVALID_ARGUMENT, "Content-Length is not a number");
+			return false;
+		}
+		*len = v;
+	} else if (te) {
+		*len = -1; /* chunked: the length is known when the body ends */
+	}
+	if (cl && te) {
+		/* libmicrohttpd reads the body by Transfer-Encoding (RFC 9112):
+		 * planned by Content-Length, it would go upstream as another. */
+		req_fail(r, S3E_INVALID_REQUEST,
+		     "Content-Length and Transfer-Encoding must not both be sent.");
+		return false;
+	}
+	if (!cl && !te && strcmp(r->method, "PUT") == 0) {
+		/* No framing, so no body: S3 answers a PUT without a length 411,
+		 * where forwarded (with a length of 0) it would store an empty
+		 * object in place of the one the client meant to send. */
+		req_fail(r, S3E_MISSING_CONTENT_LENGTH, NULL);
+		return false;
+	}
+	if (te && strcasecmp(te, "chunked") != 0) {
+		/* libmicrohttpd decodes "chunked" alone; any other coding it
+		 * reads as raw bytes until the client closes, which would go
+		 * upstream as the body, framing and all. S3 takes no
+		 * Transfer-Encoding at all; its answer: */
+		req_fail(r, S3E_NOT_IMPLEMENTED, NULL);
+		req_err_element(r, "Header", "Transfer-Encoding");
+		return false;
+	}
+	return true;
+}
+
+/* An aws-chunked body (mode: ack_mode_from_payload_hash) of in_len bytes
+ * as sent (-1: unknown), each chunk's signature chained from the
+ * request's (r->ack); x-amz-decoded-content-length says how long it is
+ * decoded (r->up_len). Refuses with MissingContentLength (no decoded
+ * length) or InternalError. Returns whether r passed. */
+static bool plan_aws_chunked(struct req *r, const struct authn *a, int mode, int64_t in_len)
+{
+	const char *dl = req_header(r, "x-amz-decoded-content-length");
+	char *end = NULL;
+	long long v = dl ? strtoll(dl, &end, 10) : -1;
+	if (!dl || *end || v < 0) {
+		req_fail(r, S3E_MISSING_CONTENT_LENGTH,
+		     "aws-chunked uploads need x-amz-decoded-content-length");
+		return false;
+	}
+	char scope[160];
+	snprintf(scope, sizeof scope, "%s/%s/%s/aws4_request", a->auth.date, a->auth.region,
+	         a->auth.service);
+	r->ack = ack_create((enum ack_mode)mode, a->signing_key, a->auth.signature,
+	                    a->auth.amz_date, scope, v, req_header(r, "x-amz-trailer"),
+	                    pass_chunk_sink, r);
+	if (!r->ack) {
+		req_fail(r, S3E_INTERNAL, NULL);
+		return false;
+	}
+	r->body = BODY_CHUNKED;
+	r->in_len = in_len;
+	r->up_len = v;
+	r->start_verified = v == 0;
+	pass_plan_trailer(r, req_header(r, "x-amz-trailer"));
+	return true;
+}
+
+/* A plain body of len bytes (-1: Transfer-Encoding: chunked, of unknown
+ * length, which S3 takes: it goes upstream chunked too), hashed as it
+ * comes in (r->sha) when claimed is a digest. Refuses with
+ * InvalidArgument (claimed is neither UNSIGNED-PAYLOAD nor a digest) or
+ * InternalError. Returns whether r passed. */
+static bool plan_raw(struct req *r, const char *claimed, int64_t len)
+{
+	r->body = BODY_RAW;
+	r->up_len = len;
+	if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) == 0)
+		return true;
+	if (strlen(claimed) != 64 || strspn(claimed, "0123456789abcdefABCDEF") != 64) {
+		req_fail(r, S3E_INVALID_ARGUMENT, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+		         "STREAMING-AWS4-HMAC-SHA256-PAYLOAD or a valid sha256 value.");
+		return false;
+	}
+	memcpy(r->want_sha, claimed, 65);
+	r->sha = EVP_MD_CTX_new();
+	if (!r->sha || !EVP_DigestInit_ex(r->sha, sha256_md(), NULL)) {
+		req_fail(r, S3E_INTERNAL, NULL);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Phase 6, the body plan: how the body is framed (body_framing), what
+ * hash it claims (payload_claim) and so how it is read and checked:
+ * aws-chunked (plan_aws_chunked), plain (plan_raw), or none, which must
+ * claim no bytes. A body the policy checks (r->body_check) must be plain
+ * and at most HELD_BODY_MAX. Sets r->body_verified when nothing is left
+ * to check. Refuses, besides the helpers' errors, with InvalidRequest
+ * (no hash claimed), BadDigest (no body but a digest of some) or
+ * AccessDenied (a body to check that cannot be held).
+ */
+static void plan_body(struct req *r, const struct authn *a)
+{
+	const char *cl = req_header(r, "Content-Length");
+	const char *te = req_header(r, "Transfer-Encoding");
+	const char *claimed = payload_claim(r, a);
+	int64_t len;
+	if (!body_framing(r, cl, te, &len))
+		return;
+	if (!claimed[0]) {
+		req_fail(r, S3E_INVALID_REQUEST,
+		     "Missing required header for this request: x-amz-content-sha256");
+		return;
+	}
+	int mode = ack_mode_from_payload_hash(claimed);
+	if (mode >= 0) {
+		if (!plan_aws_chunked(r, a, mode, cl ? len : -1))
+			return;
+	} else if (len != 0) {
+		if (!plan_raw(r, claimed, len))
+			return;
+	} else {
+		r->body = BODY_NONE;
+		r->up_len = 0;
+		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0 &&
+		    strcasecmp(claimed, SV4_EMPTY_SHA256) != 0) {
+			req_fail(r, S3E_BAD_DIGEST, NULL);
+			return;
+		}
+	}
+	if (r->body_check == CHECK_RESTORE && r->body == BODY_NONE)
+		r->body_check = CHECK_NONE; /* no body: S3's defaults, nothing written elsewhere */
+	if (r->body_check && (r->body != BODY_RAW || r->up_len < 0 || r->up_len > HELD_BODY_MAX)) {
+		req_fail(r, S3E_ACCESS_DENIED, r->body_check == CHECK_DELETE ?
+		         "DeleteObjects under a key prefix grant needs a plain body of at most 2 MiB" :
+		         "RestoreObject needs a plain body of at most 2 MiB");
+		return;
+	}
+	/* A body of unknown length is whole (so verified) only when it ends. */
+	r->body_verified = r->body == BODY_NONE ||
+	                   (r->body == BODY_RAW && !r->sha && !r->body_check && r->up_len >= 0);
+}
+
+/* The phases in order, each a function above that says what it decides:
+ * the first refusal (req_fail) ends the request. The keys lock is held
+ * from the signature to the policy: k points into gw->keys. */
 void authn_request(struct req *r)
 {
 	struct gw *gw = r->w->gw;
@@ -761,119 +937,5 @@ void authn_request(struct req *r)
 	if (r->has_err)
 		return;
 
-	/* What the body is and how it is checked. */
-	const char *cl = req_header(r, "Content-Length");
-	const char *te = req_header(r, "Transfer-Encoding");
-	const char *claimed = a.st == SV4_OK && !a.auth.presigned ? a.auth.payload_hash
-	                                                          : SV4_UNSIGNED_PAYLOAD;
-	/* A presigned URL (and SigV2) signs no payload hash, but the request
-	 * may still send a digest in x-amz-content-sha256 (a presigned URL can
-	 * sign that header to fix the body): S3 holds the body to it, and so
-	 * does larder, which sends it upstream for S3 to check again. */
-	const char *sent = a.auth.presigned ? req_header(r, "x-amz-content-sha256") : NULL;
-	if (sent && strlen(sent) == 64 && strspn(sent, "0123456789abcdefABCDEF") == 64)
-		claimed = sent;
-	int64_t len = 0;
-	if (cl) {
-		char *end;
-		errno = 0;
-		long long v = strtoll(cl, &end, 10);
-		if (errno || *end || v < 0 || end == cl) {
-			req_fail(r, S3E_INVALID_ARGUMENT, "Content-Length is not a number");
-			return;
-		}
-		len = v;
-	} else if (te) {
-		len = -1; /* chunked: the length is known when the body ends */
-	}
-	if (cl && te) {
-		/* libmicrohttpd reads the body by Transfer-Encoding (RFC 9112):
-		 * planned by Content-Length, it would go upstream as another. */
-		req_fail(r, S3E_INVALID_REQUEST,
-		     "Content-Length and Transfer-Encoding must not both be sent.");
-		return;
-	}
-	if (!cl && !te && strcmp(r->method, "PUT") == 0) {
-		/* No framing, so no body: S3 answers a PUT without a length 411,
-		 * where forwarded (with a length of 0) it would store an empty
-		 * object in place of the one the client meant to send. */
-		req_fail(r, S3E_MISSING_CONTENT_LENGTH, NULL);
-		return;
-	}
-	if (te && strcasecmp(te, "chunked") != 0) {
-		/* libmicrohttpd decodes "chunked" alone; any other coding it
-		 * reads as raw bytes until the client closes, which would go
-		 * upstream as the body, framing and all. S3 takes no
-		 * Transfer-Encoding at all; its answer: */
-		req_fail(r, S3E_NOT_IMPLEMENTED, NULL);
-		req_err_element(r, "Header", "Transfer-Encoding");
-		return;
-	}
-	if (!claimed[0]) {
-		req_fail(r, S3E_INVALID_REQUEST,
-		     "Missing required header for this request: x-amz-content-sha256");
-		return;
-	}
-	int mode = ack_mode_from_payload_hash(claimed);
-	if (mode >= 0) {
-		const char *dl = req_header(r, "x-amz-decoded-content-length");
-		char *end = NULL;
-		long long v = dl ? strtoll(dl, &end, 10) : -1;
-		if (!dl || *end || v < 0) {
-			req_fail(r, S3E_MISSING_CONTENT_LENGTH,
-			     "aws-chunked uploads need x-amz-decoded-content-length");
-			return;
-		}
-		char scope[160];
-		snprintf(scope, sizeof scope, "%s/%s/%s/aws4_request", a.auth.date, a.auth.region,
-		         a.auth.service);
-		r->ack = ack_create((enum ack_mode)mode, a.signing_key, a.auth.signature, a.auth.amz_date,
-		                    scope, v, req_header(r, "x-amz-trailer"), pass_chunk_sink, r);
-		if (!r->ack) {
-			req_fail(r, S3E_INTERNAL, NULL);
-			return;
-		}
-		r->body = BODY_CHUNKED;
-		r->in_len = cl ? len : -1;
-		r->up_len = v;
-		r->start_verified = v == 0;
-		pass_plan_trailer(r, req_header(r, "x-amz-trailer"));
-	} else if (len != 0) {
-		/* A Transfer-Encoding: chunked body of unknown length (S3 takes it)
-		 * goes upstream chunked too: up_len < 0. */
-		r->body = BODY_RAW;
-		r->up_len = len;
-		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0) {
-			if (strlen(claimed) != 64 || strspn(claimed, "0123456789abcdefABCDEF") != 64) {
-				req_fail(r, S3E_INVALID_ARGUMENT, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
-				     "STREAMING-AWS4-HMAC-SHA256-PAYLOAD or a valid sha256 value.");
-				return;
-			}
-			memcpy(r->want_sha, claimed, 65);
-			r->sha = EVP_MD_CTX_new();
-			if (!r->sha || !EVP_DigestInit_ex(r->sha, sha256_md(), NULL)) {
-				req_fail(r, S3E_INTERNAL, NULL);
-				return;
-			}
-		}
-	} else {
-		r->body = BODY_NONE;
-		r->up_len = 0;
-		if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) != 0 &&
-		    strcasecmp(claimed, SV4_EMPTY_SHA256) != 0) {
-			req_fail(r, S3E_BAD_DIGEST, NULL);
-			return;
-		}
-	}
-	if (r->body_check == CHECK_RESTORE && r->body == BODY_NONE)
-		r->body_check = CHECK_NONE; /* no body: S3's defaults, nothing written elsewhere */
-	if (r->body_check && (r->body != BODY_RAW || r->up_len < 0 || r->up_len > HELD_BODY_MAX)) {
-		req_fail(r, S3E_ACCESS_DENIED, r->body_check == CHECK_DELETE ?
-		         "DeleteObjects under a key prefix grant needs a plain body of at most 2 MiB" :
-		         "RestoreObject needs a plain body of at most 2 MiB");
-		return;
-	}
-	/* A body of unknown length is whole (so verified) only when it ends. */
-	r->body_verified = r->body == BODY_NONE ||
-	                   (r->body == BODY_RAW && !r->sha && !r->body_check && r->up_len >= 0);
+	plan_body(r, &a);
 }
