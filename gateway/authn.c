@@ -793,13 +793,16 @@ static bool body_framing(struct req *r, const char *cl, const char *te, int64_t 
  * as sent (-1: unknown), each chunk's signature chained from the
  * request's (r->ack); x-amz-decoded-content-length says how long it is
  * decoded (r->up_len). Refuses with MissingContentLength (no decoded
- * length) or InternalError. Returns whether r passed. */
+ * length, or not a number) or InternalError. Returns whether r passed. */
 static bool plan_aws_chunked(struct req *r, const struct authn *a, int mode, int64_t in_len)
 {
 	const char *dl = req_header(r, "x-amz-decoded-content-length");
 	char *end = NULL;
+	errno = 0;
 	long long v = dl ? strtoll(dl, &end, 10) : -1;
-	if (!dl || *end || v < 0) {
+	/* As Content-Length's (body_framing): an empty value is no length,
+	 * nor one past 2^63 (which strtoll makes 2^63-1). */
+	if (!dl || errno || *end || v < 0 || end == dl) {
 		req_fail(r, S3E_MISSING_CONTENT_LENGTH,
 		     "aws-chunked uploads need x-amz-decoded-content-length");
 		return false;

@@ -176,6 +176,25 @@ class PayloadModes(LarderCase):
         self.assertEqual(st, 200, resp)
         self.assertEqual(self.stored("zero"), b"")
 
+    def test_decoded_length_not_a_number_refused(self):
+        # x-amz-decoded-content-length was read without the checks the
+        # Content-Length gets: an empty value passed as 0 and one past
+        # 2^63 as 2^63-1, and both ended IncompleteBody once the body
+        # was read, one of them after a PUT had gone upstream.
+        self.s3.put_object(Bucket="modes", Key="declen", Body=b"original")
+        url = self.larder.url + "/modes/declen"
+        for dl in ("", "99999999999999999999"):
+            base = {"Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": dl}
+            h = signed_headers(url, base, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+            body = chunked_signed(b"hello", h)
+            h["Content-Length"] = str(len(body))
+            before = self.upstream.mark()
+            st, _, resp = self.put("declen", h, body)
+            self.assertEqual((st, s3_error(resp)[0]), (411, "MissingContentLength"), (dl, resp))
+            self.assertEqual([r for r in self.upstream.from_larder(before)
+                              if r["method"] == "PUT"], [], dl)
+        self.assertEqual(self.stored("declen"), b"original")
+
     def test_content_length_with_transfer_encoding_refused(self):
         # libmicrohttpd reads such a body by its chunks; planned by its
         # Content-Length of 0, it went upstream empty, answered 200.
