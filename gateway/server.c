@@ -854,60 +854,62 @@ void gw_block_signals(sigset_t *set)
 		*set = sigs;
 }
 
-int gw_run(struct cfg *cfg, const char *config_path)
+/* The process's life in three phases, each in the order of its steps:
+ * gw_start (each start_* below, in turn), wait_for_signal, gw_stop; then
+ * gw_free releases what was opened, whichever step the start got to. A
+ * start step returns 0, or the exit code (1; 2: the configuration is wrong)
+ * after logging why, having released what it alone opened. */
+
+/* Start 1: the upstream credentials (the larder-creds thread), the
+ * upstream's description and the shaper. */
+static int start_upstream(struct gw *gw)
 {
-	struct gw gw = { .magic = GW_MAGIC, .cfg = cfg, .keys = cfg, .config_path = config_path };
-	struct cfg *owned_keys = NULL;
+	const struct cfg *cfg = gw->cfg;
 	char err[512];
-	int rc = 1;
-	pthread_rwlock_init(&gw.keys_lock, NULL);
-
-	/* Signals go to the main thread only (sigwait below). serve() blocked
-	 * them already, before the access log's flusher thread started. */
-	sigset_t sigs;
-	gw_block_signals(&sigs);
-	signal(SIGPIPE, SIG_IGN);
-
 	/* A source set up wrong (a key id without its secret, a missing token
 	 * file) is a configuration error, as --check says; a source that
 	 * does not answer is not. */
 	if (creds_check(NULL, cfg->upstream_region, err, sizeof err) != 0) {
 		log_error("creds", "no upstream credentials: %s", err);
-		rc = 2;
-		goto out;
+		return 2;
 	}
-	gw.creds = creds_provider_create(NULL, cfg->upstream_region, cfg->creds_refresh_margin_s,
-	                                 err, sizeof err);
-	if (!gw.creds) {
+	gw->creds = creds_provider_create(NULL, cfg->upstream_region, cfg->creds_refresh_margin_s,
+	                                  err, sizeof err);
+	if (!gw->creds) {
 		log_error("creds", "no upstream credentials: %s", err);
-		goto out;
+		return 1;
 	}
-	log_info("creds", "upstream credentials from %s", creds_provider_source(gw.creds));
-	gw.up = upstream_create(cfg, gw.creds, err, sizeof err);
-	if (!gw.up) {
+	log_info("creds", "upstream credentials from %s", creds_provider_source(gw->creds));
+	gw->up = upstream_create(cfg, gw->creds, err, sizeof err);
+	if (!gw->up) {
 		log_error("config", "%s", err);
-		goto out;
+		return 1;
 	}
 	struct shaper_settings shs = { cfg->upstream_window_max, cfg->upstream_window_min,
 		                       cfg->upstream_slot_wait_ms / 1000.0 };
-	gw.shaper = shaper_create(&shs, err, sizeof err);
-	if (!gw.shaper) {
+	gw->shaper = shaper_create(&shs, err, sizeof err);
+	if (!gw->shaper) {
 		log_error("config", "%s", err);
-		goto out;
+		return 1;
 	}
+	return 0;
+}
 
-	if (tls_files_check(cfg, &gw.tls_cert, &gw.tls_key) != 0) {
-		rc = 2;
-		goto out;
-	}
-	struct addrinfo *ai = gw_resolve("LARDER_LISTEN", cfg->listen_host, cfg->listen_port);
-	if (!ai)
-		goto out;
-	gw.n_workers = cfg->workers ? cfg->workers : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
-	if (gw.n_workers == 0)
-		gw.n_workers = 1;
-	gw.max_connections_set = cfg->max_connections;
-	int held = port_unheld(ai);
+/* Start 2: the TLS files, then both ports checked free and the open-file
+ * limit fitted (to cfg, gw's own), binding nothing yet. Sets *ai to the
+ * listener's address (the caller frees it). */
+static int check_listeners(struct gw *gw, struct cfg *cfg, struct addrinfo **ai)
+{
+	if (tls_files_check(cfg, &gw->tls_cert, &gw->tls_key) != 0)
+		return 2;
+	*ai = gw_resolve("LARDER_LISTEN", cfg->listen_host, cfg->listen_port);
+	if (!*ai)
+		return 1;
+	gw->n_workers = cfg->workers ? cfg->workers : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+	if (gw->n_workers == 0)
+		gw->n_workers = 1;
+	gw->max_connections_set = cfg->max_connections;
+	int held = port_unheld(*ai);
 	if (held != 0 || fit_open_files(cfg) != 0) {
 		if (held == -EADDRINUSE)
 			log_error("server", "cannot listen on %s:%u: the port is already in use by another "
@@ -916,137 +918,223 @@ int gw_run(struct cfg *cfg, const char *config_path)
 		else if (held)
 			log_error("server", "cannot listen on %s:%u: %s", cfg->listen_host,
 			          cfg->listen_port, strerror(-held));
-		freeaddrinfo(ai);
-		goto out;
+		return 1;
 	}
-	if (admin_port_unheld(cfg) != 0) {
-		freeaddrinfo(ai);
-		goto out;
-	}
-	/* Only once the ports are ours, open the cache and join the cluster: a
-	 * node refused its port never touches them. */
-	if (open_cache(&gw, cfg, err, sizeof err) != 0) {
+	return admin_port_unheld(cfg) != 0 ? 1 : 0;
+}
+
+/* Start 3, only once the ports are ours (a node refused its port never
+ * touches these): the cache (open_cache), then pins (their saver thread)
+ * and profiles, before the cluster, whose subscriber may end pins (they
+ * are freed after it). */
+static int open_state(struct gw *gw)
+{
+	const struct cfg *cfg = gw->cfg;
+	char err[512];
+	if (open_cache(gw, cfg, err, sizeof err) != 0) {
 		log_error("config", "%s", err);
-		freeaddrinfo(ai);
-		rc = 2;
-		goto out;
+		return 2;
 	}
-	/* Before the cluster, whose subscriber may end pins, and freed after it. */
-	char perr[512];
-	gw.pins = pins_create(gw.store, cfg->cache_dir, perr, sizeof perr);
-	if (!gw.pins) {
-		log_error("server", "pins: %s; they are kept in memory only", perr);
-		gw.pins = pins_create(gw.store, NULL, perr, sizeof perr);
+	gw->pins = pins_create(gw->store, cfg->cache_dir, err, sizeof err);
+	if (!gw->pins) {
+		log_error("server", "pins: %s; they are kept in memory only", err);
+		gw->pins = pins_create(gw->store, NULL, err, sizeof err);
 	}
-	gw.profiles = profiles_open(cfg->cache_dir, perr, sizeof perr);
-	if (!gw.profiles) {
-		log_error("server", "access profiles: %s; they are kept in memory only", perr);
-		gw.profiles = profiles_open(NULL, perr, sizeof perr);
+	gw->profiles = profiles_open(cfg->cache_dir, err, sizeof err);
+	if (!gw->profiles) {
+		log_error("server", "access profiles: %s; they are kept in memory only", err);
+		gw->profiles = profiles_open(NULL, err, sizeof err);
 	}
-	if (cfg->redis_url) {
-		struct cluster_config cc = cluster_config_of(cfg, gw.dir);
-		gw.cluster = cluster_start(&cc, cluster_invalidated, &gw, err, sizeof err);
-		if (!gw.cluster) {
-			log_error("config", "LARDER_REDIS_URL: %s", err);
-			freeaddrinfo(ai);
-			rc = 2;
-			goto out;
-		}
-	}
+	return 0;
+}
 
-	gw.workers = calloc(gw.n_workers, sizeof *gw.workers);
+/* Start 4: the cluster (its two threads), when LARDER_REDIS_URL names one. */
+static int join_cluster(struct gw *gw)
+{
+	const struct cfg *cfg = gw->cfg;
+	char err[512];
+	if (!cfg->redis_url)
+		return 0;
+	struct cluster_config cc = cluster_config_of(cfg, gw->dir);
+	gw->cluster = cluster_start(&cc, cluster_invalidated, gw, err, sizeof err);
+	if (!gw->cluster) {
+		log_error("config", "LARDER_REDIS_URL: %s", err);
+		return 2;
+	}
+	return 0;
+}
+
+/* Start 5: each worker's loop and daemon, listening on ai; no thread runs
+ * them yet. */
+static int start_daemons(struct gw *gw, const struct addrinfo *ai)
+{
+	const struct cfg *cfg = gw->cfg;
+	gw->workers = calloc(gw->n_workers, sizeof *gw->workers);
 	unsigned started = 0;
-	for (; gw.workers && started < gw.n_workers; started++)
-		if (worker_start(&gw, &gw.workers[started], started, ai) != 0)
+	for (; gw->workers && started < gw->n_workers; started++)
+		if (worker_start(gw, &gw->workers[started], started, ai) != 0)
 			break;
-	freeaddrinfo(ai);
-	if (!gw.workers || started < gw.n_workers) {
-		if (gw.tls_cert) /* libmicrohttpd's reason is in the log above (info) */
-			log_error("server", "cannot listen on %s:%u with TLS (LARDER_TLS_CERT, "
-			          "LARDER_TLS_KEY)", cfg->listen_host, cfg->listen_port);
-		else
-			log_error("server", "cannot listen on %s:%u: %s", cfg->listen_host,
-			          cfg->listen_port, strerror(errno));
-		for (unsigned i = 0; gw.workers && i <= started && i < gw.n_workers; i++)
-			worker_fini(&gw.workers[i]);
-		goto out;
-	}
-	if (gw.cluster) {
-		pins_on_end(gw.pins, pin_ended, &gw);
-		profiles_on_relay(gw.profiles, cluster_profiles_relay, &gw);
-	}
-	gw.prefetch = prefetch_create(&gw, &gw.workers[0]);
-	gw.lookahead = lookahead_create(&gw, &gw.workers[0], gw.prefetch, cfg->lookahead_idle_s);
-	if (admin_start(&gw) != 0) {
-		/* An operator who asked for the admin port expects it: say so and stop. */
-		for (unsigned i = 0; i < gw.n_workers; i++)
-			worker_fini(&gw.workers[i]);
-		lookahead_destroy(gw.lookahead);
-		gw.lookahead = NULL;
-		prefetch_destroy(gw.prefetch);
-		gw.prefetch = NULL;
-		goto out;
-	}
-	for (unsigned i = 0; i < gw.n_workers; i++)
-		pthread_create(&gw.workers[i].thread, NULL, worker_main, &gw.workers[i]);
-	log_info("server", "listening on %s://%s:%u with %u workers; upstream %s",
-	         gw.tls_cert ? "https" : "http", cfg->listen_host, cfg->listen_port, gw.n_workers,
-	         cfg->upstream_url ? cfg->upstream_url : "AWS S3");
+	if (gw->workers && started == gw->n_workers)
+		return 0;
+	if (gw->tls_cert) /* libmicrohttpd's reason is in the log above (info) */
+		log_error("server", "cannot listen on %s:%u with TLS (LARDER_TLS_CERT, "
+		          "LARDER_TLS_KEY)", cfg->listen_host, cfg->listen_port);
+	else
+		log_error("server", "cannot listen on %s:%u: %s", cfg->listen_host,
+		          cfg->listen_port, strerror(errno));
+	for (unsigned i = 0; gw->workers && i <= started && i < gw->n_workers; i++)
+		worker_fini(&gw->workers[i]);
+	return 1;
+}
 
+/* Start 6: warm jobs and lookaheads (on the first worker), the pins' and
+ * profiles' cluster messages, and the admin listener. */
+static int start_jobs_and_admin(struct gw *gw)
+{
+	if (gw->cluster) {
+		pins_on_end(gw->pins, pin_ended, gw);
+		profiles_on_relay(gw->profiles, cluster_profiles_relay, gw);
+	}
+	gw->prefetch = prefetch_create(gw, &gw->workers[0]);
+	gw->lookahead = lookahead_create(gw, &gw->workers[0], gw->prefetch,
+	                                 gw->cfg->lookahead_idle_s);
+	if (admin_start(gw) != 0) {
+		/* An operator who asked for the admin port expects it: say so and stop. */
+		for (unsigned i = 0; i < gw->n_workers; i++)
+			worker_fini(&gw->workers[i]);
+		lookahead_destroy(gw->lookahead);
+		gw->lookahead = NULL;
+		prefetch_destroy(gw->prefetch);
+		gw->prefetch = NULL;
+		return 1;
+	}
+	return 0;
+}
+
+/* Start 7, last: the worker threads, which serve from now on. */
+static int start_threads(struct gw *gw)
+{
+	const struct cfg *cfg = gw->cfg;
+	for (unsigned i = 0; i < gw->n_workers; i++)
+		pthread_create(&gw->workers[i].thread, NULL, worker_main, &gw->workers[i]);
+	log_info("server", "listening on %s://%s:%u with %u workers; upstream %s",
+	         gw->tls_cert ? "https" : "http", cfg->listen_host, cfg->listen_port, gw->n_workers,
+	         cfg->upstream_url ? cfg->upstream_url : "AWS S3");
+	return 0;
+}
+
+/* Phase 1, the start: 0 when larder serves, else the exit code. */
+static int gw_start(struct gw *gw, struct cfg *cfg)
+{
+	int rc = start_upstream(gw);
+	if (rc)
+		return rc;
+	struct addrinfo *ai = NULL;
+	rc = check_listeners(gw, cfg, &ai);
+	if (!rc)
+		rc = open_state(gw);
+	if (!rc)
+		rc = join_cluster(gw);
+	if (!rc)
+		rc = start_daemons(gw, ai);
+	if (ai)
+		freeaddrinfo(ai);
+	if (!rc)
+		rc = start_jobs_and_admin(gw);
+	if (!rc)
+		rc = start_threads(gw);
+	return rc;
+}
+
+/* Phase 2: the main thread waits in sigwait. SIGHUP reloads the keys (and
+ * reopens the access log); SIGTERM or SIGINT ends the wait. */
+static void wait_for_signal(struct gw *gw, const sigset_t *sigs, struct cfg **owned_keys)
+{
 	for (;;) {
 		int sig = 0;
-		if (sigwait(&sigs, &sig) != 0)
+		if (sigwait(sigs, &sig) != 0)
 			continue;
 		if (sig == SIGHUP) {
-			reload_keys(&gw, &owned_keys);
+			reload_keys(gw, owned_keys);
 			continue;
 		}
 		log_info("server", "%s: draining for up to %u s", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-		         cfg->shutdown_grace_s);
-		break;
+		         gw->cfg->shutdown_grace_s);
+		return;
 	}
-	atomic_store(&gw.draining, true);
+}
+
+/* Phase 3, the stop: the node leaves the cluster, the workers drain and
+ * are joined, then what their requests used goes, the admin listener
+ * first. */
+static void gw_stop(struct gw *gw)
+{
+	atomic_store(&gw->draining, true);
 	/* Leave the cluster first: peers stop sending chunk requests here.
-	 * The workers still use gw.cluster (now just this node) as they drain. */
-	cluster_leave(gw.cluster);
-	for (unsigned i = 0; i < gw.n_workers; i++)
-		ev_async_send(gw.workers[i].loop, &gw.workers[i].stop_async);
-	for (unsigned i = 0; i < gw.n_workers; i++)
-		pthread_join(gw.workers[i].thread, NULL);
+	 * The workers still use gw->cluster (now just this node) as they drain. */
+	cluster_leave(gw->cluster);
+	for (unsigned i = 0; i < gw->n_workers; i++)
+		ev_async_send(gw->workers[i].loop, &gw->workers[i].stop_async);
+	for (unsigned i = 0; i < gw->n_workers; i++)
+		pthread_join(gw->workers[i].thread, NULL);
 	/* The admin listener lasts the drain: /readyz answers 503 (draining),
 	 * /healthz and /metrics go on. Stopped before what its routes use, once
 	 * a route waiting on S3 has given up (it would hold the exit for up to
 	 * LARDER_UPSTREAM_TIMEOUT). */
-	atomic_store(&gw.stopping, true);
-	admin_stop(&gw);
-	lookahead_destroy(gw.lookahead);
-	gw.lookahead = NULL;
-	pins_shutdown(gw.pins); /* before the warm jobs are cancelled: their pins stay saved */
-	prefetch_destroy(gw.prefetch); /* its chunks go before the workers' fetches */
-	gw.prefetch = NULL;
-	for (unsigned i = 0; i < gw.n_workers; i++)
-		worker_fini(&gw.workers[i]);
-	log_info("server", "stopped");
-	rc = 0;
-out:
-	free(gw.workers);
-	if (gw.cluster)
-		cluster_stop(gw.cluster);
-	pins_destroy(gw.pins);
-	profiles_close(gw.profiles);
-	if (gw.store)
-		store_close(gw.store);
-	dir_destroy(gw.dir); /* the store notes changes until it is closed */
-	free_tls(gw.tls_cert, gw.tls_key);
-	meta_cache_destroy(gw.meta);
-	listcache_destroy(gw.lists);
-	upstream_destroy(gw.up);
-	shaper_destroy(gw.shaper);
-	if (gw.creds)
-		creds_provider_destroy(gw.creds);
+	atomic_store(&gw->stopping, true);
+	admin_stop(gw);
+	lookahead_destroy(gw->lookahead);
+	gw->lookahead = NULL;
+	pins_shutdown(gw->pins); /* before the warm jobs are cancelled: their pins stay saved */
+	prefetch_destroy(gw->prefetch); /* its chunks go before the workers' fetches */
+	gw->prefetch = NULL;
+	for (unsigned i = 0; i < gw->n_workers; i++)
+		worker_fini(&gw->workers[i]);
+}
+
+/* Last, after a stop or a failed start: the cluster, the store, the
+ * directory and the rest, in the reverse order of what uses what. */
+static void gw_free(struct gw *gw, struct cfg *owned_keys)
+{
+	free(gw->workers);
+	if (gw->cluster)
+		cluster_stop(gw->cluster);
+	pins_destroy(gw->pins);
+	profiles_close(gw->profiles);
+	if (gw->store)
+		store_close(gw->store);
+	dir_destroy(gw->dir); /* the store notes changes until it is closed */
+	free_tls(gw->tls_cert, gw->tls_key);
+	meta_cache_destroy(gw->meta);
+	listcache_destroy(gw->lists);
+	upstream_destroy(gw->up);
+	shaper_destroy(gw->shaper);
+	if (gw->creds)
+		creds_provider_destroy(gw->creds);
 	if (owned_keys)
 		cfg_free(owned_keys);
-	pthread_rwlock_destroy(&gw.keys_lock);
-	gw.magic = 0;
+	pthread_rwlock_destroy(&gw->keys_lock);
+	gw->magic = 0;
+}
+
+int gw_run(struct cfg *cfg, const char *config_path)
+{
+	struct gw gw = { .magic = GW_MAGIC, .cfg = cfg, .keys = cfg, .config_path = config_path };
+	struct cfg *owned_keys = NULL;
+	pthread_rwlock_init(&gw.keys_lock, NULL);
+
+	/* Signals go to the main thread only (sigwait). serve() blocked them
+	 * already, before the access log's flusher thread started. */
+	sigset_t sigs;
+	gw_block_signals(&sigs);
+	signal(SIGPIPE, SIG_IGN);
+
+	int rc = gw_start(&gw, cfg);
+	if (rc == 0) {
+		wait_for_signal(&gw, &sigs, &owned_keys);
+		gw_stop(&gw);
+		log_info("server", "stopped");
+	}
+	gw_free(&gw, owned_keys);
 	return rc;
 }
