@@ -860,6 +860,8 @@ void gw_block_signals(sigset_t *set)
  * start step returns 0, or the exit code (1; 2: the configuration is wrong)
  * after logging why, having released what it alone opened. */
 
+static void gw_stop(struct gw *gw, unsigned running);
+
 /* Start 1: the upstream credentials (the larder-creds thread), the
  * upstream's description and the shaper. */
 static int start_upstream(struct gw *gw)
@@ -1011,12 +1013,22 @@ static int start_jobs_and_admin(struct gw *gw)
 	return 0;
 }
 
-/* Start 7, last: the worker threads, which serve from now on. */
+/* Start 7, last: the worker threads, which serve from now on. One the
+ * system refuses (a thread limit, memory) would leave its listener to hold
+ * a share of the connections with nobody to answer: the start stops, and
+ * the workers already running drain and are joined (gw_stop). */
 static int start_threads(struct gw *gw)
 {
 	const struct cfg *cfg = gw->cfg;
-	for (unsigned i = 0; i < gw->n_workers; i++)
-		pthread_create(&gw->workers[i].thread, NULL, worker_main, &gw->workers[i]);
+	for (unsigned i = 0; i < gw->n_workers; i++) {
+		int e = pthread_create(&gw->workers[i].thread, NULL, worker_main, &gw->workers[i]);
+		if (e) {
+			log_error("server", "worker %u of %u: its thread could not be started: %s; "
+			          "stopping", i, gw->n_workers, strerror(e));
+			gw_stop(gw, i);
+			return 1;
+		}
+	}
 	log_info("server", "listening on %s://%s:%u with %u workers; upstream %s",
 	         gw->tls_cert ? "https" : "http", cfg->listen_host, cfg->listen_port, gw->n_workers,
 	         cfg->upstream_url ? cfg->upstream_url : "AWS S3");
@@ -1065,17 +1077,17 @@ static void wait_for_signal(struct gw *gw, const sigset_t *sigs, struct cfg **ow
 }
 
 /* Phase 3, the stop: the node leaves the cluster, the workers drain and
- * are joined, then what their requests used goes, the admin listener
- * first. */
-static void gw_stop(struct gw *gw)
+ * are joined (the first running of them: those whose threads started),
+ * then what their requests used goes, the admin listener first. */
+static void gw_stop(struct gw *gw, unsigned running)
 {
 	atomic_store(&gw->draining, true);
 	/* Leave the cluster first: peers stop sending chunk requests here.
 	 * The workers still use gw->cluster (now just this node) as they drain. */
 	cluster_leave(gw->cluster);
-	for (unsigned i = 0; i < gw->n_workers; i++)
+	for (unsigned i = 0; i < running; i++)
 		ev_async_send(gw->workers[i].loop, &gw->workers[i].stop_async);
-	for (unsigned i = 0; i < gw->n_workers; i++)
+	for (unsigned i = 0; i < running; i++)
 		pthread_join(gw->workers[i].thread, NULL);
 	/* The admin listener lasts the drain: /readyz answers 503 (draining),
 	 * /healthz and /metrics go on. Stopped before what its routes use, once
@@ -1132,7 +1144,7 @@ int gw_run(struct cfg *cfg, const char *config_path)
 	int rc = gw_start(&gw, cfg);
 	if (rc == 0) {
 		wait_for_signal(&gw, &sigs, &owned_keys);
-		gw_stop(&gw);
+		gw_stop(&gw, gw.n_workers);
 		log_info("server", "stopped");
 	}
 	gw_free(&gw, owned_keys);

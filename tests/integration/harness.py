@@ -179,6 +179,19 @@ def run_serve(args, env=None, upstream=True, timeout=30):
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def build_preload(source, out_dir):
+    """doubles/SOURCE (an LD_PRELOAD library, C) built into out_dir; returns
+    its path. The test is skipped without a compiler (failed under CI, which
+    has one). An ASan larder it is loaded into wants verify_asan_link_order=0
+    in its ASAN_OPTIONS (its runtime is no longer first)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    need_client(None if cc else "no C compiler to build doubles/" + source)
+    lib = os.path.join(out_dir, os.path.splitext(source)[0] + ".so")
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", lib, os.path.join(HERE, "doubles", source),
+                    "-ldl"], check=True, capture_output=True, timeout=120)
+    return lib
+
+
 # ---------------------------------------------------------------- upstream
 
 

@@ -14,7 +14,6 @@ import select
 import shutil
 import socket
 import struct
-import subprocess
 import tempfile
 import time
 import unittest
@@ -96,15 +95,8 @@ class Dates(LarderCase):
 
 
 def build_timeshift(out_dir):
-    """doubles/timeshift.c built into out_dir; the test is skipped without a
-    compiler (failed under CI, which has one)."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    harness.need_client(None if cc else "no C compiler to build doubles/timeshift.c")
-    src = os.path.join(harness.HERE, "doubles", "timeshift.c")
-    lib = os.path.join(out_dir, "timeshift.so")
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", lib, src, "-ldl"], check=True,
-                   capture_output=True, timeout=120)
-    return lib
+    """doubles/timeshift.c built into out_dir (harness.build_preload)."""
+    return harness.build_preload("timeshift.c", out_dir)
 
 
 class WallClockSteps(unittest.TestCase):

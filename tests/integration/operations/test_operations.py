@@ -1,8 +1,10 @@
 """Operating larder: signals, limits, the access log, hostile input."""
+import errno
 import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -757,6 +759,57 @@ class ThreadNames(OwnLarderCase):
             names[name] = names.get(name, 0) + 1
         return names
 
+
+
+class RefusedWorkerThread(OwnLarderCase):
+    """The system may refuse a thread (a thread limit reached, no memory). A
+    worker's refused at the start stops the start: larder says which worker
+    and why, stops and joins the workers that did start, and exits 1. It
+    used to serve on (a share of the connections landed on a listener no
+    thread ran, and hung) and at the stop join a thread that never was."""
+
+    WORKERS = 3
+
+    def preloaded(self, env):
+        larder = Larder(self.upstream, env=env)
+        self.addCleanup(larder.cleanup)
+        larder.env["ASAN_OPTIONS"] += ":verify_asan_link_order=0"
+        return larder
+
+    def test_refused_worker_thread_stops_the_start(self):
+        tmp = tempfile.mkdtemp(prefix="larder-threadcap-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        count = os.path.join(tmp, "count")
+        env = {"LD_PRELOAD": harness.build_preload("threadcap.c", tmp),
+               "THREADCAP_COUNT": count, "LARDER_WORKERS": str(self.WORKERS)}
+        # A first start counts the threads made up to the last worker's: the
+        # start says how many workers it started once it made them all.
+        larder = self.preloaded(env).start()
+        deadline = time.monotonic() + 20
+        while "with %d workers" % self.WORKERS not in larder.log():
+            self.assertLess(time.monotonic(), deadline, larder.log())
+            time.sleep(0.05)
+        with open(count) as f:
+            last = int(f.read())
+        self.finish(larder)
+        # Refuse the second worker's thread (worker 1): the first one runs by then.
+        larder = self.preloaded(dict(env, THREADCAP_REFUSE=str(last - self.WORKERS + 2)))
+        t0 = time.monotonic()
+        with open(larder.stderr_path, "wb") as err:
+            larder.proc = subprocess.Popen([larder.binary or harness.larder_binary(), "serve"],
+                                           env=larder.env, stdout=err, stderr=err,
+                                           stdin=subprocess.DEVNULL)
+        try:
+            code = larder.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            code = None  # still serving
+        log = larder.log()
+        self.assertEqual(code, 1, "exit code (None: still running 15 s on); log:\n" + log[-3000:])
+        self.assertLess(time.monotonic() - t0, 15)
+        self.assertRegex(log, r"error +\[server\] worker 1 of %d: .*thread.*: %s"
+                         % (self.WORKERS, re.escape(os.strerror(errno.EAGAIN))))
+        self.assertNotIn("listening on", log)
+        larder.check_sanitizers(self)
 
 if __name__ == "__main__":
     unittest.main()
