@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "gateway/shaper.h"
 
 static struct shaper *make(unsigned max, unsigned min)
@@ -444,6 +445,146 @@ static void test_lanes_random(void **state)
 	shaper_destroy(sh);
 }
 
+/* Lanes across threads, as the workers use them: each thread has its
+ * waker and slots of random tenants and kinds, which wait, give up, are
+ * told of their places and finish (now and then with a SlowDown, so the
+ * window moves). Never more than the maximum in flight, and every waiter
+ * that stays is told of its place: at the end all of them have finished. */
+enum { LT_THREADS = 3, LT_SLOTS = 12, LT_MAX = 4 };
+
+struct lane_thread {
+	struct shaper_waker wk;
+	struct shaper *sh;
+	atomic_int *in_flight;
+	atomic_int *worst;
+	unsigned seed;
+	struct shaper_slot s[LT_SLOTS];
+	bool waits[LT_SLOTS], holds[LT_SLOTS], placed[LT_SLOTS];
+	long done;
+	bool stuck;             /* a waiter never heard of its place */
+};
+
+static void lt_wake(struct shaper_waker *wk)
+{
+	(void)wk; /* each thread tells its own waker as it goes */
+}
+
+static void lt_placed(struct shaper_slot *slot);
+static struct lane_thread lts[LT_THREADS];
+
+static void lt_hold(struct lane_thread *t, int i)
+{
+	t->waits[i] = false;
+	t->holds[i] = true;
+	int n = atomic_fetch_add(t->in_flight, 1) + 1;
+	int w = atomic_load(t->worst);
+	while (n > w && !atomic_compare_exchange_weak(t->worst, &w, n))
+		;
+}
+
+static void lt_placed(struct shaper_slot *slot)
+{
+	for (int k = 0; k < LT_THREADS; k++)
+		if (slot >= lts[k].s && slot < lts[k].s + LT_SLOTS)
+			lts[k].placed[slot - lts[k].s] = true;
+}
+
+/* Tells the waker, and takes the places it was told of. */
+static void lt_take(struct lane_thread *t)
+{
+	shaper_tell(t->sh, &t->wk);
+	for (int i = 0; i < LT_SLOTS; i++)
+		if (t->placed[i]) {
+			t->placed[i] = false;
+			assert_true(t->waits[i]);
+			assert_int_equal(shaper_acquire(t->sh, &t->s[i], "b", "p/k", 0), SHAPER_GO);
+			lt_hold(t, i);
+		}
+}
+
+static void lt_release(struct lane_thread *t, int i, long status)
+{
+	atomic_fetch_sub(t->in_flight, 1);
+	t->holds[i] = false;
+	shaper_release(t->sh, &t->s[i], status, clock_mono_s());
+	t->done++;
+}
+
+static void *lanes_thread(void *arg)
+{
+	struct lane_thread *t = arg;
+	double end = clock_mono_s() + 1.5;
+	while (clock_mono_s() < end) {
+		t->seed = t->seed * 1103515245u + 12345u;
+		int i = (int)((t->seed >> 8) % LT_SLOTS);
+		if (t->holds[i]) {
+			lt_release(t, i, (t->seed >> 20) % 16 == 0 ? 503 : 200);
+		} else if (t->waits[i] && (t->seed >> 20) % 4 == 0) {
+			shaper_cancel(t->sh, &t->s[i]);
+			t->waits[i] = t->placed[i] = false;
+		} else if (!t->waits[i]) {
+			shaper_slot_init(&t->s[i], (t->seed >> 24) % 5 == 0, &t->wk, lt_placed);
+			shaper_slot_tenant(&t->s[i], (t->seed >> 16) % 5);
+			t->waits[i] = true;
+			if (shaper_acquire(t->sh, &t->s[i], "b", "p/k", 0) == SHAPER_GO)
+				lt_hold(t, i);
+		}
+		lt_take(t);
+	}
+	/* Finish: what it holds goes back; what waits must hear of its place
+	 * as the other threads finish theirs. */
+	double give_up = clock_mono_s() + 10;
+	for (bool busy = true; busy && !t->stuck;) {
+		t->stuck = clock_mono_s() > give_up;
+		busy = false;
+		for (int i = 0; i < LT_SLOTS; i++) {
+			if (t->holds[i])
+				lt_release(t, i, 200);
+			busy |= t->waits[i];
+		}
+		lt_take(t);
+		if (busy)
+			sched_yield();
+	}
+	return NULL;
+}
+
+static void test_lanes_threads(void **state)
+{
+	(void)state;
+	struct shaper *sh = make(LT_MAX, 1);
+	atomic_int in_flight = 0, worst = 0;
+	pthread_t th[LT_THREADS];
+	for (int k = 0; k < LT_THREADS; k++) {
+		memset(&lts[k], 0, sizeof lts[k]);
+		lts[k].sh = sh;
+		lts[k].in_flight = &in_flight;
+		lts[k].worst = &worst;
+		lts[k].seed = 11u + (unsigned)k;
+		shaper_waker_init(&lts[k].wk, lt_wake);
+		pthread_create(&th[k], NULL, lanes_thread, &lts[k]);
+	}
+	long done = 0;
+	for (int k = 0; k < LT_THREADS; k++) {
+		pthread_join(th[k], NULL);
+		done += lts[k].done;
+		assert_false(lts[k].stuck);
+	}
+	assert_true(worst <= LT_MAX);
+	assert_int_equal(in_flight, 0);
+	assert_true(done > 100 && shaper_waits(sh) > 100); /* the lanes were used */
+	/* every place came back: the window's worth go at once */
+	double w = shaper_window(sh, "b", "p/k");
+	struct shaper_slot x[LT_MAX];
+	for (unsigned i = 0; i < (unsigned)w; i++) {
+		shaper_slot_init(&x[i], false, NULL, NULL);
+		assert_int_equal(shaper_acquire(sh, &x[i], "b", "p/k", 0), SHAPER_GO);
+	}
+	for (unsigned i = 0; i < (unsigned)w; i++)
+		shaper_release(sh, &x[i], 200, 0);
+	shaper_destroy(sh);
+}
+
 /* A waker per thread, as the gateway has one per worker: it counts its
  * wakes, and shaper_tell says which slots have their places. */
 struct test_waker {
@@ -564,6 +705,7 @@ int main(void)
 		cmocka_unit_test(test_many_prefixes),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_threads_told),
+		cmocka_unit_test(test_lanes_threads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
