@@ -439,12 +439,24 @@ static void learn_checksums(struct fetch *f)
 	buf_fini(&lines);
 }
 
-/* Whether a 206 for bytes=-chunk covers what it should: the object's last
- * chunk-size bytes, or all of a smaller one. */
-static bool suffix_fits(const struct fetch *f, uint64_t a, uint64_t b, uint64_t size)
+bool fetch_learnt_span(uint64_t cs, uint64_t index, uint64_t first, uint64_t last,
+                       uint64_t size, uint64_t *k, uint64_t *skip, bool *whole)
 {
-	uint64_t cs = chunk_bytes(f);
-	return b + 1 == size && b + 1 - a == (size < cs ? size : cs);
+	if (index == FETCH_LAST_CHUNK) {
+		/* bytes=-cs: the object's last cs bytes, or all of a smaller
+		 * one; the bytes up to its last chunk are let go */
+		if (last + 1 != size || last + 1 - first != (size < cs ? size : cs))
+			return false;
+		*k = obj_chunk_index(size - 1, cs);
+	} else if (first != obj_chunk_offset(index, cs)) {
+		return false;
+	} else {
+		*k = index;
+	}
+	uint64_t start = obj_chunk_offset(*k, cs);
+	*skip = start - first;
+	*whole = last + 1 == start + obj_chunk_len(size, *k, cs);
+	return true;
 }
 
 /* Meta fetch, headers in: what is this object? */
@@ -465,12 +477,13 @@ static void learn(struct fetch *f)
 		f->discard = true;
 		return;
 	}
-	uint64_t a = 0, b = 0, size = 0;
-	bool ok = false;
+	uint64_t a = 0, b = 0, size = 0, k = 0, skip = 0;
+	bool ok = false, span_whole = false;
 	if (status == 206)
 		ok = content_range_parse(resp_header(f, "Content-Range"), &a, &b, &size) &&
-		     (f->learn_last ? suffix_fits(f, a, b, size)
-		                    : a == obj_chunk_offset(f->learn_index, chunk_bytes(f)));
+		     fetch_learnt_span(chunk_bytes(f), f->learn_last ? FETCH_LAST_CHUNK
+		                                                     : f->learn_index,
+		                       a, b, size, &k, &skip, &span_whole);
 	else if (status == 200) /* the whole object: its size is its body's length */
 		ok = (size = hdrs_body_length(&f->x.resp, false)) != HDRS_LENGTH_UNKNOWN;
 	const char *etag = resp_header(f, "ETag");
@@ -508,16 +521,11 @@ static void learn(struct fetch *f)
 	 * (an upstream that ignored the Range) fills nothing unless it was
 	 * asked for the whole object, which starts with chunk 0. */
 	struct chunk *c0 = NULL;
-	uint64_t k = status == 206 ? f->learn_index : 0;
-	if (status == 206 && f->learn_last) { /* the bytes up to the last chunk are let go */
-		k = obj_chunk_index(size - 1, chunk_bytes(f));
-		f->skip = obj_chunk_offset(k, chunk_bytes(f)) - a;
-		a += f->skip;
-	}
+	f->skip = skip; /* a suffix's bytes up to the last chunk are let go */
 	if (size > 0) {
 		struct obj_ref ref = { f->bucket, f->key, f->meta };
 		size_t len0 = obj_chunk_len(size, k, chunk_bytes(f));
-		f->fills_chunk = (status == 206 && b + 1 == a + len0) || (status == 200 && f->whole);
+		f->fills_chunk = (status == 206 && span_whole) || (status == 200 && f->whole);
 		/* The bound was checked when the fetch started, but chunk 0's
 		 * memory is taken only now: any number of cold reads waiting
 		 * for their first byte passed it at once. A reader's fetch

@@ -74,6 +74,14 @@ struct fetch_owner_ops {
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, unsigned charge, const char *bucket,
                                const char *key, const char *revalidate, uint64_t first_chunk);
+/* What a meta fetch's 206 with Content-Range first-last/size (as
+ * content_range_parse reads it: first <= last < size) is, for the fetch
+ * that asked for chunk index of cs bytes each (FETCH_LAST_CHUNK: bytes=-cs).
+ * False: not the range asked for. Else k: the chunk its body fills, inside
+ * the object; skip (< cs): the body's bytes before that chunk's first;
+ * whole: the body holds that chunk to its end. */
+bool fetch_learnt_span(uint64_t cs, uint64_t index, uint64_t first, uint64_t last,
+                       uint64_t size, uint64_t *k, uint64_t *skip, bool *whole);
 /* The same for a warm job (no owner, hop 0). pin: NULL, or for a pinned
  * job a pins_peer_header() (gateway/pins.h) its request to the chunk's owner
  * carries. whole: learn the object as fetch_meta_start_checksums does, so

@@ -1,7 +1,8 @@
 /*
  * test_range.c - gateway/range.c's Content-Range reader and the Range and
  * Content-Range writers. (The Range header's parser is fuzzed and checked
- * end to end by the integration tests.)
+ * end to end by the integration tests.) And what a cold range's first GET
+ * takes of upstream's Content-Range (gateway/fetch.c, fetch_learnt_span).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "gateway/fetch.h"
 #include "gateway/range.h"
 
 static void test_content_range_parse(void **state)
@@ -68,11 +70,44 @@ static void test_writers(void **state)
 	assert_true(r.a == UINT64_MAX - 1 && r.b == UINT64_MAX - 1);
 }
 
+/* Every answer to small objects' cold ranges: a suffix (bytes=-cs) takes
+ * only the object's last cs bytes, or all of a smaller one, and fills its
+ * last chunk after skipping less than a chunk; a chunk's range takes only
+ * an answer that starts at that chunk, whole when it runs to its end. */
+static void test_learnt_span(void **state)
+{
+	(void)state;
+	for (uint64_t cs = 1; cs <= 5; cs++)
+		for (uint64_t size = 1; size <= 17; size++)
+			for (uint64_t a = 0; a < size; a++)
+				for (uint64_t b = a; b < size; b++) {
+					uint64_t k = 99, skip = 99, n = size < cs ? size : cs;
+					bool whole = false;
+					bool ok = fetch_learnt_span(cs, FETCH_LAST_CHUNK, a, b, size, &k,
+					                            &skip, &whole);
+					assert_int_equal(ok, b == size - 1 && a == size - n);
+					if (ok) {
+						assert_int_equal(k, (size - 1) / cs);
+						assert_int_equal(a + skip, k * cs);
+						assert_true(skip < cs && whole);
+					}
+					uint64_t i = a / cs, end = (i + 1) * cs < size ? (i + 1) * cs : size;
+					ok = fetch_learnt_span(cs, i, a, b, size, &k, &skip, &whole);
+					assert_int_equal(ok, a % cs == 0);
+					if (ok) {
+						assert_int_equal(k, i);
+						assert_int_equal(skip, 0);
+						assert_int_equal(whole, b + 1 == end);
+					}
+				}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_content_range_parse),
 		cmocka_unit_test(test_writers),
+		cmocka_unit_test(test_learnt_span),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
