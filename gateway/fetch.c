@@ -58,8 +58,8 @@ struct fetch {
 	char pin[PIN_HEADER_MAX];    /* a pinned warm job's chunk: X-Larder-Pin to its owner */
 	char *revalidate;            /* meta fetches: If-None-Match */
 	uint64_t index, start;       /* chunk index and its first byte */
-	uint64_t learn_index;        /* meta fetch: the chunk its range asks for */
-	bool learn_last;             /* meta fetch: asks for the last chunk's bytes (bytes=-chunk) */
+	uint64_t learn_index;        /* meta fetch: the chunk its range asks for
+	                              * (FETCH_LAST_CHUNK: bytes=-chunk) */
 	uint64_t skip;               /* body bytes before that chunk's first, not kept */
 	uint64_t size;               /* the object's size, as its metadata says */
 	struct chunk *c;             /* the chunk being filled (a reference) */
@@ -481,9 +481,8 @@ static void learn(struct fetch *f)
 	bool ok = false, span_whole = false;
 	if (status == 206)
 		ok = content_range_parse(resp_header(f, "Content-Range"), &a, &b, &size) &&
-		     fetch_learnt_span(chunk_bytes(f), f->learn_last ? FETCH_LAST_CHUNK
-		                                                     : f->learn_index,
-		                       a, b, size, &k, &skip, &span_whole);
+		     fetch_learnt_span(chunk_bytes(f), f->learn_index, a, b, size, &k, &skip,
+		                       &span_whole);
 	else if (status == 200) /* the whole object: its size is its body's length */
 		ok = (size = hdrs_body_length(&f->x.resp, false)) != HDRS_LENGTH_UNKNOWN;
 	const char *etag = resp_header(f, "ETag");
@@ -755,7 +754,7 @@ static int start_transfer(struct fetch *f)
 	hdrs_init(&h);
 	char range[CONTENT_RANGE_SIZE];
 	range[0] = '\0';
-	if (f->meta_kind && !f->c && !f->no_range && f->learn_last)
+	if (f->meta_kind && !f->c && !f->no_range && f->learn_index == FETCH_LAST_CHUNK)
 		snprintf(range, sizeof range, "bytes=-%" PRIu64, chunk_bytes(f));
 	else if (f->meta_kind && !f->c && !f->no_range && (!f->whole || f->to_peer))
 		range_format(range, obj_chunk_offset(f->learn_index, chunk_bytes(f)),
@@ -813,9 +812,8 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 	/* In a cluster the first read goes by the object's key to its owner
 	 * node, which is asked for chunk 0 (dir_key_of); an index past any
 	 * object S3 holds (a range from the end of 64 bits) is not asked. */
-	if (!whole && !w->gw->cluster && first_chunk == FETCH_LAST_CHUNK)
-		f->learn_last = true;
-	else if (!whole && !w->gw->cluster && first_chunk < MAX_LEARN_INDEX(chunk_bytes(f)))
+	if (!whole && !w->gw->cluster &&
+	    (first_chunk == FETCH_LAST_CHUNK || first_chunk < MAX_LEARN_INDEX(chunk_bytes(f))))
 		f->learn_index = first_chunk;
 	f->owner_ops = ops;
 	f->owner = owner;
@@ -1020,10 +1018,12 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		fetch_free(f);
 		return;
 	}
-	if (meta_only && !f->meta && status == 416 && f->learn_index) {
+	if (meta_only && !f->meta && status == 416 && f->learn_index &&
+	    f->learn_index != FETCH_LAST_CHUNK) {
 		/* The reader's first chunk is past the object's end (its range
 		 * is not satisfiable, or the object shrank): learn it from
-		 * chunk 0, as any other read. */
+		 * chunk 0, as any other read. A suffix's 416 is an empty
+		 * object's, as chunk 0's is (below). */
 		f->learn_index = 0;
 		if (start_transfer(f) == 0)
 			return;
