@@ -410,11 +410,8 @@ bool req_upstream_wait(struct req *r)
 	if (r->upstream_slot || r->peer_hop)
 		return true;
 	double now = clock_mono_s();
-	if (!r->key_place.queued) {
+	if (!r->key_place.queued)
 		r->key_wait_until = now + r->w->gw->cfg->upstream_slot_wait_ms / 1000.0;
-		r->key_place.wake = key_slot_wake;
-		r->key_place.arg = r;
-	}
 	if (limits_upstream_queue(r->key_id, r->max_upstream, &r->key_place)) {
 		ev_timer_stop(r->w->loop, &r->key_timer);
 		r->upstream_slot = true;
@@ -775,6 +772,8 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->shape_timer.data = r;
 	ev_timer_init(&r->key_timer, key_slot_cb, 0, 0);
 	r->key_timer.data = r;
+	r->key_place.wake = key_slot_wake;
+	r->key_place.arg = r;
 	ev_io_init(&r->gone_watch, gone_cb, -1, EV_READ);
 	r->gone_watch.data = r;
 	buf_init(&r->err_extra, 64 * 1024); /* a Range header or a list of header names, escaped */
