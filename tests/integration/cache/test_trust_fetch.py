@@ -472,18 +472,27 @@ class HitsFromTheMapping(TrustCase):
 class ReadAheadKeepsUp(TrustCase):
     """The window that follows the client must still run ahead of one that reads:
     with 300 ms to each upstream first byte, ten chunks read one after another
-    would take 3 s."""
+    would reach the origin in ten waves 300 ms apart. The window opens as the
+    client reads: chunk 0, then 2, then the rest (3 waves). Counted in waves,
+    not timed: a loaded CI machine once made the read 1.93 s where 1.8 was
+    the bound, with the waves as they should be."""
     EXTRA_ENV = {"LARDER_READAHEAD": "8"}
 
     def test_reading_client_gets_parallel_fetches(self):
         data = blob(50, 10 * MiB)
         self.origin.put(BUCKET, "ahead", data)
         self.origin.delay_next(300, n=100, key="ahead")
-        t0 = time.monotonic()
+        since = self.origin.mark()
         r = self.get("ahead")
-        took = time.monotonic() - t0
         self.assertTrue(r.status == 200 and r.complete and r.body == data, r)
-        self.assertLess(took, 1.8, "a cold 10-chunk read took %.2f s" % took)
+        arrived = sorted(g["t"] for g in self.origin.requests(since, method="GET", key="ahead"))
+        self.assertEqual(len(arrived), 10, arrived)
+        waves = [arrived[0]]
+        for t in arrived[1:]:
+            if t - waves[-1] > 0.2:  # after the wave's first answer could have come
+                waves.append(t)
+        self.assertLessEqual(len(waves), 4, "chunk GETs in %d waves: %s" %
+                             (len(waves), [round(t - arrived[0], 2) for t in arrived]))
 
 
 class RefusedReadsAreMisses(TrustCase):
