@@ -77,6 +77,9 @@
 #define WRITE_BATCH 8
 #define WRITE_BATCH_BYTES ((uint64_t)1 << 20)
 #define WRITE_DELAY_MS 5
+/* Tombstones queued (store_invalidate_queued) while the device is slow to
+ * sync them; past this many, the caller writes its own. */
+#define TOMB_QUEUE_MAX 4096
 
 /* ---- the store --------------------------------------------------------------- */
 
@@ -96,6 +99,14 @@ struct job_list {
 	struct job *head, *tail;
 	size_t n;
 	uint64_t bytes;
+};
+
+/* A tombstone an I/O thread is to write (store_invalidate_queued). */
+struct tomb_job {
+	struct tomb_job *next;
+	bool prefix;
+	char *key;                  /* in names[], after the bucket */
+	char names[];
 };
 
 struct shard {
@@ -133,6 +144,9 @@ struct store {
 	uint64_t write_bytes_max;
 	double writes_since_s;      /* when the first write now queued was queued */
 	bool writes_flushing;       /* a batch is being written: go on till empty */
+	struct tomb_job *tombs, *tombs_tail;
+	size_t ntombs;
+	bool tomb_writing;          /* one thread at a time: the others go on reading */
 	bool stopping;
 	pthread_t *threads;
 	unsigned nthreads;
@@ -432,11 +446,25 @@ static void *io_thread(void *arg)
 
 	pthread_mutex_lock(&s->q_lock);
 	for (;;) {
-		/* Reads first: a client waits on them; writes only warm NVMe.
+		/* Reads first: a client waits on them; then tombstones (the
+		 * memory already forgot what they cover); writes only warm NVMe.
 		 * At a stop, what is queued to be written still is. */
 		struct job *j = NULL;
 		if (!s->stopping && s->reads.head) {
 			j = list_pop(&s->reads);
+		} else if (s->tombs && !s->tomb_writing) {
+			struct tomb_job *t = s->tombs;
+			s->tombs = t->next;
+			if (!s->tombs)
+				s->tombs_tail = NULL;
+			s->ntombs--;
+			s->tomb_writing = true;
+			pthread_mutex_unlock(&s->q_lock);
+			disk_invalidate(s->disk, t->names, t->key, t->prefix);
+			free(t);
+			pthread_mutex_lock(&s->q_lock);
+			s->tomb_writing = false;
+			continue;
 		} else if (s->writes.head && (s->stopping || writes_batch_full(s) ||
 		                              clock_mono_s() >= writes_deadline_s(s))) {
 			s->writes_flushing = true;
@@ -592,8 +620,9 @@ void store_close(struct store *s)
 		pthread_join(s->threads[i], NULL);
 	free(s->threads);
 
-	/* The threads are gone, having written what was queued: the reads
-	 * left never ran. Writes are left only if no thread ever started. */
+	/* The threads are gone, having written what was queued (tombstones
+	 * too: none is queued without them): the reads left never ran.
+	 * Writes are left only if no thread ever started. */
 	struct job *j;
 	while ((j = list_pop(&s->reads))) {
 		finish(s, j->c, false, STORE_ERR_REFETCH, NULL, false);
@@ -975,6 +1004,34 @@ void store_write_end(struct store *s, uint64_t owner)
 	}
 	atomic_store(&s->writing_n, s->nwriting);
 	pthread_mutex_unlock(&s->w_lock);
+}
+
+int store_invalidate_queued(struct store *s, const char *bucket, const char *key, bool prefix)
+{
+	if (!s->disk)
+		return 0;
+	size_t bl = strlen(bucket) + 1, kl = strlen(key) + 1;
+	struct tomb_job *t = malloc(sizeof *t + bl + kl);
+	if (t) {
+		t->next = NULL;
+		t->prefix = prefix;
+		memcpy(t->names, bucket, bl);
+		t->key = t->names + bl;
+		memcpy(t->key, key, kl);
+	}
+	pthread_mutex_lock(&s->q_lock);
+	bool queued = t && !s->stopping && s->nthreads && s->ntombs < TOMB_QUEUE_MAX;
+	if (queued) {
+		*(s->tombs_tail ? &s->tombs_tail->next : &s->tombs) = t;
+		s->tombs_tail = t;
+		s->ntombs++;
+		pthread_cond_signal(&s->q_cv);
+	}
+	pthread_mutex_unlock(&s->q_lock);
+	if (queued)
+		return 0;
+	free(t);
+	return store_invalidate(s, bucket, key, prefix);
 }
 
 int store_invalidate_seen(struct store *s, const char *bucket, const char *key)

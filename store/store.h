@@ -154,6 +154,16 @@ uint64_t store_next_gen(struct store *s);
  * Chunks stay (they name one version). Returns 0, or negative errno. */
 int store_invalidate(struct store *s, const char *bucket, const char *key, bool prefix);
 
+/* As store_invalidate, but the record is written and synced by an I/O
+ * thread after this returns, for a caller that must not wait on the device
+ * (the cluster's subscriber thread: a write through another node waits for
+ * its acknowledgement): it forgets the object in memory first, and the
+ * tombstone follows (store_close writes those still queued). A crash
+ * before it is synced loses it, as it does one store_invalidate is
+ * syncing. Past a bound on those queued (a device stalled for long), it is
+ * written here, as store_invalidate does. Returns 0, or negative errno. */
+int store_invalidate_queued(struct store *s, const char *bucket, const char *key, bool prefix);
+
 /* A write through this node to (bucket, key), or with prefix to every key
  * of bucket under key, is about to go upstream: as store_invalidate, and
  * until store_write_end(owner) a chunk 0 of an object it covers reaches

@@ -1310,6 +1310,31 @@ static void test_chunk_during_a_write_not_recovered(void **state)
 	store_close(s);
 }
 
+/* A tombstone queued for the I/O threads (store_invalidate_queued) covers
+ * the chunk 0 written before it once it is on disk, and store_close writes
+ * those still queued: a restart recovers neither object's metadata. */
+static void test_queued_invalidation_not_recovered(void **state)
+{
+	(void)state;
+	char dir[600];
+	snprintf(dir, sizeof dir, "%s/queued", tmpdir);
+	struct store *s = open_disk(dir, 0, NULL, NULL);
+	struct chunk_origin o = origin(0);
+	produce_chunk0(s, &o, 1);
+	assert_int_equal(store_invalidate_queued(s, o.bucket, o.key, false), 0);
+	store_close(s); /* at once: the tombstone may still be queued */
+
+	int recovered = 0;
+	s = open_disk(dir, 0, recover_cb, &recovered);
+	assert_int_equal(recovered, 0);
+	produce_chunk0(s, &o, 1);
+	assert_int_equal(store_invalidate_queued(s, o.bucket, "dir/", true), 0);
+	store_close(s);
+	s = open_disk(dir, 0, recover_cb, &recovered);
+	assert_int_equal(recovered, 0);
+	store_close(s);
+}
+
 /* The changed callback of the test below: parks the I/O thread inside its
  * first write until the test lets it go, so the writes queued meanwhile
  * wait in the queue. */
@@ -1470,6 +1495,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fetch_begun_before_invalidation_not_recovered,
 		                                setup_dir, teardown_dir),
 		cmocka_unit_test_setup_teardown(test_chunk_during_a_write_not_recovered, setup_dir,
+		                                teardown_dir),
+		cmocka_unit_test_setup_teardown(test_queued_invalidation_not_recovered, setup_dir,
 		                                teardown_dir),
 		cmocka_unit_test_setup_teardown(test_close_writes_what_is_queued, setup_dir,
 		                                teardown_dir),
