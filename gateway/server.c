@@ -594,9 +594,6 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 		fetch_resynced(clock_mono_s());
 		return;
 	}
-	/* Durable too, like a write through this node (this is the cluster's
-	 * subscriber thread: blocking for the write is fine here). */
-	store_invalidate(gw->store, bucket, key ? key : "", !(key && *key));
 	listcache_invalidate(gw->lists, bucket, key);
 	/* Learnt again from S3, as after a write through this node: the
 	 * owner may not have heard this yet, and would answer with what the
@@ -606,6 +603,14 @@ static void cluster_invalidated(void *arg, const char *bucket, const char *key)
 		meta_drop(gw->meta, bucket, key);
 	else
 		meta_drop_bucket(gw->meta, bucket);
+	/* Durable too, like a write through this node, but not waited for:
+	 * the writer's answer waits (a bounded while) for this node's
+	 * acknowledgement, sent when this returns, and a disk slow to sync
+	 * must not hold that, nor the messages after this one, while the
+	 * memory serves the old version. A crash before the tombstone lands
+	 * brings nothing back: a node restarting in a cluster revalidates
+	 * what its disk kept (open_cache). */
+	store_invalidate_queued(gw->store, bucket, key ? key : "", !(key && *key));
 }
 
 /* One of our pins ended early: the owners holding chunks for it, under

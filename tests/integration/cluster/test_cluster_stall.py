@@ -1,0 +1,106 @@
+"""A node whose disk stalls must still stop serving what another node's write replaced.
+
+A write's answer waits (at most about a second) until every node that heard its invalidation
+acknowledged it; from then on S3 gives any reader the new version, so every node must too. The
+invalidation also writes a tombstone to the NVMe tier and syncs it (so that a restart does not
+bring the old metadata back), and a disk may take seconds to sync: node-1's does here
+(doubles/syncstall.c delays each fsync of a file in its cache folder by what the test asks).
+The node must forget the old version in memory first, at once, and let the tombstone follow.
+"""
+import os
+import shutil
+import signal
+import tempfile
+import time
+
+import harness
+from test_cluster import ClusterBase
+
+STALL_MS = 3000
+
+
+class ClusterStalledDisk(ClusterBase):
+    NODES = 2
+    NVME = True
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="larder-syncstall-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)  # after tearDownClass, or a failure
+        cls.stall_file = os.path.join(cls.tmp, "stall-ms")
+        cls.lib = harness.build_preload("syncstall.c", cls.tmp)
+        super().setUpClass()
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        if i == 1:
+            n.env.update({"LD_PRELOAD": cls.lib, "SYNCSTALL_FILE": cls.stall_file,
+                          "SYNCSTALL_DIR": os.path.realpath(cls.cache_dirs[1])})
+            # An ASan build wants its runtime first among the libraries.
+            n.env["ASAN_OPTIONS"] = n.env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+        return n
+
+    def stall(self, ms):
+        with open(self.stall_file, "w") as f:
+            f.write("%d\n" % ms)
+
+    def tearDown(self):
+        self.stall(0)
+
+    def cached_everywhere(self, keys):
+        for k in keys:
+            self.direct.put_object(Bucket="shared", Key=k, Body=b"old " + k.encode())
+            for n in self.nodes:
+                self.assertEqual(self.read(n, k), b"old " + k.encode())
+
+    def write_then_read(self, keys):
+        """Each key written through node-0, then read through node-1 right after the answer:
+        the keys node-1 served something else for, with what it served. Checks, after the
+        caller's checks of those, that no write waited out the bound (1 s) on node-1's
+        acknowledgement: sent once its memory forgot the key, not after its disk."""
+        writer, reader = self.nodes
+        stale, slow = [], []
+        for k in keys:
+            t0 = time.monotonic()
+            writer.client().put_object(Bucket="shared", Key=k, Body=b"new " + k.encode())
+            took = time.monotonic() - t0
+            if took > 0.9:
+                slow.append((k, round(took, 2)))
+            got = self.read(reader, k)
+            if got != b"new " + k.encode():
+                stale.append((k, got))
+        self.addCleanup(self.assertEqual, slow, [], "writes waited for node-1's disk")
+        return stale
+
+    def test_reads_after_a_write_while_the_disk_stalls(self):
+        # Several writes in a row: the later ones arrive while the first's tombstone is
+        # still being synced.
+        keys = ["stall/%d" % i for i in range(3)]
+        self.cached_everywhere(keys)
+        self.stall(STALL_MS)
+        stale = self.write_then_read(keys)
+        self.assertEqual(stale, [], "node-1 served what writes through node-0 had replaced")
+
+    def test_killed_before_its_tombstones_synced(self):
+        # node-1 dies while the tombstones of what it already forgot are not on its disk yet;
+        # started again, it must not serve the old versions from what its disk kept.
+        keys = ["killed/%d" % i for i in range(3)]
+        self.cached_everywhere(keys)
+        self.stall(STALL_MS)
+        stale = self.write_then_read(keys)
+        reader = self.nodes[1]
+        reader.signal(signal.SIGKILL)
+        reader.proc.wait()
+        self.stall(0)
+        with open(os.path.join(self.cache_dirs[1], "tombstones.log"), "rb") as f:
+            tombs = f.read()
+        self.assertNotIn(keys[-1].encode(), tombs, "the disk stalled too little for this test")
+        self.wait_members(1, timeout=30)
+        reader.start()
+        self.wait_members(2)
+        for k in keys:
+            got = self.read(reader, k)
+            if got != b"new " + k.encode():
+                stale.append((k, got))
+        self.assertEqual(stale, [], "node-1 served what writes through node-0 had replaced")
