@@ -24,6 +24,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "auth/chunked.h"
@@ -759,6 +760,75 @@ void request_header_deadline_start(struct worker *w)
 	ev_timer_start(w->loop, &w->header_timer);
 }
 
+/*
+ * A query of many parameters. libmicrohttpd 0.9.75 keeps a record of 64
+ * bytes (56, aligned) per parameter in the connection's pool, beside the
+ * bytes of the request it has read: up to its read buffer, half the pool,
+ * or the request line where that is longer. When the records do not fit it
+ * gives the request up without a word (the 431 it means to send is never
+ * sent) and the client waits for LARDER_CLIENT_TIMEOUT. So a query of more
+ * parameters than the rest of the pool holds is refused here, before
+ * libmicrohttpd parses it: at the default LARDER_MAX_HEADER_SIZE, 240.
+ */
+#define MHD_ARG_RECORD 64
+#define MHD_POOL_SLACK 1024 /* what else it holds by then: ~500 bytes */
+
+static size_t query_params_max(const struct worker *w, size_t uri_len)
+{
+	size_t pool = w->gw->cfg->max_header_bytes + REQ_POOL_EXTRA;
+	size_t held = (uri_len > pool / 2 ? uri_len : pool / 2) + MHD_POOL_SLACK;
+	return held < pool ? (pool - held) / MHD_ARG_RECORD : 0;
+}
+
+/* The parameters libmicrohttpd makes of a query: one per '&' and one more. */
+static size_t query_params(const char *query)
+{
+	size_t n = *query ? 1 : 0;
+	for (const char *p = strchr(query, '&'); p; p = strchr(p + 1, '&'))
+		n++;
+	return n;
+}
+
+/* Answers r, which libmicrohttpd has not parsed and will not hand on,
+ * straight to its socket and shuts that for writing: the client reads the
+ * error and the end of the answer, then closes, and libmicrohttpd with it.
+ * Over TLS nothing can be written past libmicrohttpd: the connection is
+ * closed with no answer. Its access-log line is written as it closes. */
+static void answer_unparsed(struct req *r, MHD_socket fd)
+{
+	r->started = true; /* logged as it completes */
+	r->gone = true;    /* should libmicrohttpd hand it on after all: not again */
+	r->responded = true;
+	str_copy(r->method, sizeof r->method, "-"); /* not known yet */
+	if (r->w->gw->tls_cert) {
+		shutdown(fd, SHUT_RDWR);
+		return;
+	}
+	struct buf body;
+	buf_init(&body, 6 * strlen(r->path) + sizeof r->err_msg + 1024);
+	if (s3err_xml(r->err, r->err_msg[0] ? r->err_msg : NULL, r->path, r->id, NULL,
+	              &body) == 0) {
+		unsigned status = s3err_status(r->err);
+		char date[HTTPDATE_SIZE], head[512];
+		httpdate_now(date);
+		int n = snprintf(head, sizeof head, "HTTP/1.1 %u %s\r\nConnection: close\r\n"
+		                 "Content-Type: application/xml\r\nDate: %s\r\nServer: larder\r\n"
+		                 "x-amz-request-id: %s\r\nx-larder-request-id: %s\r\n"
+		                 "Content-Length: %zu\r\n\r\n", status,
+		                 MHD_get_reason_phrase_for(status), date, r->id, r->id, body.len);
+		struct iovec iov[2] = { { head, (size_t)n }, { body.p, body.len } };
+		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+		/* The socket is idle (libmicrohttpd is reading a request line):
+		 * its buffer takes these few hundred bytes whole. */
+		if (sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == n + (ssize_t)body.len) {
+			r->status_sent = (int)status;
+			r->bytes_out = body.len;
+		}
+	}
+	buf_fini(&body);
+	shutdown(fd, SHUT_WR);
+}
+
 void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 {
 	struct worker *w = cls;
@@ -809,6 +879,14 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	if (ci && ci->socket_context) {
 		r->conn_slot = ci->socket_context;
 		r->conn_slot->pending = r;
+	}
+	size_t params = query_params(r->query), most = query_params_max(w, strlen(r->uri));
+	if (params > most && r->conn_slot) {
+		char msg[160];
+		snprintf(msg, sizeof msg, "The request has %zu query parameters; larder takes at "
+		         "most %zu (LARDER_MAX_HEADER_SIZE).", params, most);
+		req_fail(r, S3E_HEADER_TOO_LARGE, msg);
+		answer_unparsed(r, r->conn_slot->fd);
 	}
 	return r;
 }

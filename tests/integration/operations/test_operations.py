@@ -344,7 +344,8 @@ class OwnLarder(OwnLarderCase):
 class UnparsedRequests(OwnLarderCase):
     """Requests whose line and headers do not become a request. libmicrohttpd creates one and
     then may not parse it into its per-connection pool (a query of many parameters: it keeps
-    one entry per parameter): it never reaches larder's handlers, nor its completion callback,
+    one entry per parameter; larder answers those itself, test_query_of_many_parameters_is_
+    answered_at_once): it never reaches larder's handlers, nor its completion callback,
     and its record must still be freed when the connection goes. And headers trickled a byte
     at a time must not hold a connection past LARDER_CLIENT_TIMEOUT (libmicrohttpd's own
     timeout is of inactivity)."""
@@ -389,7 +390,8 @@ class UnparsedRequests(OwnLarderCase):
             time.sleep(0.3)
             for s in socks:
                 s.close()
-        harness.raw_exchange(larder.port, req, timeout=5)  # closed by the client timeout
+        raw = harness.raw_exchange(larder.port, req, timeout=5)
+        self.assertIn(b"RequestHeaderSectionTooLarge", raw)  # answered by larder itself
         time.sleep(0.5)
         r = harness.signed_request(larder.url, "GET", "/ops/none")
         self.assertEqual(r.status, 404, r)  # still serving
@@ -507,6 +509,36 @@ class AccessLogAndHostileInput(LarderCase):
         st = self.status_of(raw)
         if st is not None:
             self.assertIn(st, (400, 413, 431), raw[:300])
+        self.alive_and_well()
+
+    def test_query_of_many_parameters_is_answered_at_once(self):
+        # libmicrohttpd keeps a 64-byte record per query parameter in the
+        # connection's pool; when they did not fit it gave up on the request
+        # without a word and the client waited for LARDER_CLIENT_TIMEOUT.
+        # S3 answers at once; larder now refuses what its pool cannot take.
+        for n, sep in ((600, b"&"), (300, b"=v&"), (1500, b"&")):
+            with self.subTest(n=n, sep=sep):
+                req = (b"GET /logged/x?" + sep.join(b"p%d" % i for i in range(n)) +
+                       b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                before = len(self.larder.access_records())
+                t0 = time.monotonic()
+                raw = harness.raw_exchange(self.larder.port, req, timeout=10)
+                self.assertLess(time.monotonic() - t0, 1.5, raw[:300])
+                self.assertEqual(self.status_of(raw), 400, raw[:300])
+                head, _, body = raw.partition(b"\r\n\r\n")
+                self.assertIn(b"\r\nContent-Type: application/xml\r\n", head)
+                self.assertEqual(s3_error(body)[0], "RequestHeaderSectionTooLarge", body)
+                self.assertIn(b"<Message>The request has %d query parameters;" % n, body)
+                rid = re.search(rb"\r\nx-amz-request-id: (\w+)\r\n", head).group(1).decode()
+                time.sleep(0.2)
+                recs = self.larder.access_records()[before:]
+                self.assertEqual([(a["id"], a["status"], a["error"]) for a in recs],
+                                 [(rid, "400", "RequestHeaderSectionTooLarge")], recs)
+        # Fewer, as many as S3 clients send and more, are served as ever.
+        req = (b"GET /logged/x?" + b"&".join(b"p%d=v" % i for i in range(100)) +
+               b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        raw = harness.raw_exchange(self.larder.port, req, timeout=10)
+        self.assertEqual(self.status_of(raw), 403, raw[:300])  # unsigned: AccessDenied
         self.alive_and_well()
 
     def test_stalled_client_is_disconnected(self):

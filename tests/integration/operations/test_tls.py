@@ -201,6 +201,34 @@ class Tls(LarderCase):
             pass
         self.assertIsNone(st, "the TLS port answered plain HTTP")
 
+    def test_query_of_too_many_parameters_is_closed_at_once(self):
+        # Over TLS larder cannot write its refusal past libmicrohttpd
+        # (test_operations ..._is_answered_at_once has the plain answer): the
+        # connection is closed at once, where the client waited for
+        # LARDER_CLIENT_TIMEOUT.
+        import socket
+        import ssl
+        import time
+        ctx = ssl.create_default_context(cafile=self.cert)
+        for n, closed in ((100, False), (600, True)):
+            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", self.larder.port), 10),
+                                server_hostname="127.0.0.1")
+            try:
+                s.sendall(b"GET /b/k?" + b"&".join(b"p%d" % i for i in range(n)) +
+                          b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                t0 = time.monotonic()
+                try:
+                    got = s.recv(100)
+                except (socket.timeout, OSError) as e:
+                    got = e
+                self.assertLess(time.monotonic() - t0, 5, got)
+                if closed:  # end of stream or a reset, no answer
+                    self.assertFalse(isinstance(got, bytes) and got, got)
+                else:
+                    self.assertTrue(got.startswith(b"HTTP/1.1 4"), got)
+            finally:
+                s.close()
+
     def test_half_configured_tls_stops_the_start(self):
         out = subprocess.run([harness.larder_binary(), "serve", "--check"],
                              env={"PATH": os.environ["PATH"], "LARDER_TLS_CERT": self.cert},
