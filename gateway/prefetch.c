@@ -200,7 +200,9 @@ static void tell_size(const struct pf_job *j, const struct pf_obj *o, uint64_t s
 		j->sized(j->sized_arg, j->id, o->index, size);
 }
 
-/* One step for one object; true when it is finished. */
+/* One step for one object; true when it is finished: warm whole, or
+ * failed (o->failed: a chunk or its metadata did not come, or its pin was
+ * refused). */
 static bool obj_step(struct pf_job *j, struct pf_obj *o)
 {
 	const struct objects *ob = &j->p->gw->objects;
@@ -212,6 +214,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		if (o->meta_tries++ > 2) {
 			atomic_fetch_add(&j->errors, 1);
 			tell_size(j, o, 0);
+			o->failed = true;
 			return true;
 		}
 		o->waiter.wake = obj_wake;
@@ -231,6 +234,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 	if (o->meta->negative) {
 		atomic_fetch_add(&j->errors, 1);
 		tell_size(j, o, 0);
+		o->failed = true;
 		return true;
 	}
 	if (!o->sized) {
@@ -244,8 +248,10 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 		 * let go of the limit's worth of a large object). */
 		if (j->pin && !j->listed) {
 			j->pin_nvme_want += store_pin_nvme_bytes(o->meta->size, ob->chunk_bytes);
-			if (!pin_fits(j))
+			if (!pin_fits(j)) {
+				o->failed = true;
 				return true;
+			}
 		}
 	} else if (o->listed != o->meta->size) {
 		/* Replaced since it was listed: warm what a read gets now. */
@@ -267,6 +273,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 			count_warmed(j, c->len);
 		} else {
 			atomic_fetch_add(&j->errors, 1);
+			o->failed = true;
 			if (j->pin) /* pinned as it began: the pin holds what arrived */
 				pins_drop(j->p->gw->pins, j->id, &c->id);
 		}
@@ -285,6 +292,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 			break;
 		if (j->pin && pin_chunk(j, o, i, c) == -ENOSPC) {
 			obj_unwant(c, true);
+			o->failed = true;
 			return true;
 		}
 		o->next_chunk++;
@@ -387,7 +395,8 @@ static bool job_step(struct pf_job *j)
 		if (!o->key)
 			continue;
 		if (obj_step(j, o)) {
-			atomic_fetch_add(&j->objects_done, 1);
+			if (!o->failed) /* objects warmed, not objects tried */
+				atomic_fetch_add(&j->objects_done, 1);
 			obj_release(j, o, false);
 		} else {
 			active++;

@@ -42,6 +42,7 @@ struct pf_obj {
 	uint64_t next_chunk, n_chunks;
 	struct chunk *held[PF_HELD];
 	unsigned n_held;
+	bool failed;                 /* ended without all its bytes warm: not in objects_done */
 };
 
 /* What a job's meta fetch is for. */

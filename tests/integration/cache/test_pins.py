@@ -251,6 +251,7 @@ class Pins(PinnedSet, AdminCalls, LarderCase):
             # failed: the pin holds what is warm, and only that.
             self.assertEqual(info["state"], "done", info)
             self.assertGreater(info["errors"], 0, info)
+            self.assertEqual(info["objects_done"], 1, info)  # kept.bin only: gone.bin failed
             warm = info["bytes_done"]
             self.assertEqual(warm, 2 * MiB + (4 - info["errors"]) * MiB, info)
             pins, pinned_bytes = self.pins()

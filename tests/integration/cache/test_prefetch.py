@@ -93,6 +93,18 @@ class Prefetch(AdminCalls, LarderCase):
         self.assertEqual(st, 200)
         self.assertTrue({j["id"] for j in jobs["jobs"]} >= {r["job"]}, jobs)
 
+    def test_objects_done_counts_objects_warmed_not_tried(self):
+        # A key that is not there ended its object with an error, and objects_done counted it
+        # too: a job of 3 keys, 1 missing, said 3 of 3 objects done (audit round 8).
+        keys = ["tried/0", "tried/missing", "tried/2"]
+        for k in (keys[0], keys[2]):
+            self.direct.put_object(Bucket="warm", Key=k, Body=blob(60, 2000))
+        st, r = self.call("POST", "/admin/prefetch", {"bucket": "warm", "keys": keys})
+        self.assertEqual(st, 202, r)
+        info = self.wait_job(r["job"])
+        self.assertEqual((info["state"], info["objects_done"], info["objects_total"],
+                          info["errors"], info["bytes_done"]), ("done", 2, 3, 1, 4000), info)
+
     def test_a_key_lists_total_counts_each_object_once(self):
         # A key list's sizes are learnt as it warms: an object of several chunks
         # (warmed over several steps) must not be counted in bytes_total again on
