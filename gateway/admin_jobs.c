@@ -158,19 +158,6 @@ static enum MHD_Result job_refused(struct MHD_Connection *c, int rc, const char 
 	return send_error(c, 500, "internal", NULL, "%s", err);
 }
 
-/* Starts a warm job of the keys, or answers the error; id gets its id. */
-static enum MHD_Result start_job(struct admin *a, struct MHD_Connection *c,
-                                 const struct prefetch_req *rq, char id[24], bool *started)
-{
-	char err[256];
-	*started = false;
-	int rc = prefetch_start(a->gw->prefetch, rq, id, err, sizeof err);
-	if (rc != 0)
-		return job_refused(c, rc, err);
-	*started = true;
-	return MHD_YES;
-}
-
 /* A warm job's optional members: "concurrency" (1-64),
  * "bandwidth_bytes_per_second" (>= 0) and "pin_seconds" (1-PIN_SECONDS_MAX),
  * into rq. false when one is there but out of range. */
@@ -225,9 +212,11 @@ static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *
 	enum MHD_Result ret = MHD_YES;
 	json_t *jobs = json_array();
 	const char **sel = calloc(n ? n : 1, sizeof *sel);
-	bool ok = jobs && sel;
-	/* Every bucket is checked, and room made sure of for all its jobs,
-	 * before any job starts: a refusal changes nothing. */
+	struct prefetch_req *rqs = calloc(n ? n : 1, sizeof *rqs);
+	char(*ids)[24] = calloc(n ? n : 1, sizeof *ids);
+	bool ok = jobs && sel && rqs && ids;
+	/* Every bucket is checked before any job starts, and the jobs start
+	 * together or not at all: a refusal changes nothing. */
 	size_t distinct = 0;
 	for (size_t i = 0; ok && i < n; i++) {
 		if (!first_of(buckets, i))
@@ -240,39 +229,46 @@ static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *
 			ok = false;
 		}
 	}
-	if (ok && distinct > prefetch_room(a->gw->prefetch)) {
-		ret = send_error(c, 429, "too_many_jobs", NULL, "profile %.64s needs %zu warm jobs; "
-		                 "%d may run at once: wait for some to end, or cancel some", name,
-		                 distinct, PREFETCH_RUNNING_MAX);
-		ok = false;
-	}
-	/* One job per bucket, each in the order the profile read its keys. */
+	/* One job per bucket, each in the order the profile read its keys:
+	 * sel holds them bucket after bucket. */
+	size_t d = 0, m = 0;
 	for (size_t i = 0; ok && i < n; i++) {
 		if (!first_of(buckets, i))
 			continue;
-		size_t m = 0;
+		size_t from = m;
 		for (size_t k = i; k < n; k++)
 			if (strcmp(buckets[k], buckets[i]) == 0)
 				sel[m++] = keys[k];
-		struct prefetch_req rq = opts;
-		rq.bucket = buckets[i];
-		rq.keys = sel;
-		rq.n_keys = m;
-		char id[24];
-		ret = start_job(a, c, &rq, id, &ok);
-		if (ok)
-			json_array_append_new(jobs, json_string(id));
+		rqs[d] = opts;
+		rqs[d].bucket = buckets[i];
+		rqs[d].keys = sel + from;
+		rqs[d].n_keys = m - from;
+		d++;
 	}
+	char err[256];
+	int rc = ok && distinct ? prefetch_start_all(a->gw->prefetch, rqs, distinct, ids, err,
+	                                             sizeof err) : 0;
+	if (rc == -EBUSY)
+		ret = send_error(c, 429, "too_many_jobs", NULL, "profile %.64s needs %zu warm jobs; "
+		                 "%d may run at once: wait for some to end, or cancel some", name,
+		                 distinct, PREFETCH_RUNNING_MAX);
+	else if (rc != 0)
+		ret = send_error(c, 500, "internal", NULL, "%s", err);
+	ok = ok && rc == 0;
+	for (size_t i = 0; ok && i < distinct; i++)
+		json_array_append_new(jobs, json_string(ids[i]));
 	if (ok && json_array_size(jobs) == 0)
 		ret = send_error(c, 409, "empty_profile", NULL, "profile %.64s recorded no reads", name);
 	else if (ok)
 		ret = send_json(c, 202, json_pack("{s:O,s:O,s:s,s:I}", "job", json_array_get(jobs, 0),
 		                                  "jobs", jobs, "state", "listing", "objects",
 		                                  (json_int_t)n), NULL);
-	else if (!jobs || !sel)
+	else if (!jobs || !sel || !rqs || !ids)
 		ret = send_error(c, 500, "internal", NULL, "out of memory");
 	json_decref(jobs);
 	free(sel);
+	free(rqs);
+	free(ids);
 	profile_reads_free(buckets, keys, n);
 	return ret;
 }

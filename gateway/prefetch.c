@@ -534,22 +534,12 @@ static size_t running(const struct prefetch *p)
 	return n;
 }
 
-size_t prefetch_room(struct prefetch *p)
-{
-	pthread_mutex_lock(&p->lock);
-	size_t n = running(p);
-	pthread_mutex_unlock(&p->lock);
-	return n < PREFETCH_RUNNING_MAX ? PREFETCH_RUNNING_MAX - n : 0;
-}
-
-int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24], char *err,
-                   size_t errlen)
+/* A job of rq, not yet registered (it has no id); NULL when out of memory. */
+static struct pf_job *job_new(struct prefetch *p, const struct prefetch_req *rq)
 {
 	struct pf_job *j = calloc(1, sizeof *j);
-	if (!j) {
-		snprintf(err, errlen, "out of memory");
-		return -1;
-	}
+	if (!j)
+		return NULL;
 	j->magic = PREFETCH_MAGIC;
 	j->p = p;
 	j->concurrency = rq->concurrency ? rq->concurrency : 4;
@@ -571,8 +561,7 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 		ok = pf_add_key(j, rq->keys[i], 0) == 0;
 	if (!ok) {
 		job_free(j);
-		snprintf(err, errlen, "out of memory");
-		return -1;
+		return NULL;
 	}
 	atomic_store(&j->listing_done, rq->keys != NULL);
 	j->gated = rq->gated;
@@ -580,36 +569,66 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 	j->sized_arg = rq->sized_arg;
 	j->listed = !rq->keys && !rq->manifest;
 	atomic_store(&j->state, PF_LISTING);
-	pthread_mutex_lock(&p->lock);
-	if (running(p) >= PREFETCH_RUNNING_MAX) {
-		pthread_mutex_unlock(&p->lock);
-		job_free(j);
-		snprintf(err, errlen, "%d warm jobs and lookaheads are running, the most at once: "
-		         "wait for one to end, or cancel one", PREFETCH_RUNNING_MAX);
-		return -EBUSY;
-	}
+	return j;
+}
+
+/* Gives j its id and begins its pin, until pin_seconds from now. Call with
+ * p->lock held. 0, or -1 when out of memory. */
+static int job_name(struct prefetch *p, struct pf_job *j, uint64_t pin_seconds)
+{
 	do /* a pin restored at start keeps its job's id */
 		snprintf(j->id, sizeof j->id, "pf-%u", ++p->next_id);
 	while (pins_has(p->gw->pins, j->id));
-	memcpy(id, j->id, sizeof j->id);
-	int64_t until = (int64_t)time(NULL) + (int64_t)rq->pin_seconds;
+	int64_t until = (int64_t)time(NULL) + (int64_t)pin_seconds;
 	pins_peer_header(j->pin_hdr, p->gw->cfg->node_id ? p->gw->cfg->node_id : "", j->id, until);
 	if (j->pin && pins_begin(p->gw->pins, j->id, j->bucket, j->listed ? j->prefix : NULL,
-	                         until) != 0) {
-		pthread_mutex_unlock(&p->lock);
-		job_free(j);
-		snprintf(err, errlen, "out of memory");
+	                         until) != 0)
 		return -1;
+	return 0;
+}
+
+int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24], char *err,
+                   size_t errlen)
+{
+	char ids[1][24];
+	int rc = prefetch_start_all(p, rq, 1, ids, err, errlen);
+	if (rc == 0)
+		memcpy(id, ids[0], sizeof ids[0]);
+	return rc;
+}
+
+int prefetch_start_all(struct prefetch *p, const struct prefetch_req *rqs, size_t n,
+                       char (*ids)[24], char *err, size_t errlen)
+{
+	struct pf_job **js = calloc(n ? n : 1, sizeof *js);
+	size_t made = 0, named = 0;
+	while (js && made < n && (js[made] = job_new(p, &rqs[made])))
+		made++;
+	int rc = made == n ? 0 : -1;
+	pthread_mutex_lock(&p->lock);
+	/* Room for all of them, taken at once, or none is started: a caller's
+	 * jobs checked one by one could each fit and then not all together. */
+	if (rc == 0 && running(p) + n > PREFETCH_RUNNING_MAX)
+		rc = -EBUSY;
+	while (rc == 0 && named < n)
+		if (job_name(p, js[named], rqs[named].pin_seconds) == 0)
+			named++;
+		else
+			rc = -1;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct pf_job *j = js[i];
+		memcpy(ids[i], j->id, sizeof j->id);
+		j->next = p->jobs;
+		p->jobs = j;
+		j->run_next = p->queued;
+		p->queued = j;
 	}
-	j->next = p->jobs;
-	p->jobs = j;
-	j->run_next = p->queued;
-	p->queued = j;
 	/* Keep the registry bounded: forget the oldest finished jobs. */
-	size_t n = 0;
-	for (struct pf_job **pp = &p->jobs; *pp;) {
+	size_t kept = 0;
+	for (struct pf_job **pp = &p->jobs; rc == 0 && *pp;) {
 		struct pf_job *x = *pp;
-		if (++n > PF_KEEP_FINISHED && atomic_load(&x->state) >= PF_DONE && x->finished > 0) {
+		if (++kept > PF_KEEP_FINISHED && atomic_load(&x->state) >= PF_DONE &&
+		    x->finished > 0) {
 			*pp = x->next;
 			job_free(x);
 		} else {
@@ -617,9 +636,25 @@ int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
+	if (rc != 0) {
+		for (size_t i = 0; i < named; i++)
+			if (js[i]->pin)
+				pins_end(p->gw->pins, js[i]->id);
+		for (size_t i = 0; i < made; i++)
+			job_free(js[i]);
+		free(js);
+		if (rc == -EBUSY)
+			snprintf(err, errlen, "%d warm jobs and lookaheads are running, the most at "
+			         "once: wait for one to end, or cancel one", PREFETCH_RUNNING_MAX);
+		else
+			snprintf(err, errlen, "out of memory");
+		return rc;
+	}
+	free(js);
 	ev_async_send(p->w->loop, &p->async);
-	log_info("prefetch", "job %s: bucket %s, %s", id, rq->bucket,
-	         rq->manifest ? "manifest" : rq->keys ? "key list" : "prefix listing");
+	for (size_t i = 0; i < n; i++)
+		log_info("prefetch", "job %s: bucket %s, %s", ids[i], rqs[i].bucket,
+		         rqs[i].manifest ? "manifest" : rqs[i].keys ? "key list" : "prefix listing");
 	return 0;
 }
 

@@ -69,8 +69,11 @@ int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t e
  * jobs are running), or -1, each with a message. */
 int prefetch_start(struct prefetch *p, const struct prefetch_req *rq, char id[24], char *err,
                    size_t errlen);
-/* How many more jobs prefetch_start would take now. */
-size_t prefetch_room(struct prefetch *p);
+/* Queues the n jobs of rqs, all or none (a profile's replay: a job per
+ * bucket); ids[i] gets job i's id. Returns 0, -EBUSY (fewer than n more
+ * jobs may run now), or -1, each with a message. */
+int prefetch_start_all(struct prefetch *p, const struct prefetch_req *rqs, size_t n,
+                       char (*ids)[24], char *err, size_t errlen);
 /* 0, or -1 when no such job. */
 int prefetch_get(struct prefetch *p, const char *id, struct prefetch_info *out);
 /* Asks a running job to stop. 0; -ENOENT, no such job; -EALREADY, it ended. */

@@ -783,15 +783,23 @@ class LarderCase(S3Asserts, unittest.TestCase):
     LARDER_ENV = None
     CONFIG_TEXT = None
     PLAIN_BUILD = False  # True: run the plain build (memory figures), not ASan
+    PRELOAD = None  # "NAME.c": doubles/NAME.c built (build_preload) and LD_PRELOADed into larder
 
     @classmethod
     def setUpClass(cls):
         if not os.access(larder_binary(), os.X_OK):
             raise unittest.SkipTest("larder binary not built: " + larder_binary())
+        env = cls.LARDER_ENV
+        if cls.PRELOAD:
+            lib_dir = tempfile.mkdtemp(prefix="larder-preload-")
+            cls.addClassCleanup(shutil.rmtree, lib_dir, True)
+            env = dict(env or {}, LD_PRELOAD=build_preload(cls.PRELOAD, lib_dir))
         cls.upstream = Upstream().start()
         try:
-            cls.larder = Larder(cls.upstream, env=cls.LARDER_ENV, config_text=cls.CONFIG_TEXT,
+            cls.larder = Larder(cls.upstream, env=env, config_text=cls.CONFIG_TEXT,
                                 binary=plain_larder_binary() if cls.PLAIN_BUILD else None)
+            if cls.PRELOAD:  # an ASan build wants its runtime first among the libraries
+                cls.larder.env["ASAN_OPTIONS"] += ":verify_asan_link_order=0"
             cls.larder.start()
         except BaseException:
             cls.upstream.cleanup()

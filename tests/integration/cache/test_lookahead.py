@@ -7,6 +7,7 @@ reads off the list change nothing; a lookahead nobody reads ends by itself.
 """
 import os
 import subprocess
+import threading
 import tempfile
 import time
 import urllib.request
@@ -392,7 +393,26 @@ class Lookahead(AdminCalls, LarderCase):
         self.assertEqual([l for l in doc["lookaheads"] if l["keys"] == 1], [])
 
 
-class JobLimit(AdminCalls, LarderCase):
+class RunningJobs:
+    """What a JobLimit test counts against the limit; needs AdminCalls."""
+
+    def running_jobs(self):
+        """Warm jobs and lookaheads running (each lookahead runs a job not listed as one)."""
+        st, jobs = self.call("GET", "/admin/jobs")
+        self.assertEqual(st, 200, jobs)
+        st, las = self.call("GET", "/admin/lookahead")
+        self.assertEqual(st, 200, las)
+        return (sum(j["state"] in ("listing", "warming") for j in jobs["jobs"]) +
+                sum(la["state"] == "running" for la in las["lookaheads"]))
+
+    def wait_running(self, n):
+        deadline = time.monotonic() + 10
+        while self.running_jobs() != n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.running_jobs(), n)
+
+
+class JobLimit(RunningJobs, AdminCalls, LarderCase):
     """Warm jobs and lookaheads running at once are bounded (64): each holds its keys and up to 64
     fetches. Past it, a new one is 429 too_many_jobs, and starts nothing; once one ends, the next
     is taken."""
@@ -449,21 +469,6 @@ class JobLimit(AdminCalls, LarderCase):
         for la in ids:
             self.call("DELETE", "/admin/lookahead/" + la)
 
-    def running_jobs(self):
-        """Warm jobs and lookaheads running (each lookahead runs a job not listed as one)."""
-        st, jobs = self.call("GET", "/admin/jobs")
-        self.assertEqual(st, 200, jobs)
-        st, las = self.call("GET", "/admin/lookahead")
-        self.assertEqual(st, 200, las)
-        return (sum(j["state"] in ("listing", "warming") for j in jobs["jobs"]) +
-                sum(la["state"] == "running" for la in las["lookaheads"]))
-
-    def wait_running(self, n):
-        deadline = time.monotonic() + 10
-        while self.running_jobs() != n and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertEqual(self.running_jobs(), n)
-
     def test_a_replay_needs_room_for_a_job_per_bucket(self):
         # A profile that read two buckets is replayed as two jobs. With room for one it is 429
         # and starts neither: started one by one, the first would run and the second fail.
@@ -503,3 +508,81 @@ class JobLimit(AdminCalls, LarderCase):
             for la in ids:
                 self.call("DELETE", "/admin/lookahead/" + la)
 
+
+class ReplayTakesItsRoomAtOnce(RunningJobs, AdminCalls, LarderCase):
+    """A replay of a profile that read two buckets starts two jobs: room for both was checked
+    first, then they started one by one, so a job posted in between took the last place, the
+    second start was refused and the replay answered 429 with its first job running (audit
+    round 8). doubles/logstall.c holds the replay's thread right after its first job's log
+    line for 3 s: the job posted then lands between the two starts."""
+    ADMIN_TOKEN = TOKEN
+    LIMIT = JobLimit.LIMIT
+    FIRST, SECOND = "replay-first", "replay-second"
+
+    PRELOAD = "logstall.c"
+
+    @classmethod
+    def setUpClass(cls):
+        port = harness.free_port()
+        cls.admin = "http://127.0.0.1:%d" % port
+        cls.LARDER_ENV = dict(Lookahead.LARDER_ENV, LARDER_ADMIN_LISTEN="127.0.0.1:%d" % port,
+                              LOGSTALL_MATCH="bucket %s," % cls.FIRST, LOGSTALL_MS="3000")
+        super().setUpClass()
+
+    def test_a_refused_replay_started_nothing(self):
+        self.direct.create_bucket(Bucket=BUCKET)
+        for k in ("limit/a", "limit/b"):
+            self.direct.put_object(Bucket=BUCKET, Key=k, Body=b"a" * 100)
+        st, r = self.call("POST", "/admin/profiles", {"name": "race", "tag": "race-job"})
+        self.assertEqual(st, 201, r)
+        for bucket in (self.FIRST, self.SECOND):
+            self.direct.create_bucket(Bucket=bucket)
+            for k in ("k0", "k1"):
+                self.direct.put_object(Bucket=bucket, Key=k, Body=b"k" * 1000)
+                r = harness.signed_request(self.larder.url, "GET", harness.key_path(bucket, k),
+                                           headers={"x-larder-job": "race-job"})
+                self.assertEqual(r.status, 200, r)
+        st, r = self.call("POST", "/admin/profiles/race/stop")
+        self.assertEqual(st, 200, r)
+        ids = []
+        try:
+            for _ in range(self.LIMIT - 2):  # room for the replay's two jobs, no more
+                # Their jobs wait at the gate, after the first key: they keep their places.
+                st, r = self.call("POST", "/admin/lookahead", {"bucket": BUCKET, "window": 1,
+                                                               "keys": ["limit/a", "limit/b"]})
+                self.assertEqual(st, 201, r)
+                ids.append(r["id"])
+            self.wait_running(self.LIMIT - 2)
+            # At 1 B/s each job warms its first object and waits: both keep running.
+            replay = {}
+            t = threading.Thread(target=lambda: replay.update(answer=self.call(
+                "POST", "/admin/prefetch", {"profile": "race", "concurrency": 1,
+                                            "bandwidth_bytes_per_second": 1})))
+            t.start()
+            deadline = time.monotonic() + 30
+            while "bucket %s," % self.FIRST not in self.larder.log():
+                self.assertLess(time.monotonic(), deadline, "the replay started no job")
+                time.sleep(0.02)
+            other = self.call("POST", "/admin/prefetch", {"bucket": BUCKET, "concurrency": 1,
+                                                          "keys": ["limit/a", "limit/b"],
+                                                          "bandwidth_bytes_per_second": 1})
+            t.join(60)
+            st, r = replay["answer"]
+            _, jobs = self.call("GET", "/admin/jobs")
+            mine = [j for j in jobs["jobs"] if j["bucket"] in (self.FIRST, self.SECOND)]
+            started = sorted(j["bucket"] for j in mine)
+            if st == 429:
+                self.assertEqual(started, [], "the replay answered 429 and started jobs: %r"
+                                 % (jobs,))
+                self.assertEqual(other[0], 202, other)
+            else:
+                self.assertEqual((st, len(r["jobs"])), (202, 2), r)
+                self.assertEqual(started, [self.FIRST, self.SECOND], jobs)
+                self.assertEqual((other[0], other[1].get("error")), (429, "too_many_jobs"),
+                                 other)
+        finally:
+            for la in ids:
+                self.call("DELETE", "/admin/lookahead/" + la)
+            _, jobs = self.call("GET", "/admin/jobs")
+            for j in jobs["jobs"]:
+                self.call("DELETE", "/admin/jobs/" + j["id"])
