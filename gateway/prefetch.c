@@ -20,15 +20,18 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <openssl/rand.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "auth/sigv4.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/splitmix.h"
 #include "gateway/fetch.h"
 #include "gateway/pins.h"
 #include "gateway/server.h"
@@ -479,6 +482,16 @@ struct prefetch *prefetch_create(struct gw *gw, struct worker *w)
 	p->magic = PF_MAGIC;
 	p->gw = gw;
 	p->w = w;
+	/* Job ids name pins, which outlive the process on peers and in pin
+	 * files, and clients hold them: counted from 1 again on each start,
+	 * an old id would name a new job. A random tag per run keeps them
+	 * apart (pf-TAG-N). */
+	unsigned char r[3];
+	if (RAND_bytes(r, sizeof r) != 1) {
+		uint64_t x = splitmix_mix((uint64_t)getpid() ^ (uint64_t)time(NULL) << 20);
+		memcpy(r, &x, sizeof r);
+	}
+	snprintf(p->run_tag, sizeof p->run_tag, "%02x%02x%02x", r[0], r[1], r[2]);
 	pthread_mutex_init(&p->lock, NULL);
 	ev_async_init(&p->async, async_cb);
 	p->async.data = p;
@@ -577,7 +590,7 @@ static struct pf_job *job_new(struct prefetch *p, const struct prefetch_req *rq)
 static int job_name(struct prefetch *p, struct pf_job *j, uint64_t pin_seconds)
 {
 	do /* a pin restored at start keeps its job's id */
-		snprintf(j->id, sizeof j->id, "pf-%u", ++p->next_id);
+		snprintf(j->id, sizeof j->id, "pf-%s-%u", p->run_tag, ++p->next_id);
 	while (pins_has(p->gw->pins, j->id));
 	int64_t until = (int64_t)time(NULL) + (int64_t)pin_seconds;
 	pins_peer_header(j->pin_hdr, p->gw->cfg->node_id ? p->gw->cfg->node_id : "", j->id, until);

@@ -106,6 +106,7 @@ struct prefetch {
 	struct pf_job *jobs;
 	struct pf_job *queued;       /* started by the admin thread, not yet running */
 	struct pf_job *running;      /* the loop's */
+	char run_tag[8];             /* this run's part of each job id (prefetch_create) */
 	unsigned next_id;
 	ev_async async;
 	ev_timer tick;

@@ -5,6 +5,9 @@ makes node 1 pin its share under node-0/JOB. Node 1 restarted shows that pin
 again, with its bytes and time; an unpin on node 0 ends it there, and a
 second restart does not bring it back.
 """
+import glob
+import os
+
 import test_cluster_pins
 from test_cluster import ClusterBase
 
@@ -24,10 +27,53 @@ class ClusterPinsRestart(ClusterBase):
         return {"LARDER_RAM_CACHE_SIZE": "64MiB", "LARDER_READAHEAD": "2"}
 
     def restart_owner(self):
-        node = self.nodes[1]
+        self.restart(1)
+
+    def restart(self, i):
+        node = self.nodes[i]
         self.assertEqual(node.stop(), 0)
         node.start()
         self.wait_members(2)
+
+    def test_a_job_id_names_one_job_across_restarts(self):
+        # Job ids began at pf-1 on every start. A node that lost its pins (its pin files
+        # gone: a new disk, or no cache folder) named its next pinned job as an old one
+        # whose pin its peer still held: the peer added the new job's chunks to the old
+        # pin, to end at the old pin's time, and an unpin of either ended both (audit
+        # round 8).
+        self.restart(0)
+        old = self.warm_pinned(self.nodes[0], "reused-a/", 6)
+        self.assertEqual(self.admin(self.nodes[0], "GET", "/admin/jobs/" + old)["bucket"],
+                         "shared")
+        held = {p["id"]: p["until"] for p in self.pins(self.nodes[1])[0]}
+        self.assertIn("node-0/" + old, held)
+        self.assertEqual(self.nodes[0].stop(), 0)
+        for f in glob.glob(os.path.join(self.cache_dirs[0], "pins", "*.json")):
+            os.unlink(f)
+        self.nodes[0].start()
+        self.wait_members(2)
+        new = None
+        try:
+            new = self.warm_pinned(self.nodes[0], "reused-b/", 6)
+            self.assertNotEqual(new, old, "a job id was given again after a restart")
+            # The peer holds the new pin apart from the old, until the new pin's time.
+            until = self.pins(self.nodes[0])[0][0]["until"]
+            pins1 = {p["id"]: p["until"] for p in self.pins(self.nodes[1])[0]}
+            self.assertEqual(pins1, {"node-0/" + old: held["node-0/" + old],
+                                     "node-0/" + new: until})
+            # Ending the new pin leaves the old one.
+            self.admin(self.nodes[0], "POST", "/admin/unpin", {"job": new})
+            self.assertEqual([p["id"] for p in self.wait_pins(self.nodes[1],
+                                                              ["node-0/" + old])[0]],
+                             ["node-0/" + old])
+        finally:
+            for node, job in ((0, new), (1, "node-0/" + old)):
+                try:
+                    if job:
+                        self.admin(self.nodes[node], "POST", "/admin/unpin", {"job": job})
+                except OSError:
+                    pass  # ended already
+        self.assertEqual(self.wait_pins(self.nodes[1], []), ([], 0))
 
     def test_an_owners_pin_survives_its_restart(self):
         job = self.warm_pinned(self.nodes[0], "held/", 20)
