@@ -743,6 +743,25 @@ static const char *payload_claim(struct req *r, const struct authn *a)
 	return claimed;
 }
 
+/* Whether a payload hash claimed (mode: ack_mode_from_payload_hash) is one
+ * S3 takes: a payload mode, UNSIGNED-PAYLOAD or a SHA-256 in hex. Else
+ * refuses r as S3 does, whether or not a body comes: InvalidArgument
+ * naming the header and its value. */
+static bool claim_valid(struct req *r, const char *claimed, int mode)
+{
+	if (mode >= 0 || strcmp(claimed, SV4_UNSIGNED_PAYLOAD) == 0 ||
+	    (strlen(claimed) == 64 && strspn(claimed, "0123456789abcdefABCDEF") == 64))
+		return true;
+	req_fail(r, S3E_INVALID_ARGUMENT, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+	         "STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, "
+	         "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a valid sha256 value.");
+	req_err_element(r, "ArgumentName", "x-amz-content-sha256");
+	char shown[257]; /* the value, as S3 echoes it; a long one cut */
+	str_copy(shown, sizeof shown, claimed);
+	req_err_element(r, "ArgumentValue", shown);
+	return false;
+}
+
 /* How the body is framed (cl, te: the headers, or NULL): *len is its
  * Content-Length, -1 when chunked, 0 when neither is sent. Refuses with
  * InvalidArgument (a Content-Length that is not a number), InvalidRequest
@@ -827,20 +846,14 @@ static bool plan_aws_chunked(struct req *r, const struct authn *a, int mode, int
 
 /* A plain body of len bytes (-1: Transfer-Encoding: chunked, of unknown
  * length, which S3 takes: it goes upstream chunked too), hashed as it
- * comes in (r->sha) when claimed is a digest. Refuses with
- * InvalidArgument (claimed is neither UNSIGNED-PAYLOAD nor a digest) or
- * InternalError. Returns whether r passed. */
+ * comes in (r->sha) when claimed is a digest (else UNSIGNED-PAYLOAD:
+ * claim_valid). Refuses with InternalError. Returns whether r passed. */
 static bool plan_raw(struct req *r, const char *claimed, int64_t len)
 {
 	r->body = BODY_RAW;
 	r->up_len = len;
 	if (strcmp(claimed, SV4_UNSIGNED_PAYLOAD) == 0)
 		return true;
-	if (strlen(claimed) != 64 || strspn(claimed, "0123456789abcdefABCDEF") != 64) {
-		req_fail(r, S3E_INVALID_ARGUMENT, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
-		         "STREAMING-AWS4-HMAC-SHA256-PAYLOAD or a valid sha256 value.");
-		return false;
-	}
 	memcpy(r->want_sha, claimed, 65);
 	r->sha = EVP_MD_CTX_new();
 	if (!r->sha || !EVP_DigestInit_ex(r->sha, sha256_md(), NULL)) {
@@ -874,6 +887,8 @@ static void plan_body(struct req *r, const struct authn *a)
 		return;
 	}
 	int mode = ack_mode_from_payload_hash(claimed);
+	if (!claim_valid(r, claimed, mode))
+		return;
 	if (mode >= 0) {
 		if (!plan_aws_chunked(r, a, mode, cl ? len : -1))
 			return;

@@ -187,6 +187,28 @@ class Refusals(LarderCase):
         self.assertS3Error(lambda: self.direct.head_object(Bucket="ref-a", Key="body-swap"),
                            404, "404")
 
+    def test_payload_hash_that_is_no_hash(self):
+        # x-amz-content-sha256 names a digest or one of the payload modes; S3
+        # answers anything else 400 InvalidArgument naming the header and its
+        # value, with a body or without (a GET got XAmzContentSHA256Mismatch:
+        # the error for a digest that does not match the body).
+        import xml.etree.ElementTree as ET
+        for method, path, body in (("GET", "/ref-a/plain", b""),
+                                   ("PUT", "/ref-a/no-hash", b"some bytes")):
+            with self.subTest(method=method):
+                url = self.larder.url + path
+                h = harness.sign_headers(method, url, CLIENT_KEY, CLIENT_SECRET, body=body,
+                                         payload="GIBBERISH")
+                self.assertEqual(h.get("X-Amz-Content-SHA256"), "GIBBERISH", h)
+                self.raw_refused(method, path, h, 400, "InvalidArgument", body or None)
+                _, _, data = harness.http_request(self.larder.url, method, path, h, body or None)
+                err = ET.fromstring(data)
+                self.assertEqual((err.findtext("ArgumentName"), err.findtext("ArgumentValue")),
+                                 ("x-amz-content-sha256", "GIBBERISH"), data)
+                self.assertIn("must be UNSIGNED-PAYLOAD", err.findtext("Message"), data)
+        self.assertS3Error(lambda: self.direct.head_object(Bucket="ref-a", Key="no-hash"),
+                           404, "404")
+
     # -- policy
     def test_read_only_key(self):
         ro = self.larder.client(key=RO_KEY, secret=RO_SECRET)
