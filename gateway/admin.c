@@ -329,7 +329,7 @@ static enum MHD_Result purge(struct admin *a, struct MHD_Connection *c, struct a
 		goto out;
 	}
 	uint64_t objects = 0;
-	if (cache_purge(a->gw, bucket, what, key != NULL, &objects) != 0) {
+	if (cache_purge(a->gw, bucket, what, key != NULL, false, &objects) != 0) {
 		ret = send_error(c, 500, "internal", NULL, "the purge failed");
 		goto out;
 	}

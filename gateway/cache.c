@@ -876,17 +876,22 @@ static void purge_one(void *arg, const char *key, struct obj_meta *m)
 	meta_unref(m);
 }
 
-int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exact,
+int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exact, bool heard,
                 uint64_t *objects)
 {
 	struct purge_ctx p = { gw, bucket };
-	/* Durable first: a restart must not give back what was purged. */
-	int rc = store_invalidate(gw->store, bucket, prefix ? prefix : "", !exact);
+	const char *what = prefix ? prefix : "";
+	/* Durable first: a restart must not give back what was purged. Heard
+	 * from another node, the memory goes first and an I/O thread writes
+	 * the tombstone: the thread that hears the cluster's messages must not
+	 * wait on the disk (see cluster_invalidated in server.c). */
+	int rc = heard ? 0 : store_invalidate(gw->store, bucket, what, !exact);
+	*objects = meta_collect(gw->meta, bucket, what, exact, purge_one, &p);
+	if (heard)
+		rc = store_invalidate_queued(gw->store, bucket, what, !exact);
 	if (rc < 0)
 		log_error("cache", "purge of %s under \"%s\": the NVMe tier could not record it (%s); "
-		          "a restart may bring the purged metadata back", bucket, prefix ? prefix : "",
-		          strerror(-rc));
-	*objects = meta_collect(gw->meta, bucket, prefix ? prefix : "", exact, purge_one, &p);
+		          "a restart may bring the purged metadata back", bucket, what, strerror(-rc));
 	log_info("cache", "purged %" PRIu64 " objects of %s under \"%s\"", *objects, bucket,
 	         prefix ? prefix : "");
 	return 0;

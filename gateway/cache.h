@@ -50,8 +50,11 @@ void cache_wake_cb(struct ev_loop *loop, ev_async *a, int revents); /* worker->w
 
 /* Forgets objects of bucket: the key (exact) or every key under prefix:
  * their chunks in every tier and their metadata, so the next read goes
- * upstream. Thread-safe. *objects gets how many were known. Returns 0. */
-int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exact,
+ * upstream. The NVMe tombstone is written first, or, for a purge heard
+ * from another node (heard), queued for an I/O thread once memory forgot
+ * (store_invalidate_queued). Thread-safe. *objects gets how many were
+ * known. Returns 0. */
+int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exact, bool heard,
                 uint64_t *objects);
 
 /* Writes (PUT, POST, DELETE, copy) that succeeded, or whose outcome is

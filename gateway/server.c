@@ -563,7 +563,7 @@ static void purge_heard(struct gw *gw, const char *msg)
 		return;
 	}
 	uint64_t n = 0;
-	cache_purge(gw, p.bucket, p.what, p.key, &n);
+	cache_purge(gw, p.bucket, p.what, p.key, true, &n);
 	log_info("cluster", "purge of %s \"%s\" in bucket %s, from another node: %" PRIu64
 	         " objects", p.key ? "key" : "prefix", p.what, p.bucket, n);
 }

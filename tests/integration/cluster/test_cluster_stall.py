@@ -5,7 +5,8 @@ acknowledged it; from then on S3 gives any reader the new version, so every node
 invalidation also writes a tombstone to the NVMe tier and syncs it (so that a restart does not
 bring the old metadata back), and a disk may take seconds to sync: node-1's does here
 (doubles/syncstall.c delays each fsync of a file in its cache folder by what the test asks).
-The node must forget the old version in memory first, at once, and let the tombstone follow.
+The node must forget the old version in memory first, at once, and let the tombstone follow;
+so too for a purge posted to another node, which comes on the same channel.
 """
 import os
 import shutil
@@ -81,6 +82,25 @@ class ClusterStalledDisk(ClusterBase):
         self.stall(STALL_MS)
         stale = self.write_then_read(keys)
         self.assertEqual(stale, [], "node-1 served what writes through node-0 had replaced")
+
+    def test_reads_after_a_purge_while_the_disk_stalls(self):
+        # A purge posted to node-0 reaches node-1 on the same channel as the invalidations;
+        # node-1 wrote and synced its tombstone on the thread that hears them, so the writes
+        # after it waited out the bound for node-1's acknowledgement, and node-1 served the
+        # old versions meanwhile.
+        writer, reader = self.nodes
+        keys = ["purged/%d" % i for i in range(3)]
+        self.cached_everywhere(["other/p"] + keys)
+        self.stall(STALL_MS)
+        r = self.admin(writer, "POST", "/admin/purge", {"bucket": "shared", "prefix": "other/"})
+        self.assertEqual(r["purged_objects"], 1)
+        stale = self.write_then_read(keys)
+        self.assertEqual(stale, [], "node-1 served what writes through node-0 had replaced")
+        self.stall(0)
+        # The purge was applied on node-1 too: it reads the object from S3 again.
+        mark = self.upstream.mark()
+        self.assertEqual(self.read(reader, "other/p"), b"old other/p")
+        self.assertTrue(self.gets(mark, "other/p"), "node-1 did not purge other/p")
 
     def test_killed_before_its_tombstones_synced(self):
         # node-1 dies while the tombstones of what it already forgot are not on its disk yet;
