@@ -9,6 +9,8 @@
     origin.cut_headers_next(key="obj")       # next GET: status line and some headers, then
                                              # hang up before the headers end
     origin.delay_next(1500, key="obj")       # next GET: first byte after 1.5 s
+    origin.delay_next(1500, key="obj", rng="bytes=0-99")  # only a GET with this Range
+                                             # (fail_next, drop_next, delay_next, slow_next)
     origin.late_next(1500, key="obj")        # next GET: answered now, heard 1.5 s later
     origin.slow_next(65536, 20, key="obj")   # next GET: body in 64 KiB pieces, 20 ms apart
     origin.replace_after("bkt", "obj", new)  # new bytes (new ETag) from the next request on
@@ -253,18 +255,20 @@ class StoredObject:
 
 
 class Fault:
-    def __init__(self, kind, count, methods, bucket, key, **params):
+    def __init__(self, kind, count, methods, bucket, key, rng=None, **params):
         self.kind = kind
         self.remaining = count
         self.methods = methods
         self.bucket = bucket
         self.key = key
+        self.rng = rng
         self.params = params
 
-    def matches(self, method, bucket, key):
+    def matches(self, method, bucket, key, rng=None):
         return (self.remaining > 0 and method in self.methods
                 and (self.bucket is None or self.bucket == bucket)
-                and (self.key is None or self.key == key))
+                and (self.key is None or self.key == key)
+                and (self.rng is None or self.rng == rng))
 
 
 class FaultOrigin(http.server.ThreadingHTTPServer):
@@ -354,10 +358,10 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         return fault
 
     def fail_next(self, n, status=503, code="SlowDown", message="Please reduce your request rate.",
-                  methods=("GET",), bucket=None, key=None):
+                  methods=("GET",), bucket=None, key=None, rng=None):
         """The next n matching requests answer this S3 error instead."""
-        return self._add(Fault("error", n, tuple(methods), bucket, key, status=status, code=code,
-                               message=message))
+        return self._add(Fault("error", n, tuple(methods), bucket, key, rng, status=status,
+                               code=code, message=message))
 
     def refuse_next(self, n, status=403, code="AccessDenied", message="Access Denied",
                     methods=("PUT",), bucket=None, key=None):
@@ -368,17 +372,18 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         return self._add(Fault("refuse", n, tuple(methods), bucket, key, status=status, code=code,
                                message=message))
 
-    def drop_next(self, after_bytes, n=1, reset=False, bucket=None, key=None):
+    def drop_next(self, after_bytes, n=1, reset=False, bucket=None, key=None, rng=None):
         """The next n matching GETs send their headers and after_bytes of the
         body, then close the connection (reset=True: with a TCP RST)."""
-        return self._add(Fault("drop", n, ("GET",), bucket, key, after=after_bytes, reset=reset))
+        return self._add(Fault("drop", n, ("GET",), bucket, key, rng, after=after_bytes,
+                               reset=reset))
 
     def cut_headers_next(self, n=1, reset=True, bucket=None, key=None):
         return self._add(Fault("cut_headers", n, ("GET",), bucket, key, reset=reset))
 
-    def delay_next(self, ms, n=1, methods=("GET",), bucket=None, key=None):
+    def delay_next(self, ms, n=1, methods=("GET",), bucket=None, key=None, rng=None):
         """The next n matching requests wait ms milliseconds before the first byte."""
-        return self._add(Fault("delay", n, tuple(methods), bucket, key, ms=ms))
+        return self._add(Fault("delay", n, tuple(methods), bucket, key, rng, ms=ms))
 
     def late_next(self, ms, n=1, bucket=None, key=None):
         """The next n matching GETs are answered from the object as it is when
@@ -387,10 +392,11 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         and answers with the object as it is then)."""
         return self._add(Fault("late", n, ("GET",), bucket, key, ms=ms))
 
-    def slow_next(self, piece=65536, pause_ms=20, n=1, bucket=None, key=None):
+    def slow_next(self, piece=65536, pause_ms=20, n=1, bucket=None, key=None, rng=None):
         """The next n matching GETs write their body `piece` bytes at a time
         with pause_ms between pieces."""
-        return self._add(Fault("slow", n, ("GET",), bucket, key, piece=piece, pause_ms=pause_ms))
+        return self._add(Fault("slow", n, ("GET",), bucket, key, rng, piece=piece,
+                               pause_ms=pause_ms))
 
     def lose_answer_next(self, n=1, methods=("PUT",), bucket=None, key=None):
         """The next n matching requests are carried out (a PUT stores its
@@ -454,13 +460,13 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
                     return f
         return None
 
-    def _take(self, method, bucket, key):
+    def _take(self, method, bucket, key, rng=None):
         """The faults this request gets, one per kind; consumes them."""
         taken = {}
         with self.lock:
             for f in self.faults:
                 if f.kind not in ("replace", "refuse") and f.kind not in taken and \
-                        f.matches(method, bucket, key):
+                        f.matches(method, bucket, key, rng):
                     f.remaining -= 1
                     taken[f.kind] = f
             self.faults = [f for f in self.faults if f.remaining > 0]
@@ -565,10 +571,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.error_after = None
             p = after.params
             return self._error(p["status"], p["code"], p["message"])
-        self._send(status, headers, body)
-        if self.command != "HEAD" and body:
-            self.wfile.write(body)
-        self.rec["done"] = True
+        try:
+            self._send(status, headers, body)
+            if self.command != "HEAD" and body:
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client went first (larder stops a chunk's second GET
+            # when the first fails): this answer is over all the same.
+            self.rec["client_aborted"] = True
+            self.close_connection = True
+        finally:
+            self.rec["done"] = True
 
     def _error(self, status, code, message="", extra_xml="", headers=None):
         xml = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s'
@@ -694,7 +707,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if bad:
             self.rec["auth_error"] = bad[1]
             return self._error(*bad)
-        faults = srv._take(self.command, bucket, key)
+        faults = srv._take(self.command, bucket, key, hdrs.get("range"))
         self.rec["faults"] = sorted(faults)
         self.lose_answer = "lose_answer" in faults
         self.error_after = faults.get("error_after")
