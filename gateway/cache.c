@@ -635,7 +635,7 @@ enum MHD_Result cache_respond(struct req *r)
 		}
 		if (!ch)
 			return respond_s3(r, c->busy ? S3E_SLOW_DOWN : S3E_INTERNAL, NULL);
-		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
+		size_t seen = chunk_progress(ch); /* before the bytes are looked at */
 		int state = atomic_load(&ch->state);
 		uint64_t off = c->start - obj_chunk_offset(c->cur_index, cread_chunk_bytes(r));
 		if (state == CHUNK_FAILED) {
@@ -654,14 +654,14 @@ enum MHD_Result cache_respond(struct req *r)
 			return respond_s3(r, reason == FETCH_ERR_SLOWDOWN ? S3E_SLOW_DOWN
 			                                                  : S3E_SERVICE_UNAVAILABLE, NULL);
 		}
-		if (state == CHUNK_FILLING && filled < off + (small ? len : 1)) {
+		if (state == CHUNK_FILLING && chunk_readable(ch, off) < off + (small ? len : 1)) {
 			/* Filling but not held: on its way from upstream, not
 			 * being read from NVMe. */
 			if (!c->miss && !cread_all_held(r, m))
 				c->miss = true;
 			c->wait_chunk = ch;
 			c->chunk_waiting = true;
-			chunk_wait(ch, &c->waiter, filled);
+			chunk_wait(ch, &c->waiter, seen);
 			req_suspend(r);
 			return MHD_YES;
 		}

@@ -188,13 +188,13 @@ struct MHD_Response *cread_zero_copy(struct req *r)
 		h->c[h->n++] = ch;
 		uint64_t from = i == first ? c->start - obj_chunk_offset(i, cs) : 0;
 		uint64_t to = i == last ? c->end - obj_chunk_offset(i, cs) + 1 : ch->len;
-		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
 		const char *bytes = bytes_of(ch);
 		/* Several chunks, one of them not mapped: the callback. The
 		 * loop stops there, at the first (c->cur) unless earlier ones
 		 * were mapped, so a chunk's lookup is seldom counted twice. */
-		ok = atomic_load(&ch->state) != CHUNK_FAILED && filled >= to && (bytes || n == 1);
-		whole = whole && filled == ch->len;
+		ok = atomic_load(&ch->state) != CHUNK_FAILED && chunk_readable(ch, from) >= to &&
+		     (bytes || n == 1);
+		whole = whole && chunk_filled(ch) == ch->len;
 		iov[i - first].iov_base = bytes ? (void *)(uintptr_t)(bytes + from) : NULL;
 		iov[i - first].iov_len = (size_t)(to - from);
 	}
@@ -437,16 +437,17 @@ ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 		if (!ch)
 			return cut(r, "cache-error");
 		uint64_t off = c->pos - obj_chunk_offset(i, cs);
-		size_t filled = atomic_load_explicit(&ch->filled, memory_order_acquire);
-		if (off < filled) {
-			uint64_t n = filled - off;
+		size_t seen = chunk_progress(ch); /* before the bytes are looked at */
+		size_t readable = chunk_readable(ch, (size_t)off);
+		if (off < readable) {
+			uint64_t n = readable - off;
 			if (n > max)
 				n = max;
 			if (n > c->end + 1 - c->pos)
 				n = c->end + 1 - c->pos;
 			if (!(n = req_shape(r, (size_t)n)))
 				return 0; /* the key's max_bytes_per_second: wait for tokens */
-			const char *bytes = filled == ch->len ? copy_source(ch) : NULL;
+			const char *bytes = chunk_filled(ch) == ch->len ? copy_source(ch) : NULL;
 			if (bytes)
 				memcpy(out, bytes + off, (size_t)n);
 			else if (chunk_read(ch, (size_t)off, out, (size_t)n) != 0)
@@ -473,7 +474,7 @@ ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 			return cut(r, "cache-error");
 		c->wait_chunk = ch;
 		c->chunk_waiting = true;
-		chunk_wait(ch, &c->waiter, filled);
+		chunk_wait(ch, &c->waiter, seen);
 		req_suspend(r);
 		return 0;
 	}

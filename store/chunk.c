@@ -328,7 +328,7 @@ const void *chunk_view(struct chunk *c)
 
 int chunk_read(struct chunk *c, size_t off, void *out, size_t n)
 {
-	assert(off + n <= chunk_filled(c));
+	assert(off + n <= chunk_readable(c, off));
 	if (!chunk_in_arena(c)) {
 		memcpy(out, c->data + off, n);
 		return 0;
@@ -367,6 +367,8 @@ struct chunk *chunk_new(const struct chunk_id *id, size_t len)
 	c->len = len;
 	atomic_fetch_add_explicit(&live_bytes, len, memory_order_relaxed);
 	atomic_init(&c->filled, 0);
+	atomic_init(&c->split, 0);
+	atomic_init(&c->tail, 0);
 	atomic_init(&c->state, CHUNK_FILLING);
 	atomic_init(&c->ask_hop, 0);
 	atomic_init(&c->refs, 1);
@@ -429,7 +431,7 @@ void chunk_wait(struct chunk *c, struct chunk_waiter *w, size_t seen)
 	/* Read under the lock, after linking: a producer publishes before it
 	 * takes the lock to mark waiters, so either it finds w linked or we
 	 * see what it published. That is why no wake-up can be lost. */
-	filled = atomic_load_explicit(&c->filled, memory_order_acquire);
+	filled = chunk_progress(c);
 	state = atomic_load_explicit(&c->state, memory_order_acquire);
 	pthread_mutex_unlock(&c->lock);
 
@@ -493,11 +495,16 @@ static void chunk_publish(struct chunk *c, size_t n)
 	/* Only the producer writes filled, so a relaxed read of our own
 	 * value is enough; the release store publishes the bytes. */
 	size_t f = atomic_load_explicit(&c->filled, memory_order_relaxed);
-	assert(n <= c->len - f);
+	size_t s = atomic_load_explicit(&c->split, memory_order_relaxed);
+	size_t end = s && f < s ? s : c->len; /* the first part ends at split */
+	assert(n <= end - f);
 	assert(atomic_load_explicit(&c->state, memory_order_relaxed) == CHUNK_FILLING);
 	if (n == 0)
 		return;
-	atomic_store_explicit(&c->filled, f + n, memory_order_release);
+	f += n;
+	if (s && f == s) /* the two parts meet: all of [0, tail) is there */
+		f = atomic_load_explicit(&c->tail, memory_order_relaxed);
+	atomic_store_explicit(&c->filled, f, memory_order_release);
 	wake_all(c);
 }
 
@@ -583,6 +590,19 @@ void chunk_flush_pending(void)
 	}
 }
 
+/* Copies n bytes to c's [at, at + n), not published yet: 0, or -errno
+ * when the arena refused them (the memory cgroup's limit). */
+static int chunk_store(struct chunk *c, size_t at, const void *data, size_t n)
+{
+	if (!chunk_in_arena(c)) {
+		if (n && data != c->data + at) /* not staged in place (chunk_stage) */
+			memcpy(c->data + at, data, n);
+		return 0;
+	}
+	struct iovec iov = { (void *)(uintptr_t)data, n };
+	return file_pwritev_all(arena_fd, &iov, 1, c->off + at);
+}
+
 int chunk_append(struct chunk *c, const void *data, size_t n)
 {
 	if (n == 0)
@@ -604,17 +624,10 @@ int chunk_append(struct chunk *c, const void *data, size_t n)
 	}
 	size_t f = atomic_load_explicit(&c->filled, memory_order_relaxed);
 	assert(n <= c->len - f);
-	if (!chunk_in_arena(c)) {
-		if (n && data != c->data + f) /* not staged in place (chunk_stage) */
-			memcpy(c->data + f, data, n);
-	} else {
-		struct iovec iov = { (void *)(uintptr_t)data, n };
-		int rc = file_pwritev_all(arena_fd, &iov, 1, c->off + f);
-		if (rc < 0) /* ENOSPC, ENOMEM: the memory cgroup's limit */
-			return rc;
-	}
-	chunk_publish(c, n);
-	return 0;
+	int rc = chunk_store(c, f, data, n);
+	if (rc == 0)
+		chunk_publish(c, n);
+	return rc;
 }
 
 void chunk_set_state(struct chunk *c, enum chunk_state s, int reason)
@@ -627,4 +640,40 @@ void chunk_set_state(struct chunk *c, enum chunk_state s, int reason)
 		c->fail_reason = reason; /* published by the release store below */
 	atomic_store_explicit(&c->state, (int)s, memory_order_release);
 	wake_all(c);
+}
+
+/* ---- two parts at once -------------------------------------------------------- */
+
+void chunk_split(struct chunk *c, size_t at)
+{
+	assert(at > 0 && at < c->len);
+	assert(atomic_load_explicit(&c->filled, memory_order_relaxed) == 0);
+	assert(!atomic_load_explicit(&c->kept, memory_order_relaxed));
+	assert(!atomic_load_explicit(&c->split, memory_order_relaxed));
+	atomic_store_explicit(&c->tail, at, memory_order_relaxed);
+	atomic_store_explicit(&c->split, at, memory_order_release); /* tail before it */
+}
+
+size_t chunk_tail_produced(const struct chunk *c)
+{
+	return atomic_load_explicit(&c->tail, memory_order_relaxed);
+}
+
+int chunk_append_tail(struct chunk *c, const void *data, size_t n)
+{
+	size_t s = atomic_load_explicit(&c->split, memory_order_relaxed);
+	size_t t = atomic_load_explicit(&c->tail, memory_order_relaxed);
+	assert(s && n <= c->len - t);
+	assert(atomic_load_explicit(&c->state, memory_order_relaxed) == CHUNK_FILLING);
+	if (n == 0)
+		return 0;
+	int rc = chunk_store(c, t, data, n);
+	if (rc < 0)
+		return rc;
+	atomic_store_explicit(&c->tail, t + n, memory_order_release);
+	/* The first part is in: one run from 0, which filled says. */
+	if (atomic_load_explicit(&c->filled, memory_order_relaxed) >= s)
+		atomic_store_explicit(&c->filled, t + n, memory_order_release);
+	wake_all(c);
+	return 0;
 }

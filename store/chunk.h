@@ -6,8 +6,11 @@
  * chunk stands for it while it is being produced (from upstream or from the
  * NVMe tier) and afterwards while it sits in the RAM tier: readers on any
  * thread read bytes [0, filled) while the producer appends, and are woken
- * as bytes arrive. Chunks are reference-counted; the bytes stay valid for as
- * long as a reader holds a reference, even after eviction.
+ * as bytes arrive. A chunk may also fill as two parts at once (chunk_split:
+ * a reader's bytes deep in it, fetched with the bytes before them as two
+ * upstream requests): then [split, tail) is readable as well. Chunks are
+ * reference-counted; the bytes stay valid for as long as a reader holds a
+ * reference, even after eviction.
  *
  * Thread safety: every function here may be called from any thread.
  */
@@ -77,6 +80,11 @@ struct chunk {
 	struct arena_window *win;    /* private: the arena's window holding off */
 
 	_Atomic size_t filled;
+	/* A chunk filled as two parts (chunk_split): split is the first byte
+	 * of the second part (0: one part, in order), [split, tail) the bytes
+	 * it has; once the first part reaches split, filled jumps to tail and
+	 * both grow together. */
+	_Atomic size_t split, tail;
 	_Atomic int state;           /* enum chunk_state */
 	/* Set by the last reader to let go: true when it left before it had
 	 * what it wanted (its client went away). A producer whose chunk nobody
@@ -130,9 +138,9 @@ void chunk_unref(struct chunk *c);
 int chunk_refs(const struct chunk *c);
 
 /* Registers w (a no-op if it already is); if the chunk already changed
- * since the caller last looked (filled > seen, or not FILLING) w->wake is
- * called on this thread before this returns, so a waiter never misses the
- * last event. */
+ * since the caller last looked (chunk_progress > seen, or not FILLING)
+ * w->wake is called on this thread before this returns, so a waiter never
+ * misses the last event. */
 void chunk_wait(struct chunk *c, struct chunk_waiter *w, size_t seen);
 /* Removes w if registered. When it returns, w->wake is not running and
  * will not be called again for this registration, even if a producer on
@@ -147,6 +155,24 @@ static inline size_t chunk_filled(struct chunk *c)
 {
 	return atomic_load_explicit(&c->filled, memory_order_acquire);
 }
+/* Grows with every append to either part (filled, for a chunk of one
+ * part): read before looking at the bytes, it is the `seen` of chunk_wait. */
+static inline size_t chunk_progress(struct chunk *c)
+{
+	return atomic_load_explicit(&c->tail, memory_order_acquire) +
+	       atomic_load_explicit(&c->filled, memory_order_acquire);
+}
+/* The end of the bytes readable from off on: [off, end) may be read; off
+ * when byte off is not there yet. */
+static inline size_t chunk_readable(struct chunk *c, size_t off)
+{
+	size_t f = atomic_load_explicit(&c->filled, memory_order_acquire);
+	if (off < f)
+		return f;
+	size_t s = atomic_load_explicit(&c->split, memory_order_acquire);
+	size_t t = s && off >= s ? atomic_load_explicit(&c->tail, memory_order_acquire) : 0;
+	return off < t ? t : off;
+}
 static inline enum chunk_state chunk_state(struct chunk *c)
 {
 	return (enum chunk_state)atomic_load_explicit(&c->state, memory_order_acquire);
@@ -157,7 +183,7 @@ static inline bool chunk_in_arena(const struct chunk *c)
 {
 	return c->data == NULL;
 }
-/* Copies bytes [off, off + n) of c, all below chunk_filled(), to out.
+/* Copies bytes [off, off + n) of c, all readable (chunk_readable), to out.
  * 0, or -errno (a pread of the arena failed). */
 int chunk_read(struct chunk *c, size_t off, void *out, size_t n);
 /* The arena's fd and c's offset in it; -1 when c's bytes are on the heap
@@ -190,6 +216,15 @@ int chunk_append(struct chunk *c, const void *data, size_t n);
  * c->data, no copy is made). NULL on allocation failure. */
 void *chunk_stage(struct chunk *c);
 void chunk_set_state(struct chunk *c, enum chunk_state s, int reason);
+
+/* Two producers on one thread: from here on chunk_append fills [0, at)
+ * and chunk_append_tail [at, len), each in order; the chunk is complete
+ * (filled == len) when both are. Only on a chunk nothing was appended to
+ * and that is not kept (chunk_keep), with 0 < at < len. */
+void chunk_split(struct chunk *c, size_t at);
+int chunk_append_tail(struct chunk *c, const void *data, size_t n);
+/* The end of the second part's bytes (split before the first arrives). */
+size_t chunk_tail_produced(const struct chunk *c);
 
 /*
  * A producer's copy (docs/cache.md, "Tiers"). A producer that appends in

@@ -798,6 +798,99 @@ static void test_stress_unwait(void **state)
 	}
 }
 
+/* Two parts at once (chunk_split): the second part's bytes are readable as
+ * they come, before the first part's; the parts meet into one run, and
+ * every append to either part wakes the waiters. On the heap and in the
+ * arena. */
+static void split_fill(size_t len)
+{
+	struct chunk *c = mk(len);
+	size_t at = len / 2 + 3;
+	char *want = malloc(len), *got = malloc(len);
+	assert_non_null(want);
+	assert_non_null(got);
+	for (size_t i = 0; i < len; i++)
+		want[i] = (char)(i * 7 + 1);
+	struct tw t;
+	tw_init(&t);
+	chunk_split(c, at);
+	assert_int_equal(chunk_readable(c, 0), 0);
+	assert_int_equal(chunk_readable(c, at), at);
+	size_t seen = chunk_progress(c);
+	chunk_wait(c, &t.w, seen);
+	assert_int_equal(tw_wakes(&t), 0);
+
+	assert_int_equal(chunk_append_tail(c, want + at, 10), 0); /* tail first */
+	assert_int_equal(tw_wakes(&t), 1);
+	assert_true(chunk_progress(c) > seen);
+	assert_int_equal(chunk_filled(c), 0);
+	assert_int_equal(chunk_readable(c, at), at + 10);
+	assert_int_equal(chunk_readable(c, at + 4), at + 10);
+	assert_int_equal(chunk_readable(c, at + 10), at + 10); /* not there yet */
+	assert_int_equal(chunk_readable(c, at - 1), at - 1);
+	assert_int_equal(chunk_read(c, at + 2, got, 8), 0);
+	assert_memory_equal(got, want + at + 2, 8);
+
+	assert_int_equal(chunk_append(c, want, at - 1), 0); /* the head, but one byte */
+	assert_int_equal(tw_wakes(&t), 2);
+	assert_int_equal(chunk_filled(c), at - 1);
+	assert_int_equal(chunk_readable(c, 0), at - 1);
+	assert_int_equal(chunk_readable(c, at - 1), at - 1);
+	seen = chunk_progress(c);
+	assert_int_equal(chunk_append(c, want + at - 1, 1), 0); /* the parts meet */
+	assert_int_equal(tw_wakes(&t), 3);
+	assert_true(chunk_progress(c) > seen);
+	assert_int_equal(chunk_filled(c), at + 10);
+	assert_int_equal(chunk_readable(c, 0), at + 10);
+	assert_int_equal(chunk_produced(c), at + 10);
+
+	assert_int_equal(chunk_append_tail(c, want + at + 10, len - at - 10), 0); /* after */
+	assert_int_equal(tw_wakes(&t), 4);
+	assert_int_equal(chunk_filled(c), len);
+	assert_int_equal(chunk_tail_produced(c), len);
+	chunk_set_state(c, CHUNK_READY, 0);
+	assert_int_equal(chunk_read(c, 0, got, len), 0);
+	assert_memory_equal(got, want, len);
+
+	chunk_unwait(c, &t.w);
+	chunk_unref(c);
+	tw_fini(&t);
+	free(want);
+	free(got);
+}
+
+static void test_split_heap(void **state)
+{
+	(void)state;
+	split_fill(100);
+}
+
+static void test_split_arena(void **state)
+{
+	(void)state;
+	split_fill(1 << 20);
+}
+
+/* The head done first, then the tail: one run once the tail ends. */
+static void test_split_head_first(void **state)
+{
+	(void)state;
+	struct chunk *c = mk(16);
+	chunk_split(c, 6);
+	assert_int_equal(chunk_append(c, "abcdef", 6), 0);
+	assert_int_equal(chunk_filled(c), 6);
+	assert_int_equal(chunk_readable(c, 6), 6);
+	assert_int_equal(chunk_append_tail(c, "ghij", 4), 0);
+	assert_int_equal(chunk_filled(c), 10);
+	assert_int_equal(chunk_append_tail(c, "klmnop", 6), 0);
+	assert_int_equal(chunk_filled(c), 16);
+	chunk_set_state(c, CHUNK_READY, 0);
+	char got[16];
+	assert_int_equal(chunk_read(c, 0, got, 16), 0);
+	assert_memory_equal(got, "abcdefghijklmnop", 16);
+	chunk_unref(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -820,6 +913,9 @@ int main(void)
 		cmocka_unit_test(test_keep_bounded),
 		cmocka_unit_test(test_map),
 		cmocka_unit_test(test_stress_unwait),
+		cmocka_unit_test(test_split_heap),
+		cmocka_unit_test(test_split_arena),
+		cmocka_unit_test(test_split_head_first),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
