@@ -354,6 +354,16 @@ static uint64_t first_chunk(struct req *r)
 	return obj_chunk_index(c->range.a, cread_chunk_bytes(r));
 }
 
+/* Where r's first byte is in the chunk first_chunk(r) names, when it is
+ * the chunk its range starts in; else 0. */
+static uint64_t first_from(struct req *r)
+{
+	const struct cread *c = req_cread(r);
+	if (c->head || c->part || !c->want_range || c->range.suffix || req_header(r, "If-Range"))
+		return 0;
+	return c->range.a - obj_chunk_offset(first_chunk(r), cread_chunk_bytes(r));
+}
+
 /* obj_load_fn: this request learns the object with a meta fetch. */
 static int start_meta_fetch(void *arg, const char *revalidate)
 {
@@ -375,7 +385,7 @@ static int start_meta_fetch(void *arg, const char *revalidate)
 	else
 		c->meta_fetch = fetch_meta_start(req_worker(r), &owner_ops, r, req_peer_hop(r),
 		                                 req_charge(r), req_bucket(r), req_key(r),
-		                                 revalidate, first_chunk(r));
+		                                 revalidate, first_chunk(r), first_from(r));
 	return c->meta_fetch ? 0 : -EIO;
 }
 

@@ -266,9 +266,14 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
 	}
 	if (req_responded(r))
 		req_upstream_try(r);
-	req_cread(r)->miss = true;
-	struct fetch_producer fp = { req_worker(r), req_bucket(r), req_key(r), req_cread(r)->meta,
-	                             req_peer_hop(r), NULL, false, req_charge(r) };
+	/* The reader's position, when in this chunk: bytes deep in it are not
+	 * kept waiting for the chunk's start (fetch.h). */
+	struct cread *c = req_cread(r);
+	uint64_t cs = cread_chunk_bytes(r), at = obj_chunk_offset(i, cs);
+	uint64_t from = p->now && c->pos > at && obj_chunk_index(c->pos, cs) == i ? c->pos - at : 0;
+	struct fetch_producer fp = { req_worker(r), req_bucket(r), req_key(r), c->meta,
+	                             req_peer_hop(r), NULL, false, req_charge(r), from };
+	c->miss = true;
 	return fetch_produce(&fp, ch, i);
 }
 

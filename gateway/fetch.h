@@ -60,7 +60,10 @@ struct fetch_owner_ops {
  * node is asked). A reader of a range gives the chunk its range starts in,
  * so that a small read far into a cold object costs one GET; the other
  * readers give 0. Past the object's end (S3's 416) chunk 0 is asked
- * instead. FETCH_LAST_CHUNK (a suffix range, bytes=-n): the object's last
+ * instead. from: the reader's first byte in that chunk; one an eighth of a
+ * chunk in (at least 256 KiB) is asked for from there on, and the chunk's
+ * bytes before it by a second GET at once (fetch.c, split_fill).
+ * FETCH_LAST_CHUNK (a suffix range, bytes=-n): the object's last
  * chunk-size bytes, of which the last chunk is kept. Only chunk 0's NVMe
  * entry carries the metadata (a restart knows the object again from it).
  * revalidate: the
@@ -73,7 +76,8 @@ struct fetch_owner_ops {
 #define FETCH_LAST_CHUNK UINT64_MAX
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, unsigned charge, const char *bucket,
-                               const char *key, const char *revalidate, uint64_t first_chunk);
+                               const char *key, const char *revalidate, uint64_t first_chunk,
+                               uint64_t from);
 /* What a meta fetch's 206 with Content-Range first-last/size (as
  * content_range_parse reads it: first <= last < size) is, for the fetch
  * that asked for chunk index of cs bytes each (FETCH_LAST_CHUNK: bytes=-cs).
@@ -140,6 +144,8 @@ struct fetch_producer {
 	const char *pin;             /* a pinned warm job's pins_peer_header(), or NULL */
 	bool background;             /* a warm job's: after demand reads (gateway/shaper.h) */
 	unsigned charge;             /* the store charge of the chunks (req_charge); 0: nobody */
+	uint64_t from;               /* the reader's first byte in the chunk: one deep in it
+	                              * is not kept waiting for those before (fetch.c) */
 };
 /* An obj_produce_fn (store/object.h) with arg a struct fetch_producer:
  * starts producing chunk c (a reference is taken) of the version

@@ -138,10 +138,11 @@ void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool drop
 }
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, unsigned charge, const char *bucket,
-                               const char *key, const char *revalidate, uint64_t first_chunk)
+                               const char *key, const char *revalidate, uint64_t first_chunk,
+                               uint64_t from)
 {
 	(void)w; (void)ops; (void)owner; (void)hop; (void)charge; (void)bucket; (void)key;
-	(void)revalidate; (void)first_chunk;
+	(void)revalidate; (void)first_chunk; (void)from;
 	return NULL;
 }
 struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_owner_ops *ops,
@@ -149,7 +150,7 @@ struct fetch *fetch_meta_start_checksums(struct worker *w, const struct fetch_ow
                                          const char *bucket, const char *key,
                                          const char *revalidate)
 {
-	return fetch_meta_start(w, ops, owner, hop, charge, bucket, key, revalidate, 0);
+	return fetch_meta_start(w, ops, owner, hop, charge, bucket, key, revalidate, 0, 0);
 }
 void lookahead_note_read(struct lookaheads *l, const char *b, const char *k, double now)
 {
