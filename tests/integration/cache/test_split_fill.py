@@ -16,7 +16,7 @@ must every other reader's of either part, whichever part fails.
 import threading
 import time
 
-from test_cache_faults import BUCKET, CHUNK, FaultCase, blob
+from test_cache_faults import BUCKET, CHUNK, FaultCase, NvmeCase, blob, wait_on_disk
 
 FROM = 700000  # a first byte deep in its chunk: past CHUNK / 4
 SLOW_MS = 1500
@@ -197,3 +197,31 @@ class SplitFill(FaultCase):
         self.assertEqual(sorted(g["range"] for g in self.origin.gets(BUCKET, "resume", m)),
                          sorted([rng(a, 3 * CHUNK - 1), rng(a + 100000, 3 * CHUNK - 1),
                                  rng(2 * CHUNK, a - 1), rng(2 * CHUNK + 50000, a - 1)]))
+
+
+class SplitFillNvme(NvmeCase):
+
+    def test_chunk_0_learnt_deep_in_it_outlives_a_restart(self):
+        # The first read of an object is deep in chunk 0: the GET from its
+        # byte learns the object, and the GET of the chunk's start, which
+        # ends last here, completes the chunk. Its NVMe entry must carry
+        # the object's metadata, as chunk 0's always does: after a kill -9
+        # the object is a hit, no upstream request.
+        data = blob(9, CHUNK - 1000)
+        self.origin.put(BUCKET, "nvme0", data, content_type="text/x-split")
+        a = self.start()
+        self.origin.delay_next(500, key="nvme0", rng=rng(0, FROM - 1))
+        r = self.get(a, "nvme0", {"Range": rng(FROM, FROM + 99)})
+        self.assertEqual((r.status, r.body), (206, data[FROM:FROM + 100]), r)
+        r = self.get(a, "nvme0")
+        self.assertEqual((r.status, r.body == data), (200, True), r)
+        self.assertTrue(wait_on_disk(self.cache_dir, [data[1000:1064], data[FROM + 1000:
+                                                                          FROM + 1064]]))
+        a.proc.kill()
+        a.proc.wait()
+        m = self.origin.mark()
+        b = self.start()
+        r = self.get(b, "nvme0")
+        self.assertEqual((r.status, r.cache, r.body == data), (200, "hit", True), r)
+        self.assertEqual(r.headers.get("content-type"), "text/x-split")
+        self.assertEqual(self.origin.gets(BUCKET, "nvme0", m), [])
