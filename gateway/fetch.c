@@ -1203,10 +1203,12 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	if (chunk_flush(f->c) != 0)
 		f->no_memory = true;
 	size_t filled = chunk_filled(f->c);
-	if (filled == f->c->len) {
+	if (f->partner && part_produced(f) >= part_end(f)) {
+		/* Its part is in: the other part's fetch, whose answer ends
+		 * later, completes the chunk, even if its bytes are all in
+		 * already (filled == len): only the last to end may. */
+	} else if (filled == f->c->len) {
 		complete_ok(f);
-	} else if (f->partner && part_produced(f) >= part_end(f)) {
-		; /* its part is in: the other part's fetch ends the chunk */
 	} else if (status == 412 || status == 404 || f->changed) {
 		/* 404: the object was deleted since it was learnt. Its readers
 		 * learn it again (and answer 404 as S3 now does). */

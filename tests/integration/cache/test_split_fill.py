@@ -106,6 +106,27 @@ class SplitFill(FaultCase):
         r = self.get("zero")
         self.assertEqual((r.status, r.body == data0), (200, True), r)
 
+    def test_both_parts_in_before_either_answer_ends(self):
+        # The chunk is whole once both parts' bytes are in, which may be
+        # before either answer is over: the fetch whose answer ended first
+        # completed it, and the other, ending after, completed it again
+        # (an assertion stopped the process; CI saw it under load). Here
+        # the range's own answer has all its bytes and then lingers.
+        data = blob(9, 3 * CHUNK)
+        self.known("linger", data)
+        a = CHUNK + FROM
+        self.origin.linger_next(1000, key="linger", rng=rng(a, 2 * CHUNK - 1))
+        m = self.origin.mark()
+        r = self.get("linger", {"Range": rng(a, a + 4095)})
+        self.assertEqual((r.status, r.body), (206, data[a:a + 4096]), r)
+        self.origin.wait_idle()
+        r = self.get("linger", {"Range": rng(CHUNK, 2 * CHUNK - 1)})
+        self.assertEqual((r.status, r.cache, r.body == data[CHUNK:2 * CHUNK]),
+                         (206, "hit", True), r)
+        self.assertEqual(self.chunk_ranges("linger", m),
+                         [(rng(CHUNK, a - 1), True), (rng(a, 2 * CHUNK - 1), True)])
+        self.assertIsNone(self.larder.proc.poll(), "larder stopped")
+
     def test_unsatisfiable_from_a_deep_first_byte(self):
         # The first byte is past the end of an object shorter than the
         # chunk: S3's 416 for the range asked, then as any read past the end.

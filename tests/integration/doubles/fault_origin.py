@@ -398,6 +398,12 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         return self._add(Fault("slow", n, ("GET",), bucket, key, rng, piece=piece,
                                pause_ms=pause_ms))
 
+    def linger_next(self, ms, n=1, bucket=None, key=None, rng=None):
+        """The next n matching GETs send their whole body framed chunked, then
+        wait ms milliseconds before the chunk that ends it: every byte is in,
+        the answer not yet over."""
+        return self._add(Fault("linger", n, ("GET",), bucket, key, rng, ms=ms))
+
     def lose_answer_next(self, n=1, methods=("PUT",), bucket=None, key=None):
         """The next n matching requests are carried out (a PUT stores its
         object), then the connection is closed instead of answering: a write
@@ -546,14 +552,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.short_body = len(body) < n
         return body
 
-    def _send(self, status, headers, body=b"", length=None):
+    def _send(self, status, headers, body=b"", length=None, chunked=False):
         self.send_response(status)
         rid = "%016X" % next(self.server._ids)
         self.send_header("x-amz-request-id", rid)
         self.send_header("x-amz-id-2", "fault-origin/" + rid)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body) if length is None else length))
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(len(body) if length is None else length))
         self.end_headers()
         self.rec["status"] = status
 
@@ -722,7 +731,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.command in ("GET", "HEAD") and key:
             return self._get_object(bucket, key, hdrs, query, faults.get("drop"),
                                     faults.get("slow"), faults.get("late"),
-                                    faults.get("cut_headers"))
+                                    faults.get("cut_headers"), faults.get("linger"))
         if self.command == "PUT" and key:
             return self._put_object(bucket, key, hdrs, query, body)
         if self.command == "DELETE" and key:
@@ -764,7 +773,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return self._finish(200, {})
 
     def _get_object(self, bucket, key, hdrs, query, drop=None, slow=None, late=None,
-                    cut_headers=None):
+                    cut_headers=None, linger=None):
         srv = self.server
         with srv.lock:
             obj = srv.objects.get((bucket, key))
@@ -858,6 +867,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.rec["status"] = status
             self._hang_up(cut_headers.params["reset"])
             self.rec["done"] = True
+            return
+        if linger is not None and self.command == "GET":
+            self._send(status, headers, chunked=True)
+            try:
+                self.wfile.write(b"%x\r\n" % len(payload) + payload + b"\r\n")
+                self.wfile.flush()
+                self.rec["body_sent"] += len(payload)
+                time.sleep(linger.params["ms"] / 1000.0)
+                self.wfile.write(b"0\r\n\r\n")
+                srv._served_get(bucket, key)
+            except (BrokenPipeError, ConnectionResetError):
+                self.rec["client_aborted"] = True
+                self.close_connection = True
+            finally:
+                self.rec["done"] = True
             return
         self._send(status, headers, length=len(payload))
         if self.command == "HEAD":
