@@ -437,6 +437,7 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->invalidations_received = cl->received;
 	out->invalidations_rejected = cl->inval_rejected;
 	out->invalidations_dropped = cl->dropped;
+	out->invalidations_unacknowledged = cl->unacked;
 	out->resyncs = cl->resyncs;
 	out->members_rejected = cl->rejected;
 	out->others = cl->others_total;

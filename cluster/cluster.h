@@ -162,6 +162,10 @@ uint64_t cluster_publish_invalidate(struct cluster *cl, const char *bucket, cons
  * message waits in the queue: nobody can be told now), or too many
  * tickets came after it to keep its count (PEND_MAX). */
 bool cluster_published(struct cluster *cl, uint64_t ticket);
+/* The writer stopped waiting for ticket before cluster_published said so
+ * (its bound passed): counted (cluster_view.invalidations_unacknowledged)
+ * and logged, at most once a minute, with how many nodes had answered. */
+void cluster_gave_up(struct cluster *cl, uint64_t ticket);
 /* Messages that are not invalidations ride the same channel under a
  * "bucket" no S3 bucket can be named: CLUSTER_UNPIN with key "NODE/JOB"
  * ends the pin NODE/JOB on every other node. */
@@ -190,6 +194,8 @@ struct cluster_view {
 	unsigned long invalidations_rejected;  /* on the channel, not signed with the secret
 	                                        * or expired: dropped */
 	unsigned long invalidations_dropped;   /* queue overflow while Redis was down */
+	unsigned long invalidations_unacknowledged; /* a write's answer went on without every
+	                                        * node's acknowledgement (cluster_gave_up) */
 	unsigned long resyncs;                 /* CLUSTER_RESYNC handed to cb */
 	unsigned long members_rejected;        /* entries in Redis ignored: not signed with the
 	                                        * secret, expired or malformed (each heartbeat

@@ -105,6 +105,8 @@ struct cluster {
 	size_t n_others, others_total;
 	unsigned long reconnects, sent, received, dropped, rejected, resyncs;
 	unsigned long inval_rejected; /* invalidation messages not signed with the secret */
+	unsigned long unacked;        /* tickets given up on (cluster_gave_up) */
+	double unacked_warned_ms;     /* when the last of them was logged (clock_mono_ms), or 0 */
 	double inval_warned_ms;       /* when the last of them was logged (clock_mono_ms), or 0 */
 	bool publish_refused;         /* Redis answered the last batch's PUBLISH with an error */
 	bool clock_known, clock_warned;

@@ -307,6 +307,29 @@ bool cluster_published(struct cluster *cl, uint64_t ticket)
 	return over;
 }
 
+void cluster_gave_up(struct cluster *cl, uint64_t ticket)
+{
+	if (!cl || !ticket)
+		return;
+	pthread_mutex_lock(&cl->lock);
+	cl->unacked++;
+	size_t i = ticket % PEND_MAX;
+	long expect = cl->pend[i].seq == ticket ? cl->pend[i].expect : -1;
+	long acks = cl->pend[i].seq == ticket ? cl->pend[i].acks : 0;
+	double now = clock_mono_ms();
+	bool say = !cl->unacked_warned_ms || now - cl->unacked_warned_ms >= 60e3;
+	if (say)
+		cl->unacked_warned_ms = now;
+	pthread_mutex_unlock(&cl->lock);
+	if (say && expect >= 0)
+		log_warn(TOPIC, "a write's answer went on after waiting for the other nodes to apply "
+		         "its invalidation: %ld of %ld answered (a node slow to apply it may serve "
+		         "the old version a while; said at most once a minute)", acks, expect);
+	else if (say)
+		log_warn(TOPIC, "a write's answer went on before Redis said who heard its "
+		         "invalidation (said at most once a minute)");
+}
+
 /* Tells sender that this node applied its message (the mac's start). */
 static void ack(struct cluster *cl, const char *sender, size_t sender_len, const char *mac)
 {

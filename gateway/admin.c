@@ -181,6 +181,7 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		g->invalidations_received = v.invalidations_received;
 		g->invalidations_rejected = v.invalidations_rejected;
 		g->invalidations_dropped = v.invalidations_dropped;
+		g->invalidations_unacknowledged = v.invalidations_unacknowledged;
 		g->resyncs = v.resyncs;
 		g->redis_reconnects = v.redis_reconnects;
 		g->members_rejected = v.members_rejected;
@@ -411,7 +412,7 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                        (json_int_t)pc.none, "failed", (json_int_t)pc.failed, "skipped",
 	                        (json_int_t)pc.skipped);
 	return send_json(c, 200, json_pack("{s:b,s:s,s:I,s:b,s:b,s:o,s:o,s:I,s:o,s:I,s:I,s:I,s:I,"
-	                                   "s:I,s:I,s:o}",
+	                                   "s:I,s:I,s:I,s:o}",
 	                                   "clustered", 1, "self", v.self, "protocol",
 	                                   (json_int_t)CLUSTER_PROTOCOL, "redis_up", v.redis_up,
 	                                   "subscribed", v.subscribed, "members",
@@ -425,7 +426,9 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                                   "invalidations_rejected",
 	                                   (json_int_t)v.invalidations_rejected,
 	                                   "invalidations_dropped",
-	                                   (json_int_t)v.invalidations_dropped, "resyncs",
+	                                   (json_int_t)v.invalidations_dropped,
+	                                   "invalidations_unacknowledged",
+	                                   (json_int_t)v.invalidations_unacknowledged, "resyncs",
 	                                   (json_int_t)v.resyncs, "clock_offset_ms",
 	                                   v.clock_known ? json_integer((json_int_t)v.clock_offset_ms)
 	                                                 : json_null()), NULL);

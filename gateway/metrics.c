@@ -681,8 +681,9 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "Live nodes this node sees, itself included.");
 		r = r ? r : family(out, "larder_cluster_invalidations_total", "counter",
 		                   "Invalidations published to and received from the other nodes, "
-		                   "rejected (not signed), and dropped unsent (queued past the bound "
-		                   "while Redis was down).");
+		                   "rejected (not signed), dropped unsent (queued past the bound "
+		                   "while Redis was down), and published by a write whose answer "
+		                   "went on without every node's acknowledgement (unacknowledged).");
 		r = r ? r : sample(out, "larder_cluster_invalidations_total", "direction=\"sent\"",
 		                   g->invalidations_sent);
 		r = r ? r : sample(out, "larder_cluster_invalidations_total",
@@ -691,6 +692,8 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "direction=\"rejected\"", g->invalidations_rejected);
 		r = r ? r : sample(out, "larder_cluster_invalidations_total",
 		                   "direction=\"dropped\"", g->invalidations_dropped);
+		r = r ? r : sample(out, "larder_cluster_invalidations_total",
+		                   "direction=\"unacknowledged\"", g->invalidations_unacknowledged);
 		r = r ? r : single(out, "larder_cluster_resyncs_total", "counter", g->resyncs,
 		                   "Times this node revalidated all it caches because it may have "
 		                   "missed invalidations (it subscribed again, or another node "

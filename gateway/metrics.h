@@ -108,6 +108,7 @@ struct metrics_gauges {
 	uint64_t cluster_members;         /* live nodes this node sees, itself included */
 	uint64_t invalidations_sent, invalidations_received, invalidations_rejected;
 	uint64_t invalidations_dropped;   /* queued while Redis was down, past the bound */
+	uint64_t invalidations_unacknowledged; /* a write went on without every node's ack */
 	uint64_t resyncs;                 /* all metadata revalidated: invalidations maybe missed */
 	uint64_t redis_reconnects;
 	uint64_t members_rejected;        /* membership entries not signed with the secret */

@@ -814,8 +814,11 @@ bool pass_end_waits(struct req *r)
 	double now = clock_mono_s();
 	if (!r->told_wait)
 		r->told_wait = now;
-	if (now - r->told_wait > TOLD_WAIT_MAX_S)
+	if (now - r->told_wait > TOLD_WAIT_MAX_S) {
+		cluster_gave_up(r->w->gw->cluster, r->told_ticket);
+		r->told_ticket = 0; /* said once */
 		return false;
+	}
 	ev_timer_stop(r->w->loop, &r->shape_timer);
 	ev_timer_set(&r->shape_timer, 0.001, 0);
 	ev_timer_start(r->w->loop, &r->shape_timer);
