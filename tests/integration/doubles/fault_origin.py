@@ -868,22 +868,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._hang_up(cut_headers.params["reset"])
             self.rec["done"] = True
             return
-        if linger is not None and self.command == "GET":
-            self._send(status, headers, chunked=True)
-            try:
-                self.wfile.write(b"%x\r\n" % len(payload) + payload + b"\r\n")
-                self.wfile.flush()
-                self.rec["body_sent"] += len(payload)
-                time.sleep(linger.params["ms"] / 1000.0)
-                self.wfile.write(b"0\r\n\r\n")
-                srv._served_get(bucket, key)
-            except (BrokenPipeError, ConnectionResetError):
-                self.rec["client_aborted"] = True
-                self.close_connection = True
-            finally:
-                self.rec["done"] = True
-            return
-        self._send(status, headers, length=len(payload))
+        linger = linger if self.command == "GET" else None
+        self._send(status, headers, length=len(payload), chunked=linger is not None)
         if self.command == "HEAD":
             self.rec["done"] = True
             return
@@ -897,7 +883,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 self._hang_up(drop.params["reset"])
                 return
-            self._write(payload, piece, pause)
+            if linger is not None:  # one chunk of it all, then the end of the answer late
+                self.wfile.write(b"%x\r\n" % len(payload) + payload + b"\r\n")
+                self.wfile.flush()
+                self.rec["body_sent"] += len(payload)
+                time.sleep(linger.params["ms"] / 1000.0)
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                self._write(payload, piece, pause)
             srv._served_get(bucket, key)
         except (BrokenPipeError, ConnectionResetError):
             self.rec["client_aborted"] = True
