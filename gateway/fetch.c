@@ -471,6 +471,17 @@ static uint64_t split_min(uint64_t cs)
 	return cs / 8 > 256 * 1024 ? cs / 8 : 256 * 1024;
 }
 
+/* Whether a first byte from bytes into a chunk of len (of cs-byte chunks)
+ * of bucket/key makes it two GETs: deep enough, not in a cluster, and not
+ * while S3 throttles the key's prefix (a random reader's GETs nearly
+ * double, and S3 refuses GETs there already). */
+static bool split_worth(const struct worker *w, const char *bucket, const char *key,
+                        uint64_t from, uint64_t len, uint64_t cs)
+{
+	return from >= split_min(cs) && from < len && !w->gw->cluster &&
+	       !shaper_throttling(w->gw->shaper, bucket, key);
+}
+
 static void split_fill(struct fetch *f, struct fetch *h, size_t from)
 {
 	h->hop = f->hop;
@@ -905,8 +916,8 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 		f->learn_index = first_chunk;
 	/* A first byte deep in that chunk: asked for from there (split_fill). */
 	uint64_t cs = chunk_bytes(f);
-	if (!whole && !w->gw->cluster && f->learn_index == first_chunk &&
-	    first_chunk != FETCH_LAST_CHUNK && from >= split_min(cs) && from < cs)
+	if (!whole && f->learn_index == first_chunk && first_chunk != FETCH_LAST_CHUNK &&
+	    split_worth(w, bucket, key, from, cs, cs))
 		f->from = from;
 	f->owner_ops = ops;
 	f->owner = owner;
@@ -982,7 +993,7 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 	}
 	/* The reader's first byte deep in it: two parts at once. */
 	struct fetch *h = NULL;
-	if (from >= split_min(chunk_bytes(f)) && from < c->len && !w->gw->cluster &&
+	if (split_worth(w, bucket, key, from, c->len, chunk_bytes(f)) &&
 	    (h = fetch_new(w, bucket, key, background)))
 		split_fill(f, h, from);
 	else

@@ -375,6 +375,15 @@ double shaper_window(struct shaper *sh, const char *bucket, const char *key)
 	return w;
 }
 
+bool shaper_throttling(struct shaper *sh, const char *bucket, const char *key)
+{
+	pthread_mutex_lock(&sh->lock);
+	struct entry *e = find(sh, prefix_key(bucket, key), false);
+	bool cut = e && e->window < sh->set.window_max;
+	pthread_mutex_unlock(&sh->lock);
+	return cut;
+}
+
 uint64_t shaper_throttled(struct shaper *sh)
 {
 	return atomic_load(&sh->throttled);

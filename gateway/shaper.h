@@ -112,6 +112,9 @@ void shaper_cancel(struct shaper *sh, struct shaper_slot *slot);
 
 /* The window of bucket's prefix of key now (window_max when unknown). */
 double shaper_window(struct shaper *sh, const char *bucket, const char *key);
+/* Whether S3 throttles that prefix now: a 503 SlowDown cut its window,
+ * which has not grown back to window_max yet. */
+bool shaper_throttling(struct shaper *sh, const char *bucket, const char *key);
 
 /* Counters for the metrics page. */
 uint64_t shaper_throttled(struct shaper *sh); /* 503 SlowDown answers seen */

@@ -127,6 +127,26 @@ class SplitFill(FaultCase):
                          [(rng(CHUNK, a - 1), True), (rng(a, 2 * CHUNK - 1), True)])
         self.assertIsNone(self.larder.proc.poll(), "larder stopped")
 
+    def test_not_split_while_s3_throttles_the_prefix(self):
+        # Two GETs for one chunk nearly double a random reader's GETs: not while S3 answers
+        # the key's prefix 503 SlowDown (larder's window for it cut below its ceiling).
+        data = blob(10, 3 * CHUNK)
+        for k in ("calm/obj", "throttled/obj"):
+            self.known(k, data)
+        self.origin.fail_next(1, status=503, code="SlowDown", key="throttled/obj")
+        r = self.get("throttled/obj", {"Range": rng(CHUNK, CHUNK + 9)})  # retried: 206
+        self.assertEqual((r.status, r.body), (206, data[CHUNK:CHUNK + 10]), r)
+        a = 2 * CHUNK + FROM
+        for k, gets in (("throttled/obj", [(rng(2 * CHUNK, 3 * CHUNK - 1), True)]),
+                        ("calm/obj", [(rng(2 * CHUNK, a - 1), True),
+                                      (rng(a, 3 * CHUNK - 1), True)])):
+            m = self.origin.mark()
+            r = self.get(k, {"Range": rng(a, a + 4095)})
+            self.assertEqual((r.status, r.body), (206, data[a:a + 4096]), r)
+            r = self.get(k, {"Range": rng(2 * CHUNK, 3 * CHUNK - 1)})  # the chunk, once whole
+            self.assertEqual((r.status, r.body == data[2 * CHUNK:3 * CHUNK]), (206, True), r)
+            self.assertEqual(self.chunk_ranges(k, m), gets, k)
+
     def test_unsatisfiable_from_a_deep_first_byte(self):
         # The first byte is past the end of an object shorter than the
         # chunk: S3's 416 for the range asked, then as any read past the end.
@@ -176,7 +196,8 @@ class SplitFill(FaultCase):
         self.known("headfail", data)
         a = CHUNK + FROM
         self.origin.delay_next(300, key="headfail", rng=rng(CHUNK, a - 1))
-        self.origin.fail_next(4, key="headfail", rng=rng(CHUNK, a - 1))
+        self.origin.fail_next(4, status=500, code="InternalError", key="headfail",
+                              rng=rng(CHUNK, a - 1))  # not SlowDown: no throttling
         r = self.get("headfail", {"Range": rng(a, a + 4095)})
         self.assertEqual((r.status, r.body), (206, data[a:a + 4096]), r)
         r = self.get("headfail", {"Range": rng(CHUNK, CHUNK + 99)})
@@ -193,7 +214,8 @@ class SplitFill(FaultCase):
         data = blob(7, 3 * CHUNK)
         self.known("tailfail", data)
         a = CHUNK + FROM
-        self.origin.fail_next(4, key="tailfail", rng=rng(a, 2 * CHUNK - 1))
+        self.origin.fail_next(4, status=500, code="InternalError", key="tailfail",
+                              rng=rng(a, 2 * CHUNK - 1))
         self.origin.delay_next(SLOW_MS, key="tailfail", rng=rng(CHUNK, a - 1))
         r = self.get("tailfail", {"Range": rng(a, a + 4095)})
         self.assertEqual(r.status, 503, r)
