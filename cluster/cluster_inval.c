@@ -307,6 +307,16 @@ bool cluster_published(struct cluster *cl, uint64_t ticket)
 	return over;
 }
 
+/* Whether a WARN last said at *last_ms (0: never) may be said again at
+ * now_ms, at most once a minute; notes it if so. Call with cl->lock held. */
+static bool warn_due(double *last_ms, double now_ms)
+{
+	if (*last_ms && now_ms - *last_ms < 60e3)
+		return false;
+	*last_ms = now_ms;
+	return true;
+}
+
 void cluster_gave_up(struct cluster *cl, uint64_t ticket)
 {
 	if (!cl || !ticket)
@@ -316,10 +326,7 @@ void cluster_gave_up(struct cluster *cl, uint64_t ticket)
 	size_t i = ticket % PEND_MAX;
 	long expect = cl->pend[i].seq == ticket ? cl->pend[i].expect : -1;
 	long acks = cl->pend[i].seq == ticket ? cl->pend[i].acks : 0;
-	double now = clock_mono_ms();
-	bool say = !cl->unacked_warned_ms || now - cl->unacked_warned_ms >= 60e3;
-	if (say)
-		cl->unacked_warned_ms = now;
+	bool say = warn_due(&cl->unacked_warned_ms, clock_mono_ms());
 	pthread_mutex_unlock(&cl->lock);
 	if (say && expect >= 0)
 		log_warn(TOPIC, "a write's answer went on after waiting for the other nodes to apply "
@@ -357,9 +364,7 @@ static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
 		double now = clock_mono_ms();
 		pthread_mutex_lock(&cl->lock);
 		cl->inval_rejected++;
-		bool warn = !cl->inval_warned_ms || now - cl->inval_warned_ms >= 60e3;
-		if (warn)
-			cl->inval_warned_ms = now;
+		bool warn = warn_due(&cl->inval_warned_ms, now);
 		pthread_mutex_unlock(&cl->lock);
 		if (warn)
 			log_warn(TOPIC, "ignoring invalidation messages not signed with the cluster "

@@ -726,6 +726,12 @@ static void authorize(struct req *r, const struct client_key *k, const struct sv
 	r->max_rate = k->max_bytes_per_second;
 }
 
+/* A SHA-256 in hex, as x-amz-content-sha256 names one. */
+static bool is_sha256_hex(const char *s)
+{
+	return strlen(s) == 64 && strspn(s, "0123456789abcdefABCDEF") == 64;
+}
+
 /* The payload hash the request claims: SigV4's signed one; otherwise
  * (a presigned URL, SigV2, anonymous) UNSIGNED-PAYLOAD, or a digest sent
  * in x-amz-content-sha256. Refuses nothing. */
@@ -738,7 +744,7 @@ static const char *payload_claim(struct req *r, const struct authn *a)
 	 * sign that header to fix the body): S3 holds the body to it, and so
 	 * does larder, which sends it upstream for S3 to check again. */
 	const char *sent = a->auth.presigned ? req_header(r, "x-amz-content-sha256") : NULL;
-	if (sent && strlen(sent) == 64 && strspn(sent, "0123456789abcdefABCDEF") == 64)
+	if (sent && is_sha256_hex(sent))
 		claimed = sent;
 	return claimed;
 }
@@ -749,8 +755,7 @@ static const char *payload_claim(struct req *r, const struct authn *a)
  * naming the header and its value. */
 static bool claim_valid(struct req *r, const char *claimed, int mode)
 {
-	if (mode >= 0 || strcmp(claimed, SV4_UNSIGNED_PAYLOAD) == 0 ||
-	    (strlen(claimed) == 64 && strspn(claimed, "0123456789abcdefABCDEF") == 64))
+	if (mode >= 0 || strcmp(claimed, SV4_UNSIGNED_PAYLOAD) == 0 || is_sha256_hex(claimed))
 		return true;
 	req_fail(r, S3E_INVALID_ARGUMENT, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
 	         "STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, "

@@ -482,22 +482,32 @@ static bool split_worth(const struct worker *w, const char *bucket, const char *
 	       !shaper_throttling(w->gw->shaper, bucket, key);
 }
 
+/* Points f at chunk c (index) of the version etag, size bytes: m0 is
+ * chunk 0's metadata, which its NVMe entry carries, or NULL. */
+static void aim(struct fetch *f, struct chunk *c, uint64_t index, const char *etag,
+                uint64_t size, struct obj_meta *m0, unsigned hop, unsigned charge,
+                const char *pin)
+{
+	f->hop = hop;
+	f->charge = charge;
+	shaper_slot_tenant(&f->slot, charge);
+	str_copy(f->pin, sizeof f->pin, pin);
+	chunk_ref(c);
+	f->c = c;
+	f->index = index;
+	f->start = obj_chunk_offset(index, chunk_bytes(f));
+	str_copy(f->etag, sizeof f->etag, etag);
+	f->size = size;
+	if (m0) {
+		meta_ref(m0);
+		f->meta = m0;
+	}
+}
+
 static void split_fill(struct fetch *f, struct fetch *h, size_t from)
 {
-	h->hop = f->hop;
-	h->charge = f->charge;
-	shaper_slot_tenant(&h->slot, f->charge);
-	str_copy(h->pin, sizeof h->pin, f->pin);
-	chunk_ref(f->c);
-	h->c = f->c;
-	h->index = f->index;
-	h->start = f->start;
-	str_copy(h->etag, sizeof h->etag, f->etag);
-	h->size = f->size;
-	if (f->index == 0 && f->meta) { /* chunk 0's NVMe entry carries it */
-		meta_ref(f->meta);
-		h->meta = f->meta;
-	}
+	aim(h, f->c, f->index, f->etag, f->size, f->index == 0 ? f->meta : NULL, f->hop,
+	    f->charge, f->pin);
 	h->gen = f->meta_kind ? f->gen : 0; /* complete_ok: whichever ends last */
 	h->partner = f;
 	f->partner = h;
@@ -977,20 +987,8 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 	struct fetch *f = fetch_new(w, bucket, key, background);
 	if (!f)
 		return -ENOMEM;
-	f->hop = hop;
-	f->charge = charge;
-	shaper_slot_tenant(&f->slot, charge);
-	str_copy(f->pin, sizeof f->pin, pin ? pin : "");
-	chunk_ref(c);
-	f->c = c;
-	f->index = index;
-	f->start = obj_chunk_offset(index, chunk_bytes(f));
-	str_copy(f->etag, sizeof f->etag, m->etag);
-	f->size = m->size;
-	if (index == 0) {
-		meta_ref((struct obj_meta *)m);
-		f->meta = (struct obj_meta *)m;
-	}
+	aim(f, c, index, m->etag, m->size, index == 0 ? (struct obj_meta *)m : NULL, hop, charge,
+	    pin ? pin : "");
 	/* The reader's first byte deep in it: two parts at once. */
 	struct fetch *h = NULL;
 	if (split_worth(w, bucket, key, from, c->len, chunk_bytes(f)) &&
