@@ -731,8 +731,10 @@ void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket
 	*socket_context = NULL;
 	if (!slot)
 		return;
-	if (slot->pending) /* created, never completed: MHD let it go */
-		request_completed_cb(w, conn, (void **)&slot->pending,
+	/* Created, never completed: MHD let it go. Without conn: by now MHD
+	 * has freed the pool its header and argument records were in. */
+	if (slot->pending)
+		request_completed_cb(w, NULL, (void **)&slot->pending,
 		                     MHD_REQUEST_TERMINATED_WITH_ERROR);
 	list_unlink(&w->conns, &slot->link);
 	free(slot);
@@ -1041,8 +1043,8 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 		const char *client = r->key_verified ? rec.key_id
 		                     : r->anonymous ? NULL : METRICS_UNAUTHENTICATED;
 		int target = r->s3_parsed ? (int)r->s3.target : -1; /* -1: Other */
-		bool copy = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-		                                        "x-amz-copy-source") != NULL;
+		bool copy = conn && MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		                                                "x-amz-copy-source") != NULL;
 		if (r->from_peer) /* a node fetching for its client: not a client request */
 			metrics_peer_served(rec.key_id + strlen("peer:"), rec.cache, rec.bytes_out);
 		else

@@ -397,6 +397,26 @@ class UnparsedRequests(OwnLarderCase):
         self.assertEqual(r.status, 404, r)  # still serving
         self.finish(larder)  # LeakSanitizer reports what was not freed
 
+    def test_refused_query_is_not_read_after_its_pool_is_freed(self):
+        # A query larder refuses in the URI callback is then let go by
+        # libmicrohttpd, which frees the connection's pool before it says the
+        # connection closed; larder's access-log line for the request looked
+        # up a header in that pool. A pool over 32 KiB is an mmap() of its
+        # own: the third such request crashed larder (SIGSEGV).
+        larder = self.start_larder(env={"LARDER_MAX_HEADER_SIZE": "64KiB"})
+        query = b"&".join(b"p%d" % i for i in range(60)) + b"&z="
+        uri = b"/ops/k?" + query + b"v" * (78848 - 7 - len(query))
+        req = b"GET " + uri + b" HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"y" * 1000 + b"\r\n\r\n"
+        for i in range(5):
+            try:
+                raw = harness.raw_exchange(larder.port, req, timeout=5)
+            except OSError as e:
+                raw = repr(e).encode()
+            self.assertIn(b"RequestHeaderSectionTooLarge", raw, (i, raw[:200]))
+        r = harness.signed_request(larder.url, "GET", "/ops/none")
+        self.assertEqual(r.status, 404, r)  # still serving
+        self.finish(larder)
+
 
 class AccessLogAndHostileInput(LarderCase):
     LARDER_ENV = {"LARDER_MAX_HEADER_SIZE": "8KiB", "LARDER_CLIENT_TIMEOUT": "3"}
