@@ -469,10 +469,10 @@ static int once_header(const char *name)
 /*
  * Phase 1, the headers as sent: a request line plus headers of at most
  * LARDER_MAX_HEADER_SIZE, Content-Length and Transfer-Encoding once each,
- * no line break in a value, every name a token. Sets r->req_bytes and
- * r->repeats_read_header. Refuses with InvalidRequest (a repeated framing
- * header; the connection closes after), RequestHeaderSectionTooLarge or
- * InvalidArgument. Returns whether r passed.
+ * no line break in a value, every name a token. Sets r->repeats_read_header.
+ * Refuses with InvalidRequest (a repeated framing header; the connection
+ * closes after), RequestHeaderSectionTooLarge or InvalidArgument. Returns
+ * whether r passed.
  */
 static bool screen_headers(struct req *r, const struct hdr_collect *hc)
 {
@@ -494,8 +494,6 @@ static bool screen_headers(struct req *r, const struct hdr_collect *hc)
 		         "Content-Length or Transfer-Encoding header.");
 		return false;
 	}
-	/* What the request holds of the connection's pool (req.h, req_queue_response). */
-	r->req_bytes = header_bytes + REQ_POOL_PER_HEADER * hc->n;
 	if (header_bytes > r->w->gw->cfg->max_header_bytes)
 		req_fail(r, S3E_HEADER_TOO_LARGE, NULL);
 	else if (line_break) /* RFC 9110 5.5: reject, or it may reach S3 as a header of its own */

@@ -62,11 +62,13 @@ void req_err_object_size(struct req *r, uint64_t size);
  * answer in one pool of LARDER_MAX_HEADER_SIZE + REQ_POOL_EXTRA bytes, and
  * closes the connection with no answer at all when the block does not
  * fit. The request holds its own bytes there and a record of
- * REQ_POOL_PER_HEADER bytes or less per header (authn_request counts them
- * into req_bytes). An S3-compatible upstream can send that many header
- * bytes (S3 allows 2 KiB of user metadata): an answer whose headers do not
- * fit beside the request is let go, and r answered 500 InternalError,
- * saying so, instead. */
+ * REQ_POOL_PER_HEADER bytes per header and per query parameter. An
+ * S3-compatible upstream can send that many header bytes (S3 allows 2 KiB
+ * of user metadata): an answer whose headers do not fit beside the request
+ * is let go, and r answered 500 InternalError, saying so, instead. An error
+ * that does not fit either (a request refused as too large can fill the
+ * pool itself) is written to the socket past libmicrohttpd, and the
+ * connection closed (req_respond_error). */
 #define REQ_POOL_EXTRA (16 * 1024)
 #define REQ_POOL_PER_HEADER 64
 enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Response *resp);

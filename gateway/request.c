@@ -208,23 +208,44 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
 	return MHD_YES;
 }
 
+/* What r's request holds of its connection's pool (req.h): its line and
+ * headers as read, and a record per header and per query parameter. */
+static size_t pool_held(const struct req *r)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+	int n = MHD_get_connection_values(r->conn, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND,
+	                                  NULL, NULL);
+	return (ci ? ci->header_size : strlen(r->uri)) +
+	       REQ_POOL_PER_HEADER * (size_t)(n > 0 ? n : 0);
+}
+
+/* The bytes of resp's header block, with what libmicrohttpd adds (the
+ * status line, Content-Length, Connection) and a Date, and whether they
+ * fit beside r's request in the connection's pool (req.h). */
+static bool answer_fits(const struct req *r, struct MHD_Response *resp, size_t *need,
+                        size_t *pool)
+{
+	*need = 256;
+	*pool = r->w->gw->cfg->max_header_bytes + REQ_POOL_EXTRA;
+	MHD_get_response_headers(resp, count_header, need);
+	return pool_held(r) + *need <= *pool;
+}
+
 /* Whether resp's headers fit beside r's request in the connection's pool
  * (req.h, req_queue_response); when not, resp is let go and r failed. */
 static bool headers_fit(struct req *r, struct MHD_Response *resp)
 {
-	/* The status line and what libmicrohttpd adds (Content-Length,
-	 * Connection) take less than this. */
-	enum { SLACK = 256 };
-	size_t pool = r->w->gw->cfg->max_header_bytes + REQ_POOL_EXTRA, need = SLACK;
-	MHD_get_response_headers(resp, count_header, &need);
-	if (r->req_bytes + need <= pool)
+	size_t need, pool;
+	if (answer_fits(r, resp, &need, &pool))
 		return true;
 	MHD_destroy_response(resp);
+	size_t held = pool_held(r);
 	log_warn("http", "id=%s an answer's headers (%zu bytes) do not fit beside its request "
-	         "(%zu of %zu)", r->id, need, r->req_bytes, pool);
+	         "(%zu of %zu)", r->id, need, held, pool);
 	char msg[200];
 	snprintf(msg, sizeof msg, "The upstream answer's headers (%zu bytes) are more than larder "
-	         "can relay (%zu).", need, pool > r->req_bytes ? pool - r->req_bytes : 0);
+	         "can relay (%zu).", need, pool > held ? pool - held : 0);
 	req_fail(r, S3E_INTERNAL, msg);
 	return false;
 }
@@ -575,6 +596,49 @@ static bool unread_body(struct req *r)
 	       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Transfer-Encoding");
 }
 
+/* Longest path an answer written past libmicrohttpd names as its
+ * <Resource>: the socket's buffer must take the answer whole at once. */
+#define RAW_RESOURCE_MAX 1024
+
+/* Writes r's error as its answer straight to its socket fd, past
+ * libmicrohttpd, and shuts that for writing: for an answer libmicrohttpd
+ * will not send, its pool full with the request. The client reads the
+ * error and the end of the answer, then closes, and libmicrohttpd with it.
+ * The socket is idle (libmicrohttpd is reading the request): its buffer
+ * takes these few hundred bytes whole. Over TLS nothing can be written
+ * past libmicrohttpd: the connection is closed with no answer. */
+static void answer_raw(struct req *r, MHD_socket fd)
+{
+	r->responded = true;
+	if (r->w->gw->tls_cert) {
+		shutdown(fd, SHUT_RDWR);
+		return;
+	}
+	const char *resource = strlen(r->path) <= RAW_RESOURCE_MAX ? r->path : NULL;
+	struct buf body;
+	buf_init(&body, 6 * RAW_RESOURCE_MAX + sizeof r->err_msg + 1024);
+	if (s3err_xml(r->err, r->err_msg[0] ? r->err_msg : NULL, resource, r->id, NULL,
+	              &body) == 0) {
+		unsigned status = s3err_status(r->err);
+		char date[HTTPDATE_SIZE], head[512];
+		httpdate_now(date);
+		int n = snprintf(head, sizeof head, "HTTP/1.1 %u %s\r\nConnection: close\r\n"
+		                 "Content-Type: application/xml\r\nDate: %s\r\nServer: larder\r\n"
+		                 "x-amz-request-id: %s\r\nx-larder-request-id: %s\r\n"
+		                 "Content-Length: %zu\r\n\r\n", status,
+		                 MHD_get_reason_phrase_for(status), date, r->id, r->id, body.len);
+		size_t body_out = strcmp(r->method, "HEAD") != 0 ? body.len : 0;
+		struct iovec iov[2] = { { head, (size_t)n }, { body.p, body_out } };
+		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+		if (sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == n + (ssize_t)body_out) {
+			r->status_sent = (int)status;
+			r->bytes_out = body_out;
+		}
+	}
+	buf_fini(&body);
+	shutdown(fd, SHUT_WR);
+}
+
 enum MHD_Result req_respond_error(struct req *r)
 {
 	/* Bounded by what it can hold: the path, escaped (a byte may become
@@ -593,8 +657,6 @@ enum MHD_Result req_respond_error(struct req *r)
 	buf_fini(&body);
 	if (!resp)
 		return MHD_NO;
-	if (strcmp(r->method, "HEAD") != 0) /* counted as S3's log counts it: the body sent */
-		r->bytes_out += body_len;
 	MHD_add_response_header(resp, "Content-Type", "application/xml");
 	add_date(resp);
 	MHD_add_response_header(resp, "Server", "larder");
@@ -620,8 +682,21 @@ enum MHD_Result req_respond_error(struct req *r)
 	 * next request in the stream. */
 	if ((unread_body(r) || r->err == S3E_SLOW_DOWN || r->close_after) && !closing_after(r))
 		MHD_add_response_header(resp, "Connection", "close");
-	r->status_sent = (int)s3err_status(r->err);
 	req_upstream_unwait(r);
+	size_t need, pool;
+	if (!answer_fits(r, resp, &need, &pool)) {
+		/* libmicrohttpd would close the connection with no answer: a
+		 * request refused as too large may fill the pool itself. */
+		MHD_destroy_response(resp);
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (ci)
+			answer_raw(r, ci->connect_fd);
+		return MHD_NO;
+	}
+	if (strcmp(r->method, "HEAD") != 0) /* counted as S3's log counts it: the body sent */
+		r->bytes_out += body_len;
+	r->status_sent = (int)s3err_status(r->err);
 	enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)r->status_sent, resp);
 	MHD_destroy_response(resp);
 	r->responded = true;
@@ -772,14 +847,13 @@ void request_header_deadline_start(struct worker *w)
  * parameters than the rest of the pool holds is refused here, before
  * libmicrohttpd parses it: at the default LARDER_MAX_HEADER_SIZE, 240.
  */
-#define MHD_ARG_RECORD 64
 #define MHD_POOL_SLACK 1024 /* what else it holds by then: ~500 bytes */
 
 static size_t query_params_max(const struct worker *w, size_t uri_len)
 {
 	size_t pool = w->gw->cfg->max_header_bytes + REQ_POOL_EXTRA;
 	size_t held = (uri_len > pool / 2 ? uri_len : pool / 2) + MHD_POOL_SLACK;
-	return held < pool ? (pool - held) / MHD_ARG_RECORD : 0;
+	return held < pool ? (pool - held) / REQ_POOL_PER_HEADER : 0;
 }
 
 /* The parameters libmicrohttpd makes of a query: one per '&' and one more. */
@@ -791,44 +865,14 @@ static size_t query_params(const char *query)
 	return n;
 }
 
-/* Answers r, which libmicrohttpd has not parsed and will not hand on,
- * straight to its socket and shuts that for writing: the client reads the
- * error and the end of the answer, then closes, and libmicrohttpd with it.
- * Over TLS nothing can be written past libmicrohttpd: the connection is
- * closed with no answer. Its access-log line is written as it closes. */
+/* Answers r, which libmicrohttpd has not parsed and will not hand on
+ * (answer_raw). Its access-log line is written as the connection closes. */
 static void answer_unparsed(struct req *r, MHD_socket fd)
 {
 	r->started = true; /* logged as it completes */
 	r->gone = true;    /* should libmicrohttpd hand it on after all: not again */
-	r->responded = true;
 	str_copy(r->method, sizeof r->method, "-"); /* not known yet */
-	if (r->w->gw->tls_cert) {
-		shutdown(fd, SHUT_RDWR);
-		return;
-	}
-	struct buf body;
-	buf_init(&body, 6 * strlen(r->path) + sizeof r->err_msg + 1024);
-	if (s3err_xml(r->err, r->err_msg[0] ? r->err_msg : NULL, r->path, r->id, NULL,
-	              &body) == 0) {
-		unsigned status = s3err_status(r->err);
-		char date[HTTPDATE_SIZE], head[512];
-		httpdate_now(date);
-		int n = snprintf(head, sizeof head, "HTTP/1.1 %u %s\r\nConnection: close\r\n"
-		                 "Content-Type: application/xml\r\nDate: %s\r\nServer: larder\r\n"
-		                 "x-amz-request-id: %s\r\nx-larder-request-id: %s\r\n"
-		                 "Content-Length: %zu\r\n\r\n", status,
-		                 MHD_get_reason_phrase_for(status), date, r->id, r->id, body.len);
-		struct iovec iov[2] = { { head, (size_t)n }, { body.p, body.len } };
-		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
-		/* The socket is idle (libmicrohttpd is reading a request line):
-		 * its buffer takes these few hundred bytes whole. */
-		if (sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == n + (ssize_t)body.len) {
-			r->status_sent = (int)status;
-			r->bytes_out = body.len;
-		}
-	}
-	buf_fini(&body);
-	shutdown(fd, SHUT_WR);
+	answer_raw(r, fd);
 }
 
 void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)

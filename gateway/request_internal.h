@@ -134,7 +134,6 @@ struct req {
 	bool repeats_read_header; /* Range or an If-* header came twice (cache.c) */
 
 	/* client response */
-	size_t req_bytes; /* what the request holds of the connection's pool (req_queue_response) */
 	bool responded;
 	bool suspended;
 	int status_sent;

@@ -397,6 +397,45 @@ class UnparsedRequests(OwnLarderCase):
         self.assertEqual(r.status, 404, r)  # still serving
         self.finish(larder)  # LeakSanitizer reports what was not freed
 
+    def test_requests_that_fill_the_pool_are_answered(self):
+        # A request line and headers that leave too little of libmicrohttpd's
+        # pool for the header block of larder's refusal: libmicrohttpd closed
+        # the connection with no answer ("failed to create response header"
+        # in the log) while the access log said a 400 was sent. Past them
+        # libmicrohttpd answers 431 or 414 itself.
+        larder = self.start_larder()
+        pool = 16384 + 16384  # LARDER_MAX_HEADER_SIZE + REQ_POOL_EXTRA
+
+        def ask(method, n, extra=b""):
+            req = (method + b" /ops/" + b"k" * (n - 5) + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+                   extra + b"Connection: close\r\n\r\n")
+            raw = harness.raw_exchange(larder.port, req, timeout=5)
+            head, _, body = raw.partition(b"\r\n\r\n")
+            status = re.match(rb"HTTP/1\.1 (\d+) ", head)
+            return (int(status.group(1)) if status else None), head, body
+
+        for extra in (b"", b"X-Pad: " + b"y" * 2000 + b"\r\n"):
+            for n in range(pool - 2700, pool + 64, 24):
+                st, head, body = ask(b"GET", n, extra)
+                self.assertIn(st, (400, 414, 431), (n, len(extra), head))
+                if st == 400:
+                    self.assertEqual(s3_error(body)[0], "RequestHeaderSectionTooLarge", body)
+        # Where the refusal is written past libmicrohttpd: the access log
+        # has what was sent, and a HEAD's answer has no body.
+        st, head, body = ask(b"GET", pool - 400)
+        self.assertEqual(st, 400, head)
+        rid = re.search(rb"\r\nx-amz-request-id: (\w+)", head).group(1).decode()
+        time.sleep(0.3)
+        rec = [a for a in larder.access_records() if a["id"] == rid]
+        self.assertEqual([(a["method"], a["status"], a["bytes_out"]) for a in rec],
+                         [("GET", "400", str(len(body)))], rec)
+        st, head, body = ask(b"HEAD", pool - 400)
+        self.assertEqual((st, body), (400, b""), head)
+        self.assertIn(b"\r\nContent-Type: application/xml\r\n", head)
+        r = harness.signed_request(larder.url, "GET", "/ops/none")
+        self.assertEqual(r.status, 404, r)  # still serving
+        self.finish(larder)
+
     def test_refused_query_is_not_read_after_its_pool_is_freed(self):
         # A query larder refuses in the URI callback is then let go by
         # libmicrohttpd, which frees the connection's pool before it says the
