@@ -6,6 +6,7 @@
  *   cluster_heartbeat.c  membership: the heartbeat thread and the Redis keys
  *   cluster_trust.c      the cluster secret: signed entries, cluster_mac
  *   cluster_inval.c      invalidations: the publish queue, the subscriber
+ *   cluster_barrier.c    the read barrier of a node the others may not count yet
  *   cluster_redis.c      opening Redis connections; losing and regaining Redis
  */
 #include "cluster/cluster.h"
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,6 +118,8 @@ static void cluster_free(struct cluster *cl)
 		close(cl->wake[0]);
 	if (cl->wake[1] >= 0)
 		close(cl->wake[1]);
+	if (cl->bar_fd >= 0)
+		close(cl->bar_fd);
 	pthread_cond_destroy(&cl->cond);
 	pthread_mutex_destroy(&cl->lock);
 	pthread_mutex_destroy(&cl->avoid_lock);
@@ -192,7 +196,7 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 		return NULL;
 	}
 	cl->magic = CLUSTER_MAGIC;
-	cl->wake[0] = cl->wake[1] = -1;
+	cl->wake[0] = cl->wake[1] = cl->bar_fd = -1;
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_mutex_init(&cl->avoid_lock, NULL);
 	pthread_condattr_t ca;
@@ -225,6 +229,11 @@ struct cluster *cluster_start(const struct cluster_config *c, cluster_invalidate
 	}
 	if (pipe2(cl->wake, O_CLOEXEC) < 0) {
 		set_err(err, errlen, "cluster: pipe() failed: %s", strerror(errno));
+		goto fail;
+	}
+	cl->bar_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (cl->bar_fd < 0) {
+		set_err(err, errlen, "cluster: eventfd() failed: %s", strerror(errno));
 		goto fail;
 	}
 	/* A process before this one may have served any peer request dated
@@ -439,6 +448,8 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->invalidations_dropped = cl->dropped;
 	out->invalidations_unacknowledged = cl->unacked;
 	out->resyncs = cl->resyncs;
+	out->read_barriers = cl->bar_waits;
+	out->read_barriers_lapsed = cl->bar_lapsed;
 	out->members_rejected = cl->rejected;
 	out->others = cl->others_total;
 	out->clock_known = cl->clock_known;
@@ -446,6 +457,7 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	for (size_t i = 0; i < cl->snap->n; i++)
 		out->directory_entries += cl->snap->m[i].dir_entries;
 	pthread_mutex_unlock(&cl->lock);
+	out->joining = cluster_joining(cl);
 }
 
 size_t cluster_members(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],

@@ -131,6 +131,34 @@ bool cluster_has_peers(struct cluster *cl);
  * nodes, and what it trusts must not be handed to them (cache.c). */
 bool cluster_listening(struct cluster *cl);
 
+/*
+ * Whether this node hears the invalidation channel while the others may not
+ * count it as a member yet (false without a cluster): its membership entry
+ * is not in Redis (its first heartbeat has not run, or Redis refused it),
+ * or landed less than three heartbeats ago (each member reads it at its
+ * next). A write through another node waits only for its members'
+ * acknowledgements (cluster_published), so its answer may go out before
+ * this node applied the invalidation.
+ */
+bool cluster_joining(struct cluster *cl);
+
+/*
+ * The read barrier, for reads while cluster_joining: a read first waits
+ * until this node applied every message Redis had pushed to it before the
+ * read asked (cluster_barrier.c says how). cluster_barrier returns a ticket,
+ * or 0 when there is nothing to wait for (not joining, no cluster); it
+ * never blocks on I/O (it wakes the subscriber). cluster_barrier_state says
+ * whether the ticket passed, still waits (typically a Redis round trip;
+ * longer while the listening thread is busy), or was lost with the
+ * subscribed connection (the read cannot know what it missed: it
+ * revalidates). A reader that stops waiting (its bound passed, or lost)
+ * calls cluster_barrier_gave_up once: counted in cluster_view.
+ */
+enum cluster_barrier { CLUSTER_BARRIER_WAIT, CLUSTER_BARRIER_PASSED, CLUSTER_BARRIER_LOST };
+uint64_t cluster_barrier(struct cluster *cl);
+enum cluster_barrier cluster_barrier_state(struct cluster *cl, uint64_t ticket);
+void cluster_barrier_gave_up(struct cluster *cl);
+
 /* A nonzero 32-bit tag of the live member at advertise address addr (from
  * its id), or 0 when no live member has that address. */
 uint32_t cluster_member_tag(struct cluster *cl, const char *addr);
@@ -197,6 +225,10 @@ struct cluster_view {
 	unsigned long invalidations_unacknowledged; /* a write's answer went on without every
 	                                        * node's acknowledgement (cluster_gave_up) */
 	unsigned long resyncs;                 /* CLUSTER_RESYNC handed to cb */
+	bool joining;                          /* cluster_joining */
+	unsigned long read_barriers;           /* reads that waited for the read barrier */
+	unsigned long read_barriers_lapsed;    /* of those, reads that gave up on it and
+	                                        * revalidated (its bound passed, or lost) */
 	unsigned long members_rejected;        /* entries in Redis ignored: not signed with the
 	                                        * secret, expired or malformed (each heartbeat
 	                                        * that reads one counts it) */

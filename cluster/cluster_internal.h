@@ -33,6 +33,10 @@
 #define ACK_MAC_LEN 16       /* hex digits of a message's mac an ack names */
 #define CLUSTER_AVOID_MAX 16 /* nodes avoided at once; past it the soonest to end goes */
 #define OTHERS_MAX 64        /* nodes of another protocol listed (cl->others); more are counted */
+/* Heartbeats after this node's entry first landed in Redis during which the others may not
+ * count it yet (cluster_joining): one until each reads it at its next heartbeat, one for a
+ * heartbeat late by its directory flush, one for an SREM racing the SADD (cluster_heartbeat.c). */
+#define JOIN_HEARTBEATS 3
 
 struct member {
 	char id[CLUSTER_NAME_MAX];
@@ -63,6 +67,16 @@ struct inval {
 
 enum redis_state { REDIS_UNKNOWN, REDIS_UP, REDIS_DOWN };
 
+/* The read barrier's tickets (cluster_barrier.c). */
+struct read_barrier {
+	uint64_t asked;  /* the last ticket handed out */
+	uint64_t done;   /* every ticket up to this one passed: a later PING's PONG was read */
+	uint64_t lost;   /* tickets up to this one were asked on a connection since lost */
+	uint64_t covers; /* the last ticket the PING in flight covers */
+	bool in_flight;  /* a PING was sent on the subscribed connection, its PONG not yet read */
+	bool woken;      /* the subscriber was woken (bar_fd) and has not looked yet */
+};
+
 struct cluster {
 	unsigned magic;
 
@@ -84,6 +98,7 @@ struct cluster {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;      /* wakes the heartbeat thread: stop or queued work */
 	int wake[2];              /* pipe; written once by cluster_stop, wakes the subscriber */
+	int bar_fd;               /* eventfd: a read asked for a barrier (wakes the subscriber) */
 	pthread_t hb_thread, sub_thread;
 
 	/* Under lock. */
@@ -94,7 +109,10 @@ struct cluster {
 	size_t q_len;
 	uint64_t q_seq;           /* the last ticket handed out */
 	enum redis_state state;
+	double up_since_ms;       /* clock_mono_ms when state last became REDIS_UP */
 	bool subscribed;
+	struct read_barrier bar;  /* cluster_barrier */
+	unsigned long bar_waits, bar_lapsed; /* reads that waited for it, and gave up on it */
 	bool resync_due;          /* queued invalidations were dropped: tell the others */
 	bool dup_warned;
 	size_t rejected_last;     /* entries rejected at the last heartbeat */
@@ -204,6 +222,19 @@ enum inval_verdict cl_inval_parse(const char *secret, const char *signed_msg, si
 void *cl_heartbeat_main(void *arg);
 /* The nonzero 32-bit tag of a member, from its rdv_node_hash. */
 uint32_t cl_tag_of(uint64_t node_hash);
+
+/* ---- the read barrier (cluster_barrier.c); the caller holds cl->lock ---- */
+
+/* A ticket for a read; true when the subscriber must be woken to send its PING. */
+bool cl_bar_ask(struct read_barrier *b, uint64_t *ticket);
+/* Whether to send a PING now (then noted as in flight, covering every ticket so far): not
+ * while one is in flight; a keepalive always, else only for tickets not passed yet. */
+bool cl_bar_ping(struct read_barrier *b, bool keepalive);
+/* A PONG was read: the tickets its PING covers passed. */
+void cl_bar_pong(struct read_barrier *b);
+/* The subscribed connection is gone: its PING with it, and what was asked is lost. */
+void cl_bar_lost(struct read_barrier *b);
+enum cluster_barrier cl_bar_state(const struct read_barrier *b, uint64_t ticket);
 
 /* ---- invalidations (cluster_inval.c) ---- */
 

@@ -52,6 +52,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "base/buf.h"
 #include "base/clock.h"
@@ -419,13 +421,52 @@ static void on_message(struct cluster *cl, const char *signed_msg, size_t len)
 	ack(cl, m.sender, m.sender_len, signed_msg); /* applied: the sender may answer its client */
 }
 
+/* Whether r answers a PING: ["pong", ""] on a subscribed connection. */
+static bool is_pong(const redisReply *r)
+{
+	if (r->type == REDIS_REPLY_STATUS)
+		return strcasecmp(r->str, "PONG") == 0;
+	return r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+	       r->element[0]->type == REDIS_REPLY_STRING && strcasecmp(r->element[0]->str, "pong") == 0;
+}
+
 static void on_reply(struct cluster *cl, redisReply *r)
 {
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
 	    r->element[0]->type == REDIS_REPLY_STRING && r->element[2]->type == REDIS_REPLY_STRING &&
-	    strcmp(r->element[0]->str, "message") == 0)
+	    strcmp(r->element[0]->str, "message") == 0) {
 		on_message(cl, r->element[2]->str, r->element[2]->len);
-	/* Anything else: subscribe confirmations and PING answers ("pong"). */
+	} else if (is_pong(r)) {
+		/* Every message before it was applied, in order: the reads its PING covers pass. */
+		pthread_mutex_lock(&cl->lock);
+		cl_bar_pong(&cl->bar);
+		pthread_mutex_unlock(&cl->lock);
+	}
+	/* Anything else: subscribe confirmations. */
+}
+
+/* Sends PING on the subscribed connection: a keepalive, or for reads waiting
+ * for the barrier (cluster_barrier.c) when they want one; one at a time.
+ * woken: the barrier's eventfd was read. Returns false, why filled, when the
+ * connection failed. */
+static bool send_ping(struct cluster *cl, redisContext *c, bool keepalive, bool woken,
+                      char *why, size_t whylen)
+{
+	pthread_mutex_lock(&cl->lock);
+	if (woken)
+		cl->bar.woken = false;
+	bool send = cl_bar_ping(&cl->bar, keepalive);
+	pthread_mutex_unlock(&cl->lock);
+	if (!send)
+		return true;
+	int done = 0;
+	redisAppendCommand(c, "PING");
+	while (!done)
+		if (redisBufferWrite(c, &done) != REDIS_OK) {
+			snprintf(why, whylen, "%s", c->errstr);
+			return false;
+		}
+	return true;
 }
 
 /* Waits up to ms for cluster_stop; returns true when stopping. */
@@ -461,10 +502,15 @@ static redisContext *sub_open(struct cluster *cl, char *why, size_t whylen)
 static bool sub_serve(struct cluster *cl, redisContext *c, char *why, size_t whylen)
 {
 	bool ping_out = false;
+	/* Reads that asked before this connection's first PING (cluster_barrier
+	 * woke nobody while the last connection's was in flight). */
+	if (!send_ping(cl, c, false, false, why, whylen))
+		return false;
 	for (;;) {
-		struct pollfd p[2] = { { .fd = c->fd, .events = POLLIN },
-		                       { .fd = cl->wake[0], .events = POLLIN } };
-		int n = poll(p, 2, (int)cl->ttl_ms);
+		struct pollfd p[3] = { { .fd = c->fd, .events = POLLIN },
+		                       { .fd = cl->wake[0], .events = POLLIN },
+		                       { .fd = cl->bar_fd, .events = POLLIN } };
+		int n = poll(p, 3, (int)cl->ttl_ms);
 		if (n < 0 && errno != EINTR) {
 			snprintf(why, whylen, "poll() failed: %s", strerror(errno));
 			return false;
@@ -476,15 +522,18 @@ static bool sub_serve(struct cluster *cl, redisContext *c, char *why, size_t why
 				snprintf(why, whylen, "no answer to PING");
 				return false;
 			}
-			int done = 0;
-			redisAppendCommand(c, "PING");
-			while (!done)
-				if (redisBufferWrite(c, &done) != REDIS_OK) {
-					snprintf(why, whylen, "%s", c->errstr);
-					return false;
-				}
+			/* A PING in flight for the barrier probes the connection as well. */
+			if (!send_ping(cl, c, true, false, why, whylen))
+				return false;
 			ping_out = true;
 			continue;
+		}
+		if (p[2].revents) {
+			uint64_t asks;
+			while (read(cl->bar_fd, &asks, sizeof asks) < 0 && errno == EINTR)
+				;
+			if (!send_ping(cl, c, false, true, why, whylen))
+				return false;
 		}
 		if (!p[0].revents)
 			continue;
@@ -504,6 +553,9 @@ static bool sub_serve(struct cluster *cl, redisContext *c, char *why, size_t why
 			on_reply(cl, r);
 			freeReplyObject(r);
 		}
+		/* Reads that asked while a PING was in flight share the next. */
+		if (!send_ping(cl, c, false, false, why, whylen))
+			return false;
 	}
 }
 
@@ -517,6 +569,8 @@ static void set_subscribed(struct cluster *cl, bool on, bool again)
 		cl->cb(cl->cb_arg, CLUSTER_RESYNC, "");
 	pthread_mutex_lock(&cl->lock);
 	cl->subscribed = on;
+	if (!on)
+		cl_bar_lost(&cl->bar);
 	if (on && again)
 		cl->reconnects++;
 	cl->resyncs += on;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <sys/time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 
 void cl_went_down(struct cluster *cl, const char *why)
@@ -31,6 +32,8 @@ void cl_went_up(struct cluster *cl, struct snapshot *s)
 	pthread_mutex_lock(&cl->lock);
 	enum redis_state was = cl->state;
 	cl->state = REDIS_UP;
+	if (was != REDIS_UP) /* its entry just landed: cluster_joining a while yet */
+		cl->up_since_ms = clock_mono_ms();
 	if (was == REDIS_DOWN)
 		cl->reconnects++;
 	cl_snap_install(cl, s, was == REDIS_UP);

@@ -675,6 +675,89 @@ static void test_dropped_invalidations_resync_the_others(void **state)
 	cluster_stop(b);
 }
 
+/* The read barrier's bookkeeping: a PING covers the tickets handed out
+ * before it was sent, one is in flight at a time, and the tickets of a
+ * lost connection are lost, not passed. */
+static void test_read_barrier_bookkeeping(void **state)
+{
+	(void)state;
+	struct read_barrier b = { 0 };
+	uint64_t t1, t2, t3, t4;
+	assert_true(cl_bar_ask(&b, &t1));   /* wakes the subscriber */
+	assert_false(cl_bar_ask(&b, &t2));  /* woken already */
+	assert_true(t1 == 1 && t2 == 2);
+	assert_int_equal(cl_bar_state(&b, t1), CLUSTER_BARRIER_WAIT);
+	b.woken = false;                    /* the subscriber read its eventfd */
+	assert_true(cl_bar_ping(&b, false));
+	assert_false(cl_bar_ask(&b, &t3));  /* a PING in flight: its PONG leads to the next */
+	assert_false(cl_bar_ping(&b, false));
+	assert_false(cl_bar_ping(&b, true)); /* a keepalive waits too: PONGs pair in order */
+	cl_bar_pong(&b);
+	assert_int_equal(cl_bar_state(&b, t1), CLUSTER_BARRIER_PASSED);
+	assert_int_equal(cl_bar_state(&b, t2), CLUSTER_BARRIER_PASSED);
+	assert_int_equal(cl_bar_state(&b, t3), CLUSTER_BARRIER_WAIT); /* asked after the PING */
+	assert_true(cl_bar_ping(&b, false));
+	cl_bar_lost(&b);
+	assert_int_equal(cl_bar_state(&b, t3), CLUSTER_BARRIER_LOST);
+	cl_bar_pong(&b); /* not our PING's (it was lost with its connection) */
+	assert_int_equal(cl_bar_state(&b, t3), CLUSTER_BARRIER_LOST);
+	assert_true(cl_bar_ask(&b, &t4));   /* a new connection: woken again */
+	assert_int_equal(cl_bar_state(&b, t4), CLUSTER_BARRIER_WAIT);
+	b.woken = false;
+	assert_true(cl_bar_ping(&b, true));  /* a keepalive covers what was asked too */
+	cl_bar_pong(&b);
+	assert_int_equal(cl_bar_state(&b, t4), CLUSTER_BARRIER_PASSED);
+	assert_false(cl_bar_ping(&b, false)); /* nothing waits */
+	assert_true(cl_bar_ping(&b, true));
+}
+
+/* A node whose membership entry Redis refuses hears the channel but is not
+ * counted by the writers: a read's barrier passes only once its listening
+ * thread applied what came before it (its callback is slow here), and once
+ * it joined, three heartbeats later, reads no longer wait. */
+static void test_read_barrier(void **state)
+{
+	NEED_REDIS();
+	redis_do("ACL SETUSER node-a on >pw-a ~* &* +@all -set");
+	struct rec ra = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct cluster *a = node_as_user_a(&ra);
+	struct cluster *b = node("node-b", "10.0.0.2:8080", 1, NULL);
+	struct cluster_view v;
+	ASSERT_WITHIN(3, ready(b, 1) && (cluster_get_view(a, &v), v.subscribed));
+	/* b joined alone: three heartbeats later it is counted (by itself). */
+	ASSERT_WITHIN(JOIN_HEARTBEATS * HB_MS / 1e3 + 1, !cluster_joining(b));
+	assert_true(cluster_barrier(b) == 0);
+	assert_true(cluster_joining(a));
+	uint64_t t = cluster_barrier(a);
+	assert_true(t > 0);
+	ASSERT_WITHIN(1, cluster_barrier_state(a, t) == CLUSTER_BARRIER_PASSED);
+
+	ra.slow_ms = 400;
+	cluster_publish_invalidate(b, "bucket-1", "k");
+	ASSERT_WITHIN(2, cluster_published(b, 1)); /* b counts itself alone */
+	t = cluster_barrier(a);
+	double t0 = now_s();
+	ASSERT_WITHIN(2, cluster_barrier_state(a, t) == CLUSTER_BARRIER_PASSED);
+	print_message("a read's barrier passed %.3f s after it asked\n", now_s() - t0);
+	assert_int_equal(rec_n(&ra), 1); /* applied before it passed */
+	ra.slow_ms = 0;
+	cluster_barrier_gave_up(a);
+	cluster_get_view(a, &v);
+	assert_true(v.joining);
+	assert_int_equal(v.read_barriers, 2);
+	assert_int_equal(v.read_barriers_lapsed, 1);
+
+	redis_do("ACL SETUSER node-a +set");
+	ASSERT_WITHIN(3, ready(a, 2) && ready(b, 2));
+	assert_true(cluster_joining(a)); /* b may not have read a's entry yet */
+	ASSERT_WITHIN(JOIN_HEARTBEATS * HB_MS / 1e3 + 1, !cluster_joining(a));
+	assert_true(cluster_barrier(a) == 0);
+	cluster_stop(a);
+	cluster_stop(b);
+	assert_int_equal(cluster_barrier_state(NULL, 7), CLUSTER_BARRIER_PASSED);
+	assert_true(cluster_barrier(NULL) == 0);
+}
+
 /* Redis refuses a's PUBLISH (its ACL user lacks it) while taking its
  * heartbeats: nobody hears a's invalidations, so they count as dropped,
  * not sent, and their tickets end (waiting would not help). */
@@ -1235,6 +1318,7 @@ int main(void)
 		cmocka_unit_test(test_inval_expiry_bounded),
 		cmocka_unit_test(test_member_capacity_bounded),
 		cmocka_unit_test(test_avoid_table),
+		cmocka_unit_test(test_read_barrier_bookkeeping),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_start_without_redis),
 		cmocka_unit_test_setup_teardown(test_members_and_ownership, setup, teardown),
@@ -1245,6 +1329,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_redis_outage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dropped_invalidations_resync_the_others, setup,
 		                                teardown),
+		cmocka_unit_test_setup_teardown(test_read_barrier, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_publish_counts_as_dropped, setup,
 		                                teardown),
 		cmocka_unit_test_setup_teardown(test_directory_lists_what_hashing_cannot_tell, setup, teardown),
