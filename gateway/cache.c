@@ -526,6 +526,9 @@ void cache_begin(struct req *r)
 	 * answer is checked against it, not learnt. */
 	c->ask.recheck = c->ask.hop && !req_header(r, "If-Match") &&
 	                 !cluster_listening(req_gw(r)->cluster);
+	/* It gave up waiting for this node to apply what other nodes wrote
+	 * (request.c, "The read barrier"): what it trusts may be replaced. */
+	c->ask.recheck |= req_barrier_lapsed(r);
 	if (!c->head && !req_peer_hop(r)) /* a client's read, not a peer fetching for one */
 		lookahead_note_read(req_gw(r)->lookahead, req_bucket(r), req_key(r), clock_mono_s());
 	resolve(r);

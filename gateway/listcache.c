@@ -192,19 +192,33 @@ static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const ch
 	return MHD_YES;
 }
 
-bool listcache_begin(struct req *r)
+/* Whether r is a listing the cache may answer or keep: its TTL, or 0. */
+static unsigned cacheable(struct req *r)
 {
 	struct gw *gw = req_gw(r);
 	const struct s3req *s3 = req_s3(r);
 	if (!gw->lists || !req_authorized(r) || req_presigned(r) || req_peer_hop(r) ||
 	    req_has_body(r) || s3->target != S3T_BUCKET || !s3->listing ||
 	    strcmp(req_method(r), "GET") != 0)
-		return false;
+		return 0;
 	unsigned ttl = cfg_list_ttl(gw->cfg, s3->bucket, buf_cstr(&s3->list_prefix));
 	bool ok = ttl > 0;
 	if (ok)
 		MHD_get_connection_values(req_connection(r), MHD_HEADER_KIND, check_header, &ok);
-	char *key = ok ? listcache_key(s3->bucket, req_query(r)) : NULL;
+	return ok ? ttl : 0;
+}
+
+bool listcache_wants(struct req *r)
+{
+	return cacheable(r) > 0;
+}
+
+bool listcache_begin(struct req *r)
+{
+	struct gw *gw = req_gw(r);
+	const struct s3req *s3 = req_s3(r);
+	unsigned ttl = cacheable(r);
+	char *key = ttl ? listcache_key(s3->bucket, req_query(r)) : NULL;
 	if (!key)
 		return false;
 	struct list_req *l = calloc(1, sizeof *l);
@@ -225,7 +239,9 @@ bool listcache_begin(struct req *r)
 		unlink_entry(lc, e);
 		e = NULL;
 	}
-	if (e && (l->hit_body = malloc(e->len ? e->len : 1))) {
+	/* A listing that gave up waiting for the read barrier is not served
+	 * from the cache: a write through another node may have changed it. */
+	if (e && !req_barrier_lapsed(r) && (l->hit_body = malloc(e->len ? e->len : 1))) {
 		memcpy(l->hit_body, e->body, e->len);
 		l->hit_len = e->len;
 		memcpy(l->ctype, e->ctype, sizeof l->ctype);

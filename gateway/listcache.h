@@ -42,6 +42,8 @@ char *listcache_key(const char *bucket, const char *query);
  * listcache_respond queues that answer); otherwise a cacheable listing
  * records what it needs to keep upstream's answer. */
 bool listcache_begin(struct req *r);
+/* Whether r is a listing listcache_begin may answer or keep (no lookup). */
+bool listcache_wants(struct req *r);
 bool listcache_hit(const struct req *r);
 enum MHD_Result listcache_respond(struct req *r);
 void listcache_capture(struct req *r, const char *data, size_t len); /* upstream body bytes */

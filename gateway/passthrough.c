@@ -819,9 +819,7 @@ bool pass_end_waits(struct req *r)
 		r->told_ticket = 0; /* said once */
 		return false;
 	}
-	ev_timer_stop(r->w->loop, &r->shape_timer);
-	ev_timer_set(&r->shape_timer, 0.001, 0);
-	ev_timer_start(r->w->loop, &r->shape_timer);
+	req_poll_in(r, 0.001);
 	return true;
 }
 

@@ -52,6 +52,10 @@ void req_set_upstream_status(struct req *r, long s);
  * cluster's ticket): the end of its answer waits until they are
  * (passthrough.c, "The end of a write's answer"). */
 void req_telling_others(struct req *r, uint64_t ticket);
+/* A read that gave up waiting for the cluster's read barrier (request.c,
+ * "The read barrier"): it must not be answered from what this node trusts
+ * without asking (cache.c revalidates, the LIST cache is not read). */
+bool req_barrier_lapsed(const struct req *r);
 const struct hdrs *req_upstream_headers(const struct req *r);
 /* its Content-Length; MHD_SIZE_UNKNOWN when not known */
 uint64_t req_upstream_length(const struct req *r);
@@ -83,6 +87,8 @@ void req_set_list(struct req *r, struct list_req *l);
 void req_ref(struct req *r);
 void req_unref(struct req *r);
 void req_wake(struct req *r);     /* resume the client connection if suspended */
+/* Wakes r in s seconds (on r's timer, which body shaping shares): a wait polled. */
+void req_poll_in(struct req *r, double s);
 void req_suspend(struct req *r);
 void req_fail(struct req *r, enum s3err e, const char *msg);
 /* The body is ended short by larder, for why (a static string: the

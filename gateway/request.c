@@ -33,6 +33,7 @@
 #include "base/httpdate.h"
 #include "base/log.h"
 #include "base/splitmix.h"
+#include "cluster/cluster.h"
 #include "gateway/authn.h"
 #include "gateway/limits.h"
 #include "gateway/listcache.h"
@@ -171,6 +172,11 @@ const struct hdrs *req_upstream_headers(const struct req *r)
 uint64_t req_upstream_length(const struct req *r)
 {
 	return r->resp_len;
+}
+
+bool req_barrier_lapsed(const struct req *r)
+{
+	return r->barrier_lapsed;
 }
 
 struct cread *req_cread(const struct req *r)
@@ -498,11 +504,16 @@ size_t req_shape(struct req *r, size_t want)
 	size_t n = limits_bytes_take(r->key_id, r->max_rate, want, clock_mono_s(), &wait_s);
 	if (n)
 		return n;
-	ev_timer_stop(r->w->loop, &r->shape_timer);
-	ev_timer_set(&r->shape_timer, wait_s, 0);
-	ev_timer_start(r->w->loop, &r->shape_timer);
+	req_poll_in(r, wait_s);
 	req_suspend(r);
 	return 0;
+}
+
+void req_poll_in(struct req *r, double s)
+{
+	ev_timer_stop(r->w->loop, &r->shape_timer);
+	ev_timer_set(&r->shape_timer, s, 0);
+	ev_timer_start(r->w->loop, &r->shape_timer);
 }
 
 void req_fail(struct req *r, enum s3err e, const char *msg)
@@ -957,6 +968,44 @@ static enum MHD_Result pass_or_wait(struct req *r, bool suspend)
 	return MHD_YES;
 }
 
+/*
+ * The read barrier. A write through another node waits only for the nodes
+ * it counts as members, and may not count this one yet (cluster_joining: it
+ * started, or got Redis back, a heartbeat or three ago). Its answer may then
+ * go out before this node applied its invalidation, and a read the client
+ * sends here after it would get the version it replaced (for good, with
+ * LARDER_METADATA_TTL=immutable). So meanwhile a read the cache could answer
+ * from what this node trusts (a cached GET or HEAD, a listing the LIST cache
+ * may hold) first waits for the cluster's read barrier: until this node
+ * applied every message Redis pushed to it before the read came. That costs
+ * a Redis round trip and no S3 request. The wait is polled (every
+ * millisecond for BARRIER_FAST_S, a round trip; then every BARRIER_POLL_S,
+ * while the listening thread is busy) and lasts at most BARRIER_WAIT_MAX_S:
+ * past that, or when the subscription was lost meanwhile, the read goes on
+ * but asks S3 (req_barrier_lapsed), as does one past the grace period of a
+ * drain (nothing may wait then). Returns true while r must wait.
+ */
+#define BARRIER_WAIT_MAX_S 1.0
+#define BARRIER_FAST_S 0.01
+#define BARRIER_POLL_S 0.01
+
+static bool barrier_waits(struct req *r)
+{
+	struct cluster *cl = r->w->gw->cluster;
+	double waited = clock_mono_s() - r->barrier_since;
+	enum cluster_barrier st = cluster_barrier_state(cl, r->barrier);
+	if (st == CLUSTER_BARRIER_WAIT && waited <= BARRIER_WAIT_MAX_S && !r->w->closing) {
+		req_poll_in(r, waited < BARRIER_FAST_S ? 0.001 : BARRIER_POLL_S);
+		return true;
+	}
+	if (st != CLUSTER_BARRIER_PASSED) {
+		r->barrier_lapsed = true;
+		cluster_barrier_gave_up(cl);
+	}
+	r->barrier = 0;
+	return false;
+}
+
 enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -980,7 +1029,12 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 			authn_request(r);
 		if (r->has_err)
 			return req_respond_error(r);
-		if (cache_wants(r)) {
+		bool cached = cache_wants(r);
+		if ((cached || listcache_wants(r)) && (r->barrier = cluster_barrier(w->gw->cluster))) {
+			r->barrier_since = clock_mono_s();
+			return MHD_YES; /* called again at once: it waits below */
+		}
+		if (cached) {
 			cache_begin(r);
 			return MHD_YES;
 		}
@@ -999,6 +1053,16 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 	}
 	if (r->responded)
 		return MHD_YES;
+	if (r->barrier) { /* a read (no body) waiting for the read barrier */
+		if (barrier_waits(r)) {
+			req_suspend(r);
+			return MHD_YES;
+		}
+		if (req_cread(r))
+			cache_begin(r); /* answered below */
+		else if (!listcache_begin(r))
+			return pass_or_wait(r, true);
+	}
 	if (!r->client_body_done)
 		pass_finish_body(r);
 	if (cache_active(r) && cache_passes(r)) {

@@ -124,6 +124,9 @@ struct req {
 	uint64_t resp_len; /* MHD_SIZE_UNKNOWN when not known */
 	uint64_t told_ticket; /* a write's invalidation for the other nodes (cluster_publish_...) */
 	double told_wait;     /* when its answer's end began to wait for it (0: not yet) */
+	uint64_t barrier;     /* a read waiting for the cluster's read barrier (0: none) */
+	double barrier_since; /* when it began to */
+	bool barrier_lapsed;  /* it gave up waiting: what this node trusts is revalidated */
 
 	struct cread *cache;   /* the cached read (cache.c), once cache_wants said yes */
 	struct list_req *list; /* a listing the LIST cache may answer or keep (listcache.c) */

@@ -100,6 +100,7 @@ void req_unref(struct req *r) { (void)r; }
 const struct hdrs *req_upstream_headers(const struct req *r) { (void)r; return NULL; }
 uint64_t req_upstream_length(const struct req *r) { (void)r; return 0; }
 long req_upstream_status(const struct req *r) { (void)r; return 0; }
+bool req_barrier_lapsed(const struct req *r) { (void)r; return false; }
 bool req_upstream_wait(struct req *r) { (void)r; return false; }
 bool req_upstream_waits(const struct req *r) { (void)r; return false; }
 void req_upstream_unwait(struct req *r) { (void)r; }
