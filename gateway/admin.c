@@ -183,6 +183,8 @@ static void gauges_of(struct gw *gw, struct store_stats *st, struct metrics_gaug
 		g->invalidations_dropped = v.invalidations_dropped;
 		g->invalidations_unacknowledged = v.invalidations_unacknowledged;
 		g->resyncs = v.resyncs;
+		g->read_barriers = v.read_barriers;
+		g->read_barriers_lapsed = v.read_barriers_lapsed;
 		g->redis_reconnects = v.redis_reconnects;
 		g->members_rejected = v.members_rejected;
 		g->clock_known = v.clock_known;
@@ -411,11 +413,14 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                        "lookups", "found", (json_int_t)pc.found, "none",
 	                        (json_int_t)pc.none, "failed", (json_int_t)pc.failed, "skipped",
 	                        (json_int_t)pc.skipped);
-	return send_json(c, 200, json_pack("{s:b,s:s,s:I,s:b,s:b,s:o,s:o,s:I,s:o,s:I,s:I,s:I,s:I,"
-	                                   "s:I,s:I,s:I,s:o}",
+	json_t *barriers = json_pack("{s:I,s:I}", "waited", (json_int_t)v.read_barriers,
+	                             "lapsed", (json_int_t)v.read_barriers_lapsed);
+	return send_json(c, 200, json_pack("{s:b,s:s,s:I,s:b,s:b,s:b,s:o,s:o,s:I,s:o,s:I,s:I,s:I,"
+	                                   "s:I,s:I,s:I,s:I,s:o,s:o}",
 	                                   "clustered", 1, "self", v.self, "protocol",
 	                                   (json_int_t)CLUSTER_PROTOCOL, "redis_up", v.redis_up,
-	                                   "subscribed", v.subscribed, "members",
+	                                   "subscribed", v.subscribed, "joining", v.joining,
+	                                   "members",
 	                                   members, "other_protocol", others, "members_rejected",
 	                                   (json_int_t)v.members_rejected, "directory", dir,
 	                                   "redis_reconnects",
@@ -429,7 +434,8 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                                   (json_int_t)v.invalidations_dropped,
 	                                   "invalidations_unacknowledged",
 	                                   (json_int_t)v.invalidations_unacknowledged, "resyncs",
-	                                   (json_int_t)v.resyncs, "clock_offset_ms",
+	                                   (json_int_t)v.resyncs, "read_barriers", barriers,
+	                                   "clock_offset_ms",
 	                                   v.clock_known ? json_integer((json_int_t)v.clock_offset_ms)
 	                                                 : json_null()), NULL);
 }

@@ -698,6 +698,14 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		                   "Times this node revalidated all it caches because it may have "
 		                   "missed invalidations (it subscribed again, or another node "
 		                   "dropped some).");
+		r = r ? r : family(out, "larder_cluster_read_barriers_total", "counter",
+		                   "Reads that waited, while the other nodes may not count this one "
+		                   "yet, for it to apply what Redis had sent it: passed, or lapsed "
+		                   "(they gave up after 1 s, and revalidated with S3).");
+		r = r ? r : sample(out, "larder_cluster_read_barriers_total", "result=\"passed\"",
+		                   g->read_barriers - g->read_barriers_lapsed);
+		r = r ? r : sample(out, "larder_cluster_read_barriers_total", "result=\"lapsed\"",
+		                   g->read_barriers_lapsed);
 		r = r ? r : family(out, "larder_cluster_redis_reconnects_total", "counter",
 		                   "Reconnections to Redis.");
 		r = r ? r : sample(out, "larder_cluster_redis_reconnects_total", NULL,

@@ -110,6 +110,8 @@ struct metrics_gauges {
 	uint64_t invalidations_dropped;   /* queued while Redis was down, past the bound */
 	uint64_t invalidations_unacknowledged; /* a write went on without every node's ack */
 	uint64_t resyncs;                 /* all metadata revalidated: invalidations maybe missed */
+	uint64_t read_barriers;           /* reads that waited for the read barrier (joining) */
+	uint64_t read_barriers_lapsed;    /* of those, reads that gave up on it and revalidated */
 	uint64_t redis_reconnects;
 	uint64_t members_rejected;        /* membership entries not signed with the secret */
 	bool clock_known;                 /* clock_offset_ms was measured */

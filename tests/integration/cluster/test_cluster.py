@@ -144,6 +144,13 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
             return json.loads(r.read())
 
     @classmethod
+    def metrics_text(cls, node):
+        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % node.admin_port,
+                                     headers={"Authorization": "Bearer " + TOKEN})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.read().decode()
+
+    @classmethod
     def redis_cli(cls, *args):
         out = subprocess.run(["redis-cli", "-p", str(cls.redis.port)] + list(args),
                              capture_output=True, text=True, timeout=10)

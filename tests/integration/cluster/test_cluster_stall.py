@@ -14,10 +14,9 @@ import shutil
 import signal
 import tempfile
 import time
-import urllib.request
 
 import harness
-from test_cluster import TOKEN, ClusterBase
+from test_cluster import ClusterBase
 
 STALL_MS = 3000
 HOLD_KEY, HOLD_MS = "hold/acks", 2500
@@ -70,12 +69,6 @@ class ClusterStalledDisk(ClusterBase):
                       r'(\d+)$', text, re.M)
         self.assertTrue(m, text)
         return int(m.group(1))
-
-    def metrics_text(self, node):
-        req = urllib.request.Request("http://127.0.0.1:%d/metrics" % node.admin_port,
-                                     headers={"Authorization": "Bearer " + TOKEN})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.read().decode()
 
     def write_then_read(self, keys):
         """Each key written through node-0, then read through node-1 right after the answer:
