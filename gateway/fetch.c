@@ -64,6 +64,9 @@ struct fetch {
 	                              * asked for from there on (0: the whole chunk) */
 	struct fetch *partner;       /* the other fetch of a chunk filled as two parts */
 	bool tail;                   /* it fills its chunk from c->split on (split_fill) */
+	bool after_partner;          /* the head part in a cluster: starts once the tail's
+	                              * target has its range (start_partner) */
+	unsigned asks_at;            /* the hop this attempt asks at (ask_hop) */
 	uint64_t skip;               /* body bytes before that chunk's first, not kept */
 	uint64_t size;               /* the object's size, as its metadata says */
 	struct chunk *c;             /* the chunk being filled (a reference) */
@@ -420,6 +423,15 @@ static unsigned ask_hop(const struct fetch *f)
 	return !f->to_peer ? 0 : f->to_holder ? PEER_MAX_HOP : f->hop + 1;
 }
 
+/* The ask_hop a chunk's waiters are judged by (obj_may_wait): f's, or with
+ * a partner, whichever of the two parts' a request may wait for less. */
+static unsigned chunk_ask_hop(struct fetch *f)
+{
+	f->asks_at = ask_hop(f);
+	unsigned a = f->asks_at, b = f->partner ? f->partner->asks_at : 0;
+	return !a ? b : !b || a < b ? a : b;
+}
+
 /* learn: a first chunk up to this size is filled past the memory bound. */
 #define CHUNK0_FILL_ANYWAY (1024 * 1024)
 
@@ -460,8 +472,10 @@ static int claim_chunk(void *arg, struct chunk *c, uint64_t index)
  * and [0, from) by a second one, h, which split_fill ties to it. One GET
  * more, no byte more. Each fills its part in order (chunk_split); whichever
  * ends last completes the chunk, and a failure of either fails it and stops
- * the other. Both run on the same worker. Not in a cluster, whose chunks
- * come whole from their owner node.
+ * the other. Both run on the same worker. In a cluster both parts ask the
+ * node f asks (the owner, or a holder), and h only once that node has f's
+ * range (start_partner): the first range it sees of a chunk it does not
+ * hold decides how it fetches it, and [from, end] first makes it split too.
  */
 static uint64_t split_min(uint64_t cs)
 {
@@ -472,13 +486,13 @@ static uint64_t split_min(uint64_t cs)
 }
 
 /* Whether a first byte from bytes into a chunk of len (of cs-byte chunks)
- * of bucket/key makes it two GETs: deep enough, not in a cluster, and not
- * while S3 throttles the key's prefix (a random reader's GETs nearly
- * double, and S3 refuses GETs there already). */
+ * of bucket/key makes it two GETs: deep enough, and not while S3 throttles
+ * the key's prefix (a random reader's GETs nearly double, and S3 refuses
+ * GETs there already). */
 static bool split_worth(const struct worker *w, const char *bucket, const char *key,
                         uint64_t from, uint64_t len, uint64_t cs)
 {
-	return from >= split_min(cs) && from < len && !w->gw->cluster &&
+	return from >= split_min(cs) && from < len &&
 	       !shaper_throttling(w->gw->shaper, bucket, key);
 }
 
@@ -513,6 +527,18 @@ static void split_fill(struct fetch *f, struct fetch *h, size_t from)
 	f->partner = h;
 	f->tail = true;
 	chunk_split(f->c, from);
+}
+
+/* f's target has its range, or f asks S3: its partner, the head part, asks
+ * the same (or S3 where f's node failed), started from the loop. */
+static void start_partner(struct fetch *f)
+{
+	struct fetch *h = f->partner;
+	h->after_partner = false;
+	str_copy(h->holder, sizeof h->holder, f->holder_failed ? "" : f->holder);
+	h->peer_failed = f->peer_failed;
+	ev_timer_set(&h->slot_timer, 0, 0);
+	ev_timer_start(f->w->loop, &h->slot_timer);
 }
 
 /* A whole-object answer to x-amz-checksum-mode: its x-amz-checksum-*
@@ -641,8 +667,7 @@ static void learn(struct fetch *f)
 	}
 	if (head && f->c) { /* started from the loop, outside this curl callback */
 		split_fill(f, head, f->from);
-		ev_timer_set(&head->slot_timer, 0, 0);
-		ev_timer_start(f->w->loop, &head->slot_timer);
+		start_partner(f);
 	} else if (head) {
 		fetch_free(head);
 	}
@@ -690,6 +715,8 @@ static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 			 * node failed, see fetch_done). Never these bytes. */
 			f->discard = true;
 			f->changed = true;
+		} else if (f->partner && f->partner->after_partner) {
+			start_partner(f);
 		}
 	}
 	return TRANSFER_GO;
@@ -856,9 +883,11 @@ static int start_transfer(struct fetch *f)
 	/* Marked before it asks, so before any request it causes arrives.
 	 * Alone, every fetch asks S3: chunks and loads start marked so. */
 	if (gw->cluster && f->c)
-		atomic_store(&f->c->ask_hop, ask_hop(f));
+		atomic_store(&f->c->ask_hop, chunk_ask_hop(f));
 	else if (gw->cluster && f->meta_kind)
 		meta_set_ask_hop(gw->meta, f->bucket, f->key, ask_hop(f));
+	if (f->partner && f->partner->after_partner && !f->to_peer)
+		start_partner(f);
 	struct hdrs h;
 	hdrs_init(&h);
 	char range[CONTENT_RANGE_SIZE];
@@ -989,20 +1018,23 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 		return -ENOMEM;
 	aim(f, c, index, m->etag, m->size, index == 0 ? (struct obj_meta *)m : NULL, hop, charge,
 	    pin ? pin : "");
-	/* The reader's first byte deep in it: two parts at once. */
+	/* The reader's first byte deep in it: two parts at once (in a
+	 * cluster, the head once f's node has f's range: start_partner). */
 	struct fetch *h = NULL;
 	if (split_worth(w, bucket, key, from, c->len, chunk_bytes(f)) &&
-	    (h = fetch_new(w, bucket, key, background)))
+	    (h = fetch_new(w, bucket, key, background))) {
 		split_fill(f, h, from);
-	else
+		h->after_partner = w->gw->cluster != NULL;
+	} else {
 		chunk_keep(c);
+	}
 	if (begin(f) != 0) {
 		if (h)
 			fetch_free(h);
 		fetch_free(f);
 		return -EIO;
 	}
-	if (h && begin(h) != 0) {
+	if (h && !w->gw->cluster && begin(h) != 0) {
 		transfer_stop(&f->x);
 		fetch_free(f);
 		fetch_free(h);
@@ -1089,7 +1121,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	if (f->to_peer && !f->cancelled && !learnt_only &&
 	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
 	     status == 401 || status == 403 || f->c) &&
-	    !(f->c && chunk_produced(f->c) == f->c->len)) {
+	    !(f->c && part_produced(f) >= part_end(f))) { /* its part of a split chunk */
 		/* The node is gone, refused, or broke off: a holder's failure
 		 * sends us to the owner, the owner's to S3, from the bytes
 		 * already received. So does a node that answered for another
