@@ -61,6 +61,7 @@ def wait_http(port, path='/'):
             return
         except OSError:
             time.sleep(0.1)
+    sys.exit('nothing answers on port %d' % port)
 
 def wait_members(port, n):
     for _ in range(200):
