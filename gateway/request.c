@@ -1006,6 +1006,32 @@ static bool barrier_waits(struct req *r)
 	return false;
 }
 
+/*
+ * A client that sends part of its body and closes its connection: when its
+ * FIN arrives with the last bytes, libmicrohttpd reads those in pieces of
+ * its buffer's size, takes the socket for drained once a read brings less
+ * than it asked for (edge-triggered epoll, no new edge for the FIN) and
+ * never reads the FIN. The request then held its connection, its key's
+ * upstream slot and the PUT to S3 until the client timeout (60 s), and a
+ * SIGTERM's drain waited for it. So once every byte read is taken and the
+ * body's length says more are due, a peek tells whether the client is
+ * gone. Not over TLS: GnuTLS may hold bytes it read from the socket.
+ */
+static bool left_mid_body(struct req *r)
+{
+	int64_t due = r->body == BODY_CHUNKED ? r->in_len : r->body == BODY_RAW ? r->up_len : -1;
+	if (due < 0 || r->bytes_in >= (uint64_t)due || !r->conn_slot || r->w->gw->tls_cert)
+		return false;
+	char c;
+	ssize_t n = recv(r->conn_slot->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+		return false;
+	r->gone = true;
+	req_cut(r, "client-abort");
+	log_debug("server", "id=%s the client left in the middle of its body", r->id);
+	return true;
+}
+
 enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -1049,6 +1075,8 @@ enum MHD_Result request_access_cb(void *cls, struct MHD_Connection *conn, const 
 		*upload_data_size -= used;
 		if (*upload_data_size)
 			req_suspend(r); /* no room: wait for curl to drain */
+		else if (left_mid_body(r))
+			return MHD_NO; /* closes it, as libmicrohttpd does a client abort */
 		return MHD_YES;
 	}
 	if (r->responded)
