@@ -298,7 +298,12 @@ bool cluster_published(struct cluster *cl, uint64_t ticket)
 	pthread_mutex_lock(&cl->lock);
 	bool over;
 	if (!out) {
-		over = cl->state != REDIS_UP || cl->stopping;
+		/* Before its first heartbeat (up to a second after the start) a
+		 * node has no connection to publish on: not Redis down, whose
+		 * writes nobody can be told of. Its queue goes out with that
+		 * heartbeat, whose answer waits; before, the answer went at once
+		 * and the other nodes served the replaced bytes until then. */
+		over = cl->state == REDIS_DOWN || cl->stopping;
 	} else {
 		size_t i = ticket % PEND_MAX;
 		over = cl->pend[i].seq != ticket || /* refused, or its place reused */
