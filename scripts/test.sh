@@ -155,8 +155,29 @@ if ((deps_rc != 2)) && (($# == 0)); then
   tsan_py_pass=$int_pass tsan_py_fail=$int_fail tsan_py_skip=$int_skip
 fi
 
-passed=$((check_pass + meson_pass + tsan_pass + py_pass + tsan_py_pass))
-failed=$((check_fail + meson_fail + tsan_fail + py_fail + tsan_py_fail))
+# --- a short seeded soak of a three-node cluster against the ASan larder
+# (tests/soak/soak.py --ci: every answer checked against a model of the
+# origin's versions, nodes and Redis restarted meanwhile; about a minute).
+# A failing run keeps its logs in the ASan build folder.
+soak_pass=0 soak_fail=0
+if ((deps_rc != 2)) && (($# == 0)); then
+  echo "== soak (tests/soak/soak.py --ci) against $LARDER_ASAN_BUILD_DIR/gateway/larder"
+  soak_out="$(mktemp)"
+  LARDER_BIN="$LARDER_ASAN_BUILD_DIR/gateway/larder" timeout --signal=TERM --kill-after=30 300 \
+    python3 tests/soak/soak.py --ci --seed 1 --keep "$LARDER_ASAN_BUILD_DIR/soak-logs" \
+    2>&1 | tee "$soak_out"
+  read -r soak_pass soak_fail < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' \
+    "$soak_out" | tail -1)
+  soak_pass=${soak_pass:-0} soak_fail=${soak_fail:-0}
+  if ((soak_pass + soak_fail == 0)); then
+    soak_fail=1
+    notes+=("the soak ended without its count line (timeout or crash)")
+  fi
+  rm -f "$soak_out"
+fi
+
+passed=$((check_pass + meson_pass + tsan_pass + py_pass + tsan_py_pass + soak_pass))
+failed=$((check_fail + meson_fail + tsan_fail + py_fail + tsan_py_fail + soak_fail))
 skipped=$((meson_skip + tsan_skip + py_skip + tsan_py_skip))
 echo
 echo "== summary"
@@ -165,6 +186,7 @@ echo "meson (unit, fuzz): $meson_pass passed, $meson_fail failed, $meson_skip sk
 echo "unit under TSan:    $tsan_pass passed, $tsan_fail failed, $tsan_skip skipped"
 echo "integration:        $py_pass passed, $py_fail failed, $py_skip skipped"
 echo "integration, TSan:  $tsan_py_pass passed, $tsan_py_fail failed, $tsan_py_skip skipped"
+echo "soak:               $soak_pass passed, $soak_fail failed"
 for n in "${notes[@]}"; do echo "note: $n"; done
 if ((skipped)); then
   echo "$passed passed, $failed failed, $skipped skipped"
