@@ -13,9 +13,11 @@ While it may not be counted (docs/cluster.md, "the read barrier"), a read throug
 waits until node-1 applied what Redis had pushed to it before the read came (a PING on its
 subscribed connection, answered after those messages), at most 1 s; past that it revalidates.
 """
+import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 
 import harness
@@ -60,25 +62,28 @@ class ClusterJoinerNotYetCounted(ClusterBase):
                          {"passed": b["waited"] - b["lapsed"], "lapsed": b["lapsed"]})
         return b["waited"], b["lapsed"]
 
-    def rejoin_refused(self, stall_ms):
+    def rejoin_refused(self, stall_ms, release=""):
         """node-1 starts again and subscribes, but Redis refuses its membership entry: node-0
         does not count it (as in the heartbeat or two after a node joins). Its listening
-        thread will be held stall_ms after the next purge it hears from node-0."""
+        thread will be held stall_ms after the next purge it hears from node-0, or until the
+        file release exists."""
         writer, joiner = self.nodes
         self.assertEqual(joiner.stop(), 0)
         self.wait_members(1)
         self.redis_cli("ACL", "SETUSER", "node-1", "-set")
         self.addCleanup(self.redis_cli, "ACL", "SETUSER", "node-1", "+set")
         joiner.env["LOGSTALL_MS"] = str(stall_ms)
+        joiner.env["LOGSTALL_RELEASE"] = release
         joiner.start()
         self.wait_view(joiner, lambda v: v["subscribed"] and v["joining"],
                        "node-1 did not subscribe")
         self.assertEqual(len(self.view(writer)["members"]), 1)
 
-    def write_behind_a_held_thread(self, prefix, stall_ms):
+    def write_behind_a_held_thread(self, prefix, stall_ms, release=None):
         """Reads and lists prefix through node-1 (trusted and kept), then holds node-1's
         listening thread with a purge and writes through node-0, which does not wait for
-        node-1. Checks what node-1 served then; returns when the hold began."""
+        node-1. Checks what node-1 served then; returns when the hold began. With release
+        (the hold's release file), the hold ends 0.2 s after the read was sent."""
         writer, joiner = self.nodes
         key = prefix + "k"
         self.direct.put_object(Bucket="shared", Key=key, Body=b"old")
@@ -93,17 +98,23 @@ class ClusterJoinerNotYetCounted(ClusterBase):
         writer.client().put_object(Bucket="shared", Key=key + "2", Body=b"added")
         wrote = time.monotonic() - t0
         self.assertLess(wrote, stall_ms / 1e3, "too slow for this test: node-1 heard the writes")
+        if release:
+            ends = threading.Timer(0.2, lambda: open(release, "w").close())
+            ends.start()
+            self.addCleanup(ends.cancel)
         got = {"read": self.read(joiner, key), "listed": self.listed(joiner, prefix)}
         self.assertEqual(got, {"read": b"new", "listed": [key, key + "2"]})
         return t0
 
     def test_reads_wait_for_the_held_thread(self):
-        """Held 0.8 s: the read and the listing wait until node-1 applied the writes' messages
-        (the barrier passes within its 1 s bound), and are fresh without revalidating."""
-        self.rejoin_refused(800)
+        """Held until 0.2 s after the read was sent (however long the writes took): the read
+        and the listing wait until node-1 applied the writes' messages (the barrier passes
+        within its 1 s bound), and are fresh without revalidating."""
+        release = os.path.join(self.tmp, "release-held")
+        self.rejoin_refused(30000, release)
         joiner = self.nodes[1]
         waited, lapsed = self.barriers(joiner)
-        self.write_behind_a_held_thread("held/", 800)
+        self.write_behind_a_held_thread("held/", 30000, release)
         waited_now, lapsed_now = self.barriers(joiner)
         self.assertGreaterEqual(waited_now - waited, 6, "every read and listing waited")
         self.assertEqual(lapsed_now, lapsed, "none gave up: the barrier passed")

@@ -5,6 +5,8 @@
  * microseconds apart). larder logs each line with one fputs to stderr: the
  * first line containing $LOGSTALL_MATCH is written, then its thread sleeps
  * $LOGSTALL_MS milliseconds before fputs returns. Later lines pass at once.
+ * With $LOGSTALL_RELEASE (a path) the hold ends early once that file exists:
+ * a test that cannot know how long its own steps take ends the hold itself.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int (*fputs_fn)(const char *, FILE *);
 
@@ -30,10 +33,17 @@ int fputs(const char *s, FILE *f)
 	if (f == stderr && match && *match && strstr(s, match) &&
 	    !atomic_exchange(&stalled, true)) {
 		const char *ms_text = getenv("LOGSTALL_MS");
+		const char *release = getenv("LOGSTALL_RELEASE");
 		long ms = ms_text ? strtol(ms_text, NULL, 10) : 0;
-		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-			;
+		/* In steps of 10 ms, so that the release file is seen. */
+		for (long left = ms; left > 0; left -= 10) {
+			if (release && *release && access(release, F_OK) == 0)
+				break;
+			long step = left < 10 ? left : 10;
+			struct timespec ts = { 0, step * 1000000L };
+			while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+				;
+		}
 	}
 	return rc;
 }
