@@ -112,6 +112,20 @@ static bool keys_of(struct MHD_Connection *c, json_t *jkeys, const char ***out,
 	return true;
 }
 
+/* Whether larder's upstream credentials may read bucket; when not, the
+ * refusal queued (*ret): 403 or 404 bucket_unreadable as upstream said, 502
+ * or 503 upstream_unavailable when upstream could not say (worth a retry). */
+static bool bucket_readable(struct admin *a, struct MHD_Connection *c, const char *bucket,
+                            enum MHD_Result *ret)
+{
+	char err[256];
+	int st = prefetch_check_bucket(a->gw, bucket, err, sizeof err);
+	if (st)
+		*ret = send_error(c, (unsigned)st, st == 403 || st == 404 ? "bucket_unreadable"
+		                  : "upstream_unavailable", NULL, "%s", err);
+	return st == 0;
+}
+
 /* The checks a job's bucket and key list pass: a valid name, keys (into
  * *keys, see keys_of) and a bucket larder's credentials may read. false
  * with the error answer queued (*ret). */
@@ -124,13 +138,7 @@ static bool bucket_and_keys_ok(struct admin *a, struct MHD_Connection *c, const 
 	}
 	if (jkeys && !keys_of(c, jkeys, keys, ret))
 		return false;
-	char err[256];
-	if (prefetch_check_bucket(a->gw, bucket, err, sizeof err) != 0) {
-		*ret = send_error(c, strstr(err, "does not exist") ? 404 : 403, "bucket_unreadable",
-		                  NULL, "%s", err);
-		return false;
-	}
-	return true;
+	return bucket_readable(a, c, bucket, ret);
 }
 
 /* A pin job that lists its objects knows its size once listed: waits
@@ -222,12 +230,7 @@ static enum MHD_Result prefetch_profile(struct admin *a, struct MHD_Connection *
 		if (!first_of(buckets, i))
 			continue;
 		distinct++;
-		char err[256];
-		if (prefetch_check_bucket(a->gw, buckets[i], err, sizeof err) != 0) {
-			ret = send_error(c, strstr(err, "does not exist") ? 404 : 403,
-			                 "bucket_unreadable", NULL, "%s", err);
-			ok = false;
-		}
+		ok = bucket_readable(a, c, buckets[i], &ret);
 	}
 	/* One job per bucket, each in the order the profile read its keys:
 	 * sel holds them bucket after bucket. */

@@ -58,7 +58,9 @@ struct prefetch *prefetch_create(struct gw *gw, struct worker *w);
 void prefetch_destroy(struct prefetch *p);
 
 /* Checks that larder's upstream credentials may read the bucket (a
- * blocking HEAD; not for worker threads). Returns 0, or -1 with a message. */
+ * blocking HEAD; not for worker threads). Returns 0, or with a message the
+ * HTTP status to refuse with: 403 or 404 (upstream's answer for the
+ * bucket), 503 (upstream answered 503), 502 (unreachable, or another answer). */
 int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t errlen);
 
 /* Jobs that have not finished (gated ones, lookaheads', included) at once:

@@ -337,7 +337,13 @@ int prefetch_check_bucket(struct gw *gw, const char *bucket, char *err, size_t e
 		snprintf(err, errlen, "upstream answered %ld for bucket %s", status, bucket);
 	transfer_fini(&t);
 	up_target_fini(&bc.target);
-	return rc == 0 && status == 200 ? 0 : -1;
+	if (rc == 0 && status == 200)
+		return 0;
+	/* S3's refusals are the bucket's; anything else is upstream's trouble,
+	 * which a retry may get past (503: S3 said so, SlowDown). */
+	return rc == 0 && (status == 403 || status == 404) ? (int)status
+	       : rc == 0 && status == 503                   ? 503
+	                                                    : 502;
 }
 
 int prefetch_read_object(struct gw *gw, const char *bucket, const char *key, struct buf *body,

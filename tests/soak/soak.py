@@ -846,7 +846,9 @@ class Soak:
                 if st == 202:
                     self.jobs.append((ni, self.nodes[ni].pid, ans["job"]))
                 elif not (st == 409 and isinstance(ans, dict)
-                          and "pin" in json.dumps(ans)):  # pin_too_large: pins fill RAM
+                          and "pin" in json.dumps(ans)) and not (  # pin_too_large: RAM full
+                        self.origin is not None and st in (502, 503) and isinstance(ans, dict)
+                        and ans.get("error") == "upstream_unavailable"):  # a fault armed
                     self.fail("warm", node=ni, status=st, answer=str(ans)[:300], body=body)
             elif what.startswith("purge"):
                 body = {"bucket": BUCKET}

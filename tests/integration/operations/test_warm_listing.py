@@ -70,6 +70,24 @@ class WarmListing(AdminCalls, unittest.TestCase):
         self.addCleanup(self.call, "DELETE", "/admin/jobs/" + r["job"])  # one left listing
         return self.wait_job(r["job"], timeout=30)
 
+    def test_upstream_trouble_is_not_a_refusal(self):
+        """A bucket check that upstream could not answer (503 SlowDown, a 500) is refused as
+        upstream's trouble, 503 or 502 upstream_unavailable, which a retry may get past; it
+        was 403 bucket_unreadable, as if larder's credentials could not read the bucket."""
+        body = {"bucket": BUCKET, "keys": ["d/0"]}
+        for status, code, want in ((503, "SlowDown", 503), (500, "InternalError", 502)):
+            self.origin.fail_next(1, status=status, code=code, methods=("HEAD",), bucket=BUCKET)
+            st, r = self.call("POST", "/admin/prefetch", body)
+            self.assertEqual((st, r.get("error")), (want, "upstream_unavailable"), r)
+            self.assertIn("upstream answered %d" % status, r.get("message", ""), r)
+        st, r = self.call("POST", "/admin/prefetch", body)  # the retry
+        self.assertEqual(st, 202, r)
+        self.assertEqual(self.wait_job(r["job"], timeout=30)["state"], "done")
+        self.origin.fail_next(1, status=403, code="AccessDenied", message="Access Denied",
+                              methods=("HEAD",), bucket=BUCKET)
+        st, r = self.call("POST", "/admin/prefetch", body)
+        self.assertEqual((st, r.get("error")), (403, "bucket_unreadable"), r)
+
     def test_paged_listing_warms_every_page(self):
         def pages(q):
             at = int(q.get("continuation-token", "0"))
