@@ -456,8 +456,8 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->clock_offset_ms = cl->clock_offset_ms;
 	for (size_t i = 0; i < cl->snap->n; i++)
 		out->directory_entries += cl->snap->m[i].dir_entries;
+	out->joining = cl_joining_locked(cl);
 	pthread_mutex_unlock(&cl->lock);
-	out->joining = cluster_joining(cl);
 }
 
 size_t cluster_members(struct cluster *cl, char (*ids)[CLUSTER_NAME_MAX],

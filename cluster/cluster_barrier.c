@@ -74,8 +74,7 @@ enum cluster_barrier cl_bar_state(const struct read_barrier *b, uint64_t ticket)
 
 /* ---- the cluster's ---- */
 
-/* Whether this node may not be counted by the others yet. Call with cl->lock held. */
-static bool joining_locked(const struct cluster *cl)
+bool cl_joining_locked(const struct cluster *cl)
 {
 	return cl->subscribed &&
 	       (cl->state != REDIS_UP ||
@@ -87,7 +86,7 @@ bool cluster_joining(struct cluster *cl)
 	if (!cl)
 		return false;
 	pthread_mutex_lock(&cl->lock);
-	bool joining = joining_locked(cl);
+	bool joining = cl_joining_locked(cl);
 	pthread_mutex_unlock(&cl->lock);
 	return joining;
 }
@@ -99,7 +98,7 @@ uint64_t cluster_barrier(struct cluster *cl)
 	uint64_t ticket = 0;
 	bool wake = false;
 	pthread_mutex_lock(&cl->lock);
-	if (joining_locked(cl)) {
+	if (cl_joining_locked(cl)) {
 		wake = cl_bar_ask(&cl->bar, &ticket);
 		cl->bar_waits++;
 	}

@@ -235,6 +235,8 @@ void cl_bar_pong(struct read_barrier *b);
 /* The subscribed connection is gone: its PING with it, and what was asked is lost. */
 void cl_bar_lost(struct read_barrier *b);
 enum cluster_barrier cl_bar_state(const struct read_barrier *b, uint64_t ticket);
+/* Whether this node may not be counted by the others yet (cluster_joining). Under cl->lock. */
+bool cl_joining_locked(const struct cluster *cl);
 
 /* ---- invalidations (cluster_inval.c) ---- */
 

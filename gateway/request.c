@@ -227,26 +227,26 @@ static size_t pool_held(const struct req *r)
 }
 
 /* The bytes of resp's header block, with what libmicrohttpd adds (the
- * status line, Content-Length, Connection) and a Date, and whether they
- * fit beside r's request in the connection's pool (req.h). */
+ * status line, Content-Length, Connection) and a Date, what r's request
+ * holds of the connection's pool, and whether they fit beside it (req.h). */
 static bool answer_fits(const struct req *r, struct MHD_Response *resp, size_t *need,
-                        size_t *pool)
+                        size_t *held, size_t *pool)
 {
 	*need = 256;
 	*pool = r->w->gw->cfg->max_header_bytes + REQ_POOL_EXTRA;
 	MHD_get_response_headers(resp, count_header, need);
-	return pool_held(r) + *need <= *pool;
+	*held = pool_held(r);
+	return *held + *need <= *pool;
 }
 
 /* Whether resp's headers fit beside r's request in the connection's pool
  * (req.h, req_queue_response); when not, resp is let go and r failed. */
 static bool headers_fit(struct req *r, struct MHD_Response *resp)
 {
-	size_t need, pool;
-	if (answer_fits(r, resp, &need, &pool))
+	size_t need, held, pool;
+	if (answer_fits(r, resp, &need, &held, &pool))
 		return true;
 	MHD_destroy_response(resp);
-	size_t held = pool_held(r);
 	log_warn("http", "id=%s an answer's headers (%zu bytes) do not fit beside its request "
 	         "(%zu of %zu)", r->id, need, held, pool);
 	char msg[200];
@@ -694,8 +694,8 @@ enum MHD_Result req_respond_error(struct req *r)
 	if ((unread_body(r) || r->err == S3E_SLOW_DOWN || r->close_after) && !closing_after(r))
 		MHD_add_response_header(resp, "Connection", "close");
 	req_upstream_unwait(r);
-	size_t need, pool;
-	if (!answer_fits(r, resp, &need, &pool)) {
+	size_t need, held, pool;
+	if (!answer_fits(r, resp, &need, &held, &pool)) {
 		/* libmicrohttpd would close the connection with no answer: a
 		 * request refused as too large may fill the pool itself. */
 		MHD_destroy_response(resp);
