@@ -16,6 +16,7 @@
 
 #include "gateway/cread.h"
 #include "gateway/fetch.h"
+#include "gateway/limits.h"
 #include "gateway/pins.h"
 #include "gateway/req.h"
 #include "store/object.h"
@@ -257,24 +258,41 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
 	struct req *r = p->r;
 	/* A fetch goes to the origin: before the answer it takes the key's
 	 * upstream slot (max_upstream_requests), waiting for one (503 SlowDown
-	 * when none came in time); a read-ahead before the answer, and a
-	 * reader halfway through its answer, take one if they can. */
-	if (!req_responded(r) &&
-	    (cread_over_budget(r, 0) || !(p->now ? req_upstream_wait(r) : req_upstream_try(r)))) {
+	 * when none came in time); a reader halfway through its answer takes
+	 * one if it can. A read-ahead takes a slot of its own for the fetch's
+	 * life when the key has a limit, and is not started without one: the
+	 * reader's slot would let one capped reader hold 1 + LARDER_READAHEAD
+	 * of its prefix's S3 window (audit round 9); without a limit it takes
+	 * the reader's if it can. */
+	bool before = !req_responded(r);
+	const char *slot_key = NULL;
+	if (before && cread_over_budget(r, 0)) {
 		p->declined = true;
 		return FETCH_ERR_CANCELLED;
 	}
-	if (req_responded(r))
+	if (!p->now && req_upstream_capped(r)) {
+		if (!(slot_key = req_upstream_ahead(r))) {
+			p->declined = true;
+			return FETCH_ERR_CANCELLED;
+		}
+	} else if (before && !(p->now ? req_upstream_wait(r) : req_upstream_try(r))) {
+		p->declined = true;
+		return FETCH_ERR_CANCELLED;
+	} else if (!before) {
 		req_upstream_try(r);
+	}
 	/* The reader's position, when in this chunk: bytes deep in it are not
 	 * kept waiting for the chunk's start (fetch.h). */
 	struct cread *c = req_cread(r);
 	uint64_t cs = cread_chunk_bytes(r), at = obj_chunk_offset(i, cs);
 	uint64_t from = p->now && c->pos > at && obj_chunk_index(c->pos, cs) == i ? c->pos - at : 0;
 	struct fetch_producer fp = { req_worker(r), req_bucket(r), req_key(r), c->meta,
-	                             req_peer_hop(r), NULL, false, req_charge(r), from };
+	                             req_peer_hop(r), NULL, false, req_charge(r), from, slot_key };
 	c->miss = true;
-	return fetch_produce(&fp, ch, i);
+	int rc = fetch_produce(&fp, ch, i);
+	if (rc && slot_key)
+		limits_upstream_give(slot_key);
+	return rc;
 }
 
 /* A want of chunk i of the object, fetching it if nobody has it.
@@ -294,7 +312,8 @@ static struct chunk *get_chunk(struct req *r, uint64_t i, bool now)
 		p.declined = true;
 	if (ch && p.declined) {
 		obj_unwant(ch, false);
-		req_cread(r)->busy = true;
+		if (now) /* a read-ahead declined changes nothing of the answer */
+			req_cread(r)->busy = true;
 		return NULL;
 	}
 	if (ch && now) /* held, or fetched by another reader: no slot needed now */

@@ -37,6 +37,7 @@
 #include "base/log.h"
 #include "cluster/peer.h"
 #include "cluster/placement.h"
+#include "gateway/limits.h"
 #include "gateway/pins.h"
 #include "gateway/range.h"
 #include "gateway/upstream.h"
@@ -103,6 +104,7 @@ struct fetch {
 	ev_timer slot_timer;         /* waiting for that place */
 	bool no_slot;                /* it waited too long for one: SlowDown */
 	unsigned charge;             /* the store charge of its chunk, and its slot's tenant */
+	char *slot_key;              /* the key whose max_upstream_requests slot it holds */
 	struct buf errbody;
 };
 
@@ -207,6 +209,9 @@ static void fetch_free(struct fetch *f)
 	free(f->bucket);
 	free(f->key);
 	free(f->revalidate);
+	if (f->slot_key)
+		limits_upstream_give(f->slot_key);
+	free(f->slot_key);
 	f->magic = 0;
 	free(f);
 }
@@ -1009,21 +1014,26 @@ struct fetch *fetch_meta_start_job(struct worker *w, const char *bucket, const c
 	return meta_start(w, NULL, NULL, 0, 0, bucket, key, revalidate, pin, whole, 0, 0);
 }
 
-static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, const char *key,
-                       const struct obj_meta *m, uint64_t index, unsigned hop, const char *pin,
-                       bool background, unsigned charge, uint64_t from)
+static int chunk_start(const struct fetch_producer *p, struct chunk *c, uint64_t index)
 {
-	struct fetch *f = fetch_new(w, bucket, key, background);
-	if (!f)
+	struct worker *w = p->w;
+	const char *bucket = p->bucket, *key = p->key;
+	const struct obj_meta *m = p->meta;
+	bool background = p->background;
+	char *slot_key = p->slot_key ? strdup(p->slot_key) : NULL;
+	struct fetch *f = p->slot_key && !slot_key ? NULL : fetch_new(w, bucket, key, background);
+	if (!f) {
+		free(slot_key);
 		return -ENOMEM;
-	aim(f, c, index, m->etag, m->size, index == 0 ? (struct obj_meta *)m : NULL, hop, charge,
-	    pin ? pin : "");
+	}
+	aim(f, c, index, m->etag, m->size, index == 0 ? (struct obj_meta *)m : NULL, p->hop,
+	    p->charge, p->pin ? p->pin : "");
 	/* The reader's first byte deep in it: two parts at once (in a
 	 * cluster, the head once f's node has f's range: start_partner). */
 	struct fetch *h = NULL;
-	if (split_worth(w, bucket, key, from, c->len, chunk_bytes(f)) &&
+	if (split_worth(w, bucket, key, p->from, c->len, chunk_bytes(f)) &&
 	    (h = fetch_new(w, bucket, key, background))) {
-		split_fill(f, h, from);
+		split_fill(f, h, p->from);
 		h->after_partner = w->gw->cluster != NULL;
 	} else {
 		chunk_keep(c);
@@ -1032,24 +1042,24 @@ static int chunk_start(struct worker *w, struct chunk *c, const char *bucket, co
 		if (h)
 			fetch_free(h);
 		fetch_free(f);
+		free(slot_key);
 		return -EIO;
 	}
 	if (h && !w->gw->cluster && begin(h) != 0) {
 		transfer_stop(&f->x);
 		fetch_free(f);
 		fetch_free(h);
+		free(slot_key);
 		return -EIO;
 	}
+	f->slot_key = slot_key; /* started: the slot is f's until it ends */
 	return 0;
 }
 
 int fetch_produce(void *arg, struct chunk *c, uint64_t index)
 {
 	const struct fetch_producer *p = arg;
-	return chunk_start(p->w, c, p->bucket, p->key, p->meta, index, p->hop, p->pin,
-	                   p->background, p->charge, p->from) == 0
-	               ? 0
-	               : FETCH_ERR_UPSTREAM;
+	return chunk_start(p, c, index) == 0 ? 0 : FETCH_ERR_UPSTREAM;
 }
 
 void fetch_disown(struct fetch *f)

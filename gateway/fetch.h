@@ -146,10 +146,14 @@ struct fetch_producer {
 	unsigned charge;             /* the store charge of the chunks (req_charge); 0: nobody */
 	uint64_t from;               /* the reader's first byte in the chunk: one deep in it
 	                              * is not kept waiting for those before (fetch.c) */
+	const char *slot_key;        /* a key id whose max_upstream_requests slot the caller
+	                              * took for this fetch (a read-ahead), or NULL: the
+	                              * fetch gives it back when it ends (limits.h) */
 };
 /* An obj_produce_fn (store/object.h) with arg a struct fetch_producer:
  * starts producing chunk c (a reference is taken) of the version
- * p->meta; FETCH_ERR_UPSTREAM when it could not start. */
+ * p->meta; FETCH_ERR_UPSTREAM when it could not start (p->slot_key's slot
+ * is then still the caller's). */
 int fetch_produce(void *arg, struct chunk *c, uint64_t index);
 
 /* The owner is gone: its fetch goes on for the other readers. */

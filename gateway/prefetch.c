@@ -286,7 +286,7 @@ static bool obj_step(struct pf_job *j, struct pf_obj *o)
 	/* Start more. */
 	struct obj_ref ref = { j->bucket, o->key, o->meta };
 	struct fetch_producer fp = { j->p->w, j->bucket, o->key, o->meta, 0,
-	                             j->pin ? j->pin_hdr : NULL, true, 0, 0 };
+	                             j->pin ? j->pin_hdr : NULL, true, 0, 0, NULL };
 	while (o->n_held < PF_HELD && o->next_chunk < o->n_chunks && under_cap(j)) {
 		uint64_t i = o->next_chunk;
 		enum store_role role;

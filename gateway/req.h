@@ -110,6 +110,14 @@ void req_upstream_unwait(struct req *r);
 /* A slot if there is one free, never refused: for a reader whose answer
  * has begun (it goes on without), and read-ahead (skipped without). */
 bool req_upstream_try(struct req *r);
+/* For one read-ahead fetch of r, when r's key has max_upstream_requests:
+ * takes a slot of the key for that fetch alone, returning the key id it is
+ * given back by (limits_upstream_give) when the fetch ends; NULL when none
+ * is free or requests wait for one (the chunk is fetched when the reader
+ * gets there). Also NULL, taking nothing, for a key without a limit and for
+ * another node's request: req_upstream_capped says which. */
+bool req_upstream_capped(const struct req *r);
+const char *req_upstream_ahead(struct req *r);
 /* The store charge of r's cache fills: its key's (limits_charge), 0 for an
  * unsigned request or another node's. */
 unsigned req_charge(const struct req *r);

@@ -477,6 +477,18 @@ bool req_upstream_try(struct req *r)
 	return r->upstream_slot || r->peer_hop;
 }
 
+bool req_upstream_capped(const struct req *r)
+{
+	return !r->peer_hop && r->max_upstream;
+}
+
+const char *req_upstream_ahead(struct req *r)
+{
+	if (!req_upstream_capped(r) || !limits_upstream_take(r->key_id, r->max_upstream))
+		return NULL;
+	return r->key_id;
+}
+
 unsigned req_charge(const struct req *r)
 {
 	return r->peer_hop ? 0 : limits_charge(r->key_id);

@@ -82,7 +82,7 @@ class KeyLimitsCase(harness.S3Asserts, unittest.TestCase):
         shutil.rmtree(cls.cache_dir, ignore_errors=True)
 
     def start(self, **extra):
-        env = dict(larder_env(self.cache_dir, LARDER_READAHEAD="0", **extra),
+        env = dict(larder_env(self.cache_dir, **dict({"LARDER_READAHEAD": "0"}, **extra)),
                    LARDER_UPSTREAM_URL=self.origin.url)
         larder = harness.Larder(env=env, config_text=CONFIG, client_key=False).start()
         self.addCleanup(finish_larder, self, larder)
@@ -329,6 +329,32 @@ class MaxUpstreamRequests(KeyLimitsCase):
             self.assertLess(time.monotonic() - t0, 2.5, query)
             self.origin.clear_faults()
             self.origin.wait_idle(10)
+
+    def test_read_ahead_takes_the_keys_slots_too(self):
+        # A capped key's read-ahead went upstream on its reader's one slot:
+        # two readers of cold 16 MiB objects (1 MiB chunks, read-ahead 8)
+        # kept 17 GETs in flight at the origin with a cap of 2 (audit round
+        # 9), most of a throttled S3 prefix's window, which the other keys
+        # then waited for. Each read-ahead fetch takes a slot of its own
+        # now: the two readers' GETs stay 2 at a time (3 allowed: the
+        # origin counts a GET in flight until its answer is written, when
+        # larder may have started the next). An uncapped reader still reads
+        # ahead, so the setting is not what keeps the count low.
+        larder = self.start(LARDER_READAHEAD="8", LARDER_CHUNK_SIZE="1MiB")
+        keys = ["ahead-%d" % i for i in range(3)]
+        for i, k in enumerate(keys):
+            self.origin.put_synthetic(BUCKET, k, 16 * MiB, seed=b"ahead%d" % i)
+        self.addCleanup(self.origin.throttle_above, None)
+
+        def reads(who, secret, names):
+            self.origin.throttle_above(1000, service_ms=100)
+            got = self.read_all(larder, names, who, secret)
+            self.assertEqual([r.status for r in got], [200] * len(names), got)
+            for k, r in zip(names, got):
+                self.assertEqual(r.body, bytes(self.origin.get(BUCKET, k).data), k)
+            return self.origin.max_inflight
+        self.assertLessEqual(reads(CAPPED, CAPPED_SECRET, keys[:2]), 3)
+        self.assertGreaterEqual(reads(FREE, FREE_SECRET, keys[2:]), 4)
 
     def test_other_keys_are_not_limited(self):
         larder = self.start()
