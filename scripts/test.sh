@@ -46,6 +46,22 @@ if [[ "${LARDER_TEST_SKIP_BUILD:-}" != 1 ]]; then
   fi
 fi
 
+# --- the larder of scripts/previous-release, for the rolling-upgrade tests
+# (LARDER_PREVIOUS_BIN; given, it is used as it is). Not there, they skip.
+if [[ -z "${LARDER_PREVIOUS_BIN:-}" ]]; then
+  prev_rc=0
+  if [[ "${LARDER_TEST_SKIP_BUILD:-}" != 1 || ! -x build-prev/larder ]]; then
+    echo "== scripts/build.sh previous"
+    scripts/build.sh previous
+    prev_rc=$?
+  fi
+  if ((prev_rc == 0)) && [[ -x build-prev/larder ]]; then
+    export LARDER_PREVIOUS_BIN="$ROOT/build-prev/larder"
+  else
+    notes+=("the previous release was not built (scripts/build.sh previous: $prev_rc): its rolling-upgrade tests are skipped")
+  fi
+fi
+
 # --- meson suites (cmocka unit tests, fuzz corpus replay) on the ASan build
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:print_summary=1"
@@ -155,25 +171,34 @@ if ((deps_rc != 2)) && (($# == 0)); then
   tsan_py_pass=$int_pass tsan_py_fail=$int_fail tsan_py_skip=$int_skip
 fi
 
-# --- a short seeded soak of a three-node cluster against the ASan larder
+# --- short seeded soaks of a three-node cluster against the ASan larder
 # (tests/soak/soak.py --ci: every answer checked against a model of the
-# origin's versions, nodes and Redis restarted meanwhile; about a minute).
-# A failing run keeps its logs in the ASan build folder.
+# origin's versions, nodes and Redis restarted meanwhile; about a minute
+# each): one of this version's nodes alone, and one with its third node
+# running the previous release (a rolling upgrade). A failing run keeps its
+# logs in the ASan build folder.
 soak_pass=0 soak_fail=0
-if ((deps_rc != 2)) && (($# == 0)); then
-  echo "== soak (tests/soak/soak.py --ci) against $LARDER_ASAN_BUILD_DIR/gateway/larder"
-  soak_out="$(mktemp)"
+# soak LABEL ARGS...: one soak run, counted
+soak() {
+  local label="$1" out p f; shift
+  echo "== soak ($label: tests/soak/soak.py --ci $*) against $LARDER_ASAN_BUILD_DIR/gateway/larder"
+  out="$(mktemp)"
   LARDER_BIN="$LARDER_ASAN_BUILD_DIR/gateway/larder" timeout --signal=TERM --kill-after=30 300 \
-    python3 tests/soak/soak.py --ci --seed 1 --keep "$LARDER_ASAN_BUILD_DIR/soak-logs" \
-    2>&1 | tee "$soak_out"
-  read -r soak_pass soak_fail < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' \
-    "$soak_out" | tail -1)
-  soak_pass=${soak_pass:-0} soak_fail=${soak_fail:-0}
-  if ((soak_pass + soak_fail == 0)); then
-    soak_fail=1
-    notes+=("the soak ended without its count line (timeout or crash)")
+    python3 tests/soak/soak.py --ci --keep "$LARDER_ASAN_BUILD_DIR/soak-logs-$label" "$@" \
+    2>&1 | tee "$out"
+  read -r p f < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$out" | tail -1)
+  if [[ -z "${p:-}" ]]; then
+    p=0 f=1
+    notes+=("the soak ($label) ended without its count line (timeout or crash)")
   fi
-  rm -f "$soak_out"
+  soak_pass=$((soak_pass + p)) soak_fail=$((soak_fail + f))
+  rm -f "$out"
+}
+if ((deps_rc != 2)) && (($# == 0)); then
+  soak this --seed 1
+  if [[ -n "${LARDER_PREVIOUS_BIN:-}" ]]; then
+    soak upgrade --seed 2 --previous-bin "$LARDER_PREVIOUS_BIN"
+  fi
 fi
 
 passed=$((check_pass + meson_pass + tsan_pass + py_pass + tsan_py_pass + soak_pass))

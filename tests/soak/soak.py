@@ -49,6 +49,10 @@ the checks can fail.
 
 --ci: 4 workers of 60 operations and fewer chaos events, aiming at about a minute.
 
+--previous-bin PATH: the last node runs that larder (an older build of the same cluster
+protocol, scripts/build.sh previous) and the others LARDER_BIN, as in a rolling upgrade; every
+invariant holds across the versions.
+
 It prints each violation as it happens (VIOLATION <kind> <details>, with the node's request id
 where there is one), then the operation counts, each process's peak RSS and each node's fds, and
 last `1 passed, 0 failed` or `0 passed, 1 failed`. LARDER_TEST_PORTS=LO-HI picks its ports from
@@ -242,6 +246,8 @@ class Soak:
                         "LARDER_UPSTREAM_TIMEOUT": "5", "LARDER_UPSTREAM_RETRIES": "3"})
             conf = None
         n = harness.Larder(self.upstream, env=env, config_text=conf)
+        if self.args.previous_bin and i == self.args.nodes - 1:
+            n.binary = self.args.previous_bin  # the older side of a rolling upgrade
         n.admin_port = harness.free_port()
         n.env["LARDER_ADVERTISE"] = "127.0.0.1:%d" % n.port
         n.env["LARDER_ADMIN_LISTEN"] = "127.0.0.1:%d" % n.admin_port
@@ -1079,6 +1085,7 @@ def main():
     p.add_argument("--max-rss-mib", type=int, default=1536)
     p.add_argument("--ci", action="store_true", help="a short run (about a minute)")
     p.add_argument("--keep", help="copy the logs and the event list into this folder")
+    p.add_argument("--previous-bin", help="the last node runs this (older) larder")
     args = p.parse_args()
     if args.workers > 8:
         p.error("--workers: at most 8")

@@ -5,8 +5,9 @@ nodes of the old version and of the new. Each node writes the cluster protocol i
 membership entry (docs/cluster.md, "Rolling upgrades"); a node of another protocol, or of none (a
 larder from before the field), is no member: no read is routed to it and no write waits for its
 acknowledgement. The old node is simulated at the protocol level (its membership entry written by
-the test, its subscriber a redis-cli that never acknowledges), since the suite cannot build an
-older larder.
+the test, its subscriber a redis-cli that never acknowledges): the older larder the suite builds
+(scripts/previous-release) speaks this protocol, and is run beside this one by
+test_cluster_split's ClusterSplitFillPrevious and the second soak of scripts/test.sh.
 """
 import hashlib
 import hmac
