@@ -612,12 +612,14 @@ static void learn(struct fetch *f)
 	else if (status == 200) /* the whole object: its size is its body's length */
 		ok = (size = hdrs_body_length(&f->x.resp, false)) != HDRS_LENGTH_UNKNOWN;
 	const char *etag = resp_header(f, "ETag");
-	if (!ok || !etag || !*etag || strlen(etag) >= sizeof f->etag ||
+	if (!ok || !etag || !*etag || strlen(etag) >= sizeof f->etag || strncmp(etag, "W/", 2) == 0 ||
 	    resp_header(f, "x-amz-server-side-encryption-customer-algorithm")) {
-		/* No ETag to name its chunks by (or one past the limit), no size,
-		 * or encrypted with a customer's key (which must reach S3 on every
-		 * read, whatever this upstream did with it): not cacheable. Its
-		 * readers get the pass-through. */
+		/* No ETag to name its chunks by (or one past the limit, or a weak
+		 * one: it promises no bytes, and If-Match never matches it, so
+		 * every chunk after the first would look like a new version), no
+		 * size, or encrypted with a customer's key (which must reach S3
+		 * on every read, whatever this upstream did with it): not
+		 * cacheable. Its readers get the pass-through. */
 		f->discard = true;
 		f->failed_headers = true;
 		f->uncacheable = true;

@@ -26,6 +26,10 @@
     origin.answer_etag[("bkt", "obj")] = None   # GET/HEAD of obj answer this ETag (None: none)
     origin.extra_headers[("bkt", "obj")] = {"x-amz-...": "v"}  # added to GET/HEAD answers,
                                              # in place of what it would send (Content-Range ...)
+    origin.answer_raw[("bkt", "obj")] = fn   # a signed request for obj is answered with the
+                                             # bytes fn(method, headers, obj) returns (status
+                                             # line on): any deviation from S3 a test scripts;
+                                             # None: answered as usual
     origin.list_pages["bkt"] = fn            # ListObjectsV2 of bkt answers fn(query) (the
                                              # query a dict): the XML text, as scripted
     origin.stop()
@@ -289,6 +293,7 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         self.ignore_range = False
         self.answer_etag = {}
         self.extra_headers = {}
+        self.answer_raw = {}
         self.list_pages = {}
         self.log = []
         self.throttle_k = None
@@ -716,6 +721,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if bad:
             self.rec["auth_error"] = bad[1]
             return self._error(*bad)
+        with srv.lock:
+            raw = srv.answer_raw.get((bucket, key))
+            obj = srv.objects.get((bucket, key))
+        raw = raw(self.command, hdrs, obj) if raw else None
+        if raw is not None:
+            self.rec.update(status=int(raw.split(b" ", 2)[1]), faults=["raw"], done=True)
+            self.close_connection = True
+            try:
+                self.wfile.write(raw)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                self.rec["client_aborted"] = True
+            return None
         faults = srv._take(self.command, bucket, key, hdrs.get("range"))
         self.rec["faults"] = sorted(faults)
         self.lose_answer = "lose_answer" in faults

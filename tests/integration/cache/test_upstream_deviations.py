@@ -1,0 +1,104 @@
+"""larder in front of S3-compatible upstreams that do not answer as AWS S3 does.
+
+Against fault_origin.FaultOrigin with answers scripted byte for byte
+(origin.answer_raw), 1 MiB chunks, no read-ahead:
+* weak ETags (W/"..."), which If-Match never matches (RFC 9110 13.1.1): such an
+  object is not cached, its reads go through the pass-through.
+"""
+import gzip
+import random
+import socket
+import threading
+import unittest
+
+import harness
+from fault_origin import etag_matches, parse_range
+from test_cache_faults import BUCKET, FaultCase
+
+MiB = 1024 * 1024
+
+
+def blob(seed, n):
+    return random.Random(seed).randbytes(n)
+
+
+def raw_answer(status, headers, body=b"", method="GET"):
+    """An HTTP/1.1 answer as bytes, its length in Content-Length, then the end
+    of the connection."""
+    head = "HTTP/1.1 %d Scripted\r\n" % status
+    head += "".join("%s: %s\r\n" % kv for kv in headers.items())
+    head += "Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    return head.encode() + (b"" if method == "HEAD" else body)
+
+
+def object_answer(method, hdrs, obj, etag=None, honour_range=True, cap=None):
+    """What an S3-compatible upstream answers for obj: ETag etag (obj's when
+    None), If-Match compared strongly (a weak tag never matches), If-None-Match
+    weakly, Range honoured unless honour_range is false, and at most cap bytes
+    of a range."""
+    etag = obj.etag if etag is None else etag
+    data = obj.data
+    h = {"ETag": etag, "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT",
+         "Content-Type": "application/x-scripted", "x-amz-request-id": "SCRIPTED"}
+    im, inm = hdrs.get("if-match"), hdrs.get("if-none-match")
+    if im is not None and (etag.startswith("W/") or im.startswith("W/")
+                           or not etag_matches(im, etag)):
+        return raw_answer(412, {"Content-Type": "application/xml"},
+                          b"<Error><Code>PreconditionFailed</Code></Error>", method)
+    if inm is not None and etag_matches(inm, etag.replace("W/", "")):
+        return raw_answer(304, h, b"", "HEAD")
+    r = parse_range(hdrs["range"], len(data)) if honour_range and hdrs.get("range") else None
+    if isinstance(r, tuple):
+        a, b = r
+        if cap:
+            b = min(b, a + cap - 1)
+        h["Content-Range"] = "bytes %d-%d/%d" % (a, b, len(data))
+        return raw_answer(206, h, data[a:b + 1], method)
+    return raw_answer(200, h, data, method)
+
+
+class Deviations(FaultCase):
+    """FaultCase's origin and larder; each test scripts the answers for its own keys."""
+
+    def tearDown(self):
+        self.origin.answer_raw.clear()
+        super().tearDown()
+
+    def gets(self, key, since):
+        return self.origin.count(since, "GET", BUCKET, key)
+
+    def scripted(self, key, data, **how):
+        self.origin.put(BUCKET, key, data)
+        self.origin.answer_raw[(BUCKET, key)] = \
+            lambda method, hdrs, obj: object_answer(method, hdrs, obj, **how)
+
+    # ---------------------------------------------------------------- weak ETags
+
+    def test_weak_etag_object_is_read_whole(self):
+        """A weak ETag names no bytes: If-Match with it never matches, so every
+        chunk after the first was taken for a version change and every read of
+        an object of more than one chunk was cut short after chunk 0."""
+        data = blob(1, 3 * MiB + 5)
+        self.scripted("weak", data, etag='W/"weak-1"')
+        for attempt in range(2):
+            r = self.get("weak")
+            self.assertBody(r, data, "read %d" % attempt)
+            self.assertEqual(r.headers.get("etag"), 'W/"weak-1"', r)
+            self.assertEqual(r.cache, "bypass", r)
+        r = self.get("weak", {"Range": "bytes=%d-%d" % (MiB + 3, 2 * MiB + 7)})
+        self.assertEqual(r.status, 206, r)
+        self.assertTrue(r.body == data[MiB + 3:2 * MiB + 8], r)
+
+    def test_weak_etag_small_object_is_not_cached(self):
+        data = blob(2, 1000)
+        self.scripted("weak-small", data, etag='W/"weak-2"')
+        m = self.origin.mark()
+        for attempt in range(2):
+            r = self.get("weak-small")
+            self.assertBody(r, data, "read %d" % attempt)
+            self.assertEqual(r.cache, "bypass", r)
+        self.assertGreaterEqual(self.gets("weak-small", m), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
