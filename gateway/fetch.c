@@ -602,6 +602,9 @@ static void learn(struct fetch *f)
 	}
 	uint64_t a = 0, b = 0, size = 0, k = 0, skip = 0;
 	bool ok = false, span_whole = false;
+	/* Asked for a range (start_transfer): a 200 is an upstream that
+	 * ignored it (S3 never does for these), and its body the whole object. */
+	bool ranged = f->to_peer || (!f->no_range && !f->whole);
 	/* A fetch from a reader's first byte: its answer is the chunk's from
 	 * that byte on. */
 	if (status == 206)
@@ -610,7 +613,9 @@ static void learn(struct fetch *f)
 		     fetch_learnt_span(chunk_bytes(f), f->learn_index, a - f->from, b, size, &k,
 		                       &skip, &span_whole);
 	else if (status == 200) /* the whole object: its size is its body's length */
-		ok = (size = hdrs_body_length(&f->x.resp, false)) != HDRS_LENGTH_UNKNOWN;
+		ok = (size = hdrs_body_length(&f->x.resp, false)) != HDRS_LENGTH_UNKNOWN &&
+		     !(ranged && size > chunk_bytes(f)); /* not one chunk: each fetch would
+		                                           * bring it all; passed through */
 	const char *etag = resp_header(f, "ETag");
 	if (!ok || !etag || !*etag || strlen(etag) >= sizeof f->etag || strncmp(etag, "W/", 2) == 0 ||
 	    resp_header(f, "x-amz-server-side-encryption-customer-algorithm")) {
@@ -653,7 +658,10 @@ static void learn(struct fetch *f)
 	if (size > 0) {
 		struct obj_ref ref = { f->bucket, f->key, f->meta };
 		size_t len0 = obj_chunk_len(size, k, chunk_bytes(f));
-		f->fills_chunk = (status == 206 && span_whole) || (status == 200 && f->whole);
+		f->fills_chunk = (status == 206 && span_whole) ||
+		                 (status == 200 && (f->whole || ranged)); /* chunk 0 whole */
+		if (status == 200)
+			f->from = 0; /* its body starts at byte 0: no split */
 		/* The bound was checked when the fetch started, but chunk 0's
 		 * memory is taken only now: any number of cold reads waiting
 		 * for their first byte passed it at once. A reader's fetch
@@ -690,6 +698,21 @@ static void learn(struct fetch *f)
 	meta_publish(gw->meta, f->bucket, f->key, f->meta);
 }
 
+/* The span a chunk fetch's answer holds: a 206's Content-Range, or all of
+ * a 200's body (its length: the object's size). */
+static bool answer_span(const struct fetch *f, uint64_t *a, uint64_t *b, uint64_t *total)
+{
+	if (f->x.status == 206)
+		return content_range_parse(resp_header(f, "Content-Range"), a, b, total);
+	uint64_t len = hdrs_body_length(&f->x.resp, false);
+	if (len == HDRS_LENGTH_UNKNOWN || len == 0)
+		return false;
+	*a = 0;
+	*b = len - 1;
+	*total = len;
+	return true;
+}
+
 static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 {
 	struct fetch *f = arg;
@@ -704,15 +727,17 @@ static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 			f->discard = true; /* an error: kept for the owner, below */
 	} else if (status == 412 || !f->c) {
 		f->discard = true; /* !f->c: learnt already, chunk 0 is another's */
-	} else if (status != 206) {
+	} else if (status != 206 && status != 200) {
 		f->discard = true;
 		if (!upstream_retryable(status))
 			f->failed_headers = true;
 	} else {
 		uint64_t a, b, total;
 		const char *etag = resp_header(f, "ETag");
-		if (!content_range_parse(resp_header(f, "Content-Range"), &a, &b, &total) ||
-		    a != f->start + part_produced(f) || b + 1 != f->start + part_end(f)) {
+		/* A 200 (an upstream that ignored the Range) is the whole object:
+		 * an answer only when that is what was asked for. */
+		if (!answer_span(f, &a, &b, &total) || a != f->start + part_produced(f) ||
+		    b + 1 != f->start + part_end(f)) {
 			f->discard = true;
 			f->failed_headers = true;
 		} else if (!etag || strcmp(etag, f->etag) != 0 || total != f->size) {

@@ -3,7 +3,9 @@
 Against fault_origin.FaultOrigin with answers scripted byte for byte
 (origin.answer_raw), 1 MiB chunks, no read-ahead:
 * weak ETags (W/"..."), which If-Match never matches (RFC 9110 13.1.1): such an
-  object is not cached, its reads go through the pass-through.
+  object is not cached, its reads go through the pass-through;
+* an upstream that ignores Range (200 and the whole object): an object of one
+  chunk is cached from that answer, a bigger one is passed through.
 """
 import gzip
 import random
@@ -98,6 +100,36 @@ class Deviations(FaultCase):
             self.assertBody(r, data, "read %d" % attempt)
             self.assertEqual(r.cache, "bypass", r)
         self.assertGreaterEqual(self.gets("weak-small", m), 2)
+
+    # ---------------------------------------------------------------- Range ignored
+
+    def test_range_ignored_small_object_is_cached(self):
+        """An upstream that answers every Range with 200 and the whole object:
+        chunk fetches were refused (not a 206), so every read of every object,
+        even of one byte, was 503 ServiceUnavailable for the metadata TTL."""
+        data = blob(3, 1000)
+        self.scripted("norange-small", data, honour_range=False)
+        m = self.origin.mark()
+        r = self.get("norange-small")
+        self.assertBody(r, data, "miss")
+        r = self.get("norange-small")
+        self.assertBody(r, data, "hit")
+        self.assertEqual(r.cache, "hit", r)
+        r = self.get("norange-small", {"Range": "bytes=10-19"})
+        self.assertEqual((r.status, r.body, r.cache), (206, data[10:20], "hit"), r)
+        self.assertEqual(self.gets("norange-small", m), 1)
+
+    def test_range_ignored_big_object_is_passed_through(self):
+        data = blob(4, 2 * MiB + 7)
+        self.scripted("norange-big", data, honour_range=False)
+        for attempt in range(2):
+            r = self.get("norange-big")
+            self.assertBody(r, data, "read %d" % attempt)
+            self.assertEqual(r.cache, "bypass", r)
+        # The upstream's own answer to a range: the whole object, as it sent it.
+        r = self.get("norange-big", {"Range": "bytes=%d-%d" % (MiB, MiB + 9)})
+        self.assertEqual((r.status, r.cache), (200, "bypass"), r)
+        self.assertTrue(r.body == data, r)
 
 
 if __name__ == "__main__":
