@@ -95,6 +95,8 @@ struct fetch {
 	bool to_holder;              /* this attempt asks that holder */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
+	bool short_answer;           /* a chunk's answer that ends before its range does */
+	size_t attempt_from;         /* what its part had when this attempt began */
 	bool changed;                /* an answer for another version: as good as a 412 */
 	bool uncacheable;            /* meta fetch: an answer the cache cannot keep */
 	bool fills_chunk;            /* meta fetch: its answer is chunk learn_index whole */
@@ -735,9 +737,11 @@ static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 		uint64_t a, b, total;
 		const char *etag = resp_header(f, "ETag");
 		/* A 200 (an upstream that ignored the Range) is the whole object:
-		 * an answer only when that is what was asked for. */
+		 * an answer only when that is what was asked for. One that ends
+		 * before the range does (an upstream that caps a range's length)
+		 * is taken, and the rest asked for again (fetch_done). */
 		if (!answer_span(f, &a, &b, &total) || a != f->start + part_produced(f) ||
-		    b + 1 != f->start + part_end(f)) {
+		    b + 1 > f->start + part_end(f)) {
 			f->discard = true;
 			f->failed_headers = true;
 		} else if (!etag || strcmp(etag, f->etag) != 0 || total != f->size) {
@@ -747,8 +751,10 @@ static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 			 * node failed, see fetch_done). Never these bytes. */
 			f->discard = true;
 			f->changed = true;
-		} else if (f->partner && f->partner->after_partner) {
-			start_partner(f);
+		} else {
+			f->short_answer = b + 1 < f->start + part_end(f);
+			if (f->partner && f->partner->after_partner)
+				start_partner(f);
 		}
 	}
 	return TRANSFER_GO;
@@ -895,6 +901,8 @@ static int start_transfer(struct fetch *f)
 	f->discard = false;
 	f->skip = 0; /* a retry of the chunk asks for its own range */
 	f->failed_headers = false;
+	f->short_answer = false;
+	f->attempt_from = f->c ? part_produced(f) : 0;
 	f->changed = false;
 	buf_reset(&f->errbody);
 	/* In a cluster, a chunk (or an object's metadata) comes from a node
@@ -1301,6 +1309,9 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		log_warn("fetch", "%s/%s chunk %" PRIu64 ": no memory for its bytes", f->bucket,
 		         f->key, f->index);
 		fail_chunk(f, FETCH_ERR_SLOWDOWN);
+	} else if (f->short_answer && result == CURLE_OK && part_produced(f) > f->attempt_from &&
+	           start_transfer(f) == 0) {
+		return; /* a short answer that was all there: the rest, asked for at once */
 	} else if (!f->failed_headers && schedule_retry(f, result)) {
 		return; /* resumes from the bytes its part has */
 	} else {

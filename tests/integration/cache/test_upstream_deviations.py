@@ -5,7 +5,9 @@ Against fault_origin.FaultOrigin with answers scripted byte for byte
 * weak ETags (W/"..."), which If-Match never matches (RFC 9110 13.1.1): such an
   object is not cached, its reads go through the pass-through;
 * an upstream that ignores Range (200 and the whole object): an object of one
-  chunk is cached from that answer, a bigger one is passed through.
+  chunk is cached from that answer, a bigger one is passed through;
+* an upstream that answers a range with fewer bytes than asked (a 206 whose
+  Content-Range ends early): the chunk is filled from where the answer ended.
 """
 import gzip
 import random
@@ -130,6 +132,25 @@ class Deviations(FaultCase):
         r = self.get("norange-big", {"Range": "bytes=%d-%d" % (MiB, MiB + 9)})
         self.assertEqual((r.status, r.cache), (200, "bypass"), r)
         self.assertTrue(r.body == data, r)
+
+
+    # ---------------------------------------------------------------- short ranges
+
+    def test_ranges_answered_in_pieces(self):
+        """An upstream that answers at most 256 KiB of a range (a 206 whose
+        Content-Range ends early, which RFC 9110 allows): the chunk fetch took
+        it for a malformed answer, and every read was 503 ServiceUnavailable."""
+        data = blob(5, 3 * MiB + 5)
+        self.scripted("capped", data, cap=256 * 1024)
+        r = self.get("capped")
+        self.assertBody(r, data, "miss")
+        m = self.origin.mark()
+        r = self.get("capped")
+        self.assertBody(r, data, "hit")
+        self.assertEqual(r.cache, "hit", r)
+        self.assertEqual(self.gets("capped", m), 0)
+        r = self.get("capped", {"Range": "bytes=%d-%d" % (MiB - 5, MiB + 4)})
+        self.assertEqual((r.status, r.body), (206, data[MiB - 5:MiB + 5]), r)
 
 
 if __name__ == "__main__":
