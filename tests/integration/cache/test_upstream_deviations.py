@@ -7,7 +7,10 @@ Against fault_origin.FaultOrigin with answers scripted byte for byte
 * an upstream that ignores Range (200 and the whole object): an object of one
   chunk is cached from that answer, a bigger one is passed through;
 * an upstream that answers a range with fewer bytes than asked (a 206 whose
-  Content-Range ends early): the chunk is filled from where the answer ended.
+  Content-Range ends early): the chunk is filled from where the answer ended;
+* a redirect to another host is relayed, never followed: nothing is sent, or
+  signed, for a host other than the configured endpoint;
+* Content-Encoding kept with the bytes as S3 serves them, never decoded.
 """
 import gzip
 import random
@@ -152,6 +155,65 @@ class Deviations(FaultCase):
         r = self.get("capped", {"Range": "bytes=%d-%d" % (MiB - 5, MiB + 4)})
         self.assertEqual((r.status, r.body), (206, data[MiB - 5:MiB + 5]), r)
 
+
+    # ---------------------------------------------------------------- guards
+
+    def test_redirect_to_another_host_is_relayed_not_followed(self):
+        """A 307 (or 302) whose Location names another host: the client gets it as
+        upstream sent it; larder sends nothing there, so neither its upstream
+        credentials nor a signature made for that host ever leave for it."""
+        other = socket.socket()
+        other.bind(("127.0.0.1", harness.free_port()))
+        other.listen(8)
+        other.settimeout(0.2)
+        seen = []
+
+        def accept():
+            while other.fileno() >= 0:
+                try:
+                    seen.append(other.accept()[0].recv(65536))
+                except (socket.timeout, OSError):
+                    continue
+
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        where = "http://127.0.0.1:%d/%s/moved" % (other.getsockname()[1], BUCKET)
+        self.origin.put(BUCKET, "moved", b"x")
+        try:
+            for status in (307, 302, 301):
+                body = ("<Error><Code>TemporaryRedirect</Code><Endpoint>127.0.0.1:%d</Endpoint>"
+                        "</Error>" % other.getsockname()[1]).encode()
+                self.origin.answer_raw[(BUCKET, "moved")] = \
+                    lambda method, hdrs, obj, st=status: raw_answer(
+                        st, {"Location": where, "Content-Type": "application/xml"}, body, method)
+                m = self.origin.mark()
+                for query in ("", "?versionId=null"):  # a cached read, the pass-through
+                    r = harness.signed_request(self.larder.url, "GET",
+                                               harness.key_path(BUCKET, "moved") + query)
+                    self.assertEqual((r.status, r.body), (status, body), (query, r))
+                    self.assertEqual(r.headers.get("location"), where, r.headers)
+                self.assertEqual(self.gets("moved", m), 2, status)
+        finally:
+            other.close()
+            t.join(2)
+        self.assertEqual(seen, [], "larder sent a request to the redirect's host")
+
+    def test_content_encoding_is_kept_with_the_bytes(self):
+        """Stored gzip-encoded (Content-Encoding: gzip): the bytes as stored, with
+        their header, on a miss, a hit and a range; never decoded on the way."""
+        data = gzip.compress(blob(6, 3 * MiB), compresslevel=1)
+        self.origin.put(BUCKET, "gz", data)
+        self.origin.extra_headers[(BUCKET, "gz")] = {"Content-Encoding": "gzip"}
+        try:
+            for what in ("miss", "hit"):
+                r = self.get("gz")
+                self.assertBody(r, data, what)
+                self.assertEqual((r.cache, r.headers.get("content-encoding")), (what, "gzip"))
+            r = self.get("gz", {"Range": "bytes=%d-%d" % (MiB - 2, MiB + 2)})
+            self.assertEqual((r.status, r.body), (206, data[MiB - 2:MiB + 3]), r)
+            self.assertEqual(r.headers.get("content-encoding"), "gzip", r.headers)
+        finally:
+            del self.origin.extra_headers[(BUCKET, "gz")]
 
 if __name__ == "__main__":
     unittest.main()
