@@ -4,8 +4,12 @@
  *
  * Deriving a key costs four HMACs; a busy gateway sees the same few scopes
  * all day. A direct-mapped table of KEY_SLOTS entries bounds the memory; a
- * collision simply replaces the older entry. Entries carry a hash of the
- * secret, so a secret changed by a config reload never meets a stale key.
+ * collision simply replaces the older entry. Entries carry the secret
+ * (its SHA-256 when longer than SECRET_RAW_MAX bytes), so a secret changed
+ * by a config reload never meets a stale key. Keeping a short secret
+ * itself rather than its hash spares every lookup a SHA-256 (AWS's secrets
+ * are 40 bytes): docs/benchmarks.md, "What a warm hit costs in
+ * instructions".
  */
 #include "auth/sigv4.h"
 
@@ -23,10 +27,19 @@
 #include "base/sha256.h"
 
 #define KEY_SLOTS 256
+#define SECRET_RAW_MAX 128
+
+/* What the cache compares of a secret: its bytes, or past SECRET_RAW_MAX
+ * its SHA-256 (hashed set, len 32). */
+struct secret_tag {
+	bool hashed;
+	unsigned char len;
+	unsigned char b[SECRET_RAW_MAX];
+};
 
 struct key_entry {
 	bool used;
-	unsigned char secret_hash[32];
+	struct secret_tag secret;
 	char access_key[129];
 	char date[9];
 	char region[64];
@@ -78,12 +91,18 @@ int sv4_signing_key(const char *access_key, const char *secret, const char *date
                     const char *region, const char *service, unsigned char key[32])
 {
 	struct key_entry probe = { .used = true };
-	sha256(secret, strlen(secret), probe.secret_hash);
 	bool cacheable = strlen(access_key) < sizeof probe.access_key &&
 	                 strlen(date) < sizeof probe.date && strlen(region) < sizeof probe.region &&
 	                 strlen(service) < sizeof probe.service;
 	if (!cacheable)
 		return derive_key(secret, date, region, service, key);
+	size_t slen = strlen(secret);
+	probe.secret.hashed = slen > SECRET_RAW_MAX;
+	probe.secret.len = probe.secret.hashed ? 32 : (unsigned char)slen;
+	if (probe.secret.hashed)
+		sha256(secret, slen, probe.secret.b);
+	else
+		memcpy(probe.secret.b, secret, slen);
 	/* Lengths checked above: each fits with its terminator. */
 	memcpy(probe.access_key, access_key, strlen(access_key) + 1);
 	memcpy(probe.date, date, strlen(date) + 1);
@@ -94,19 +113,23 @@ int sv4_signing_key(const char *access_key, const char *secret, const char *date
 	h = fnv1a64_add(h, probe.date, strlen(date) + 1);
 	h = fnv1a64_add(h, probe.region, strlen(region) + 1);
 	h = fnv1a64_add(h, probe.service, strlen(service) + 1);
-	h = fnv1a64_add(h, probe.secret_hash, sizeof probe.secret_hash);
+	h = fnv1a64_add(h, probe.secret.b, probe.secret.len);
 	struct key_entry *e = &key_cache[h % KEY_SLOTS];
 
 	pthread_mutex_lock(&key_lock);
-	bool hit = e->used && memcmp(e->secret_hash, probe.secret_hash, 32) == 0 &&
+	bool hit = e->used && e->secret.hashed == probe.secret.hashed &&
+	           e->secret.len == probe.secret.len &&
+	           memcmp(e->secret.b, probe.secret.b, probe.secret.len) == 0 &&
 	           strcmp(e->access_key, probe.access_key) == 0 &&
 	           strcmp(e->date, probe.date) == 0 && strcmp(e->region, probe.region) == 0 &&
 	           strcmp(e->service, probe.service) == 0;
 	if (hit)
 		memcpy(key, e->key, 32);
 	pthread_mutex_unlock(&key_lock);
-	if (hit)
+	if (hit) {
+		OPENSSL_cleanse(probe.secret.b, probe.secret.len);
 		return 0;
+	}
 
 	int rc = derive_key(secret, date, region, service, key);
 	if (rc < 0) {

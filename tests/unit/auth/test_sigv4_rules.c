@@ -590,6 +590,29 @@ static void test_signing_key_long_secret(void **state)
 	}
 }
 
+/* A secret changed in one byte at the same length (a reload), either side
+ * of the length up to which the cache keeps a secret itself rather than its
+ * hash: each lookup, cached or not, gives the key of the secret it names. */
+static void test_signing_key_cache_secret_edit(void **state)
+{
+	(void)state;
+	static const size_t lens[] = { 1, 40, 127, 128, 129, 300 };
+	for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+		char s[301];
+		memset(s, 'k', lens[i]);
+		s[lens[i]] = '\0';
+		unsigned char want[32], got[32];
+		for (int round = 0; round < 2; round++) {
+			for (int edit = 0; edit < 2; edit++) {
+				s[lens[i] - 1] = edit ? 'x' : 'k';
+				reference_key(s, "20130524", "edit-1", want);
+				assert_int_equal(sv4_signing_key(AK, s, "20130524", "edit-1", "s3", got), 0);
+				assert_memory_equal(got, want, 32);
+			}
+		}
+	}
+}
+
 static void test_uri_codec(void **state)
 {
 	(void)state;
@@ -629,6 +652,7 @@ int main(void)
 		cmocka_unit_test(test_unsigned_amz_headers),
 		cmocka_unit_test(test_presigned_expires_range),
 		cmocka_unit_test(test_signing_key_cache),
+		cmocka_unit_test(test_signing_key_cache_secret_edit),
 		cmocka_unit_test(test_signing_key_long_secret),
 		cmocka_unit_test(test_uri_codec),
 	};
