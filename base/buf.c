@@ -95,6 +95,11 @@ static int reserve(struct buf *b, size_t n)
 	return 0;
 }
 
+int buf_reserve(struct buf *b, size_t n)
+{
+	return reserve(b, n);
+}
+
 int buf_append(struct buf *b, const void *p, size_t n)
 {
 	int rc = reserve(b, n);

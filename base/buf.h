@@ -39,6 +39,10 @@ void buf_fini(struct buf *b);
 void buf_reset(struct buf *b);
 /* Cuts the string back to its first len bytes (len <= b->len). */
 void buf_truncate(struct buf *b, size_t len);
+/* Makes room for n more bytes at once, for a string whose usual size is
+ * known: one allocation instead of a doubling per append. 0, -E2BIG or
+ * -ENOMEM as the appends; on failure the buffer is unchanged. */
+int buf_reserve(struct buf *b, size_t n);
 /* Append functions return 0, or -E2BIG when the cap would be passed
  * (the buffer is left unchanged), or -ENOMEM. */
 int buf_append(struct buf *b, const void *p, size_t n);

@@ -1,8 +1,9 @@
 /*
  * test_buf.c - base/buf.c's helpers that replace printf on per-request
  * paths: decimal digits (also zero-padded), bounded string copies, cutting a
- * buffer back.
+ * buffer back, making room at once.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,6 +87,26 @@ static void test_buf_truncate(void **state)
 	buf_fini(&b);
 }
 
+/* Room made once holds the appends that fit it without moving the string;
+ * past the cap nothing changes. */
+static void test_buf_reserve(void **state)
+{
+	(void)state;
+	struct buf b;
+	buf_init(&b, 300);
+	assert_int_equal(buf_reserve(&b, 255), 0);
+	assert_true(b.cap >= 256);
+	const char *p = b.p;
+	for (int i = 0; i < 255; i++)
+		assert_int_equal(buf_putc(&b, 'x'), 0);
+	assert_ptr_equal(b.p, p);
+	assert_int_equal(b.len, 255);
+	assert_int_equal(buf_reserve(&b, 46), -E2BIG);
+	assert_int_equal(b.len, 255);
+	assert_int_equal(buf_reserve(&b, 45), 0);
+	buf_fini(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -93,6 +114,7 @@ int main(void)
 		cmocka_unit_test(test_buf_put_u64),
 		cmocka_unit_test(test_str_copy),
 		cmocka_unit_test(test_buf_truncate),
+		cmocka_unit_test(test_buf_reserve),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
