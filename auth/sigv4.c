@@ -192,21 +192,6 @@ static bool digits(const char *s, size_t n, int *v)
 	return true;
 }
 
-/* Builds a time from broken-down UTC fields, rejecting impossible dates
- * (timegm would quietly turn 31 February into 3 March). */
-static int make_time(int y, int mon, int d, int h, int mi, int s, time_t *out)
-{
-	if (y < 1970 || mon < 1 || mon > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60)
-		return -EINVAL;
-	struct tm tm = { .tm_year = y - 1900, .tm_mon = mon - 1, .tm_mday = d,
-	                 .tm_hour = h, .tm_min = mi, .tm_sec = s };
-	time_t t = timegm(&tm);
-	if (t == (time_t)-1 || tm.tm_mday != d || tm.tm_mon != mon - 1)
-		return -EINVAL;
-	*out = t;
-	return 0;
-}
-
 int sv4_parse_amz_date(const char *s, time_t *out)
 {
 	int y, mon, d, h, mi, sec;
@@ -215,7 +200,7 @@ int sv4_parse_amz_date(const char *s, time_t *out)
 	if (!digits(s, 4, &y) || !digits(s + 4, 2, &mon) || !digits(s + 6, 2, &d) ||
 	    !digits(s + 9, 2, &h) || !digits(s + 11, 2, &mi) || !digits(s + 13, 2, &sec))
 		return -EINVAL;
-	return make_time(y, mon, d, h, mi, sec, out);
+	return utc_time(y, mon, d, h, mi, sec, out);
 }
 
 /* ---- canonical request ------------------------------------------------ */

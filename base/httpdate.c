@@ -88,7 +88,6 @@ static bool zone_offset(const char *z, size_t n, bool zoned, long *off)
 
 static int parse(const char *s, bool zoned, time_t *out)
 {
-	static const int mdays[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
 	if (!s)
 		return -EINVAL;
 	struct slice v = slice_trim(slice_cstr(s));
@@ -113,14 +112,32 @@ static int parse(const char *s, bool zoned, time_t *out)
 	long off;
 	if (!zone_offset(p + 18, (size_t)(end - (p + 18)), zoned, &off))
 		return -EINVAL;
-	if (d < 1 || d > mdays[mon - 1] || y < 1970 || h > 23 || mi > 59 || sec > 60)
+	time_t t;
+	if (utc_time(y, mon, d, h, mi, sec, &t))
 		return -EINVAL;
-	struct tm tm = { .tm_year = y - 1900, .tm_mon = mon - 1, .tm_mday = d,
-	                 .tm_hour = h, .tm_min = mi, .tm_sec = sec };
-	time_t t = timegm(&tm);
-	if (t == (time_t)-1 || tm.tm_mday != d)
-		return -EINVAL; /* 29 February of a common year */
 	*out = t - off;
+	return 0;
+}
+
+int utc_time(int y, int mon, int d, int h, int mi, int s, time_t *out)
+{
+	static const int mdays[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	if (y < 1970 || y > 9999 || mon < 1 || mon > 12 || d < 1 || h < 0 || h > 23 || mi < 0 ||
+	    mi > 59 || s < 0 || s > 60)
+		return -EINVAL;
+	/* 23:59:60 is refused, as when timegm's next day failed the check
+	 * that the day is the one asked for. */
+	if (s == 60 && h == 23 && mi == 59)
+		return -EINVAL;
+	bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+	if (d > mdays[mon - 1] + (mon == 2 && leap))
+		return -EINVAL;
+	/* Days since 1970-01-01 of a year that starts in March, so that the
+	 * leap day is the year's last (the usual civil-to-days arithmetic). */
+	int ym = mon <= 2 ? y - 1 : y;
+	int doy = (153 * (mon > 2 ? mon - 3 : mon + 9) + 2) / 5 + d - 1;
+	long n = (long)ym * 365 + ym / 4 - ym / 100 + ym / 400 + doy - 719468L;
+	*out = (time_t)n * 86400 + h * 3600 + mi * 60 + s;
 	return 0;
 }
 

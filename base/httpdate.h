@@ -41,4 +41,13 @@ int httpdate_parse(const char *s, time_t *out);
  * (the result is UTC). */
 int httpdate_parse_zoned(const char *s, time_t *out);
 
+/* The time of a UTC date and time of day, by arithmetic: timegm takes
+ * glibc's time-zone lock and normalises impossible dates (31 February
+ * becomes 3 March), and SigV4 checks two dates per request. Years
+ * 1970-9999; 60 seconds is a leap second, the next minute's first, but
+ * not at 23:59 (the next day's first, which callers have always refused).
+ * Returns 0 with *out set, or -EINVAL (*out untouched) for a date or time
+ * that does not exist. */
+int utc_time(int y, int mon, int d, int h, int mi, int s, time_t *out);
+
 #endif

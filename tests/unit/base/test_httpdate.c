@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -138,6 +139,47 @@ static void test_zoned(void **state)
 	}
 }
 
+/* utc_time against glibc's timegm: every day from 1970 to 2500 at a
+ * time of day that moves with it, the leap second, and the dates that do
+ * not exist (which timegm would have moved to another day). */
+static void test_utc_time(void **state)
+{
+	(void)state;
+	static const int mdays[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	unsigned n = 0;
+	for (int y = 1970; y <= 2500; y++) {
+		bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+		for (int mon = 1; mon <= 12; mon++) {
+			int last = mdays[mon - 1] + (mon == 2 && leap);
+			for (int d = 1; d <= last; d++, n++) {
+				int h = (int)(n % 24), mi = (int)(n % 60), s = (int)(n % 61);
+				if (h == 23 && mi == 59 && s == 60)
+					s = 59; /* refused: below */
+				struct tm tm = { .tm_year = y - 1900, .tm_mon = mon - 1, .tm_mday = d,
+				                 .tm_hour = h, .tm_min = mi, .tm_sec = s };
+				time_t got = 0;
+				assert_int_equal(utc_time(y, mon, d, h, mi, s, &got), 0);
+				assert_true(got == timegm(&tm));
+			}
+			time_t keep = 7;
+			assert_int_equal(utc_time(y, mon, last + 1, 0, 0, 0, &keep), -EINVAL);
+			assert_true(keep == 7);
+		}
+	}
+	time_t t;
+	assert_int_equal(utc_time(9999, 12, 31, 23, 58, 60, &t), 0);
+	assert_int_equal(utc_time(2024, 6, 30, 23, 59, 60, &t), -EINVAL);
+	assert_int_equal(utc_time(1969, 12, 31, 23, 59, 59, &t), -EINVAL);
+	assert_int_equal(utc_time(10000, 1, 1, 0, 0, 0, &t), -EINVAL);
+	assert_int_equal(utc_time(2024, 0, 1, 0, 0, 0, &t), -EINVAL);
+	assert_int_equal(utc_time(2024, 13, 1, 0, 0, 0, &t), -EINVAL);
+	assert_int_equal(utc_time(2024, 1, 0, 0, 0, 0, &t), -EINVAL);
+	assert_int_equal(utc_time(2024, 1, 1, 24, 0, 0, &t), -EINVAL);
+	assert_int_equal(utc_time(2024, 1, 1, 0, 60, 0, &t), -EINVAL);
+	assert_int_equal(utc_time(2024, 1, 1, 0, 0, 61, &t), -EINVAL);
+	assert_int_equal(utc_time(2024, 1, 1, -1, 0, 0, &t), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -146,6 +188,7 @@ int main(void)
 		cmocka_unit_test(test_accepted),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_zoned),
+		cmocka_unit_test(test_utc_time),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
