@@ -37,8 +37,10 @@ enum state {
 	ST_END,
 };
 
+#define TRAILER_NAME_MAX 64
+
 struct trailer {
-	char name[64];         /* lower case */
+	char name[TRAILER_NAME_MAX]; /* lower case */
 	enum cks_alg alg;      /* CKS_NONE for a trailer we only require */
 	struct cks cks;
 	bool seen;
@@ -62,7 +64,9 @@ struct ack_decoder {
 	unsigned trailer_lines;
 	bool trailer_sig_seen;
 	char trailer_sig[65];
-	char checksum[96];           /* "x-amz-checksum-crc32: <b64>" once verified */
+	/* "x-amz-checksum-crc32: <b64>" once verified: any name and value fit
+	 * (a compiler that cannot tell which names verify warns otherwise). */
+	char checksum[TRAILER_NAME_MAX + 2 + CKS_MAX_B64];
 	char line[LINE_MAX_LEN + 1];
 	size_t line_len;
 	ack_sink_cb sink;
