@@ -452,6 +452,8 @@ ssize_t cread_read(void *cls, uint64_t pos, char *out, size_t max)
 	assert(req_valid(r));
 	struct cread *c = req_cread(r);
 	(void)pos;
+	if (req_gone(r))
+		return cut(r, "client-gone");
 	if (c->head || req_status_sent(r) == 304 || !c->meta || c->meta->size == 0 || c->pos > c->end)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	uint64_t cs = cread_chunk_bytes(r);

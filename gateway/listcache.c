@@ -262,6 +262,8 @@ static ssize_t shaped_read(void *cls, uint64_t pos, char *out, size_t max)
 {
 	struct req *r = cls;
 	const struct list_req *l = req_list(r);
+	if (req_gone(r))
+		return MHD_CONTENT_READER_END_WITH_ERROR; /* its client left meanwhile */
 	if (pos >= l->hit_len)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	size_t n = l->hit_len - (size_t)pos < max ? l->hit_len - (size_t)pos : max;

@@ -828,6 +828,8 @@ static ssize_t read_response(void *cls, uint64_t pos, char *out, size_t max)
 	struct req *r = cls;
 	assert(r->magic == REQ_MAGIC);
 	(void)pos;
+	if (r->gone)
+		return MHD_CONTENT_READER_END_WITH_ERROR; /* gone_cb: the client left */
 	if (pbuf_used(&r->downbuf)) {
 		if (!(max = req_shape(r, max)))
 			return 0; /* the key's max_bytes_per_second: wait for tokens */

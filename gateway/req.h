@@ -43,6 +43,9 @@ bool req_alive(const struct req *r);
 struct MHD_Connection *req_connection(const struct req *r);
 bool req_failed(const struct req *r);
 bool req_responded(const struct req *r);
+/* its client left while it waited (request.c, gone_cb): a body's reader ends the
+ * answer (MHD_CONTENT_READER_END_WITH_ERROR) */
+bool req_gone(const struct req *r);
 int req_status_sent(const struct req *r);
 void req_count_out(struct req *r, uint64_t n);
 /* upstream's answer, as far as it came (status 0: none yet) */

@@ -18,6 +18,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -751,46 +752,77 @@ struct conn_slot {
 	MHD_socket fd;
 };
 
+/* Whether nothing more can be read from fd: its FIN is next (recv() 0, no
+ * byte left before it), or an error. */
+static bool socket_ended(int fd)
+{
+	char c;
+	ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Whether r's client closed its connection (socket_ended). Bytes to read
+ * tell nothing (a pipelined next request), except over TLS when the FIN
+ * came after them: a client's close_notify alert (a TLS client does not
+ * half-close). */
+static bool client_closed(struct req *r, int fd)
+{
+	if (socket_ended(fd))
+		return true;
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+	return r->w->gw->tls_cert && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP));
+}
+
 /*
- * A client that leaves while its request waits unanswered (for S3's first
- * byte, a slot in its prefix's window, a fetch another reader started):
+ * A client that leaves while its request waits (for S3's first byte, a slot
+ * in its prefix's window, a fetch another reader started, or, its answer
+ * queued, for the next bytes of its body or its key's byte rate):
  * libmicrohttpd watches no suspended connection, so nothing would notice
  * until the wait ends, up to LARDER_UPSTREAM_TIMEOUT, while the request
  * holds its connection slot, its key's max_upstream_requests slot, and a
  * pass-through's request to S3. So the connection is watched while it
- * waits: readable with nothing to read (recv() 0: the client's FIN, or an
- * error) ends the request as libmicrohttpd does a client abort, closing
- * the connection with no answer, as nginx does unless told to ignore
- * client aborts. Readable with bytes (a pipelined next request) tells
- * nothing: the watch stops. Only before the answer is queued and once the
- * request's body is in; a waiting answer's body is cut by its own writes.
+ * waits: readable and closed (client_closed) ends the request as
+ * libmicrohttpd does a client abort, closing the connection with no answer
+ * (or the answer cut short: its body's reader ends it, req_gone), as nginx
+ * does unless told to ignore client aborts. Readable with bytes (a
+ * pipelined next request) tells nothing: the watch stops. Only once the
+ * request's body is in.
  */
+static void client_left(struct req *r)
+{
+	r->gone = true;
+	req_cut(r, "client-gone");
+	log_debug("server", "id=%s the client left %s its answer", r->id,
+	          r->responded ? "during" : "before");
+	pass_stop(r);
+	req_wake(r);
+}
+
 static void gone_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct req *r = io->data;
 	assert(r->magic == REQ_MAGIC);
 	(void)revents;
 	char c;
-	ssize_t n = recv(io->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-		return;
-	ev_io_stop(loop, io);
-	if (n > 0)
-		return;
-	r->gone = true;
-	req_cut(r, "client-gone");
-	log_debug("server", "id=%s the client left before its answer", r->id);
-	pass_stop(r);
-	req_wake(r);
+	if (client_closed(r, io->fd)) {
+		ev_io_stop(loop, io);
+		client_left(r);
+	} else if (recv(io->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+		ev_io_stop(loop, io); /* it would wake for them again and again */
+	}
 }
 
 static void watch_gone(struct req *r)
 {
-	if (r->responded || !r->client_body_done || !r->conn_slot ||
-	    ev_is_active(&r->gone_watch))
+	if (!r->client_body_done || !r->conn_slot || ev_is_active(&r->gone_watch))
 		return;
 	ev_io_set(&r->gone_watch, r->conn_slot->fd, EV_READ);
 	ev_io_start(r->w->loop, &r->gone_watch);
+}
+
+bool req_gone(const struct req *r)
+{
+	return r->gone;
 }
 
 enum MHD_Result request_accept_cb(void *cls, const struct sockaddr *addr, socklen_t len)
@@ -838,6 +870,20 @@ void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket
 	free(slot);
 }
 
+/*
+ * What the watch above cannot see, looked at once a second (the sweep): a
+ * request waiting suspended whose watch stopped on bytes, when its client
+ * closed after them (over TLS: a close_notify, then the FIN).
+ */
+static void sweep_left(struct req *r, int fd)
+{
+	if (!r->started || r->gone)
+		return;
+	if (r->suspended && r->client_body_done && !ev_is_active(&r->gone_watch) &&
+	    client_closed(r, fd))
+		client_left(r);
+}
+
 static void header_deadline_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = t->data;
@@ -849,6 +895,8 @@ static void header_deadline_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		if (slot->awaiting_since && now - slot->awaiting_since > limit) {
 			slot->awaiting_since = 0;
 			shutdown(slot->fd, SHUT_RDWR);
+		} else if (slot->pending) {
+			sweep_left(slot->pending, slot->fd);
 		}
 	}
 }
@@ -1032,11 +1080,8 @@ static bool barrier_waits(struct req *r)
 static bool left_mid_body(struct req *r)
 {
 	int64_t due = r->body == BODY_CHUNKED ? r->in_len : r->body == BODY_RAW ? r->up_len : -1;
-	if (due < 0 || r->bytes_in >= (uint64_t)due || !r->conn_slot || r->w->gw->tls_cert)
-		return false;
-	char c;
-	ssize_t n = recv(r->conn_slot->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+	if (due < 0 || r->bytes_in >= (uint64_t)due || !r->conn_slot || r->w->gw->tls_cert ||
+	    !socket_ended(r->conn_slot->fd))
 		return false;
 	r->gone = true;
 	req_cut(r, "client-abort");

@@ -69,8 +69,8 @@ struct req {
 	double key_wait_until; /* when it stops waiting: 503 SlowDown */
 	uint64_t max_rate;     /* the key's max_bytes_per_second (0: no limit) */
 	ev_timer shape_timer;  /* wakes the response when the key's tokens return */
-	ev_io gone_watch;      /* its connection while it waits unanswered (watch_gone) */
-	bool gone;             /* the client left before its answer: close, answer nothing */
+	ev_io gone_watch;      /* its connection while it waits (watch_gone) */
+	bool gone;             /* the client left: close, answer nothing more */
 	struct s3req s3;
 	bool has_err;
 	enum s3err err;

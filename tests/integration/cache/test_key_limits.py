@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import tempfile
 import http.client
@@ -355,6 +357,88 @@ class MaxUpstreamRequests(KeyLimitsCase):
             return self.origin.max_inflight
         self.assertLessEqual(reads(CAPPED, CAPPED_SECRET, keys[:2]), 3)
         self.assertGreaterEqual(reads(FREE, FREE_SECRET, keys[2:]), 4)
+
+    def leave_during_answers(self, larder, paths, connect=None, leave=None):
+        """GETs of paths whose origin sends 64 KiB of the body, then stalls 4 s: each
+        client reads its answer's headers and those bytes (nothing left unread: its close
+        is a FIN), then leaves; returns their access records within 2 s of the close."""
+        self.origin.slow_next(piece=65536, pause_ms=4000, n=len(paths), bucket=BUCKET)
+        before = len(larder.access_records())
+        socks = []
+        for p in paths:
+            s = (connect or harness.signed_socket)(larder, "GET", p, CAPPED, CAPPED_SECRET)
+            data = b""
+            while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < 65536:
+                piece = s.recv(65536)
+                self.assertTrue(piece, (p, data[:300]))
+                data += piece
+            self.assertTrue(data.startswith(b"HTTP/1.1 200 "), data[:300])
+            socks.append(s)
+        for s in socks:
+            (leave or socket.socket.close)(s)
+        deadline, recs = time.monotonic() + 2, []
+        while time.monotonic() < deadline and len(recs) < len(paths):
+            recs = [a for a in larder.access_records()[before:] if a.get("key") in
+                    [p.split("?")[0].rsplit("/", 1)[1] for p in paths]]
+            time.sleep(0.05)
+        return recs
+
+    def test_a_client_that_left_during_its_answer_gives_its_slot_back(self):
+        # Two reads of the capped key (2 slots) whose answers' headers went out, their origin
+        # stalling after the first 64 KiB; their clients leave. The requests went on until
+        # S3's next bytes (or LARDER_UPSTREAM_TIMEOUT), holding their slots, connections and
+        # transfers: nothing watched a connection once its answer was queued, and a third
+        # read got 503 SlowDown. Cold (cached) and pass-through (?versionId) alike.
+        larder = self.start()
+        for k in ("during-0", "during-1", "during-after"):
+            self.origin.put(BUCKET, k, blob(len(k), 1 << 20))
+        paths = [harness.key_path(BUCKET, "during-0") + "?versionId=null",
+                 harness.key_path(BUCKET, "during-1")]
+        recs = self.leave_during_answers(larder, paths)
+        self.assertEqual(sorted((a["status"], a["error"]) for a in recs),
+                         [("200", "client-gone")] * 2, recs)
+        t0 = time.monotonic()
+        r = fetch(larder.url, "GET", harness.key_path(BUCKET, "during-after"), key=CAPPED,
+                  secret=CAPPED_SECRET)
+        self.assertEqual(r.status, 200, r)
+        self.assertLess(time.monotonic() - t0, 2.5)
+        self.origin.wait_idle(10)
+
+    def test_a_tls_client_that_closed_during_its_answer_is_noticed(self):
+        # Over TLS a client that closes well sends a close_notify alert before its FIN: bytes
+        # to read, which the watch took for a pipelined request and stopped watching.
+        from test_tls import make_cert
+        tmp = tempfile.mkdtemp(prefix="larder-tls-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        cert, key = make_cert(tmp)
+        larder = self.start(LARDER_TLS_CERT=cert, LARDER_TLS_KEY=key)
+        ctx = ssl.create_default_context(cafile=cert)
+
+        def connect(larder, method, path, who, secret):
+            h = harness.sign_headers(method, "https://127.0.0.1:%d%s" % (larder.port, path),
+                                     who, secret)
+            head = "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (method, path, larder.port)
+            head += "".join("%s: %s\r\n" % kv for kv in h.items() if kv[0].lower() != "host")
+            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", larder.port), 10),
+                                server_hostname="127.0.0.1")
+            s.sendall(head.encode() + b"\r\n")
+            return s
+
+        def leave(s):
+            s.settimeout(0.3)
+            try:
+                s.unwrap()  # sends close_notify, then waits for larder's: it never comes
+            except OSError:
+                pass
+            s.close()
+        for k in ("tls-0", "tls-1"):
+            self.origin.put(BUCKET, k, blob(len(k), 1 << 20))
+        paths = [harness.key_path(BUCKET, "tls-0") + "?versionId=null",
+                 harness.key_path(BUCKET, "tls-1")]
+        recs = self.leave_during_answers(larder, paths, connect, leave)
+        self.assertEqual(sorted((a["status"], a["error"]) for a in recs),
+                         [("200", "client-gone")] * 2, recs)
+        self.origin.wait_idle(10)
 
     def test_other_keys_are_not_limited(self):
         larder = self.start()
