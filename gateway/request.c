@@ -871,17 +871,35 @@ void request_connection_cb(void *cls, struct MHD_Connection *conn, void **socket
 }
 
 /*
- * What the watch above cannot see, looked at once a second (the sweep): a
- * request waiting suspended whose watch stopped on bytes, when its client
- * closed after them (over TLS: a close_notify, then the FIN).
+ * What the watch above cannot see, looked at once a second (the sweep):
+ * - a request waiting suspended whose watch stopped on bytes, when its
+ *   client closed after them (over TLS: a close_notify, then the FIN);
+ * - a body libmicrohttpd still waits for, its client gone: the FIN came
+ *   with its last bytes, libmicrohttpd took the socket for drained and
+ *   would wait for the client timeout. left_mid_body tells at once when the
+ *   body's length says more is due; a chunked body's end may be in
+ *   libmicrohttpd's buffer then, unparsed. By the sweep it has parsed what
+ *   it holds: the body still not in, nothing unread on the socket and its
+ *   end reached, the client is gone. shutdown() makes libmicrohttpd look
+ *   again, and it ends the request as a client abort. Not over TLS, where
+ *   GnuTLS may hold bytes it read (and libmicrohttpd sees its FIN there).
  */
 static void sweep_left(struct req *r, int fd)
 {
 	if (!r->started || r->gone)
 		return;
-	if (r->suspended && r->client_body_done && !ev_is_active(&r->gone_watch) &&
-	    client_closed(r, fd))
-		client_left(r);
+	if (r->suspended && r->client_body_done && !ev_is_active(&r->gone_watch)) {
+		if (client_closed(r, fd))
+			client_left(r);
+		return;
+	}
+	if (r->suspended || r->responded || r->body == BODY_NONE || r->client_body_done ||
+	    r->w->gw->tls_cert || !socket_ended(fd))
+		return;
+	r->gone = true;
+	req_cut(r, "client-abort");
+	log_debug("server", "id=%s the client left in the middle of its body", r->id);
+	shutdown(fd, SHUT_RDWR);
 }
 
 static void header_deadline_cb(struct ev_loop *loop, ev_timer *t, int revents)
