@@ -13,8 +13,10 @@
  *    and that node has since left the cluster (or died): its copy is gone,
  *    so the readers' copies are what is left.
  * Readers' copies whose source is alive are never listed: the source has
- * them. So the directory stays a small fraction of what is
- * cached, and is empty while membership is stable.
+ * them. So the directory stays a small fraction of what is cached. While
+ * membership is stable it lists only the chunks an object's owner node
+ * fetched from S3 for the object's first read without owning them
+ * (gateway/fetch.c, learnt_past_chunk0): one per such object at most.
  *
  * In Redis, larder:dir:<16 hex digits of the key> is a set of node ids with
  * a TTL (ttl_ms) that every listed holder refreshes while the entry holds.

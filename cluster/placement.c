@@ -260,3 +260,18 @@ void placement_cancel(struct placement_ask *a)
 	a->cb = NULL;
 	ev_timer_stop(a->p->loop, &a->timer);
 }
+
+void placement_list(struct placement *p, uint64_t key, const char *self, unsigned ttl_ms)
+{
+	if (!p || !cluster_has_peers(p->cl))
+		return;
+	if (!p->ac && clock_mono_s() >= p->retry_at)
+		connect_now(p);
+	if (!p->ac || p->pending >= MAX_PENDING)
+		return;
+	char name[DIR_KEY_MAX];
+	dir_key_name(key, name);
+	/* An error answer drops the connection, as a lookup's does. */
+	redisAsyncCommand(p->ac, on_setup_reply, p, "SADD %s %s", name, self);
+	redisAsyncCommand(p->ac, on_setup_reply, p, "PEXPIRE %s %u", name, ttl_ms);
+}

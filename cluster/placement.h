@@ -42,6 +42,14 @@ struct placement_ask *placement_ask(struct placement *p, uint64_t key, placement
 /* cb will not run. a must be a pending ask. */
 void placement_cancel(struct placement_ask *a);
 
+/* Lists node self as a holder of directory key `key` now (SADD, and the
+ * entry's TTL), not at the directory's next flush: for a chunk this node
+ * fetches without owning it, which its owner's lookups must find before
+ * the heartbeat (gateway/fetch.c). A hint like the lookups: not sent while
+ * there is no connection or too many lookups wait; the flush that follows
+ * the chunk's completion lists it (or withdraws it) as for any chunk. */
+void placement_list(struct placement *p, uint64_t key, const char *self, unsigned ttl_ms);
+
 struct placement_counts {
 	unsigned long found;    /* a holder other than this node */
 	unsigned long none;     /* nobody (live) holds it */

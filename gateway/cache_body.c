@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <linux/sockios.h>
 
+#include "cluster/cluster.h"
 #include "gateway/cread.h"
 #include "gateway/fetch.h"
 #include "gateway/limits.h"
@@ -256,6 +257,20 @@ static int produce(void *arg, struct chunk *ch, uint64_t i)
 {
 	struct producing *p = arg;
 	struct req *r = p->r;
+	/* Another node learning the object (no If-Match) asked this one, its
+	 * owner, for a chunk past 0 (fetch.c, learnt_past_chunk0) that this
+	 * one knows is another node's and does not hold. Fetched from here it
+	 * would be asked of that node at the last hop, which neither looks in
+	 * the directory (a holder after ownership moved) nor waits for the
+	 * asker, if it is the asker. Declined (503 SlowDown at once): the
+	 * asker learns the object from chunk 0 here, as before, and asks the
+	 * chunk's owner itself. */
+	struct gw *gw = req_gw(r);
+	if (p->now && i > 0 && req_peer_hop(r) > 0 && gw->cluster && !req_header(r, "If-Match") &&
+	    cluster_owner(gw->cluster, chunk_id_hash(&ch->id), NULL, 0)) {
+		p->declined = true;
+		return FETCH_ERR_CANCELLED;
+	}
 	/* A fetch goes to the origin: before the answer it takes the key's
 	 * upstream slot (max_upstream_requests), waiting for one (503 SlowDown
 	 * when none came in time); a reader halfway through its answer takes

@@ -2,13 +2,13 @@
  * fetch.c - upstream GETs that fill the cache (see fetch.h).
  *
  * A meta fetch asks for one chunk's range without knowing the ETag: chunk
- * 0, or for a reader of a range (on a node alone) the chunk its first byte
- * is in, so that a read into the middle of a large object costs one
- * upstream GET, not chunk 0's as well. When upstream's headers arrive it
- * publishes the object's metadata (waking the readers that waited for
- * it), then asks the store for that chunk under its real id: if nobody
- * has it, the rest of this response fills it; if someone does, the
- * transfer stops. A meta fetch for a reader with
+ * 0, or for a reader of a range the chunk its first byte is in, so that a
+ * read into the middle of a large object costs one upstream GET and one
+ * first byte, not chunk 0's as well (in a cluster: learnt_past_chunk0).
+ * When upstream's headers arrive it publishes the object's metadata
+ * (waking the readers that waited for it), then asks the store for that
+ * chunk under its real id: if nobody has it, the rest of this response
+ * fills it; if someone does, the transfer stops. A meta fetch for a reader with
  * x-amz-checksum-mode asks for the whole object with the mode instead (S3
  * sends no checksum for a range): its x-amz-checksum-* headers are learnt
  * with the metadata, its first bytes fill chunk 0, and the transfer stops
@@ -91,6 +91,10 @@ struct fetch {
 	struct placement_ask *ask;   /* a directory lookup under way, before the first try */
 	char holder[CLUSTER_NAME_MAX]; /* a node the directory says holds it, or "" */
 	char asked[CLUSTER_NAME_MAX];  /* the node this attempt asks (to_peer) */
+	char via[CLUSTER_NAME_MAX];    /* a node asked instead of the owner: the one that
+	                                * answered this chunk's first read (stay_with_source) */
+	bool warm_first;             /* meta fetch: learnt by a chunk past 0 as the object's
+	                              * owner node: chunk 0 is fetched once it ends */
 	double asked_seen;           /* when it was last seen a member (clock_mono_s) */
 	bool to_holder;              /* this attempt asks that holder */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
@@ -349,6 +353,13 @@ static void asked_cb(void *arg, const char *addr)
 	f->ask = NULL;
 	if (addr)
 		str_copy(f->holder, sizeof f->holder, addr);
+	if (addr && f->meta_kind && !f->c) {
+		/* The object's chunk 0 is held elsewhere: it was cached here
+		 * before ownership moved, and so may the reader's chunk be,
+		 * which its owner gives. Learnt from chunk 0, as before. */
+		f->learn_index = 0;
+		f->from = 0;
+	}
 	start_or_fail(f);
 }
 
@@ -543,7 +554,10 @@ static void start_partner(struct fetch *f)
 	struct fetch *h = f->partner;
 	h->after_partner = false;
 	str_copy(h->holder, sizeof h->holder, f->holder_failed ? "" : f->holder);
-	h->peer_failed = f->peer_failed;
+	/* Where f asks: S3, or the node (not a holder, above), which for a
+	 * chunk learnt as an object's first read is not the chunk's owner. */
+	str_copy(h->via, sizeof h->via, f->to_peer && !f->to_holder ? f->asked : "");
+	h->peer_failed = f->peer_failed || !f->to_peer;
 	ev_timer_set(&h->slot_timer, 0, 0);
 	ev_timer_start(f->w->loop, &h->slot_timer);
 }
@@ -582,6 +596,66 @@ bool fetch_learnt_span(uint64_t cs, uint64_t index, uint64_t first, uint64_t las
 	*skip = start - first;
 	*whole = last + 1 == start + obj_chunk_len(size, *k, cs);
 	return true;
+}
+
+/*
+ * In a cluster an object's first read goes to its owner node (the owner of
+ * chunk 0, dir_key_of) for the chunk the reader's range starts in, as a
+ * node alone asks S3 (meta_start; a node learning it for another node's
+ * request asks for chunk 0, start_transfer): the owner learns it from S3's
+ * answer for that chunk, and the reader's bytes come after one first byte,
+ * not after chunk 0's and then the chunk's. Whose chunk it is shows only
+ * now (its id names the ETag):
+ *  - the fetch that claimed it keeps asking where it asked, S3 or the node
+ *    that answered, for its retries and the chunk's other part
+ *    (start_partner): the chunk's owner does not have it;
+ *  - a node that fetched it from S3 without owning it lists itself as its
+ *    holder at once (placement_list), before the metadata is published,
+ *    so that the owner, asked for it by a node that learnt the ETag from
+ *    here, finds it rather than fetching it from S3 again; the directory's
+ *    flush keeps the entry while the chunk is held (cluster/directory.h);
+ *  - the object's owner fetches chunk 0 too once this fetch ends
+ *    (warm_first), whose NVMe entry carries the metadata and which the
+ *    directory lists when ownership moves, as when chunk 0 taught it.
+ * An owner that knows the object already, and neither owns nor holds the
+ * chunk, answers 503 at once (cache_body.c, produce): the reader's node
+ * then learns from chunk 0 there and asks the chunk's owner (fetch_done).
+ */
+static void stay_with_source(struct fetch *f)
+{
+	if (!f->to_peer)
+		f->peer_failed = true; /* S3 */
+	else if (!f->to_holder)
+		str_copy(f->via, sizeof f->via, f->asked);
+}
+
+static void learnt_past_chunk0(struct fetch *f)
+{
+	struct gw *gw = f->w->gw;
+	f->warm_first = !f->to_peer &&
+	                !cluster_owner(gw->cluster, fetch_object_key(f->bucket, f->key), NULL, 0);
+	if (!f->c)
+		return;
+	stay_with_source(f);
+	uint64_t key = chunk_id_hash(&f->c->id);
+	if (!f->to_peer && cluster_owner(gw->cluster, key, NULL, 0)) {
+		unsigned ttl_s = gw->cfg->directory_ttl_s ? gw->cfg->directory_ttl_s : 3600;
+		placement_list(f->w->placement, key, gw->cfg->node_id, ttl_s * 1000u);
+	}
+}
+
+/* The object's owner learnt it from a chunk past 0 (learnt_past_chunk0):
+ * chunk 0 is fetched for nobody (it goes on with no want, obj_wanted),
+ * after the demand reads of its prefix (background). */
+static void warm_first_chunk(struct fetch *f)
+{
+	struct obj_ref ref = { f->bucket, f->key, f->meta };
+	struct fetch_producer p = {
+		.w = f->w, .bucket = f->bucket, .key = f->key, .meta = f->meta, .background = true,
+	};
+	struct chunk *c = obj_acquire(&f->w->gw->objects, &ref, 0, 0, fetch_produce, &p, NULL);
+	if (c)
+		obj_unwant(c, false);
 }
 
 /* Meta fetch, headers in: what is this object? */
@@ -682,6 +756,8 @@ static void learn(struct fetch *f)
 			f->fills_chunk = false;
 		c0 = obj_acquire(&gw->objects, &ref, k, f->charge, claim_chunk, f, NULL);
 	}
+	if (gw->cluster && k != 0)
+		learnt_past_chunk0(f);
 	if (head && f->c) { /* started from the loop, outside this curl callback */
 		split_fill(f, head, f->from);
 		start_partner(f);
@@ -915,9 +991,14 @@ static int start_transfer(struct fetch *f)
 	               !cluster_avoided(gw->cluster, f->holder, mono);
 	if (f->to_holder)
 		str_copy(peer, sizeof peer, f->holder);
+	/* The node that answered the chunk's first read, while it is a
+	 * member, rather than the owner (stay_with_source). */
+	bool via = !f->to_holder && f->via[0] && cluster_member_tag(gw->cluster, f->via);
+	if (via)
+		str_copy(peer, sizeof peer, f->via);
 	f->to_peer = f->to_holder ||
 	             (gw->cluster && f->hop < PEER_MAX_HOP && !f->peer_failed &&
-	              cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer) &&
+	              (via || cluster_owner(gw->cluster, dir_key_of(f), peer, sizeof peer)) &&
 	              !(f->holder_failed && strcmp(peer, f->holder) == 0) &&
 	              !cluster_avoided(gw->cluster, peer, mono));
 	/* Marked before it asks, so before any request it causes arrives.
@@ -928,6 +1009,16 @@ static int start_transfer(struct fetch *f)
 		meta_set_ask_hop(gw->meta, f->bucket, f->key, ask_hop(f));
 	if (f->partner && f->partner->after_partner && !f->to_peer)
 		start_partner(f);
+	if (f->meta_kind && !f->c && f->to_peer && f->hop > 0) {
+		/* Learning for another node's request (a chunk of a version it
+		 * knows, asked of this node as the chunk's owner) from a third:
+		 * that node, at the last hop, could not ask the chunk's owner
+		 * for it and would fetch it from S3; its chunk 0 it holds or
+		 * owns. The reader's chunk is asked for only by a meta fetch
+		 * that asks S3 or asks for its own reader (learnt_past_chunk0). */
+		f->learn_index = 0;
+		f->from = 0;
+	}
 	struct hdrs h;
 	hdrs_init(&h);
 	char range[CONTENT_RANGE_SIZE];
@@ -988,9 +1079,11 @@ static struct fetch *meta_start(struct worker *w, const struct fetch_owner_ops *
 	f->meta_kind = true;
 	f->whole = whole;
 	/* In a cluster the first read goes by the object's key to its owner
-	 * node, which is asked for chunk 0 (dir_key_of); an index past any
-	 * object S3 holds (a range from the end of 64 bits) is not asked. */
-	if (!whole && !w->gw->cluster &&
+	 * node (dir_key_of), which is asked for the same chunk
+	 * (learnt_past_chunk0); a revalidation there asks for chunk 0, as
+	 * before. An index past any object S3 holds (a range from the end of
+	 * 64 bits) is not asked. */
+	if (!whole && (!w->gw->cluster || !revalidate) &&
 	    (first_chunk == FETCH_LAST_CHUNK || first_chunk < MAX_LEARN_INDEX(chunk_bytes(f))))
 		f->learn_index = first_chunk;
 	/* A first byte deep in that chunk: asked for from there (split_fill). */
@@ -1160,9 +1253,23 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 	bool meta_only = f->meta_kind && !f->c;
 	long status = t->status;
 	shaper_release(gw->shaper, &f->slot, status, clock_mono_s());
+	if (f->warm_first) {
+		f->warm_first = false;
+		warm_first_chunk(f);
+	}
 	/* A metadata fetch that learnt the object and fills no chunk stopped
 	 * its transfer on purpose (on_body): done, not a failure. */
 	bool learnt_only = meta_only && f->meta;
+	if (meta_only && !f->meta && f->to_peer && !f->to_holder && status == 503 &&
+	    f->learn_index != 0) {
+		/* The object's owner knows it but neither owns nor holds the
+		 * reader's chunk (cache_body.c, produce): learnt from its chunk
+		 * 0, as before; the reader then asks the chunk's owner. */
+		f->learn_index = 0;
+		f->from = 0;
+		if (start_transfer(f) == 0)
+			return;
+	}
 	if (f->to_peer && !f->cancelled && !learnt_only &&
 	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
 	     status == 401 || status == 403 || f->c) &&

@@ -56,9 +56,11 @@ struct fetch_owner_ops {
 };
 
 /* Starts learning (bucket, key): GET chunk first_chunk as a range (on a
- * node of a cluster, chunk 0 whatever first_chunk says: the object's owner
- * node is asked). A reader of a range gives the chunk its range starts in,
- * so that a small read far into a cold object costs one GET; the other
+ * node of a cluster, from the object's owner node, which learns it from
+ * S3 with the same range and keeps that chunk; a revalidation there, and
+ * a node learning it for another node's request, ask for chunk 0). A
+ * reader of a range gives the chunk its range starts in, so that a small
+ * read far into a cold object costs one GET and one first byte; the other
  * readers give 0. Past the object's end (S3's 416) chunk 0 is asked
  * instead. from: the reader's first byte in that chunk; one an eighth of a
  * chunk in (at least 256 KiB) is asked for from there on, and the chunk's

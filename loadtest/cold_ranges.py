@@ -144,7 +144,7 @@ def main():
                 s1, b1, d1, _ = get(dc, oh, path, rng, False)
                 asked = peer_requests(base + 4) if cluster else 0
                 s2, b2, d2, hit = get(lc, lh, path, rng, True)
-                # In a cluster the first read learnt the object with chunk 0.
+                # In a cluster the first read left chunk 0 cached on the object's owner.
                 learnt = cluster and k == 0 and n > 0 and hit == 'hit'
                 if s1 != 206 or s2 != 206 or b1 != b2 or (hit != "miss" and not learnt):
                     if bad < 3:
