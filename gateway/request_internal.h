@@ -71,6 +71,8 @@ struct req {
 	ev_timer shape_timer;  /* wakes the response when the key's tokens return */
 	ev_io gone_watch;      /* its connection while it waits (watch_gone) */
 	bool gone;             /* the client left: close, answer nothing more */
+	bool sweep_ended;      /* the last sweep saw its body unfinished, the socket at its end */
+	uint64_t sweep_bytes_in; /* and bytes_in then (sweep_left) */
 	struct s3req s3;
 	bool has_err;
 	enum s3err err;
