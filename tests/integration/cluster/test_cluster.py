@@ -313,8 +313,16 @@ class Cluster(ClusterBase):
         for t in threads:
             t.join()
         self.assertEqual(results, [True] * 9)
-        self.assertEqual(len(self.gets(mark, "cold/a.bin")), 6,
-                         "one S3 GET per chunk for the whole cluster")
+        # One S3 GET per chunk for the whole cluster, but for the chunks a node still learning
+        # the object refused to a node it learns it from (503 SlowDown: a possible cycle, the
+        # asker goes to S3; docs/cluster.md, the end of "An object's first read"), which a
+        # busy machine makes likelier: CI saw 7 once.
+        refused = sum(1 for n in self.nodes for r in n.access_records()
+                      if r.get("key") == "cold/a.bin" and str(r.get("status")) == "503"
+                      and str(r.get("key_id", "")).startswith("peer:"))
+        gets = len(self.gets(mark, "cold/a.bin"))
+        self.assertGreaterEqual(gets, 6)
+        self.assertLessEqual(gets, 6 + refused, "one S3 GET per chunk for the whole cluster")
 
     def test_first_read_with_checksum_mode_on_any_node(self):
         # A cold object read with x-amz-checksum-mode on a node that does not
