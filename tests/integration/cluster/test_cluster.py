@@ -278,6 +278,17 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
         finally:
             c.close()
 
+    def peer_503s(self, key, asker=None):
+        """503s the nodes answered other nodes' requests for key (asker's only, if given).
+        A node still learning an object refuses at once a request for one of its chunks
+        from the node it learns it from (OBJ_META_CYCLE), and the asker reads the chunk from
+        S3: a second GET of it (docs/cluster.md, the end of "An object's first read")."""
+        who = "peer:" + asker.env["LARDER_NODE_ID"] if asker else None
+        return sum(1 for n in self.nodes for r in n.access_records()
+                   if r.get("key") == key and str(r.get("status")) == "503"
+                   and (r.get("key_id") == who if who else
+                        str(r.get("key_id", "")).startswith("peer:")))
+
 
 class ClusterSetUp(unittest.TestCase):
     def test_a_cluster_that_does_not_form_leaves_nothing_running(self):
@@ -317,9 +328,7 @@ class Cluster(ClusterBase):
         # the object refused to a node it learns it from (503 SlowDown: a possible cycle, the
         # asker goes to S3; docs/cluster.md, the end of "An object's first read"), which a
         # busy machine makes likelier: CI saw 7 once.
-        refused = sum(1 for n in self.nodes for r in n.access_records()
-                      if r.get("key") == "cold/a.bin" and str(r.get("status")) == "503"
-                      and str(r.get("key_id", "")).startswith("peer:"))
+        refused = self.peer_503s("cold/a.bin")
         gets = len(self.gets(mark, "cold/a.bin"))
         self.assertGreaterEqual(gets, 6)
         self.assertLessEqual(gets, 6 + refused, "one S3 GET per chunk for the whole cluster")
@@ -1235,3 +1244,22 @@ class TlsClusterCaFileOnly(TlsClusterUnverified):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OnePreviousNode:
+    """Mixed in before a ClusterBase class: node-1 runs LARDER_PREVIOUS_BIN (the larder of
+    scripts/previous-release, of the same cluster protocol, which scripts/test.sh builds), as
+    in a rolling upgrade; the class is skipped when it is not set."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.environ.get("LARDER_PREVIOUS_BIN"):
+            raise unittest.SkipTest("LARDER_PREVIOUS_BIN is not set")
+        super().setUpClass()
+
+    @classmethod
+    def make_node(cls, i, port=None, admin=None):
+        n = super().make_node(i, port, admin)
+        if i == 1:
+            n.binary = os.environ["LARDER_PREVIOUS_BIN"]
+        return n

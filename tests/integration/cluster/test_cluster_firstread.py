@@ -11,12 +11,10 @@ order it is asked, not timed: cold_ranges.py measures the time.
 
 Three nodes, 1 MiB chunks (split from 256 KiB in), each node the reader of three objects.
 """
-import os
 import threading
 import time
-import unittest
 
-from test_cluster import ClusterBase, blob
+from test_cluster import ClusterBase, OnePreviousNode, blob
 
 MiB = 1024 * 1024
 FROM = 700000  # a first byte deep in its chunk
@@ -64,16 +62,6 @@ class ClusterFirstRead(ClusterBase):
         self.assertEqual(bodies, [data] * len(self.nodes))
         return self.s3_ranges(mark, key, 10)
 
-    def peer_slowdowns(self, key):
-        """503s the nodes answered each other's requests for key, all told. A node that is
-        itself learning an object refuses another node's request for one of its chunks at
-        once when that node is the one it learns it from (store/object.h, OBJ_META_CYCLE),
-        and the asker reads the chunk from S3: a second GET of it, a known race (docs/
-        cluster.md, "An object's first read"), which a busy machine makes likelier."""
-        return sum(1 for n in self.nodes for r in n.access_records()
-                   if r.get("key") == key and str(r.get("key_id", "")).startswith("peer:")
-                   and str(r.get("status")) == "503")
-
     def assert_each_once(self, got, want, key, what):
         """S3 was asked for each range of want, and for no other range but as many refetches
         (of a whole chunk or of want's ranges) as requests a node refused another."""
@@ -84,7 +72,7 @@ class ClusterFirstRead(ClusterBase):
         whole = [rng(k * MiB, min((k + 1) * MiB, 8 * MiB + 5) - 1) for k in range(9)]
         for e in extra:
             self.assertIn(e, whole + want, "%s: %r" % (what, got))
-        self.assertLessEqual(len(extra), self.peer_slowdowns(key), "%s: %r" % (what, got))
+        self.assertLessEqual(len(extra), self.peer_503s(key), "%s: %r" % (what, got))
 
     def found(self):
         """Directory lookups that named a holder, on all nodes."""
@@ -113,12 +101,6 @@ class ClusterFirstRead(ClusterBase):
         if self.ALL_NEW:
             self.assertGreater(self.found(), found)
 
-    def peer_refusals(self, asker):
-        """503s the nodes answered asker's peer requests, all told."""
-        name = "peer:" + asker.env["LARDER_NODE_ID"]
-        return sum(1 for n in self.nodes for r in n.access_records()
-                   if r.get("key_id") == name and str(r.get("status")) == "503")
-
     def test_first_read_where_the_owner_knows_the_object(self):
         # The object's owner knows it already (the other nodes read its first bytes) but
         # neither owns nor holds the reader's chunk: it answers the reader's node 503 at
@@ -137,7 +119,7 @@ class ClusterFirstRead(ClusterBase):
                 if n is not reader:
                     r = n.client().get_object(Bucket="shared", Key=key, Range=rng(0, 9))
                     self.assertEqual(r["Body"].read(), data[:10])
-            before = self.peer_refusals(reader)
+            before = self.peer_503s(key, reader)
             mark = self.upstream.mark()
             r = reader.client().get_object(Bucket="shared", Key=key, Range=rng(a, a + 4095))
             self.assertEqual(r["Body"].read(), data[a:a + 4096], "object %d" % i)
@@ -145,29 +127,16 @@ class ClusterFirstRead(ClusterBase):
             self.assertEqual(r["Body"].read(), data[K * MiB:end + 1], "object %d" % i)
             self.assertEqual(sorted(self.s3_ranges(mark, key, 2)),
                              sorted([rng(K * MiB, a - 1), rng(a, end)]), "object %d" % i)
-            refused += self.peer_refusals(reader) - before
+            refused += self.peer_503s(key, reader) - before
         # The chunk was another node's for about two objects in three: those were refused.
         if self.ALL_NEW:
             self.assertGreater(refused, 0)
 
 
-class ClusterFirstReadPrevious(ClusterFirstRead):
+class ClusterFirstReadPrevious(OnePreviousNode, ClusterFirstRead):
     """node-1 runs LARDER_PREVIOUS_BIN (a larder of the same cluster protocol from before this
     change), as in a rolling upgrade; skipped when it is not set. Every byte is right and S3 is
     asked for the same ranges once each, whichever node is the reader, the object's owner or
     the chunk's: an older owner asked for the reader's range learns the object from chunk 0 and
     serves the range from the chunk's owner; an older reader's node asks for chunk 0."""
     ALL_NEW = False
-
-    @classmethod
-    def setUpClass(cls):
-        if not os.environ.get("LARDER_PREVIOUS_BIN"):
-            raise unittest.SkipTest("LARDER_PREVIOUS_BIN is not set")
-        super().setUpClass()
-
-    @classmethod
-    def make_node(cls, i, port=None, admin=None):
-        n = super().make_node(i, port, admin)
-        if i == 1:
-            n.binary = os.environ["LARDER_PREVIOUS_BIN"]
-        return n

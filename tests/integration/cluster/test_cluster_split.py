@@ -12,11 +12,9 @@ loadtest/cold_ranges.py (mode cluster) measures the time.
 
 Two nodes, 1 MiB chunks (split from 256 KiB in).
 """
-import os
 import time
-import unittest
 
-from test_cluster import ClusterBase, blob
+from test_cluster import ClusterBase, OnePreviousNode, blob
 
 MiB = 1024 * 1024
 FROM = 700000  # a first byte deep in its chunk
@@ -97,26 +95,13 @@ class ClusterSplitFill(ClusterBase):
         self.assertEqual(seen, {"asked the owner", "owns it"})
 
 
-class ClusterSplitFillPrevious(ClusterSplitFill):
+class ClusterSplitFillPrevious(OnePreviousNode, ClusterSplitFill):
     """node-1 runs LARDER_PREVIOUS_BIN (the larder of scripts/previous-release, of the same
     cluster protocol, which scripts/test.sh builds), as in a rolling upgrade; skipped when it is
     not set. Neither side misreads the other, and each chunk still comes from S3 once: whole
     or as the two ranges, whichever version owns it (a larder from before split fills in a
     cluster, e433e07, fetches whole what it owns and asks for whole chunks; one since asks an
     owner for the two ranges, which an older owner serves from one fetch of the whole chunk)."""
-
-    @classmethod
-    def setUpClass(cls):
-        if not os.environ.get("LARDER_PREVIOUS_BIN"):
-            raise unittest.SkipTest("LARDER_PREVIOUS_BIN is not set")
-        super().setUpClass()
-
-    @classmethod
-    def make_node(cls, i, port=None, admin=None):
-        n = super().make_node(i, port, admin)
-        if i == 1:
-            n.binary = os.environ["LARDER_PREVIOUS_BIN"]
-        return n
 
     # What this version does alone (the class above) is not asked of the older side.
     test_deep_range_on_either_node_fetches_its_chunk_as_two_ranges = None
