@@ -19,7 +19,9 @@ import harness
 from test_cluster import ClusterBase
 
 STALL_MS = 3000
-HOLD_KEY, HOLD_MS = "hold/acks", 2500
+# Held until the test ends the hold (a file appears), at most HOLD_MS: a hold of fixed length
+# ended, on a busy machine, before the write that should have met it was published.
+HOLD_KEY, HOLD_MS = "hold/acks", 30000
 
 
 class ClusterStalledDisk(ClusterBase):
@@ -31,6 +33,7 @@ class ClusterStalledDisk(ClusterBase):
         cls.tmp = tempfile.mkdtemp(prefix="larder-syncstall-")
         cls.addClassCleanup(shutil.rmtree, cls.tmp, True)  # after tearDownClass, or a failure
         cls.stall_file = os.path.join(cls.tmp, "stall-ms")
+        cls.release_file = os.path.join(cls.tmp, "hold-released")
         cls.lib = harness.build_preload("syncstall.c", cls.tmp)
         cls.hold = harness.build_preload("logstall.c", cls.tmp)
         super().setUpClass()
@@ -40,11 +43,13 @@ class ClusterStalledDisk(ClusterBase):
         n = super().make_node(i, port, admin)
         if i == 1:
             # logstall: the thread that hears the other node's messages holds still
-            # HOLD_MS after it logs a purge of HOLD_KEY (test_unacknowledged_...).
+            # after it logs a purge of HOLD_KEY until release_file exists
+            # (test_unacknowledged_...).
             n.env.update({"LD_PRELOAD": cls.lib + ":" + cls.hold,
                           "SYNCSTALL_FILE": cls.stall_file,
                           "SYNCSTALL_DIR": os.path.realpath(cls.cache_dirs[1]),
-                          "LOGSTALL_MATCH": '"%s"' % HOLD_KEY, "LOGSTALL_MS": str(HOLD_MS)})
+                          "LOGSTALL_MATCH": '"%s"' % HOLD_KEY, "LOGSTALL_MS": str(HOLD_MS),
+                          "LOGSTALL_RELEASE": cls.release_file})
             # An ASan build wants its runtime first among the libraries.
             n.env["ASAN_OPTIONS"] = n.env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
         return n
@@ -89,12 +94,16 @@ class ClusterStalledDisk(ClusterBase):
                         "writes waited out their bound for node-1's acknowledgement")
         return stale
 
+    def release_hold(self):
+        open(self.release_file, "w").close()
+
     def test_unacknowledged_write_is_counted_and_said(self):
         # A node that does not apply an invalidation in time (its listening thread held
-        # HOLD_MS here, right after it heard a purge): the write's answer goes on after
-        # its bound, and the writer counts and says it (before, it said nothing).
-        writer = self.nodes[0]
+        # here, right after it heard a purge): the write's answer goes on after its
+        # bound, and the writer counts and says it (before, it said nothing).
+        writer, reader = self.nodes
         self.cached_everywhere(["counted/x"])
+        self.addCleanup(self.release_hold)  # also when an assertion fails
         before = self.unacknowledged(writer)
         self.admin(writer, "POST", "/admin/purge", {"bucket": "shared", "key": HOLD_KEY})
         deadline = time.monotonic() + 10
@@ -106,7 +115,12 @@ class ClusterStalledDisk(ClusterBase):
         self.assertEqual(self.unacknowledged(writer) - before, 1)
         self.assertIn("went on after waiting for the other nodes to apply its invalidation: "
                       "1 of 2 answered", writer.log())  # itself and not node-1
-        time.sleep(HOLD_MS / 1000.0)  # node-1 hears again
+        self.release_hold()
+        # node-1 hears again and applies what it missed.
+        deadline = time.monotonic() + 10
+        while self.read(reader, "counted/x") != b"new" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.read(reader, "counted/x"), b"new")
 
     def test_reads_after_a_write_while_the_disk_stalls(self):
         # Several writes in a row: the later ones arrive while the first's tombstone is
