@@ -25,7 +25,10 @@
  * forwarded again. And a request waits only for a fetch that asks S3 or a
  * node at a higher hop than its own (store/object.h: obj_may_wait), else
  * it gets 503 at once and the asker falls back: nodes never wait for each
- * other in a cycle.
+ * other in a cycle. A 503 for a request that found the object being learnt
+ * by another request that asks a node (the object's owner, often the asker
+ * itself) carries PEER_LEARNING_HEADER: a chunk's fetch asks that node again
+ * a moment later rather than S3 (gateway/fetch.c, learning_refusal).
  */
 #ifndef LARDER_PEER_H
 #define LARDER_PEER_H
@@ -38,6 +41,7 @@
 
 #define PEER_SKEW_S 30
 #define PEER_MAX_HOP 2
+#define PEER_LEARNING_HEADER "x-larder-learning"
 
 /* Adds the X-Larder-Peer-* headers for method + path (as sent) to the node
  * at advertise address target; h must already hold the request's Host,

@@ -68,6 +68,7 @@
 #include "gateway/req.h"
 #include "gateway/s3req.h"
 #include "cluster/cluster.h"
+#include "cluster/peer.h"
 #include "store/object.h"
 #include "store/store.h"
 
@@ -432,7 +433,8 @@ static void resolve(struct req *r)
 				return; /* for a slot of its key's: asked again (cache_respond) */
 			req_fail(r, st == -EBUSY ? S3E_SLOW_DOWN : S3E_SERVICE_UNAVAILABLE, NULL);
 			return;
-		case OBJ_META_CYCLE: /* the asking node falls back (gateway/fetch.c) */
+		case OBJ_META_CYCLE: /* the asking node asks again soon (gateway/fetch.c) */
+			req_err_headers(r, PEER_LEARNING_HEADER ": 1\n");
 			req_fail(r, S3E_SLOW_DOWN, NULL);
 			return;
 		case OBJ_META_FAILED: /* the fetch it waited for gave up: so does this reader */

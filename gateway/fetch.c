@@ -96,6 +96,9 @@ struct fetch {
 	bool warm_first;             /* meta fetch: learnt by a chunk past 0 as the object's
 	                              * owner node: chunk 0 is fetched once it ends */
 	double asked_seen;           /* when it was last seen a member (clock_mono_s) */
+	double learning_since;       /* the node asked first refused it while learning the
+	                                object (learning_refusal), or 0 */
+	unsigned learning_asks;      /* how often it asked that node again since */
 	bool to_holder;              /* this attempt asks that holder */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
@@ -1245,6 +1248,46 @@ static void negative_headers(const struct hdrs *resp, struct buf *out)
 		buf_printf(out, "x-amz-version-id: %s\n", vid);
 }
 
+/*
+ * A node asked for a chunk may be learning the chunk's object itself, from
+ * another node (the object's owner, often this one) at a hop this request
+ * may not wait for (store/object.h: obj_may_wait): it refuses at once with
+ * a 503 that says so (PEER_LEARNING_HEADER, gateway/cache.c). Nothing is
+ * wrong with it: it knows the object once that answer comes, about one S3
+ * first byte later. Fetching the chunk from S3 instead (as before) fetched
+ * it twice in the cluster, once here and once by its owner for its own
+ * readers (docs/cluster.md, "An object's first read"). So the same node is
+ * asked again after a pause (5 ms, doubling to 50 ms), for LEARNING_WAIT_S
+ * at most; then S3. Asking again never makes a node wait for another, so no
+ * cycle can form: at worst the bound runs out. Returns true when it asks
+ * again.
+ */
+#define LEARNING_WAIT_S 1.0
+#define LEARNING_PAUSE_MAX_S 0.05
+
+static bool learning_refusal(struct fetch *f, long status)
+{
+	if (!f->c || !f->to_peer || f->cancelled || status != 503 ||
+	    !transfer_header(&f->x, PEER_LEARNING_HEADER))
+		return false;
+	double now = clock_mono_s();
+	if (!f->learning_since)
+		f->learning_since = now;
+	double pause = 0.005;
+	for (unsigned i = 0; i < f->learning_asks && pause < LEARNING_PAUSE_MAX_S; i++)
+		pause *= 2;
+	if (pause > LEARNING_PAUSE_MAX_S)
+		pause = LEARNING_PAUSE_MAX_S;
+	if (now + pause - f->learning_since > LEARNING_WAIT_S)
+		return false;
+	if (!f->learning_asks)
+		log_info("fetch", "%s/%s chunk %" PRIu64 ": node %s is learning the object; "
+		         "asking it again", f->bucket, f->key, f->index, f->asked);
+	f->learning_asks++;
+	transfer_restart_in(&f->x, pause);
+	return true;
+}
+
 static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 {
 	struct fetch *f = arg;
@@ -1270,6 +1313,8 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		if (start_transfer(f) == 0)
 			return;
 	}
+	if (learning_refusal(f, status))
+		return;
 	if (f->to_peer && !f->cancelled && !learnt_only &&
 	    (f->changed || result != CURLE_OK || status == 0 || status >= 500 ||
 	     status == 401 || status == 403 || f->c) &&

@@ -218,6 +218,14 @@ double transfer_retry_later(struct transfer *t)
 	return delay;
 }
 
+void transfer_restart_in(struct transfer *t, double delay)
+{
+	assert(t->ev);
+	ev_timer_init(&t->retry_timer, retry_cb, delay, 0.);
+	t->retry_timer.data = t;
+	ev_timer_start(curlev_loop(t->ev), &t->retry_timer);
+}
+
 void transfer_unpause(struct transfer *t)
 {
 	if (t->running && t->ev)

@@ -111,6 +111,10 @@ void transfer_stop(struct transfer *t);
  * even be built). */
 double transfer_retry_later(struct transfer *t);
 
+/* Called from the done hook: schedules ops->restart after delay seconds,
+ * not counted as a retry (the answer was no failure of the request). */
+void transfer_restart_in(struct transfer *t, double delay);
+
 /* A hook returned a pause: let curl go on (from the loop, soon). */
 void transfer_unpause(struct transfer *t);
 

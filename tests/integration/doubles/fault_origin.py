@@ -12,6 +12,8 @@
     origin.delay_next(1500, key="obj", rng="bytes=0-99")  # only a GET with this Range
                                              # (fail_next, drop_next, delay_next, slow_next)
     origin.late_next(1500, key="obj")        # next GET: answered now, heard 1.5 s later
+    origin.hold_next(gate, key="obj", rng="bytes=0-99")  # next GET: its first byte waits
+                                             # until gate (a threading.Event) is set (30 s at most)
     origin.slow_next(65536, 20, key="obj")   # next GET: body in 64 KiB pieces, 20 ms apart
     origin.replace_after("bkt", "obj", new)  # new bytes (new ETag) from the next request on
     origin.throttle_above(4, service_ms=30)  # > 4 requests in flight to a prefix: 503 SlowDown
@@ -324,6 +326,14 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
             self.thread = None
         self.server_close()
 
+    def cleanup(self):
+        self.stop()
+
+    def client(self, **kw):
+        """boto3 straight to this origin with its key."""
+        import harness
+        return harness.make_s3_client(self.url, self.access_key, self.secret_key, **kw)
+
     # -- objects (direct, no HTTP)
     def create_bucket(self, bucket):
         with self.lock:
@@ -389,6 +399,11 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
     def delay_next(self, ms, n=1, methods=("GET",), bucket=None, key=None, rng=None):
         """The next n matching requests wait ms milliseconds before the first byte."""
         return self._add(Fault("delay", n, tuple(methods), bucket, key, rng, ms=ms))
+
+    def hold_next(self, gate, n=1, methods=("GET",), bucket=None, key=None, rng=None):
+        """The next n matching requests wait until gate (a threading.Event) is set, 30 s at
+        most, before their first byte: a test opens it when it has done what it needed."""
+        return self._add(Fault("hold", n, tuple(methods), bucket, key, rng, gate=gate))
 
     def late_next(self, ms, n=1, bucket=None, key=None):
         """The next n matching GETs are answered from the object as it is when
@@ -741,6 +756,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.answer_after = faults.get("answer_after")
         if "delay" in faults:
             time.sleep(faults["delay"].params["ms"] / 1000.0)
+        if "hold" in faults:
+            faults["hold"].params["gate"].wait(30)
         if "error" in faults:
             p = faults["error"].params
             return self._error(p["status"], p["code"], p["message"])
