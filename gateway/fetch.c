@@ -98,7 +98,7 @@ struct fetch {
 	double asked_seen;           /* when it was last seen a member (clock_mono_s) */
 	double learning_since;       /* the node asked first refused it while learning the
 	                                object (learning_refusal), or 0 */
-	unsigned learning_asks;      /* how often it asked that node again since */
+	double learning_pause;       /* the pause before it asks that node again */
 	bool to_holder;              /* this attempt asks that holder */
 	bool holder_failed;          /* it failed: the owner next (S3 if that is the holder) */
 	bool failed_headers;         /* a response that is not what we asked for */
@@ -1271,20 +1271,17 @@ static bool learning_refusal(struct fetch *f, long status)
 	    !transfer_header(&f->x, PEER_LEARNING_HEADER))
 		return false;
 	double now = clock_mono_s();
-	if (!f->learning_since)
+	if (!f->learning_since) {
 		f->learning_since = now;
-	double pause = 0.005;
-	for (unsigned i = 0; i < f->learning_asks && pause < LEARNING_PAUSE_MAX_S; i++)
-		pause *= 2;
-	if (pause > LEARNING_PAUSE_MAX_S)
-		pause = LEARNING_PAUSE_MAX_S;
-	if (now + pause - f->learning_since > LEARNING_WAIT_S)
-		return false;
-	if (!f->learning_asks)
+		f->learning_pause = 0.005;
 		log_info("fetch", "%s/%s chunk %" PRIu64 ": node %s is learning the object; "
 		         "asking it again", f->bucket, f->key, f->index, f->asked);
-	f->learning_asks++;
-	transfer_restart_in(&f->x, pause);
+	} else if ((f->learning_pause *= 2) > LEARNING_PAUSE_MAX_S) {
+		f->learning_pause = LEARNING_PAUSE_MAX_S;
+	}
+	if (now + f->learning_pause - f->learning_since > LEARNING_WAIT_S)
+		return false;
+	transfer_restart_in(&f->x, f->learning_pause);
 	return true;
 }
 

@@ -195,6 +195,14 @@ static bool retry_helps(CURLcode r)
 	}
 }
 
+void transfer_restart_in(struct transfer *t, double delay)
+{
+	assert(t->ev);
+	ev_timer_init(&t->retry_timer, retry_cb, delay, 0.);
+	t->retry_timer.data = t;
+	ev_timer_start(curlev_loop(t->ev), &t->retry_timer);
+}
+
 double transfer_retry_later(struct transfer *t)
 {
 	if (!t->ev || t->retries >= t->retry.max || !retry_helps(t->last_result))
@@ -212,18 +220,8 @@ double transfer_retry_later(struct transfer *t)
 	double u = (double)(splitmix_next(&jitter) >> 11) / (double)(UINT64_C(1) << 53);
 	double delay = base * (0.5 + 0.5 * u);
 	t->retries++;
-	ev_timer_init(&t->retry_timer, retry_cb, delay, 0.);
-	t->retry_timer.data = t;
-	ev_timer_start(curlev_loop(t->ev), &t->retry_timer);
+	transfer_restart_in(t, delay);
 	return delay;
-}
-
-void transfer_restart_in(struct transfer *t, double delay)
-{
-	assert(t->ev);
-	ev_timer_init(&t->retry_timer, retry_cb, delay, 0.);
-	t->retry_timer.data = t;
-	ev_timer_start(curlev_loop(t->ev), &t->retry_timer);
 }
 
 void transfer_unpause(struct transfer *t)
