@@ -1252,10 +1252,6 @@ class TlsClusterCaFileOnly(TlsClusterUnverified):
         return n
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class OnePreviousNode:
     """Mixed in before a ClusterBase class: node-1 runs LARDER_PREVIOUS_BIN (the larder of
     scripts/previous-release, of the same cluster protocol, which scripts/test.sh builds), as
@@ -1274,3 +1270,7 @@ class OnePreviousNode:
         if i == 1:
             n.binary = os.environ["LARDER_PREVIOUS_BIN"]
         return n
+
+
+if __name__ == "__main__":
+    unittest.main()

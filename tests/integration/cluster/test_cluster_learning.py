@@ -17,14 +17,11 @@ import time
 
 from fault_origin import FaultOrigin
 from test_cluster import ClusterBase, blob
+from test_cluster_firstread import rng
 
 MiB = 1024 * 1024
-CHUNKS = 8
-SIZE = CHUNKS * MiB + 5
-
-
-def rng(a, b):
-    return "bytes=%d-%d" % (a, b)
+CHUNKS = 9  # 1 MiB chunks; the last holds 5 bytes
+SIZE = (CHUNKS - 1) * MiB + 5
 
 
 def chunk_range(i):
@@ -61,7 +58,7 @@ class ClusterLearningNode(ClusterBase):
         cold again."""
         a, b = self.nodes
         owner = {}
-        for i in range(CHUNKS + 1):
+        for i in range(CHUNKS):
             end = min((i + 1) * MiB, SIZE)
             self.assertEqual(self.read_range(a, key, i * MiB, end - 1), data[i * MiB:end])
             before = len(self.client_records(b, key))
@@ -84,8 +81,8 @@ class ClusterLearningNode(ClusterBase):
             owner = self.owners(key, data)
             o = owner[0]
             l_node = self.nodes[1] if o is self.nodes[0] else self.nodes[0]
-            js = [i for i in range(1, CHUNKS + 1) if owner[i] is l_node]
-            ms = [i for i in range(1, CHUNKS + 1) if owner[i] is o]
+            js = [i for i in range(1, CHUNKS) if owner[i] is l_node]
+            ms = [i for i in range(1, CHUNKS) if owner[i] is o]
             if js and ms:
                 return key, data, o, l_node, js[0], ms[0]
         self.fail("no object with the chunk owners this test needs")
@@ -137,5 +134,5 @@ class ClusterLearningNode(ClusterBase):
         for n in self.nodes:
             self.assertEqual(self.read(n, key), data)
         ranges = sorted(g["range"] or "" for g in origin.gets("shared", key, since=mark))
-        self.assertEqual(ranges, sorted(chunk_range(i) for i in range(1, CHUNKS + 1)),
+        self.assertEqual(ranges, sorted(chunk_range(i) for i in range(1, CHUNKS)),
                          "chunk j=%d, m=%d" % (j, m))
