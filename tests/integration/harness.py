@@ -410,6 +410,13 @@ class Larder:
             raise RuntimeError("larder did not accept connections on port %d within %ss "
                                "(exit code %s); its log:\n%s%s"
                                % (self.port, timeout, code, self.log(), self.sanitizer_text()))
+        # The admin listener starts after the workers' (gateway/server.c): a
+        # test that calls it right after a restart found it not there yet on
+        # a loaded machine. A larder that stops instead is the test's to see.
+        admin = self.env.get("LARDER_ADMIN_LISTEN", "off")
+        if admin != "off" and ":" in admin:
+            host, port = admin.rsplit(":", 1)
+            wait_port(int(port), timeout, self.proc, host.strip("[]") or "127.0.0.1")
         return self
 
     @property
