@@ -837,6 +837,11 @@ static bool written_object(struct req *r, const char **key, bool *bucket_wide)
 	return req_s3(r)->target == S3T_OBJECT || *bucket_wide;
 }
 
+bool cache_write_changes(const struct req *r)
+{
+	return req_s3(r)->access == POL_WRITE && changes_object(r);
+}
+
 void cache_write_begins(struct req *r)
 {
 	struct gw *gw = req_gw(r);

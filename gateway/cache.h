@@ -63,6 +63,9 @@ int cache_purge(struct gw *gw, const char *bucket, const char *prefix, bool exac
  * is in; a DeleteObjects drops the bucket's metadata. A multipart upload's
  * start, parts and abort change nothing and drop nothing. */
 void cache_invalidate(struct req *r);
+/* Whether r is a write cache_invalidate would drop something for (not a
+ * multipart upload's start, part or abort). */
+bool cache_write_changes(const struct req *r);
 /* Before a write that may change an object goes upstream: its tombstone on
  * NVMe (store_write_begin), so that a crash before S3's answer (S3 may have
  * applied it) cannot give the old version back at the next start, not even

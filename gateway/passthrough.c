@@ -90,6 +90,36 @@ static void forget_unheard_write(struct req *r)
 		cache_invalidate(r);
 }
 
+/*
+ * A write whose client left after sending all of it (the body in and
+ * verified) is carried out by S3 all the same: the client's leaving tells
+ * S3 nothing. Stopped here, S3 may still apply it after larder forgot the
+ * key (forget_unheard_write), and a read in between learns the old object
+ * again, to be served after the write landed. So such a write goes on
+ * without its client to S3's answer (the answer's body drained: a
+ * CompleteMultipartUpload's outcome is in it), and its invalidation is
+ * made then, as a write whose client waits. It keeps its worker's place
+ * among its live requests (a drain waits for it), its key's
+ * max_upstream_requests slot and its prefix's window slot; not its
+ * connection. Only writes the cache forgets something for: a multipart
+ * upload's part (or start, or abort) stops at once, its client will send
+ * it again or abort the upload; so does a write whose body did not all
+ * arrive, and everything past the drain's grace period.
+ */
+bool pass_outlives(struct req *r)
+{
+	if (r->orphan)
+		return true;
+	bool pending = r->up.running || ev_is_active(&r->slot_timer);
+	if (!pending || r->udone || r->has_err || !r->client_body_done || !r->body_verified ||
+	    !r->s3_parsed || r->w->closing || !cache_write_changes(r))
+		return false;
+	r->orphan = true;
+	log_debug("upstream", "id=%s %s %s: its client left; the write goes on to S3's answer",
+	         r->id, r->method, buf_cstr(&r->target.url));
+	return true;
+}
+
 void pass_stop(struct req *r)
 {
 	if (!r->up.running && !ev_is_active(&r->slot_timer) && !ev_is_active(&r->up.retry_timer))
@@ -385,7 +415,7 @@ static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, 
 	assert(r->magic == REQ_MAGIC);
 	(void)t;
 	if (!r->conn)
-		return 0;   /* client gone */
+		return r->orphan ? len : 0; /* client gone: a write it left is heard out */
 	if (r->slowed)
 		return len;
 	if (len > pbuf_room(&r->downbuf))
@@ -675,6 +705,9 @@ static void upstream_done(struct transfer *t, void *arg, CURLcode result)
 	if (result != CURLE_OK)
 		log_warn("upstream", "id=%s %s %s: %s", r->id, r->method, buf_cstr(&r->target.url),
 		         transfer_strerror(t, result));
+	else if (r->orphan)
+		log_info("upstream", "id=%s %s %s: answered %ld, its client gone", r->id, r->method,
+		         buf_cstr(&r->target.url), r->ustatus);
 	req_wake(r);
 	req_unref(r);
 }

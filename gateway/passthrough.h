@@ -27,6 +27,11 @@ int pass_start(struct req *r);
  * failed verification). */
 void pass_stop(struct req *r);
 
+/* Its client has left: whether its upstream exchange goes on all the same
+ * (a write S3 has all of, see passthrough.c), holding a reference to r
+ * until S3 answers. Sets r->orphan; true again once it has. */
+bool pass_outlives(struct req *r);
+
 /* Takes as much of the client's body as there is room for; returns the
  * number of bytes consumed. */
 size_t pass_take_body(struct req *r, const char *data, size_t len);

@@ -314,6 +314,10 @@ void req_unref(struct req *r)
 		cache_write_ends(r); /* one stopped before upstream_done */
 	ev_timer_stop(r->w->loop, &r->shape_timer);
 	ev_io_stop(r->w->loop, &r->gone_watch);
+	if (r->orphan) { /* live until now (request_completed_cb) */
+		list_unlink(&r->w->live, &r->link);
+		r->w->n_live--;
+	}
 	req_upstream_unwait(r); /* no slot wakes it now: off the worker's list too */
 	pthread_mutex_lock(&r->w->wake_lock);
 	if (r->key_woken)
@@ -324,6 +328,7 @@ void req_unref(struct req *r)
 	if (r->sha)
 		EVP_MD_CTX_free(r->sha);
 	ack_destroy(r->ack);
+	hdrs_fini(&r->kept);
 	buf_fini(&r->held_body);
 	buf_fini(&r->err_extra);
 	listcache_end(r);
@@ -729,6 +734,8 @@ enum MHD_Result req_respond_error(struct req *r)
 
 const char *req_header(struct req *r, const char *name)
 {
+	if (!r->conn) /* an orphaned write's end (cache_invalidate): what it kept */
+		return hdrs_get(&r->kept, name);
 	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
@@ -784,17 +791,39 @@ static bool client_closed(struct req *r, int fd)
  * waits: readable and closed (client_closed) ends the request as
  * libmicrohttpd does a client abort, closing the connection with no answer
  * (or the answer cut short: its body's reader ends it, req_gone), as nginx
- * does unless told to ignore client aborts. Readable with bytes (a
+ * does unless told to ignore client aborts; its exchange with S3 stops,
+ * unless it is a write S3 has all of (pass_outlives). Readable with bytes (a
  * pipelined next request) tells nothing: the watch stops. Only once the
  * request's body is in.
  */
+static enum MHD_Result keep_header(void *cls, enum MHD_ValueKind kind, const char *name,
+                                   const char *value)
+{
+	(void)kind;
+	return hdrs_add(cls, name, value ? value : "") == 0 ? MHD_YES : MHD_NO;
+}
+
+/* Whether r goes on without its client, whose connection conn is about to
+ * go (pass_outlives). Its end reads its headers (the source a RenameObject
+ * removes): they are kept. */
+static bool outlives_client(struct req *r, struct MHD_Connection *conn)
+{
+	if (r->orphan)
+		return true;
+	if (!conn || !pass_outlives(r))
+		return false;
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, keep_header, &r->kept);
+	return true;
+}
+
 static void client_left(struct req *r)
 {
 	r->gone = true;
 	req_cut(r, "client-gone");
 	log_debug("server", "id=%s the client left %s its answer", r->id,
 	          r->responded ? "during" : "before");
-	pass_stop(r);
+	if (!outlives_client(r, r->conn))
+		pass_stop(r);
 	req_wake(r);
 }
 
@@ -992,6 +1021,7 @@ void *request_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->key_place.arg = r;
 	ev_io_init(&r->gone_watch, gone_cb, -1, EV_READ);
 	r->gone_watch.data = r;
+	hdrs_init(&r->kept);
 	buf_init(&r->err_extra, 64 * 1024); /* a Range header or a list of header names, escaped */
 	r->conn = conn;
 	r->t_start = clock_mono_s();
@@ -1232,11 +1262,13 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 		r->conn_slot->pending = NULL;
 		r->conn_slot->awaiting_since = clock_mono_s(); /* the next request's headers */
 	}
+	bool outlives = outlives_client(r, conn);
 	r->conn_slot = NULL;
 	r->conn = NULL;
 	r->suspended = false;
 	ev_io_stop(r->w->loop, &r->gone_watch);
-	pass_stop(r); /* the client is gone or done: nothing more to fetch */
+	if (!outlives)
+		pass_stop(r); /* the client is gone or done: nothing more to fetch */
 	if (r->started) {
 		const char *err = r->has_err ? s3err_code(r->err) : r->cut ? r->cut : toe_str(toe);
 		if (!err && r->udone && r->uresult != CURLE_OK && r->uresult != CURLE_ABORTED_BY_CALLBACK)
@@ -1276,8 +1308,10 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 			                rec.bytes_out, rec.bytes_in);
 	}
 	cache_end(r);
-	list_unlink(&w->live, &r->link);
-	w->n_live--;
+	if (!r->orphan) { /* an orphaned write stays live until it ends (req_unref) */
+		list_unlink(&w->live, &r->link);
+		w->n_live--;
+	}
 	req_unref(r);
 }
 
@@ -1291,9 +1325,12 @@ unsigned request_count_started(const struct worker *w)
 
 void request_abort_all(struct worker *w)
 {
-	for (struct list_node *n = w->live.first; n; n = n->next) {
+	for (struct list_node *n = w->live.first, *next; n; n = next) {
+		next = n->next;
 		struct req *r = list_item(n, struct req, link);
+		req_ref(r); /* an orphaned write's last other reference is its transfer's */
 		pass_stop(r);
 		req_wake(r);
+		req_unref(r);
 	}
 }

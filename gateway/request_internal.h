@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 
 #include "auth/chunked.h"
+#include "base/hdrs.h"
 #include "gateway/limits.h"
 #include "gateway/range.h"
 #include "gateway/shaper.h"
@@ -122,6 +123,8 @@ struct req {
 	bool uhdrs_done; /* its headers are in: the client may be answered */
 	bool udone;
 	CURLcode uresult;
+	bool orphan;     /* a write its client left, going on to S3's answer (pass_outlives) */
+	struct hdrs kept; /* an orphan's request headers, for req_header (outlives_client) */
 	struct pbuf downbuf;
 	uint64_t resp_len; /* MHD_SIZE_UNKNOWN when not known */
 	uint64_t told_ticket; /* a write's invalidation for the other nodes (cluster_publish_...) */

@@ -14,6 +14,7 @@ import http.client
 import os
 import random
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -1499,6 +1500,144 @@ class NvmeTier(NvmeCase):
             self.assertTrue(r.body == data)
         self.assertTrue(larder.alive())
         finish_larder(self, larder)
+
+
+
+class WriteWhoseClientLeft(NvmeCase):
+    """A write whose client sent all of it and left before S3 answered: S3
+    carries such a write out, so larder must let it run to S3's answer."""
+
+    def leave_a_write(self, larder, method, key, body, query="", headers=None):
+        """Sends a signed write of key with all of body, once the origin has
+        it (held: hold_next) hangs up, and waits until larder has logged its
+        client gone."""
+        m = self.origin.mark()
+        path = harness.key_path(BUCKET, key) + query
+        h = harness.sign_headers(method, larder.url + path, harness.CLIENT_KEY,
+                                 harness.CLIENT_SECRET, headers, body=body)
+        h["Content-Length"] = str(len(body))
+        s = socket.create_connection(("127.0.0.1", larder.port), timeout=10)
+        s.sendall(("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n" % (
+            method, path, larder.port, "".join("%s: %s\r\n" % kv for kv in h.items())))
+            .encode() + body)
+        deadline = time.monotonic() + 10
+        while not self.origin.count(since=m, method=method, key=key) and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertTrue(self.origin.count(since=m, method=method, key=key),
+                        "the write never reached the origin")
+        s.close()
+        recs = []
+        while not recs and time.monotonic() < deadline + 10:
+            recs = [a for a in larder.access_records()
+                    if a.get("method") == method and a.get("key") == key]
+            time.sleep(0.02)
+        self.assertEqual([a.get("error") for a in recs], ["client-gone"], recs)
+
+    def test_a_read_after_it_lands_is_not_the_old_object(self):
+        # The client of a PUT (or DELETE) left before S3 answered. larder
+        # stopped the write at once and forgot the key then, before S3 had
+        # stored it; a read in between learnt the old object again, and it
+        # was served after the write landed (for LARDER_METADATA_TTL).
+        larder = self.start()
+        for method in ("PUT", "DELETE"):
+            with self.subTest(method=method):
+                key = "left-" + method
+                v1, v2 = blob(40, 200000), blob(41, 150000)
+                self.origin.put(BUCKET, key, v1)
+                self.warm(larder, key, v1)
+                gate = threading.Event()
+                self.origin.hold_next(gate, methods=(method,), key=key)
+                self.leave_a_write(larder, method, key, v2 if method == "PUT" else b"")
+                r = self.get(larder, key)  # S3 has not applied it: the old object
+                self.assertEqual((r.status, r.body == v1), (200, True), r)
+                gate.set()
+                want = v2 if method == "PUT" else None
+                deadline = time.monotonic() + 10
+                while (getattr(self.origin.get(BUCKET, key), "data", None) != want and
+                       time.monotonic() < deadline):
+                    time.sleep(0.01)
+                self.assertEqual(getattr(self.origin.get(BUCKET, key), "data", None), want,
+                                 "the origin did not apply the write")
+                # larder hears S3's answer a moment after the origin applied it.
+                while time.monotonic() < deadline:
+                    r = self.get(larder, key)
+                    if r.status == 404 or r.body != v1:
+                        break
+                    time.sleep(0.05)
+                if method == "PUT":
+                    self.assertEqual((r.status, r.complete), (200, True), r)
+                    self.assertTrue(r.body == v2, "the old object was served after the write "
+                                    "landed (%s)" % r.cache)
+                else:
+                    self.assertEqual(r.status, 404, "the deleted object was served: %r" % r)
+        finish_larder(self, larder)
+
+    def test_a_rename_forgets_its_source_when_it_lands(self):
+        # The same for a RenameObject (directory buckets), which removes its
+        # source, named by a header: the source must be forgotten once S3
+        # answered, when the client's connection (and its headers) is gone.
+        larder = self.start()
+        src, v1 = "left-rename/old", blob(45, 5000)
+        self.origin.put(BUCKET, src, v1)
+        self.warm(larder, src, v1)
+        gate = threading.Event()
+        self.origin.hold_next(gate, methods=("PUT",), key="left-rename/new")
+        self.leave_a_write(larder, "PUT", "left-rename/new", b"", query="?renameObject",
+                           headers={"x-amz-rename-source": "/%s/%s" % (BUCKET, src)})
+        r = self.get(larder, src)  # S3 has not renamed it yet
+        self.assertEqual((r.status, r.body == v1), (200, True), r)
+        gate.set()
+        deadline = time.monotonic() + 10
+        while self.origin.get(BUCKET, "left-rename/new") is None and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertIsNotNone(self.origin.get(BUCKET, "left-rename/new"), "no rename upstream")
+        while time.monotonic() < deadline:
+            r = self.get(larder, src)
+            if r.status == 404:
+                break
+            time.sleep(0.05)
+        self.assertEqual(r.status, 404, "the renamed-away object was served: %r" % r)
+        finish_larder(self, larder)
+
+    def test_a_drain_waits_for_it(self):
+        # SIGTERM while such a write waits for S3: larder exited at once,
+        # its transfer cut, as if the write belonged to nobody.
+        larder = self.start(LARDER_SHUTDOWN_GRACE="60")
+        key, v1, v2 = "left-drain", blob(42, 5000), blob(43, 7000)
+        self.origin.put(BUCKET, key, v1)
+        gate = threading.Event()
+        self.origin.hold_next(gate, methods=("PUT",), key=key)
+        m = self.origin.mark()
+        self.leave_a_write(larder, "PUT", key, v2)
+        larder.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while "draining for up to" not in larder.log() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with self.assertRaises(subprocess.TimeoutExpired, msg="larder left the write"):
+            larder.proc.wait(1.5)
+        gate.set()
+        self.assertEqual(larder.stop(timeout=20), 0, larder.log()[-3000:])
+        self.assertEqual(larder.sanitizer_text(), "")
+        put = [q for q in self.origin.requests(m) if q["method"] == "PUT"]
+        self.assertEqual([(q["status"], q.get("client_aborted")) for q in put], [(200, None)],
+                         "S3's answer must have reached larder")
+
+    def test_a_part_upload_stops_at_once(self):
+        # A multipart upload's part changes no object: its client sends it
+        # again or aborts the upload. It does not outlive its client, and
+        # a drain does not wait for it (the origin holds it for 30 s).
+        larder = self.start(LARDER_SHUTDOWN_GRACE="60", LARDER_UPSTREAM_TIMEOUT="60")
+        gate = threading.Event()
+        self.origin.hold_next(gate, methods=("PUT",), key="left-part")
+        try:
+            self.leave_a_write(larder, "PUT", "left-part", blob(44, 5000),
+                               query="?partNumber=1&uploadId=up-1")
+            self.assertEqual(larder.stop(timeout=15), 0, larder.log()[-3000:])
+            self.assertEqual(larder.sanitizer_text(), "")
+        finally:
+            gate.set()
 
 
 if __name__ == "__main__":
