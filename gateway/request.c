@@ -759,23 +759,34 @@ struct conn_slot {
 	MHD_socket fd;
 };
 
-/* Whether nothing more can be read from fd: its FIN is next (recv() 0, no
- * byte left before it), or an error. */
-static bool socket_ended(int fd)
+/* What one look at a client's socket (a recv() peek) finds: nothing yet,
+ * bytes to read, or its end: nothing more can be read (its FIN is next,
+ * no byte left before it, or an error). */
+enum sock_look { SOCK_QUIET, SOCK_BYTES, SOCK_ENDED };
+
+static enum sock_look socket_look(int fd)
 {
 	char c;
 	ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+	if (n > 0)
+		return SOCK_BYTES;
+	return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+	       ? SOCK_ENDED : SOCK_QUIET;
 }
 
-/* Whether r's client closed its connection (socket_ended). Bytes to read
- * tell nothing (a pipelined next request), except over TLS when the FIN
- * came after them: a client's close_notify alert (a TLS client does not
- * half-close). */
-static bool client_closed(struct req *r, int fd)
+static bool socket_ended(int fd)
 {
-	if (socket_ended(fd))
-		return true;
+	return socket_look(fd) == SOCK_ENDED;
+}
+
+/* Whether r's client closed its connection, its socket found as look.
+ * Bytes to read tell nothing (a pipelined next request), except over TLS
+ * when the FIN came after them: a client's close_notify alert (a TLS
+ * client does not half-close). */
+static bool client_closed(struct req *r, int fd, enum sock_look look)
+{
+	if (look != SOCK_BYTES)
+		return look == SOCK_ENDED;
 	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
 	return r->w->gw->tls_cert && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP));
 }
@@ -832,13 +843,12 @@ static void gone_cb(struct ev_loop *loop, ev_io *io, int revents)
 	struct req *r = io->data;
 	assert(r->magic == REQ_MAGIC);
 	(void)revents;
-	char c;
-	if (client_closed(r, io->fd)) {
-		ev_io_stop(loop, io);
+	enum sock_look look = socket_look(io->fd);
+	if (look == SOCK_QUIET)
+		return; /* woken for nothing */
+	ev_io_stop(loop, io); /* on bytes too: it would wake for them again and again */
+	if (client_closed(r, io->fd, look))
 		client_left(r);
-	} else if (recv(io->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
-		ev_io_stop(loop, io); /* it would wake for them again and again */
-	}
 }
 
 static void watch_gone(struct req *r)
@@ -919,7 +929,7 @@ static void sweep_left(struct req *r, int fd)
 	if (!r->started || r->gone)
 		return;
 	if (r->suspended && r->client_body_done && !ev_is_active(&r->gone_watch)) {
-		if (client_closed(r, fd))
+		if (client_closed(r, fd, socket_look(fd)))
 			client_left(r);
 		return;
 	}
