@@ -135,6 +135,10 @@ bool cache_wants(struct req *r)
 	for (size_t i = 0; i < sizeof bypass / sizeof bypass[0]; i++)
 		if (sends_header(r, bypass[i]))
 			return false;
+	/* An upstream that names it by another ETag in each answer: not
+	 * cached for a while (fetch.h). */
+	if (fetch_unsteady(req_bucket(r), req_key(r), clock_mono_s()))
+		return false;
 	struct cread *c = calloc(1, sizeof *c);
 	if (!c)
 		return false; /* the pass-through serves it */

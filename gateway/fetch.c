@@ -38,6 +38,7 @@
 #include "cluster/peer.h"
 #include "cluster/placement.h"
 #include "gateway/limits.h"
+#include "gateway/metrics.h"
 #include "gateway/pins.h"
 #include "gateway/range.h"
 #include "gateway/upstream.h"
@@ -70,6 +71,7 @@ struct fetch {
 	unsigned asks_at;            /* the hop this attempt asks at (ask_hop) */
 	uint64_t skip;               /* body bytes before that chunk's first, not kept */
 	uint64_t size;               /* the object's size, as its metadata says */
+	time_t lm;                   /* and its Last-Modified (0: unknown) */
 	struct chunk *c;             /* the chunk being filled (a reference) */
 	struct obj_meta *meta;       /* what the meta fetch learnt (chunk 0's origin) */
 	const struct fetch_owner_ops *owner_ops;
@@ -194,6 +196,81 @@ static bool written_lately(const char *bucket, const char *key, double now)
 		      (written.h[j] == hb && now - written.when[j] < FETCH_WRITTEN_S);
 	}
 	pthread_mutex_unlock(&written.lock);
+	return yes;
+}
+
+/* Objects a chunk fetch saw change, and objects found unsteady (fetch.h):
+ * one slot per object, by its hash, overwritten by another that hashes
+ * there (forgetting only costs a few cut reads more). */
+#define UNSTEADY_SLOTS 1024
+
+static struct {
+	pthread_mutex_t lock;
+	struct unsteady_slot {
+		uint64_t h, etag_h, size;
+		time_t lm;
+		double moved;  /* when a chunk fetch saw it change, or 0 */
+		double until;  /* passed through until then, or 0 */
+	} s[UNSTEADY_SLOTS];
+} unsteady = { .lock = PTHREAD_MUTEX_INITIALIZER };
+static atomic_bool any_unsteady; /* most nodes never look in the table */
+
+static uint64_t etag_hash(const char *etag)
+{
+	struct chunk_id id;
+	chunk_id_make("", "", etag, 0, &id);
+	return chunk_id_hash(&id);
+}
+
+void fetch_unsteady_moved(const char *bucket, const char *key, const char *etag, uint64_t size,
+                          time_t last_modified, double now)
+{
+	uint64_t h = fetch_object_key(bucket, key);
+	struct unsteady_slot *u = &unsteady.s[h % UNSTEADY_SLOTS];
+	pthread_mutex_lock(&unsteady.lock);
+	if (u->h != h)
+		*u = (struct unsteady_slot){ .h = h };
+	u->etag_h = etag_hash(etag);
+	u->size = size;
+	u->lm = last_modified;
+	u->moved = now;
+	pthread_mutex_unlock(&unsteady.lock);
+	atomic_store(&any_unsteady, true);
+}
+
+bool fetch_unsteady_learnt(const char *bucket, const char *key, const char *etag,
+                           uint64_t size, time_t last_modified, double now)
+{
+	if (!atomic_load(&any_unsteady))
+		return false;
+	uint64_t h = fetch_object_key(bucket, key);
+	struct unsteady_slot *u = &unsteady.s[h % UNSTEADY_SLOTS];
+	pthread_mutex_lock(&unsteady.lock);
+	bool yes = u->h == h && u->moved > 0 && now - u->moved < FETCH_UNSTEADY_SEEN_S &&
+	           u->size == size && u->lm == last_modified && u->etag_h != etag_hash(etag);
+	if (yes) {
+		u->moved = 0;
+		u->until = now + FETCH_UNSTEADY_S;
+	}
+	pthread_mutex_unlock(&unsteady.lock);
+	if (yes) {
+		metrics_upstream_unsteady_etag();
+		log_warn("fetch", "%s/%s: upstream names it by another ETag in each answer (now %s), "
+		         "its size and Last-Modified unchanged: not cached for %.0f s", bucket, key,
+		         etag, FETCH_UNSTEADY_S);
+	}
+	return yes;
+}
+
+bool fetch_unsteady(const char *bucket, const char *key, double now)
+{
+	if (!atomic_load(&any_unsteady))
+		return false;
+	uint64_t h = fetch_object_key(bucket, key);
+	struct unsteady_slot *u = &unsteady.s[h % UNSTEADY_SLOTS];
+	pthread_mutex_lock(&unsteady.lock);
+	bool yes = u->h == h && now < u->until;
+	pthread_mutex_unlock(&unsteady.lock);
 	return yes;
 }
 
@@ -543,6 +620,7 @@ static void split_fill(struct fetch *f, struct fetch *h, size_t from)
 {
 	aim(h, f->c, f->index, f->etag, f->size, f->index == 0 ? f->meta : NULL, f->hop,
 	    f->charge, f->pin);
+	h->lm = f->lm;
 	h->gen = f->meta_kind ? f->gen : 0; /* complete_ok: whichever ends last */
 	h->partner = f;
 	f->partner = h;
@@ -709,12 +787,21 @@ static void learn(struct fetch *f)
 		f->uncacheable = true;
 		return;
 	}
+	time_t lm = 0; /* 0: unknown */
+	httpdate_parse(resp_header(f, "Last-Modified"), &lm);
+	if (!f->to_peer && fetch_unsteady_learnt(f->bucket, f->key, etag, size, lm, now)) {
+		/* Learnt again after a chunk fetch saw it change, and only its
+		 * ETag did (fetch.h): its readers get the pass-through. */
+		f->discard = true;
+		f->failed_headers = true;
+		f->uncacheable = true;
+		return;
+	}
 	struct buf hb;
 	buf_init(&hb, RESP_HEADERS_MAX);
 	meta_replayed_lines(&f->x.resp, &hb);
 	f->size = size;
-	time_t lm = 0; /* 0: unknown */
-	httpdate_parse(resp_header(f, "Last-Modified"), &lm);
+	f->lm = lm;
 	f->meta = meta_new(size, etag, lm,
 	                   buf_cstr(&hb), now);
 	buf_fini(&hb);
@@ -1159,6 +1246,7 @@ static int chunk_start(const struct fetch_producer *p, struct chunk *c, uint64_t
 	}
 	aim(f, c, index, m->etag, m->size, index == 0 ? (struct obj_meta *)m : NULL, p->hop,
 	    p->charge, p->pin ? p->pin : "");
+	f->lm = m->last_modified;
 	/* The reader's first byte deep in it: two parts at once (in a
 	 * cluster, the head once f's node has f's range: start_partner). */
 	struct fetch *h = NULL;
@@ -1450,6 +1538,9 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		log_info("fetch", "%s/%s changed upstream (%ld%s, asked If-Match %s)", f->bucket,
 		         f->key, status, f->changed ? ": an answer for another ETag or size" : "",
 		         f->etag);
+		if (status != 404) /* or only its ETag moved: told when it is learnt again */
+			fetch_unsteady_moved(f->bucket, f->key, f->etag, f->size, f->lm,
+			                     clock_mono_s());
 		fetch_changed(gw, f->bucket, f->key, false);
 		fail_chunk(f, FETCH_ERR_CHANGED);
 	} else if (f->cancelled) {

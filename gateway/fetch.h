@@ -136,6 +136,29 @@ void fetch_resynced(double now);
  * and on the other nodes. dropped: the caller dropped its metadata already. */
 void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool dropped);
 
+/*
+ * Objects whose ETag will not hold still: some S3-compatible stores and
+ * proxies name the same, unchanged object by another ETag in every answer.
+ * A chunk fetch (If-Match, and its check of the answer's ETag) takes each
+ * answer for a version change, so every read of more than one chunk was cut
+ * short and the object learnt again, without end. fetch_unsteady_moved
+ * notes that a chunk fetch saw (bucket, key), known as etag, size bytes and
+ * last_modified (0: unknown), change; fetch_unsteady_learnt is asked when
+ * the object is learnt again, and returns true (then counts it, and logs
+ * it) when that was within FETCH_UNSTEADY_SEEN_S and the answer names
+ * another ETag with the same size and Last-Modified: the ETag moved, not
+ * the object. Such an object is not cached for FETCH_UNSTEADY_S: its
+ * reads go through the pass-through (fetch_unsteady), then caching is tried
+ * again. now: monotonic seconds. Thread-safe; bounded tables.
+ */
+#define FETCH_UNSTEADY_S 600.0
+#define FETCH_UNSTEADY_SEEN_S 60.0
+void fetch_unsteady_moved(const char *bucket, const char *key, const char *etag, uint64_t size,
+                          time_t last_modified, double now);
+bool fetch_unsteady_learnt(const char *bucket, const char *key, const char *etag,
+                           uint64_t size, time_t last_modified, double now);
+bool fetch_unsteady(const char *bucket, const char *key, double now);
+
 /* The object version a reader's chunk fetches are for. */
 struct fetch_producer {
 	struct worker *w;

@@ -194,7 +194,7 @@ static struct {
 
 	counter up_requests[600];          /* [status]; 0: no response */
 	counter up_bytes, up_errors, up_retries;
-	counter up_throttled, up_shaped_waits;
+	counter up_throttled, up_shaped_waits, up_unsteady;
 	counter up_hist[12];               /* per bucket (not cumulative); [11]: +Inf */
 	counter up_sum_us;
 
@@ -354,6 +354,11 @@ void metrics_upstream_throttled(void)
 void metrics_upstream_shaped_wait(void)
 {
 	add(&M.up_shaped_waits, 1);
+}
+
+void metrics_upstream_unsteady_etag(void)
+{
+	add(&M.up_unsteady, 1);
 }
 
 void metrics_upstream_curl(CURL *easy, long status, CURLcode result, bool retry, bool peer)
@@ -574,6 +579,9 @@ static int render_upstream(struct buf *b)
 	                   "Upstream answers 503 SlowDown, each one lowering its prefix's window.");
 	r = r ? r : single(b, "larder_upstream_shaped_waits_total", "counter", get(&M.up_shaped_waits),
 	                   "Upstream requests that waited for a slot in their prefix's window.");
+	r = r ? r : single(b, "larder_upstream_unsteady_etags_total", "counter",
+	                   get(&M.up_unsteady), "Objects found named by another ETag in each "
+	                   "upstream answer, then passed through uncached for a while.");
 	r = r ? r : family(b, "larder_upstream_request_duration_seconds", "histogram",
 	                   "Time of whole upstream requests.");
 	uint64_t cum = 0;

@@ -90,6 +90,9 @@ void metrics_peer_served(const char *node, const char *cache, uint64_t bytes_out
  * that had to wait for a slot. */
 void metrics_upstream_throttled(void);
 void metrics_upstream_shaped_wait(void);
+/* An object whose upstream names it by another ETag in each answer
+ * (gateway/fetch.h: fetch_unsteady) was found, and is passed through. */
+void metrics_upstream_unsteady_etag(void);
 
 /* Values read at render time. */
 /* A client key's share of the RAM tier (max_resident_bytes). */

@@ -485,15 +485,18 @@ class Larder:
         only where a hit mapped them in. The two peaks may be apart in time,
         and mapped pages count in both: their sum bounds the true peak from
         above. Needs the admin API (admin_env())."""
+        m = re.search(r"^larder_chunk_arena_peak_bytes (\d+)$", self.metrics_text(), re.M)
+        if not m:
+            raise RuntimeError("no larder_chunk_arena_peak_bytes in /metrics")
+        return self.peak_rss() + int(m.group(1))
+
+    def metrics_text(self):
+        """GET /metrics of the admin API (admin_env())."""
         req = urllib.request.Request(
             "http://%s/metrics" % self.env["LARDER_ADMIN_LISTEN"],
             headers={"Authorization": "Bearer " + self.env["LARDER_ADMIN_TOKEN"]})
         with urllib.request.urlopen(req, timeout=10) as r:
-            text = r.read().decode()
-        m = re.search(r"^larder_chunk_arena_peak_bytes (\d+)$", text, re.M)
-        if not m:
-            raise RuntimeError("no larder_chunk_arena_peak_bytes in /metrics")
-        return self.peak_rss() + int(m.group(1))
+            return r.read().decode()
 
     def sanitizer_text(self):
         out = []

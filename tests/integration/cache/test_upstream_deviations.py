@@ -11,9 +11,14 @@ Against fault_origin.FaultOrigin with answers scripted byte for byte
 * a redirect to another host is relayed, never followed: nothing is sent, or
   signed, for a host other than the configured endpoint;
 * Content-Encoding kept with the bytes as S3 serves them, never decoded.
+
+UnsteadyETag: an upstream that names the same, unchanged object by another
+ETag in every answer (origin.etag_per_answer): its reads are whole and right,
+and larder stops trying to cache it for a while.
 """
 import gzip
 import random
+import re
 import socket
 import threading
 import unittest
@@ -214,6 +219,97 @@ class Deviations(FaultCase):
             self.assertEqual(r.headers.get("content-encoding"), "gzip", r.headers)
         finally:
             del self.origin.extra_headers[(BUCKET, "gz")]
+
+
+class UnsteadyETag(FaultCase):
+    """Every answer of the origin names its object by a new ETag: size and
+    Last-Modified stay, and If-Match with any ETag it answered fails (412), or,
+    with ignore_if_match, is not evaluated (206 under yet another ETag). A chunk
+    fetch's If-Match (or its check of the answer's ETag) took each answer for a
+    version change: every read of an object of more than one chunk was cut short
+    after its first chunk, every time, and each one learnt the object again."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.admin = harness.Larder.admin_env()
+        cls.EXTRA_ENV = dict(FaultCase.EXTRA_ENV, **cls.admin)
+        super().setUpClass()
+
+    def tearDown(self):
+        self.origin.etag_per_answer.clear()
+        self.origin.ignore_if_match = False
+        super().tearDown()
+
+    def gets(self, key, since):
+        return self.origin.count(since, "GET", BUCKET, key)
+
+    def unsteady_count(self, missing=None):
+        m = re.search(r"^larder_upstream_unsteady_etags_total (\d+)$",
+                      self.larder.metrics_text(), re.M)
+        if m is None and missing is not None:
+            return missing
+        self.assertIsNotNone(m, "no larder_upstream_unsteady_etags_total in /metrics")
+        return int(m.group(1))
+
+    def assertPrefix(self, r, data, what):
+        """A first read may end short where the ETag was first seen to move
+        (its headers named the first one), but never with a wrong byte."""
+        self.assertIn(r.status, (200, 206), "%s %r" % (what, r))
+        self.assertTrue(data.startswith(r.body), "%s: wrong bytes %r" % (what, r))
+
+    def reads(self, key, data, rng=None):
+        """Reads key five times: the first may end short, every other is whole,
+        right and passed through (x-larder-cache: bypass)."""
+        headers, want, status = None, data, 200
+        if rng:
+            headers = {"Range": "bytes=%d-%d" % rng}
+            want, status = data[rng[0]:rng[1] + 1], 206
+        first = self.get(key, headers)
+        self.assertPrefix(first, want, "read 0")
+        m = self.origin.mark()
+        for attempt in range(1, 5):
+            r = self.get(key, headers)
+            self.assertEqual((r.status, r.complete), (status, True), "read %d %r" % (attempt, r))
+            self.assertTrue(r.body == want, "read %d: wrong bytes %r" % (attempt, r))
+            if attempt > 1:
+                self.assertEqual(r.cache, "bypass", "read %d %r" % (attempt, r))
+        # Once seen, one upstream GET per read: not learnt again each time.
+        self.assertLessEqual(self.gets(key, m), 4 + 2)
+
+    def unsteady(self, key, data):
+        self.origin.put(BUCKET, key, data)
+        self.origin.etag_per_answer.add((BUCKET, key))
+
+    def test_whole_reads_if_match_refused(self):
+        data = blob(7, 3 * MiB + 5)
+        self.unsteady("unsteady-412", data)
+        before = self.unsteady_count(missing=0)
+        self.reads("unsteady-412", data)
+        self.assertEqual(self.unsteady_count(), before + 1)
+
+    def test_whole_reads_if_match_ignored(self):
+        data = blob(8, 3 * MiB + 5)
+        self.unsteady("unsteady-206", data)
+        self.origin.ignore_if_match = True
+        before = self.unsteady_count(missing=0)
+        self.reads("unsteady-206", data)
+        self.assertEqual(self.unsteady_count(), before + 1)
+
+    def test_range_over_chunks(self):
+        data = blob(9, 4 * MiB)
+        self.unsteady("unsteady-range", data)
+        self.reads("unsteady-range", data, (MiB + 100, 3 * MiB + 100))
+
+    def test_small_object_stays_cached(self):
+        """One chunk: nothing to check its ETag against within the metadata
+        TTL, so it is cached (and right) as any other object."""
+        data = blob(10, 1000)
+        self.unsteady("unsteady-small", data)
+        for what in ("miss", "hit", "hit"):
+            r = self.get("unsteady-small")
+            self.assertBody(r, data, what)
+            self.assertEqual(r.cache, what, r)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -26,6 +26,11 @@
     origin.ignore_range = True               # a broken upstream/proxy: Range not evaluated
                                              # (200 and the whole object)
     origin.answer_etag[("bkt", "obj")] = None   # GET/HEAD of obj answer this ETag (None: none)
+    origin.etag_per_answer.add(("bkt", "obj"))  # every GET/HEAD of obj answers another ETag,
+                                             # size and Last-Modified unchanged (a proxy or
+                                             # store that makes one per answer); If-Match and
+                                             # If-None-Match are still judged against the
+                                             # object's own ETag, which no answer names
     origin.extra_headers[("bkt", "obj")] = {"x-amz-...": "v"}  # added to GET/HEAD answers,
                                              # in place of what it would send (Content-Range ...)
     origin.answer_raw[("bkt", "obj")] = fn   # a signed request for obj is answered with the
@@ -294,6 +299,8 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         self.ignore_if_match = False
         self.ignore_range = False
         self.answer_etag = {}
+        self.etag_per_answer = set()
+        self.etags_made = itertools.count(1)
         self.extra_headers = {}
         self.answer_raw = {}
         self.list_pages = {}
@@ -827,6 +834,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 base["ETag"] = srv.answer_etag[(bucket, key)]
                 if base["ETag"] is None:
                     del base["ETag"]
+            if (bucket, key) in srv.etag_per_answer:
+                base["ETag"] = '"%s-a%d"' % (obj.etag.strip('"'), next(srv.etags_made))
             extra = dict(srv.extra_headers.get((bucket, key), {}))
             ignore_if_match = srv.ignore_if_match
         # Preconditions first, as S3 evaluates them before the range.

@@ -137,6 +137,11 @@ void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool drop
 {
 	(void)gw; (void)bucket; (void)key; (void)dropped;
 }
+bool fetch_unsteady(const char *bucket, const char *key, double now)
+{
+	(void)bucket; (void)key; (void)now;
+	return false;
+}
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
                                unsigned hop, unsigned charge, const char *bucket,
                                const char *key, const char *revalidate, uint64_t first_chunk,
