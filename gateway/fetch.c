@@ -41,13 +41,19 @@
 #include "gateway/metrics.h"
 #include "gateway/pins.h"
 #include "gateway/range.h"
+#include "gateway/s3err.h"
 #include "gateway/upstream.h"
 #include "cluster/cluster.h"
 #include "cluster/directory.h"
 #include "store/object.h"
 #include "store/store.h"
 
+/* An error answer's body is read up to this many bytes, for at most
+ * ERRBODY_WAIT_S after its headers: one that is larger, endless or
+ * trickled ends there, and its reader gets a whole document made from
+ * what came (s3err_upstream_xml). */
 #define ERRBODY_MAX (64 * 1024)
+#define ERRBODY_WAIT_S 2.0
 #define RESP_HEADERS_MAX (64 * 1024)
 
 struct fetch {
@@ -117,6 +123,9 @@ struct fetch {
 	unsigned charge;             /* the store charge of its chunk, and its slot's tenant */
 	char *slot_key;              /* the key whose max_upstream_requests slot it holds */
 	struct buf errbody;
+	bool err_answer;             /* meta fetch: its headers were an error answer's */
+	bool errbody_cut;            /* its body read up to ERRBODY_MAX or ERRBODY_WAIT_S */
+	double err_since;            /* when those headers came */
 };
 
 
@@ -893,6 +902,10 @@ static enum transfer_verdict on_headers(struct transfer *t, void *arg)
 			learn(f);
 		else
 			f->discard = true; /* an error: kept for the owner, below */
+		if (status >= 300 && status != 304) {
+			f->err_answer = true;
+			f->err_since = clock_mono_s();
+		}
 	} else if (status == 412 || !f->c) {
 		f->discard = true; /* !f->c: learnt already, chunk 0 is another's */
 	} else if (status != 206 && status != 200) {
@@ -931,8 +944,15 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
 	struct fetch *f = arg;
 	assert(f->magic == FETCH_MAGIC);
 	if (f->discard) {
-		if (f->meta_kind && !f->meta && t->status >= 300)
-			buf_append(&f->errbody, data, len); /* capped: the rest is dropped */
+		if (f->err_answer && !f->meta) { /* as much as ERRBODY_MAX and the time allow */
+			size_t room = ERRBODY_MAX - f->errbody.len, n = len < room ? len : room;
+			buf_append(&f->errbody, data, n);
+			if (n < len || clock_mono_s() - f->err_since > ERRBODY_WAIT_S) {
+				f->errbody_cut = true;
+				return 0;
+			}
+			return len;
+		}
 		return f->meta || f->failed_headers || f->changed || t->status == 304 ? 0 : len;
 	}
 	if (!f->c)
@@ -970,9 +990,10 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
 
 /* A node that left the membership (stopped, cut off) is not waited on for
  * LARDER_UPSTREAM_TIMEOUT: within a second of its leaving, its transfer
- * ends (CURLE_ABORTED_BY_CALLBACK) and the fetch goes on from S3. libcurl
- * calls this at least once a second, and with every piece of body. */
-static int peer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+ * ends (CURLE_ABORTED_BY_CALLBACK) and the fetch goes on from S3. Nor is
+ * an error answer's body past ERRBODY_WAIT_S (a meta fetch's, from S3 too).
+ * libcurl calls this at least once a second, and with every piece of body. */
+static int fetch_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                          curl_off_t ulnow)
 {
 	(void)dltotal;
@@ -981,6 +1002,10 @@ static int peer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_o
 	(void)ulnow;
 	struct fetch *f = arg;
 	double now = clock_mono_s();
+	if (f->err_answer && !f->meta && now - f->err_since > ERRBODY_WAIT_S) {
+		f->errbody_cut = true; /* an error body that trickles, or stalls */
+		return 1;
+	}
 	if (!f->to_peer || now - f->asked_seen < 1.0)
 		return 0;
 	if (!cluster_member_tag(f->w->gw->cluster, f->asked))
@@ -991,7 +1016,7 @@ static int peer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_o
 
 /* How long a connection to another node may take. A node on the network
  * answers a SYN in a millisecond; one cut off or powered off never does,
- * and its SYNs vanish. libcurl (7.88) calls peer_progress only once the
+ * and its SYNs vanish. libcurl (7.88) calls fetch_progress only once the
  * connection is up, so a node's leaving the membership does not end a
  * connect: before this bound, every fetch that had begun connecting waited
  * out LARDER_UPSTREAM_TIMEOUT (30 s) for it, its readers with it. Two SYN
@@ -1045,7 +1070,7 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	curl_easy_setopt(f->x.easy, CURLOPT_LOW_SPEED_TIME, peer_stall_s(f));
 	str_copy(f->asked, sizeof f->asked, peer);
 	f->asked_seen = clock_mono_s();
-	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, peer_progress);
+	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, fetch_progress);
 	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFODATA, f);
 	curl_easy_setopt(f->x.easy, CURLOPT_NOPROGRESS, 0L);
 	if (tls) { /* peers are verified, whatever upstream's settings */
@@ -1070,6 +1095,8 @@ static int start_transfer(struct fetch *f)
 	f->short_answer = false;
 	f->attempt_from = f->c ? part_produced(f) : 0;
 	f->changed = false;
+	f->err_answer = false;
+	f->errbody_cut = false;
 	buf_reset(&f->errbody);
 	/* In a cluster, a chunk (or an object's metadata) comes from a node
 	 * the directory says holds it, else from its owner node, which fetches
@@ -1150,6 +1177,11 @@ static int start_transfer(struct fetch *f)
 	if (!rc)
 		rc = f->to_peer ? prepare_peer(f, peer, &h)
 		                : upstream_prepare(gw->up, &f->x, &rq, &f->target);
+	if (!rc && !f->to_peer && f->meta_kind && !f->c) { /* its error body's bound */
+		curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, fetch_progress);
+		curl_easy_setopt(f->x.easy, CURLOPT_XFERINFODATA, f);
+		curl_easy_setopt(f->x.easy, CURLOPT_NOPROGRESS, 0L);
+	}
 	f->x.peer = f->to_peer; /* counted apart from S3's requests (count_transfer) */
 	hdrs_fini(&h);
 	return rc ? rc : transfer_submit(&f->x);
@@ -1479,6 +1511,24 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		meta_publish_failure(gw->meta, f->bucket, f->key, META_NOT_CACHEABLE, clock_mono_s());
 		fetch_free(f);
 		return;
+	}
+	if (meta_only && !f->meta && f->err_answer && !f->to_peer &&
+	    (result != CURLE_OK || f->errbody_cut)) {
+		/* An error answer whose body was cut at the bound, or ended
+		 * before its length: the answer all the same, with a whole
+		 * document made from what came of it. */
+		struct buf doc;
+		buf_init(&doc, ERRBODY_MAX);
+		if (s3err_upstream_xml(status, buf_cstr(&f->errbody), f->errbody.len,
+		                       transfer_header(t, "x-amz-request-id"), &doc) == 0) {
+			buf_reset(&f->errbody);
+			buf_append(&f->errbody, doc.p, doc.len);
+		}
+		buf_fini(&doc);
+		log_info("fetch", "%s/%s: upstream's %ld answer had a body larder did not read whole "
+		         "(%s)", f->bucket, f->key, status,
+		         f->errbody_cut ? "past its bound" : transfer_strerror(t, result));
+		result = CURLE_OK;
 	}
 	if (meta_only && !f->meta) {
 		/* Never learnt the object: a 5xx is retried; anything else is

@@ -1,6 +1,10 @@
 /* s3err.c - S3 error codes, statuses and XML bodies (S3 API "Error responses"). */
 #include "gateway/s3err.h"
 
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
 static const struct {
 	const char *code;
 	unsigned status;
@@ -106,5 +110,68 @@ int s3err_xml(enum s3err e, const char *message, const char *resource,
 	rc = rc ? rc : buf_puts(out, "</RequestId>");
 	rc = rc || !extra ? rc : buf_puts(out, extra);
 	rc = rc ? rc : buf_puts(out, "</Error>");
+	return rc;
+}
+
+/* The text of the first <name>...</name> in body, when it came whole and
+ * holds no markup or entity (taken as is, it is valid XML text); else
+ * NULL. The text is copied to out (cap bytes with its NUL). */
+static const char *element_text(const char *body, size_t len, const char *name, char *out,
+                                size_t cap)
+{
+	char open[32], close[32];
+	snprintf(open, sizeof open, "<%s>", name);
+	snprintf(close, sizeof close, "</%s>", name);
+	const char *a = memmem(body, len, open, strlen(open));
+	if (!a)
+		return NULL;
+	a += strlen(open);
+	const char *b = memmem(a, len - (size_t)(a - body), close, strlen(close));
+	size_t n = b ? (size_t)(b - a) : 0;
+	if (!b || n == 0 || n >= cap)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)a[i];
+		if (c == '<' || c == '&' || c < 0x20)
+			return NULL;
+	}
+	memcpy(out, a, n);
+	out[n] = '\0';
+	return out;
+}
+
+static const char *generic_code(long status)
+{
+	switch (status) {
+	case 400: return "BadRequest";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "NotFound";
+	case 405: return "MethodNotAllowed";
+	case 409: return "Conflict";
+	case 412: return "PreconditionFailed";
+	case 416: return "InvalidRange";
+	case 501: return "NotImplemented";
+	case 503: return "ServiceUnavailable";
+	default: return status >= 500 ? "InternalError" : "InvalidRequest";
+	}
+}
+
+int s3err_upstream_xml(long status, const char *body, size_t len, const char *request_id,
+                       struct buf *out)
+{
+	char code[128], message[1024];
+	const char *c = body ? element_text(body, len, "Code", code, sizeof code) : NULL;
+	for (const char *p = c; p && *p; p++)
+		if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-')
+			c = NULL;
+	const char *m = c ? element_text(body, len, "Message", message, sizeof message) : NULL;
+	int rc = buf_puts(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>");
+	rc = rc ? rc : buf_puts(out, c ? c : generic_code(status));
+	rc = rc ? rc : buf_puts(out, "</Code><Message>");
+	rc = rc ? rc : buf_puts(out, m ? m : "The upstream's error answer could not be read whole.");
+	rc = rc ? rc : buf_puts(out, "</Message><RequestId>");
+	rc = rc ? rc : xml_escape(request_id ? request_id : "", out);
+	rc = rc ? rc : buf_puts(out, "</RequestId></Error>");
 	return rc;
 }

@@ -51,6 +51,15 @@ unsigned s3err_status(enum s3err e);
 int s3err_xml(enum s3err e, const char *message, const char *resource,
               const char *request_id, const char *extra, struct buf *out);
 
+/* A whole S3 error document for an upstream error answer of status whose
+ * body could not be passed on as it came (cut at the bound larder reads of
+ * one, or shorter than its Content-Length): body (len bytes, what came of
+ * it) gives its <Code> and <Message> when they came whole and plain; else a
+ * generic code for the status (403 Forbidden, 404 NotFound, ... as S3
+ * names a bodiless HEAD answer's error). */
+int s3err_upstream_xml(long status, const char *body, size_t len, const char *request_id,
+                       struct buf *out);
+
 /* Escapes &, <, >, ", ' and control bytes for XML text. */
 int xml_escape(const char *s, struct buf *out);
 

@@ -15,13 +15,19 @@ Against fault_origin.FaultOrigin with answers scripted byte for byte
 UnsteadyETag: an upstream that names the same, unchanged object by another
 ETag in every answer (origin.etag_per_answer): its reads are whole and right,
 and larder stops trying to cache it for a while.
+
+ErrorBodies: error answers whose body is larger than 64 KiB, endless,
+trickled a byte at a time, or shorter than its Content-Length: the client
+gets upstream's status and a whole S3 error document, soon.
 """
 import gzip
 import random
 import re
 import socket
 import threading
+import time
 import unittest
+import xml.etree.ElementTree as ET
 
 import harness
 from fault_origin import etag_matches, parse_range
@@ -309,6 +315,91 @@ class UnsteadyETag(FaultCase):
             r = self.get("unsteady-small")
             self.assertBody(r, data, what)
             self.assertEqual(r.cache, what, r)
+
+
+def error_head(status, length=None):
+    """An error answer's status line and headers; no length: read to the end."""
+    head = "HTTP/1.1 %d Scripted\r\nContent-Type: application/xml\r\n" % status
+    head += "x-amz-request-id: SCRIPTED\r\nConnection: close\r\n"
+    if length is not None:
+        head += "Content-Length: %d\r\n" % length
+    return (head + "\r\n").encode()
+
+
+def error_doc(code, pad=0):
+    return ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s</Code>"
+            "<Message>scripted</Message><Pad>%s</Pad></Error>" % (code, "p" * pad)).encode()
+
+
+class ErrorBodies(FaultCase):
+    """A cached GET (and the HEAD beside it) of an object whose upstream
+    answers an error with a body that is not what S3 sends. larder read the
+    whole of it, for as long as it came, and passed on its first 64 KiB: a
+    body over 64 KiB went to the client cut (not XML), an endless or trickled
+    one held the read until the client gave up, and one that ended before its
+    Content-Length was 503 ServiceUnavailable after retries instead of
+    upstream's status."""
+
+    def tearDown(self):
+        self.origin.answer_raw.clear()
+        super().tearDown()
+
+    def answer(self, key, fn):
+        self.origin.put(BUCKET, key, b"never served")
+        self.origin.answer_raw[(BUCKET, key)] = lambda method, hdrs, obj: fn(method)
+
+    def assertS3Answer(self, r, status, code):
+        self.assertEqual(r.status, status, r)
+        self.assertTrue(r.complete, r)
+        try:
+            root = ET.fromstring(r.body)
+        except ET.ParseError as e:
+            self.fail("not an XML document (%s): %r" % (e, r.body[:200]))
+        self.assertEqual(root.tag, "Error", r.body[:200])
+        self.assertEqual(root.findtext("Code"), code, r.body[:300])
+
+    def test_large_body(self):
+        doc = error_doc("NoSuchKey", 200 * 1024)
+        self.answer("err-large", lambda m: error_head(404, len(doc)) + doc)
+        self.assertS3Answer(self.get("err-large", timeout=30), 404, "NoSuchKey")
+
+    def test_endless_body(self):
+        def endless(method):
+            yield error_head(403)
+            yield error_doc("AccessDenied")[:-len("</Error>")]
+            while True:
+                yield b"<More>" + b"m" * 16384 + b"</More>"
+                time.sleep(0.001)
+        self.answer("err-endless", endless)
+        self.assertS3Answer(self.get("err-endless", timeout=30), 403, "AccessDenied")
+
+    def test_trickled_body(self):
+        doc = error_doc("AccessDenied", 400)
+
+        def trickle(method):
+            yield error_head(403, len(doc))
+            for i in range(len(doc)):
+                yield doc[i:i + 1]
+                time.sleep(0.2)
+        self.answer("err-trickle", trickle)
+        # AccessDenied when its first bytes came within the time larder
+        # gives a body; else a generic document with the same status
+        r = self.get("err-trickle", timeout=30)
+        self.assertEqual(r.status, 403, r)
+        root = ET.fromstring(r.body)
+        self.assertIn(root.findtext("Code"), ("AccessDenied", "Forbidden"), r.body)
+
+    def test_body_shorter_than_its_length(self):
+        doc = error_doc("AccessDenied")
+        self.answer("err-short", lambda m: error_head(403, len(doc) + 5000) + doc)
+        self.assertS3Answer(self.get("err-short", timeout=30), 403, "AccessDenied")
+
+    def test_cut_document(self):
+        """Shorter than its length, cut inside the document: a generic code."""
+        doc = error_doc("AccessDenied")
+        self.answer("err-cut", lambda m: error_head(403, len(doc)) + doc[:20])
+        r = self.get("err-cut", timeout=30)
+        self.assertS3Answer(r, 403, "Forbidden")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@
     origin.answer_raw[("bkt", "obj")] = fn   # a signed request for obj is answered with the
                                              # bytes fn(method, headers, obj) returns (status
                                              # line on): any deviation from S3 a test scripts;
-                                             # None: answered as usual
+                                             # an iterable of bytes: each piece sent as it comes
+                                             # (endless, trickled); None: answered as usual
     origin.list_pages["bkt"] = fn            # ListObjectsV2 of bkt answers fn(query) (the
                                              # query a dict): the XML text, as scripted
     origin.stop()
@@ -748,13 +749,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             obj = srv.objects.get((bucket, key))
         raw = raw(self.command, hdrs, obj) if raw else None
         if raw is not None:
-            self.rec.update(status=int(raw.split(b" ", 2)[1]), faults=["raw"], done=True)
+            # bytes, or pieces of them (an iterable, endless if it likes),
+            # each sent as it comes
+            pieces = iter([raw] if isinstance(raw, (bytes, bytearray)) else raw)
+            first = next(pieces)
+            self.rec.update(status=int(first.split(b" ", 2)[1]), faults=["raw"])
             self.close_connection = True
             try:
-                self.wfile.write(raw)
-                self.wfile.flush()
+                for piece in itertools.chain([first], pieces):
+                    self.wfile.write(piece)
+                    self.wfile.flush()
+                    self.rec["raw_sent"] = self.rec.get("raw_sent", 0) + len(piece)
             except (BrokenPipeError, ConnectionResetError):
                 self.rec["client_aborted"] = True
+            self.rec["done"] = True
             return None
         faults = srv._take(self.command, bucket, key, hdrs.get("range"))
         self.rec["faults"] = sorted(faults)
