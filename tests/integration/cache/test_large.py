@@ -50,7 +50,12 @@ class Large(LarderCase):
         cls.tmp = tempfile.mkdtemp(prefix="larder-large-")
         cls.path = os.path.join(cls.tmp, "one-gib.bin")
         cls.sha = write_test_file(cls.path, SIZE)
-        cls.big = cls.larder.client()
+        # moto hashes and stores the whole GiB before it answers the PUT:
+        # seconds on a quiet machine, past botocore's 30 s read timeout once
+        # on a loaded one. larder's own bound on that wait
+        # (LARDER_UPSTREAM_TIMEOUT, 30 s of no progress) is what the test
+        # keeps; the client waits longer than it.
+        cls.big = cls.larder.client(read_timeout=120)
 
     @classmethod
     def tearDownClass(cls):
