@@ -259,6 +259,33 @@ class FaultOriginSelfTest(harness.S3Asserts, unittest.TestCase):
         self.s3.head_object(Bucket="self-d", Key="d")
         self.assertLess(time.monotonic() - t0, 0.5, "a GET delay must not apply to HEAD")
 
+    def test_late_answer_at_a_gate(self):
+        # late_next with a gate: the GET's version is taken when wait_request returns,
+        # its answer waits for the gate; hold_next's GET is seen waiting, then answers
+        # the object as it is once the gate opens.
+        v1, v2 = blob(6, 5000), blob(7, 6000)
+        for late in (True, False):
+            self.origin.put("self-l", "l", v1)
+            m, gate, got = self.origin.mark(), threading.Event(), []
+            if late:
+                self.origin.late_next(gate=gate, key="l")
+            else:
+                self.origin.hold_next(gate, key="l")
+            t = threading.Thread(target=lambda: got.append(
+                self.s3.get_object(Bucket="self-l", Key="l")["Body"].read()))
+            t.start()
+            rec = self.origin.wait_request("self-l", "l", since=m)
+            self.assertTrue(rec, "the GET never came")
+            self.assertFalse(rec["done"], rec)
+            self.origin.put("self-l", "l", v2)
+            t.join(0.3)
+            self.assertEqual(got, [], "answered before its gate opened")
+            gate.set()
+            t.join(30)
+            self.assertEqual(got, [v1 if late else v2])
+        self.assertIsNone(self.origin.wait_request("self-l", "l", since=self.origin.mark(),
+                                                   timeout=0.2))
+
     def test_replace_between_requests(self):
         v1, v2 = blob(4, 5000), blob(5, 6000)
         e1 = self.origin.put("self-x", "x", v1, content_type="text/a", metadata={"k": "v"})

@@ -12,6 +12,7 @@
     origin.delay_next(1500, key="obj", rng="bytes=0-99")  # only a GET with this Range
                                              # (fail_next, drop_next, delay_next, slow_next)
     origin.late_next(1500, key="obj")        # next GET: answered now, heard 1.5 s later
+    origin.late_next(gate=gate, key="obj")   # next GET: answered now, heard once gate is set
     origin.hold_next(gate, key="obj", rng="bytes=0-99")  # next GET: its first byte waits
                                              # until gate (a threading.Event) is set (30 s at most)
     origin.slow_next(65536, 20, key="obj")   # next GET: body in 64 KiB pieces, 20 ms apart
@@ -22,6 +23,8 @@
     origin.answer_after_next(2000, key="obj") # next PUT: stored at once, answered 2 s later
     ...
     origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
+    origin.wait_request("bkt", "obj", since=mark)  # the first GET of obj since mark, once
+                                             # it is at a gate or its version is taken
     origin.ignore_if_match = True            # a broken upstream/proxy: If-Match not evaluated
     origin.ignore_range = True               # a broken upstream/proxy: Range not evaluated
                                              # (200 and the whole object)
@@ -413,12 +416,16 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         most, before their first byte: a test opens it when it has done what it needed."""
         return self._add(Fault("hold", n, tuple(methods), bucket, key, rng, gate=gate))
 
-    def late_next(self, ms, n=1, bucket=None, key=None):
+    def late_next(self, ms=None, n=1, bucket=None, key=None, gate=None):
         """The next n matching GETs are answered from the object as it is when
-        they arrive, but their first byte goes out ms milliseconds later: an
-        answer on its way while the object changes (delay_next waits first
-        and answers with the object as it is then)."""
-        return self._add(Fault("late", n, ("GET",), bucket, key, ms=ms))
+        they arrive, but their first byte goes out ms milliseconds later, or
+        once gate (a threading.Event) is set (60 s at most): an answer on its
+        way while the object changes (delay_next waits first and answers with
+        the object as it is then). With a gate, wait_request tells when the
+        version is taken, and the test changes the object, then sets the gate:
+        no guess of how long its own steps take."""
+        assert (ms is None) != (gate is None), "late_next takes ms or gate"
+        return self._add(Fault("late", n, ("GET",), bucket, key, ms=ms, gate=gate))
 
     def slow_next(self, piece=65536, pause_ms=20, n=1, bucket=None, key=None, rng=None):
         """The next n matching GETs write their body `piece` bytes at a time
@@ -541,6 +548,25 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
 
     def gets(self, bucket, key, since=0):
         return self.requests(since, "GET", bucket, key)
+
+    def wait_request(self, bucket=None, key=None, since=0, method="GET", rng=None,
+                     timeout=30.0):
+        """The log record of the first matching request since the mark since, once it has
+        got as far as it goes without the test: waiting at a hold_next gate, at a late_next
+        gate or pause with the version it answers taken, or answered. None if none did
+        within timeout (seconds). rng: only a request with this Range header."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                for r in self.log[since:]:
+                    if (r.get("arrived") or r.get("done")) and r["method"] == method and \
+                            (bucket is None or r.get("bucket") == bucket) and \
+                            (key is None or r.get("key") == key) and \
+                            (rng is None or r.get("range") == rng):
+                        return dict(r)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
 
     def wait_idle(self, timeout=5.0):
         """Waits until every logged request has a status (its answer is done)."""
@@ -772,6 +798,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if "delay" in faults:
             time.sleep(faults["delay"].params["ms"] / 1000.0)
         if "hold" in faults:
+            self.rec["arrived"] = True
             faults["hold"].params["gate"].wait(30)
         if "error" in faults:
             p = faults["error"].params
@@ -828,8 +855,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with srv.lock:
             obj = srv.objects.get((bucket, key))
             has_bucket = bucket in srv.buckets
+        self.rec["arrived"] = True  # its version is taken (wait_request)
         if late:  # a PUT meanwhile stores a new object: this answer stays obj's
-            time.sleep(late.params["ms"] / 1000.0)
+            if late.params["gate"] is not None:
+                late.params["gate"].wait(60)
+            else:
+                time.sleep(late.params["ms"] / 1000.0)
         if obj is None:
             if not has_bucket:
                 return self._error(404, "NoSuchBucket", "The specified bucket does not exist")
