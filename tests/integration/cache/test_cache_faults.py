@@ -695,15 +695,18 @@ class UpstreamFaults(FaultCase):
         self._drop_case("drop-small", data, 70000, reset=True)
 
     def test_small_object_arriving_slowly_reaches_every_reader(self):
-        # 200 KiB in 16 KiB pieces 25 ms apart: readers that come while it
+        # 200 KiB in 16 KiB pieces 100 ms apart: readers that come while it
         # fills get all of it, from the one upstream GET, as misses; none is
-        # answered with the bytes that had arrived when it came.
+        # answered with the bytes that had arrived when it came. The others
+        # come once the first one's GET is at the origin, 60 ms apart.
         data = blob(17, 200 * 1024)
         self.origin.put(BUCKET, "small-slow", data)
         m = self.origin.mark()
-        self.origin.slow_next(16 * 1024, 25, key="small-slow")
+        self.origin.slow_next(16 * 1024, 100, key="small-slow")
         def staggered(i):
-            time.sleep(0.06 * i)
+            if i:
+                self.assertTrue(self.origin.wait_request(BUCKET, "small-slow", since=m))
+                time.sleep(0.06 * i)
             return self.get("small-slow", timeout=30)
         results = self.concurrently(4, staggered)
         gets = self.origin.gets(BUCKET, "small-slow", since=m)
@@ -856,17 +859,16 @@ class UpstreamFaults(FaultCase):
         # stops larder for).
         v1, v2 = blob(40, 3 * CHUNK), blob(41, 3 * CHUNK)
         self.origin.put(BUCKET, "relearn", v1)
-        m = self.origin.mark()
-        self.origin.late_next(300, key="relearn")  # the learning GET: v1, heard later ...
+        m, gate = self.origin.mark(), threading.Event()
+        self.origin.late_next(gate=gate, key="relearn")  # the learning GET: v1, heard later
         self.origin.slow_next(CHUNK // 32, 50, key="relearn")  # ... and slowly (1.6 s)
         rng = {"Range": "bytes=-%d" % (2 * CHUNK - 10)}
         got = []
         t = threading.Thread(target=lambda: got.append(self.get("relearn", rng)))
         t.start()
-        deadline = time.monotonic() + 10
-        while not self.origin.gets(BUCKET, "relearn", since=m) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        self.assertTrue(self.origin.wait_request(BUCKET, "relearn", since=m), "no GET came")
         self.origin.replace_after(BUCKET, "relearn", v2)  # now: chunk 1's fetch gets 412
+        gate.set()
         t.join()
         r = got[0]
         self.assertEqual((r.status, r.complete, r.headers.get("etag")), (206, True, md5_etag(v2)),
@@ -887,17 +889,16 @@ class UpstreamFaults(FaultCase):
         # the next read after the ETag changes learns the new one.
         v1, v2 = blob(42, 3 * CHUNK), blob(43, 3 * CHUNK)
         self.origin.put(BUCKET, "own-chunk", v1)
-        m = self.origin.mark()
-        self.origin.late_next(300, key="own-chunk")
+        m, gate = self.origin.mark(), threading.Event()
+        self.origin.late_next(gate=gate, key="own-chunk")
         self.origin.slow_next(CHUNK // 32, 50, key="own-chunk")
         rng = {"Range": "bytes=%d-%d" % (2 * CHUNK + 10, 2 * CHUNK + 1009)}
         got = []
         t = threading.Thread(target=lambda: got.append(self.get("own-chunk", rng)))
         t.start()
-        deadline = time.monotonic() + 10
-        while not self.origin.gets(BUCKET, "own-chunk", since=m) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        self.assertTrue(self.origin.wait_request(BUCKET, "own-chunk", since=m), "no GET came")
         self.origin.replace_after(BUCKET, "own-chunk", v2)
+        gate.set()
         t.join()
         r = got[0]
         self.assertEqual((r.status, r.complete, r.headers.get("etag")), (206, True, md5_etag(v1)),
@@ -1066,12 +1067,14 @@ class UpstreamFaults(FaultCase):
         # reader then learns v2, and must not serve v1's chunk 0 under it.
         v1, v2 = blob(20, 3 * CHUNK), blob(21, 3 * CHUNK)
         self.origin.put(BUCKET, "learnt", v1)
-        self.origin.late_next(1500, key="learnt")
+        m, gate = self.origin.mark(), threading.Event()
+        self.origin.late_next(gate=gate, key="learnt")
         res = {}
         reader = threading.Thread(target=lambda: res.setdefault("r", self.get("learnt")))
         reader.start()
-        time.sleep(0.5)
+        self.assertTrue(self.origin.wait_request(BUCKET, "learnt", since=m), "no GET came")
         self.larder.client().put_object(Bucket=BUCKET, Key="learnt", Body=v2)
+        gate.set()
         reader.join(60)
         self.assertOneVersion(res["r"], v1, v2)
         r = self.get("learnt")
@@ -1239,12 +1242,14 @@ class NvmeTier(NvmeCase):
         v1, v2 = blob(22, 5000), blob(23, 6000)
         self.origin.put(BUCKET, "undone", v1)
         a = self.start(LARDER_METADATA_TTL="immutable")
-        self.origin.late_next(1500, key="undone")
+        m, gate = self.origin.mark(), threading.Event()
+        self.origin.late_next(gate=gate, key="undone")
         res = {}
         reader = threading.Thread(target=lambda: res.setdefault("r", self.get(a, "undone")))
         reader.start()
-        time.sleep(0.5)
+        self.assertTrue(self.origin.wait_request(BUCKET, "undone", since=m), "no GET came")
         a.client().put_object(Bucket=BUCKET, Key="undone", Body=v2)
+        gate.set()
         reader.join(60)
         self.assertTrue(wait_on_disk(self.cache_dir, [v1[1000:1064]]),
                         "v1's chunk 0 never reached the NVMe tier: the test proves nothing")
@@ -1264,16 +1269,15 @@ class NvmeTier(NvmeCase):
         v1 = blob(25, 5000)
         self.origin.put(BUCKET, "deleted", v1)
         a = self.start()
-        self.origin.late_next(1500, key="deleted")
-        m = self.origin.mark()
+        m, gate = self.origin.mark(), threading.Event()
+        self.origin.late_next(gate=gate, key="deleted")
         res = {}
         reader = threading.Thread(target=lambda: res.setdefault("r", self.get(a, "deleted")))
         reader.start()
-        deadline = time.monotonic() + 10
-        while not self.origin.gets(BUCKET, "deleted", since=m) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertTrue(self.origin.gets(BUCKET, "deleted", since=m), "the read never came")
+        self.assertTrue(self.origin.wait_request(BUCKET, "deleted", since=m),
+                        "the read never came")
         a.client().delete_object(Bucket=BUCKET, Key="deleted")
+        gate.set()
         reader.join(60)
         self.assertIn(res["r"].status, (200, 404), res["r"])
         self.assertTrue(wait_on_disk(self.cache_dir, [v1[1000:1064]]),
