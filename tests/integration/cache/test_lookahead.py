@@ -7,6 +7,7 @@ reads off the list change nothing; a lookahead nobody reads ends by itself.
 """
 import os
 import re
+import shutil
 import subprocess
 import threading
 import tempfile
@@ -512,7 +513,8 @@ class ReplayTakesItsRoomAtOnce(RunningJobs, AdminCalls, LarderCase):
     first, then they started one by one, so a job posted in between took the last place, the
     second start was refused and the replay answered 429 with its first job running (audit
     round 8). doubles/logstall.c holds the replay's thread right after its first job's log
-    line for 3 s: the job posted then lands between the two starts."""
+    line until the test has posted its own job and has its answer (a release file; 3 s once
+    were too few for a loaded machine, and the job then landed after the replay)."""
     ADMIN_TOKEN = TOKEN
     LIMIT = JobLimit.LIMIT
     FIRST, SECOND = "replay-first", "replay-second"
@@ -523,8 +525,12 @@ class ReplayTakesItsRoomAtOnce(RunningJobs, AdminCalls, LarderCase):
     def setUpClass(cls):
         port = harness.free_port()
         cls.admin = "http://127.0.0.1:%d" % port
+        tmp = tempfile.mkdtemp(prefix="larder-replay-")
+        cls.addClassCleanup(shutil.rmtree, tmp, True)
+        cls.release = os.path.join(tmp, "released")
         cls.LARDER_ENV = dict(Lookahead.LARDER_ENV, LARDER_ADMIN_LISTEN="127.0.0.1:%d" % port,
-                              LOGSTALL_MATCH="bucket %s," % cls.FIRST, LOGSTALL_MS="3000")
+                              LOGSTALL_MATCH="bucket %s," % cls.FIRST, LOGSTALL_MS="120000",
+                              LOGSTALL_RELEASE=cls.release)
         super().setUpClass()
 
     def test_a_refused_replay_started_nothing(self):
@@ -557,13 +563,17 @@ class ReplayTakesItsRoomAtOnce(RunningJobs, AdminCalls, LarderCase):
                 "POST", "/admin/prefetch", {"profile": "race", "concurrency": 1,
                                             "bandwidth_bytes_per_second": 1})))
             t.start()
-            deadline = time.monotonic() + 30
+            self.addCleanup(lambda: open(self.release, "w").close())  # should a check fail
+            deadline = time.monotonic() + 60
             while "bucket %s," % self.FIRST not in self.larder.log():
                 self.assertLess(time.monotonic(), deadline, "the replay started no job")
                 time.sleep(0.02)
+            # The replay's thread is held: this job is posted between its two starts.
             other = self.call("POST", "/admin/prefetch", {"bucket": BUCKET, "concurrency": 1,
                                                           "keys": ["limit/a", "limit/b"],
                                                           "bandwidth_bytes_per_second": 1})
+            self.assertTrue(t.is_alive(), "the replay was answered while its thread was held")
+            open(self.release, "w").close()
             t.join(60)
             st, r = replay["answer"]
             _, jobs = self.call("GET", "/admin/jobs")
