@@ -286,6 +286,29 @@ class FaultOriginSelfTest(harness.S3Asserts, unittest.TestCase):
         self.assertIsNone(self.origin.wait_request("self-l", "l", since=self.origin.mark(),
                                                    timeout=0.2))
 
+    def test_unanswered_at_once(self):
+        # One client's requests one after another are never unanswered together; two
+        # held at once are.
+        self.origin.put("self-u", "u", blob(8, 300000))
+        self.origin.throttle_above(1000)
+        self.addCleanup(self.origin.throttle_above, None)
+        for _ in range(5):
+            self.s3.get_object(Bucket="self-u", Key="u")["Body"].read()
+        self.assertEqual(self.origin.max_unanswered, 1)
+        gate = threading.Event()
+        self.origin.hold_next(gate, n=2, key="u")
+        threads = [threading.Thread(target=lambda: self.s3.get_object(
+            Bucket="self-u", Key="u")["Body"].read()) for _ in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while self.origin.max_unanswered < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gate.set()
+        for t in threads:
+            t.join()
+        self.assertEqual(self.origin.max_unanswered, 2)
+
     def test_replace_between_requests(self):
         v1, v2 = blob(4, 5000), blob(5, 6000)
         e1 = self.origin.put("self-x", "x", v1, content_type="text/a", metadata={"k": "v"})

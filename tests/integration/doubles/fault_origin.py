@@ -18,6 +18,7 @@
     origin.slow_next(65536, 20, key="obj")   # next GET: body in 64 KiB pieces, 20 ms apart
     origin.replace_after("bkt", "obj", new)  # new bytes (new ETag) from the next request on
     origin.throttle_above(4, service_ms=30)  # > 4 requests in flight to a prefix: 503 SlowDown
+                                             # (max_inflight, max_unanswered: the most at once)
     origin.lose_answer_next(key="obj")       # next PUT: stored, then hang up with no answer
     origin.error_after_next(key="obj")       # next PUT: stored, then answered 500 InternalError
     origin.answer_after_next(2000, key="obj") # next PUT: stored at once, answered 2 s later
@@ -314,6 +315,8 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         self.inflight = {}
         self.throttled = 0
         self.max_inflight = 0
+        self.unanswered = {}
+        self.max_unanswered = 0
         self._ids = itertools.count(1)
         self.thread = None
 
@@ -482,10 +485,14 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         """As S3 does per prefix: a request arriving while k are in flight to
         its prefix (bucket and the key up to its first '/') is answered 503
         SlowDown; the others take service_ms more before they answer. None: off.
-        self.throttled counts the 503s, self.max_inflight the most served at once."""
+        self.throttled counts the 503s, self.max_inflight the most served at once, and
+        self.max_unanswered the most at once whose answer's last byte had not been written
+        yet: a client that starts a request only once another's answer is in can have a
+        request in flight here beside that one (its handler not quite over), but not
+        unanswered beside it."""
         with self.lock:
             self.throttle_k, self.service_ms = k, service_ms
-            self.throttled = self.max_inflight = 0
+            self.throttled = self.max_inflight = self.max_unanswered = 0
 
     def clear_faults(self):
         with self.lock:
@@ -635,6 +642,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             p = after.params
             return self._error(p["status"], p["code"], p["message"])
         try:
+            self._answered()
             self._send(status, headers, body)
             if self.command != "HEAD" and body:
                 self.wfile.write(body)
@@ -719,6 +727,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 throttled = False
                 srv.inflight[prefix] = n + 1
                 srv.max_inflight = max(srv.max_inflight, n + 1)
+                u = srv.unanswered.get(prefix, 0) + 1
+                srv.unanswered[prefix] = u
+                srv.max_unanswered = max(srv.max_unanswered, u)
+                self.unanswered_prefix = prefix
         if throttled:
             self.rec = {"t": time.time(), "method": self.command, "target": self.path,
                         "status": None, "faults": ["throttle"], "body_sent": 0, "done": False}
@@ -729,8 +741,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 time.sleep(srv.service_ms / 1000.0)
             return self._handle()
         finally:
+            self._answered()
             with srv.lock:
                 srv.inflight[prefix] -= 1
+
+    def _answered(self):
+        """This request's answer is going out whole now (max_unanswered)."""
+        prefix = getattr(self, "unanswered_prefix", None)
+        if prefix is not None:
+            self.unanswered_prefix = None
+            with self.server.lock:
+                self.server.unanswered[prefix] -= 1
 
     def _handle(self):
         srv = self.server
@@ -986,6 +1007,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if pause and i:
                 self.wfile.flush()
                 time.sleep(pause)
+            if i + piece >= len(data):
+                self._answered()
             self.wfile.write(data[i:i + piece])
             self.rec["body_sent"] += len(data[i:i + piece])
 
