@@ -103,15 +103,29 @@ class KeyLimitsCase(harness.S3Asserts, unittest.TestCase):
         for a, b in zip(ends, ends[2:]):
             self.assertGreater(b - a, 0.4 - 0.05, "3 GETs at once at the origin: %s" % ends)
 
-    def read_all(self, larder, keys, who, secret):
+    def read_all(self, larder, keys, who, secret, gate=None, since=0, headers=None):
+        """GETs of keys (or of (path, headers) pairs), all at once; their answers. With
+        gate (the origin's hold_next gate for them), the gate opens once every read is
+        either answered or held at the origin: those waiting for a slot have had their
+        answer, however slow the machine."""
         out = [None] * len(keys)
 
         def one(i):
-            out[i] = fetch(larder.url, "GET", harness.key_path(BUCKET, keys[i]), key=who,
-                           secret=secret)
+            path, h = keys[i] if isinstance(keys[i], tuple) else \
+                (harness.key_path(BUCKET, keys[i]), None)
+            out[i] = fetch(larder.url, "GET", path, key=who, secret=secret, headers=h)
         threads = [threading.Thread(target=one, args=(i,)) for i in range(len(keys))]
         for t in threads:
             t.start()
+        if gate is not None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                held = [r for r in self.origin.requests(since, "GET")
+                        if r.get("arrived") and not r.get("done")]
+                if sum(x is not None for x in out) + len(held) >= len(keys):
+                    break
+                time.sleep(0.02)
+            gate.set()
         for t in threads:
             t.join()
         return out
@@ -142,7 +156,9 @@ class MaxUpstreamRequests(KeyLimitsCase):
         for k, r in zip(keys, got):
             self.assertEqual(r.body, data[k])
         self.assert_two_at_a_time(since, 8)
-        self.assertLess(elapsed, 4 * 0.4 + 1.5, "the reads waited too long for their slots")
+        # 1.6 s of service, and time for a loaded machine: a read not woken when a slot
+        # comes back waits out its slot wait (5 s).
+        self.assertLess(elapsed, 4 * 0.4 + 3, "the reads waited too long for their slots")
 
     def test_pass_through_requests_past_the_cap_wait_for_a_slot(self):
         # Requests larder does not cache (ListObjectsV2, a GET of a
@@ -182,7 +198,9 @@ class MaxUpstreamRequests(KeyLimitsCase):
         for (_, path, want), r in zip(reads, out):
             self.assertEqual(r.body, want, path)
         self.assert_two_at_a_time(since, len(reads))
-        self.assertLess(elapsed, 4 * 0.4 + 1.5, "the requests waited too long for their slots")
+        # 1.6 s of service, and time for a loaded machine: a read not woken when a slot
+        # comes back waits out its slot wait (5 s).
+        self.assertLess(elapsed, 4 * 0.4 + 3, "the requests waited too long for their slots")
 
     def test_pass_through_waits_end(self):
         # A pass-through that waits LARDER_UPSTREAM_SLOT_WAIT_MS gets 503
@@ -192,16 +210,17 @@ class MaxUpstreamRequests(KeyLimitsCase):
         self.origin.create_bucket("plain")
         self.origin.put("plain", "pt", blob(90, 1000))
         path = "/plain/pt?versionId=null"
-        m = self.origin.mark()
-        self.origin.delay_next(1500, n=2, bucket="plain")
+        m, gate = self.origin.mark(), threading.Event()
+        self.origin.hold_next(gate, n=2, bucket="plain")  # the key's 2 slots, until the end
+        self.addCleanup(gate.set)
         holders = [threading.Thread(target=fetch, args=(larder.url, "GET", path),
                                     kwargs={"key": CAPPED, "secret": CAPPED_SECRET})
                    for _ in range(2)]
         for t in holders:
             t.start()
-        deadline = time.monotonic() + 3
-        while self.origin.count(since=m, method="GET", bucket="plain") < 2 and \
-                time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while len([g for g in self.origin.requests(m, "GET", "plain") if g.get("arrived")]) \
+                < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         left = harness.signed_socket(larder, "GET", path, CAPPED, CAPPED_SECRET)
         time.sleep(0.2)
@@ -210,6 +229,7 @@ class MaxUpstreamRequests(KeyLimitsCase):
         r = fetch(larder.url, "GET", path, key=CAPPED, secret=CAPPED_SECRET)
         self.assertEqual((r.status, harness.s3_error(r.body)[0]), (503, "SlowDown"), r)
         self.assertGreater(time.monotonic() - t0, 0.5)
+        gate.set()
         for t in holders:
             t.join()
         for _ in range(2):
@@ -224,9 +244,9 @@ class MaxUpstreamRequests(KeyLimitsCase):
         data = {k: blob(i, 4000 + i) for i, k in enumerate(keys)}
         for k in keys:
             self.origin.put(BUCKET, k, data[k])
-        m = self.origin.mark()
-        self.origin.delay_next(1500, n=50, bucket=BUCKET)
-        got = self.read_all(larder, keys, CAPPED, CAPPED_SECRET)
+        m, gate = self.origin.mark(), threading.Event()
+        self.origin.hold_next(gate, n=50, bucket=BUCKET)
+        got = self.read_all(larder, keys, CAPPED, CAPPED_SECRET, gate, m)
         ok = [k for k, r in zip(keys, got) if r.status == 200]
         slow = [r for r in got if r.status == 503]
         self.assertEqual(len(ok) + len(slow), 6, got)
@@ -236,7 +256,7 @@ class MaxUpstreamRequests(KeyLimitsCase):
             self.assertIn("retry-after", r.headers, r)
             self.assertGreaterEqual(int(r.headers["retry-after"]), 1)
         gets = [g for g in self.origin.requests(m, "GET") if g["bucket"] == BUCKET]
-        # Every GET here was held 1.5 s from a burst started at once: all overlapped.
+        # Every GET here was held until the others had their answers: 2 slots, 2 GETs.
         self.assertLessEqual(len(gets), 2, [(g["key"], g["t"]) for g in gets])
         for k in ok:
             self.assertEqual(got[keys.index(k)].body, data[k])
@@ -253,7 +273,8 @@ class MaxUpstreamRequests(KeyLimitsCase):
     def test_reads_of_known_objects_that_go_upstream_are_counted(self):
         # Only reads that learnt an object took a slot: ranges of an object larder knew, and
         # objects whose chunks were evicted, all went upstream at once (8 GETs, capped at 2).
-        # Reads wait 1 s at most for a slot, the GETs holding them 1.5 s.
+        # Reads wait 1 s at most for a slot, the GETs holding them until the others are
+        # answered.
         larder = self.start(LARDER_RAM_CACHE_SIZE="2MiB", LARDER_METADATA_TTL="immutable",
                             LARDER_CACHE_DIR=None, LARDER_DISK_CACHE_SIZE=None,  # RAM only
                             LARDER_UPSTREAM_SLOT_WAIT_MS="1000")
@@ -272,18 +293,10 @@ class MaxUpstreamRequests(KeyLimitsCase):
             self.assertEqual(r.status, 200, r)
 
         def burst(reads):
-            out = [None] * len(reads)
-
-            def one(i):
-                p, h, _ = reads[i]
-                out[i] = fetch(larder.url, "GET", p, key=CAPPED, secret=CAPPED_SECRET, headers=h)
-            m = self.origin.mark()
-            self.origin.delay_next(1500, n=50, bucket=BUCKET)
-            threads = [threading.Thread(target=one, args=(i,)) for i in range(len(reads))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            m, gate = self.origin.mark(), threading.Event()
+            self.origin.hold_next(gate, n=50, bucket=BUCKET)
+            out = self.read_all(larder, [(p, h) for p, h, _ in reads], CAPPED, CAPPED_SECRET,
+                                gate, m)
             self.origin.clear_faults()
             gets = [g for g in self.origin.requests(m, "GET") if g["bucket"] == BUCKET]
             return out, gets
@@ -303,32 +316,32 @@ class MaxUpstreamRequests(KeyLimitsCase):
                     self.assertEqual((r.status // 100, r.body), (2, want))
 
     def test_a_client_that_left_gives_its_slot_back(self):
-        # Two reads of the capped key wait for S3's first byte (4 s); their
-        # clients leave after 0.3 s. Their slots must come back then, not when
+        # Two reads of the capped key wait for S3's first byte (held until the
+        # end); their clients leave. Their slots must come back then, not when
         # S3 answers: a third read right after goes through (it got 503
-        # SlowDown before), cold and as a pass-through (?versionId).
+        # SlowDown before, once its slot wait of 5 s was over), cold and as a
+        # pass-through (?versionId).
         larder = self.start()
         for k in ("left-0", "left-1", "after-0", "after-1"):
             self.origin.put(BUCKET, k, blob(len(k), 3000))
         for query in ("?versionId=null", ""):
-            m = self.origin.mark()
-            self.origin.delay_next(4000, n=2, bucket=BUCKET, key=None)
+            m, gate = self.origin.mark(), threading.Event()
+            self.addCleanup(gate.set)
+            self.origin.hold_next(gate, n=2, bucket=BUCKET, key=None)
             socks = [harness.signed_socket(larder, "GET", harness.key_path(BUCKET, k) + query,
                                            CAPPED, CAPPED_SECRET)
                      for k in ("left-0", "left-1")]
-            deadline = time.monotonic() + 3
-            while self.origin.count(since=m, method="GET") < 2 and time.monotonic() < deadline:
+            deadline = time.monotonic() + 30
+            while len([g for g in self.origin.requests(m, "GET") if g.get("arrived")]) < 2 \
+                    and time.monotonic() < deadline:
                 time.sleep(0.02)
-            time.sleep(0.3)
             for s in socks:
                 s.close()
-            time.sleep(0.5)
             k = "after-%d" % (query != "")
-            t0 = time.monotonic()
             r = fetch(larder.url, "GET", harness.key_path(BUCKET, k) + query, key=CAPPED,
                       secret=CAPPED_SECRET)
             self.assertEqual(r.status, 200, (query, r))
-            self.assertLess(time.monotonic() - t0, 2.5, query)
+            gate.set()
             self.origin.clear_faults()
             self.origin.wait_idle(10)
 
@@ -338,12 +351,15 @@ class MaxUpstreamRequests(KeyLimitsCase):
         # kept 17 GETs in flight at the origin with a cap of 2 (audit round
         # 9), most of a throttled S3 prefix's window, which the other keys
         # then waited for. Each read-ahead fetch takes a slot of its own
-        # now: the two readers' GETs stay 2 at a time (3 allowed: the
-        # origin counts a GET in flight until its answer is written, when
-        # larder may have started the next). An uncapped reader still reads
+        # now: the two readers' GETs stay 2 at a time unanswered at the
+        # origin (max_unanswered: a GET whose answer is all written may
+        # still count as in flight there when larder starts the next, which
+        # made 3). An uncapped reader still reads
         # ahead, so the setting is not what keeps the count low.
         larder = self.start(LARDER_READAHEAD="8", LARDER_CHUNK_SIZE="1MiB")
-        keys = ["ahead-%d" % i for i in range(3)]
+        # A prefix of their own: GETs of earlier tests' still trickling in (their larders
+        # gone, a 10 s pause to go) are not counted with these.
+        keys = ["ahead/%d" % i for i in range(3)]
         for i, k in enumerate(keys):
             self.origin.put_synthetic(BUCKET, k, 16 * MiB, seed=b"ahead%d" % i)
         self.addCleanup(self.origin.throttle_above, None)
@@ -354,15 +370,16 @@ class MaxUpstreamRequests(KeyLimitsCase):
             self.assertEqual([r.status for r in got], [200] * len(names), got)
             for k, r in zip(names, got):
                 self.assertEqual(r.body, bytes(self.origin.get(BUCKET, k).data), k)
-            return self.origin.max_inflight
-        self.assertLessEqual(reads(CAPPED, CAPPED_SECRET, keys[:2]), 3)
+            return self.origin.max_unanswered
+        self.assertLessEqual(reads(CAPPED, CAPPED_SECRET, keys[:2]), 2)
         self.assertGreaterEqual(reads(FREE, FREE_SECRET, keys[2:]), 4)
 
     def leave_during_answers(self, larder, paths, connect=None, leave=None):
-        """GETs of paths whose origin sends 64 KiB of the body, then stalls 4 s: each
+        """GETs of paths whose origin sends 64 KiB of the body, then stalls 10 s: each
         client reads its answer's headers and those bytes (nothing left unread: its close
-        is a FIN), then leaves; returns their access records within 2 s of the close."""
-        self.origin.slow_next(piece=65536, pause_ms=4000, n=len(paths), bucket=BUCKET)
+        is a FIN), then leaves; returns their access records within 8 s of the close
+        (before the stall ends, however loaded the machine)."""
+        self.origin.slow_next(piece=65536, pause_ms=10000, n=len(paths), bucket=BUCKET)
         before = len(larder.access_records())
         socks = []
         for p in paths:
@@ -376,7 +393,7 @@ class MaxUpstreamRequests(KeyLimitsCase):
             socks.append(s)
         for s in socks:
             (leave or socket.socket.close)(s)
-        deadline, recs = time.monotonic() + 2, []
+        deadline, recs = time.monotonic() + 8, []
         while time.monotonic() < deadline and len(recs) < len(paths):
             recs = [a for a in larder.access_records()[before:] if a.get("key") in
                     [p.split("?")[0].rsplit("/", 1)[1] for p in paths]]
@@ -397,12 +414,11 @@ class MaxUpstreamRequests(KeyLimitsCase):
         recs = self.leave_during_answers(larder, paths)
         self.assertEqual(sorted((a["status"], a["error"]) for a in recs),
                          [("200", "client-gone")] * 2, recs)
-        t0 = time.monotonic()
+        # Slots held until the stall ends would make this wait out its slot wait (5 s): 503.
         r = fetch(larder.url, "GET", harness.key_path(BUCKET, "during-after"), key=CAPPED,
                   secret=CAPPED_SECRET)
         self.assertEqual(r.status, 200, r)
-        self.assertLess(time.monotonic() - t0, 2.5)
-        self.origin.wait_idle(10)
+        self.origin.wait_idle(15)
 
     def test_a_tls_client_that_closed_during_its_answer_is_noticed(self):
         # Over TLS a client that closes well sends a close_notify alert before its FIN: bytes
@@ -476,10 +492,18 @@ def timed_read(base, path, key, secret, marks):
         c.close()
 
 
+def assert_rate(case, elapsed, want, what, under=0.15):
+    """elapsed (s) is want's: under less at most, for the cap is never passed; up to 50%
+    more, for a loaded machine (two test runners, ASan) may be slower than the cap."""
+    case.assertGreater(elapsed, (1 - under) * want,
+                       "%s took %.2f s, its cap says %.2f s: faster" % (what, elapsed, want))
+    case.assertLess(elapsed, 1.5 * want, "%s took %.2f s, its cap says %.2f s: much slower"
+                    % (what, elapsed, want))
+
+
 class MaxBytesPerSecond(KeyLimitsCase):
-    """A 60 MiB hit read by a key capped at 16 MiB/s takes 3.75 s (within
-    15%), smoothly; an uncapped key reading it at the same time is not held
-    back."""
+    """A 60 MiB hit read by a key capped at 16 MiB/s takes 3.75 s (no less than 15% under
+    it), smoothly; an uncapped key reading it at the same time is not held back."""
 
     def test_capped_key_reads_a_hit_at_its_rate(self):
         larder = self.start(LARDER_RAM_CACHE_SIZE="256MiB", LARDER_DISK_CACHE_SIZE="256MiB")
@@ -492,9 +516,11 @@ class MaxBytesPerSecond(KeyLimitsCase):
         m = self.origin.mark()
 
         out = {}
+        t0 = time.monotonic()
 
         def free():
             time.sleep(0.5)  # while the capped read is under way
+            out["free_start"] = time.monotonic() - t0
             out["free"] = timed_read(larder.url, path, FREE, FREE_SECRET, [])
         t = threading.Thread(target=free)
         t.start()
@@ -504,15 +530,19 @@ class MaxBytesPerSecond(KeyLimitsCase):
         status, got, elapsed, at = out["slow"]
         self.assertEqual((status, got), (200, 60 * MiB))
         want = 60 / 16
-        self.assertLess(abs(elapsed - want), 0.15 * want,
-                        "capped read took %.2f s, its cap says %.2f s" % (elapsed, want))
-        # Smooth: each quarter of the body takes about a quarter of the time.
+        assert_rate(self, elapsed, want, "the capped read")
+        # Smooth: no quarter of the body comes faster than the cap (a burst
+        # would), nor takes most of the time (a stall).
         quarters = [b - a for a, b in zip([0] + at, at + [elapsed])]
         for q in quarters:
-            self.assertLess(abs(q - want / 4), 0.25 * want / 4, quarters)
+            self.assertGreater(q, 0.75 * want / 4, quarters)
+            self.assertLess(q, 0.5 * elapsed, quarters)
+        # Not held back: it read the same 60 MiB, started later and ended first (a cap
+        # shared with the capped key would end it after that key's read).
         fstatus, fgot, felapsed, _ = out["free"]
         self.assertEqual((fstatus, fgot), (200, 60 * MiB))
-        self.assertLess(felapsed, want / 2, "the uncapped key was held back: %.2f s" % felapsed)
+        self.assertLess(out["free_start"] + felapsed, elapsed,
+                        "the uncapped key was held back: %.2f s" % felapsed)
 
     def test_pass_through_reads_are_shaped_too(self):
         larder = self.start()
@@ -520,9 +550,7 @@ class MaxBytesPerSecond(KeyLimitsCase):
         path = harness.key_path(BUCKET, "bypassed") + "?versionId=null"  # never cached
         status, got, elapsed, _ = timed_read(larder.url, path, SLOW, SLOW_SECRET, [])
         self.assertEqual((status, got), (200, 24 * MiB))
-        want = 24 / 16
-        self.assertLess(abs(elapsed - want), 0.15 * want,
-                        "pass-through read took %.2f s, its cap says %.2f s" % (elapsed, want))
+        assert_rate(self, elapsed, 24 / 16, "the pass-through read")
         # Its log line is written when libmicrohttpd reports the request
         # complete, which can come just after the client has the last byte.
         deadline = time.monotonic() + 5
@@ -554,9 +582,7 @@ class MaxBytesPerSecond(KeyLimitsCase):
             r = fetch(larder.url, "GET", path, key=LISTER, secret=LISTER_SECRET)
             self.assertEqual((r.status, r.cache, r.body.decode()), (200, "hit", page))
             got += len(r.body)
-        elapsed, want = time.monotonic() - t0, got / MiB
-        self.assertLess(abs(elapsed - want), 0.25 * want,
-                        "cached listings took %.2f s, the cap says %.2f s" % (elapsed, want))
+        assert_rate(self, time.monotonic() - t0, got / MiB, "the cached listings", 0.25)
 
 
 class MaxResidentBytes(KeyLimitsCase):
