@@ -644,7 +644,8 @@ int metrics_render_prometheus(struct buf *out, const struct metrics_gauges *g)
 		r = single(out, "larder_metadata_objects", "gauge", g->meta_entries,
 		                   "Objects in the metadata cache.");
 		r = r ? r : single(out, "larder_client_connections", "gauge", g->open_connections,
-		                   "Open client connections.");
+		                   "Open client connections, and writes still running whose "
+		                   "client left.");
 		r = r ? r : family(out, "larder_prefetch_jobs", "gauge",
 		                   "Prefetch jobs known, by state (finished ones are kept for a while).");
 		r = r ? r : sample(out, "larder_prefetch_jobs", "state=\"running\"", g->jobs_running);

@@ -100,11 +100,12 @@ static void forget_unheard_write(struct req *r)
  * CompleteMultipartUpload's outcome is in it), and its invalidation is
  * made then, as a write whose client waits. It keeps its worker's place
  * among its live requests (a drain waits for it), its key's
- * max_upstream_requests slot and its prefix's window slot; not its
- * connection. Only writes the cache forgets something for: a multipart
- * upload's part (or start, or abort) stops at once, its client will send
- * it again or abort the upload; so does a write whose body did not all
- * arrive, and everything past the drain's grace period.
+ * max_upstream_requests slot and its prefix's window slot, and it counts
+ * as a client connection; it has no connection. Only writes the cache
+ * forgets something for: a multipart upload's part (or start, or abort)
+ * stops at once, its client will send it again or abort the upload; so
+ * does a write whose body did not all arrive, and everything past the
+ * drain's grace period.
  */
 bool pass_outlives(struct req *r)
 {
@@ -115,6 +116,9 @@ bool pass_outlives(struct req *r)
 	    !r->s3_parsed || r->w->closing || !cache_write_changes(r))
 		return false;
 	r->orphan = true;
+	/* It holds what a client's request holds until S3 answers: counted
+	 * as a connection (LARDER_MAX_CONNECTIONS) until it ends (req_unref). */
+	atomic_fetch_add(&r->w->gw->open_connections, 1);
 	log_debug("upstream", "id=%s %s %s: its client left; the write goes on to S3's answer",
 	         r->id, r->method, buf_cstr(&r->target.url));
 	return true;

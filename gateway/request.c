@@ -314,9 +314,10 @@ void req_unref(struct req *r)
 		cache_write_ends(r); /* one stopped before upstream_done */
 	ev_timer_stop(r->w->loop, &r->shape_timer);
 	ev_io_stop(r->w->loop, &r->gone_watch);
-	if (r->orphan) { /* live until now (request_completed_cb) */
+	if (r->orphan) { /* live, and a connection, until now (pass_outlives) */
 		list_unlink(&r->w->live, &r->link);
 		r->w->n_live--;
+		atomic_fetch_sub(&r->w->gw->open_connections, 1);
 	}
 	req_upstream_unwait(r); /* no slot wakes it now: off the worker's list too */
 	pthread_mutex_lock(&r->w->wake_lock);

@@ -13,6 +13,7 @@ import hashlib
 import http.client
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -1677,6 +1678,43 @@ class WriteWhoseClientLeft(NvmeCase):
         put = [q for q in self.origin.requests(m) if q["method"] == "PUT"]
         self.assertEqual([(q["status"], q.get("client_aborted")) for q in put], [(200, None)],
                          "S3's answer must have reached larder")
+
+    def test_it_counts_against_max_connections(self):
+        # Such a write holds what a client's request holds (its upstream
+        # socket and request, its buffers) until S3 answers. It stopped
+        # counting when its client's connection closed, so clients that
+        # send whole writes and hang up could pile them up past
+        # LARDER_MAX_CONNECTIONS.
+        larder = self.start(LARDER_MAX_CONNECTIONS="1", **harness.Larder.admin_env())
+
+        def connections(want):
+            """larder_client_connections once it is want (a closed
+            connection is counted until its worker sees it go)."""
+            deadline = time.monotonic() + 10
+            while True:
+                n = int(re.search(r"^larder_client_connections (\d+)$",
+                                  larder.metrics_text(), re.M).group(1))
+                if n == want or time.monotonic() > deadline:
+                    return n
+                time.sleep(0.02)
+
+        key, other, v1 = "left-count", "left-count-other", blob(46, 5000)
+        self.origin.put(BUCKET, other, v1)
+        gate = threading.Event()
+        self.origin.hold_next(gate, methods=("PUT",), key=key)
+        try:
+            self.assertEqual(connections(0), 0, "a connection before the test's")
+            self.leave_a_write(larder, "PUT", key, blob(47, 6000))
+            self.assertEqual(connections(1), 1, "the write its client left is not counted")
+            r = self.get(larder, other)
+            self.assertEqual((r.status, b"<Code>SlowDown</Code>" in r.body), (503, True),
+                             "a new client was served beside the write its client left")
+        finally:
+            gate.set()
+        self.assertEqual(connections(0), 0, "the write's end did not give its place back")
+        r = self.get(larder, other)
+        self.assertEqual((r.status, r.body == v1), (200, True), r)
+        finish_larder(self, larder)
 
     def test_a_part_upload_stops_at_once(self):
         # A multipart upload's part changes no object: its client sends it
