@@ -52,8 +52,8 @@
  * ERRBODY_WAIT_S after its headers: one that is larger, endless or
  * trickled ends there, and its reader gets a whole document made from
  * what came (s3err_upstream_xml). */
-#define ERRBODY_MAX (64 * 1024)
-#define ERRBODY_WAIT_S 2.0
+#define ERRBODY_MAX S3ERR_UPSTREAM_BODY_MAX
+#define ERRBODY_WAIT_S S3ERR_UPSTREAM_WAIT_S
 #define RESP_HEADERS_MAX (64 * 1024)
 
 struct fetch {

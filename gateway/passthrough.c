@@ -399,18 +399,89 @@ static enum transfer_verdict on_upstream_headers(struct transfer *t, void *arg)
 	enum transfer_verdict v = upstream_region_check(r->w->gw->up, r->s3.bucket, t);
 	if (v == TRANSFER_RESEND && r->body == BODY_NONE)
 		return v; /* signed for the wrong region: send again (a body cannot be) */
+	r->err_len = 0;
+	r->err_cut = r->err_made = false;
+	r->err_since = clock_mono_s();
 	if ((r->slowed = retry_slowdown(r, t)))
-		return TRANSFER_GO; /* its body is dropped */
+		return TRANSFER_GO; /* its body is dropped, within the bound */
 	r->ustatus = t->status;
 	/* The length as curl reads the body: taken as the client's
 	 * Content-Length, any other number would end the client's answer
 	 * early, complete-looking, or never. */
 	_Static_assert(HDRS_LENGTH_UNKNOWN == MHD_SIZE_UNKNOWN, "one unknown length");
-	r->resp_len = hdrs_body_length(&t->resp, strcmp(r->method, "HEAD") == 0);
-	r->uhdrs_done = true;
+	bool head = strcmp(r->method, "HEAD") == 0;
+	r->resp_len = hdrs_body_length(&t->resp, head);
 	cache_learn(r);
+	/* An error answer is S3's XML document, a few hundred bytes: it is
+	 * gathered whole, within its bound, before the client hears a byte of
+	 * it (pass_error_answer), so that one larger, endless, trickled or
+	 * cut short still ends soon, as a whole document. */
+	r->err_gather = t->status >= 300 && t->status != 304 && !head && r->resp_len != 0;
+	if (r->err_gather)
+		return TRANSFER_GO;
+	r->uhdrs_done = true;
 	req_wake(r);
 	return TRANSFER_GO;
+}
+
+/* An error answer's body, or a dropped 503's: false once it went past its
+ * bound (S3ERR_UPSTREAM_BODY_MAX bytes, S3ERR_UPSTREAM_WAIT_S after its
+ * headers), which ends the exchange. */
+static bool err_body_take(struct req *r, const char *data, size_t len)
+{
+	size_t room = S3ERR_UPSTREAM_BODY_MAX - r->err_len, n = len < room ? len : room;
+	if (r->err_gather && n && pbuf_put(&r->downbuf, data, n) != 0)
+		n = 0;
+	r->err_len += n;
+	if (n < len || clock_mono_s() - r->err_since > S3ERR_UPSTREAM_WAIT_S)
+		r->err_cut = true;
+	return !r->err_cut;
+}
+
+/* libcurl calls this at least once a second (upstream_curl_defaults sets a
+ * low-speed limit), and with every piece of body: an error body that
+ * trickles or stalls ends at its time bound too. */
+static int pass_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                         curl_off_t ulnow)
+{
+	struct req *r = arg;
+	assert(r->magic == REQ_MAGIC);
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	if (!r->err_gather && !r->slowed)
+		return 0;
+	if (clock_mono_s() - r->err_since > S3ERR_UPSTREAM_WAIT_S)
+		r->err_cut = true;
+	return r->err_cut ? 1 : 0;
+}
+
+/* The gathered error answer is the client's: as it came when it came
+ * whole; else (cut at its bound, or ended before its length) a whole S3
+ * document with upstream's status, made from what came. */
+static void pass_error_answer(struct req *r, struct transfer *t, CURLcode result)
+{
+	size_t got = pbuf_used(&r->downbuf);
+	bool whole = result == CURLE_OK && !r->err_cut &&
+	             (r->resp_len == MHD_SIZE_UNKNOWN || got == r->resp_len);
+	if (!whole) {
+		struct buf doc;
+		buf_init(&doc, S3ERR_UPSTREAM_BODY_MAX);
+		if (s3err_upstream_xml(t->status, got ? r->downbuf.p + r->downbuf.off : NULL, got,
+		                       transfer_header(t, "x-amz-request-id"), &doc) == 0) {
+			r->downbuf.off = r->downbuf.len = 0;
+			if (pbuf_put(&r->downbuf, doc.p, doc.len) == 0)
+				r->err_made = true;
+		}
+		buf_fini(&doc);
+		log_info("upstream", "id=%s %s %s: upstream's %ld answer had a body larder did not "
+		         "read whole (%s)", r->id, r->method, buf_cstr(&r->target.url), t->status,
+		         r->err_cut ? "past its bound" : transfer_strerror(t, result));
+	}
+	r->resp_len = pbuf_used(&r->downbuf);
+	r->err_gather = false;
+	r->uhdrs_done = true;
 }
 
 static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, size_t len)
@@ -418,10 +489,12 @@ static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, 
 	struct req *r = arg;
 	assert(r->magic == REQ_MAGIC);
 	(void)t;
-	if (!r->conn)
-		return r->orphan ? len : 0; /* client gone: a write it left is heard out */
-	if (r->slowed)
-		return len;
+	/* The client gone: a write it left is heard out (an error body, or a
+	 * dropped 503's, within its bound all the same). */
+	if (!r->conn && (!r->orphan || (!r->slowed && !r->err_gather)))
+		return r->orphan ? len : 0;
+	if (r->slowed || r->err_gather)
+		return err_body_take(r, data, len) ? len : 0;
 	if (len > pbuf_room(&r->downbuf))
 		return CURL_WRITEFUNC_PAUSE;
 	if (pbuf_put(&r->downbuf, data, len) != 0)
@@ -661,7 +734,11 @@ int pass_start(struct req *r)
 	hdrs_fini(&h);
 	if (rc)
 		return rc;
+	curl_easy_setopt(r->up.easy, CURLOPT_XFERINFOFUNCTION, pass_progress);
+	curl_easy_setopt(r->up.easy, CURLOPT_XFERINFODATA, r);
+	curl_easy_setopt(r->up.easy, CURLOPT_NOPROGRESS, 0L);
 	r->uhdrs_done = false;
+	r->err_gather = r->slowed = r->err_cut = false;
 	r->udone = false;
 	r->uresult = CURLE_OK;
 	r->ustatus = 0;
@@ -696,6 +773,10 @@ static void upstream_done(struct transfer *t, void *arg, CURLcode result)
 		r->slowed = false;
 		if (transfer_retry_later(t) >= 0)
 			return; /* resend_upstream: the window first, then S3 */
+	}
+	if (r->err_gather) {
+		pass_error_answer(r, t, result);
+		result = CURLE_OK; /* S3's answer, heard */
 	}
 	r->udone = true;
 	r->uresult = result;
@@ -925,8 +1006,12 @@ enum MHD_Result pass_respond(struct req *r)
 		const char *n = r->up.resp.v[i].name;
 		if (hdr_hop_by_hop(n) || strcasecmp(n, "content-length") == 0)
 			continue;
+		if (r->err_made && strncasecmp(n, "content-", 8) == 0)
+			continue; /* they described the body replaced */
 		req_add_response_header(resp, n, r->up.resp.v[i].value);
 	}
+	if (r->err_made)
+		MHD_add_response_header(resp, "Content-Type", "application/xml");
 	if (r->w->gw->store && r->s3.target == S3T_OBJECT &&
 	    (strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0))
 	{

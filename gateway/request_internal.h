@@ -117,6 +117,14 @@ struct req {
 	struct shaper_slot slot;   /* its place in the S3 prefix's window (passthrough.c) */
 	ev_timer slot_timer;       /* waiting for that place */
 	bool slowed;               /* upstream said 503: answer dropped, request retried */
+	/* An error answer (or a dropped 503's) body: gathered in downbuf up to
+	 * S3ERR_UPSTREAM_BODY_MAX bytes, for S3ERR_UPSTREAM_WAIT_S after its
+	 * headers, and only then answered (pass_error_answer). */
+	bool err_gather;
+	bool err_cut;              /* its body went past that bound */
+	bool err_made;             /* the client gets s3err_upstream_xml's document */
+	size_t err_len;            /* its bytes read so far */
+	double err_since;          /* when its headers came */
 	struct up_target target;
 	char *up_query;  /* query sent upstream */
 	long ustatus;    /* upstream's status, for the access log */

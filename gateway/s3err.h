@@ -51,6 +51,13 @@ unsigned s3err_status(enum s3err e);
 int s3err_xml(enum s3err e, const char *message, const char *resource,
               const char *request_id, const char *extra, struct buf *out);
 
+/* An upstream error answer's body is read for at most this many bytes, and
+ * this long after its headers (gateway/fetch.c for a cached read,
+ * passthrough.c for the rest): one larger, endless or trickled is cut there,
+ * and its client gets a document s3err_upstream_xml makes of what came. */
+#define S3ERR_UPSTREAM_BODY_MAX (64 * 1024)
+#define S3ERR_UPSTREAM_WAIT_S 2.0
+
 /* A whole S3 error document for an upstream error answer of status whose
  * body could not be passed on as it came (cut at the bound larder reads of
  * one, or shorter than its Content-Length): body (len bytes, what came of

@@ -19,7 +19,11 @@ and larder stops trying to cache it for a while.
 ErrorBodies: error answers whose body is larger than 64 KiB, endless,
 trickled a byte at a time, or shorter than its Content-Length: the client
 gets upstream's status and a whole S3 error document, soon.
+PassThroughErrorBodies: the same for what larder does not answer from its
+cache (listings, writes, reads of a version), and for a 503 it drops and
+sends again.
 """
+import http.client
 import gzip
 import random
 import re
@@ -331,6 +335,27 @@ def error_doc(code, pad=0):
             "<Message>scripted</Message><Pad>%s</Pad></Error>" % (code, "p" * pad)).encode()
 
 
+def endless_error(status, code):
+    """An error answer (origin.answer_raw) whose body goes on for ever."""
+    def answer(method):
+        yield error_head(status)
+        yield error_doc(code)[:-len("</Error>")]
+        while True:
+            yield b"<More>" + b"m" * 16384 + b"</More>"
+            time.sleep(0.001)
+    return answer
+
+
+def trickled_error(status, doc):
+    """An error answer (origin.answer_raw) whose body comes a byte every 0.2 s."""
+    def answer(method):
+        yield error_head(status, len(doc))
+        for i in range(len(doc)):
+            yield doc[i:i + 1]
+            time.sleep(0.2)
+    return answer
+
+
 class ErrorBodies(FaultCase):
     """A cached GET (and the HEAD beside it) of an object whose upstream
     answers an error with a body that is not what S3 sends. larder read the
@@ -364,24 +389,11 @@ class ErrorBodies(FaultCase):
         self.assertS3Answer(self.get("err-large", timeout=30), 404, "NoSuchKey")
 
     def test_endless_body(self):
-        def endless(method):
-            yield error_head(403)
-            yield error_doc("AccessDenied")[:-len("</Error>")]
-            while True:
-                yield b"<More>" + b"m" * 16384 + b"</More>"
-                time.sleep(0.001)
-        self.answer("err-endless", endless)
+        self.answer("err-endless", endless_error(403, "AccessDenied"))
         self.assertS3Answer(self.get("err-endless", timeout=30), 403, "AccessDenied")
 
     def test_trickled_body(self):
-        doc = error_doc("AccessDenied", 400)
-
-        def trickle(method):
-            yield error_head(403, len(doc))
-            for i in range(len(doc)):
-                yield doc[i:i + 1]
-                time.sleep(0.2)
-        self.answer("err-trickle", trickle)
+        self.answer("err-trickle", trickled_error(403, error_doc("AccessDenied", 400)))
         # AccessDenied when its first bytes came within the time larder
         # gives a body; else a generic document with the same status
         r = self.get("err-trickle", timeout=30)
@@ -400,6 +412,103 @@ class ErrorBodies(FaultCase):
         self.answer("err-cut", lambda m: error_head(403, len(doc)) + doc[:20])
         r = self.get("err-cut", timeout=30)
         self.assertS3Answer(r, 403, "Forbidden")
+
+
+def bounded_request(base, method, path, body=b"", deadline=20, cap=1 << 20):
+    """A signed request whose answer is read for at most deadline seconds and
+    cap bytes: (status, body, complete), complete false for an answer cut
+    short, or not over by then."""
+    h = harness.sign_headers(method, base + path, harness.CLIENT_KEY, harness.CLIENT_SECRET,
+                             body=body)
+    host, port = base.replace("http://", "").split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=deadline)
+    end = time.monotonic() + deadline
+    status, got = None, b""
+    try:
+        c.request(method, path, body=body if method != "GET" else None, headers=h)
+        r = c.getresponse()
+        status = r.status
+        while time.monotonic() < end and len(got) < cap:
+            piece = r.read1(65536)
+            if not piece:  # the end, or short of its Content-Length
+                return status, got, not r.length
+            got += piece
+        return status, got, False
+    except (OSError, http.client.HTTPException):
+        return status, got, False
+    finally:
+        c.close()
+
+
+class PassThroughErrorBodies(FaultCase):
+    """Error answers to requests the pass-through forwards (a listing, a PUT,
+    a GET of a version) whose body is not what S3 sends. They went to the
+    client as they came: an endless body for ever, a trickled one a byte at a
+    time, one shorter than its Content-Length as a cut answer; and the body
+    of a 503 larder drops (to send the request again) was read for as long
+    as it came, the client waiting all the while. Now each is read for at
+    most 64 KiB and 2 s, and the client gets upstream's status with a whole
+    S3 error document."""
+
+    def tearDown(self):
+        self.origin.answer_raw.clear()
+        super().tearDown()
+
+    def script(self, key, fn):
+        self.origin.answer_raw[(BUCKET, key)] = lambda method, hdrs, obj: fn(method)
+
+    def request(self, method, path, body=b""):
+        return bounded_request(self.larder.url, method, path, body)
+
+    def assertS3Answer(self, answer, status, *codes):
+        got, body, complete = answer
+        self.assertEqual(got, status, body[:300])
+        self.assertTrue(complete, "the answer did not end within its time or size: %d bytes, "
+                        "%r" % (len(body), body[:200]))
+        try:
+            root = ET.fromstring(body)
+        except ET.ParseError as e:
+            self.fail("not an XML document (%s): %r" % (e, body[:200]))
+        self.assertEqual(root.tag, "Error", body[:200])
+        self.assertIn(root.findtext("Code"), codes, body[:300])
+
+    def test_listing_endless_body(self):
+        self.script("", endless_error(403, "AccessDenied"))
+        self.assertS3Answer(self.request("GET", "/%s?list-type=2" % BUCKET), 403, "AccessDenied")
+
+    def test_put_endless_body(self):
+        self.script("err-put", endless_error(403, "AccessDenied"))
+        self.assertS3Answer(self.request("PUT", harness.key_path(BUCKET, "err-put"), b"data"),
+                            403, "AccessDenied")
+
+    def test_versioned_get_trickled_body(self):
+        self.script("err-trickle", trickled_error(404, error_doc("NoSuchVersion", 400)))
+        path = harness.key_path(BUCKET, "err-trickle") + "?versionId=v1"
+        # NoSuchVersion when its first bytes came within the time larder
+        # gives a body; else a generic document with the same status
+        self.assertS3Answer(self.request("GET", path), 404, "NoSuchVersion", "NotFound")
+
+    def test_body_shorter_than_its_length(self):
+        doc = error_doc("AccessDenied")
+        self.script("err-short-put", lambda m: error_head(403, len(doc) + 5000) + doc)
+        self.assertS3Answer(self.request("PUT", harness.key_path(BUCKET, "err-short-put"),
+                                         b"data"), 403, "AccessDenied")
+
+    def test_large_body(self):
+        """Over 64 KiB: a whole document all the same (it went whole before too)."""
+        doc = error_doc("NoSuchVersion", 200 * 1024)
+        self.script("err-large", lambda m: error_head(404, len(doc)) + doc)
+        path = harness.key_path(BUCKET, "err-large") + "?versionId=v1"
+        self.assertS3Answer(self.request("GET", path), 404, "NoSuchVersion")
+
+    def test_dropped_slowdown_endless_body(self):
+        """A 503 to a request without a body is dropped and the request sent
+        again (LARDER_UPSTREAM_RETRIES); its body was read to its end first."""
+        self.script("", endless_error(503, "SlowDown"))
+        m = self.origin.mark()
+        self.assertS3Answer(self.request("GET", "/%s?list-type=2&prefix=s" % BUCKET), 503,
+                            "SlowDown")
+        self.assertGreaterEqual(self.origin.count(m, "GET", BUCKET, ""), 2)
 
 
 if __name__ == "__main__":
