@@ -32,11 +32,27 @@ static enum transfer_verdict on_list_headers(struct transfer *t, void *arg)
 	return upstream_region_check(j->p->gw->up, j->bucket, t);
 }
 
+/* An error answer's body is never read: its status is all a job or the
+ * admin tells (list_done, prefetch_read_object), and one endless, or
+ * trickled, would hold the job's page (or the admin thread). */
+static bool error_body(const struct transfer *t)
+{
+	return t->status != 200;
+}
+
+/* A transfer ended because its error body was refused (error_body): the
+ * answer was heard whole, as far as anyone reads it. */
+static CURLcode heard(const struct transfer *t, CURLcode result)
+{
+	return result == CURLE_WRITE_ERROR && error_body(t) ? CURLE_OK : result;
+}
+
 static size_t on_list_body(struct transfer *t, void *arg, const char *data, size_t len)
 {
 	struct pf_job *j = arg;
 	assert(j->magic == PREFETCH_MAGIC);
-	(void)t;
+	if (error_body(t))
+		return 0;
 	return buf_append(&j->body, data, len) == 0 ? len : 0;
 }
 
@@ -201,6 +217,7 @@ static void list_done(struct transfer *t, void *arg, CURLcode result)
 	struct pf_job *j = arg;
 	assert(j->magic == PREFETCH_MAGIC && t == &j->x);
 	shaper_release(j->p->gw->shaper, &j->slot, t->status, clock_mono_s());
+	result = heard(t, result);
 	if (atomic_load(&j->cancel)) {
 		atomic_store(&j->listing_done, true);
 		return;
@@ -292,10 +309,10 @@ static size_t check_body(struct transfer *t, void *arg, const char *data, size_t
 {
 	struct bucket_check *bc = arg;
 	assert(bc->magic == CHECK_MAGIC);
+	if (error_body(t))
+		return 0;
 	if (!bc->body)
 		return len;
-	if (t->status != 200)
-		return len; /* an error document */
 	return buf_append(bc->body, data, len) == 0 ? len : 0;
 }
 
@@ -309,7 +326,7 @@ static const struct transfer_ops check_ops = {
  * (no curlev sees it). */
 static CURLcode perform_counted(struct transfer *t)
 {
-	CURLcode rc = transfer_perform(t);
+	CURLcode rc = heard(t, transfer_perform(t));
 	metrics_upstream_curl(t->easy, t->status, rc, false, false);
 	return rc;
 }

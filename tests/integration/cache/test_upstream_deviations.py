@@ -22,7 +22,12 @@ gets upstream's status and a whole S3 error document, soon.
 PassThroughErrorBodies: the same for what larder does not answer from its
 cache (listings, writes, reads of a version), and for a 503 it drops and
 sends again.
+AdminErrorBodies: the admin's manifest read and a warm job's listing stop
+at an error answer's headers, whatever its body.
 """
+import json
+import urllib.error
+import urllib.request
 import http.client
 import gzip
 import random
@@ -34,6 +39,7 @@ import unittest
 import xml.etree.ElementTree as ET
 
 import harness
+from admin_calls import AdminCalls
 from fault_origin import etag_matches, parse_range
 from test_cache_faults import BUCKET, FaultCase
 
@@ -509,6 +515,65 @@ class PassThroughErrorBodies(FaultCase):
         self.assertS3Answer(self.request("GET", "/%s?list-type=2&prefix=s" % BUCKET), 503,
                             "SlowDown")
         self.assertGreaterEqual(self.origin.count(m, "GET", BUCKET, ""), 2)
+
+
+class AdminErrorBodies(AdminCalls, FaultCase):
+    """The admin's read of a lookahead's manifest read an error answer's body
+    to its end on the admin thread: an endless one held it, and the request,
+    for ever. A warm job's listing page gathered an error body up to the page
+    buffer's 64 MiB, took running out of room for a failure and asked again
+    (LARDER_UPSTREAM_RETRIES), each time. Neither has a use for the body: the
+    status is the answer."""
+
+    @classmethod
+    def setUpClass(cls):
+        env = harness.Larder.admin_env()
+        cls.ADMIN_TOKEN = env["LARDER_ADMIN_TOKEN"]
+        cls.EXTRA_ENV = dict(FaultCase.EXTRA_ENV, **env)
+        super().setUpClass()
+        cls.admin = "http://" + env["LARDER_ADMIN_LISTEN"]
+
+    def tearDown(self):
+        self.origin.answer_raw.clear()
+        super().tearDown()
+
+    def endless_get(self, key, status, code):
+        """GETs of key (the bucket: "") answer an endless error; the rest as usual."""
+        endless = endless_error(status, code)
+        self.origin.answer_raw[(BUCKET, key)] = \
+            lambda method, hdrs, obj: endless(method) if method == "GET" else None
+
+    def post(self, path, body, deadline=20):
+        """(status, JSON answer), or the error of an admin request not answered in time."""
+        req = urllib.request.Request(self.admin + path, data=json.dumps(body).encode(),
+                                     method="POST")
+        req.add_header("Authorization", "Bearer " + self.ADMIN_TOKEN)
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=deadline) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+        except OSError as e:
+            self.fail("POST %s: no answer in %d s (%s)" % (path, deadline, e))
+
+    def test_lookahead_manifest_endless_error(self):
+        self.endless_get("manifests/endless.txt", 403, "AccessDenied")
+        st, r = self.post("/admin/lookahead", {"bucket": BUCKET, "window": 2,
+                                               "manifest": "manifests/endless.txt"})
+        self.assertEqual((st, r["error"]), (400, "bad_manifest"), r)
+        self.assertIn("upstream answered 403", r["message"])
+
+    def test_warm_listing_endless_error(self):
+        self.endless_get("", 403, "AccessDenied")
+        m = self.origin.mark()
+        st, r = self.post("/admin/prefetch", {"bucket": BUCKET, "prefix": "warm-err/"})
+        self.assertEqual(st, 202, r)
+        info = self.wait_job(r["job"], timeout=60)
+        self.assertEqual(info["state"], "failed", info)
+        self.assertEqual(info.get("error"), "listing the bucket: upstream answered 403", info)
+        self.assertEqual(self.origin.count(m, "GET", BUCKET, ""), 1,
+                         "a refused listing is not asked for again")
 
 
 if __name__ == "__main__":
