@@ -104,6 +104,7 @@ static int set_defaults(struct load *L)
 	c->addressing = CFG_ADDR_AUTO;
 	c->upstream_tls_verify = true;
 	c->upstream_timeout_s = 30;
+	c->upstream_min_speed = 16 * 1024;
 	c->creds_refresh_margin_s = 300;
 	c->upstream_retries = 3;
 	c->upstream_window_max = 64;

@@ -68,6 +68,8 @@ struct cfg {
 	bool upstream_tls_verify;     /* LARDER_UPSTREAM_TLS_VERIFY, default true */
 	char *upstream_ca_file;       /* LARDER_UPSTREAM_CA_FILE */
 	unsigned upstream_timeout_s;  /* LARDER_UPSTREAM_TIMEOUT: connect; a transfer's stall */
+	size_t upstream_min_speed;    /* LARDER_UPSTREAM_MIN_SPEED: bytes/s a GET's answer keeps
+	                                 up over the timeout, default 16 KiB; 0 = stalls only */
 	unsigned creds_refresh_margin_s; /* LARDER_CREDS_REFRESH_MARGIN: refresh this long before expiry */
 
 	unsigned upstream_retries;    /* LARDER_UPSTREAM_RETRIES: retries of 5xx/SlowDown, default 3 */

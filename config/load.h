@@ -51,7 +51,7 @@ struct setting {
 };
 
 /* The rows of load_settings; settings.c checks the count. */
-#define N_SETTINGS 47
+#define N_SETTINGS 48
 extern const struct setting load_settings[N_SETTINGS];
 
 /* ---- load state ------------------------------------------------------------ */

@@ -42,6 +42,8 @@ const struct setting load_settings[] = {
 	SET("upstream", "tls_verify", "LARDER_UPSTREAM_TLS_VERIFY", K_BOOL, upstream_tls_verify, 0, 0),
 	SET("upstream", "ca_file", "LARDER_UPSTREAM_CA_FILE", K_PATH, upstream_ca_file, 0, 0),
 	SET("upstream", "timeout", "LARDER_UPSTREAM_TIMEOUT", K_UINT, upstream_timeout_s, 1, 3600),
+	SET("upstream", "min_speed", "LARDER_UPSTREAM_MIN_SPEED", K_SIZE, upstream_min_speed, 0,
+	    1ul << 30),
 	SET("upstream", "creds_refresh_margin", "LARDER_CREDS_REFRESH_MARGIN", K_UINT,
 	    creds_refresh_margin_s, 0, 43200),
 	SET("upstream", "retries", "LARDER_UPSTREAM_RETRIES", K_UINT, upstream_retries, 0, 20),

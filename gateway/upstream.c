@@ -37,6 +37,7 @@ struct upstream {
 	bool tls_verify;
 	char *ca_file;
 	unsigned timeout_s;
+	long min_speed;         /* a GET's floor, bytes/s over timeout_s (upstream_prepare) */
 	unsigned retries;
 	struct creds_provider *creds;
 
@@ -84,6 +85,7 @@ struct upstream *upstream_create(const struct cfg *cfg, struct creds_provider *c
 	u->ca_file = cfg->upstream_ca_file ? strdup(cfg->upstream_ca_file) : NULL;
 	u->timeout_s = cfg->upstream_timeout_s ? cfg->upstream_timeout_s : 30;
 	u->retries = cfg->upstream_retries;
+	u->min_speed = cfg->upstream_min_speed ? (long)cfg->upstream_min_speed : 1;
 	snprintf(u->default_region, sizeof u->default_region, "%s",
 	         cfg->upstream_region ? cfg->upstream_region : "us-east-1");
 	if (cfg->n_bucket_regions) {
@@ -393,6 +395,16 @@ int upstream_prepare(struct upstream *u, struct transfer *t, const struct up_req
 	} else if (strcmp(rq->method, "GET") != 0) {
 		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, rq->method);
 	}
+	/* S3 sends a GET's answer as fast as the network goes, once it starts:
+	 * one slower than the floor for the timeout fails (a fetch then goes
+	 * on from the bytes it has, as after a drop), rather than hold its
+	 * slots and readers for as long as it trickles. Not a request with a
+	 * body, nor one S3 may answer slowly on purpose (a copy or a multipart
+	 * completion sends spaces while it works). libcurl (7.75 on) does not
+	 * judge a transfer while it is paused, and starts over when it is
+	 * unpaused: a pass-through held back by a slow client is not cut. */
+	if (!rq->upload && strcmp(rq->method, "GET") == 0)
+		curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, u->min_speed);
 	return 0;
 }
 

@@ -24,6 +24,9 @@ cache (listings, writes, reads of a version), and for a 503 it drops and
 sends again.
 AdminErrorBodies: the admin's manifest read and a warm job's listing stop
 at an error answer's headers, whatever its body.
+SlowUpstream: an answer that comes slower than LARDER_UPSTREAM_MIN_SPEED
+fails (a cache fill goes on from the bytes it has); a passed-through answer
+held back by a slow client does not.
 """
 import json
 import urllib.error
@@ -574,6 +577,101 @@ class AdminErrorBodies(AdminCalls, FaultCase):
         self.assertEqual(info.get("error"), "listing the bucket: upstream answered 403", info)
         self.assertEqual(self.origin.count(m, "GET", BUCKET, ""), 1,
                          "a refused listing is not asked for again")
+
+
+def slow_read(base, path, rate, midway=None, rcvbuf=4096, deadline=120):
+    """GET path on a socket with a small receive buffer, read at about rate
+    bytes/s: (status, body, complete). larder's own buffers fill, and it
+    holds its upstream transfer back (paused) while the client catches up.
+    midway (bytes, fn): fn() is called once that many bytes are in."""
+    h = harness.sign_headers("GET", base + path, harness.CLIENT_KEY, harness.CLIENT_SECRET)
+    host, port = base.replace("http://", "").split(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(30)
+    sock.connect((host, int(port)))
+    end = time.monotonic() + deadline
+    try:
+        h.setdefault("Host", "%s:%s" % (host, port))
+        head = "GET %s HTTP/1.1\r\n" % path + "".join("%s: %s\r\n" % kv for kv in h.items())
+        sock.sendall((head + "Connection: close\r\n\r\n").encode())
+        got = b""
+        while time.monotonic() < end:
+            piece = sock.recv(rate // 16)
+            if not piece:
+                break
+            got += piece
+            if midway and len(got) >= midway[0]:
+                midway[1]()
+                midway = None
+            time.sleep(len(piece) / rate)
+        head, _, body = got.partition(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = re.search(rb"(?im)^content-length: *(\d+)", head)
+        return status, body, length is not None and int(length.group(1)) == len(body)
+    finally:
+        sock.close()
+
+
+class SlowUpstream(FaultCase):
+    """The answer to an upstream GET was only required to send a byte per
+    LARDER_UPSTREAM_TIMEOUT: one sent at 10 KiB/s held its fetch, its slots
+    and its readers until its last byte (a chunk of 8 MiB: 14 minutes; at
+    1 byte/s: 97 days). Now a GET's answer slower than LARDER_UPSTREAM_MIN_SPEED
+    for the timeout fails, and a fill goes on from the bytes it has."""
+    EXTRA_ENV = dict(FaultCase.EXTRA_ENV, LARDER_UPSTREAM_TIMEOUT="2",
+                     LARDER_UPSTREAM_MIN_SPEED="4MiB")
+
+    def test_trickled_fill_goes_on_from_its_bytes(self):
+        data = blob(20, 3 * MiB + 5)
+        self.origin.put(BUCKET, "trickled", data)
+        self.origin.slow_next(1024, 100, key="trickled")  # 10 KiB/s: chunk 0 in 100 s
+        m = self.origin.mark()
+        status, body, complete = bounded_request(self.larder.url, "GET",
+                                                 harness.key_path(BUCKET, "trickled"),
+                                                 deadline=40, cap=4 * MiB)
+        self.assertEqual((status, complete), (200, True), "%d bytes" % len(body))
+        self.assertTrue(body == data, "%d bytes, not the object's" % len(body))
+        firsts = [parse_range(g["range"], len(data))[0] for g in self.gets_of("trickled", m)]
+        self.assertTrue(any(0 < a < MiB for a in firsts),
+                        "chunk 0 was not asked for again from the bytes it had: %r" % firsts)
+
+    def test_trickled_pass_through_ends(self):
+        """No fill to go on with: the client's answer is cut, soon."""
+        data = blob(21, 2 * MiB)
+        self.origin.put(BUCKET, "trickled-pass", data)
+        self.origin.slow_next(1024, 100, key="trickled-pass")
+        t0 = time.monotonic()
+        status, body, complete = bounded_request(
+            self.larder.url, "GET", harness.key_path(BUCKET, "trickled-pass") + "?versionId=v",
+            deadline=60, cap=4 * MiB)
+        self.assertEqual(status, 200)
+        self.assertFalse(complete)
+        self.assertLess(time.monotonic() - t0, 50, "the answer went on at 10 KiB/s")
+        self.assertTrue(data.startswith(body), "a cut answer's bytes are the object's")
+
+    def test_slow_client_of_pass_through_gets_whole_body(self):
+        """A guard: the pass-through holds its upstream transfer back (paused)
+        while its client reads at 1 MiB/s, below the floor; libcurl does not
+        judge a paused transfer's speed, so the client gets every byte. The
+        object is larger than what the sockets on the way hold, so the
+        origin is still sending when the client has read its first MiB."""
+        data = blob(22, 16 * MiB)
+        self.origin.put(BUCKET, "slow-client", data)
+        path = harness.key_path(BUCKET, "slow-client") + "?versionId=v"
+        m = self.origin.mark()
+        held = []
+
+        def upstream_still_sending():  # else the test would judge nothing
+            held.extend(not g["done"] for g in self.origin.gets(BUCKET, "slow-client", m))
+        status, body, complete = slow_read(self.larder.url, path, MiB,
+                                           (MiB, upstream_still_sending))
+        self.assertEqual(held, [True], "the upstream answer was not held back midway")
+        self.assertEqual((status, complete), (200, True), "%d bytes" % len(body))
+        self.assertTrue(body == data, "not the object's bytes")
+
+    def gets_of(self, key, since):
+        return [g for g in self.origin.gets(BUCKET, key, since) if g.get("range")]
 
 
 if __name__ == "__main__":

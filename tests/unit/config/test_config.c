@@ -65,6 +65,7 @@ static void test_defaults(void **state)
 	assert_true(c->upstream_tls_verify);
 	assert_null(c->upstream_ca_file);
 	assert_int_equal(c->upstream_timeout_s, 30);
+	assert_int_equal(c->upstream_min_speed, 16 * 1024);
 	assert_int_equal(c->creds_refresh_margin_s, 300);
 	assert_int_equal(c->n_keys, 0);
 	assert_int_equal(c->anonymous.n_grants, 0);
@@ -105,6 +106,7 @@ static const char full_text[] =
 	"tls_verify = no\n"
 	"ca_file = /dev/null\n"
 	"timeout = 10\n"
+	"min_speed = 64KiB\n"
 	"creds_refresh_margin = 60\n"
 	"\n"
 	"[key AKREAD]\n"
@@ -146,6 +148,7 @@ static void test_file(void **state)
 	assert_false(c->upstream_tls_verify);
 	assert_string_equal(c->upstream_ca_file, "/dev/null");
 	assert_int_equal(c->upstream_timeout_s, 10);
+	assert_int_equal(c->upstream_min_speed, 64 * 1024);
 	assert_int_equal(c->creds_refresh_margin_s, 60);
 
 	assert_int_equal(c->n_keys, 2);
