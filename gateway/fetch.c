@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "auth/sigv4.h"
@@ -125,6 +126,7 @@ struct fetch {
 	struct buf errbody;
 	bool err_answer;             /* meta fetch: its headers were an error answer's */
 	bool errbody_cut;            /* its body read up to ERRBODY_MAX or ERRBODY_WAIT_S */
+	bool errbody_made;           /* and replaced by a document of larder's */
 	double err_since;            /* when those headers came */
 };
 
@@ -1097,6 +1099,7 @@ static int start_transfer(struct fetch *f)
 	f->changed = false;
 	f->err_answer = false;
 	f->errbody_cut = false;
+	f->errbody_made = false;
 	buf_reset(&f->errbody);
 	/* In a cluster, a chunk (or an object's metadata) comes from a node
 	 * the directory says holds it, else from its owner node, which fetches
@@ -1405,6 +1408,28 @@ static bool learning_refusal(struct fetch *f, long status)
 	return true;
 }
 
+/* Upstream's error answer (status 0: none came) to f's owner. A body
+ * larder made (errbody_made) goes with headers of its own kind: upstream's
+ * Content-* described the body it replaced. */
+static void pass_error(struct fetch *f, long status, const struct hdrs *resp)
+{
+	if (!f->errbody_made) {
+		f->owner_ops->upstream_error(f->owner, status, resp, buf_cstr(&f->errbody),
+		                             f->errbody.len);
+		return;
+	}
+	struct hdrs h;
+	hdrs_init(&h);
+	int rc = 0;
+	for (size_t i = 0; i < resp->n && !rc; i++)
+		if (strncasecmp(resp->v[i].name, "content-", 8) != 0)
+			rc = hdrs_add(&h, resp->v[i].name, resp->v[i].value);
+	rc = rc ? rc : hdrs_add(&h, "Content-Type", "application/xml");
+	f->owner_ops->upstream_error(f->owner, rc ? 0 : status, &h, buf_cstr(&f->errbody),
+	                             f->errbody.len);
+	hdrs_fini(&h);
+}
+
 static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 {
 	struct fetch *f = arg;
@@ -1523,6 +1548,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 		                       transfer_header(t, "x-amz-request-id"), &doc) == 0) {
 			buf_reset(&f->errbody);
 			buf_append(&f->errbody, doc.p, doc.len);
+			f->errbody_made = true;
 		}
 		buf_fini(&doc);
 		log_info("fetch", "%s/%s: upstream's %ld answer had a body larder did not read whole "
@@ -1552,9 +1578,7 @@ static void fetch_done(struct transfer *t, void *arg, CURLcode result)
 			/* An exchange that broke off (inside the headers, say) is
 			 * no answer to pass on, whatever its status line said. */
 			if (f->owner)
-				f->owner_ops->upstream_error(f->owner, result == CURLE_OK ? status : 0,
-				                             &t->resp, buf_cstr(&f->errbody),
-				                             f->errbody.len);
+				pass_error(f, result == CURLE_OK ? status : 0, &t->resp);
 			if (shared) { /* its waiters fail too, rather than each try again */
 				log_warn("fetch", "%s/%s: could not learn it upstream: status %ld, %s",
 				         f->bucket, f->key, status, why_failed(f, result));

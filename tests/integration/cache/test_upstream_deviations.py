@@ -415,6 +415,18 @@ class ErrorBodies(FaultCase):
         self.answer("err-short", lambda m: error_head(403, len(doc) + 5000) + doc)
         self.assertS3Answer(self.get("err-short", timeout=30), 403, "AccessDenied")
 
+    def test_a_made_document_is_described_as_one(self):
+        """A proxy's large HTML page, replaced by larder's XML document: the
+        answer's Content-* headers described the page, not the document."""
+        page = b"<html><body>" + b"gateway says no " * 8192 + b"</body></html>"
+        head = error_head(502, len(page)).replace(
+            b"Content-Type: application/xml", b"Content-Type: text/html\r\nContent-Language: en")
+        self.answer("err-page", lambda m: head + page)
+        r = self.get("err-page", timeout=30)
+        self.assertS3Answer(r, 502, "InternalError")
+        self.assertEqual(r.headers.get("content-type"), "application/xml", r.headers)
+        self.assertNotIn("content-language", r.headers)
+
     def test_cut_document(self):
         """Shorter than its length, cut inside the document: a generic code."""
         doc = error_doc("AccessDenied")
