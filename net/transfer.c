@@ -80,8 +80,12 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 	struct transfer *t = arg;
 	size_t len = size * n;
 	assert(t->magic == TRANSFER_MAGIC);
-	if (t->resend || !t->ops->body)
-		return len; /* an answer nobody reads (the wrong region's error) */
+	if (t->resend) { /* an answer nobody reads (the wrong region's error) */
+		t->drained += len;
+		return t->drained <= TRANSFER_DRAIN_MAX ? len : 0;
+	}
+	if (!t->ops->body)
+		return len;
 	size_t rc = t->ops->body(t, t->owner, data, len);
 	if (rc == CURL_WRITEFUNC_PAUSE)
 		t->write_paused = true;
@@ -130,6 +134,7 @@ static void reset_response(struct transfer *t)
 	t->status = 0;
 	hdrs_fini(&t->resp);
 	t->resp_bytes = 0;
+	t->drained = 0;
 	t->hdrs_done = false;
 	t->resend = false;
 	t->read_paused = t->write_paused = false;

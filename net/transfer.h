@@ -25,6 +25,9 @@
 
 #define TRANSFER_MAGIC 0x78666572u
 #define TRANSFER_HEADERS_MAX (64 * 1024) /* a longer response head fails the transfer */
+/* The body of an answer a resend replaces is read this far (its connection
+ * is then kept), and cut past it: the resend goes on a new connection. */
+#define TRANSFER_DRAIN_MAX (64 * 1024)
 
 struct transfer;
 struct curlev;
@@ -84,6 +87,7 @@ struct transfer {
 	long status;                   /* 0 until a status line came */
 	struct hdrs resp;
 	size_t resp_bytes;
+	size_t drained;                /* body bytes of an answer a resend replaces */
 	bool hdrs_done;                /* the final headers are in */
 	char err[CURL_ERROR_SIZE];     /* curl's message for a failure, or "" */
 };

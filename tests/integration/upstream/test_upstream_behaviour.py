@@ -27,7 +27,7 @@ import harness
 
 UP_KEY, UP_SECRET = "AKIDSTANDIN", "standin/secret"
 REGIONS = {"eu-bucket": "eu-west-1", "us-bucket": "us-east-1", "slow-bucket": "us-east-1",
-           "eu-listed": "eu-west-1"}
+           "eu-listed": "eu-west-1", "eu-endless": "eu-west-1"}
 OBJECT = bytes(range(256)) * 4096  # 1 MiB
 MARKER = "delete-marker-version-1"
 FRAMED = b"framed-twice-0123456789"
@@ -103,6 +103,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # HeadBucket through an endpoint that answers it for any region
             # and does not name the bucket's: only the listing can learn it.
             return self.reply(200)
+        if scope_region != want_region and bucket == "eu-endless":
+            return self.endless_redirect(want_region)
         if scope_region != want_region:
             # What S3 says to a request signed for the wrong region.
             return self.error(400, "AuthorizationHeaderMalformed",
@@ -147,6 +149,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             h["Content-Range"] = "bytes %d-%d/%d" % (a, b, len(OBJECT))
             return self.reply(206, OBJECT[a:b + 1], h)
         self.reply(200, OBJECT, h)
+
+    def endless_redirect(self, region):
+        """The wrong region's answer, its body going on (for 60 s at most)
+        until larder hangs up."""
+        self.send_response(400)
+        self.send_header("x-amz-bucket-region", region)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        end = time.monotonic() + 60
+        try:
+            self.wfile.write(b"<Error><Code>AuthorizationHeaderMalformed</Code>")
+            while time.monotonic() < end:
+                self.wfile.write(b"<Pad>" + b"p" * 65536 + b"</Pad>")
+                self.wfile.flush()
+        except OSError:
+            pass
 
     def slow(self):
         """1 MiB at about 64 KiB every 50 ms; notices when larder hangs up."""
@@ -240,6 +260,15 @@ class UpstreamBehaviour(StandInCase):
         self.s3.head_object(Bucket="eu-bucket", Key="second")
         self.assertEqual([r[2] for r in self.since(mark)], ["eu-west-1"],
                          "the region is remembered")
+
+    def test_a_wrong_region_answer_that_never_ends(self):
+        # The answer that names the bucket's region is read to its end
+        # before the request goes again, signed for that region: one whose
+        # body never ended held the request for as long as it came.
+        mark = len(self.origin.requests())
+        r = harness.signed_request(self.larder.url, "GET", "/eu-endless/obj", timeout=20)
+        self.assertEqual((r.status, r.body == OBJECT), (200, True), r)
+        self.assertEqual([q[2] for q in self.since(mark)], ["us-east-1", "eu-west-1"])
 
     def test_upstream_connections_reused(self):
         mark = len(self.origin.requests())
