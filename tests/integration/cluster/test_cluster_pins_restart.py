@@ -19,6 +19,7 @@ class ClusterPinsRestart(ClusterBase):
     pins = test_cluster_pins.ClusterPins.pins
     wait_pins = test_cluster_pins.ClusterPins.wait_pins
     warm_pinned = test_cluster_pins.ClusterPins.warm_pinned
+    wait_job = test_cluster_pins.ClusterPins.wait_job
 
     NVME = True
 
