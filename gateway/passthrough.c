@@ -119,7 +119,7 @@ bool pass_outlives(struct req *r)
 	/* It holds what a client's request holds until S3 answers: counted
 	 * as a connection (LARDER_MAX_CONNECTIONS) until it ends (req_unref). */
 	atomic_fetch_add(&r->w->gw->open_connections, 1);
-	log_debug("upstream", "id=%s %s %s: its client left; the write goes on to S3's answer",
+	log_info("upstream", "id=%s %s %s: its client left; the write goes on to S3's answer",
 	         r->id, r->method, buf_cstr(&r->target.url));
 	return true;
 }

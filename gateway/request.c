@@ -299,6 +299,8 @@ enum MHD_Result req_queue_response(struct req *r, unsigned status, struct MHD_Re
 /* ------------------------------------------------------------------ */
 /* lifetime */
 
+static void account_request(struct req *r, const char *err, bool copy);
+
 void req_ref(struct req *r)
 {
 	r->refs++;
@@ -315,6 +317,8 @@ void req_unref(struct req *r)
 	ev_timer_stop(r->w->loop, &r->shape_timer);
 	ev_io_stop(r->w->loop, &r->gone_watch);
 	if (r->orphan) { /* live, and a connection, until now (pass_outlives) */
+		account_request(r, r->cut ? r->cut : "client-gone",
+		                hdrs_get(&r->kept, "x-amz-copy-source") != NULL);
 		list_unlink(&r->w->live, &r->link);
 		r->w->n_live--;
 		atomic_fetch_sub(&r->w->gw->open_connections, 1);
@@ -1260,6 +1264,44 @@ static const char *toe_str(enum MHD_RequestTerminationCode toe)
 	}
 }
 
+/* A request's access-log line and its count in the metrics: when its
+ * client's connection is done with it, or for a write that outlived its
+ * client (pass_outlives), when S3 answered it, with S3's status. copy: a
+ * CopyObject or UploadPartCopy. */
+static void account_request(struct req *r, const char *err, bool copy)
+{
+	struct log_access_rec rec = {
+		.request_id = r->id,
+		.key_id = r->key_id[0] ? r->key_id : NULL,
+		.method = r->method,
+		.bucket = r->s3.bucket[0] ? r->s3.bucket : NULL,
+		.key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL,
+		.status = r->status_sent,
+		.bytes_in = r->bytes_in,
+		.bytes_out = r->bytes_out,
+		.duration_ms = (clock_mono_s() - r->t_start) * 1000.0,
+		.upstream_status = (int)r->ustatus,
+		.error_code = err,
+		.cache = cache_active(r) ? cache_outcome(r)
+		       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
+	};
+	log_access(&rec);
+	/* A key's row counts what was signed with its secret, the anonymous
+	 * row (NULL) what was unsigned, and the rest is a row of its own: a
+	 * key id that names no key, a wrong signature (which anyone who knows
+	 * a key id can send), refused before its signature was read. */
+	const char *client = r->key_verified ? rec.key_id
+	                     : r->anonymous ? NULL : METRICS_UNAUTHENTICATED;
+	int target = r->s3_parsed ? (int)r->s3.target : -1; /* -1: Other */
+	if (r->from_peer) /* a node fetching for its client: not a client request */
+		metrics_peer_served(rec.key_id + strlen("peer:"), rec.cache, rec.bytes_out);
+	else
+		metrics_request(s3_operation(r->method, target, r->query, copy), rec.status,
+		                r->authorized ? rec.bucket : NULL, client,
+		                listcache_hit(r) ? NULL : rec.cache, /* object reads only */
+		                rec.bytes_out, rec.bytes_in);
+}
+
 void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls,
                           enum MHD_RequestTerminationCode toe)
 {
@@ -1280,43 +1322,12 @@ void request_completed_cb(void *cls, struct MHD_Connection *conn, void **req_cls
 	ev_io_stop(r->w->loop, &r->gone_watch);
 	if (!outlives)
 		pass_stop(r); /* the client is gone or done: nothing more to fetch */
-	if (r->started) {
+	if (r->started && !r->orphan) { /* an orphaned write's at its end (req_unref) */
 		const char *err = r->has_err ? s3err_code(r->err) : r->cut ? r->cut : toe_str(toe);
 		if (!err && r->udone && r->uresult != CURLE_OK && r->uresult != CURLE_ABORTED_BY_CALLBACK)
 			err = "upstream-error";
-		struct log_access_rec rec = {
-			.request_id = r->id,
-			.key_id = r->key_id[0] ? r->key_id : NULL,
-			.method = r->method,
-			.bucket = r->s3.bucket[0] ? r->s3.bucket : NULL,
-			.key = r->s3.target == S3T_OBJECT ? buf_cstr(&r->s3.key) : NULL,
-			.status = r->status_sent,
-			.bytes_in = r->bytes_in,
-			.bytes_out = r->bytes_out,
-			.duration_ms = (clock_mono_s() - r->t_start) * 1000.0,
-			.upstream_status = (int)r->ustatus,
-			.error_code = err,
-			.cache = cache_active(r) ? cache_outcome(r)
-			       : r->bypass_logged ? "bypass" : listcache_hit(r) ? "hit" : NULL,
-		};
-		log_access(&rec);
-		/* A key's row counts what was signed with its secret, the
-		 * anonymous row (NULL) what was unsigned, and the rest is a row
-		 * of its own: a key id that names no key, a wrong signature
-		 * (which anyone who knows a key id can send), refused before
-		 * its signature was read. */
-		const char *client = r->key_verified ? rec.key_id
-		                     : r->anonymous ? NULL : METRICS_UNAUTHENTICATED;
-		int target = r->s3_parsed ? (int)r->s3.target : -1; /* -1: Other */
-		bool copy = conn && MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-		                                                "x-amz-copy-source") != NULL;
-		if (r->from_peer) /* a node fetching for its client: not a client request */
-			metrics_peer_served(rec.key_id + strlen("peer:"), rec.cache, rec.bytes_out);
-		else
-			metrics_request(s3_operation(r->method, target, r->query, copy), rec.status,
-			                r->authorized ? rec.bucket : NULL, client,
-			                listcache_hit(r) ? NULL : rec.cache, /* object reads only */
-			                rec.bytes_out, rec.bytes_in);
+		account_request(r, err, conn && MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		                                                            "x-amz-copy-source"));
 	}
 	cache_end(r);
 	if (!r->orphan) { /* an orphaned write stays live until it ends (req_unref) */

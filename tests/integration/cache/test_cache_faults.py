@@ -1582,12 +1582,29 @@ class WriteWhoseClientLeft(NvmeCase):
         self.assertTrue(self.origin.count(since=m, method=method, key=key),
                         "the write never reached the origin")
         s.close()
+        # larder saw its client go: the write goes on (server log), or, a
+        # write that does not outlive its client, is done (access log).
+        notice = "%s %s/%s/%s%s: its client left; the write goes on" % (
+            method, self.origin.url, BUCKET, key, query)
         recs = []
-        while not recs and time.monotonic() < deadline + 10:
+        while not recs and notice not in larder.log() and time.monotonic() < deadline + 10:
             recs = [a for a in larder.access_records()
                     if a.get("method") == method and a.get("key") == key]
             time.sleep(0.02)
-        self.assertEqual([a.get("error") for a in recs], ["client-gone"], recs)
+        if notice not in larder.log():
+            self.assertEqual([a.get("error") for a in recs], ["client-gone"], recs)
+
+    def write_line(self, larder, method, key):
+        """The access-log line of the write of key that outlived its client,
+        once there is one (when S3 answered it)."""
+        deadline = time.monotonic() + 10
+        while True:
+            recs = [a for a in larder.access_records()
+                    if a.get("method") == method and a.get("key") == key]
+            if recs or time.monotonic() > deadline:
+                self.assertEqual(len(recs), 1, recs)
+                return recs[0]
+            time.sleep(0.02)
 
     def test_a_read_after_it_lands_is_not_the_old_object(self):
         # The client of a PUT (or DELETE) left before S3 answered. larder
@@ -1626,6 +1643,11 @@ class WriteWhoseClientLeft(NvmeCase):
                                     "landed (%s)" % r.cache)
                 else:
                     self.assertEqual(r.status, 404, "the deleted object was served: %r" % r)
+                # Its access-log line says the client left, and S3's answer
+                # (written when it came; it said 0 when the client left).
+                line = self.write_line(larder, method, key)
+                self.assertEqual((line.get("error"), line.get("upstream_status")),
+                                 ("client-gone", "200" if method == "PUT" else "204"), line)
         finish_larder(self, larder)
 
     def test_a_rename_forgets_its_source_when_it_lands(self):
