@@ -2,6 +2,7 @@
 #include "gateway/s3err.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -113,9 +114,45 @@ int s3err_xml(enum s3err e, const char *message, const char *resource,
 	return rc;
 }
 
+/* The length of the UTF-8 sequence at s (n bytes left) when it is one
+ * character past ASCII that XML 1.0 text may hold (U+0080..U+D7FF,
+ * U+E000..U+FFFD, U+10000..U+10FFFF), in its shortest form; else 0. The
+ * document says it is UTF-8: any other byte there makes it one no XML
+ * parser reads. */
+static size_t xml_char_len(const unsigned char *s, size_t n)
+{
+	static const unsigned least[] = { 0, 0, 0x80, 0x800, 0x10000 };
+	size_t len = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+	           : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+	if (len == 0 || len > n)
+		return 0;
+	unsigned cp = s[0] & (0x7f >> len);
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	bool excluded = cp < least[len] || (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe ||
+	                cp == 0xffff || cp > 0x10ffff;
+	return excluded ? 0 : len;
+}
+
+/* Whether every byte of s (n bytes) past ASCII is part of a character
+ * xml_char_len takes. */
+static bool utf8_xml_text(const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	for (size_t i = 0, l; i < n; i += l)
+		if (!(l = u[i] < 0x80 ? 1 : xml_char_len(u + i, n - i)))
+			return false;
+	return true;
+}
+
 /* The text of the first <name>...</name> in body, when it came whole and
- * holds no markup or entity (taken as is, it is valid XML text); else
- * NULL. The text is copied to out (cap bytes with its NUL). */
+ * holds no markup, entity or control byte, in UTF-8 of characters XML
+ * allows (escaped by xml_escape, it is valid XML text: a "]]>" may not go
+ * as it is); else NULL. The text is copied to out (cap bytes with its
+ * NUL). */
 static const char *element_text(const char *body, size_t len, const char *name, char *out,
                                 size_t cap)
 {
@@ -135,6 +172,8 @@ static const char *element_text(const char *body, size_t len, const char *name, 
 		if (c == '<' || c == '&' || c < 0x20)
 			return NULL;
 	}
+	if (!utf8_xml_text(a, n))
+		return NULL;
 	memcpy(out, a, n);
 	out[n] = '\0';
 	return out;
@@ -169,9 +208,13 @@ int s3err_upstream_xml(long status, const char *body, size_t len, const char *re
 	int rc = buf_puts(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>");
 	rc = rc ? rc : buf_puts(out, c ? c : generic_code(status));
 	rc = rc ? rc : buf_puts(out, "</Code><Message>");
-	rc = rc ? rc : buf_puts(out, m ? m : "The upstream's error answer could not be read whole.");
+	rc = rc ? rc : xml_escape(m ? m : "The upstream's error answer could not be read whole.",
+	                          out);
 	rc = rc ? rc : buf_puts(out, "</Message><RequestId>");
-	rc = rc ? rc : xml_escape(request_id ? request_id : "", out);
+	/* A header's value: its bytes past ASCII need not be UTF-8. */
+	if (!request_id || !utf8_xml_text(request_id, strlen(request_id)))
+		request_id = "";
+	rc = rc ? rc : xml_escape(request_id, out);
 	rc = rc ? rc : buf_puts(out, "</RequestId></Error>");
 	return rc;
 }

@@ -61,9 +61,11 @@ int s3err_xml(enum s3err e, const char *message, const char *resource,
 /* A whole S3 error document for an upstream error answer of status whose
  * body could not be passed on as it came (cut at the bound larder reads of
  * one, or shorter than its Content-Length): body (len bytes, what came of
- * it) gives its <Code> and <Message> when they came whole and plain; else a
+ * it) gives its <Code> and <Message> when they came whole and plain (no
+ * markup, entity or control byte; UTF-8 of characters XML allows); else a
  * generic code for the status (403 Forbidden, 404 NotFound, ... as S3
- * names a bodiless HEAD answer's error). */
+ * names a bodiless HEAD answer's error). request_id: upstream's, left out
+ * when it is not UTF-8. */
 int s3err_upstream_xml(long status, const char *body, size_t len, const char *request_id,
                        struct buf *out);
 

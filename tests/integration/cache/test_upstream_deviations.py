@@ -344,6 +344,11 @@ def error_doc(code, pad=0):
             "<Message>scripted</Message><Pad>%s</Pad></Error>" % (code, "p" * pad)).encode()
 
 
+# Messages whose bytes are not XML 1.0 text in a UTF-8 document.
+NOT_XML_TEXT = (b"cut ]]> here", b"caf\xe9 au lait", b"\xed\xa0\x80", b"\xef\xbf\xbe",
+                b"\xc0\xae")
+
+
 def endless_error(status, code):
     """An error answer (origin.answer_raw) whose body goes on for ever."""
     def answer(method):
@@ -434,6 +439,33 @@ class ErrorBodies(FaultCase):
         r = self.get("err-cut", timeout=30)
         self.assertS3Answer(r, 403, "Forbidden")
 
+    def test_made_document_is_xml_whatever_the_message(self):
+        """A made document takes upstream's Message when it came whole. Bytes
+        that are no XML text there (a "]]>", bytes that are not UTF-8, a
+        character XML excludes) went into it as they came: the client got a
+        document no XML parser reads."""
+        for i, message in enumerate(NOT_XML_TEXT):
+            doc = error_doc("AccessDenied").replace(b"scripted", message)
+            key = "err-text-%d" % i
+            self.answer(key, lambda m, doc=doc: error_head(403, len(doc) + 5000) + doc)
+            with self.subTest(message=message):
+                self.assertS3Answer(self.get(key, timeout=30), 403, "AccessDenied")
+        # What XML text can carry is kept (escaped where it must be).
+        for i, message in enumerate(("cut ]]> here", "caf\u00e9 \u2713 \U0001f600")):
+            doc = error_doc("AccessDenied").replace(b"scripted", message.encode())
+            key = "err-kept-%d" % i
+            self.answer(key, lambda m, doc=doc: error_head(403, len(doc) + 5000) + doc)
+            with self.subTest(kept=message):
+                r = self.get(key, timeout=30)
+                self.assertS3Answer(r, 403, "AccessDenied")
+                self.assertEqual(ET.fromstring(r.body).findtext("Message"), message)
+        # Its RequestId is upstream's header, whose bytes need not be UTF-8.
+        doc = error_doc("AccessDenied")
+        head = error_head(403, len(doc) + 5000).replace(b"SCRIPTED", b"ID-\xff")
+        self.answer("err-text-id", lambda m: head + doc)
+        with self.subTest(request_id=b"ID-\xff"):
+            self.assertS3Answer(self.get("err-text-id", timeout=30), 403, "AccessDenied")
+
 
 def bounded_request(base, method, path, body=b"", deadline=20, cap=1 << 20):
     """A signed request whose answer is read for at most deadline seconds and
@@ -514,6 +546,16 @@ class PassThroughErrorBodies(FaultCase):
         self.script("err-short-put", lambda m: error_head(403, len(doc) + 5000) + doc)
         self.assertS3Answer(self.request("PUT", harness.key_path(BUCKET, "err-short-put"),
                                          b"data"), 403, "AccessDenied")
+
+    def test_made_document_is_xml_whatever_the_message(self):
+        """As ErrorBodies' test of that name, for the pass-through."""
+        for i, message in enumerate(NOT_XML_TEXT):
+            doc = error_doc("AccessDenied").replace(b"scripted", message)
+            key = "err-text-put-%d" % i
+            self.script(key, lambda m, doc=doc: error_head(403, len(doc) + 5000) + doc)
+            with self.subTest(message=message):
+                self.assertS3Answer(self.request("PUT", harness.key_path(BUCKET, key),
+                                                 b"data"), 403, "AccessDenied")
 
     def test_large_body(self):
         """Over 64 KiB: a whole document all the same (it went whole before too)."""
