@@ -119,6 +119,9 @@ bool pass_outlives(struct req *r)
 	/* It holds what a client's request holds until S3 answers: counted
 	 * as a connection (LARDER_MAX_CONNECTIONS) until it ends (req_unref). */
 	atomic_fetch_add(&r->w->gw->open_connections, 1);
+	/* Its answer may be held back (paused) for the client that left:
+	 * nobody else would let it go on. */
+	transfer_unpause(&r->up);
 	log_info("upstream", "id=%s %s %s: its client left; the write goes on to S3's answer",
 	         r->id, r->method, buf_cstr(&r->target.url));
 	return true;
@@ -490,8 +493,9 @@ static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, 
 	assert(r->magic == REQ_MAGIC);
 	(void)t;
 	/* The client gone: a write it left is heard out (an error body, or a
-	 * dropped 503's, within its bound all the same). */
-	if (!r->conn && (!r->orphan || (!r->slowed && !r->err_gather)))
+	 * dropped 503's, within its bound all the same), its connection's end
+	 * (request_completed_cb) still to come or not. */
+	if ((!r->conn || r->orphan) && (!r->orphan || (!r->slowed && !r->err_gather)))
 		return r->orphan ? len : 0;
 	if (r->slowed || r->err_gather)
 		return err_body_take(r, data, len) ? len : 0;

@@ -11,6 +11,7 @@ Chunk size is 1 MiB throughout, so objects of a few MiB span several chunks.
 import glob
 import hashlib
 import http.client
+import itertools
 import os
 import random
 import re
@@ -1736,6 +1737,67 @@ class WriteWhoseClientLeft(NvmeCase):
         self.assertEqual(connections(0), 0, "the write's end did not give its place back")
         r = self.get(larder, other)
         self.assertEqual((r.status, r.body == v1), (200, True), r)
+        finish_larder(self, larder)
+
+    def test_one_left_in_the_middle_of_its_answer_hears_it_out(self):
+        # S3 answered the write (a CompleteMultipartUpload's answer goes on
+        # while S3 works), and its client, not reading, hung up while larder
+        # held the upstream transfer back (paused) for it. The write went on
+        # without its client, but nothing unpaused it: it never heard S3's
+        # end, never forgot the key (the old object was served for good),
+        # and held its connection's place until the drain cut it.
+        larder = self.start()
+        key, v1, v2 = "left-mid-answer", blob(48, 5000), blob(49, 6000)
+        total = 32 * 1024 * 1024  # past what larder's buffers and the sockets hold
+        self.origin.put(BUCKET, key, v1)
+        self.warm(larder, key, v1)
+
+        def answer(method, hdrs, obj):
+            if method != "PUT":
+                return None  # reads are answered as usual
+            self.origin.put(BUCKET, key, v2)
+            head = ("HTTP/1.1 200 OK\r\nETag: \"%s\"\r\nContent-Type: application/xml\r\n"
+                    "Content-Length: %d\r\n\r\n" % (hashlib.md5(v2).hexdigest(), total))
+            return itertools.chain([head.encode()], (b" " * 65536 for _ in range(total // 65536)))
+
+        self.origin.answer_raw[(BUCKET, key)] = answer
+        try:
+            m = self.origin.mark()
+            path = harness.key_path(BUCKET, key)
+            h = harness.sign_headers("PUT", larder.url + path, harness.CLIENT_KEY,
+                                     harness.CLIENT_SECRET, body=v2)
+            h["Content-Length"] = str(len(v2))
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(10)
+            s.connect(("127.0.0.1", larder.port))
+            s.sendall(("PUT %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%s\r\n" % (
+                path, larder.port, "".join("%s: %s\r\n" % kv for kv in h.items())))
+                .encode() + v2)
+            self.assertTrue(s.recv(12).startswith(b"HTTP/1.1 200"), "no answer began")
+            # The origin's answer stops going out: larder holds it back.
+            sent, still, deadline = -1, 0, time.monotonic() + 30
+            while still < 5 and time.monotonic() < deadline:
+                put = [q for q in self.origin.requests(m) if q["method"] == "PUT"]
+                now = put[0].get("raw_sent", 0) if put else 0
+                still = still + 1 if now == sent else 0
+                sent = now
+                time.sleep(0.1)
+            self.assertLess(sent, total, "larder read the whole answer with its client there")
+            s.close()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                r = self.get(larder, key)
+                if r.body != v1:
+                    break
+                time.sleep(0.1)
+            self.assertEqual((r.status, r.body == v2), (200, True),
+                             "the old object was served after the write landed (%s)" % r.cache)
+            line = self.write_line(larder, "PUT", key)
+            self.assertEqual((line.get("error"), line.get("upstream_status")),
+                             ("client-gone", "200"), line)
+        finally:
+            del self.origin.answer_raw[(BUCKET, key)]
         finish_larder(self, larder)
 
     def test_a_part_upload_stops_at_once(self):
