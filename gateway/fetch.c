@@ -224,7 +224,18 @@ static struct {
 		double until;  /* passed through until then, or 0 */
 	} s[UNSTEADY_SLOTS];
 } unsteady = { .lock = PTHREAD_MUTEX_INITIALIZER };
-static atomic_bool any_unsteady; /* most nodes never look in the table */
+/* Until when (monotonic ms) any slot's moved, or any slot's until, may
+ * still count: a cached read (cache_wants) asks fetch_unsteady, and takes
+ * the lock only while some object is passed through, not for good once
+ * any object changed upstream (a version change notes a move too). */
+static _Atomic int64_t moved_until_ms, passed_until_ms;
+
+static void raise_to(_Atomic int64_t *v, int64_t to)
+{
+	int64_t was = atomic_load(v);
+	while (was < to && !atomic_compare_exchange_weak(v, &was, to))
+		;
+}
 
 static uint64_t etag_hash(const char *etag)
 {
@@ -246,13 +257,13 @@ void fetch_unsteady_moved(const char *bucket, const char *key, const char *etag,
 	u->lm = last_modified;
 	u->moved = now;
 	pthread_mutex_unlock(&unsteady.lock);
-	atomic_store(&any_unsteady, true);
+	raise_to(&moved_until_ms, (int64_t)((now + FETCH_UNSTEADY_SEEN_S) * 1000.0) + 1);
 }
 
 bool fetch_unsteady_learnt(const char *bucket, const char *key, const char *etag,
                            uint64_t size, time_t last_modified, double now)
 {
-	if (!atomic_load(&any_unsteady))
+	if ((int64_t)(now * 1000.0) >= atomic_load(&moved_until_ms))
 		return false;
 	uint64_t h = fetch_object_key(bucket, key);
 	struct unsteady_slot *u = &unsteady.s[h % UNSTEADY_SLOTS];
@@ -262,6 +273,7 @@ bool fetch_unsteady_learnt(const char *bucket, const char *key, const char *etag
 	if (yes) {
 		u->moved = 0;
 		u->until = now + FETCH_UNSTEADY_S;
+		raise_to(&passed_until_ms, (int64_t)(u->until * 1000.0) + 1);
 	}
 	pthread_mutex_unlock(&unsteady.lock);
 	if (yes) {
@@ -275,7 +287,7 @@ bool fetch_unsteady_learnt(const char *bucket, const char *key, const char *etag
 
 bool fetch_unsteady(const char *bucket, const char *key, double now)
 {
-	if (!atomic_load(&any_unsteady))
+	if ((int64_t)(now * 1000.0) >= atomic_load(&passed_until_ms))
 		return false;
 	uint64_t h = fetch_object_key(bucket, key);
 	struct unsteady_slot *u = &unsteady.s[h % UNSTEADY_SLOTS];
