@@ -22,6 +22,7 @@
     origin.lose_answer_next(key="obj")       # next PUT: stored, then hang up with no answer
     origin.error_after_next(key="obj")       # next PUT: stored, then answered 500 InternalError
     origin.answer_after_next(2000, key="obj") # next PUT: stored at once, answered 2 s later
+    origin.answer_after_next(gate=gate, key="obj")  # ... answered once gate is set
     ...
     origin.gets("bkt", "obj", since=mark)    # what arrived: ranges, If-Match, statuses
     origin.wait_request("bkt", "obj", since=mark)  # the first GET of obj since mark, once
@@ -457,11 +458,15 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
         return self._add(Fault("error_after", n, tuple(methods), bucket, key, status=status,
                                code=code, message=message))
 
-    def answer_after_next(self, ms, n=1, methods=("PUT", "DELETE"), bucket=None, key=None):
+    def answer_after_next(self, ms=None, n=1, methods=("PUT", "DELETE"), bucket=None, key=None,
+                          gate=None):
         """The next n matching requests are carried out at once (a PUT
-        stores its object) and answered ms later: a slow answer to a write
-        that has taken effect."""
-        return self._add(Fault("answer_after", n, tuple(methods), bucket, key, ms=ms))
+        stores its object) and answered ms later, or once gate (a
+        threading.Event) is set (60 s at most): a slow answer to a write
+        that has taken effect. With a gate, wait_request(method=...) tells
+        when it has."""
+        assert (ms is None) != (gate is None), "answer_after_next takes ms or gate"
+        return self._add(Fault("answer_after", n, tuple(methods), bucket, key, ms=ms, gate=gate))
 
     def replace_after(self, bucket, key, data, after_gets=0, **attrs):
         """Replaces the object's bytes (new ETag, Last-Modified one second later
@@ -560,7 +565,8 @@ class FaultOrigin(http.server.ThreadingHTTPServer):
                      timeout=30.0):
         """The log record of the first matching request since the mark since, once it has
         got as far as it goes without the test: waiting at a hold_next gate, at a late_next
-        gate or pause with the version it answers taken, or answered. None if none did
+        gate or pause with the version it answers taken, carried out and waiting at an
+        answer_after_next gate, or answered. None if none did
         within timeout (seconds). rng: only a request with this Range header."""
         deadline = time.monotonic() + timeout
         while True:
@@ -635,7 +641,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         later = getattr(self, "answer_after", None)
         if later:
             self.answer_after = None
-            time.sleep(later.params["ms"] / 1000.0)
+            if later.params["gate"] is not None:
+                self.rec["arrived"] = True  # carried out (wait_request)
+                later.params["gate"].wait(60)
+            else:
+                time.sleep(later.params["ms"] / 1000.0)
         after = getattr(self, "error_after", None)
         if after and 200 <= status < 300:
             self.error_after = None
