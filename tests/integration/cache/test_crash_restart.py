@@ -6,6 +6,7 @@ The origin is fault_origin.FaultOrigin (it can apply a write and answer it
 late); chunk size is 1 MiB, as in test_cache_faults.
 """
 import os
+import threading
 import time
 import unittest
 
@@ -39,6 +40,7 @@ class CrashRestart(NvmeCase):
         self.origin.put(BUCKET, key, v1)
         a = self.start(LARDER_METADATA_TTL="immutable")
         sock, rest = self.slow_write(a, "PUT", key, v2)
+        gate = threading.Event()
         try:
             # Its tombstone is written before the PUT goes upstream.
             tombs = os.path.join(self.cache_dir, "tombstones.log")
@@ -50,15 +52,17 @@ class CrashRestart(NvmeCase):
             self.assertEqual((r.status, r.headers.get("etag")), (200, md5_etag(v1)), r)
             self.assertTrue(wait_on_disk(self.cache_dir, [v1[1000:1064]]),
                             "v1's chunk 0 never reached the NVMe tier: the test proves nothing")
-            self.origin.answer_after_next(5000, methods=("PUT",), key=key)
+            # S3 applies the PUT and answers it only once larder is dead.
+            m = self.origin.mark()
+            self.origin.answer_after_next(methods=("PUT",), key=key, gate=gate)
             sock.sendall(rest)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and (self.origin.get(BUCKET, key).data != v2):
-                time.sleep(0.01)
+            self.assertIsNotNone(self.origin.wait_request(BUCKET, key, since=m, method="PUT",
+                                                          timeout=60), "the PUT never came")
             self.assertEqual(self.origin.get(BUCKET, key).data, v2, "S3 never applied the PUT")
             a.proc.kill()
             a.proc.wait()
         finally:
+            gate.set()
             sock.close()
         b = self.start(LARDER_METADATA_TTL="immutable")
         r = self.get(b, key)
