@@ -1072,16 +1072,42 @@ class UpstreamFaults(FaultCase):
                                "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
             body = chunked_signed(v2, h)
             h["Content-Length"] = str(len(body) + 5)
-            self.origin.delay_next(1500, methods=("PUT",), key=key)
+            # A PUT that reaches S3 is held there until the client has its answer (or has
+            # gone) and larder is done with the request: S3 then stores what it got.
+            m, before, gate = self.origin.mark(), len(self.larder.access_records()), \
+                threading.Event()
+            self.origin.hold_next(gate, methods=("PUT",), key=key)
             head = "PUT %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (path, self.larder.port)
             head += "".join("%s: %s\r\n" % kv for kv in h.items()) + "\r\n"
-            answer = harness.raw_exchange(self.larder.port, head.encode() + body,
-                                          later=b"xxxxx" if surplus else None, pause=0.4,
-                                          timeout=5 if surplus else 0.4)
-            if surplus:
-                self.assertIn(b" 400 ", answer.split(b"\r\n")[0], answer)
-                self.assertIn(b"<Code>InvalidChunkSizeError</Code>", answer)
-            time.sleep(2)
+            try:
+                answer = harness.raw_exchange(self.larder.port, head.encode() + body,
+                                              later=b"xxxxx" if surplus else None, pause=0.4,
+                                              timeout=5 if surplus else 0.4)
+                if surplus:
+                    self.assertIn(b" 400 ", answer.split(b"\r\n")[0], answer)
+                    self.assertIn(b"<Code>InvalidChunkSizeError</Code>", answer)
+                deadline = time.monotonic() + 30
+                while not [a for a in self.larder.access_records()[before:]
+                           if a.get("method") == "PUT" and a.get("key") == key]:
+                    self.assertLess(time.monotonic(), deadline, "larder never logged the PUT")
+                    time.sleep(0.05)
+                # What larder sent S3 before it ended the request has come in by now: every
+                # request the origin serves is over or held at the gate.
+                def settled():
+                    with self.origin.lock:
+                        held = sum(1 for r in self.origin.log[m:]
+                                   if r.get("arrived") and not r.get("done"))
+                        return sum(self.origin.inflight.values()) == held
+                while not settled():
+                    self.assertLess(time.monotonic(), deadline, "a request to S3 never ended")
+                    time.sleep(0.05)
+            finally:
+                gate.set()
+            self.assertTrue(self.origin.wait_idle(30), "the held PUT never ended")
+            self.assertEqual([(g["status"], g["faults"]) for g in
+                              self.origin.requests(m, "PUT", BUCKET, key)
+                              if g["status"] != "incomplete-body"], [],
+                             "a body cut short by its own length went upstream whole")
             self.assertEqual(self.origin.get(BUCKET, key).data, v1,
                              "a body cut short by its own length went upstream whole")
             self.assertBody(self.get(key), v1, "the read after the refused write")
@@ -1152,18 +1178,41 @@ class SlowFirstByte(FaultCase):
     its own: in UpstreamFaults, whose earlier tests fill the 64 MiB RAM tier,
     a chunk the admission policy kept out of a full tier could be gone
     before the slowest reader (ASan, a loaded machine) came to it, and that
-    reader fetched it again."""
+    reader fetched it again. S3's first byte waits at a gate until all twelve
+    are in (an admin API to count their connections), and larder waits for it
+    as long as that takes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.EXTRA_ENV = dict(FaultCase.EXTRA_ENV, LARDER_UPSTREAM_TIMEOUT="60",
+                             **harness.Larder.admin_env())
+        super().setUpClass()
+
+    def connections(self):
+        m = re.search(r"^larder_client_connections (\d+)", self.larder.metrics_text(), re.M)
+        return int(m.group(1))
 
     def test_slow_first_byte_coalesces_readers(self):
         data = blob(15, 4 * CHUNK)
         self.origin.put(BUCKET, "slow", data)
-        m = self.origin.mark()
-        self.origin.delay_next(1000, n=4, key="slow")
-        barrier = threading.Barrier(12)
-        def together(i):
-            barrier.wait()
-            return self.get("slow")
-        results = self.concurrently(12, together)
+        m, gate = self.origin.mark(), threading.Event()
+        self.origin.hold_next(gate, n=4, key="slow")
+        out = {}
+        try:
+            readers = threading.Thread(target=lambda: out.setdefault(
+                "r", self.concurrently(12, lambda i: self.get("slow"))))
+            readers.start()
+            self.assertTrue(self.origin.wait_request(BUCKET, "slow", since=m, timeout=60),
+                            "no GET came")
+            deadline = time.monotonic() + 60
+            while self.connections() < 12:
+                self.assertLess(time.monotonic(), deadline, "the readers never all came: %d did"
+                                % self.connections())
+                time.sleep(0.05)
+        finally:
+            gate.set()
+        readers.join(120)
+        results = out["r"]
         gets = self.origin.gets(BUCKET, "slow", since=m)
         for i, r in enumerate(results):
             # A stuck reader's story is in larder's log and the origin's.
@@ -1325,24 +1374,29 @@ class NvmeTier(NvmeCase):
             self.origin.put(BUCKET, key, v1)
             a = self.start(LARDER_METADATA_TTL="immutable")
             self.warm(a, key, v1)
-            self.origin.answer_after_next(3000, methods=(method,), key=key)
+            # S3 applies the write and answers it only once larder is dead.
+            m, gate = self.origin.mark(), threading.Event()
+            self.origin.answer_after_next(methods=(method,), key=key, gate=gate)
             path = harness.key_path(BUCKET, key)
             body = v2 if method == "PUT" else b""
             h = harness.sign_headers(method, a.url + path, harness.CLIENT_KEY,
                                      harness.CLIENT_SECRET, body=body)
             writer = threading.Thread(target=lambda: harness.http_request(
-                a.url, method, path, h, body, timeout=10), daemon=True)
+                a.url, method, path, h, body, timeout=60), daemon=True)
             writer.start()
-            def applied():
+            try:
+                w = self.origin.wait_request(BUCKET, key, since=m, method=method, timeout=60)
+                self.assertIsNotNone(w, "the write never reached the origin")
                 now = self.origin.get(BUCKET, key)
-                return (now.data if now else None) == (v2 if method == "PUT" else None)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not applied():
-                time.sleep(0.01)
-            self.assertTrue(applied(), "the origin did not apply the write")
-            a.proc.kill()
-            a.proc.wait()
-            writer.join(15)
+                self.assertEqual(now.data if now else None, v2 if method == "PUT" else None,
+                                 "the origin did not apply the write")
+                a.proc.kill()
+                a.proc.wait()
+                self.assertEqual(self.origin.requests(m, method, BUCKET, key)[0]["status"], None,
+                                 "the write was answered before larder died")
+            finally:
+                gate.set()
+            writer.join(60)
             b = self.start(LARDER_METADATA_TTL="immutable")
             r = self.get(b, key)
             if method == "PUT":
