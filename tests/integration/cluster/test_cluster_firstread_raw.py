@@ -6,6 +6,8 @@ fetches chunk 0 in the background once the chunk is in (warm_first). A write thr
 right after must win everywhere: no node may answer the replaced version's bytes, whether it
 learnt the object from the chunk, holds it, or is the chunk's owner asking the directory.
 """
+import hashlib
+import re
 import threading
 import time
 
@@ -17,6 +19,28 @@ from test_cluster_firstread import FROM, K, MiB, rng
 class ClusterFirstReadWrite(ClusterBase):
     NODES = 3
 
+    def wait_old_chunk0(self, mark, key, old, what, timeout=60):
+        """Until S3 has answered the owner's background GET of chunk 0 of the old version
+        (If-Match its ETag: 206, or 412 once the write is in) and no node produces a chunk:
+        whatever that answer leaves behind is in place. A guessed pause may end before it
+        on a busy machine, and the check after it then proves nothing."""
+        etag = '"%s"' % hashlib.md5(old).hexdigest()
+        deadline = time.monotonic() + timeout
+        while True:
+            gets = [g for g in self.gets(mark, key)
+                    if dict(g["headers"]).get("range") == rng(0, MiB - 1)
+                    and dict(g["headers"]).get("if-match") == etag]
+            answered = bool(gets) and all(g.get("status") for g in gets)
+            busy = [n.env["LARDER_NODE_ID"] for n in self.nodes
+                    if re.search(r"^larder_inflight_fetches (?!0\b)", self.metrics_text(n),
+                                 re.M)]
+            if answered and not busy:
+                return
+            self.assertLess(time.monotonic(), deadline,
+                            "%s: the old chunk 0 asked of S3: %r; nodes still fetching: %r" %
+                            (what, gets, busy))
+            time.sleep(0.05)
+
     def test_a_write_right_after_a_first_read_wins_everywhere(self):
         a = K * MiB + FROM
         for i in range(9):
@@ -24,6 +48,7 @@ class ClusterFirstReadWrite(ClusterBase):
             key = "firstraw/o%d.bin" % i
             old, new = blob(200 + i, 8 * MiB + 5), blob(300 + i, 8 * MiB + 5)
             self.direct.put_object(Bucket="shared", Key=key, Body=old)
+            mark = self.upstream.mark()
             r = reader.client().get_object(Bucket="shared", Key=key, Range=rng(a, a + 4095))
             self.assertEqual(r["Body"].read(), old[a:a + 4096], "object %d" % i)
             writer.client().put_object(Bucket="shared", Key=key, Body=new)
@@ -47,8 +72,8 @@ class ClusterFirstReadWrite(ClusterBase):
                                  "object %d through %s (reader %s, writer %s)" %
                                  (i, name, reader.env["LARDER_NODE_ID"],
                                   writer.env["LARDER_NODE_ID"]))
-            # Once more after a moment: the background chunk 0 of the old version is over.
-            time.sleep(0.3)
+            # Once more when the background chunk 0 of the old version is over.
+            self.wait_old_chunk0(mark, key, old, "object %d" % i)
             for n in self.nodes:
                 b = n.client().get_object(Bucket="shared", Key=key, Range=rng(0, 99))["Body"].read()
                 self.assertEqual(b, new[:100], "object %d, chunk 0 through %s later" %
