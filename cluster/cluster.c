@@ -451,6 +451,7 @@ void cluster_get_view(struct cluster *cl, struct cluster_view *out)
 	out->read_barriers = cl->bar_waits;
 	out->read_barriers_lapsed = cl->bar_lapsed;
 	out->members_rejected = cl->rejected;
+	out->heartbeats = cl->heartbeats;
 	out->others = cl->others_total;
 	out->clock_known = cl->clock_known;
 	out->clock_offset_ms = cl->clock_offset_ms;

@@ -236,6 +236,9 @@ struct cluster_view {
 	                                        * signed with the secret: not members */
 	uint64_t directory_entries;            /* placement entries of all members, as they
 	                                        * last reported them in their heartbeats */
+	unsigned long heartbeats;              /* heartbeats done, each with the placement
+	                                        * entries flushed after it: a change this
+	                                        * node saw is listed two of them later */
 	bool clock_known;                      /* clock_offset_ms was measured */
 	double clock_offset_ms;                /* this node's wall clock minus Redis's, at the
 	                                        * last heartbeat (half its round trip off) */

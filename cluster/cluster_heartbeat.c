@@ -384,6 +384,10 @@ void *cl_heartbeat_main(void *arg)
 					redisFree(c);
 					c = NULL;
 					cl_went_down(cl, why);
+				} else {
+					pthread_mutex_lock(&cl->lock);
+					cl->heartbeats++;
+					pthread_mutex_unlock(&cl->lock);
 				}
 			} else {
 				cl_went_down(cl, why);

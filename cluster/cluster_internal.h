@@ -113,6 +113,7 @@ struct cluster {
 	bool subscribed;
 	struct read_barrier bar;  /* cluster_barrier */
 	unsigned long bar_waits, bar_lapsed; /* reads that waited for it, and gave up on it */
+	unsigned long heartbeats;  /* done, placement entries flushed after them */
 	bool resync_due;          /* queued invalidations were dropped: tell the others */
 	bool dup_warned;
 	size_t rejected_last;     /* entries rejected at the last heartbeat */

@@ -415,10 +415,11 @@ static enum MHD_Result cluster(struct admin *a, struct MHD_Connection *c, struct
 	                        (json_int_t)pc.skipped);
 	json_t *barriers = json_pack("{s:I,s:I}", "waited", (json_int_t)v.read_barriers,
 	                             "lapsed", (json_int_t)v.read_barriers_lapsed);
-	return send_json(c, 200, json_pack("{s:b,s:s,s:I,s:b,s:b,s:b,s:o,s:o,s:I,s:o,s:I,s:I,s:I,"
-	                                   "s:I,s:I,s:I,s:I,s:o,s:o}",
+	return send_json(c, 200, json_pack("{s:b,s:s,s:I,s:b,s:I,s:b,s:b,s:o,s:o,s:I,s:o,s:I,s:I,"
+	                                   "s:I,s:I,s:I,s:I,s:I,s:o,s:o}",
 	                                   "clustered", 1, "self", v.self, "protocol",
 	                                   (json_int_t)CLUSTER_PROTOCOL, "redis_up", v.redis_up,
+	                                   "heartbeats", (json_int_t)v.heartbeats,
 	                                   "subscribed", v.subscribed, "joining", v.joining,
 	                                   "members",
 	                                   members, "other_protocol", others, "members_rejected",

@@ -172,6 +172,17 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
             time.sleep(0.1)
         self.fail("%s: %r" % (what, v))
 
+    def wait_heartbeats(self, n=3, nodes=None, timeout=30):
+        """Until each live node (or each of nodes) has done n more heartbeats, each
+        with its placement entries flushed after it: what a node saw before is then
+        listed in the directory, and its count reported to the others. A fixed sleep
+        for "one more heartbeat" came short on a loaded machine."""
+        nodes = [x for x in (nodes or self.nodes) if x.alive()]
+        want = {id(x): self.view(x)["heartbeats"] + n for x in nodes}
+        for x in nodes:
+            self.wait_view(x, lambda v, x=x: v["heartbeats"] >= want[id(x)],
+                           "%d heartbeats" % n, timeout)
+
     @classmethod
     def wait_members(cls, n, timeout=20, subscribed=True):
         """Until every live node lists n members and (unless subscribed is False, for a test
@@ -243,7 +254,7 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
             if self.view(joiner)["directory"]["entries"] > listed_before:
                 break
             time.sleep(0.2)
-        time.sleep(1.5)  # one more heartbeat: every old owner has listed its part
+        self.wait_heartbeats()  # every old owner has listed its part, the joiner heard
         d = self.view(joiner)["directory"]
         self.assertGreater(d["entries"], listed_before, d)
         return joiner
@@ -268,7 +279,7 @@ class ClusterBase(harness.S3Asserts, unittest.TestCase):
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not self.view(first)["directory"]["self_entries"]:
             time.sleep(0.2)
-        time.sleep(1.5)  # one more heartbeat: all of it
+        self.wait_heartbeats()  # all of it
         listed = self.view(first)["directory"]["self_entries"]
         self.assertGreater(listed, 0)
         return bodies, listed
@@ -420,7 +431,7 @@ class Cluster(ClusterBase):
         key = "join/f.bin"
         self.direct.put_object(Bucket="shared", Key=key, Body=data)
         self.assertEqual(self.read(self.nodes[0], key), data)
-        time.sleep(2.5)  # two heartbeats: what the read listed is listed and reported
+        self.wait_heartbeats()  # what the read listed is listed and reported
         listed_before = self.view(self.nodes[1])["directory"]["entries"]
         joiner = self.join_listed(listed_before)
         try:
