@@ -1025,7 +1025,7 @@ class ClusterJoinedReadTogether(ClusterBase):
         key = "join/together.bin"
         self.direct.put_object(Bucket="shared", Key=key, Body=data)
         self.assertEqual(self.read(self.nodes[0], key), data)
-        time.sleep(2.5)
+        self.wait_heartbeats()  # what the read listed is listed and reported
         joiner = self.join_listed(self.view(self.nodes[1])["directory"]["entries"])
         m = self.upstream.mark()
         got, threads = {}, []
