@@ -137,7 +137,7 @@ bool cache_wants(struct req *r)
 			return false;
 	/* An upstream that names it by another ETag in each answer: not
 	 * cached for a while (fetch.h). */
-	if (fetch_unsteady(req_bucket(r), req_key(r), clock_mono_s()))
+	if (fetch_unsteady(req_bucket(r), req_key(r)))
 		return false;
 	struct cread *c = calloc(1, sizeof *c);
 	if (!c)

@@ -285,9 +285,13 @@ bool fetch_unsteady_learnt(const char *bucket, const char *key, const char *etag
 	return yes;
 }
 
-bool fetch_unsteady(const char *bucket, const char *key, double now)
+bool fetch_unsteady(const char *bucket, const char *key)
 {
-	if ((int64_t)(now * 1000.0) >= atomic_load(&passed_until_ms))
+	int64_t until = atomic_load(&passed_until_ms);
+	if (until == 0) /* nothing ever passed through: no clock read either */
+		return false;
+	double now = clock_mono_s();
+	if ((int64_t)(now * 1000.0) >= until)
 		return false;
 	uint64_t h = fetch_object_key(bucket, key);
 	struct unsteady_slot *u = &unsteady.s[h % UNSTEADY_SLOTS];

@@ -149,7 +149,8 @@ void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool drop
  * another ETag with the same size and Last-Modified: the ETag moved, not
  * the object. Such an object is not cached for FETCH_UNSTEADY_S: its
  * reads go through the pass-through (fetch_unsteady), then caching is tried
- * again. now: monotonic seconds. Thread-safe; bounded tables.
+ * again. now: monotonic seconds (fetch_unsteady reads the clock itself, and
+ * only once some object was passed through). Thread-safe; bounded tables.
  */
 #define FETCH_UNSTEADY_S 600.0
 #define FETCH_UNSTEADY_SEEN_S 60.0
@@ -157,7 +158,7 @@ void fetch_unsteady_moved(const char *bucket, const char *key, const char *etag,
                           time_t last_modified, double now);
 bool fetch_unsteady_learnt(const char *bucket, const char *key, const char *etag,
                            uint64_t size, time_t last_modified, double now);
-bool fetch_unsteady(const char *bucket, const char *key, double now);
+bool fetch_unsteady(const char *bucket, const char *key);
 
 /* The object version a reader's chunk fetches are for. */
 struct fetch_producer {

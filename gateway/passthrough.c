@@ -495,8 +495,10 @@ static size_t on_upstream_body(struct transfer *t, void *arg, const char *data, 
 	/* The client gone: a write it left is heard out (an error body, or a
 	 * dropped 503's, within its bound all the same), its connection's end
 	 * (request_completed_cb) still to come or not. */
-	if ((!r->conn || r->orphan) && (!r->orphan || (!r->slowed && !r->err_gather)))
-		return r->orphan ? len : 0;
+	if (!r->conn && !r->orphan)
+		return 0;
+	if (r->orphan && !r->slowed && !r->err_gather)
+		return len;
 	if (r->slowed || r->err_gather)
 		return err_body_take(r, data, len) ? len : 0;
 	if (len > pbuf_room(&r->downbuf))

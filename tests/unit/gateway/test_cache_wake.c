@@ -131,15 +131,15 @@ void cread_release(struct req *r) { (void)r; }
 void fetch_disown(struct fetch *f) { (void)f; }
 void fetch_written(const char *bucket, const char *key, double now)
 {
-	(void)bucket; (void)key; (void)now;
+	(void)bucket; (void)key;
 }
 void fetch_changed(struct gw *gw, const char *bucket, const char *key, bool dropped)
 {
 	(void)gw; (void)bucket; (void)key; (void)dropped;
 }
-bool fetch_unsteady(const char *bucket, const char *key, double now)
+bool fetch_unsteady(const char *bucket, const char *key)
 {
-	(void)bucket; (void)key; (void)now;
+	(void)bucket; (void)key;
 	return false;
 }
 struct fetch *fetch_meta_start(struct worker *w, const struct fetch_owner_ops *ops, void *owner,
