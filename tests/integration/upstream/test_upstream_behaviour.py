@@ -51,7 +51,8 @@ class StandIn(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self):
-        super().__init__(("127.0.0.1", 0), Handler)
+        # A port of the runner's range (LARDER_TEST_PORTS), as the larders' are.
+        super().__init__(("127.0.0.1", harness.free_port()), Handler)
         self.log = []           # (method, path, region signed for, client port, headers)
         self.lock = threading.Lock()
         self.aborted = threading.Event()
