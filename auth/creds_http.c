@@ -13,22 +13,29 @@
 
 #include "net/transfer.h"
 
+/* The transfer's owner: where the body goes, and the caller's stop flag. */
+struct http_owner {
+	struct buf *resp;
+	atomic_bool *stop; /* may be NULL */
+};
+
 static size_t http_body(struct transfer *t, void *ud, const char *data, size_t n)
 {
-	struct buf *b = ud;
+	struct http_owner *o = ud;
 	(void)t;
-	if (buf_append(b, data, n) != 0)
+	if (buf_append(o->resp, data, n) != 0)
 		return 0; /* over the cap: curl fails with CURLE_WRITE_ERROR */
 	return n;
 }
 
-static const struct transfer_ops http_ops = { .body = http_body };
-
-static int http_progress_cb(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult, curl_off_t uln)
+static int http_progress(struct transfer *t, void *ud)
 {
-	atomic_bool *stop = ud;
-	return stop && atomic_load(stop) ? 1 : 0;
+	struct http_owner *o = ud;
+	(void)t;
+	return o->stop && atomic_load(o->stop) ? 1 : 0;
 }
+
+static const struct transfer_ops http_ops = { .body = http_body, .progress = http_progress };
 
 /*
  * Performs one request. On return 0, *status holds the HTTP status and
@@ -39,8 +46,9 @@ int creds_http_do(const struct creds_http_call *c, struct buf *resp, long *statu
 {
 	buf_init(resp, MAX_HTTP_BODY);
 	*status = 0;
+	struct http_owner owner = { .resp = resp, .stop = c->stop };
 	struct transfer x;
-	transfer_init(&x, &http_ops, resp, NULL, NULL);
+	transfer_init(&x, &http_ops, &owner, NULL, NULL);
 	struct curl_slist *hdrs = NULL;
 	int rc = 0;
 	for (size_t i = 0; c->headers && c->headers[i]; i++) {
@@ -72,9 +80,6 @@ int creds_http_do(const struct creds_http_call *c, struct buf *resp, long *statu
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->connect_ms);
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->total_ms);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "larder-creds");
-	curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, http_progress_cb);
-	curl_easy_setopt(h, CURLOPT_XFERINFODATA, c->stop);
-	curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 	if (c->no_proxy)
 		curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
 	if (c->ca_file)

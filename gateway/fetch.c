@@ -1010,21 +1010,21 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
  * LARDER_UPSTREAM_TIMEOUT: within a second of its leaving, its transfer
  * ends (CURLE_ABORTED_BY_CALLBACK) and the fetch goes on from S3. Nor is
  * an error answer's body past ERRBODY_WAIT_S (a meta fetch's, from S3 too).
- * libcurl calls this at least once a second, and with every piece of body. */
-static int fetch_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                         curl_off_t ulnow)
+ * libcurl calls this at least once a second, and with every piece of body
+ * (net/transfer.h): a chunk's fetch from S3 reads no clock here. */
+static int fetch_progress(struct transfer *t, void *arg)
 {
-	(void)dltotal;
-	(void)dlnow;
-	(void)ultotal;
-	(void)ulnow;
 	struct fetch *f = arg;
-	double now = clock_mono_s();
-	if (f->err_answer && !f->meta && now - f->err_since > ERRBODY_WAIT_S) {
+	(void)t;
+	assert(f->magic == FETCH_MAGIC);
+	if (f->err_answer && !f->meta && clock_mono_s() - f->err_since > ERRBODY_WAIT_S) {
 		f->errbody_cut = true; /* an error body that trickles, or stalls */
 		return 1;
 	}
-	if (!f->to_peer || now - f->asked_seen < 1.0)
+	if (!f->to_peer)
+		return 0;
+	double now = clock_mono_s();
+	if (now - f->asked_seen < 1.0)
 		return 0;
 	if (!cluster_member_tag(f->w->gw->cluster, f->asked))
 		return 1;
@@ -1087,10 +1087,7 @@ static int prepare_peer(struct fetch *f, const char *peer, struct hdrs *h)
 	                 up_ms < PEER_CONNECT_TIMEOUT_MS ? up_ms : PEER_CONNECT_TIMEOUT_MS);
 	curl_easy_setopt(f->x.easy, CURLOPT_LOW_SPEED_TIME, peer_stall_s(f));
 	str_copy(f->asked, sizeof f->asked, peer);
-	f->asked_seen = clock_mono_s();
-	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, fetch_progress);
-	curl_easy_setopt(f->x.easy, CURLOPT_XFERINFODATA, f);
-	curl_easy_setopt(f->x.easy, CURLOPT_NOPROGRESS, 0L);
+	f->asked_seen = clock_mono_s(); /* watched by fetch_progress */
 	if (tls) { /* peers are verified, whatever upstream's settings */
 		const char *ca = gw->cfg->cluster_ca_file ? gw->cfg->cluster_ca_file
 		                                          : gw->cfg->tls_cert;
@@ -1196,11 +1193,6 @@ static int start_transfer(struct fetch *f)
 	if (!rc)
 		rc = f->to_peer ? prepare_peer(f, peer, &h)
 		                : upstream_prepare(gw->up, &f->x, &rq, &f->target);
-	if (!rc && !f->to_peer && f->meta_kind && !f->c) { /* its error body's bound */
-		curl_easy_setopt(f->x.easy, CURLOPT_XFERINFOFUNCTION, fetch_progress);
-		curl_easy_setopt(f->x.easy, CURLOPT_XFERINFODATA, f);
-		curl_easy_setopt(f->x.easy, CURLOPT_NOPROGRESS, 0L);
-	}
 	f->x.peer = f->to_peer; /* counted apart from S3's requests (count_transfer) */
 	hdrs_fini(&h);
 	return rc ? rc : transfer_submit(&f->x);
@@ -1662,6 +1654,7 @@ static int fetch_restart(struct transfer *t, void *arg)
 static const struct transfer_ops fetch_ops = {
 	.headers = on_headers,
 	.body = on_body,
+	.progress = fetch_progress,
 	.restart = fetch_restart,
 	.done = fetch_done,
 };

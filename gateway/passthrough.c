@@ -444,15 +444,11 @@ static bool err_body_take(struct req *r, const char *data, size_t len)
 /* libcurl calls this at least once a second (upstream_curl_defaults sets a
  * low-speed limit), and with every piece of body: an error body that
  * trickles or stalls ends at its time bound too. */
-static int pass_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                         curl_off_t ulnow)
+static int pass_progress(struct transfer *t, void *arg)
 {
 	struct req *r = arg;
 	assert(r->magic == REQ_MAGIC);
-	(void)dltotal;
-	(void)dlnow;
-	(void)ultotal;
-	(void)ulnow;
+	(void)t;
 	if (!r->err_gather && !r->slowed)
 		return 0;
 	if (clock_mono_s() - r->err_since > S3ERR_UPSTREAM_WAIT_S)
@@ -740,9 +736,6 @@ int pass_start(struct req *r)
 	hdrs_fini(&h);
 	if (rc)
 		return rc;
-	curl_easy_setopt(r->up.easy, CURLOPT_XFERINFOFUNCTION, pass_progress);
-	curl_easy_setopt(r->up.easy, CURLOPT_XFERINFODATA, r);
-	curl_easy_setopt(r->up.easy, CURLOPT_NOPROGRESS, 0L);
 	r->uhdrs_done = false;
 	r->err_gather = r->slowed = r->err_cut = false;
 	r->udone = false;
@@ -807,6 +800,7 @@ static const struct transfer_ops upstream_ops = {
 	.headers = on_upstream_headers,
 	.body = on_upstream_body,
 	.read = on_upstream_read,
+	.progress = pass_progress,
 	.restart = resend_upstream,
 	.done = upstream_done,
 };

@@ -266,15 +266,11 @@ struct bucket_check {
 /* curl's progress hook on an admin thread's blocking request: at the stop
  * it gives up, so the listener can end without waiting out the upstream
  * timeout. */
-static int check_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                          curl_off_t ulnow)
+static int check_progress(struct transfer *t, void *arg)
 {
 	struct bucket_check *bc = arg;
 	assert(bc->magic == CHECK_MAGIC);
-	(void)dltotal;
-	(void)dlnow;
-	(void)ultotal;
-	(void)ulnow;
+	(void)t;
 	return atomic_load(&bc->gw->stopping) ? 1 : 0;
 }
 
@@ -290,11 +286,6 @@ static int check_prepare(struct transfer *t, void *arg)
 	};
 	int rc = upstream_prepare(bc->up, t, &rq, &bc->target);
 	hdrs_fini(&h);
-	if (rc == 0) {
-		curl_easy_setopt(t->easy, CURLOPT_XFERINFOFUNCTION, check_progress);
-		curl_easy_setopt(t->easy, CURLOPT_XFERINFODATA, bc);
-		curl_easy_setopt(t->easy, CURLOPT_NOPROGRESS, 0L);
-	}
 	return rc;
 }
 
@@ -319,6 +310,7 @@ static size_t check_body(struct transfer *t, void *arg, const char *data, size_t
 static const struct transfer_ops check_ops = {
 	.headers = check_headers,
 	.body = check_body,
+	.progress = check_progress,
 	.restart = check_prepare,
 };
 

@@ -92,6 +92,19 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 	return rc;
 }
 
+/* curl's progress callback: the owner's hook, if it has one. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+	struct transfer *t = arg;
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	assert(t->magic == TRANSFER_MAGIC);
+	return t->ops->progress ? t->ops->progress(t, t->owner) : 0;
+}
+
 static size_t on_read(char *out, size_t size, size_t n, void *arg)
 {
 	struct transfer *t = arg;
@@ -120,6 +133,9 @@ int transfer_prepare(struct transfer *t, const char *url, struct curl_slist *hea
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+	curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(e, CURLOPT_XFERINFODATA, t);
+	curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
 	if (t->ops->read) {
 		curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
 		curl_easy_setopt(e, CURLOPT_READDATA, t);

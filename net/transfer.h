@@ -9,6 +9,8 @@
  * pausing and unpausing either direction, a resend asked for by the
  * headers hook (the response is drained and the request sent again), and
  * retries with capped exponential backoff under a policy the owner gives.
+ * It owns curl's progress callback (CURLOPT_XFERINFOFUNCTION): an owner
+ * plugs into it through ops->progress and never sets it itself.
  *
  * Every hook gets the owner as its void *; owners check their magic.
  * All of it runs on one thread: the loop's, or the caller's for perform.
@@ -48,6 +50,11 @@ struct transfer_ops {
 	/* Request body bytes for an upload: returns how many were written to
 	 * out, 0 at the end, CURL_READFUNC_PAUSE or CURL_READFUNC_ABORT. */
 	size_t (*read)(struct transfer *t, void *owner, char *out, size_t max);
+	/* Called as curl's progress callback: with every piece of body, and at
+	 * least once a second while a low-speed limit is set (as
+	 * upstream_curl_defaults sets one). Nonzero ends the transfer
+	 * (CURLE_ABORTED_BY_CALLBACK). May be NULL. */
+	int (*progress)(struct transfer *t, void *owner);
 	/* Builds the request again and submits it (a resend, a retry): 0 or
 	 * negative errno, and then the transfer ends with CURLE_FAILED_INIT. */
 	int (*restart)(struct transfer *t, void *owner);
@@ -98,9 +105,10 @@ void transfer_init(struct transfer *t, const struct transfer_ops *ops, void *own
 void transfer_fini(struct transfer *t);
 
 /* Readies the easy handle (created, or reset for another try) for url
- * with these request headers (t takes them, also on failure): the hooks,
- * t as CURLOPT_PRIVATE, the error buffer. The caller then sets the method,
- * body and connection options on t->easy. Returns 0 or -ENOMEM. */
+ * with these request headers (t takes them, also on failure): the hooks
+ * (the progress callback among them), t as CURLOPT_PRIVATE, the error
+ * buffer. The caller then sets the method, body and connection options on
+ * t->easy, not the progress callback (ops->progress). Returns 0 or -ENOMEM. */
 int transfer_prepare(struct transfer *t, const char *url, struct curl_slist *headers);
 
 /* Starts the prepared request on t->ev. Returns 0 or -EIO. */

@@ -1,7 +1,8 @@
 /*
  * test_transfer.c - the transfer engine (net/transfer.h, net/curlev.h)
  * against a scripted HTTP server on 127.0.0.1: each connection reads one
- * request and gets the next canned answer, then is closed.
+ * request and gets the next canned answer, then is closed (or, held, left
+ * open with its answer unfinished until the server stops).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +31,8 @@ struct server {
 	unsigned short port;
 	pthread_t thread;
 	const char *answers[MAX_ANSWERS];
+	bool hold[MAX_ANSWERS];      /* left open after its bytes: a body that stalls */
+	int held[MAX_ANSWERS];       /* their connections, closed by server_stop */
 	unsigned n_answers;
 	unsigned served;             /* read it after server_stop (the client can be done first) */
 };
@@ -62,7 +65,10 @@ static void *serve(void *arg)
 			left -= (size_t)n;
 		}
 		s->served++;
-		close(c);
+		if (s->hold[i])
+			s->held[i] = c;
+		else
+			close(c);
 	}
 	return NULL;
 }
@@ -77,6 +83,8 @@ static void server_start(struct server *s)
 	assert_int_equal(getsockname(s->fd, (struct sockaddr *)&a, &len), 0);
 	s->port = ntohs(a.sin_port);
 	assert_int_equal(listen(s->fd, 8), 0);
+	for (unsigned i = 0; i < MAX_ANSWERS; i++)
+		s->held[i] = -1;
 	assert_int_equal(pthread_create(&s->thread, NULL, serve, s), 0);
 }
 
@@ -85,6 +93,9 @@ static void server_stop(struct server *s)
 	shutdown(s->fd, SHUT_RDWR);
 	pthread_join(s->thread, NULL);
 	close(s->fd);
+	for (unsigned i = 0; i < MAX_ANSWERS; i++)
+		if (s->held[i] >= 0)
+			close(s->held[i]);
 }
 
 /* ---- an owner ------------------------------------------------------------- */
@@ -94,13 +105,14 @@ struct owner {
 	struct server *srv;
 	char body[256];
 	size_t body_len;
-	unsigned headers_seen, done_calls, restarts;
+	unsigned headers_seen, done_calls, restarts, progress_calls;
 	CURLcode result;
 	long status;                 /* as done saw them */
 	unsigned retries;
 	bool resend_on_400;
 	bool retry_5xx;
 	bool on_loop;
+	bool stop_in_progress;       /* its progress hook ends the transfer */
 };
 
 static int owner_prepare(struct owner *o)
@@ -109,8 +121,13 @@ static int owner_prepare(struct owner *o)
 	snprintf(url, sizeof url, "http://127.0.0.1:%u/x", o->srv->port);
 	struct curl_slist *h = curl_slist_append(NULL, "X-Test: 1");
 	int rc = transfer_prepare(&o->t, url, h);
-	if (rc == 0)
+	if (rc == 0) {
 		curl_easy_setopt(o->t.easy, CURLOPT_NOSIGNAL, 1L);
+		/* As upstream_curl_defaults: curl then looks at a transfer that
+		 * gets no byte at least once a second. */
+		curl_easy_setopt(o->t.easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+		curl_easy_setopt(o->t.easy, CURLOPT_LOW_SPEED_TIME, 30L);
+	}
 	return rc;
 }
 
@@ -130,6 +147,14 @@ static size_t on_body(struct transfer *t, void *arg, const char *data, size_t le
 	memcpy(o->body + o->body_len, data, len);
 	o->body_len += len;
 	return len;
+}
+
+static int on_progress(struct transfer *t, void *arg)
+{
+	struct owner *o = arg;
+	(void)t;
+	o->progress_calls++;
+	return o->stop_in_progress ? 1 : 0;
 }
 
 static int on_restart(struct transfer *t, void *arg)
@@ -158,6 +183,7 @@ static void on_done(struct transfer *t, void *arg, CURLcode result)
 static const struct transfer_ops ops = {
 	.headers = on_headers,
 	.body = on_body,
+	.progress = on_progress,
 	.restart = on_restart,
 	.done = on_done,
 };
@@ -303,6 +329,24 @@ static void test_retries_are_bounded(void **state)
 	assert_int_equal(srv.served, 2);
 }
 
+static void test_owner_progress_hook_is_called_and_can_stop(void **state)
+{
+	(void)state;
+	struct server srv = {
+		.answers = { "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nsome" },
+		.hold = { true },
+		.n_answers = 1,
+	};
+	server_start(&srv);
+	struct owner o = { .srv = &srv, .stop_in_progress = true };
+	transfer_init(&o.t, &ops, &o, NULL, NULL);
+	assert_int_equal(owner_prepare(&o), 0);
+	assert_int_equal(transfer_perform(&o.t), CURLE_ABORTED_BY_CALLBACK);
+	assert_true(o.progress_calls >= 1);
+	transfer_fini(&o.t);
+	server_stop(&srv);
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -312,6 +356,7 @@ int main(void)
 		cmocka_unit_test(test_oversized_head_fails),
 		cmocka_unit_test(test_loop_retries_with_backoff_and_observes_each),
 		cmocka_unit_test(test_retries_are_bounded),
+		cmocka_unit_test(test_owner_progress_hook_is_called_and_can_stop),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
 	curl_global_cleanup();
