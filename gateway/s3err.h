@@ -54,7 +54,9 @@ int s3err_xml(enum s3err e, const char *message, const char *resource,
 /* An upstream error answer's body is read for at most this many bytes, and
  * this long after its headers (gateway/fetch.c for a cached read,
  * passthrough.c for the rest): one larger, endless or trickled is cut there,
- * and its client gets a document s3err_upstream_xml makes of what came. */
+ * and its client gets a document s3err_upstream_xml makes of what came. The
+ * wrong region's answer, which nobody reads, is drained within the same
+ * bounds by the transfer engine (TRANSFER_DRAIN_MAX, TRANSFER_DRAIN_WAIT_S). */
 #define S3ERR_UPSTREAM_BODY_MAX (64 * 1024)
 #define S3ERR_UPSTREAM_WAIT_S 2.0
 

@@ -65,8 +65,10 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
 		if (t->status < 200)
 			return len; /* the end of an interim response */
 		t->hdrs_done = true;
-		if (t->ops->headers && t->ops->headers(t, t->owner) == TRANSFER_RESEND)
+		if (t->ops->headers && t->ops->headers(t, t->owner) == TRANSFER_RESEND) {
 			t->resend = true;
+			t->drain_since = clock_mono_s();
+		}
 		return len;
 	}
 	t->resp_bytes += len;
@@ -81,7 +83,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 	size_t len = size * n;
 	assert(t->magic == TRANSFER_MAGIC);
 	if (t->resend) { /* an answer nobody reads (the wrong region's error) */
-		t->drained += len;
+		t->drained += len; /* its time bound: on_progress, called after this */
 		return t->drained <= TRANSFER_DRAIN_MAX ? len : 0;
 	}
 	if (!t->ops->body)
@@ -92,7 +94,10 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 	return rc;
 }
 
-/* curl's progress callback: the owner's hook, if it has one. */
+/* curl calls this with every piece of body and, with a low-speed limit
+ * set, at least once a second: a drained answer that trickles, or stalls,
+ * is cut at its time bound here (on_body sees only the bytes that come),
+ * and sent again (transfer_finished, transfer_perform). */
 static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow)
 {
@@ -102,6 +107,8 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
 	(void)ultotal;
 	(void)ulnow;
 	assert(t->magic == TRANSFER_MAGIC);
+	if (t->resend && clock_mono_s() - t->drain_since > TRANSFER_DRAIN_WAIT_S)
+		return 1;
 	return t->ops->progress ? t->ops->progress(t, t->owner) : 0;
 }
 
@@ -151,6 +158,7 @@ static void reset_response(struct transfer *t)
 	hdrs_fini(&t->resp);
 	t->resp_bytes = 0;
 	t->drained = 0;
+	t->drain_since = 0;
 	t->hdrs_done = false;
 	t->resend = false;
 	t->read_paused = t->write_paused = false;
@@ -274,7 +282,7 @@ void transfer_finished(struct transfer *t, CURLcode result)
 	curlev_unqueue(t->ev, t);
 	result = checked(t, result);
 	t->last_result = result;
-	if (t->resend) {
+	if (t->resend) { /* drained to its end, or cut at a bound: sent again alike */
 		t->resend = false;
 		t->resends++;
 		if (t->ops->restart(t, t->owner) == 0)

@@ -7,10 +7,11 @@
  * What the engine does once for every owner: the status line and the
  * response headers (interim 1xx answers skipped, a bound on their size),
  * pausing and unpausing either direction, a resend asked for by the
- * headers hook (the response is drained and the request sent again), and
- * retries with capped exponential backoff under a policy the owner gives.
- * It owns curl's progress callback (CURLOPT_XFERINFOFUNCTION): an owner
- * plugs into it through ops->progress and never sets it itself.
+ * headers hook (the response is drained, within a bound of bytes and of
+ * time, and the request sent again), and retries with capped exponential
+ * backoff under a policy the owner gives. It owns curl's progress callback
+ * (CURLOPT_XFERINFOFUNCTION): an owner plugs into it through ops->progress
+ * and never sets it itself, or the drain's time bound is lost.
  *
  * Every hook gets the owner as its void *; owners check their magic.
  * All of it runs on one thread: the loop's, or the caller's for perform.
@@ -27,9 +28,14 @@
 
 #define TRANSFER_MAGIC 0x78666572u
 #define TRANSFER_HEADERS_MAX (64 * 1024) /* a longer response head fails the transfer */
-/* The body of an answer a resend replaces is read this far (its connection
- * is then kept), and cut past it: the resend goes on a new connection. */
+/* The body of an answer a resend replaces (the wrong region's error) is read
+ * this far and for this long after its headers, the bounds the gateway
+ * gives an error body it reads (gateway/s3err.h); its connection is then
+ * kept. One larger, endless, trickled or stalled is cut at either bound and
+ * the request is sent again all the same, on a new connection: the answer
+ * it replaces said what it had to in its headers. */
 #define TRANSFER_DRAIN_MAX (64 * 1024)
+#define TRANSFER_DRAIN_WAIT_S 2.0
 
 struct transfer;
 struct curlev;
@@ -52,8 +58,9 @@ struct transfer_ops {
 	size_t (*read)(struct transfer *t, void *owner, char *out, size_t max);
 	/* Called as curl's progress callback: with every piece of body, and at
 	 * least once a second while a low-speed limit is set (as
-	 * upstream_curl_defaults sets one). Nonzero ends the transfer
-	 * (CURLE_ABORTED_BY_CALLBACK). May be NULL. */
+	 * upstream_curl_defaults sets one; the drain's time bound counts on
+	 * that too). Nonzero ends the transfer (CURLE_ABORTED_BY_CALLBACK).
+	 * May be NULL. */
 	int (*progress)(struct transfer *t, void *owner);
 	/* Builds the request again and submits it (a resend, a retry): 0 or
 	 * negative errno, and then the transfer ends with CURLE_FAILED_INIT. */
@@ -95,6 +102,7 @@ struct transfer {
 	struct hdrs resp;
 	size_t resp_bytes;
 	size_t drained;                /* body bytes of an answer a resend replaces */
+	double drain_since;            /* when its headers came (clock_mono_s) */
 	bool hdrs_done;                /* the final headers are in */
 	char err[CURL_ERROR_SIZE];     /* curl's message for a failure, or "" */
 };

@@ -28,6 +28,13 @@ import harness
 UP_KEY, UP_SECRET = "AKIDSTANDIN", "standin/secret"
 REGIONS = {"eu-bucket": "eu-west-1", "us-bucket": "us-east-1", "slow-bucket": "us-east-1",
            "eu-listed": "eu-west-1", "eu-endless": "eu-west-1"}
+# Buckets in eu-west-1 whose wrong-region answer's body never ends: it comes a
+# byte every 0.2 s ("eu-trickle-"), or stops after its first bytes ("eu-quiet-").
+# A region is learnt per bucket, once: each test asks a bucket of its own.
+SLOW_REDIRECT = ("eu-trickle-", "eu-quiet-")
+for _what in ("get", "delete", "list"):
+    for _how in SLOW_REDIRECT:
+        REGIONS[_how + _what] = "eu-west-1"
 OBJECT = bytes(range(256)) * 4096  # 1 MiB
 MARKER = "delete-marker-version-1"
 FRAMED = b"framed-twice-0123456789"
@@ -106,6 +113,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(200)
         if scope_region != want_region and bucket == "eu-endless":
             return self.endless_redirect(want_region)
+        if scope_region != want_region and bucket.startswith(SLOW_REDIRECT):
+            return self.slow_redirect(want_region, bucket.startswith("eu-quiet-"))
         if scope_region != want_region:
             # What S3 says to a request signed for the wrong region.
             return self.error(400, "AuthorizationHeaderMalformed",
@@ -126,6 +135,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # What S3 answers a read of a key whose newest version is a delete marker.
             return self.error(404, "NoSuchKey", {"x-amz-delete-marker": "true",
                                                  "x-amz-version-id": MARKER})
+        if bucket.startswith(SLOW_REDIRECT) and self.command == "DELETE":
+            self.send_response(204)
+            self.send_header("x-amz-request-id", "STANDIN")
+            self.end_headers()
+            return
+        if bucket.startswith(SLOW_REDIRECT) and "list-type=2" in path:
+            return self.reply(200, ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult>'
+                                    "<Name>%s</Name><IsTruncated>false</IsTruncated><Contents>"
+                                    "<Key>only</Key><Size>1</Size></Contents></ListBucketResult>"
+                                    % bucket).encode(), {"Content-Type": "application/xml"})
         if bucket == "eu-listed" and "list-type=2" in path:
             with self.server.lock:
                 fail = self.server.list_failures > 0
@@ -166,6 +185,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
             while time.monotonic() < end:
                 self.wfile.write(b"<Pad>" + b"p" * 65536 + b"</Pad>")
                 self.wfile.flush()
+        except OSError:
+            pass
+
+    def slow_redirect(self, region, quiet):
+        """The wrong region's answer, its length a megabyte: its first bytes,
+        then a byte every 0.2 s, or (quiet) nothing more, for 60 s at most
+        or until larder hangs up."""
+        self.send_response(400)
+        self.send_header("x-amz-bucket-region", region)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(1 << 20))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        end = time.monotonic() + 60
+        try:
+            self.wfile.write(b"<Error><Code>AuthorizationHeaderMalformed</Code>")
+            self.wfile.flush()
+            while time.monotonic() < end:
+                time.sleep(0.2)
+                if not quiet:
+                    self.wfile.write(b"p")
+                    self.wfile.flush()
         except OSError:
             pass
 
@@ -350,6 +392,64 @@ class UpstreamBehaviour(StandInCase):
         self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:300])
         # The origin needs about 0.8 s to send it all; it must see the hang-up first.
         self.assertTrue(self.origin.aborted.wait(5), "upstream transfer was not cancelled")
+
+
+class SlowWrongRegionAnswer(StandInCase):
+    """The wrong region's answer (400 naming x-amz-bucket-region) is read
+    before the request goes again, signed for the bucket's region. It was
+    read for at most 64 KiB but for any time: one whose body trickled, or
+    went quiet, held the client's request until libcurl's stall rule
+    (LARDER_UPSTREAM_TIMEOUT, 30 s by default) cut it, and one trickled
+    faster than a byte a second to a request other than a GET for as long
+    as it came. Read for at most 2 s after its headers too, the request is
+    then sent again all the same: the client gets the bucket's answer in a
+    few seconds, for a cached GET and for what is passed through."""
+    EXTRA_ENV = {"LARDER_UPSTREAM_TIMEOUT": "30"}  # the default stall rule, said out
+
+    def answered_soon(self, method, bucket, path):
+        """larder's answer to a request of bucket, after checking it came
+        within 10 s, from one wrong-region attempt and one in the bucket's."""
+        mark = len(self.origin.requests())
+        began = time.monotonic()
+        r = harness.signed_request(self.larder.url, method, path, timeout=40)
+        took = time.monotonic() - began
+        self.assertLess(took, 10, "answered after %.1f s: %r" % (took, r))
+        seen = [q[2] for q in self.since(mark) if q[1].split("?")[0].split("/")[1] == bucket]
+        self.assertEqual(seen, ["us-east-1", "eu-west-1"],
+                         "one wrong-region attempt, then the bucket's region")
+        return r
+
+    def cached_get(self, bucket):
+        r = self.answered_soon("GET", bucket, "/%s/obj" % bucket)
+        self.assertEqual((r.status, r.complete, r.body == OBJECT), (200, True, True), r)
+        self.assertEqual(r.cache, "miss", r)  # from the cache's fetch, not passed through
+
+    def delete(self, bucket):
+        r = self.answered_soon("DELETE", bucket, "/%s/obj" % bucket)
+        self.assertEqual((r.status, r.complete, r.body), (204, True, b""), r)
+
+    def listing(self, bucket):
+        r = self.answered_soon("GET", bucket, "/%s?list-type=2" % bucket)
+        self.assertEqual((r.status, r.complete), (200, True), r)
+        self.assertIn(b"<Key>only</Key>", r.body, r)
+
+    def test_cached_get_trickled(self):
+        self.cached_get("eu-trickle-get")
+
+    def test_cached_get_quiet(self):
+        self.cached_get("eu-quiet-get")
+
+    def test_delete_trickled(self):
+        self.delete("eu-trickle-delete")
+
+    def test_delete_quiet(self):
+        self.delete("eu-quiet-delete")
+
+    def test_listing_trickled(self):
+        self.listing("eu-trickle-list")
+
+    def test_listing_quiet(self):
+        self.listing("eu-quiet-list")
 
 
 class RememberedDeleteMarker(StandInCase):

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "net/curlev.h"
 #include "net/transfer.h"
 
@@ -329,6 +330,62 @@ static void test_retries_are_bounded(void **state)
 	assert_int_equal(srv.served, 2);
 }
 
+/* The wrong region's answer whose body stops coming (held open, most of
+ * its Content-Length unsent): the drain ends at its time bound, not at
+ * curl's stall rule (30 s here), and the request goes again. */
+#define STALLED_400 "HTTP/1.1 400 Bad Request\r\nContent-Length: 1000\r\n\r\nwrong"
+#define RIGHT_200 "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nright"
+
+static void assert_resent_after_the_drain_bound(struct owner *o, double took)
+{
+	assert_int_equal(o->t.status, 200);
+	assert_int_equal(o->t.resends, 1);
+	assert_int_equal(o->restarts, 1);
+	assert_int_equal(o->body_len, 5);
+	assert_memory_equal(o->body, "right", 5);
+	assert_true(took >= TRANSFER_DRAIN_WAIT_S);
+	assert_true(took < TRANSFER_DRAIN_WAIT_S + 3.0);
+}
+
+static void test_perform_drain_has_a_time_bound(void **state)
+{
+	(void)state;
+	struct server srv = {
+		.answers = { STALLED_400, RIGHT_200 },
+		.hold = { true, false },
+		.n_answers = 2,
+	};
+	server_start(&srv);
+	struct owner o = { .srv = &srv, .resend_on_400 = true };
+	transfer_init(&o.t, &ops, &o, NULL, NULL);
+	assert_int_equal(owner_prepare(&o), 0);
+	double began = clock_mono_s();
+	assert_int_equal(transfer_perform(&o.t), CURLE_OK);
+	assert_resent_after_the_drain_bound(&o, clock_mono_s() - began);
+	transfer_fini(&o.t);
+	server_stop(&srv);
+}
+
+static void test_loop_drain_has_a_time_bound(void **state)
+{
+	(void)state;
+	struct server srv = {
+		.answers = { STALLED_400, RIGHT_200 },
+		.hold = { true, false },
+		.n_answers = 2,
+	};
+	server_start(&srv);
+	struct observed ob = { 0 };
+	struct owner o = { .srv = &srv, .resend_on_400 = true };
+	double began = clock_mono_s();
+	run_on_loop(&o, NULL, observe, &ob);
+	assert_int_equal(o.result, CURLE_OK);
+	assert_resent_after_the_drain_bound(&o, clock_mono_s() - began);
+	assert_int_equal(ob.exchanges, 2); /* the cut one counted too */
+	assert_int_equal(ob.statuses[0], 400);
+	server_stop(&srv);
+}
+
 static void test_owner_progress_hook_is_called_and_can_stop(void **state)
 {
 	(void)state;
@@ -356,6 +413,8 @@ int main(void)
 		cmocka_unit_test(test_oversized_head_fails),
 		cmocka_unit_test(test_loop_retries_with_backoff_and_observes_each),
 		cmocka_unit_test(test_retries_are_bounded),
+		cmocka_unit_test(test_perform_drain_has_a_time_bound),
+		cmocka_unit_test(test_loop_drain_has_a_time_bound),
 		cmocka_unit_test(test_owner_progress_hook_is_called_and_can_stop),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
