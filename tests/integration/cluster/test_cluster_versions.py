@@ -103,8 +103,9 @@ class ClusterRollingUpgrade(ClusterBase):
                            == [("old-0", self.old.addr)], "old-0 listed apart")
 
     def seen(self):
-        """Until every node has read old-0's entry (as a member or not): two heartbeats."""
-        time.sleep(2.2)
+        """Until every node has read old-0's entry (as a member or not): two more heartbeats
+        (old-0's entry was written in setUp, so the second began after it)."""
+        self.wait_heartbeats(2)
 
     def test_an_older_node_is_asked_nothing(self):
         # Were it a member it would own every chunk: before, each node sent it each first
