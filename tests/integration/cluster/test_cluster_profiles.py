@@ -10,6 +10,7 @@ import random
 import time
 
 from test_cluster import ClusterBase, blob
+from test_cluster_versions import Listener
 
 KiB = 1024
 
@@ -31,12 +32,21 @@ class ClusterProfiles(ClusterBase):
         r["Body"].read()
         return r["ResponseMetadata"]["HTTPHeaders"]
 
+    def relay_started(self, listener, name):
+        """Until node 1 has applied node 0's start of profile name (heard by listener): its
+        relay records from then on. The start reaches it through Redis, a while after node 0
+        answered; a read through node 1 before that is in no profile."""
+        listener.wait_applied("node-0", "!profile",
+                              lambda k: k.startswith("start\nnode-0\n%s\n" % name), by="node-1")
+
     def test_profile_records_every_nodes_reads(self):
         keys = ["cprof/%02d" % i for i in range(16)]
         for i, k in enumerate(keys):
             self.direct.put_object(Bucket="shared", Key=k, Body=blob(300 + i, 100 * KiB))
+        listener = Listener(self.redis.port)
+        self.addCleanup(listener.close)
         self.admin(self.nodes[0], "POST", "/admin/profiles", {"name": "cl", "tag": "job-c"})
-        time.sleep(1)  # the start reaches node 1 through Redis
+        self.relay_started(listener, "cl")
         order = list(keys)
         random.Random(3).shuffle(order)
         for i, k in enumerate(order):
@@ -72,20 +82,27 @@ class ClusterProfiles(ClusterBase):
             self.get(self.nodes[1], k)
         self.assertEqual([q for q in self.upstream.from_larder(mark) if q["method"] == "GET"], [])
 
-    def relayed_reads(self, action):
-        """The profile messages of reads published on Redis while action runs."""
-        import subprocess
-        sub = subprocess.Popen(["redis-cli", "-p", str(self.redis.port), "--no-raw",
-                                "SUBSCRIBE", "larder:invalidate"], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
+    def relayed_reads(self, action, settled):
+        """The profile messages of reads published on Redis from before action runs until
+        settled(listener) returns."""
+        listener = Listener(self.redis.port)  # subscribed once this returns
         try:
-            time.sleep(0.3)
             action()
-            time.sleep(1.0)
+            settled(listener)
         finally:
-            sub.terminate()
-        out = sub.communicate(timeout=10)[0]
-        return [line for line in out.splitlines() if "\\nread\\n" in line]
+            listener.close()
+        return [p for p in (m.split("\n", 4) for m in listener.messages)
+                if len(p) == 5 and p[3] == "!profile" and p[4].startswith("read\n")]
+
+    def node1_sent_all(self, listener):
+        """Until whatever node 1 published so far has come: a purge through node 1 (of a
+        prefix nothing is under) is published after it, and a node publishes in order (one
+        queue, one connection to Redis), so once the purge has come the rest has too. A read
+        is noted, and a relay's message queued, before its answer goes out (request.c)."""
+        self.admin(self.nodes[1], "POST", "/admin/purge", {"bucket": "shared",
+                                                           "prefix": "crelay-mark/"})
+        listener.wait(lambda p: p[2] == "node-1" and p[3] == "!purge"
+                      and p[4] == "pshared/crelay-mark/", "node 1's purge")
 
     def test_a_restarted_origin_ends_the_other_nodes_relays(self):
         # Node 0 stops (restart, crash) while recording: the stop never reaches node 1,
@@ -94,15 +111,22 @@ class ClusterProfiles(ClusterBase):
         keys = ["crelay/%02d" % i for i in range(3)]
         for i, k in enumerate(keys):
             self.direct.put_object(Bucket="shared", Key=k, Body=blob(500 + i, KiB))
+        listener = Listener(self.redis.port)
+        self.addCleanup(listener.close)
         self.admin(self.nodes[0], "POST", "/admin/profiles", {"name": "rs", "tag": "job-rs"})
-        time.sleep(1)  # the start reaches node 1 through Redis
+        self.relay_started(listener, "rs")
         node = self.nodes[0]
         self.assertEqual(node.stop(), 0)
         node.start()
         self.wait_members(2)
         self.assertIsNone(self.profile(node, "rs"))
-        first = self.relayed_reads(lambda: self.get(self.nodes[1], keys[0], "job-rs"))
+        # Node 1's relay sends its first read; node 0, which records no "rs" since its restart,
+        # tells the relays to stop, and node 1 applies that.
+        first = self.relayed_reads(
+            lambda: self.get(self.nodes[1], keys[0], "job-rs"),
+            lambda l: l.wait_applied("node-0", "!profile", lambda k: k == "stop\nnode-0\nrs",
+                                     by="node-1"))
         self.assertEqual(len(first), 1, first)  # the relay's last: node 0 ends it
         later = self.relayed_reads(lambda: [self.get(self.nodes[1], k, "job-rs")
-                                            for k in keys[1:]])
+                                            for k in keys[1:]], self.node1_sent_all)
         self.assertEqual(later, [])

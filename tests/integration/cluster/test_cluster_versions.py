@@ -70,6 +70,31 @@ class Listener:
                     self.acker(text)
             prev = (prev + [line])[-2:]
 
+    def wait(self, pred, what, timeout=10):
+        """The first message heard, split into [mac, expiry, sender, bucket, key], for which
+        pred(parts) holds; fails (saying what) if none came within timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for text in list(self.messages):
+                parts = text.split("\n", 4)
+                if len(parts) == 5 and pred(parts):
+                    return parts
+            if time.monotonic() > deadline:
+                raise AssertionError("%s: not heard on larder:invalidate within %s s (heard %r)"
+                                     % (what, timeout, self.messages))
+            time.sleep(0.02)
+
+    def wait_applied(self, sender, bucket, key_pred, by, timeout=10):
+        """Until node `by` has applied the message sender published under bucket whose key
+        key_pred accepts: a node acknowledges a message (CLUSTER_ACK, "SENDER MAC16") once its
+        handler returned (cluster_inval.c). Returns the message, as wait does."""
+        msg = self.wait(lambda p: p[2] == sender and p[3] == bucket and key_pred(p[4]),
+                        "%s's %s message" % (sender, bucket), timeout)
+        ack = "%s %s" % (sender, msg[0][:16])
+        self.wait(lambda p: p[2] == by and p[3] == "!ack" and p[4] == ack,
+                  "%s's acknowledgement of %s's %s message" % (by, sender, bucket), timeout)
+        return msg
+
     def close(self):
         self.proc.terminate()
         self.proc.wait(10)
