@@ -4,6 +4,7 @@ Redis holds membership, the placement directory and the invalidation channel.
 Losing any of it must cost only hints: every node keeps serving the bytes of
 the version S3 has once it hears (or revalidates) a write through another node.
 """
+import itertools
 import os
 import shutil
 import struct
@@ -121,6 +122,18 @@ class ClusterLookupsAfterRefusal(ClusterBase):
     def lookups(self):
         return [self.view(n)["directory"]["lookups"] for n in self.nodes]
 
+    def cold_reads_until(self, prefix, done, timeout=30):
+        """Rounds of cold_reads (prefix/ROUND/...) until done() holds. A lookup connection
+        lost is opened again by the first lookup a second after (RECONNECT_S, placement.c);
+        until then lookups are skipped, so it is a lookup that shows whether it came back
+        and how it was answered, not the time passed."""
+        deadline = time.monotonic() + timeout
+        for i in itertools.count():
+            self.cold_reads("%s/%d" % (prefix, i), 6)
+            if done():
+                return
+            self.assertLess(time.monotonic(), deadline, "%s: %r" % (prefix, self.lookups()))
+
     def test_lookups_work_again_once_redis_takes_the_password(self):
         self.cold_reads("before", 6)
         self.assertTrue(all(c["none"] > 0 and c["failed"] == 0 for c in self.lookups()),
@@ -134,15 +147,18 @@ class ClusterLookupsAfterRefusal(ClusterBase):
                     self.cli(self.OTHER, "CLIENT", "KILL", "ID", f["id"])
                     killed += 1
             self.assertGreater(killed, 0)
-            time.sleep(1.5)  # past the lookups' reconnect delay
-            self.cold_reads("refused", 6)  # lookups reconnect, and are refused
+            # Lookups reconnect, and are refused.
+            self.cold_reads_until("refused", lambda: any(c["failed"] > 0
+                                                         for c in self.lookups()))
             self.assertTrue(any(c["failed"] > 0 for c in self.lookups()), self.lookups())
         finally:
             self.cli(self.OTHER, "CONFIG", "SET", "requirepass", self.REDIS_PASSWORD)
         self.wait_members(2)
-        time.sleep(2.5)  # any connection dropped since can reconnect
+        # The connections the refusals dropped reconnect (a second after), and are answered;
+        # not one lookup fails meanwhile.
         before = self.lookups()
-        self.cold_reads("after", 6)
+        self.cold_reads_until("after", lambda: sum(a["none"] - b["none"] for b, a in
+                                                   zip(before, self.lookups())) > 0)
         after = self.lookups()
         for b, a in zip(before, after):
             self.assertEqual(a["failed"], b["failed"], (before, after))
