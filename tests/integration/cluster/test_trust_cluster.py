@@ -231,7 +231,7 @@ class RedisTrust(ClusterBase):
             self.redis_cmd("SET", "larder:node:" + node_id, val, "PX", "600000")
             self.redis_cmd("SADD", "larder:nodes", node_id)
         self.addCleanup(lambda: [self.redis_cmd("DEL", "larder:node:" + k) for k in forged])
-        time.sleep(2.5)  # two heartbeats
+        self.wait_heartbeats(2)  # the second began after the entries were written
         for n in self.nodes:
             v = self.view(n)
             ids = sorted(m["id"] for m in v["members"])
@@ -324,7 +324,9 @@ class RedisPassword(ClusterBase):
         n.env["LARDER_REDIS_URL"] = "redis://127.0.0.1:%d" % self.redis.port
         n.start()
         self.addCleanup(n.cleanup)
-        time.sleep(1.5)
+        deadline = time.monotonic() + 10  # its first heartbeat, refused
+        while "NOAUTH" not in n.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
         v = self.view(n)
         self.assertFalse(v["redis_up"], v)
         self.assertEqual(len(self.view(self.nodes[0])["members"]), 2)
