@@ -666,8 +666,9 @@ class ClientPort(unittest.TestCase):
 
 
 class OpenFileLimit(harness.LarderCase):
-    """Item 17: a low soft RLIMIT_NOFILE is raised so max_connections is reached."""
-    LARDER_ENV = {"LARDER_MAX_CONNECTIONS": "100"}
+    """Item 17: a low soft RLIMIT_NOFILE is raised so max_connections is reached. The admin
+    API tells how many connections larder counts (wait_connections)."""
+    LARDER_ENV = dict({"LARDER_MAX_CONNECTIONS": "100"}, **harness.Larder.admin_env())
     NOFILE = 64     # soft limit larder starts with
     HARD = None     # hard limit (None: as is)
     IDLE = 110      # connections held open before the request that must get 503
@@ -690,6 +691,19 @@ class OpenFileLimit(harness.LarderCase):
         finally:
             subprocess.Popen = real
 
+    def wait_connections(self, pred, what, timeout=15):
+        """larder_client_connections, what larder counts against LARDER_MAX_CONNECTIONS, once
+        pred holds it: a connection counts once a worker accepted it, and stops counting once
+        a worker saw it close, each a moment after the test's side of it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            n = int(re.search(r"^larder_client_connections (\d+)$", self.larder.metrics_text(),
+                              re.M).group(1))
+            if pred(n):
+                return n
+            self.assertLess(time.monotonic(), deadline, "%s: %d connections" % (what, n))
+            time.sleep(0.05)
+
     def test_past_max_connections_slowdown_not_failed_accept(self):
         self.direct.create_bucket(Bucket="fds")
         self.direct.put_object(Bucket="fds", Key="k", Body=b"hello")
@@ -697,14 +711,14 @@ class OpenFileLimit(harness.LarderCase):
         self.addCleanup(lambda: [s.close() for s in idle])
         for _ in range(self.IDLE):
             idle.append(socket.create_connection(("127.0.0.1", self.larder.port), timeout=10))
-        time.sleep(0.5)
+        self.wait_connections(lambda n: n >= self.IDLE, "the idle connections taken in")
         r = harness.signed_request(self.larder.url, "GET", "/fds/k", timeout=10)
         self.assertEqual(r.status, 503, r)
         self.assertEqual(harness.s3_error(r.body)[0], "SlowDown")
         for s in idle[:60]:
             s.close()
         idle[:60] = []
-        time.sleep(0.5)
+        self.wait_connections(lambda n: n <= self.IDLE - 60, "the closed connections let go")
         r = harness.signed_request(self.larder.url, "GET", "/fds/k", timeout=10)
         self.assertEqual((r.status, r.body), (200, b"hello"))
         self.assertIn("open-file limit", self.larder.log())
@@ -712,7 +726,7 @@ class OpenFileLimit(harness.LarderCase):
 
 class OpenFileHardLimit(OpenFileLimit):
     """Item 17: past the hard limit, max_connections is lowered to what fits, and said."""
-    LARDER_ENV = {"LARDER_MAX_CONNECTIONS": "4096"}
+    LARDER_ENV = dict({"LARDER_MAX_CONNECTIONS": "4096"}, **harness.Larder.admin_env())
     NOFILE = 64
     HARD = 1224     # 1,024 reserved, room for 100 connections
     IDLE = 110
@@ -727,8 +741,8 @@ class OpenFileLimitManyWorkers(OpenFileLimit):
     1,400 idle connections used every descriptor, new clients hung in the
     backlog and /healthz timed out. Past max + 256 over all workers a
     connection is now closed as it is accepted."""
-    LARDER_ENV = {"LARDER_MAX_CONNECTIONS": "100", "LARDER_WORKERS": "8",
-                  "LARDER_ADMIN_LISTEN": "127.0.0.1:%d" % harness.free_port()}
+    LARDER_ENV = dict({"LARDER_MAX_CONNECTIONS": "100", "LARDER_WORKERS": "8"},
+                      **harness.Larder.admin_env())
     NOFILE = 64
     IDLE = 110
 
@@ -745,7 +759,24 @@ class OpenFileLimitManyWorkers(OpenFileLimit):
                 idle.append(socket.create_connection(("127.0.0.1", self.larder.port), timeout=2))
             except OSError:
                 pass
-        time.sleep(1)
+        for s in idle:
+            s.setblocking(False)
+
+        def closed_by_larder():
+            n = 0
+            for s in idle:
+                try:
+                    n += s.recv(1, socket.MSG_PEEK) == b""
+                except BlockingIOError:
+                    pass  # open, nothing to read
+                except OSError:
+                    n += 1  # reset
+            return n
+        # Until larder has taken in every one: counted (up to max + 256 over the workers) or
+        # closed as it was accepted. Those still in the accept queues hold no descriptor of
+        # larder's yet.
+        self.wait_connections(lambda n: n + closed_by_larder() >= len(idle),
+                              "every connection counted or closed", timeout=60)
         with open("/proc/%d/limits" % self.larder.proc.pid) as f:
             limit = int([l for l in f if l.startswith("Max open files")][0].split()[3])
         used = len(os.listdir("/proc/%d/fd" % self.larder.proc.pid))
@@ -756,7 +787,7 @@ class OpenFileLimitManyWorkers(OpenFileLimit):
         for s in idle:
             s.close()
         idle.clear()
-        time.sleep(0.5)
+        self.wait_connections(lambda n: n == 0, "the closed connections let go")
         self.direct.create_bucket(Bucket="fds8")
         self.direct.put_object(Bucket="fds8", Key="k", Body=b"hello")
         r = harness.signed_request(self.larder.url, "GET", "/fds8/k", timeout=10)
