@@ -132,6 +132,21 @@ def wait_port(port, timeout, proc=None, host="127.0.0.1"):
     return False
 
 
+def accept_queue(port):
+    """Connections to an IPv4 port of this host that no process has accepted yet: the sum of
+    the accept queues of the sockets listening on it (Linux; /proc/net/tcp shows a listening
+    socket's queue as its rx_queue). 0: the listener has taken every connection made so far
+    (each a file descriptor of its own, or closed)."""
+    total = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                total += int(fields[4].split(":")[1], 16)
+    return total
+
+
 def plain_larder_binary():
     """The build users run (jemalloc, no sanitizers): for memory figures."""
     build = os.environ.get("LARDER_BUILD_DIR") or "build"

@@ -190,7 +190,12 @@ class Admin(AdminCase):
                 except OSError:
                     pass  # refused: past that address's share
                 held.append(s)
-            time.sleep(0.3)
+            # Once taken in, each is counted (held, or closed past the address's share).
+            deadline = time.monotonic() + 10
+            while harness.accept_queue(self.ADMIN_PORT) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertEqual(harness.accept_queue(self.ADMIN_PORT), 0,
+                             "the admin listener left connections unaccepted")
             try:
                 status, _, doc = self.admin_json("GET", "/healthz", None)
             except OSError as e:
@@ -660,9 +665,14 @@ class AdminBlockingRoute(unittest.TestCase):
         def warm():
             answer["warm"] = admin_request(port, "POST", "/admin/prefetch",
                                            body=json.dumps({"bucket": "data", "prefix": ""}))
+        queued = harness.accept_queue(silent.getsockname()[1])
         t = threading.Thread(target=warm)
         t.start()
-        time.sleep(0.5)
+        # Until its bucket check has connected to the upstream, which never takes it in.
+        deadline = time.monotonic() + 10
+        while harness.accept_queue(silent.getsockname()[1]) <= queued:
+            self.assertLess(time.monotonic(), deadline, "the warm job never asked the upstream")
+            time.sleep(0.02)
         t0 = time.monotonic()
         status, _, _ = admin_request(port, "GET", "/healthz", token=None, timeout=20)
         took = time.monotonic() - t0
