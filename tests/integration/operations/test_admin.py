@@ -89,6 +89,34 @@ class AdminCase(LarderCase):
         self.assertEqual(hdrs.get("content-type"), "application/json", (status, data))
         return status, hdrs, json.loads(data)
 
+    def metrics(self):
+        status, hdrs, data = self.admin("GET", "/metrics")
+        self.assertEqual(status, 200, data)
+        self.assertTrue(hdrs["content-type"].startswith("text/plain; version=0.0.4"), hdrs)
+        return data.decode()
+
+    def wait_metrics(self, pred, timeout=10):
+        """Metrics once pred(parsed) holds: a request is counted when libmicrohttpd
+        reports it complete, which can come just after the client read the body."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.metrics()
+            m = parse_metrics(text)
+            if pred(m) or time.monotonic() > deadline:
+                return text, m
+            time.sleep(0.05)
+
+    def wait_settled(self):
+        """Metrics once every earlier request is over and counted: no client connection
+        open (libmicrohttpd reports a request complete before its connection closed) and no
+        chunk being fetched."""
+        def settled(m):
+            return (metric(m, "larder_client_connections"),
+                    metric(m, "larder_inflight_fetches")) == (0, 0)
+        text, m = self.wait_metrics(settled)
+        self.assertTrue(settled(m), "earlier requests still open: %s" % text)
+        return text, m
+
 
 class Admin(AdminCase):
 
@@ -127,23 +155,6 @@ class Admin(AdminCase):
         m = self.upstream.mark()
         self.assertEqual(self.get(key, bucket), (200, "hit", data))
         self.assertEqual(self.upstream_gets(key, m, bucket), [])
-
-    def metrics(self):
-        status, hdrs, data = self.admin("GET", "/metrics")
-        self.assertEqual(status, 200, data)
-        self.assertTrue(hdrs["content-type"].startswith("text/plain; version=0.0.4"), hdrs)
-        return data.decode()
-
-    def wait_metrics(self, pred, timeout=10):
-        """Metrics once pred(parsed) holds: a request is counted when libmicrohttpd
-        reports it complete, which can come just after the client read the body."""
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.metrics()
-            m = parse_metrics(text)
-            if pred(m) or time.monotonic() > deadline:
-                return text, m
-            time.sleep(0.05)
 
     # -- routes and the token
     def test_healthz_needs_no_token(self):
@@ -324,8 +335,7 @@ class Admin(AdminCase):
         small, big = os.urandom(5000), os.urandom(2 * MiB + 100)
         self.put("cc/small", small)
         self.put("cc/big", big)
-        time.sleep(0.3)  # earlier reads' completions settle
-        _, m0 = self.wait_metrics(lambda m: True)
+        _, m0 = self.wait_settled()  # earlier reads' completions
 
         def counts(pred=lambda d: True):
             def delta(m):
@@ -350,10 +360,8 @@ class Admin(AdminCase):
         data = os.urandom(2 * MiB + 100)
         self.cached("m/obj", data)
         key = ("larder_requests_total", frozenset({"op": "GetObject", "status": "200"}.items()))
-        _, before = self.wait_metrics(lambda m: True)
-        # Let the warm-up reads settle first: their completion may still be pending.
-        time.sleep(0.3)
-        _, before = self.wait_metrics(lambda m: True)
+        # Once the warm-up reads are counted: their completion may still be pending.
+        _, before = self.wait_settled()
         n = 5
         for _ in range(n):
             self.assertEqual(self.get("m/obj"), (200, "hit", data))
@@ -550,14 +558,16 @@ class AdminClientRows(AdminCase):
     def test_an_unknown_key_is_not_the_anonymous_row(self):
         # A request signed with a key id larder has never heard of counted in "(anonymous)",
         # the row of unsigned requests, on a node that serves none.
+        unauth = self.stats_clients().get("(unauthenticated)", {}).get("requests", 0)
         r = harness.signed_request(self.larder.url, "GET", "/bkt/k", key="AKUNKNOWNKEY0001",
                                    secret="nope")
         self.assertEqual((r.status, harness.s3_error(r.body)[0]), (403, "InvalidAccessKeyId"))
-        time.sleep(0.2)
+        # counted as it completes, which may be just after its answer arrived
+        self.wait_settled()
         clients = self.stats_clients()
         self.assertNotIn("(anonymous)", clients, clients)
-        self.assertGreaterEqual(clients.get("(unauthenticated)", {}).get("requests", 0), 1,
-                                clients)
+        self.assertGreaterEqual(clients.get("(unauthenticated)", {}).get("requests", 0),
+                                unauth + 1, clients)
 
     def test_a_wrong_signature_is_not_the_keys_row(self):
         # A key id is no secret (it is in logs and URLs): a request that names it with a
@@ -599,15 +609,15 @@ class AdminClientRows(AdminCase):
         idle = [socket.create_connection(("127.0.0.1", self.larder.port), timeout=10)
                 for _ in range(4)]
         try:
-            time.sleep(0.3)
+            # A connection counts once a worker accepted it.
+            _, m = self.wait_metrics(lambda m: metric(m, "larder_client_connections") >= 4)
+            self.assertEqual(metric(m, "larder_client_connections"), 4)
             r = harness.signed_request(self.larder.url, "GET", "/bkt/some/key", timeout=10)
             self.assertEqual(r.status, 503, r)
         finally:
             for c in idle:
                 c.close()
-        time.sleep(0.3)
-        status, _, body = self.admin("GET", "/metrics")
-        m = parse_metrics(body.decode())
+        _, m = self.wait_settled()  # the refused request counted, the idle ones let go
         self.assertEqual(metric(m, "larder_requests_total", op="ListBuckets", status="503"), 0)
         self.assertEqual(metric(m, "larder_requests_total", op="Other", status="503"), 1)
 
