@@ -67,6 +67,13 @@ class Lookahead(AdminCalls, LarderCase):
             time.sleep(0.05)
         self.fail("lookahead %s: %s did not happen: %r" % (la_id, what, l))
 
+    def nothing_more(self):
+        """A fixed pause, on purpose: it shows that nothing more happens (a lookahead that
+        warmed past its gate, or moved on a read it must not count, would do so at once,
+        beside what the test waited for). What must happen before it is waited for
+        (wait_for), so a slow machine makes a pass no less sure, only a bug less quick to see."""
+        time.sleep(0.5)
+
     def read(self, key):
         r = harness.signed_request(self.larder.url, "GET", harness.key_path(BUCKET, key))
         self.assertEqual(r.status, 200, (key, r))
@@ -89,7 +96,7 @@ class Lookahead(AdminCalls, LarderCase):
         la = r["id"]
         # Nothing read yet: the first window is warmed, and no further.
         self.wait_for(la, lambda l: l["objects"] == 5, "the first window warm")
-        time.sleep(0.5)
+        self.nothing_more()
         self.assertEqual(self.info(la)["objects"], 5)
         self.assertEqual(len(self.upstream_gets(mark, "order")), 5)
         for i, k in enumerate(keys):
@@ -124,7 +131,7 @@ class Lookahead(AdminCalls, LarderCase):
         self.s3.head_object(Bucket=BUCKET, Key=keys[20])  # a HEAD is not a read
         r = harness.signed_request(self.larder.url, "GET", harness.key_path(BUCKET, "off/nope"))
         self.assertEqual(r.status, 404)
-        time.sleep(0.5)
+        self.nothing_more()
         l = self.info(la)
         self.assertEqual((l["position"], l["objects"], l["state"]), (0, 4, "running"), l)
         # Stats show it while it runs.
@@ -140,7 +147,7 @@ class Lookahead(AdminCalls, LarderCase):
         self.read(keys[2])
         l = self.wait_for(la, lambda l: l["objects"] >= 12, "keys 7-14 warm")
         self.assertEqual(l["position"], 11)
-        time.sleep(0.3)
+        self.nothing_more()
         self.assertEqual(self.info(la)["objects"], 12)
         st, r = self.call("DELETE", "/admin/lookahead/" + la)
         self.assertEqual((st, r["state"]), (200, "ended"), r)
@@ -160,7 +167,9 @@ class Lookahead(AdminCalls, LarderCase):
         self.wait_for(la, lambda l: l["objects"] == 3, "the first window warm")
         self.read(keys[100])
         self.wait_for(la, lambda l: l["position"] == 101, "the jump")
-        time.sleep(1.0)
+        # Warmed: the first window, then a window behind the read and one ahead of it.
+        self.wait_for(la, lambda l: l["objects"] >= 3 + 6, "keys 98-103 warm")
+        self.nothing_more()
         gets = self.upstream_gets(mark, "skip")
         # The first window, then a window behind the read and one ahead of it.
         want = ["/%s/%s" % (BUCKET, k) for k in keys[:3] + keys[98:104]]
@@ -209,7 +218,7 @@ class Lookahead(AdminCalls, LarderCase):
         la = r["id"]
         # Nothing read yet: three objects' bytes are warmed, and no further.
         self.wait_for(la, lambda l: l["objects"] == 3, "the first window warm")
-        time.sleep(0.5)
+        self.nothing_more()
         l = self.info(la)
         self.assertEqual((l["objects"], l["bytes"], l["window_bytes"]), (3, 3 * size, 3 * size))
         self.assertEqual(fetched(), want(3))
@@ -217,14 +226,14 @@ class Lookahead(AdminCalls, LarderCase):
         r = self.read(keys[0])
         self.assertEqual((r.cache, r.body), ("hit", bytes([0]) * size))
         self.wait_for(la, lambda l: l["objects"] == 4, "key 3 warm")
-        time.sleep(0.5)
+        self.nothing_more()
         self.assertEqual(self.info(la)["objects"], 4)
         self.assertEqual(fetched(), want(4))
         # Reading on moves the window.
         self.read(keys[1])
         self.read(keys[2])
         self.wait_for(la, lambda l: l["objects"] == 6, "keys 4 and 5 warm")
-        time.sleep(0.5)
+        self.nothing_more()
         self.assertEqual(fetched(), want(6))
         st, stats = self.call("GET", "/admin/stats")
         mine = [x for x in stats["lookaheads"] if x["id"] == la]
@@ -291,7 +300,7 @@ class Lookahead(AdminCalls, LarderCase):
         mark = self.upstream.mark()
         for k in keys[5:8]:
             self.read(k)  # too late: the lookahead no longer moves
-        time.sleep(0.5)
+        self.nothing_more()
         self.assertEqual(self.info(la)["position"], 1)
         self.assertEqual(len(self.upstream_gets(mark, "idle")), 3)
 
