@@ -122,16 +122,20 @@ class ClusterChurn(ClusterBase):
                 note("writes")
                 if e != etag_of(b):
                     bad.append(("put answered another etag", k, ni, e, etag_of(b)))
-                time.sleep(rnd.random() * 0.5)
+                time.sleep(rnd.random() * 0.5)  # the schedule's pace, not a wait for anything
 
         def churn():
             rnd = random.Random(5)
+            # Its fixed times are the schedule, on purpose, and no check depends on them: a
+            # request in flight when its node goes down is answered in part, or not at all, and
+            # the readers check exactly that; a node read right after its start is joining,
+            # which the cluster must handle.
             while time.monotonic() < stop - 8:
                 time.sleep(6)
                 ni = rnd.randrange(1, len(self.nodes))
                 n = self.nodes[ni]
                 restarting.add(ni)
-                time.sleep(0.3)
+                time.sleep(0.3)  # most requests already sent to it end; the rest are cut
                 if rnd.random() < 0.5:
                     code = n.stop()
                     if code != 0:
@@ -141,7 +145,7 @@ class ClusterChurn(ClusterBase):
                     n.proc.wait()
                 n.start()
                 note("restarts")
-                time.sleep(0.5)
+                time.sleep(0.5)  # then it is read and written through again, joined or not
                 restarting.discard(ni)
 
         threads = [threading.Thread(target=reader, args=(i,)) for i in range(6)] + \
@@ -155,7 +159,10 @@ class ClusterChurn(ClusterBase):
         self.assertGreater(counts["restarts"], 0, counts)
         self.wait_members(len(self.nodes))
 
-        time.sleep(3)  # past the metadata TTL: nothing older than S3's is served
+        # A fixed wait on purpose: past the metadata TTL (2 s) since the last read or write
+        # (the threads are joined), so every node must revalidate what it holds. What it
+        # follows is waited for: every node back and subscribed (wait_members).
+        time.sleep(3)
         for k in keys:
             want = self.direct.get_object(Bucket="shared", Key=k)["Body"].read()
             for ni, n in enumerate(self.nodes):
