@@ -21,6 +21,9 @@ TOKEN = "pins-restart-test-token-01"
 ADMIN_PORT = harness.free_port()
 MiB = 1024 * 1024
 N_PINNED = 20
+# A pin that must outlive its warming and larder's stop (1-1.6 s with the plain build on a
+# loaded 2-core machine; until is whole seconds, so it has 5-6), then run out before the restart.
+EXPIRING_PIN_S = 6
 
 
 class PinsRestart(PinnedSet, AdminCalls, CacheCase):
@@ -50,6 +53,24 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
     def pin_files(self):
         return sorted(f for f in os.listdir(self.pin_dir()) if f.endswith(".json"))
 
+    def wait_saved(self, pin_id, until, chunks, timeout=10):
+        """Until pin pin_id's file says what the pin is now: until, and its chunks. The saver
+        writes a changed pin within a second (atomically: a temporary file, renamed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            docs = []
+            for name in self.pin_files():
+                try:
+                    with open(os.path.join(self.pin_dir(), name)) as f:
+                        docs.append(json.load(f))
+                except (OSError, ValueError):
+                    continue  # removed meanwhile: read again
+            if any(d.get("id") == pin_id and d.get("until") == until and
+                   len(d.get("chunks", [])) == chunks for d in docs):
+                return
+            self.assertLess(time.monotonic(), deadline, "pin %s not saved: %r" % (pin_id, docs))
+            time.sleep(0.05)
+
     def pin_set(self, seconds):
         """Warms and pins pinned/; returns the job once its chunks are all on NVMe."""
         st, r = self.call("POST", "/admin/prefetch", {"bucket": "pin", "prefix": "pinned/",
@@ -78,8 +99,8 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
         pins, _ = self.pin_stats()
         self.assertEqual(len(pins), 1, pins)
         until = pins[0]["until"]
-        if kill:
-            time.sleep(1.5)          # the saver writes a change within a second
+        if kill:  # no save at exit: what the saver wrote is all there is
+            self.wait_saved(info["id"], until, N_PINNED)
         self.restart(kill)
         pins, cache = self.pin_stats()
         self.assertEqual([(p["id"], p["bucket"], p["prefix"], p["bytes"], p["until"]) for p in pins],
@@ -155,13 +176,16 @@ class PinsRestart(PinnedSet, AdminCalls, CacheCase):
             self.larder.start()
 
     def test_a_pin_that_expired_while_stopped_is_gone(self):
-        info = self.pin_set(4)
-        deadline = time.monotonic() + 3      # saved within a second
-        while not self.pin_files() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        info = self.pin_set(EXPIRING_PIN_S)
+        until = self.pin_stats()[0][0]["until"]
+        self.wait_saved(info["id"], until, N_PINNED)
         self.assertEqual(len(self.pin_files()), 1)
         self.assertEqual(self.larder.stop(), 0)
-        time.sleep(4.5)
+        self.assertLess(time.time(), until, "the pin ran out before larder stopped: the test "
+                        "needs a longer EXPIRING_PIN_S")
+        # A fixed wait on purpose: until the pin's time has run out (until, unix seconds),
+        # while larder is stopped. The clock, not a guess at what larder does.
+        time.sleep(max(0.0, until - time.time()) + 0.2)
         self.larder.start()
         self.assertEqual(self.pin_stats(), ([], self.pin_stats()[1]))
         _, cache = self.pin_stats()
