@@ -513,6 +513,14 @@ class Larder:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.read().decode()
 
+    def client_connections(self):
+        """larder_client_connections of /metrics (admin_env()): the client connections larder
+        counts against LARDER_MAX_CONNECTIONS, from a worker's accept until it saw the close."""
+        m = re.search(r"^larder_client_connections (\d+)$", self.metrics_text(), re.M)
+        if not m:
+            raise RuntimeError("no larder_client_connections in /metrics")
+        return int(m.group(1))
+
     def sanitizer_text(self):
         out = []
         for name in sorted(os.listdir(self.san_dir)) if os.path.isdir(self.san_dir) else []:

@@ -14,7 +14,6 @@ import http.client
 import itertools
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -1189,8 +1188,7 @@ class SlowFirstByte(FaultCase):
         super().setUpClass()
 
     def connections(self):
-        m = re.search(r"^larder_client_connections (\d+)", self.larder.metrics_text(), re.M)
-        return int(m.group(1))
+        return self.larder.client_connections()
 
     def test_slow_first_byte_coalesces_readers(self):
         data = blob(15, 4 * CHUNK)
@@ -1769,8 +1767,7 @@ class WriteWhoseClientLeft(NvmeCase):
             connection is counted until its worker sees it go)."""
             deadline = time.monotonic() + 10
             while True:
-                n = int(re.search(r"^larder_client_connections (\d+)$",
-                                  larder.metrics_text(), re.M).group(1))
+                n = larder.client_connections()
                 if n == want or time.monotonic() > deadline:
                     return n
                 time.sleep(0.02)

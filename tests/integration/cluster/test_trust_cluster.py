@@ -697,8 +697,7 @@ class OpenFileLimit(harness.LarderCase):
         a worker saw it close, each a moment after the test's side of it."""
         deadline = time.monotonic() + timeout
         while True:
-            n = int(re.search(r"^larder_client_connections (\d+)$", self.larder.metrics_text(),
-                              re.M).group(1))
+            n = self.larder.client_connections()
             if pred(n):
                 return n
             self.assertLess(time.monotonic(), deadline, "%s: %d connections" % (what, n))

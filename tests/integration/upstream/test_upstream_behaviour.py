@@ -170,18 +170,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(206, OBJECT[a:b + 1], h)
         self.reply(200, OBJECT, h)
 
-    def endless_redirect(self, region):
-        """The wrong region's answer, its body going on (for 60 s at most)
-        until larder hangs up."""
+    def redirect_head(self, region, length=None):
+        """The wrong region's answer up to its body's first bytes (a Content-Length
+        only when given); the connection closes after it."""
         self.send_response(400)
         self.send_header("x-amz-bucket-region", region)
         self.send_header("Content-Type", "application/xml")
+        if length is not None:
+            self.send_header("Content-Length", str(length))
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+        self.wfile.write(b"<Error><Code>AuthorizationHeaderMalformed</Code>")
+        self.wfile.flush()
+
+    def endless_redirect(self, region):
+        """The wrong region's answer, its body going on (for 60 s at most)
+        until larder hangs up."""
         end = time.monotonic() + 60
         try:
-            self.wfile.write(b"<Error><Code>AuthorizationHeaderMalformed</Code>")
+            self.redirect_head(region)
             while time.monotonic() < end:
                 self.wfile.write(b"<Pad>" + b"p" * 65536 + b"</Pad>")
                 self.wfile.flush()
@@ -192,17 +200,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """The wrong region's answer, its length a megabyte: its first bytes,
         then a byte every 0.2 s, or (quiet) nothing more, for 60 s at most
         or until larder hangs up."""
-        self.send_response(400)
-        self.send_header("x-amz-bucket-region", region)
-        self.send_header("Content-Type", "application/xml")
-        self.send_header("Content-Length", str(1 << 20))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
         end = time.monotonic() + 60
         try:
-            self.wfile.write(b"<Error><Code>AuthorizationHeaderMalformed</Code>")
-            self.wfile.flush()
+            self.redirect_head(region, 1 << 20)
             while time.monotonic() < end:
                 time.sleep(0.2)
                 if not quiet:

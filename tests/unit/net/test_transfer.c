@@ -336,6 +336,18 @@ static void test_retries_are_bounded(void **state)
 #define STALLED_400 "HTTP/1.1 400 Bad Request\r\nContent-Length: 1000\r\n\r\nwrong"
 #define RIGHT_200 "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nright"
 
+/* A server that holds its first answer (STALLED_400) open, then answers
+ * RIGHT_200. */
+static void start_stalled_then_right(struct server *srv)
+{
+	*srv = (struct server){
+		.answers = { STALLED_400, RIGHT_200 },
+		.hold = { true, false },
+		.n_answers = 2,
+	};
+	server_start(srv);
+}
+
 static void assert_resent_after_the_drain_bound(struct owner *o, double took)
 {
 	assert_int_equal(o->t.status, 200);
@@ -350,12 +362,8 @@ static void assert_resent_after_the_drain_bound(struct owner *o, double took)
 static void test_perform_drain_has_a_time_bound(void **state)
 {
 	(void)state;
-	struct server srv = {
-		.answers = { STALLED_400, RIGHT_200 },
-		.hold = { true, false },
-		.n_answers = 2,
-	};
-	server_start(&srv);
+	struct server srv;
+	start_stalled_then_right(&srv);
 	struct owner o = { .srv = &srv, .resend_on_400 = true };
 	transfer_init(&o.t, &ops, &o, NULL, NULL);
 	assert_int_equal(owner_prepare(&o), 0);
@@ -369,12 +377,8 @@ static void test_perform_drain_has_a_time_bound(void **state)
 static void test_loop_drain_has_a_time_bound(void **state)
 {
 	(void)state;
-	struct server srv = {
-		.answers = { STALLED_400, RIGHT_200 },
-		.hold = { true, false },
-		.n_answers = 2,
-	};
-	server_start(&srv);
+	struct server srv;
+	start_stalled_then_right(&srv);
 	struct observed ob = { 0 };
 	struct owner o = { .srv = &srv, .resend_on_400 = true };
 	double began = clock_mono_s();
