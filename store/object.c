@@ -9,6 +9,7 @@
 #include "store/object.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdatomic.h>
 
 /* ---- geometry ----------------------------------------------------------- */
@@ -141,12 +142,28 @@ enum obj_meta_step obj_meta_step(const struct objects *o, const char *bucket, co
 		return OBJ_META_CYCLE;
 	struct obj_meta *m = NULL;
 	bool recheck = a->recheck && !a->loaded && !a->wait_since;
-	enum meta_role role = meta_lookup(o->meta, bucket, key, now, recheck ? 0 : o->ttl_s,
-	                                  recheck ? 0 : o->negative_ttl_s, a->waiter, &m);
+	double ttl = recheck ? 0 : o->ttl_s, negative_ttl = recheck ? 0 : o->negative_ttl_s;
+	if (a->asked_at) {
+		/* What the load it started or waited for published is its answer,
+		 * however short the TTL: with 0 (revalidate every read) the reader
+		 * found the entry it had just learnt stale, learnt it again, and so
+		 * on without end. An entry learnt at or after asked_at is younger
+		 * than this limit. */
+		double since = nextafter(now - a->asked_at, INFINITY);
+		if (ttl >= 0 && ttl < since)
+			ttl = since;
+		if (negative_ttl >= 0 && negative_ttl < since)
+			negative_ttl = since;
+	}
+	enum meta_role role = meta_lookup(o->meta, bucket, key, now, ttl, negative_ttl, a->waiter,
+	                                  &m);
 	if (role == META_FRESH) {
 		*out = m;
+		a->asked_at = 0; /* a later step (a version change seen) asks anew */
 		return OBJ_META_READY;
 	}
+	if (!a->asked_at)
+		a->asked_at = now;
 	if (role == META_WAIT) {
 		if (!a->wait_since)
 			a->wait_since = now;

@@ -138,6 +138,9 @@ struct obj_meta_ask {
 	                            woken, or cancel with obj_meta_cancel */
 	bool loaded;             /* private: it started a load (it waits for its own) */
 	double wait_since;       /* when it began waiting for another's load (0: not yet) */
+	double asked_at;         /* private: when it started a load or began waiting for
+	                            one (0: not since its last READY); an entry learnt
+	                            since is fresh for it whatever the TTL */
 };
 
 enum obj_meta_step {

@@ -873,6 +873,40 @@ class CacheRevalidation(CacheCase):
         self.assertEqual(harness.s3_error(r.body)[0], "NoSuchKey")
 
 
+class CacheRevalidateEveryRead(CacheCase):
+    """LARDER_METADATA_TTL=0 (a valid setting: revalidate on every read).
+    Until audit round 14 the reader that learnt an object found what it had
+    just learnt already stale, learnt it again, and so on without end: every
+    GET and HEAD hung until the client gave up (tens of upstream requests a
+    second meanwhile, on after the client had gone)."""
+    EXTRA_ENV = {"LARDER_METADATA_TTL": "0", "LARDER_READAHEAD": "0"}
+
+    def test_every_read_is_answered_and_sees_a_change(self):
+        key = "ttl0/obj"
+        v1, v2 = blob(90, 2 * C + 7), blob(91, C // 3)
+        self.put(key, v1)
+        cases = ((None, "GET", v1), (None, "HEAD", b""), ({"Range": "bytes=5-9"}, "GET", v1[5:10]),
+                 ({"Range": "bytes=%d-" % (C + 1)}, "GET", v1[C + 1:]))
+        for attempt in range(2):  # the first learns the object, the second revalidates it
+            for headers, method, want in cases:
+                m = self.upstream.mark()
+                t0 = time.monotonic()
+                r = request(self.larder.url, method, harness.key_path(BUCKET, key), headers,
+                            timeout=10)
+                took = time.monotonic() - t0
+                what = (attempt, method, headers, r, took)
+                self.assertTrue(r.status in (200, 206) and r.complete, what)
+                self.assertTrue(r.body == want, what)
+                self.assertLess(took, 5, what)
+                # The revalidation (or the learning GET) and the chunks the
+                # read needs; never a loop.
+                self.assertLessEqual(len(self.upstream_for(key, m)), 4, what)
+        self.put(key, v2)  # behind larder's back: the very next read sees it
+        r = request(self.larder.url, "GET", harness.key_path(BUCKET, key), timeout=10)
+        self.assertTrue(r.status == 200 and r.body == v2, r)
+        self.assertEqual(r.headers.get("etag"), etag_of(v2))
+
+
 class CacheNegative(CacheCase):
     """404s remembered (LARDER_NEGATIVE_TTL): a remembered one answers as S3 does."""
     EXTRA_ENV = {"LARDER_NEGATIVE_TTL": "60"}

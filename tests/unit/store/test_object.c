@@ -311,13 +311,63 @@ static void test_meta_learn_wait_fresh(void **state)
 	                 OBJ_META_READY);
 	assert_ptr_equal(m, learnt);
 	meta_unref(m);
-	/* past the TTL (60 s): revalidated by the next reader, with its ETag */
-	assert_int_equal(obj_meta_step(&f->o, "b", "k", &a1, load, &l, 161, &m, &st),
+	/* past the TTL (60 s): revalidated by the next reader, with its ETag
+	 * (a1 is still the loader of the entry, which is fresh for it) */
+	struct obj_meta_ask a3 = { .waiter = &w1 };
+	assert_int_equal(obj_meta_step(&f->o, "b", "k", &a3, load, &l, 161, &m, &st),
 	                 OBJ_META_LOADING);
 	assert_int_equal(l.calls, 2);
 	assert_string_equal(l.revalidate, "\"e\"");
 	meta_refresh(f->mc, "b", "k", 0, NULL, 161);
-	assert_int_equal(obj_meta_step(&f->o, "b", "k", &a1, load, &l, 162, &m, &st),
+	assert_int_equal(obj_meta_step(&f->o, "b", "k", &a3, load, &l, 162, &m, &st),
+	                 OBJ_META_READY);
+	meta_unref(m);
+	meta_unref(learnt);
+}
+
+/* LARDER_METADATA_TTL=0: every read revalidates, but what its own load (or
+ * the one it waited for) published is its answer; it was found stale and
+ * learnt again, without end. An entry from before it asked is not. */
+static void test_meta_ttl_zero(void **state)
+{
+	struct fixture *f = *state;
+	struct objects every;
+	objects_init(&every, f->s, f->mc, CS, 0, 0);
+	struct chunk_waiter w1 = { .wake = nowake }, w2 = { .wake = nowake };
+	struct obj_meta_ask a1 = { .waiter = &w1 }, a2 = { .waiter = &w2 };
+	struct loader l = { 0 };
+	struct obj_meta *m;
+	long st;
+	assert_int_equal(obj_meta_step(&every, "b", "z", &a1, load, &l, 100, &m, &st),
+	                 OBJ_META_LOADING);
+	assert_int_equal(obj_meta_step(&every, "b", "z", &a1, load, &l, 100, &m, &st),
+	                 OBJ_META_WAIT);
+	assert_int_equal(obj_meta_step(&every, "b", "z", &a2, load, &l, 100.5, &m, &st),
+	                 OBJ_META_WAIT);
+	struct obj_meta *learnt = meta_new(10, "\"z\"", 0, NULL, 101);
+	meta_publish(f->mc, "b", "z", learnt);
+	a1.waiting = a2.waiting = false; /* woken */
+	assert_int_equal(obj_meta_step(&every, "b", "z", &a1, load, &l, 101, &m, &st),
+	                 OBJ_META_READY);
+	assert_ptr_equal(m, learnt);
+	meta_unref(m);
+	assert_int_equal(obj_meta_step(&every, "b", "z", &a2, load, &l, 102, &m, &st),
+	                 OBJ_META_READY);
+	meta_unref(m);
+	assert_int_equal(l.calls, 1);
+	/* a new reader revalidates it */
+	struct obj_meta_ask a3 = { .waiter = &w1 };
+	assert_int_equal(obj_meta_step(&every, "b", "z", &a3, load, &l, 102, &m, &st),
+	                 OBJ_META_LOADING);
+	assert_int_equal(l.calls, 2);
+	assert_string_equal(l.revalidate, "\"z\"");
+	/* the load gives up (the entry learnt before a3 asked stays): learnt again */
+	meta_publish(f->mc, "b", "z", NULL);
+	assert_int_equal(obj_meta_step(&every, "b", "z", &a3, load, &l, 103, &m, &st),
+	                 OBJ_META_LOADING);
+	assert_int_equal(l.calls, 3);
+	meta_refresh(f->mc, "b", "z", 0, NULL, 104);
+	assert_int_equal(obj_meta_step(&every, "b", "z", &a3, load, &l, 104, &m, &st),
 	                 OBJ_META_READY);
 	meta_unref(m);
 	meta_unref(learnt);
@@ -491,6 +541,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_acquire_producer_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_meta_learn_wait_fresh, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_meta_ttls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_meta_ttl_zero, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_meta_shared_failure, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_meta_wait_only_up_the_hops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_meta_load_cannot_start, setup, teardown),
