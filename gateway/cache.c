@@ -619,9 +619,11 @@ enum MHD_Result cache_respond(struct req *r)
 	c->start = 0;
 	c->end = m->size ? m->size - 1 : 0;
 	if (pre == 0 && c->want_range && objreply_if_range(m, req_header(r, "If-Range"))) {
-		if (range_resolve(&c->range, m->size, &c->start, &c->end) == RANGE_UNSATISFIABLE)
+		enum range_fit fit = range_resolve(&c->range, m->size, &c->start, &c->end);
+		if (fit == RANGE_UNSATISFIABLE)
 			return respond_s3(r, S3E_INVALID_RANGE, m);
-		status = 206;
+		if (fit == RANGE_PART)
+			status = 206;
 	}
 	if (pre == 0 && c->part) { /* known: cache_passes sent it upstream otherwise */
 		if (!meta_part(m, c->part, &c->start, &c->end))

@@ -70,11 +70,11 @@ int range_parse(const char *v, struct byte_range *out)
 enum range_fit range_resolve(const struct byte_range *r, uint64_t size, uint64_t *start,
                              uint64_t *end)
 {
-	if (size == 0)
+	if (r->suffix && r->b == 0)
 		return RANGE_UNSATISFIABLE;
+	if (size == 0) /* a tail read of an empty object: S3's 200, no bytes */
+		return r->suffix ? RANGE_WHOLE : RANGE_UNSATISFIABLE;
 	if (r->suffix) {
-		if (r->b == 0)
-			return RANGE_UNSATISFIABLE;
 		*start = r->b >= size ? 0 : size - r->b;
 		*end = size - 1;
 		return RANGE_PART;

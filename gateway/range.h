@@ -10,8 +10,10 @@
  *   invalid Range; S3 does).
  * Against the object's size a valid range is then satisfiable (206 with
  * [start, end], end clamped to the last byte) or not (416 InvalidRange):
- * a first byte at or past the end, a suffix of 0 bytes, any range of an
- * empty object.
+ * a first byte at or past the end, a suffix of 0 bytes, a range of an empty
+ * object that names a first byte. A suffix of n > 0 bytes of an empty
+ * object is the whole object, answered 200 with no bytes, as S3 answers it
+ * (RFC 9110 14.1.1: such a suffix is satisfiable; 206 would need a byte).
  *
  * Also here: the Content-Range of an upstream's 206, read strictly, and the
  * Range and Content-Range headers larder writes, without printf.
@@ -32,10 +34,11 @@ struct byte_range {
 /* 1: a single valid range in *out; 0: absent or ignored (v may be NULL). */
 int range_parse(const char *v, struct byte_range *out);
 
-enum range_fit { RANGE_PART, RANGE_UNSATISFIABLE };
+enum range_fit { RANGE_PART, RANGE_UNSATISFIABLE, RANGE_WHOLE };
 
 /* Resolves a parsed range against an object of size bytes: RANGE_PART
- * sets start <= end < size. */
+ * sets start <= end < size; RANGE_WHOLE (a suffix of an empty object): the
+ * whole object with 200, start and end untouched. */
 enum range_fit range_resolve(const struct byte_range *r, uint64_t size, uint64_t *start,
                              uint64_t *end);
 

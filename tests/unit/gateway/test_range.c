@@ -1,7 +1,8 @@
 /*
  * test_range.c - gateway/range.c's Content-Range reader and the Range and
- * Content-Range writers. (The Range header's parser is fuzzed and checked
- * end to end by the integration tests.) And what a cold range's first GET
+ * Content-Range writers, and a Range resolved against an empty object. (The
+ * Range header's parser is fuzzed and checked end to end by the integration
+ * tests.) And what a cold range's first GET
  * takes of upstream's Content-Range (gateway/fetch.c, fetch_learnt_span).
  */
 #include <setjmp.h>
@@ -43,6 +44,23 @@ static void test_content_range_parse(void **state)
 			fail_msg("accepted \"%s\"", bad[i] ? bad[i] : "(null)");
 		assert_true(a == 7 && b == 7 && n == 7);
 	}
+}
+
+/* An empty object: a tail read ("bytes=-n", n > 0) is the whole object,
+ * S3's 200 with no bytes (it was 416); "-0" and a first byte are not. */
+static void test_resolve_empty(void **state)
+{
+	(void)state;
+	uint64_t start = 7, end = 7;
+	struct byte_range tail = { .suffix = true, .b = 1 }, none = { .suffix = true, .b = 0 };
+	struct byte_range first = { .a = 0, .b = UINT64_MAX };
+	assert_int_equal(range_resolve(&tail, 0, &start, &end), RANGE_WHOLE);
+	assert_true(start == 7 && end == 7);
+	assert_int_equal(range_resolve(&none, 0, &start, &end), RANGE_UNSATISFIABLE);
+	assert_int_equal(range_resolve(&first, 0, &start, &end), RANGE_UNSATISFIABLE);
+	assert_int_equal(range_resolve(&none, 10, &start, &end), RANGE_UNSATISFIABLE);
+	assert_int_equal(range_resolve(&tail, 10, &start, &end), RANGE_PART);
+	assert_true(start == 9 && end == 9);
 }
 
 static void test_writers(void **state)
@@ -107,6 +125,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_content_range_parse),
 		cmocka_unit_test(test_writers),
+		cmocka_unit_test(test_resolve_empty),
 		cmocka_unit_test(test_learnt_span),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
