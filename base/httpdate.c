@@ -1,5 +1,6 @@
 /*
- * httpdate.c - IMF-fixdate parsing and formatting (rules in base/httpdate.h).
+ * httpdate.c - HTTP-date parsing (the IMF-fixdate, and for the conditional
+ * headers the two obsolete forms) and formatting (rules in base/httpdate.h).
  *
  * Hand-written rather than strptime/strftime: those follow the locale, are
  * lenient in ways a signature check must not be (trailing junk, 31 February
@@ -86,6 +87,84 @@ static bool zone_offset(const char *z, size_t n, bool zoned, long *off)
 	return true;
 }
 
+/* The month whose three-letter name is at p (1-12), or 0. */
+static int month_at(const char *p)
+{
+	for (int i = 0; i < 12; i++)
+		if (memcmp(p, months + 3 * i, 3) == 0)
+			return i + 1;
+	return 0;
+}
+
+/* "HH:MM:SS" at p. */
+static bool time_at(const char *p, int *h, int *mi, int *sec)
+{
+	return digits(p, 2, h) && p[2] == ':' && digits(p + 3, 2, mi) && p[5] == ':' &&
+	       digits(p + 6, 2, sec);
+}
+
+/* n letters at p. */
+static bool letters(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((p[i] >= 'A' && p[i] <= 'Z') || (p[i] >= 'a' && p[i] <= 'z')))
+			return false;
+	return true;
+}
+
+/* "Sunday, 06-Nov-94 08:49:37 GMT" (v trimmed). */
+static int parse_rfc850(struct slice v, time_t now, time_t *out)
+{
+	const char *comma = memchr(v.p, ',', v.len);
+	if (!comma || comma - v.p < 6 || !letters(v.p, (size_t)(comma - v.p)))
+		return -EINVAL;
+	const char *q = comma + 1; /* " 06-Nov-94 08:49:37 GMT" */
+	if (v.p + v.len - q != 23)
+		return -EINVAL;
+	int d, mon = month_at(q + 4), yy, h, mi, sec;
+	if (q[0] != ' ' || !digits(q + 1, 2, &d) || q[3] != '-' || !mon || q[7] != '-' ||
+	    !digits(q + 8, 2, &yy) || q[10] != ' ' || !time_at(q + 11, &h, &mi, &sec) ||
+	    q[19] != ' ' || memcmp(q + 20, "GMT", 3) != 0)
+		return -EINVAL;
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	int year = tm.tm_year + 1900;
+	int y = year - year % 100 + yy;
+	if (y > year + 50)
+		y -= 100;
+	time_t t;
+	if (utc_time(y, mon, d, h, mi, sec, &t))
+		return -EINVAL;
+	*out = t;
+	return 0;
+}
+
+/* "Sun Nov  6 08:49:37 1994" (v trimmed; "Nov 06" and "Nov 6" too). */
+static int parse_asctime(struct slice v, time_t *out)
+{
+	const char *p = v.p;
+	size_t n = v.len;
+	int d, mon, h, mi, sec, y;
+	if (n < 23 || !letters(p, 3) || p[3] != ' ' || !(mon = month_at(p + 4)) || p[7] != ' ')
+		return -EINVAL;
+	const char *q = p + 8;
+	if (n == 24 && q[0] == ' ' && digits(q + 1, 1, &d))
+		q += 2;
+	else if (n == 24 && digits(q, 2, &d))
+		q += 2;
+	else if (n == 23 && digits(q, 1, &d))
+		q += 1;
+	else
+		return -EINVAL;
+	if (q[0] != ' ' || !time_at(q + 1, &h, &mi, &sec) || q[9] != ' ' || !digits(q + 10, 4, &y))
+		return -EINVAL;
+	time_t t;
+	if (utc_time(y, mon, d, h, mi, sec, &t))
+		return -EINVAL;
+	*out = t;
+	return 0;
+}
+
 static int parse(const char *s, bool zoned, time_t *out)
 {
 	if (!s)
@@ -102,9 +181,7 @@ static int parse(const char *s, bool zoned, time_t *out)
 	if (end - p < (long)dl + 20 || !digits(p, dl, &d) || p[dl] != ' ')
 		return -EINVAL;
 	p += dl + 1;
-	for (int i = 0; i < 12; i++)
-		if (memcmp(p, months + 3 * i, 3) == 0)
-			mon = i + 1;
+	mon = month_at(p);
 	if (!mon || p[3] != ' ' || !digits(p + 4, 4, &y) || p[8] != ' ' || !digits(p + 9, 2, &h) ||
 	    p[11] != ':' || !digits(p + 12, 2, &mi) || p[14] != ':' || !digits(p + 15, 2, &sec) ||
 	    p[17] != ' ')
@@ -144,6 +221,16 @@ int utc_time(int y, int mon, int d, int h, int mi, int s, time_t *out)
 int httpdate_parse(const char *s, time_t *out)
 {
 	return parse(s, false, out);
+}
+
+int httpdate_parse_any(const char *s, time_t now, time_t *out)
+{
+	if (parse(s, false, out) == 0)
+		return 0;
+	if (!s)
+		return -EINVAL;
+	struct slice v = slice_trim(slice_cstr(s));
+	return memchr(v.p, ',', v.len) ? parse_rfc850(v, now, out) : parse_asctime(v, out);
 }
 
 int httpdate_parse_zoned(const char *s, time_t *out)

@@ -12,9 +12,11 @@
  *    matters), a four-digit year from 1970, two-digit hour, minute and
  *    second (60 allowed: a leap second counts as the next minute's first);
  *  - only dates that exist (no 31 February, no 29 February of a common year).
- * The obsolete RFC 850 and asctime forms are refused: no caller ever took
- * them. Failure is always -EINVAL with *out untouched, so a caller that has
- * a value for "absent or unreadable" presets it.
+ * The obsolete RFC 850 and asctime forms are refused by httpdate_parse
+ * (a signature's date is never in them) and taken by httpdate_parse_any,
+ * for the conditional headers of a read. Failure is always -EINVAL with
+ * *out untouched, so a caller that has a value for "absent or unreadable"
+ * presets it.
  */
 #ifndef LARDER_HTTPDATE_H
 #define LARDER_HTTPDATE_H
@@ -35,6 +37,14 @@ void httpdate_now(char out[HTTPDATE_SIZE]);
 /* Parses an IMF-fixdate whose zone is "GMT". s may be NULL (-EINVAL).
  * Returns 0 with *out set, or -EINVAL. */
 int httpdate_parse(const char *s, time_t *out);
+
+/* Any of the three forms a recipient must accept (RFC 9110 5.6.7): the
+ * IMF-fixdate as httpdate_parse takes it, RFC 850's
+ * "Sunday, 06-Nov-94 08:49:37 GMT" (any day name; the two-digit year is
+ * the last one ending so that is at most 50 years after now's) and
+ * asctime's "Sun Nov  6 08:49:37 1994" (the day of the month two digits,
+ * or a space or none and one digit). now: the wall clock (time(NULL)). */
+int httpdate_parse_any(const char *s, time_t now, time_t *out);
 
 /* httpdate_parse, also taking the zones RFC 5322 section 3.3 allows and
  * S3's SigV2 examples use: "UTC", "Z", or a numeric "+hhmm" / "-hhmm"

@@ -609,16 +609,17 @@ enum MHD_Result cache_respond(struct req *r)
 		return respond_s3(r, S3E_NO_SUCH_KEY, NULL);
 	}
 
+	time_t now = time(NULL);
 	int pre = objreply_preconditions(m, req_header(r, "If-Match"), req_header(r, "If-None-Match"),
 	                                 req_header(r, "If-Unmodified-Since"),
-	                                 req_header(r, "If-Modified-Since"));
+	                                 req_header(r, "If-Modified-Since"), now);
 	if (pre == 412)
 		return respond_s3(r, S3E_PRECONDITION_FAILED, m);
 
 	unsigned status = 200;
 	c->start = 0;
 	c->end = m->size ? m->size - 1 : 0;
-	if (pre == 0 && c->want_range && objreply_if_range(m, req_header(r, "If-Range"))) {
+	if (pre == 0 && c->want_range && objreply_if_range(m, req_header(r, "If-Range"), now)) {
 		enum range_fit fit = range_resolve(&c->range, m->size, &c->start, &c->end);
 		if (fit == RANGE_UNSATISFIABLE)
 			return respond_s3(r, S3E_INVALID_RANGE, m);

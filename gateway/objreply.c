@@ -67,11 +67,12 @@ static bool etag_listed(const char *list, const char *etag, bool strong)
 }
 
 int objreply_preconditions(const struct obj_meta *m, const char *im, const char *inm,
-                           const char *if_unmodified_since, const char *if_modified_since)
+                           const char *if_unmodified_since, const char *if_modified_since,
+                           time_t now)
 {
 	time_t ius = (time_t)-1, ims = (time_t)-1; /* -1: absent or not a date */
-	httpdate_parse(if_unmodified_since, &ius);
-	httpdate_parse(if_modified_since, &ims);
+	httpdate_parse_any(if_unmodified_since, now, &ius);
+	httpdate_parse_any(if_modified_since, now, &ims);
 	if (im) {
 		if (!etag_listed(im, m->etag, true))
 			return 412;
@@ -87,7 +88,7 @@ int objreply_preconditions(const struct obj_meta *m, const char *im, const char 
 	return 0;
 }
 
-bool objreply_if_range(const struct obj_meta *m, const char *if_range)
+bool objreply_if_range(const struct obj_meta *m, const char *if_range, time_t now)
 {
 	if (!if_range)
 		return true;
@@ -95,7 +96,8 @@ bool objreply_if_range(const struct obj_meta *m, const char *if_range)
 	if (v.len && v.p[0] == '"') /* a weak tag (W/"...") never matches */
 		return slice_eq(v, slice_cstr(m->etag));
 	time_t t;
-	return httpdate_parse(if_range, &t) == 0 && m->last_modified && t == m->last_modified;
+	return httpdate_parse_any(if_range, now, &t) == 0 && m->last_modified &&
+	       t == m->last_modified;
 }
 
 /* The object's headers, replayed; response-* overrides win. A 304 (!full)

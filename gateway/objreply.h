@@ -12,6 +12,7 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "store/meta.h"
 
@@ -21,17 +22,18 @@
 bool objreply_query_ok(const char *query);
 
 /* 0: proceed; 304 or 412: answer that (S3's precedence, see GetObject).
- * Each header's value, or NULL when the request has none. */
+ * Each header's value, or NULL when the request has none; a date in any
+ * of the three HTTP-date forms (httpdate_parse_any, now: the wall clock). */
 int objreply_preconditions(const struct obj_meta *m, const char *if_match,
                            const char *if_none_match, const char *if_unmodified_since,
-                           const char *if_modified_since);
+                           const char *if_modified_since, time_t now);
 
 /* If-Range (RFC 9110 13.1.5), NULL when absent: whether the Range may be
  * served. It holds for the object's ETag, compared strongly, or for its
  * Last-Modified exactly; any other value means the whole object (a 200),
  * as it does from S3: a client resuming a download of a version that has
  * since changed must not get the new version's bytes spliced onto its own. */
-bool objreply_if_range(const struct obj_meta *m, const char *if_range);
+bool objreply_if_range(const struct obj_meta *m, const char *if_range, time_t now);
 
 /* The answer being built. */
 struct objreply {

@@ -12,6 +12,7 @@ what the upstream (moto, enforcing signatures) answers to the same request.
   its copy with, and a 412 names the condition that failed.
 """
 import datetime
+import email.utils
 import hashlib
 import http.client
 import os
@@ -352,6 +353,48 @@ class CachedHeaders(LarderCase):
         st, _, body = self.headers(self.larder.url, "GET", path, CLIENT_KEY, CLIENT_SECRET,
                                    {"If-Range": '"stale"'})
         self.assertTrue(st == 200 and body == data)
+
+    def test_obsolete_http_date_forms(self):
+        # RFC 9110 5.6.7: a recipient MUST accept the RFC 850 and asctime
+        # forms of an HTTP-date as well as the IMF-fixdate (the GetObject
+        # reference defers to RFC 7232 for these headers). larder took them
+        # for no date: If-Unmodified-Since ignored served the object where
+        # its IMF form gets 412, If-Modified-Since ignored served it whole
+        # where the IMF form gets 304. moto answers them 500, so each form
+        # is held to larder's answer for the IMF form of the same instant.
+        key = "old-dates"
+        data = bytes(range(256)) * 4
+        self.direct.put_object(Bucket=BUCKET, Key=key, Body=data)
+        path = "/%s/%s" % (BUCKET, key)
+        lm = self.direct.head_object(Bucket=BUCKET, Key=key)["LastModified"].timestamp()
+
+        def forms(t):
+            d = datetime.datetime.fromtimestamp(t, datetime.timezone.utc)
+            return (email.utils.format_datetime(d, usegmt=True),
+                    d.strftime("%A, %d-%b-%y %H:%M:%S GMT"),
+                    d.strftime("%a %b ") + "%2d" % d.day + d.strftime(" %H:%M:%S %Y"))
+
+        for method in ("GET", "HEAD", "GET", "HEAD"):  # the first is a miss, then hits
+            for t in (lm - 1, lm, lm + 1):
+                imf, rfc850, asctime = forms(t)
+                for name, extra in (("If-Modified-Since", {}), ("If-Unmodified-Since", {}),
+                                    ("If-Range", {"Range": "bytes=10-19"})):
+                    want, _, _ = self.headers(self.larder.url, method, path, CLIENT_KEY,
+                                              CLIENT_SECRET, dict(extra, **{name: imf}))
+                    for old in (rfc850, asctime):
+                        st, _, _ = self.headers(self.larder.url, method, path, CLIENT_KEY,
+                                                CLIENT_SECRET, dict(extra, **{name: old}))
+                        self.assertEqual(st, want, (method, name, old, imf))
+        # What the IMF forms give here, so the loop above compared answers
+        # that differ: 304 and 412 on the object's own date and the one before.
+        imf, rfc850, asctime = forms(lm)
+        for name, want in (("If-Modified-Since", 304), ("If-Range", 206)):
+            st, _, _ = self.headers(self.larder.url, "GET", path, CLIENT_KEY, CLIENT_SECRET,
+                                    {name: asctime, "Range": "bytes=10-19"})
+            self.assertEqual(st, want, name)
+        st, _, _ = self.headers(self.larder.url, "GET", path, CLIENT_KEY, CLIENT_SECRET,
+                                {"If-Unmodified-Since": forms(lm - 1)[1]})
+        self.assertEqual(st, 412)
 
     def test_conditional_precedence_on_hits(self):
         # The GetObject reference: If-Match true and If-Unmodified-Since false

@@ -1,7 +1,8 @@
 /*
  * test_httpdate.c - base/httpdate.h: IMF-fixdate in and out, the tolerated
  * variations, the refused forms (RFC 850, asctime, garbage, impossible or
- * out-of-range fields), and -EINVAL leaving *out alone.
+ * out-of-range fields), and -EINVAL leaving *out alone; the obsolete forms
+ * httpdate_parse_any takes.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -72,6 +73,46 @@ static void test_accepted(void **state)
 	/* A leap second counts as the next minute's first. */
 	assert_int_equal(httpdate_parse("Tue, 14 Nov 2023 22:13:60 GMT", &t), 0);
 	assert_true(t == T0 + 40);
+}
+
+/* RFC 850 and asctime, for the conditional headers (RFC 9110 5.6.7). */
+static void test_parse_any(void **state)
+{
+	(void)state;
+	const char *ok[] = {
+		"Sun, 06 Nov 1994 08:49:37 GMT",
+		"Sunday, 06-Nov-94 08:49:37 GMT",
+		"Sun Nov  6 08:49:37 1994",
+		"Sun Nov 06 08:49:37 1994",
+		"Sun Nov 6 08:49:37 1994",
+		" Sunday, 06-Nov-94 08:49:37 GMT\r\n",
+	};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		time_t t = 0;
+		if (httpdate_parse_any(ok[i], T0, &t) != 0 || t != (time_t)784111777)
+			fail_msg("\"%s\"", ok[i]);
+	}
+	/* A two-digit year is the last one ending so, at most 50 years on. */
+	time_t t = 0;
+	assert_int_equal(httpdate_parse_any("Monday, 01-Jan-73 00:00:00 GMT", T0, &t), 0);
+	assert_true(t == (time_t)3250454400); /* 2073: 50 years after T0 (2023) */
+	assert_int_equal(httpdate_parse_any("Monday, 01-Jan-74 00:00:00 GMT", T0, &t), 0);
+	assert_true(t == (time_t)126230400); /* 1974 */
+	const char *bad[] = {
+		NULL, "", "Sunday, 06-Nov-94 08:49:37 UTC", "Sunday, 06-Nov-1994 08:49:37 GMT",
+		"Sun, 06-Nov-94 08:49:37 GMT", "Sunday, 31-Feb-94 08:49:37 GMT",
+		"Sunday 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994 GMT",
+		"Sun Nov  6 08:49 1994", "Sun Xyz  6 08:49:37 1994", "Sun Nov 31 08:49:37 1994",
+		"S1n Nov  6 08:49:37 1994", "Sun Nov  6 08:49:37 94",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		t = 7;
+		if (httpdate_parse_any(bad[i], T0, &t) != -EINVAL || t != 7)
+			fail_msg("accepted \"%s\"", bad[i] ? bad[i] : "(null)");
+	}
+	/* httpdate_parse, for signatures, still refuses them */
+	assert_int_equal(httpdate_parse("Sunday, 06-Nov-94 08:49:37 GMT", &t), -EINVAL);
+	assert_int_equal(httpdate_parse("Sun Nov  6 08:49:37 1994", &t), -EINVAL);
 }
 
 static void test_refused(void **state)
@@ -187,6 +228,7 @@ int main(void)
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_accepted),
 		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_parse_any),
 		cmocka_unit_test(test_zoned),
 		cmocka_unit_test(test_utc_time),
 	};

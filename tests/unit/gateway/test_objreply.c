@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -29,29 +30,38 @@ static void test_query_ok(void **state)
 
 /* Last-Modified: Wed, 01 Jan 2025 00:00:00 GMT */
 #define LM 1735689600
+/* The wall clock: Sun, 01 Jun 2025 00:00:00 GMT */
+#define NOW ((time_t)1748736000)
 
 static void test_preconditions(void **state)
 {
 	(void)state;
 	struct obj_meta *m = meta_new(10, "\"abc\"", LM, NULL, 0);
 	const char *before = "Tue, 31 Dec 2024 00:00:00 GMT", *after = "Thu, 02 Jan 2025 00:00:00 GMT";
-	assert_int_equal(objreply_preconditions(m, NULL, NULL, NULL, NULL), 0);
-	assert_int_equal(objreply_preconditions(m, "\"abc\"", NULL, NULL, NULL), 0);
-	assert_int_equal(objreply_preconditions(m, "\"x\", \"abc\"", NULL, NULL, NULL), 0);
-	assert_int_equal(objreply_preconditions(m, "*", NULL, NULL, NULL), 0);
-	assert_int_equal(objreply_preconditions(m, "\"x\"", NULL, NULL, NULL), 412);
-	assert_int_equal(objreply_preconditions(m, NULL, "W/\"abc\"", NULL, NULL), 304);
-	assert_int_equal(objreply_preconditions(m, NULL, "\"x\"", NULL, NULL), 0);
-	assert_int_equal(objreply_preconditions(m, NULL, NULL, before, NULL), 412);
-	assert_int_equal(objreply_preconditions(m, NULL, NULL, after, NULL), 0);
-	assert_int_equal(objreply_preconditions(m, NULL, NULL, NULL, after), 304);
-	assert_int_equal(objreply_preconditions(m, NULL, NULL, NULL, before), 0);
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, NULL, NULL, NOW), 0);
+	assert_int_equal(objreply_preconditions(m, "\"abc\"", NULL, NULL, NULL, NOW), 0);
+	assert_int_equal(objreply_preconditions(m, "\"x\", \"abc\"", NULL, NULL, NULL, NOW), 0);
+	assert_int_equal(objreply_preconditions(m, "*", NULL, NULL, NULL, NOW), 0);
+	assert_int_equal(objreply_preconditions(m, "\"x\"", NULL, NULL, NULL, NOW), 412);
+	assert_int_equal(objreply_preconditions(m, NULL, "W/\"abc\"", NULL, NULL, NOW), 304);
+	assert_int_equal(objreply_preconditions(m, NULL, "\"x\"", NULL, NULL, NOW), 0);
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, before, NULL, NOW), 412);
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, after, NULL, NOW), 0);
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, NULL, after, NOW), 304);
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, NULL, before, NOW), 0);
 	/* S3's precedence: If-Match true wins over If-Unmodified-Since false,
 	 * If-None-Match false over If-Modified-Since true */
-	assert_int_equal(objreply_preconditions(m, "\"abc\"", NULL, before, NULL), 0);
-	assert_int_equal(objreply_preconditions(m, NULL, "\"x\"", NULL, after), 0);
+	assert_int_equal(objreply_preconditions(m, "\"abc\"", NULL, before, NULL, NOW), 0);
+	assert_int_equal(objreply_preconditions(m, NULL, "\"x\"", NULL, after, NOW), 0);
 	/* an unparsable date is ignored */
-	assert_int_equal(objreply_preconditions(m, NULL, NULL, "yesterday", "tomorrow"), 0);
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, "yesterday", "tomorrow", NOW), 0);
+	/* the obsolete HTTP-date forms count (RFC 9110 5.6.7): they were ignored */
+	const char *b850 = "Tuesday, 31-Dec-24 00:00:00 GMT", *bansi = "Tue Dec 31 00:00:00 2024";
+	const char *a850 = "Thursday, 02-Jan-25 00:00:00 GMT", *aansi = "Thu Jan  2 00:00:00 2025";
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, b850, NULL, NOW), 412);
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, bansi, NULL, NOW), 412);
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, NULL, a850, NOW), 304);
+	assert_int_equal(objreply_preconditions(m, NULL, NULL, NULL, aansi, NOW), 304);
 	meta_unref(m);
 }
 
@@ -59,20 +69,22 @@ static void test_if_range(void **state)
 {
 	(void)state;
 	struct obj_meta *m = meta_new(10, "\"abc\"", LM, NULL, 0);
-	assert_true(objreply_if_range(m, NULL));
-	assert_true(objreply_if_range(m, "\"abc\""));
-	assert_true(objreply_if_range(m, " \"abc\" "));
-	assert_true(objreply_if_range(m, "Wed, 01 Jan 2025 00:00:00 GMT"));
+	assert_true(objreply_if_range(m, NULL, NOW));
+	assert_true(objreply_if_range(m, "\"abc\"", NOW));
+	assert_true(objreply_if_range(m, " \"abc\" ", NOW));
+	assert_true(objreply_if_range(m, "Wed, 01 Jan 2025 00:00:00 GMT", NOW));
+	assert_true(objreply_if_range(m, "Wednesday, 01-Jan-25 00:00:00 GMT", NOW));
+	assert_true(objreply_if_range(m, "Wed Jan  1 00:00:00 2025", NOW));
 	/* a weak tag, another tag, a list, a date other than Last-Modified
 	 * (before or after it), or no validator at all: the whole object */
-	assert_false(objreply_if_range(m, "W/\"abc\""));
-	assert_false(objreply_if_range(m, "\"abd\""));
-	assert_false(objreply_if_range(m, "\"x\", \"abc\""));
-	assert_false(objreply_if_range(m, "*"));
-	assert_false(objreply_if_range(m, "abc"));
-	assert_false(objreply_if_range(m, "Tue, 31 Dec 2024 00:00:00 GMT"));
-	assert_false(objreply_if_range(m, "Thu, 02 Jan 2025 00:00:00 GMT"));
-	assert_false(objreply_if_range(m, ""));
+	assert_false(objreply_if_range(m, "W/\"abc\"", NOW));
+	assert_false(objreply_if_range(m, "\"abd\"", NOW));
+	assert_false(objreply_if_range(m, "\"x\", \"abc\"", NOW));
+	assert_false(objreply_if_range(m, "*", NOW));
+	assert_false(objreply_if_range(m, "abc", NOW));
+	assert_false(objreply_if_range(m, "Tue, 31 Dec 2024 00:00:00 GMT", NOW));
+	assert_false(objreply_if_range(m, "Thu, 02 Jan 2025 00:00:00 GMT", NOW));
+	assert_false(objreply_if_range(m, "", NOW));
 	meta_unref(m);
 }
 
