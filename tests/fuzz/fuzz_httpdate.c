@@ -3,8 +3,10 @@
  * (base/httpdate.c: Date, If-Modified-Since, If-Unmodified-Since,
  * Last-Modified of upstream answers, SigV2 Date), sv4_parse_amz_date
  * (X-Amz-Date), creds_parse_iso8601 (STS / ECS / IMDS Expiration).
+ * httpdate_parse_any (the conditional headers' three forms) too.
  * Checks: what parses formats back to a string that parses to the same
- * time; the parsers never write *out on failure.
+ * time; the parsers never write *out on failure; httpdate_parse_any reads
+ * an IMF-fixdate as httpdate_parse does.
  */
 #include <stdio.h>
 #include "fuzz_text.h"
@@ -41,6 +43,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		time_t g;
 		if (httpdate_parse(s, &g) == 0 && g != t)
 			abort(); /* a GMT date reads the same either way */
+	} else if (t != SENTINEL) {
+		abort();
+	}
+	t = SENTINEL;
+	if (httpdate_parse_any(s, (time_t)1764633600, &t) == 0) { /* now: 2025-12-02 */
+		time_t g;
+		if (t < 0 || (httpdate_parse(s, &g) == 0 && g != t))
+			abort();
 	} else if (t != SENTINEL) {
 		abort();
 	}
