@@ -48,7 +48,8 @@
 # seconds per run: 4 quick, 10 full, 1 smoke; longer to profile it), LOADTEST_LEAN (1: only the
 # runs of table.sh's figures: e without large objects and files, c without warm reads),
 # LOADTEST_PORT_BASE (18080: larder; +1, +2 the nginx peer and files, +10 the origin, +15
-# larder's admin). Any LARDER_* variable set reaches the larder under test (the run lists them).
+# larder's admin, +20 to +23 g's nodes, +29 g's Redis). Any LARDER_* variable set reaches the
+# larder under test (the run lists them).
 # Results: loadtest/results/<mode>-<UTC time>/ (JSON per run, summaries, PNGs),
 # and loadtest/results/latest pointing at it.
 set -euo pipefail
@@ -532,7 +533,7 @@ scen_w() {
 
 scen_g() {
   echo; echo "== g: three larder nodes and Redis: the small dataset read through every node at once"
-  local rport=18199 i node_ports=(18100 18101 18102)
+  local rport=$((pb + 29)) i node_ports=($((pb + 20)) $((pb + 21)) $((pb + 22)))
   redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
     > "$work/redis.log" 2>&1 &
   g_pids+=($!)
@@ -583,7 +584,7 @@ PY
   # about a quarter of the chunks and holds none. The placement directory
   # sends it to the nodes that hold them; without it, its own quarter would
   # be fetched from the origin again.
-  local jport=18103 dir_before dir_after
+  local jport=$((pb + 23)) dir_before dir_after
   sleep 2.5   # two heartbeats: the directory is what the three nodes list for good
   dir_before="$(g_dir_keys)"
   g_node 3 "$jport"

@@ -9,6 +9,8 @@
 #   LARDER_BUILD_DIR / LARDER_ASAN_BUILD_DIR / LARDER_TSAN_BUILD_DIR
 #                                              build dirs (default build, build-asan, build-tsan)
 #   LARDER_TEST_SKIP_BUILD=1                   use the builds as they are
+#   LARDER_TEST_PORT_BASE                      the tests' ports: 3000 per runner from it
+#                                              (default 20000; tests/integration/run.py)
 #   extra arguments are passed to tests/integration/run.py (test names)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -178,12 +180,14 @@ fi
 # running the previous release (a rolling upgrade). A failing run keeps its
 # logs in the ASan build folder.
 soak_pass=0 soak_fail=0
-# soak LABEL ARGS...: one soak run, counted
+# soak LABEL ARGS...: one soak run, counted; its ports from the first integration
+# runner's range (free by then), below the ephemeral ports as theirs are
 soak() {
-  local label="$1" out p f; shift
+  local label="$1" out p f base="${LARDER_TEST_PORT_BASE:-20000}"; shift
   echo "== soak ($label: tests/soak/soak.py --ci $*) against $LARDER_ASAN_BUILD_DIR/gateway/larder"
   out="$(mktemp)"
-  LARDER_BIN="$LARDER_ASAN_BUILD_DIR/gateway/larder" timeout --signal=TERM --kill-after=30 300 \
+  LARDER_BIN="$LARDER_ASAN_BUILD_DIR/gateway/larder" LARDER_TEST_PORTS="$base-$((base + 3000))" \
+    timeout --signal=TERM --kill-after=30 300 \
     python3 tests/soak/soak.py --ci --keep "$LARDER_ASAN_BUILD_DIR/soak-logs-$label" "$@" \
     2>&1 | tee "$out"
   read -r p f < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$out" | tail -1)

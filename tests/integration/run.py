@@ -18,9 +18,10 @@ sanitizer report) counts as one failure.
 --jobs N runs N runners side by side, each taking the next module (or NAME)
 from one queue, the longest first (MODULE_SECS), and printing a module's output
 whole when it ends. Each runner hands out ports from a range of its own
-(LARDER_TEST_PORTS, harness.free_port), so their larders, upstreams and Redis
-servers never collide. Most of a test's time is spent waiting on processes and
-timers, so two runners on two cores take little more than half the time of one.
+(LARDER_TEST_PORTS, harness.free_port; from 20000 on, or LARDER_TEST_PORT_BASE),
+so their larders, upstreams and Redis servers never collide. Most of a test's
+time is spent waiting on processes and timers, so two runners on two cores take
+little more than half the time of one.
 """
 import argparse
 import io
@@ -99,8 +100,9 @@ MODULE_SECS = {
 
 # Runner i of --jobs hands out ports from PORT_BASE + i * PORT_SPAN on: below
 # the kernel's ephemeral range (32768 on), which the port-0 binds and
-# outgoing connections draw from.
-PORT_BASE, PORT_SPAN = 20000, 3000
+# outgoing connections draw from. LARDER_TEST_PORT_BASE moves them (another
+# run on the machine: give it another base, PORT_SPAN * jobs apart).
+PORT_BASE, PORT_SPAN = int(os.environ.get("LARDER_TEST_PORT_BASE") or 20000), 3000
 
 
 def scratch_root():

@@ -27,6 +27,12 @@ def loadtest_env():
     if os.geteuid() != 0 and not os.environ.get("CI"):
         raise unittest.SkipTest("the load tests install nginx with apt-get: run as root")
     env = dict(os.environ, LOADTEST_BUILD=build)
+    # Its ports (LOADTEST_PORT_BASE to 29 above) at the top of this runner's range (run.py
+    # --jobs): nothing else of this runner runs meanwhile, and no other runner's range is
+    # touched. Without a range, run.sh's own (18080 on).
+    spec = os.environ.get("LARDER_TEST_PORTS")
+    if spec and not os.environ.get("LOADTEST_PORT_BASE"):
+        env["LOADTEST_PORT_BASE"] = str(int(spec.split("-")[1]) - 40)
     # Data and caches of its own: the default work directory holds a developer's
     # quick or full data, which a smoke run would replace with its small files.
     env.setdefault("LOADTEST_WORK", os.path.join(tempfile.gettempdir(), "larder-loadtest-smoke"))
