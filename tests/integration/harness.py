@@ -48,6 +48,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -595,14 +596,24 @@ def parse_logfmt(line):
 # ---------------------------------------------------------------- clients
 
 
+_sessions = threading.local()
+
+
 def make_s3_client(endpoint, key, secret, **config):
+    """A boto3 S3 client of its own (its connections, settings and event handlers), made
+    from its thread's one session: a session of its own per client read botocore's models
+    again, 160 ms of CPU against 4, and tests make a client for nearly every read. A
+    session is not to be shared between threads; its clients may be."""
     import boto3
     from botocore.config import Config
     opts = dict(s3={"addressing_style": "path"}, signature_version="s3v4",
                 retries={"max_attempts": 1, "mode": "standard"},
                 connect_timeout=10, read_timeout=30)
     opts.update(config)
-    return boto3.session.Session().client(
+    session = getattr(_sessions, "session", None)
+    if session is None:
+        session = _sessions.session = boto3.session.Session()
+    return session.client(
         "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id=key,
         aws_secret_access_key=secret, config=Config(**opts))
 
