@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stops the nginx that start.sh started in DIR (its own pid file only). Bounded:
-# TERM, up to 5 s, then KILL.
+# TERM, up to 5 s, then KILL, of the master and its workers (a worker outlives a
+# killed master).
 set -uo pipefail
 run="${1:?usage: stop.sh DIR}"
 pidf="$run/nginx.pid"
@@ -18,5 +19,7 @@ for _ in $(seq 1 50); do
   gone && { rm -f "$pidf"; exit 0; }
   sleep 0.1
 done
-kill -KILL "$pid" 2>/dev/null || true
+workers="$(pgrep -P "$pid" 2>/dev/null | tr '\n' ' ')"
+# shellcheck disable=SC2086 # one pid a word
+kill -KILL "$pid" $workers 2>/dev/null || true
 rm -f "$pidf"

@@ -7,6 +7,7 @@ nodes and load generator, finishes, and records a result without errors.
 import glob
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import unittest
@@ -129,3 +130,46 @@ class LoadtestSmoke(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OriginStop(unittest.TestCase):
+    """loadtest/origin/stop.sh stops what start.sh started, workers included."""
+
+    def test_a_stuck_master_is_killed_with_its_workers(self):
+        # Until 2026-12-02 a master that outlived its 5 s was killed alone: its
+        # workers went on, reparented, holding the port and their CPU.
+        loadtest_env()  # skips where the load tests cannot run
+        run = tempfile.mkdtemp(prefix="origin-stop-")
+        os.makedirs(os.path.join(run, "data"))
+        port = harness.free_port()
+        subprocess.run([os.path.join(LOADTEST, "origin", "start.sh"), "--kind", "static",
+                        "--run", run, "--listen", "127.0.0.1:%d" % port, "--root",
+                        os.path.join(run, "data"), "--workers", "2"],
+                       check=True, capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+        with open(os.path.join(run, "nginx.pid")) as f:
+            master = int(f.read())
+        with open("/proc/%d/task/%d/children" % (master, master)) as f:
+            workers = [int(p) for p in f.read().split()]
+        self.assertEqual(len(workers), 2)
+        os.kill(master, signal.SIGSTOP)  # a master that does not answer TERM
+        try:
+            subprocess.run([os.path.join(LOADTEST, "origin", "stop.sh"), run], check=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+            # stop.sh has returned: what it killed is gone or a zombie.
+            for pid in [master] + workers:
+                self.assertFalse(alive(pid), "nginx process %d still runs after stop.sh" % pid)
+        finally:
+            for pid in [master] + workers:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def alive(pid):
+    """Whether pid runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            return not any(line.split()[:2] == ["State:", "Z"] for line in f)
+    except OSError:
+        return False
