@@ -23,6 +23,17 @@ def signed(larder, method, path, key=CLIENT_KEY, secret=CLIENT_SECRET, body=b"",
     return harness.sign_headers(method, larder.url + path, key, secret, headers=headers, body=body)
 
 
+def records_when(larder, ready, timeout=10):
+    """The access log's records once ready(records) holds (a record is written when its
+    request completes, just after its answer went), or as they are at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        recs = larder.access_records()
+        if ready(recs) or time.monotonic() > deadline:
+            return recs
+        time.sleep(0.02)
+
+
 class OwnLarderCase(harness.S3Asserts, unittest.TestCase):
     """Tests that start (and stop) their own larder against a shared upstream.
     A base without tests of its own, so that subclasses run only theirs."""
@@ -74,7 +85,7 @@ class OwnLarder(OwnLarderCase):
             time.sleep(0.02)
         t_term = time.monotonic()
         larder.signal(signal.SIGTERM)
-        time.sleep(1.0)
+        time.sleep(1.0)  # larder must not exit: a fixed time, something not happening
         self.assertTrue(larder.alive(), "larder exited with a download in flight")
         # a new client while draining is refused or answered, never left hanging
         try:
@@ -116,7 +127,10 @@ class OwnLarder(OwnLarderCase):
         gone = socket.create_connection(("127.0.0.1", larder.port))
         gone.sendall(b"GET /ops/x HTTP/1.1\r\nHost: a\r\n")
         gone.close()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10  # both inside larder before it drains
+        while harness.accept_queue(larder.port) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(harness.accept_queue(larder.port), 0)
         took = self.finish(larder)
         self.assertLess(took, 5, "draining waited for requests whose headers never came")
 
@@ -158,7 +172,7 @@ class OwnLarder(OwnLarderCase):
         download = self.download_in_flight(larder, "hup-drain.bin")
         self.drain(larder)
         larder.signal(signal.SIGHUP)
-        time.sleep(0.5)
+        time.sleep(0.5)  # larder must not die of it: a fixed time, something not happening
         self.assertTrue(larder.alive(), "a SIGHUP while draining ended larder (exit %s)"
                         % larder.proc.poll())
         self.finish_download(larder, *download)
@@ -290,7 +304,10 @@ class OwnLarder(OwnLarderCase):
             client_key=False)
         larder.write_config("[key %s]\nsecret = %s\naccess = sometimes\n" % (k1, s1))
         larder.signal(signal.SIGHUP)
-        time.sleep(1)
+        deadline = time.monotonic() + 10
+        while "reload failed" not in larder.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIn("reload failed, keeping the current keys", larder.log())
         self.assertTrue(larder.alive(), "a bad config on SIGHUP must not kill larder")
         c1 = larder.client(key=k1, secret=s1)
         self.assertEqual(c1.list_objects_v2(Bucket="ops")["ResponseMetadata"]["HTTPStatusCode"], 200)
@@ -334,9 +351,13 @@ class OwnLarder(OwnLarderCase):
         self.assertEqual(s3_error(body)[0], "SlowDown", body)
         for c in held:
             c.close()
-        time.sleep(0.5)
-        st, _, _ = harness.http_request(larder.url, "GET", "/ops?list-type=2",
-                                        signed(larder, "GET", "/ops?list-type=2"))
+        deadline = time.monotonic() + 10  # larder sees the closes in its own time
+        while True:
+            st, _, _ = harness.http_request(larder.url, "GET", "/ops?list-type=2",
+                                            signed(larder, "GET", "/ops?list-type=2"))
+            if st == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         self.assertEqual(st, 200, "larder did not recover after connections closed")
         self.finish(larder)
 
@@ -425,8 +446,8 @@ class UnparsedRequests(OwnLarderCase):
         st, head, body = ask(b"GET", pool - 400)
         self.assertEqual(st, 400, head)
         rid = re.search(rb"\r\nx-amz-request-id: (\w+)", head).group(1).decode()
-        time.sleep(0.3)
-        rec = [a for a in larder.access_records() if a["id"] == rid]
+        recs = records_when(larder, lambda rs: any(a["id"] == rid for a in rs))
+        rec = [a for a in recs if a["id"] == rid]
         self.assertEqual([(a["method"], a["status"], a["bytes_out"]) for a in rec],
                          [("GET", "400", str(len(body)))], rec)
         st, head, body = ask(b"HEAD", pool - 400)
@@ -473,7 +494,8 @@ class AccessLogAndHostileInput(LarderCase):
         bad = self.larder.client(secret="wrong")
         with self.assertRaises(Exception):
             bad.get_object(Bucket="logged", Key="dir/a b.txt")
-        time.sleep(0.3)
+        records_when(self.larder, lambda rs: len(rs) >= before + 3)
+        time.sleep(0.3)  # and no fourth record: a fixed time, something not happening
         recs = self.larder.access_records()[before:]
         self.assertEqual(len(recs), 3, self.larder.access_log()[-3000:])
         fields = ["ts", "id", "key_id", "method", "bucket", "key", "status", "bytes_in",
@@ -636,7 +658,7 @@ class AccessLogAndHostileInput(LarderCase):
             "%s: %s\r\n" % kv for kv in h.items()) + "\r\n"
         harness.raw_exchange(self.larder.port, head.encode() + body, timeout=3,
                              shutdown_write=True)
-        time.sleep(1)
+        time.sleep(1)  # a PUT that must not reach S3: a fixed time, something not happening
         self.assertS3Error(lambda: self.direct.head_object(Bucket="logged", Key="short"), 404, "404")
         # unsigned-payload variant, where larder cannot tell from a hash
         h = signed(self.larder, "PUT", "/logged/short2", headers={
@@ -645,7 +667,7 @@ class AccessLogAndHostileInput(LarderCase):
         head = "PUT /logged/short2 HTTP/1.1\r\n" + "".join(
             "%s: %s\r\n" % kv for kv in h.items()) + "\r\n"
         harness.raw_exchange(self.larder.port, head.encode() + b"x" * 5000, timeout=3)
-        time.sleep(1)
+        time.sleep(1)  # as above
         self.assertS3Error(lambda: self.direct.head_object(Bucket="logged", Key="short2"), 404, "404")
         self.alive_and_well()
 
