@@ -23,15 +23,21 @@ def signed(larder, method, path, key=CLIENT_KEY, secret=CLIENT_SECRET, body=b"",
     return harness.sign_headers(method, larder.url + path, key, secret, headers=headers, body=body)
 
 
-def records_when(larder, ready, timeout=10):
-    """The access log's records once ready(records) holds (a record is written when its
-    request completes, just after its answer went), or as they are at the deadline."""
+def until(cond, timeout=10, step=0.02):
+    """Polls cond() until it is true or timeout seconds have passed; returns its last value."""
     deadline = time.monotonic() + timeout
     while True:
-        recs = larder.access_records()
-        if ready(recs) or time.monotonic() > deadline:
-            return recs
-        time.sleep(0.02)
+        got = cond()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(step)
+
+
+def records_when(larder, ready):
+    """The access log's records once ready(records) holds (a record is written when its
+    request completes, just after its answer went), or as they are at the deadline."""
+    until(lambda: ready(larder.access_records()))
+    return larder.access_records()
 
 
 class OwnLarderCase(harness.S3Asserts, unittest.TestCase):
@@ -127,9 +133,7 @@ class OwnLarder(OwnLarderCase):
         gone = socket.create_connection(("127.0.0.1", larder.port))
         gone.sendall(b"GET /ops/x HTTP/1.1\r\nHost: a\r\n")
         gone.close()
-        deadline = time.monotonic() + 10  # both inside larder before it drains
-        while harness.accept_queue(larder.port) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        until(lambda: harness.accept_queue(larder.port) == 0)  # both inside larder first
         self.assertEqual(harness.accept_queue(larder.port), 0)
         took = self.finish(larder)
         self.assertLess(took, 5, "draining waited for requests whose headers never came")
@@ -304,9 +308,7 @@ class OwnLarder(OwnLarderCase):
             client_key=False)
         larder.write_config("[key %s]\nsecret = %s\naccess = sometimes\n" % (k1, s1))
         larder.signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while "reload failed" not in larder.log() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: "reload failed" in larder.log())
         self.assertIn("reload failed, keeping the current keys", larder.log())
         self.assertTrue(larder.alive(), "a bad config on SIGHUP must not kill larder")
         c1 = larder.client(key=k1, secret=s1)
@@ -351,14 +353,10 @@ class OwnLarder(OwnLarderCase):
         self.assertEqual(s3_error(body)[0], "SlowDown", body)
         for c in held:
             c.close()
-        deadline = time.monotonic() + 10  # larder sees the closes in its own time
-        while True:
-            st, _, _ = harness.http_request(larder.url, "GET", "/ops?list-type=2",
-                                            signed(larder, "GET", "/ops?list-type=2"))
-            if st == 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        self.assertEqual(st, 200, "larder did not recover after connections closed")
+        # larder sees the closes in its own time
+        ok = until(lambda: harness.http_request(larder.url, "GET", "/ops?list-type=2", signed(
+            larder, "GET", "/ops?list-type=2"))[0] == 200, step=0.1)
+        self.assertTrue(ok, "larder did not recover after connections closed (200)")
         self.finish(larder)
 
 
